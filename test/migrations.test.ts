@@ -1,0 +1,140 @@
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createDatabase } from '../local/postgres.ts';
+import { loadMigrations, migrate, MigrationError, type MigrationFile } from '../lambdas/runtime/migrations.ts';
+import { inject } from 'vitest';
+import { createTestDatabase, databaseUrl, type TestDatabase } from './support/db.ts';
+
+async function emptyDatabase(label: string): Promise<string> {
+  const name = `${label}_${Math.random().toString(36).slice(2, 10)}`;
+  await createDatabase(inject('pgAdminUrl'), name);
+  return databaseUrl(name);
+}
+
+function file(name: string, sql: string): MigrationFile {
+  return { name, sql, checksum: `sum-of-${sql}` };
+}
+
+describe('migrations runner', () => {
+  it('applies every file once, in order, and records it', async () => {
+    const url = await emptyDatabase('mig_apply');
+    const files = await loadMigrations(path.resolve('migrations'));
+    const first = await migrate(url, files);
+    expect(first.applied).toEqual(files.map((f) => f.name));
+    const second = await migrate(url, files);
+    expect(second.applied).toEqual([]);
+    expect(second.alreadyApplied).toEqual(files.map((f) => f.name));
+  });
+
+  it('refuses to continue when an applied file has changed', async () => {
+    const url = await emptyDatabase('mig_changed');
+    await migrate(url, [file('001_a.sql', 'CREATE TABLE a (x int)')]);
+    await expect(migrate(url, [file('001_a.sql', 'CREATE TABLE a (x bigint)')])).rejects.toThrow(/has changed/);
+  });
+
+  it('refuses a missing applied file and a new file that sorts before an applied one', async () => {
+    const url = await emptyDatabase('mig_order');
+    await migrate(url, [file('002_b.sql', 'CREATE TABLE b (x int)')]);
+    await expect(migrate(url, [])).rejects.toThrow(/missing/);
+    await expect(
+      migrate(url, [file('001_a.sql', 'CREATE TABLE a (x int)'), file('002_b.sql', 'CREATE TABLE b (x int)')]),
+    ).rejects.toThrow(/sorts before/);
+  });
+
+  it('runs each file in its own transaction: a failing file leaves nothing of itself', async () => {
+    const url = await emptyDatabase('mig_fail');
+    const files = [
+      file('001_ok.sql', 'CREATE TABLE ok (x int)'),
+      file('002_bad.sql', 'CREATE TABLE half (x int); SELECT no_such_function();'),
+    ];
+    await expect(migrate(url, files)).rejects.toBeInstanceOf(MigrationError);
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    const tables = await client.query(`SELECT relname FROM pg_class WHERE relname IN ('ok', 'half') ORDER BY 1`);
+    const recorded = await client.query('SELECT name FROM schema_migrations');
+    await client.end();
+    expect(tables.rows.map((r) => r.relname)).toEqual(['ok']);
+    expect(recorded.rows.map((r) => r.name)).toEqual(['001_ok.sql']);
+  });
+
+  it('two deployers at once: the advisory lock serialises them and each file is applied once', async () => {
+    const url = await emptyDatabase('mig_race');
+    // pg_sleep makes the first migrator hold the lock long enough for the second to queue behind it.
+    const files = [file('001_slow.sql', 'SELECT pg_sleep(0.3); CREATE TABLE slow (x int)')];
+    const results = await Promise.all([migrate(url, files), migrate(url, files)]);
+    expect(results.map((r) => r.applied.length).sort()).toEqual([0, 1]);
+  });
+
+  it('reads only files named like 001_name.sql', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'mig-'));
+    await writeFile(path.join(dir, '001_fine.sql'), 'SELECT 1');
+    await writeFile(path.join(dir, 'Oops.sql'), 'SELECT 1');
+    await expect(loadMigrations(dir)).rejects.toThrow(/not of the form/);
+  });
+});
+
+describe('schema constraints live in the database', () => {
+  let db: TestDatabase;
+  beforeAll(async () => {
+    db = await createTestDatabase('schema');
+  });
+  afterAll(() => db.drop());
+
+  const insert = (order: string, amount: number, currency = 'eur') =>
+    db.pool.query(
+      `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method)
+       VALUES ($1, $2, $3, 'cus_1', 'pm_card_visa') RETURNING id`,
+      [order, amount, currency],
+    );
+
+  it('rejects a non-positive amount, a bad currency and a second operation for one order', async () => {
+    await expect(insert('o-zero', 0)).rejects.toThrow(/check constraint/);
+    await expect(insert('o-neg', -5)).rejects.toThrow(/check constraint/);
+    await expect(insert('o-cur', 100, 'EUR')).rejects.toThrow(/check constraint/);
+    await insert('o-once', 100);
+    await expect(insert('o-once', 100)).rejects.toThrow(/duplicate key/);
+  });
+
+  it('rejects an unknown status and a success without a PaymentIntent id', async () => {
+    const { rows } = await insert('o-status', 100);
+    const id = rows[0].id;
+    await expect(db.pool.query(`UPDATE payment_operations SET status = 'done' WHERE id = $1`, [id])).rejects.toThrow(
+      /check constraint/,
+    );
+    await expect(
+      db.pool.query(
+        `UPDATE payment_operations SET status = 'succeeded', settled_at = now(), next_attempt_at = NULL WHERE id = $1`,
+        [id],
+      ),
+    ).rejects.toThrow(/succeeded_has_external_id/);
+  });
+
+  it('never changes a final operation, nor the parameters of any operation', async () => {
+    const { rows } = await insert('o-final', 100);
+    const id = rows[0].id;
+    await expect(db.pool.query(`UPDATE payment_operations SET amount = 200 WHERE id = $1`, [id])).rejects.toThrow(
+      /cannot change/,
+    );
+    await db.pool.query(
+      `UPDATE payment_operations SET status = 'failed', settled_at = now(), next_attempt_at = NULL WHERE id = $1`,
+      [id],
+    );
+    await expect(
+      db.pool.query(`UPDATE payment_operations SET status = 'pending', settled_at = NULL WHERE id = $1`, [id]),
+    ).rejects.toThrow(/is final/);
+    await expect(db.pool.query(`DELETE FROM payment_operations WHERE id = $1`, [id])).rejects.toThrow(/never deleted/);
+  });
+
+  it('keeps the audit trail append-only', async () => {
+    const { rows } = await insert('o-audit', 100);
+    await db.pool.query(
+      `INSERT INTO payment_operation_events (operation_id, actor, action) VALUES ($1, 'test', 'requested')`,
+      [rows[0].id],
+    );
+    await expect(db.pool.query(`UPDATE payment_operation_events SET actor = 'x'`)).rejects.toThrow(/append-only/);
+    await expect(db.pool.query(`DELETE FROM payment_operation_events`)).rejects.toThrow(/append-only/);
+  });
+});
