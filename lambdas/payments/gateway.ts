@@ -1,0 +1,65 @@
+// The gateway boundary: what the engine asks of a payment provider, and the answers it can get.
+// An adapter (stripe-gateway.ts) turns SDK calls and exceptions into these values; it never throws,
+// so that every answer — including "I do not know" — is something the engine records.
+import type { PaymentIntentView } from './types.ts';
+
+/**
+ * How a failed call is to be read (DESIGN §4). The question that matters is not "did it fail" but
+ * "do we now know whether Stripe executed it".
+ */
+export const FailureKind = {
+  /** 402: Stripe executed the request and the card was declined. Final. */
+  declined: 'declined',
+  /** 400 (not idempotency): Stripe refused the request without executing it. Final. */
+  invalidRequest: 'invalid_request',
+  /** 404 on a retrieve: the PaymentIntent we hold an id for does not exist. Needs a human. */
+  notFound: 'not_found',
+  /** 429: not executed; try later. */
+  rateLimited: 'rate_limited',
+  /** 401: not executed; our configuration is wrong (alarm). */
+  authentication: 'authentication',
+  /** 403: not executed; our configuration is wrong (alarm). */
+  permission: 'permission',
+  /** Timeout, reset, 5xx, 409, unreadable answer: it may or may not have been executed. */
+  ambiguous: 'ambiguous',
+  /** Same key, other parameters: a bug in key use. Never swallowed. */
+  idempotencyMisuse: 'idempotency_misuse',
+} as const;
+export type FailureKind = (typeof FailureKind)[keyof typeof FailureKind];
+
+export interface GatewayFailure {
+  readonly kind: FailureKind;
+  /** The SDK's error class name, e.g. StripeConnectionError, or the raw JS error name. */
+  readonly errorClass: string;
+  readonly httpStatus?: number;
+  /** Stripe's error code (card_declined, resource_missing, …) or decline code. */
+  readonly code?: string;
+  readonly message: string;
+  readonly requestId?: string;
+  /** A declined create still creates a PaymentIntent; its id is evidence worth keeping. */
+  readonly paymentIntent?: PaymentIntentView;
+}
+
+export type GatewayResult<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly failure: GatewayFailure };
+
+export interface CreatePaymentIntentRequest {
+  readonly idempotencyKey: string;
+  readonly amount: number;
+  readonly currency: string;
+  readonly customerId: string;
+  readonly paymentMethod: string;
+  /** operation_id, order_id and key_generation: how Search finds it once the key is gone. */
+  readonly metadata: Readonly<Record<string, string>>;
+}
+
+export interface SearchPaymentIntentsRequest {
+  readonly operationId: string;
+  readonly keyGeneration: number;
+}
+
+export interface PaymentGateway {
+  createPaymentIntent(request: CreatePaymentIntentRequest): Promise<GatewayResult<PaymentIntentView>>;
+  retrievePaymentIntent(id: string): Promise<GatewayResult<PaymentIntentView>>;
+  /** Not real time: "nothing found" proves nothing for a recent PaymentIntent. */
+  searchPaymentIntents(request: SearchPaymentIntentsRequest): Promise<GatewayResult<PaymentIntentView[]>>;
+}

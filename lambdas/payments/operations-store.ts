@@ -1,0 +1,413 @@
+// All SQL of payment_operations, and of its audit trail and outbox rows that are written in the same
+// statements. Every function is ONE round trip: the engine's budget is one statement before the
+// Stripe call (request + claim) and one after it (outcome + audit event + outbox row).
+// Values are always bound parameters; batches travel as one jsonb array parameter.
+import { prepared, type Db } from './db.ts';
+import type { ChargeInput, ClaimedOperation, Operation, OperationStatus } from './types.ts';
+
+/** Raw row shape of to_jsonb(payment_operations). */
+interface OperationJson {
+  id: string;
+  order_id: string;
+  amount: number | string;
+  currency: string;
+  customer_id: string;
+  payment_method: string;
+  status: OperationStatus;
+  external_id: string | null;
+  attempts: number;
+  first_attempted_at: string | null;
+  last_error: string | null;
+  last_error_class: string | null;
+  lease_token: string | null;
+  lease_until: string | null;
+  next_attempt_at: string | null;
+  review_reason: string | null;
+  key_generation: number;
+  created_at: string;
+  updated_at: string;
+  settled_at: string | null;
+}
+
+const date = (value: string | null): Date | null => (value === null ? null : new Date(value));
+
+export function toOperation(row: OperationJson): Operation {
+  return {
+    id: row.id,
+    orderId: row.order_id,
+    amount: Number(row.amount),
+    currency: row.currency,
+    customerId: row.customer_id,
+    paymentMethod: row.payment_method,
+    status: row.status,
+    externalId: row.external_id,
+    attempts: row.attempts,
+    firstAttemptedAt: date(row.first_attempted_at),
+    lastError: row.last_error,
+    lastErrorClass: row.last_error_class,
+    leaseToken: row.lease_token,
+    leaseUntil: date(row.lease_until),
+    nextAttemptAt: date(row.next_attempt_at),
+    reviewReason: row.review_reason,
+    keyGeneration: row.key_generation,
+    createdAt: new Date(row.created_at),
+    updatedAt: new Date(row.updated_at),
+    settledAt: date(row.settled_at),
+  };
+}
+
+function toClaimed(row: OperationJson, claimedAt: Date): ClaimedOperation {
+  const op = toOperation(row);
+  if (op.leaseToken === null || op.firstAttemptedAt === null) throw new Error(`operation ${op.id} was not claimed`);
+  return { ...op, leaseToken: op.leaseToken, firstAttemptedAt: op.firstAttemptedAt, claimedAt };
+}
+
+// The claim, shared by the three ways to claim. A claim takes the lease, starts the key window if it
+// has not started (this is the moment BEFORE the first send), and moves next_attempt_at to the end
+// of the lease: if this worker dies, the operation becomes due again exactly when the lease expires.
+const CLAIM_SET = `
+  lease_token = $2::uuid,
+  lease_until = now() + $3::bigint * interval '1 millisecond',
+  next_attempt_at = now() + $3::bigint * interval '1 millisecond',
+  first_attempted_at = coalesce(p.first_attempted_at, now()),
+  updated_at = now()`;
+
+// Claimable: open, not waiting for a human, due, and nobody's live lease.
+const CLAIMABLE = `
+  p.status IN ('pending', 'unknown') AND p.review_reason IS NULL
+  AND p.next_attempt_at <= now()
+  AND (p.lease_until IS NULL OR p.lease_until <= now())`;
+
+const ATTEMPT_STARTED_EVENT = `
+  SELECT c.id, $4::text, 'attempt_started', c.status, c.status, c.key_generation,
+         jsonb_build_object('attempt', c.attempts + 1, 'leaseUntil', c.lease_until)
+    FROM claimed c`;
+
+export type RequestSource = 'inserted' | 'claimed' | 'existing';
+
+export interface RequestRow {
+  readonly index: number;
+  readonly source: RequestSource;
+  readonly operation: Operation;
+  readonly claimed: ClaimedOperation | null;
+}
+
+/**
+ * Make every request of a batch durable and claim the ones asked for, in ONE statement:
+ * insert what is new (claimed at birth), claim what exists with the same parameters and is due, and
+ * return what exists otherwise (settled, leased, in review, or conflicting — the caller compares).
+ * Order ids must be distinct within one call. An index with no row came from a concurrent insert
+ * that this statement's snapshot cannot see yet; the caller simply asks again.
+ */
+export async function requestAndClaim(
+  db: Db,
+  requests: readonly { readonly input: ChargeInput; readonly claim: boolean }[],
+  leaseToken: string,
+  leaseMs: number,
+  actor: string,
+): Promise<Map<number, RequestRow>> {
+  const payload = requests.map(({ input, claim }, index) => ({
+    idx: index,
+    order_id: input.orderId,
+    amount: input.amount,
+    currency: input.currency,
+    customer_id: input.customerId,
+    payment_method: input.paymentMethod,
+    claim,
+  }));
+  const { rows } = await prepared<{ idx: number; source: RequestSource; op: OperationJson; db_now: Date }>(
+    db,
+    'payments.request_and_claim',
+    `WITH input AS (
+       SELECT * FROM jsonb_to_recordset($1::jsonb)
+         AS i(idx int, order_id text, amount bigint, currency text, customer_id text, payment_method text, claim boolean)
+     ),
+     inserted AS (
+       INSERT INTO payment_operations AS p
+         (order_id, amount, currency, customer_id, payment_method, lease_token, lease_until, first_attempted_at, next_attempt_at)
+       SELECT order_id, amount, currency, customer_id, payment_method,
+              CASE WHEN claim THEN $2::uuid END,
+              CASE WHEN claim THEN now() + $3::bigint * interval '1 millisecond' END,
+              CASE WHEN claim THEN now() END,
+              CASE WHEN claim THEN now() + $3::bigint * interval '1 millisecond' ELSE now() END
+         FROM input ORDER BY idx
+       ON CONFLICT (order_id, kind) DO NOTHING
+       RETURNING p.*
+     ),
+     claimed AS (
+       UPDATE payment_operations AS p SET ${CLAIM_SET}
+         FROM input i
+        WHERE i.claim AND p.order_id = i.order_id AND p.kind = 'charge'
+          AND (p.amount, p.currency, p.customer_id, p.payment_method)
+              = (i.amount, i.currency, i.customer_id, i.payment_method)
+          AND ${CLAIMABLE}
+       RETURNING p.*
+     ),
+     audit AS (
+       INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
+       SELECT id, $4::text, 'requested', NULL, status, key_generation, '{}'::jsonb FROM inserted
+       UNION ALL
+       SELECT id, $4::text, 'attempt_started', status, status, key_generation,
+              jsonb_build_object('attempt', attempts + 1, 'leaseUntil', lease_until)
+         FROM inserted WHERE lease_token IS NOT NULL
+       UNION ALL ${ATTEMPT_STARTED_EVENT}
+     )
+     SELECT i.idx, r.source, r.op, now() AS db_now
+       FROM input i
+       JOIN LATERAL (
+         SELECT source, op FROM (
+           SELECT 1 AS rank, 'inserted' AS source, to_jsonb(x) AS op FROM inserted x WHERE x.order_id = i.order_id
+           UNION ALL
+           SELECT 2, 'claimed', to_jsonb(x) FROM claimed x WHERE x.order_id = i.order_id
+           UNION ALL
+           SELECT 3, 'existing', to_jsonb(x) FROM payment_operations x WHERE x.order_id = i.order_id AND x.kind = 'charge'
+         ) candidates ORDER BY rank LIMIT 1
+       ) r ON true`,
+    [JSON.stringify(payload), leaseToken, leaseMs, actor],
+  );
+  const result = new Map<number, RequestRow>();
+  for (const row of rows) {
+    const operation = toOperation(row.op);
+    const claimed = row.source === 'existing' || operation.leaseToken !== leaseToken ? null : toClaimed(row.op, row.db_now);
+    result.set(row.idx, { index: row.idx, source: row.source, operation, claimed });
+  }
+  return result;
+}
+
+/** Claim one operation by id (the single-operation path and redeliveries). */
+export async function claimById(
+  db: Db,
+  operationId: string,
+  leaseToken: string,
+  leaseMs: number,
+  actor: string,
+): Promise<{ claimed: ClaimedOperation | null; operation: Operation } | null> {
+  const { rows } = await prepared<{ source: 'claimed' | 'existing'; op: OperationJson; db_now: Date }>(
+    db,
+    'payments.claim_by_id',
+    `WITH claimed AS (
+       UPDATE payment_operations AS p SET ${CLAIM_SET}
+        WHERE p.id = $1::uuid AND ${CLAIMABLE}
+       RETURNING p.*
+     ),
+     audit AS (
+       INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
+       ${ATTEMPT_STARTED_EVENT}
+     )
+     SELECT 'claimed' AS source, to_jsonb(c) AS op, now() AS db_now FROM claimed c
+     UNION ALL
+     SELECT 'existing', to_jsonb(p), now() FROM payment_operations p
+      WHERE p.id = $1::uuid AND NOT EXISTS (SELECT 1 FROM claimed)`,
+    [operationId, leaseToken, leaseMs, actor],
+  );
+  const row = rows[0];
+  if (!row) return null;
+  const operation = toOperation(row.op);
+  return { operation, claimed: row.source === 'claimed' ? toClaimed(row.op, row.db_now) : null };
+}
+
+/**
+ * The reconciler's page: the due operations nobody holds, oldest schedule first. SKIP LOCKED lets
+ * two sweeps run at once without waiting on each other; the lease then keeps them apart after commit.
+ * Reads the partial index over open operations only.
+ */
+export async function claimDue(db: Db, limit: number, leaseToken: string, leaseMs: number, actor: string): Promise<ClaimedOperation[]> {
+  const { rows } = await prepared<{ op: OperationJson; db_now: Date }>(
+    db,
+    'payments.claim_due',
+    `WITH due AS (
+       SELECT p.id FROM payment_operations p
+        WHERE ${CLAIMABLE}
+        ORDER BY p.next_attempt_at
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+     ),
+     claimed AS (
+       UPDATE payment_operations AS p SET ${CLAIM_SET}
+         FROM due WHERE p.id = due.id
+       RETURNING p.*
+     ),
+     audit AS (
+       INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
+       ${ATTEMPT_STARTED_EVENT}
+     )
+     SELECT to_jsonb(c) AS op, now() AS db_now FROM claimed c ORDER BY c.next_attempt_at`,
+    [limit, leaseToken, leaseMs, actor],
+  );
+  return rows.map((row) => toClaimed(row.op, row.db_now));
+}
+
+/** One outcome to write. `release` gives the lease back without an attempt (not started for lack of time). */
+export interface OutcomeWrite {
+  readonly operationId: string;
+  readonly leaseToken: string;
+  readonly action: 'record' | 'release';
+  readonly step: 'create' | 'retrieve' | 'search' | 'early_search' | null;
+  readonly fromStatus: OperationStatus;
+  readonly keyGeneration: number;
+  readonly status: OperationStatus;
+  readonly externalId: string | null;
+  readonly reviewReason: string | null;
+  readonly retryAfterMs: number | null;
+  readonly error: string | null;
+  readonly errorClass: string | null;
+  readonly errorCode: string | null;
+  readonly detail: Readonly<Record<string, unknown>>;
+}
+
+export interface OutcomeEventRow {
+  readonly eventId: string;
+  readonly operationId: string;
+  readonly eventType: string;
+  readonly payload: Readonly<Record<string, unknown>>;
+}
+
+export interface RecordResult {
+  readonly operationId: string;
+  /** False: the lease was lost (someone else claimed it) or the operation was already final; nothing written but the audit line. */
+  readonly applied: boolean;
+  readonly status: OperationStatus | null;
+  /** The outbox row written with this outcome, leased to the caller for an immediate publish. */
+  readonly event: OutcomeEventRow | null;
+}
+
+/**
+ * Write a batch of outcomes in ONE statement: each fenced by its lease token and by open status
+ * (a zombie's late write and a write over a final state are discarded, and say so in the audit
+ * trail), with an audit event for every attempt, and — in the same transaction — an outbox row for
+ * every final outcome and every entry into review.
+ *
+ *   worker A: claim(token a) ── Stripe ……………… (slow) ……………… record(a) ✗ discarded
+ *   worker B:                   lease expires ─ claim(token b) ─ Stripe ─ record(b) ✓
+ */
+export async function recordOutcomes(
+  db: Db,
+  writes: readonly OutcomeWrite[],
+  actor: string,
+  publishLeaseMs: number,
+): Promise<RecordResult[]> {
+  if (writes.length === 0) return [];
+  const payload = writes.map((w) => ({
+    id: w.operationId,
+    lease_token: w.leaseToken,
+    action: w.action,
+    step: w.step,
+    from_status: w.fromStatus,
+    key_generation: w.keyGeneration,
+    status: w.status,
+    external_id: w.externalId,
+    review_reason: w.reviewReason,
+    retry_after_ms: w.retryAfterMs,
+    error: w.error,
+    error_class: w.errorClass,
+    error_code: w.errorCode,
+    detail: w.detail,
+  }));
+  const { rows } = await prepared<{
+    id: string;
+    applied: boolean;
+    status: OperationStatus | null;
+    event_id: string | null;
+    event_type: string | null;
+    event_payload: Record<string, unknown> | null;
+  }>(
+    db,
+    'payments.record_outcomes',
+    `WITH o AS (
+       SELECT * FROM jsonb_to_recordset($1::jsonb) AS o(
+         id uuid, lease_token uuid, action text, step text, from_status text, key_generation int,
+         status text, external_id text, review_reason text, retry_after_ms bigint,
+         error text, error_class text, error_code text, detail jsonb)
+     ),
+     upd AS (
+       UPDATE payment_operations AS p SET
+         status           = CASE WHEN o.action = 'record' THEN o.status ELSE p.status END,
+         external_id      = coalesce(o.external_id, p.external_id),
+         attempts         = p.attempts + CASE WHEN o.action = 'record' THEN 1 ELSE 0 END,
+         last_error       = CASE WHEN o.action = 'record' THEN o.error ELSE p.last_error END,
+         last_error_class = CASE WHEN o.action = 'record' THEN o.error_class ELSE p.last_error_class END,
+         review_reason    = CASE WHEN o.action = 'record' THEN o.review_reason ELSE p.review_reason END,
+         next_attempt_at  = CASE
+                              WHEN o.action = 'release' THEN now()
+                              WHEN o.status IN ('succeeded', 'failed') OR o.review_reason IS NOT NULL THEN NULL
+                              ELSE now() + o.retry_after_ms * interval '1 millisecond'
+                            END,
+         settled_at       = CASE WHEN o.action = 'record' AND o.status IN ('succeeded', 'failed') THEN now() END,
+         lease_token      = NULL,
+         lease_until      = NULL,
+         updated_at       = now()
+         FROM o
+        WHERE p.id = o.id AND p.lease_token = o.lease_token AND p.status IN ('pending', 'unknown')
+       RETURNING p.id, p.order_id, p.status, p.external_id, p.review_reason, p.amount, p.currency
+     ),
+     audit AS (
+       INSERT INTO payment_operation_events
+         (operation_id, actor, action, step, from_status, to_status, error_class, error_code, external_id, key_generation, detail)
+       SELECT o.id, $2::text,
+              CASE WHEN u.id IS NULL THEN 'outcome_discarded'
+                   WHEN o.action = 'release' THEN 'lease_released'
+                   ELSE 'outcome_recorded' END,
+              o.step, o.from_status, u.status, o.error_class, o.error_code, coalesce(o.external_id, u.external_id),
+              o.key_generation,
+              coalesce(o.detail, '{}'::jsonb)
+                || CASE WHEN o.review_reason IS NOT NULL THEN jsonb_build_object('reviewReason', o.review_reason) ELSE '{}'::jsonb END
+                || CASE WHEN u.id IS NULL THEN jsonb_build_object('discardedStatus', o.status) ELSE '{}'::jsonb END
+         FROM o LEFT JOIN upd u ON u.id = o.id
+     ),
+     outcome AS (
+       SELECT u.*, o.error_code AS failure_code, uuidv7() AS event_id, now() AS occurred_at,
+              CASE WHEN u.status = 'succeeded' THEN 'Charge Succeeded'
+                   WHEN u.status = 'failed' THEN 'Charge Failed'
+                   ELSE 'Charge Needs Review' END AS event_type
+         FROM upd u JOIN o ON o.id = u.id
+        WHERE o.action = 'record' AND (u.status IN ('succeeded', 'failed') OR u.review_reason IS NOT NULL)
+     ),
+     outbox AS (
+       INSERT INTO outcome_events (event_id, operation_id, event_type, payload, publish_lease_until)
+       SELECT event_id, id, event_type,
+              jsonb_build_object(
+                'version', 1,
+                'eventId', event_id,
+                'operationId', id,
+                'orderId', order_id,
+                'status', CASE WHEN review_reason IS NOT NULL THEN 'needs_review' ELSE status END,
+                'amount', amount,
+                'currency', currency,
+                'externalId', external_id,
+                'reason', coalesce(review_reason, CASE WHEN status = 'failed' THEN failure_code END),
+                'occurredAt', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
+              now() + $3::bigint * interval '1 millisecond'
+         FROM outcome
+       RETURNING event_id, operation_id, event_type, payload
+     )
+     SELECT o.id, u.id IS NOT NULL AS applied, u.status,
+            e.event_id, e.event_type, e.payload AS event_payload
+       FROM o LEFT JOIN upd u ON u.id = o.id LEFT JOIN outbox e ON e.operation_id = o.id`,
+    [JSON.stringify(payload), actor, publishLeaseMs],
+  );
+  return rows.map((row) => ({
+    operationId: row.id,
+    applied: row.applied,
+    status: row.status,
+    event:
+      row.event_id && row.event_type && row.event_payload
+        ? { eventId: row.event_id, operationId: row.id, eventType: row.event_type, payload: row.event_payload }
+        : null,
+  }));
+}
+
+export async function findOperation(db: Db, operationId: string): Promise<Operation | null> {
+  const { rows } = await db.query<{ op: OperationJson }>(
+    'SELECT to_jsonb(p) AS op FROM payment_operations p WHERE p.id = $1::uuid',
+    [operationId],
+  );
+  return rows[0] ? toOperation(rows[0].op) : null;
+}
+
+export async function findOperationByOrder(db: Db, orderId: string): Promise<Operation | null> {
+  const { rows } = await db.query<{ op: OperationJson }>(
+    `SELECT to_jsonb(p) AS op FROM payment_operations p WHERE p.order_id = $1 AND p.kind = 'charge'`,
+    [orderId],
+  );
+  return rows[0] ? toOperation(rows[0].op) : null;
+}

@@ -1,0 +1,196 @@
+// The Stripe adapter: the real `stripe` SDK, our idempotency key on every create, explicit timeout
+// and retries, and the error mapping of DESIGN §4. It never throws: every outcome is a value.
+import Stripe from 'stripe';
+import { FailureKind, type CreatePaymentIntentRequest, type GatewayFailure, type GatewayResult, type PaymentGateway, type SearchPaymentIntentsRequest } from './gateway.ts';
+import type { PaymentIntentView } from './types.ts';
+
+export interface StripeClientOptions {
+  readonly apiKey: string;
+  /** e.g. http://127.0.0.1:12111 for the fake server or stripe-mock; default api.stripe.com. */
+  readonly apiBase?: string | undefined;
+  /** Per HTTP attempt. The SDK's default is 80 s — far too long inside a Lambda. */
+  readonly timeoutMs?: number;
+  /**
+   * Retries inside one SDK call (same key, so safe). The SDK's default is 2 whatever its typings
+   * say; we set it explicitly. Retries across calls are the database's job (next_attempt_at).
+   */
+  readonly maxNetworkRetries?: number;
+}
+
+export const DEFAULT_STRIPE_TIMEOUT_MS = 10_000;
+export const DEFAULT_STRIPE_MAX_NETWORK_RETRIES = 1;
+
+export function createStripeClient(options: StripeClientOptions): Stripe {
+  const config: Stripe.StripeConfig = {
+    timeout: options.timeoutMs ?? DEFAULT_STRIPE_TIMEOUT_MS,
+    maxNetworkRetries: options.maxNetworkRetries ?? DEFAULT_STRIPE_MAX_NETWORK_RETRIES,
+    telemetry: false,
+  };
+  if (options.apiBase) {
+    const base = new URL(options.apiBase);
+    const protocol = base.protocol.replace(':', '');
+    if (protocol !== 'http' && protocol !== 'https') throw new Error(`STRIPE_API_BASE must be http(s): ${options.apiBase}`);
+    config.host = base.hostname;
+    config.port = base.port || (protocol === 'https' ? 443 : 80);
+    config.protocol = protocol;
+  }
+  return new Stripe(options.apiKey, config);
+}
+
+/** Upper bound of one gateway call, for lease and time-budget arithmetic. */
+export function worstCaseCallMs(options: Pick<StripeClientOptions, 'timeoutMs' | 'maxNetworkRetries'>): number {
+  const timeout = options.timeoutMs ?? DEFAULT_STRIPE_TIMEOUT_MS;
+  const retries = options.maxNetworkRetries ?? DEFAULT_STRIPE_MAX_NETWORK_RETRIES;
+  // +1 attempt: the SDK retries a closed connection once even with retries disabled; + backoff (≤ 2 s each).
+  return (retries + 2) * timeout + (retries + 1) * 2_000;
+}
+
+type Call = 'create' | 'retrieve' | 'search';
+
+interface StripeErrorLike {
+  type?: unknown;
+  message?: unknown;
+  statusCode?: unknown;
+  code?: unknown;
+  decline_code?: unknown;
+  requestId?: unknown;
+  payment_intent?: unknown;
+  name?: unknown;
+}
+
+/** DESIGN §4 as code. Pure: the SDK's error object in, a classification out. */
+export function classifyStripeError(error: unknown, call: Call): GatewayFailure {
+  const e = (typeof error === 'object' && error !== null ? error : {}) as StripeErrorLike;
+  const errorClass = typeof e.type === 'string' && e.type.startsWith('Stripe') ? e.type : typeof e.name === 'string' ? e.name : 'Error';
+  const httpStatus = typeof e.statusCode === 'number' ? e.statusCode : undefined;
+  const code = typeof e.decline_code === 'string' && e.decline_code ? e.decline_code : typeof e.code === 'string' ? e.code : undefined;
+  const base = {
+    errorClass,
+    message: typeof e.message === 'string' ? e.message : String(error),
+    ...(httpStatus !== undefined ? { httpStatus } : {}),
+    ...(code ? { code } : {}),
+    ...(typeof e.requestId === 'string' ? { requestId: e.requestId } : {}),
+  };
+  switch (errorClass) {
+    case 'StripeCardError': {
+      const pi = toView(e.payment_intent);
+      return { ...base, kind: FailureKind.declined, ...(pi ? { paymentIntent: pi } : {}) };
+    }
+    case 'StripeInvalidRequestError':
+      return { ...base, kind: call === 'retrieve' && httpStatus === 404 ? FailureKind.notFound : FailureKind.invalidRequest };
+    case 'StripeIdempotencyError':
+      return { ...base, kind: FailureKind.idempotencyMisuse };
+    case 'StripeRateLimitError':
+      return { ...base, kind: FailureKind.rateLimited };
+    case 'StripeAuthenticationError':
+      return { ...base, kind: FailureKind.authentication };
+    case 'StripePermissionError':
+      return { ...base, kind: FailureKind.permission };
+    default:
+      // StripeConnectionError (timeout, reset), StripeAPIError (5xx, 409 key in use, bad JSON) and
+      // anything unforeseen: we cannot tell whether Stripe executed it. Never "failed".
+      return { ...base, kind: FailureKind.ambiguous };
+  }
+}
+
+function toView(raw: unknown): PaymentIntentView | undefined {
+  if (typeof raw !== 'object' || raw === null) return undefined;
+  const pi = raw as Record<string, unknown>;
+  if (pi.object !== 'payment_intent' || typeof pi.id !== 'string' || typeof pi.status !== 'string') return undefined;
+  if (typeof pi.amount !== 'number' || typeof pi.currency !== 'string') return undefined;
+  const metadata: Record<string, string> = {};
+  if (typeof pi.metadata === 'object' && pi.metadata !== null) {
+    for (const [key, value] of Object.entries(pi.metadata)) if (typeof value === 'string') metadata[key] = value;
+  }
+  return { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency, metadata };
+}
+
+/**
+ * stripe-node resolves a non-2xx answer whose body has no `error` key as if it were a success. Such
+ * an answer tells us nothing about the charge: anything that is not a 2xx PaymentIntent is ambiguous.
+ */
+function unexpected(status: number | undefined, message: string): GatewayResult<never> {
+  return {
+    ok: false,
+    failure: { kind: FailureKind.ambiguous, errorClass: 'UnexpectedResponse', ...(status !== undefined ? { httpStatus: status } : {}), message },
+  };
+}
+
+function checkedPaymentIntent(resource: unknown): GatewayResult<PaymentIntentView> {
+  const status = lastStatus(resource);
+  if (status !== undefined && (status < 200 || status >= 300)) return unexpected(status, `HTTP ${status} answered without an error body`);
+  const view = toView(resource);
+  return view ? { ok: true, value: view } : unexpected(status, 'answer is not a PaymentIntent');
+}
+
+function lastStatus(resource: unknown): number | undefined {
+  const status = (resource as { lastResponse?: { statusCode?: unknown } } | null)?.lastResponse?.statusCode;
+  return typeof status === 'number' ? status : undefined;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+export class StripeGateway implements PaymentGateway {
+  readonly #stripe: Stripe;
+
+  constructor(stripe: Stripe) {
+    this.#stripe = stripe;
+  }
+
+  async createPaymentIntent(request: CreatePaymentIntentRequest): Promise<GatewayResult<PaymentIntentView>> {
+    try {
+      const pi = await this.#stripe.paymentIntents.create(
+        {
+          amount: request.amount,
+          currency: request.currency,
+          customer: request.customerId,
+          payment_method: request.paymentMethod,
+          confirm: true,
+          off_session: true,
+          metadata: { ...request.metadata },
+        },
+        { idempotencyKey: request.idempotencyKey },
+      );
+      return checkedPaymentIntent(pi);
+    } catch (error) {
+      return { ok: false, failure: classifyStripeError(error, 'create') };
+    }
+  }
+
+  async retrievePaymentIntent(id: string): Promise<GatewayResult<PaymentIntentView>> {
+    try {
+      const pi = await this.#stripe.paymentIntents.retrieve(id);
+      return checkedPaymentIntent(pi);
+    } catch (error) {
+      return { ok: false, failure: classifyStripeError(error, 'retrieve') };
+    }
+  }
+
+  async searchPaymentIntents(request: SearchPaymentIntentsRequest): Promise<GatewayResult<PaymentIntentView[]>> {
+    // The query is built from a uuid and an integer we generated, never from producer input.
+    if (!UUID.test(request.operationId) || !Number.isSafeInteger(request.keyGeneration)) {
+      throw new Error(`refusing to build a search query from ${request.operationId}/${request.keyGeneration}`);
+    }
+    const query = `metadata['operation_id']:'${request.operationId}' AND metadata['key_generation']:'${request.keyGeneration}'`;
+    try {
+      const found: PaymentIntentView[] = [];
+      let page: string | undefined;
+      // One operation has one PaymentIntent, or a few in the cases a human must see; 3 pages is plenty.
+      for (let pages = 0; pages < 3; pages++) {
+        const result = await this.#stripe.paymentIntents.search({ query, limit: 100, ...(page ? { page } : {}) });
+        const status = lastStatus(result);
+        if (status !== undefined && (status < 200 || status >= 300)) return unexpected(status, `HTTP ${status} answered without an error body`);
+        if (!Array.isArray(result.data)) return unexpected(status, 'search answer has no data');
+        for (const item of result.data) {
+          const view = toView(item);
+          if (view) found.push(view);
+        }
+        if (!result.has_more || !result.next_page) break;
+        page = result.next_page;
+      }
+      return { ok: true, value: found };
+    } catch (error) {
+      return { ok: false, failure: classifyStripeError(error, 'search') };
+    }
+  }
+}

@@ -1,0 +1,41 @@
+// Names and numbers shared by the CDK stack and the local runtime, so that `npm start` runs the
+// pipeline configured exactly as `cdk deploy` configures it.
+
+export const PIPELINE = {
+  queueName: 'charge-requests.fifo',
+  dlqName: 'charge-requests-dlq.fifo',
+  /** Receives before SQS moves a message to the DLQ (only records that could not be made durable fail). */
+  maxReceiveCount: 5,
+  /** The charge Lambda's timeout. */
+  chargeFunctionTimeoutSeconds: 60,
+  /** At least six times the function timeout (AWS guidance for SQS event sources). */
+  visibilityTimeoutSeconds: 360,
+  batchSize: 10,
+  reconcileFunctionTimeoutSeconds: 120,
+  reconcileSchedule: 'rate(1 minute)',
+  eventBusName: 'charge-outcomes',
+  eventSource: 'payments.charges',
+  metricsNamespace: 'ChargePipeline',
+  serviceName: 'charge-pipeline',
+} as const;
+
+/** Metric names published as EMF (namespace PIPELINE.metricsNamespace, dimension service). Alarms use these. */
+export const METRICS = {
+  // charge handler, counts per invocation
+  chargeSucceeded: 'ChargeSucceeded',
+  chargeFailed: 'ChargeFailed',
+  chargeLeftOpen: 'ChargeLeftOpen',
+  rejectedMessages: 'RejectedMessages',
+  recordsNotDurable: 'RecordsNotDurable',
+  stripeAuthErrors: 'StripeAuthErrors',
+  idempotencyErrors: 'StripeIdempotencyErrors',
+  // reconciler gauges, one value per run
+  openPending: 'OpenOperationsPending',
+  openUnknown: 'OpenOperationsUnknown',
+  oldestOpenAgeSeconds: 'OldestOpenOperationAgeSeconds',
+  reviewQueueSize: 'ReviewQueueSize',
+  rejectedLastPeriod: 'RejectedMessagesLastPeriod',
+  unpublishedEvents: 'UnpublishedEvents',
+  oldestUnpublishedEventAgeSeconds: 'OldestUnpublishedEventAgeSeconds',
+  reconciledOperations: 'ReconciledOperations',
+} as const;

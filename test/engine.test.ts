@@ -1,0 +1,443 @@
+// The charge engine on real PostgreSQL 18 and the real stripe SDK over HTTP against the fake Stripe.
+// First every row of the seed's test table (§6), then what this design adds beyond the seed.
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { countingDb } from '../lambdas/payments/db.ts';
+import { idempotencyKey } from '../lambdas/payments/decisions.ts';
+import { ChargeEngine, type EngineOptions } from '../lambdas/payments/engine.ts';
+import { OrderConflictError } from '../lambdas/payments/errors.ts';
+import { recordOutcomes } from '../lambdas/payments/operations-store.ts';
+import type { ChargeInput } from '../lambdas/payments/types.ts';
+import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { startStripe, type StripeHarness } from './support/stripe.ts';
+
+let db: TestDatabase;
+let stripe: StripeHarness;
+
+beforeAll(async () => {
+  db = await createTestDatabase('engine');
+  stripe = await startStripe();
+});
+afterAll(async () => {
+  await stripe.close();
+  await db.drop();
+});
+beforeEach(() => stripe.fake.reset());
+
+const engine = (options: Partial<EngineOptions> = {}) =>
+  new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5, ...options });
+
+const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => ({
+  orderId: `order-${randomUUID()}`,
+  amount: 1999,
+  currency: 'eur',
+  customerId: 'cus_test',
+  paymentMethod: 'pm_card_visa',
+  ...overrides,
+});
+
+async function row(id: string) {
+  const { rows } = await db.pool.query('SELECT * FROM payment_operations WHERE id = $1', [id]);
+  return rows[0];
+}
+async function events(id: string) {
+  const { rows } = await db.pool.query('SELECT * FROM payment_operation_events WHERE operation_id = $1 ORDER BY id', [id]);
+  return rows;
+}
+/** The reconciler's clock, fast-forwarded: the operation is due now. */
+const makeDue = (id: string) => db.pool.query('UPDATE payment_operations SET next_attempt_at = now() WHERE id = $1', [id]);
+/** Pretend the first send happened `interval` earlier (e.g. '24 hours' = the key window is over). */
+const sentAgo = (id: string, interval: string) =>
+  db.pool.query(
+    `UPDATE payment_operations SET first_attempted_at = now() - $2::interval, next_attempt_at = now() WHERE id = $1`,
+    [id, interval],
+  );
+const createsFor = (id: string) => stripe.fake.requests().filter((r) => r.endpoint === 'create' && r.operationId === id);
+const callsFor = (id: string) => stripe.fake.requests().filter((r) => r.operationId === id);
+const succeededAtStripe = (id: string) => stripe.fake.paymentIntents({ operationId: id }).filter((p) => p.status === 'succeeded');
+
+describe('the seed’s test table (§6)', () => {
+  it('the same order requested twice → the same operation id', async () => {
+    const input = order();
+    const a = await engine().requestCharge(input);
+    const b = await engine().requestCharge({ ...input });
+    expect(b).toBe(a);
+    const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM payment_operations WHERE order_id = $1', [input.orderId]);
+    expect(rows[0].n).toBe(1);
+  });
+
+  it('response lost → first run unknown, second succeeded, one charge at Stripe', async () => {
+    const id = await engine().requestCharge(order());
+    stripe.fake.injectFault({ operationId: id }, 'truncated_response_after_commit');
+    const first = await engine().executeCharge(id);
+    expect(first).toMatchObject({ status: 'unknown', disposition: 'attempted' });
+    expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(1); // it did happen at Stripe
+    await makeDue(id);
+    const second = await engine().executeCharge(id);
+    expect(second.status).toBe('succeeded');
+    expect(createsFor(id).map((r) => r.idempotencyKey)).toEqual([idempotencyKey(id, 0), idempotencyKey(id, 0)]);
+    expect(createsFor(id)[1]!.replayed).toBe(true);
+    expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(1);
+    expect((await row(id)).external_id).toBe(stripe.fake.paymentIntents({ operationId: id })[0]!.id);
+  });
+
+  it('❌ a new key per retry (the anti-pattern) charges twice — what the durable key prevents', async () => {
+    const input = order();
+    const id = await engine().requestCharge(input);
+    stripe.fake.injectFault({ operationId: id }, 'truncated_response_after_commit');
+    const naive = (key: string) =>
+      stripe.gateway.createPaymentIntent({
+        idempotencyKey: key,
+        amount: input.amount,
+        currency: input.currency,
+        customerId: input.customerId,
+        paymentMethod: input.paymentMethod,
+        metadata: { operation_id: id, order_id: input.orderId, key_generation: '0' },
+      });
+    const first = await naive(`naive-${randomUUID()}`);
+    expect(first.ok).toBe(false); // the caller saw a timeout…
+    const retry = await naive(`naive-${randomUUID()}`); // …and "retried" with a fresh key
+    expect(retry.ok).toBe(true);
+    expect(succeededAtStripe(id)).toHaveLength(2); // the customer is charged twice
+
+    // The same fault under the engine: one charge.
+    const safe = await engine().requestCharge(order());
+    stripe.fake.injectFault({ operationId: safe }, 'truncated_response_after_commit');
+    await engine().executeCharge(safe);
+    await makeDue(safe);
+    await engine().executeCharge(safe);
+    expect(succeededAtStripe(safe)).toHaveLength(1);
+  });
+
+  it('key window expired and the key pruned → settled by search without any create, one charge', async () => {
+    const id = await engine().requestCharge(order());
+    stripe.fake.injectFault({ operationId: id }, 'truncated_response_after_commit');
+    expect((await engine().executeCharge(id)).status).toBe('unknown');
+    expect(stripe.fake.pruneKeys()).toBeGreaterThan(0);
+    await sentAgo(id, '24 hours');
+    const before = createsFor(id).length;
+    const result = await engine().executeCharge(id);
+    expect(result).toMatchObject({ status: 'succeeded', step: 'search' });
+    expect(createsFor(id).length).toBe(before); // no create after the window
+    expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(1);
+  });
+
+  it('decline → failed, and Stripe is never called again for it', async () => {
+    const id = await engine().requestCharge(order({ paymentMethod: 'pm_card_chargeDeclined' }));
+    const result = await engine().executeCharge(id);
+    expect(result.status).toBe('failed');
+    const r = await row(id);
+    expect(r.last_error_class).toBe('StripeCardError');
+    expect(r.external_id).toMatch(/^pi_/); // the declined PaymentIntent is kept as evidence
+    const calls = callsFor(id).length;
+    await db.pool.query('UPDATE payment_operations SET updated_at = now() WHERE id = $1', [id]).catch(() => {});
+    expect((await engine().executeCharge(id)).disposition).toBe('skipped');
+    expect((await engine().reconcileDue(100)).map((e) => e.operationId)).not.toContain(id);
+    expect(callsFor(id).length).toBe(calls);
+  });
+
+  it('processing → unknown, later settled by retrieve, with one create', async () => {
+    const id = await engine().requestCharge(order({ paymentMethod: 'pm_fake_processing' }));
+    expect((await engine().executeCharge(id)).status).toBe('unknown');
+    const pi = stripe.fake.paymentIntents({ operationId: id })[0]!;
+    expect((await row(id)).external_id).toBe(pi.id);
+    await makeDue(id);
+    expect((await engine().executeCharge(id)).status).toBe('unknown'); // still processing: retrieve, no create
+    stripe.fake.settle(pi.id, 'succeeded');
+    await makeDue(id);
+    const settled = await engine().executeCharge(id);
+    expect(settled).toMatchObject({ status: 'succeeded', step: 'retrieve' });
+    expect(createsFor(id)).toHaveLength(1);
+  });
+
+  it('search after the window finds requires_payment_method → failed, not success', async () => {
+    const id = await engine().requestCharge(order({ paymentMethod: 'pm_card_chargeDeclined' }));
+    // The decline happened at Stripe, but its answer never arrived: we only know "unknown".
+    stripe.fake.injectFault({ operationId: id }, 'truncated_response_after_commit');
+    expect((await engine().executeCharge(id)).status).toBe('unknown');
+    stripe.fake.pruneKeys();
+    await sentAgo(id, '24 hours');
+    expect(await engine().executeCharge(id)).toMatchObject({ status: 'failed', step: 'search' });
+    expect((await row(id)).external_id).toBe(stripe.fake.paymentIntents({ operationId: id })[0]!.id);
+  });
+
+  it('search after the window finds nothing → stays unknown, with a review reason', async () => {
+    const id = await engine().requestCharge(order());
+    stripe.fake.injectFault({ operationId: id }, 'error_500_before_commit'); // nothing was executed
+    expect((await engine().executeCharge(id)).status).toBe('unknown');
+    stripe.fake.pruneKeys();
+    await sentAgo(id, '24 hours');
+    const result = await engine().executeCharge(id);
+    expect(result.status).toBe('unknown');
+    const r = await row(id);
+    expect(r.review_reason).toMatch(/key window expired.*found no PaymentIntent/);
+    expect(r.next_attempt_at).toBeNull();
+    // In review, the reconciler leaves it alone: no more calls.
+    const calls = stripe.fake.requests().length;
+    expect(await engine().reconcileDue(100)).toEqual([]);
+    expect(stripe.fake.requests().length).toBe(calls);
+  });
+
+  it('created three days ago but never sent → sent normally (the window starts at the first send)', async () => {
+    const id = await engine().requestCharge(order());
+    await db.pool.query(`UPDATE payment_operations SET created_at = now() - interval '3 days' WHERE id = $1`, [id]);
+    const result = await engine().executeCharge(id);
+    expect(result).toMatchObject({ status: 'succeeded', step: 'create' });
+    expect(createsFor(id)).toHaveLength(1);
+  });
+
+  it('while Stripe holds the request, the engine holds no transaction (seen from pg_stat_activity)', async () => {
+    const pool = new pg.Pool({ connectionString: db.url, application_name: 'engine-under-test', max: 2 });
+    try {
+      const e = engine({ db: pool });
+      const id = await e.requestCharge(order());
+      const hold = stripe.fake.hold({ operationId: id, endpoint: 'create' });
+      const running = e.executeCharge(id);
+      await hold.arrived;
+      const { rows } = await db.pool.query(
+        `SELECT state, xact_start FROM pg_stat_activity WHERE application_name = 'engine-under-test' AND datname = current_database()`,
+      );
+      const { rows: locks } = await db.pool.query(
+        `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+          WHERE a.application_name = 'engine-under-test' AND l.locktype IN ('relation', 'tuple', 'transactionid')`,
+      );
+      hold.release();
+      expect(rows.length).toBeGreaterThan(0); // the engine's pooled connection is there…
+      for (const backend of rows) {
+        expect(backend.state).toBe('idle'); // …idle, not "idle in transaction"
+        expect(backend.xact_start).toBeNull();
+      }
+      expect(locks[0].n).toBe(0); // …and holds no lock
+      expect((await running).status).toBe('succeeded');
+    } finally {
+      await pool.end();
+    }
+  });
+});
+
+describe('beyond the seed', () => {
+  it('500 before commit: replayed for the key’s life, no PaymentIntent, never failed', async () => {
+    const id = await engine().requestCharge(order());
+    stripe.fake.injectFault({ operationId: id }, 'error_500_before_commit');
+    for (let i = 0; i < 3; i++) {
+      expect((await engine().executeCharge(id)).status).toBe('unknown');
+      await makeDue(id);
+    }
+    expect(createsFor(id).slice(1).every((r) => r.replayed && r.status === 500)).toBe(true);
+    expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(0);
+    expect((await row(id)).status).toBe('unknown');
+  });
+
+  it('500 after commit: the replayed 500 hides a charge; early search inside the window adopts it', async () => {
+    const id = await engine().requestCharge(order());
+    stripe.fake.injectFault({ operationId: id }, 'error_500_after_commit');
+    expect((await engine().executeCharge(id)).status).toBe('unknown');
+    await makeDue(id);
+    expect((await engine().executeCharge(id)).status).toBe('unknown'); // the same key replays the 500
+    await sentAgo(id, '11 minutes');
+    const result = await engine().executeCharge(id);
+    expect(result).toMatchObject({ status: 'succeeded', step: 'early_search' });
+    expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(1);
+    expect(createsFor(id)).toHaveLength(2);
+  });
+
+  it('early search finding nothing goes on with a create under the same key', async () => {
+    const id = await engine().requestCharge(order());
+    stripe.fake.injectFault({ operationId: id }, 'rate_limited_429');
+    stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'truncated_response_after_commit');
+    await engine().executeCharge(id); // 429: pending
+    await makeDue(id);
+    expect((await engine().executeCharge(id)).status).toBe('unknown');
+    stripe.fake.setSearchLag(60_000); // Search cannot see it yet: "not found" proves nothing
+    await sentAgo(id, '11 minutes');
+    const result = await engine().executeCharge(id);
+    stripe.fake.setSearchLag(0);
+    expect(result).toMatchObject({ status: 'succeeded', step: 'early_search' });
+    expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(1);
+  });
+
+  it('429 → stays pending with next_attempt_at in the future; not retried before it', async () => {
+    const id = await engine().requestCharge(order());
+    stripe.fake.injectFault({ operationId: id }, 'rate_limited_429');
+    expect((await engine().executeCharge(id)).status).toBe('pending');
+    const r = await row(id);
+    expect(r.status).toBe('pending');
+    expect(r.last_error_class).toBe('StripeRateLimitError');
+    expect(r.next_attempt_at.getTime()).toBeGreaterThan(Date.now());
+    expect((await engine().executeCharge(id)).disposition).toBe('skipped');
+    await makeDue(id);
+    expect((await engine().executeCharge(id)).status).toBe('succeeded');
+    expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(1);
+  });
+
+  it('401 → stays pending with the configuration backoff; nothing executed', async () => {
+    const id = await engine().requestCharge(order());
+    stripe.fake.injectFault({ operationId: id }, 'unauthorized_401');
+    expect((await engine().executeCharge(id)).status).toBe('pending');
+    const r = await row(id);
+    expect(r.last_error_class).toBe('StripeAuthenticationError');
+    expect(r.next_attempt_at.getTime() - Date.now()).toBeGreaterThan(20_000);
+    expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(0);
+  });
+
+  it('idempotency_error → review with the key named, never swallowed', async () => {
+    const input = order();
+    const id = await engine().requestCharge(input);
+    // Somebody used this operation's key with other parameters (a bug in key use).
+    await stripe.gateway.createPaymentIntent({
+      idempotencyKey: idempotencyKey(id, 0),
+      amount: input.amount + 1,
+      currency: input.currency,
+      customerId: input.customerId,
+      paymentMethod: input.paymentMethod,
+      metadata: {},
+    });
+    const result = await engine().executeCharge(id);
+    expect(result.status).toBe('unknown');
+    const r = await row(id);
+    expect(r.last_error_class).toBe('StripeIdempotencyError');
+    expect(r.review_reason).toContain(idempotencyKey(id, 0));
+  });
+
+  it('two executeCharge calls racing on one operation → one create at Stripe', async () => {
+    stripe.fake.setLatency(150);
+    try {
+      const id = await engine().requestCharge(order());
+      const results = await Promise.all([engine().executeCharge(id), engine().executeCharge(id), engine().executeCharge(id)]);
+      expect(results.filter((r) => r.disposition === 'attempted')).toHaveLength(1);
+      expect(results.filter((r) => r.disposition === 'skipped')).toHaveLength(2);
+      expect(createsFor(id)).toHaveLength(1);
+      expect((await row(id)).status).toBe('succeeded');
+    } finally {
+      stripe.fake.setLatency(0);
+    }
+  });
+
+  it('a stale lease holder’s late write is discarded and says so in the audit trail', async () => {
+    const id = await engine().requestCharge(order());
+    const hold = stripe.fake.hold({ operationId: id, endpoint: 'create' });
+    const zombie = engine({ actor: 'zombie' }).executeCharge(id);
+    await hold.arrived;
+    // The zombie's lease runs out while its call hangs; another worker takes over and settles it.
+    await db.pool.query(`UPDATE payment_operations SET lease_until = now() - interval '1 second', next_attempt_at = now() WHERE id = $1`, [id]);
+    const rescuer = await engine({ actor: 'rescuer' }).executeCharge(id);
+    // The zombie's request is still in flight at Stripe under the same key: 409, ambiguous.
+    expect(rescuer).toMatchObject({ status: 'unknown', disposition: 'attempted' });
+    expect(rescuer.outcome?.errorCode).toBe('idempotency_key_in_use');
+    hold.release();
+    const late = await zombie;
+    expect(late.disposition).toBe('discarded'); // its "succeeded" arrived after it lost the lease
+    expect((await row(id)).status).toBe('unknown');
+    await makeDue(id);
+    expect(await engine({ actor: 'rescuer' }).executeCharge(id)).toMatchObject({ status: 'succeeded', step: 'create' });
+    const trail = await events(id);
+    expect(trail.filter((e) => e.action === 'outcome_recorded').map((e) => e.actor)).toEqual(['rescuer', 'rescuer']);
+    expect(trail.find((e) => e.action === 'outcome_discarded')).toMatchObject({ actor: 'zombie', to_status: null });
+    expect(succeededAtStripe(id)).toHaveLength(1);
+  });
+
+  it('a final state is never overwritten, even by a write that carries the right lease token', async () => {
+    const id = await engine().requestCharge(order());
+    const claimed = await db.pool.query(
+      `UPDATE payment_operations SET lease_token = gen_random_uuid(), lease_until = now() + interval '1 minute' WHERE id = $1 RETURNING lease_token`,
+      [id],
+    );
+    const token = claimed.rows[0].lease_token as string;
+    const write = {
+      operationId: id, leaseToken: token, action: 'record' as const, step: 'create' as const, fromStatus: 'pending' as const,
+      keyGeneration: 0, externalId: null, reviewReason: null, retryAfterMs: null, error: null, errorClass: null, errorCode: null, detail: {},
+    };
+    const [first] = await recordOutcomes(db.pool, [{ ...write, status: 'failed' }], 'test', 1000);
+    expect(first!.applied).toBe(true);
+    const [second] = await recordOutcomes(db.pool, [{ ...write, status: 'succeeded', externalId: 'pi_forged' }], 'test', 1000);
+    expect(second!.applied).toBe(false);
+    expect((await row(id)).status).toBe('failed');
+    // And the database itself refuses, whoever writes.
+    await expect(db.pool.query(`UPDATE payment_operations SET status = 'pending', settled_at = NULL WHERE id = $1`, [id])).rejects.toThrow(/final/);
+  });
+
+  it('conflicting parameters for one order → typed error, one operation, nothing charged', async () => {
+    const input = order();
+    const id = await engine().requestCharge(input);
+    for (const change of [{ amount: 2000 }, { currency: 'usd' }, { customerId: 'cus_other' }, { paymentMethod: 'pm_card_mastercard' }]) {
+      const error = await engine().requestCharge({ ...input, ...change }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(OrderConflictError);
+      expect((error as OrderConflictError).existing.id).toBe(id);
+      expect((error as OrderConflictError).fields).toEqual(Object.keys(change));
+    }
+    const [result] = await engine().processRequests([{ ...input, amount: 5 }]);
+    expect(result!.conflict).toBeInstanceOf(OrderConflictError);
+    expect(result!.execution).toBeNull();
+    expect(stripe.fake.requests()).toHaveLength(0);
+    expect((await row(id)).amount).toBe('1999');
+  });
+
+  it('a batch with three copies of one order and a conflicting copy → one operation, one call', async () => {
+    const input = order();
+    const results = await engine().processRequests([input, { ...input }, { ...input, amount: 1 }, { ...input }]);
+    expect(new Set(results.map((r) => r.operationId)).size).toBe(1);
+    expect(results.map((r) => r.conflict === null)).toEqual([true, true, false, true]);
+    expect(createsFor(results[0]!.operationId)).toHaveLength(1);
+    expect(results[0]!.execution?.status).toBe('succeeded');
+  });
+
+  it('an audit event for every attempt, and a claim event before every call', async () => {
+    const id = await engine().requestCharge(order());
+    stripe.fake.injectFault({ operationId: id }, 'rate_limited_429');
+    stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'error_500_after_commit');
+    for (let i = 0; i < 4; i++) {
+      await engine().executeCharge(id);
+      await makeDue(id).catch(() => {});
+    }
+    await sentAgo(id, '11 minutes').catch(() => {});
+    await engine().executeCharge(id);
+    const r = await row(id);
+    expect(r.status).toBe('succeeded');
+    const trail = await events(id);
+    const recorded = trail.filter((e) => e.action === 'outcome_recorded');
+    expect(recorded).toHaveLength(r.attempts);
+    expect(trail.filter((e) => e.action === 'attempt_started')).toHaveLength(r.attempts);
+    expect(callsFor(id).length).toBeGreaterThanOrEqual(r.attempts);
+    expect(trail[0]).toMatchObject({ action: 'requested', to_status: 'pending' });
+    expect(recorded.map((e) => e.error_class)).toEqual(['StripeRateLimitError', 'StripeAPIError', 'StripeAPIError', 'StripeAPIError', null]);
+  });
+
+  it('no time left: the claim is not taken, the key window does not start, the operation stays due', async () => {
+    const input = order();
+    const [result] = await engine().processRequests([input], { canStart: () => false });
+    expect(result!.execution?.disposition).toBe('skipped');
+    const r = await row(result!.operationId);
+    expect(r).toMatchObject({ status: 'pending', first_attempted_at: null, lease_token: null });
+    expect(stripe.fake.requests()).toHaveLength(0);
+  });
+
+  it('a claimed operation not started for lack of budget is released, due again, without an attempt', async () => {
+    let budget = 1;
+    const e = engine({ beforeCall: () => budget-- > 0 });
+    const results = await e.processRequests([order(), order()]);
+    expect(results.map((r) => r.execution?.disposition).sort()).toEqual(['attempted', 'released']);
+    const released = results.find((r) => r.execution?.disposition === 'released')!;
+    const r = await row(released.operationId);
+    expect(r).toMatchObject({ status: 'pending', attempts: 0, lease_token: null });
+    expect(r.next_attempt_at.getTime()).toBeLessThanOrEqual(Date.now() + 1000);
+    expect((await events(released.operationId)).map((ev) => ev.action)).toEqual(['requested', 'attempt_started', 'lease_released']);
+  });
+});
+
+describe('round trips (the budget of DESIGN §5)', () => {
+  it('a fresh charge costs 2 round trips; a repeated delivery of a settled operation costs 1', async () => {
+    const counted = countingDb(db.pool);
+    const e = engine({ db: counted });
+    const input = order();
+    await e.processRequests([input]);
+    expect(counted.roundTrips).toBe(2);
+    counted.reset();
+    const [again] = await e.processRequests([input]);
+    expect(again!.execution?.status).toBe('succeeded');
+    expect(counted.roundTrips).toBe(1);
+    counted.reset();
+    await e.processRequests(Array.from({ length: 10 }, () => order()));
+    expect(counted.roundTrips).toBe(2); // a batch of 10 is still one statement before and one after
+  });
+});
