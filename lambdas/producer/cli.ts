@@ -1,0 +1,284 @@
+// `npm run produce -- …`: put charge requests on the queue from a shell, through the same producer
+// client services use. Validation is the consumer's, so what this refuses the charge handler would
+// have rejected too.
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { GetQueueUrlCommand, SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
+import { PIPELINE } from '../runtime/settings.ts';
+import { checkChargeRequests, sendChargeRequest, sendChargeRequests, type ChargeRequest, type ChargeRequestResult } from './client.ts';
+import { ChargeRequestSendError, InvalidChargeRequestError } from './errors.ts';
+
+export const EXIT = { ok: 0, sendFailed: 1, usage: 2 } as const;
+
+export const USAGE = `Usage: npm run produce -- [options]
+
+Send charge requests to the charge queue (SQS FIFO): MessageGroupId = orderId,
+MessageDeduplicationId = sha256("charge:" + orderId), body = the request as JSON.
+
+One request:
+  --order <id>              order id (1-128 printable ASCII, no spaces)
+  --amount <n>              integer amount in minor units (1299 = 12.99)
+  --currency <xxx>          three lowercase letters (eur, usd, ...)
+  --customer <cus_...>      Stripe customer id
+  --payment-method <pm_...> Stripe PaymentMethod id
+
+Many requests:
+  --file <orders.jsonl>     one JSON request per line:
+                            {"orderId","amount","currency","customerId","paymentMethod"}
+                            blank lines are skipped; if any line is invalid, bad lines are
+                            listed with their numbers and NOTHING is sent
+
+Where to send:
+  --queue-url <url>         default $QUEUE_URL; otherwise looks up the queue named
+                            ${PIPELINE.queueName} (GetQueueUrl)
+  --endpoint <url>          a local SQS API such as fauxqs (default $SQS_ENDPOINT); without
+                            AWS credentials in the environment, fake local ones are used
+  --region <region>         default $AWS_REGION, else the region in the queue URL,
+                            else us-east-1 with --endpoint
+
+Other:
+  --max-amount <n>          highest accepted amount (use the consumer's setting)
+  -h, --help                this text
+
+Prints one line per request: "sent <orderId> <messageId>" or
+"failed <orderId> <code>: <message>".
+Exit status: 0 all sent, 1 some request failed to send, 2 bad arguments or invalid
+input (nothing sent).`;
+
+export interface CliIo {
+  readonly out: (line: string) => void;
+  readonly err: (line: string) => void;
+}
+
+class UsageError extends Error {
+  override name = 'UsageError';
+}
+
+const OPTIONS = {
+  order: { type: 'string' },
+  amount: { type: 'string' },
+  currency: { type: 'string' },
+  customer: { type: 'string' },
+  'payment-method': { type: 'string' },
+  file: { type: 'string' },
+  'queue-url': { type: 'string' },
+  endpoint: { type: 'string' },
+  region: { type: 'string' },
+  'max-amount': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+const SINGLE_FLAGS = ['order', 'amount', 'currency', 'customer', 'payment-method'] as const;
+
+/** Runs the CLI and returns its exit status. Exported for tests; the script entry is at the bottom. */
+export async function main(
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv = process.env,
+  io: CliIo = { out: (l) => process.stdout.write(`${l}\n`), err: (l) => process.stderr.write(`${l}\n`) },
+): Promise<number> {
+  let values;
+  try {
+    ({ values } = parseArgs({ args: [...argv], options: OPTIONS, strict: true, allowPositionals: false }));
+  } catch (error) {
+    // node:util's messages are already precise ("Unknown option '--ammount'").
+    io.err(`error: ${error instanceof Error ? error.message : String(error)}`);
+    io.err('Run with --help for usage.');
+    return EXIT.usage;
+  }
+  if (values.help) {
+    io.out(USAGE);
+    return EXIT.ok;
+  }
+
+  let sqs: SQSClient | undefined;
+  try {
+    const maxAmount = values['max-amount'] === undefined ? undefined : integerFlag('--max-amount', values['max-amount']);
+    const validation = maxAmount === undefined ? {} : { maxAmount };
+    const single = SINGLE_FLAGS.filter((flag) => values[flag] !== undefined);
+    if (values.file !== undefined && single.length > 0) {
+      throw new UsageError(`--file cannot be combined with ${single.map((f) => `--${f}`).join(', ')}`);
+    }
+    if (values.file === undefined && single.length === 0) {
+      throw new UsageError('nothing to send: give --order … (one request) or --file orders.jsonl');
+    }
+
+    // Validate everything before touching the network: invalid input never costs a call.
+    let requests: { readonly request: ChargeRequest; readonly label: string }[];
+    if (values.file !== undefined) {
+      requests = await readJsonl(values.file, validation, io);
+    } else {
+      const missing = SINGLE_FLAGS.filter((flag) => values[flag] === undefined);
+      if (missing.length > 0) throw new UsageError(`missing ${missing.map((f) => `--${f}`).join(', ')}`);
+      const request = {
+        orderId: values.order,
+        amount: integerFlag('--amount', values.amount ?? ''),
+        currency: values.currency,
+        customerId: values.customer,
+        paymentMethod: values['payment-method'],
+      };
+      const checked = checkChargeRequests([request], validation);
+      const valid = checked.requests[0];
+      if (checked.issues.length > 0 || valid === undefined) {
+        for (const issue of checked.issues) io.err(`error: --${flagFor(issue.path)}: ${issue.message}`);
+        io.err('nothing sent');
+        return EXIT.usage;
+      }
+      requests = [{ request: valid, label: 'arguments' }];
+    }
+
+    const endpoint = values.endpoint ?? nonEmpty(env.SQS_ENDPOINT);
+    const explicitQueueUrl = values['queue-url'] ?? nonEmpty(env.QUEUE_URL);
+    const region = values.region ?? nonEmpty(env.AWS_REGION) ?? regionOf(explicitQueueUrl) ?? (endpoint ? 'us-east-1' : undefined);
+    const config: SQSClientConfig = {
+      ...(region ? { region } : {}),
+      ...(endpoint ? { endpoint } : {}),
+      // A local emulator checks no signature, but the SDK must sign with something.
+      ...(endpoint && !env.AWS_ACCESS_KEY_ID && !env.AWS_PROFILE
+        ? { credentials: { accessKeyId: 'local', secretAccessKey: 'local' } }
+        : {}),
+    };
+    sqs = new SQSClient(config);
+    const queueUrl = explicitQueueUrl ?? (await lookUpQueueUrl(sqs));
+
+    if (values.file === undefined) {
+      const only = requests[0];
+      if (!only) return EXIT.usage;
+      try {
+        const sent = await sendChargeRequest(sqs, queueUrl, only.request, validation);
+        io.out(`sent ${sent.orderId} ${sent.messageId}`);
+        return EXIT.ok;
+      } catch (error) {
+        if (error instanceof ChargeRequestSendError) {
+          io.out(`failed ${error.orderId} ${error.code}: ${firstLine(error.reason)}`);
+          return EXIT.sendFailed;
+        }
+        throw error;
+      }
+    }
+
+    const results = await sendChargeRequests(sqs, queueUrl, requests.map((r) => r.request), validation);
+    let failed = 0;
+    results.forEach((result) => {
+      const repeat = result.repeatOf === undefined ? '' : ` (repeat of ${requests[result.repeatOf]?.label ?? '?'})`;
+      io.out(resultLine(result) + repeat);
+      if (!result.ok) failed++;
+    });
+    if (failed > 0) io.err(`${failed} of ${results.length} request(s) not sent`);
+    return failed > 0 ? EXIT.sendFailed : EXIT.ok;
+  } catch (error) {
+    if (error instanceof UsageError) {
+      io.err(`error: ${error.message}`);
+      io.err('Run with --help for usage.');
+      return EXIT.usage;
+    }
+    if (error instanceof InvalidChargeRequestError) {
+      io.err(`error: ${error.message}`);
+      return EXIT.usage;
+    }
+    // Anything else (no region, no credentials, queue not found) is a failure to send everything.
+    io.err(`error: ${firstLine(error)}`);
+    return EXIT.sendFailed;
+  } finally {
+    sqs?.destroy();
+  }
+}
+
+function resultLine(result: ChargeRequestResult): string {
+  return result.ok
+    ? `sent ${result.orderId} ${result.messageId}`
+    : `failed ${result.orderId} ${result.error.code}: ${firstLine(result.error.reason)}`;
+}
+
+/** Parse a JSONL file; every bad line is reported with its number and the whole file is refused. */
+async function readJsonl(
+  file: string,
+  validation: { maxAmount?: number },
+  io: CliIo,
+): Promise<{ readonly request: ChargeRequest; readonly label: string }[]> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (error) {
+    throw new UsageError(`cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? firstLine(error)}`);
+  }
+  const name = path.basename(file);
+  const lines: { readonly line: number; readonly value: unknown }[] = [];
+  const problems: string[] = [];
+  text.split(/\r?\n/).forEach((raw, i) => {
+    if (raw.trim() === '') return;
+    try {
+      lines.push({ line: i + 1, value: JSON.parse(raw) });
+    } catch {
+      problems.push(`${name}:${i + 1}: not valid JSON`);
+    }
+  });
+  const { requests, issues } = checkChargeRequests(
+    lines.map((l) => l.value),
+    validation,
+  );
+  for (const issue of issues) {
+    const line = lines[issue.index]?.line ?? 0;
+    const message = issue.message.replace(/of request #(\d+)/, (_, n: string) => `of line ${lines[Number(n)]?.line ?? '?'}`);
+    problems.push(`${name}:${line}: ${issue.path}: ${message}`);
+  }
+  if (problems.length > 0) {
+    problems.sort((a, b) => lineOf(a) - lineOf(b));
+    for (const problem of problems) io.err(problem);
+    throw new UsageError(`nothing sent: ${new Set(problems.map(lineOf)).size} invalid line(s) in ${file}`);
+  }
+  if (requests.length === 0) throw new UsageError(`nothing to send: ${file} has no requests`);
+  return requests.map((request, i) => ({ request, label: `line ${lines[i]?.line ?? '?'}` }));
+}
+
+function lineOf(problem: string): number {
+  return Number(/:(\d+):/.exec(problem)?.[1] ?? 0);
+}
+
+async function lookUpQueueUrl(sqs: SQSClient): Promise<string> {
+  const out = await sqs.send(new GetQueueUrlCommand({ QueueName: PIPELINE.queueName }));
+  if (!out.QueueUrl) throw new Error(`GetQueueUrl returned no URL for ${PIPELINE.queueName}`);
+  return out.QueueUrl;
+}
+
+function integerFlag(flag: string, value: string): number {
+  // Numbers only: "12.99" is let through so the schema can say "must be an integer number of minor
+  // units", while "12,99" or "abc" is a usage error here.
+  if (!/^[+-]?\d+(\.\d+)?$/.test(value.trim())) throw new UsageError(`${flag} must be a number (got "${value}")`);
+  return Number(value);
+}
+
+function flagFor(fieldPath: string): string {
+  const flags: Record<string, string> = {
+    orderId: 'order',
+    amount: 'amount',
+    currency: 'currency',
+    customerId: 'customer',
+    paymentMethod: 'payment-method',
+  };
+  return flags[fieldPath] ?? fieldPath;
+}
+
+/** `https://sqs.eu-west-1.amazonaws.com/…` (and fauxqs' `http://sqs.us-east-1.localhost:…`) → region. */
+function regionOf(queueUrl: string | undefined): string | undefined {
+  if (!queueUrl) return undefined;
+  try {
+    return /^sqs\.([a-z0-9-]+)\./.exec(new URL(queueUrl).hostname)?.[1];
+  } catch {
+    return undefined;
+  }
+}
+
+function nonEmpty(value: string | undefined): string | undefined {
+  return value === undefined || value.trim() === '' ? undefined : value;
+}
+
+function firstLine(error: unknown): string {
+  const text = error instanceof Error ? error.message : String(error);
+  return text.split('\n')[0] ?? text;
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  process.exitCode = await main(process.argv.slice(2));
+}
