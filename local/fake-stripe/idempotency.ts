@@ -1,0 +1,94 @@
+// Stripe's idempotency layer, per key: first request executes and its answer is stored with a
+// fingerprint of its parameters; later requests with the key get that answer replayed verbatim.
+//
+//   t ─────────────────────────────────────────────────────────────────────────────────────────▶
+//   A: key K ──lock──[ executing ........ ]──store(status, body)──▶ answer (maybe lost!)
+//   B: key K, same params        ──▶ 409 idempotency_key_in_use (A still in flight, nothing stored)
+//   C: key K, same params                                      ──▶ stored answer, Idempotent-Replayed
+//   D: key K, other params                                     ──▶ 400 idempotency_error
+//   after pruning K: E: key K ──▶ executes AGAIN (a second charge) — the danger the product guards against
+//
+// Validation failures, 429s and auth errors never reach store(), so they are never replayed.
+
+/** An answer as it was first given; replays send exactly this status and body. */
+export interface StoredResponse {
+  readonly status: number;
+  readonly body: string;
+  /** The Request-Id of the request that executed (sent back as Original-Request on replays). */
+  readonly requestId: string;
+  /** The PaymentIntent the execution created, if any (for matching replays and bookkeeping). */
+  readonly paymentIntentId: string | null;
+}
+
+/** An in-flight or completed key; callers hold it between lock() and complete()/abandon(). */
+export interface KeyEntry {
+  readonly key: string;
+  readonly fingerprint: string;
+  /** When the key was first used: what "older than" means for pruning. */
+  readonly firstUsedAtMs: number;
+  response: StoredResponse | null;
+}
+
+export type Lookup =
+  | { readonly kind: 'new' }
+  | { readonly kind: 'replay'; readonly response: StoredResponse }
+  | { readonly kind: 'mismatch' }
+  | { readonly kind: 'in_flight' };
+
+export class IdempotencyStore {
+  #entries = new Map<string, KeyEntry>();
+  #pruned = 0;
+
+  lookup(key: string, fingerprint: string): Lookup {
+    const entry = this.#entries.get(key);
+    if (entry === undefined) return { kind: 'new' };
+    // Stripe compares parameters before it looks at the state of the first request.
+    if (entry.fingerprint !== fingerprint) return { kind: 'mismatch' };
+    if (entry.response === null) return { kind: 'in_flight' };
+    return { kind: 'replay', response: entry.response };
+  }
+
+  /** Marks the key in flight. Must follow a lookup() that said 'new' with no await in between. */
+  lock(key: string, fingerprint: string, nowMs: number): KeyEntry {
+    const entry: KeyEntry = { key, fingerprint, firstUsedAtMs: nowMs, response: null };
+    this.#entries.set(key, entry);
+    return entry;
+  }
+
+  /** Stores the answer of the request holding `entry` (a no-op if the key was pruned or reset meanwhile). */
+  complete(entry: KeyEntry, response: StoredResponse): void {
+    if (this.#entries.get(entry.key) === entry) entry.response = response;
+  }
+
+  /** Drops an in-flight lock without storing anything (the server closed or was reset mid-request). */
+  abandon(entry: KeyEntry): void {
+    if (this.#entries.get(entry.key) === entry && entry.response === null) this.#entries.delete(entry.key);
+  }
+
+  /** Forgets completed keys; in-flight keys stay (Stripe prunes by age, and an in-flight key is young). */
+  prune(nowMs: number, filter: { readonly olderThanMs?: number; readonly idempotencyKey?: string } = {}): number {
+    let count = 0;
+    for (const [key, entry] of this.#entries) {
+      if (entry.response === null) continue;
+      if (filter.idempotencyKey !== undefined && key !== filter.idempotencyKey) continue;
+      if (filter.olderThanMs !== undefined && nowMs - entry.firstUsedAtMs <= filter.olderThanMs) continue;
+      this.#entries.delete(key);
+      count += 1;
+    }
+    this.#pruned += count;
+    return count;
+  }
+
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  get pruned(): number {
+    return this.#pruned;
+  }
+
+  clear(): void {
+    this.#entries.clear();
+    this.#pruned = 0;
+  }
+}

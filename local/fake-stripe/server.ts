@@ -1,0 +1,762 @@
+// A fake Stripe API server that the REAL stripe SDK talks to over HTTP. It models the parts of Stripe
+// the product's guarantees rest on (DESIGN §2, §10): the idempotency layer (replay, parameter
+// mismatch, 409 while in flight, pruning), Search lag, and faults on either side of the commit.
+//
+// One request's life (create):
+//   auth ─ rate limit ─ [gate faults: 429/401/403] ─ idempotency lookup ─ validation ─ lock key
+//     ─ hold() ─ latency ─ EXECUTE (+ commit faults) ─ store answer for the key ─ deliver (+ answer faults)
+// Everything before "lock key" leaves no trace at Stripe; everything after it does, whatever the
+// caller hears.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { handleControl } from './control.ts';
+import { faultStage, FaultPlan, matches, type ChosenFault, type RequestFacts, type RequestPhase } from './faults.ts';
+import { IdempotencyStore, type Lookup, type StoredResponse } from './idempotency.ts';
+import { Ledger } from './ledger.ts';
+import {
+  FAULT_KINDS,
+  type Endpoint,
+  type FakeStripe,
+  type FakeStripeOptions,
+  type FakeStripeStats,
+  type FaultKind,
+  type FaultMatch,
+  type FaultRates,
+  type HoldHandle,
+  type PaymentIntentRecord,
+  type RequestOutcome,
+  type RequestRecord,
+  type SettleStatus,
+} from './types.ts';
+import {
+  cardOutcome,
+  DECLINE_FAULT_OUTCOME,
+  decodeForm,
+  decodePage,
+  encodePage,
+  errors,
+  fingerprint,
+  FormError,
+  metadataValue,
+  parseSearchQuery,
+  queryMetadata,
+  randomId,
+  validateCreate,
+  type CardOutcome,
+  type CreateParams,
+  type ErrorEnvelope,
+  type FormObject,
+} from './wire.ts';
+
+export * from './types.ts';
+export { FAULT_PROFILES, isFaultProfileName, sdkAttemptsWhenConnectionCloses, type FaultProfileName } from './faults.ts';
+
+const HOST = '127.0.0.1';
+const MAX_BODY_BYTES = 1 << 20;
+/** Stripe's limit on Idempotency-Key length. */
+const MAX_KEY_LENGTH = 255;
+const SEARCH_DEFAULT_LIMIT = 10;
+const SEARCH_MAX_LIMIT = 100;
+/**
+ * Longer than Node's 5 s default on purpose: stripe-node's agent keeps sockets forever, and a server
+ * closing an idle one just as the SDK reuses it makes an ECONNRESET the SDK silently retries — noise
+ * that looks like a lost response but was never injected.
+ */
+const KEEP_ALIVE_TIMEOUT_MS = 65_000;
+
+export async function startFakeStripe(options: FakeStripeOptions = {}): Promise<FakeStripe> {
+  const fake = new FakeStripeServer(options);
+  await fake.listen(options.port ?? 0);
+  return fake;
+}
+
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
+
+/** One /v1 request in progress. */
+interface Exchange {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly record: Mutable<RequestRecord>;
+  /** reset() bumps the server's generation; an exchange from an older one must leave no trace. */
+  readonly generation: number;
+  latencyPaid: boolean;
+}
+
+interface Hold {
+  readonly match: FaultMatch;
+  readonly arrived: PromiseWithResolvers<void>;
+  readonly released: PromiseWithResolvers<void>;
+  taken: boolean;
+}
+
+interface Counters {
+  requests: Record<Endpoint | 'other', number>;
+  answers: Record<string, number>;
+  createsExecuted: number;
+  replays: number;
+  idempotencyErrors: number;
+  conflicts409: number;
+  validationErrors: number;
+  rateLimited: number;
+  faults: Record<FaultKind, number>;
+}
+
+function freshCounters(): Counters {
+  return {
+    requests: { create: 0, retrieve: 0, search: 0, other: 0 },
+    answers: {},
+    createsExecuted: 0,
+    replays: 0,
+    idempotencyErrors: 0,
+    conflicts409: 0,
+    validationErrors: 0,
+    rateLimited: 0,
+    faults: Object.fromEntries(FAULT_KINDS.map((k) => [k, 0])) as Record<FaultKind, number>,
+  };
+}
+
+/** Tokens refill continuously; the burst is one second's worth, like a per-second limit. */
+class TokenBucket {
+  #tokens: number;
+  #last: number;
+  readonly #perSecond: number;
+
+  constructor(perSecond: number, nowMs: number) {
+    if (!(perSecond > 0)) throw new RangeError(`rateLimit.perSecond must be positive, got ${perSecond}`);
+    this.#perSecond = perSecond;
+    this.#tokens = perSecond;
+    this.#last = nowMs;
+  }
+
+  take(nowMs: number): boolean {
+    this.#tokens = Math.min(this.#perSecond, this.#tokens + ((nowMs - this.#last) / 1000) * this.#perSecond);
+    this.#last = nowMs;
+    if (this.#tokens < 1) return false;
+    this.#tokens -= 1;
+    return true;
+  }
+}
+
+type Route =
+  | { readonly endpoint: 'create' }
+  | { readonly endpoint: 'search' }
+  | { readonly endpoint: 'retrieve'; readonly id: string };
+
+function route(method: string, pathname: string): Route | null {
+  if (pathname === '/v1/payment_intents' && method === 'POST') return { endpoint: 'create' };
+  if (pathname === '/v1/payment_intents/search' && method === 'GET') return { endpoint: 'search' };
+  const m = /^\/v1\/payment_intents\/([^/]+)$/.exec(pathname);
+  if (m !== null && method === 'GET') return { endpoint: 'retrieve', id: decodeURIComponent(m[1] ?? '') };
+  return null;
+}
+
+function nonNegative(name: string, value: number): number {
+  if (!Number.isFinite(value) || value < 0) throw new RangeError(`${name} must be a non-negative number, got ${value}`);
+  return value;
+}
+
+function header(req: IncomingMessage, name: string): string | null {
+  const value = req.headers[name];
+  return (Array.isArray(value) ? value[0] : value) ?? null;
+}
+
+class FakeStripeServer implements FakeStripe {
+  readonly #server: Server;
+  #port = 0;
+  #latencyMs: number;
+  #searchLagMs: number;
+  readonly #processingSettleMs: number | null;
+  readonly #apiKeys: readonly string[] | null;
+  readonly #bucket: TokenBucket | null;
+  readonly #plan: FaultPlan;
+  readonly #keys = new IdempotencyStore();
+  readonly #ledger = new Ledger();
+  readonly #logLimit: number;
+  #log: Mutable<RequestRecord>[] = [];
+  #seq = 0;
+  #counters = freshCounters();
+  #holds: Hold[] = [];
+  readonly #parked = new Set<Hold>();
+  readonly #settleTimers = new Set<NodeJS.Timeout>();
+  readonly #closing = new AbortController();
+  #closed: Promise<void> | null = null;
+  #generation = 0;
+
+  constructor(options: FakeStripeOptions) {
+    this.#latencyMs = nonNegative('latencyMs', options.latencyMs ?? 0);
+    this.#searchLagMs = nonNegative('searchLagMs', options.searchLagMs ?? 0);
+    this.#processingSettleMs =
+      options.processingSettleMs == null ? null : nonNegative('processingSettleMs', options.processingSettleMs);
+    this.#apiKeys = options.apiKeys ? [...options.apiKeys] : null;
+    this.#bucket = options.rateLimit ? new TokenBucket(options.rateLimit.perSecond, Date.now()) : null;
+    this.#plan = new FaultPlan(options.faults?.seed ?? 0, options.faults?.rates ?? {});
+    this.#logLimit = options.requestLogLimit ?? 100_000;
+    this.#server = createServer((req, res) => this.#onRequest(req, res));
+    this.#server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
+  }
+
+  async listen(port: number): Promise<void> {
+    await new Promise<void>((resolve, reject) => {
+      this.#server.once('error', reject);
+      this.#server.listen(port, HOST, () => {
+        this.#server.off('error', reject);
+        resolve();
+      });
+    });
+    this.#port = (this.#server.address() as AddressInfo).port;
+  }
+
+  get host(): string {
+    return HOST;
+  }
+
+  get port(): number {
+    return this.#port;
+  }
+
+  get url(): string {
+    return `http://${HOST}:${this.#port}`;
+  }
+
+  // ------------------------------------------------------------------------------------ control API
+
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      this.#closing.abort();
+      for (const hold of [...this.#holds, ...this.#parked]) hold.released.resolve();
+      this.#holds = [];
+      this.#parked.clear();
+      this.#clearTimers();
+      const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
+      // Hanging and parked requests, and idle keep-alive sockets, would otherwise keep close() waiting.
+      this.#server.closeAllConnections();
+      await closed;
+    })();
+    return this.#closed;
+  }
+
+  injectFault(match: FaultMatch, fault: FaultKind, times = 1): void {
+    this.#plan.inject(match, fault, times);
+  }
+
+  pruneKeys(filter: { readonly olderThanMs?: number; readonly idempotencyKey?: string } = {}): number {
+    return this.#keys.prune(Date.now(), filter);
+  }
+
+  settle(paymentIntentId: string, status: SettleStatus): void {
+    this.#ledger.settle(paymentIntentId, status);
+  }
+
+  hold(match: FaultMatch): HoldHandle {
+    const hold: Hold = {
+      match: { ...match },
+      arrived: Promise.withResolvers<void>(),
+      released: Promise.withResolvers<void>(),
+      taken: false,
+    };
+    this.#holds.push(hold);
+    return {
+      arrived: hold.arrived.promise,
+      release: () => {
+        hold.released.resolve();
+        if (!hold.taken) this.#holds = this.#holds.filter((h) => h !== hold);
+      },
+    };
+  }
+
+  paymentIntents(filter: { readonly operationId?: string; readonly orderId?: string } = {}): PaymentIntentRecord[] {
+    return this.#ledger.records(filter);
+  }
+
+  requests(since = 0): RequestRecord[] {
+    return this.#log.filter((r) => r.seq > since).map((r) => ({ ...r }));
+  }
+
+  stats(): FakeStripeStats {
+    const c = this.#counters;
+    const requests = c.requests;
+    const doubleChargedOperations = this.#ledger.doubleCharged('operation_id');
+    return {
+      requests: { total: requests.create + requests.retrieve + requests.search + requests.other, ...requests },
+      answers: { ...c.answers },
+      createsExecuted: c.createsExecuted,
+      replays: c.replays,
+      idempotencyErrors: c.idempotencyErrors,
+      conflicts409: c.conflicts409,
+      validationErrors: c.validationErrors,
+      rateLimited: c.rateLimited,
+      faults: { ...c.faults },
+      paymentIntents: { total: this.#ledger.size, byStatus: this.#ledger.countByStatus() },
+      doubleCharges: doubleChargedOperations.length,
+      doubleChargedOperations,
+      doubleChargedOrders: this.#ledger.doubleCharged('order_id'),
+      keysCached: this.#keys.size,
+      keysPruned: this.#keys.pruned,
+    };
+  }
+
+  setFaultRates(rates: FaultRates, seed?: number): void {
+    this.#plan.setRates(rates, seed);
+  }
+
+  setLatency(ms: number): void {
+    this.#latencyMs = nonNegative('latencyMs', ms);
+  }
+
+  setSearchLag(ms: number): void {
+    this.#searchLagMs = nonNegative('searchLagMs', ms);
+  }
+
+  reset(): void {
+    this.#generation += 1;
+    this.#ledger.clear();
+    this.#keys.clear();
+    this.#plan.clear();
+    this.#log = [];
+    this.#seq = 0;
+    this.#counters = freshCounters();
+    this.#clearTimers();
+    // Parked requests belong to the old generation: let them go so they can be dropped.
+    for (const hold of [...this.#holds, ...this.#parked]) hold.released.resolve();
+    this.#holds = [];
+    this.#parked.clear();
+  }
+
+  // --------------------------------------------------------------------------------------- routing
+
+  #onRequest(req: IncomingMessage, res: ServerResponse): void {
+    const url = new URL(req.url ?? '/', 'http://fake-stripe');
+    const work = url.pathname.startsWith('/__fake/')
+      ? handleControl(this, req, res, url)
+      : this.#onApi(req, res, url);
+    work.catch((error: unknown) => {
+      // A bug in the fake must be loud, not a plausible-looking Stripe 500.
+      console.error('fake-stripe: internal error', error);
+      if (!res.headersSent && !res.destroyed) {
+        res.writeHead(500, { 'Content-Type': 'application/json' });
+        res.end(JSON.stringify({ error: { type: 'fake_stripe_internal_error', message: String(error) } }));
+      } else {
+        res.destroy();
+      }
+    });
+  }
+
+  async #onApi(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+    const method = req.method ?? 'GET';
+    const matched = route(method, url.pathname);
+    const x = this.#begin(req, res, method, url.pathname, matched?.endpoint ?? 'other');
+    let bodyText: string;
+    try {
+      bodyText = await readBody(req);
+    } catch (error) {
+      if (!(error instanceof BodyTooLarge)) return this.#finish(x, 'aborted'); // the client went away mid-body
+      return this.#send(x, 413, errors.invalidRequest(error.message));
+    }
+
+    const authError = this.#authenticate(req);
+    if (authError !== null) return this.#send(x, 401, authError);
+    if (this.#bucket !== null && !this.#bucket.take(Date.now())) {
+      this.#counters.rateLimited += 1;
+      return this.#send(x, 429, errors.rateLimited());
+    }
+    if (matched === null) return this.#send(x, 404, errors.unknownRoute(method, url.pathname));
+    switch (matched.endpoint) {
+      case 'create':
+        return this.#create(x, bodyText);
+      case 'retrieve':
+        return this.#retrieve(x, matched.id);
+      case 'search':
+        return this.#search(x, url.searchParams);
+    }
+  }
+
+  #authenticate(req: IncomingMessage): ErrorEnvelope | null {
+    const authorization = header(req, 'authorization');
+    const m = authorization === null ? null : /^Bearer\s+(\S+)\s*$/i.exec(authorization);
+    const key = m?.[1];
+    if (key === undefined) return errors.noApiKey();
+    const accepted = this.#apiKeys === null ? key.startsWith('sk_test_') : this.#apiKeys.includes(key);
+    return accepted ? null : errors.invalidApiKey(key);
+  }
+
+  // -------------------------------------------------------------------------------------- endpoints
+
+  async #create(x: Exchange, bodyText: string): Promise<void> {
+    let body: FormObject;
+    try {
+      body = decodeForm(bodyText);
+    } catch (error) {
+      if (!(error instanceof FormError)) throw error;
+      return this.#rejectParams(x, errors.invalidRequest(error.message));
+    }
+    const key = x.record.idempotencyKey;
+    if (key !== null && key.length > MAX_KEY_LENGTH) {
+      return this.#rejectParams(
+        x,
+        errors.invalidRequest(`Idempotency-Key must be at most ${MAX_KEY_LENGTH} characters long.`, 'idempotency_key_too_long'),
+      );
+    }
+    const params = fingerprint('POST', '/v1/payment_intents', body);
+    const lookup: Lookup | { readonly kind: 'none' } = key === null ? { kind: 'none' } : this.#keys.lookup(key, params);
+    const validated = validateCreate(body);
+    const phase: RequestPhase =
+      lookup.kind === 'replay'
+        ? 'replay'
+        : lookup.kind === 'mismatch' || lookup.kind === 'in_flight' || !validated.ok
+          ? 'rejected'
+          : 'execute';
+    const facts: RequestFacts = {
+      endpoint: 'create',
+      operationId: metadataValue(body, 'operation_id'),
+      orderId: metadataValue(body, 'order_id'),
+      idempotencyKey: key,
+      paymentIntentId: lookup.kind === 'replay' ? lookup.response.paymentIntentId : null,
+    };
+    x.record.operationId = facts.operationId;
+    x.record.paymentIntentId = facts.paymentIntentId;
+    // Without a key, "the same request" for reproducible faults is the same parameters.
+    const fault = this.#chooseFault(x, facts, phase, key ?? `no-key:${params}`);
+    if (fault !== null && faultStage(fault.kind, 'create') === 'gate') return this.#gateFault(x, fault.kind);
+
+    if (lookup.kind === 'mismatch' && key !== null) {
+      this.#counters.idempotencyErrors += 1;
+      return this.#send(x, 400, errors.idempotencyMismatch(key));
+    }
+    if (lookup.kind === 'in_flight' && key !== null) {
+      this.#counters.conflicts409 += 1;
+      return this.#send(x, 409, errors.idempotencyInUse(key));
+    }
+    if (lookup.kind === 'replay') {
+      await this.#park(x, facts);
+      if (this.#stale(x)) return this.#drop(x);
+      this.#counters.replays += 1;
+      x.record.replayed = true;
+      const stored = lookup.response;
+      return this.#deliver(x, 'create', stored.status, stored.body, fault, {
+        'Idempotent-Replayed': 'true',
+        'Original-Request': stored.requestId,
+      });
+    }
+    if (!validated.ok) return this.#rejectParams(x, validated.error);
+
+    // From here on the key is in flight: a concurrent request with it gets 409 until we store.
+    const entry = key === null ? null : this.#keys.lock(key, params, Date.now());
+    await this.#park(x, facts);
+    await this.#payLatency(x);
+    if (this.#stale(x)) {
+      if (entry !== null) this.#keys.abandon(entry);
+      return this.#drop(x);
+    }
+    const stored = this.#execute(x, validated.params, fault?.kind ?? null);
+    if (entry !== null) this.#keys.complete(entry, stored);
+    return this.#deliver(x, 'create', stored.status, stored.body, fault);
+  }
+
+  /** Runs a create (the "commit"): makes the PaymentIntent and the answer stored for its key. */
+  #execute(x: Exchange, params: CreateParams, fault: FaultKind | null): StoredResponse {
+    const requestId = x.record.requestId;
+    if (fault === 'error_500_before_commit') {
+      return { status: 500, body: JSON.stringify(errors.apiError()), requestId, paymentIntentId: null };
+    }
+    const outcome: CardOutcome =
+      fault === 'decline'
+        ? DECLINE_FAULT_OUTCOME
+        : fault === 'processing'
+          ? { kind: 'status', status: 'processing' }
+          : cardOutcome(params);
+    const pi = this.#ledger.create(params, outcome, x.record.idempotencyKey, Date.now());
+    this.#counters.createsExecuted += 1;
+    x.record.paymentIntentId = pi.id;
+    if (pi.status === 'processing') this.#scheduleSettle(pi.id);
+    if (fault === 'error_500_after_commit') {
+      return { status: 500, body: JSON.stringify(errors.apiError()), requestId, paymentIntentId: pi.id };
+    }
+    if (outcome.kind === 'decline') {
+      const declined: ErrorEnvelope = {
+        error: {
+          type: 'card_error',
+          code: 'card_declined',
+          decline_code: outcome.declineCode,
+          message: outcome.message,
+          param: '',
+          payment_intent: pi,
+        },
+      };
+      return { status: 402, body: JSON.stringify(declined), requestId, paymentIntentId: pi.id };
+    }
+    return { status: 200, body: JSON.stringify(pi), requestId, paymentIntentId: pi.id };
+  }
+
+  async #retrieve(x: Exchange, id: string): Promise<void> {
+    const known = this.#ledger.get(id);
+    const facts: RequestFacts = {
+      endpoint: 'retrieve',
+      operationId: known?.metadata.operation_id ?? null,
+      orderId: known?.metadata.order_id ?? null,
+      idempotencyKey: x.record.idempotencyKey,
+      paymentIntentId: id,
+    };
+    x.record.operationId = facts.operationId;
+    x.record.paymentIntentId = id;
+    const fault = this.#chooseFault(x, facts, 'execute', null);
+    if (fault !== null && faultStage(fault.kind, 'retrieve') === 'gate') return this.#gateFault(x, fault.kind);
+    await this.#park(x, facts);
+    await this.#payLatency(x);
+    if (this.#stale(x)) return this.#drop(x);
+    // Read after the hold and the latency: a test may settle() while the request is parked.
+    const pi = this.#ledger.get(id);
+    if (pi === null) {
+      return this.#deliver(x, 'retrieve', 404, JSON.stringify(errors.resourceMissing('payment_intent', id, 'intent')), fault);
+    }
+    return this.#deliver(x, 'retrieve', 200, JSON.stringify(pi), fault);
+  }
+
+  async #search(x: Exchange, query: URLSearchParams): Promise<void> {
+    const text = query.get('query');
+    const limitText = query.get('limit');
+    const page = query.get('page');
+    const parsed = text === null || text.trim() === '' ? null : parseSearchQuery(text);
+    const clauses = parsed?.ok ? parsed.clauses : [];
+    const facts: RequestFacts = {
+      endpoint: 'search',
+      operationId: queryMetadata(clauses, 'operation_id'),
+      orderId: queryMetadata(clauses, 'order_id'),
+      idempotencyKey: x.record.idempotencyKey,
+      paymentIntentId: null,
+    };
+    x.record.operationId = facts.operationId;
+
+    let rejection: ErrorEnvelope | null = null;
+    const limit = limitText === null ? SEARCH_DEFAULT_LIMIT : Number(limitText);
+    const beforeSeq = page === null || page === '' ? null : decodePage(page);
+    if (parsed === null) rejection = errors.invalidRequest('Missing required param: query.', 'parameter_missing', 'query');
+    else if (!parsed.ok) rejection = errors.invalidRequest(parsed.message, 'parameter_invalid_string', 'query');
+    else if (!Number.isInteger(limit) || limit < 1 || limit > SEARCH_MAX_LIMIT) {
+      rejection = errors.invalidRequest(
+        `Invalid limit: must be an integer between 1 and ${SEARCH_MAX_LIMIT}`,
+        'parameter_invalid_integer',
+        'limit',
+      );
+    } else if (page !== null && page !== '' && beforeSeq === null) {
+      rejection = errors.invalidRequest(`Invalid page: ${page}`, 'parameter_invalid_string', 'page');
+    }
+
+    const fault = this.#chooseFault(x, facts, rejection === null ? 'execute' : 'rejected', null);
+    if (fault !== null && faultStage(fault.kind, 'search') === 'gate') return this.#gateFault(x, fault.kind);
+    if (rejection !== null) return this.#rejectParams(x, rejection);
+    await this.#park(x, facts);
+    await this.#payLatency(x);
+    if (this.#stale(x)) return this.#drop(x);
+    // Visibility is judged when the answer is made, so a lagging PaymentIntent can appear mid-retry.
+    const result = this.#ledger.search(clauses, Date.now() - this.#searchLagMs, limit, beforeSeq);
+    const body = {
+      object: 'search_result',
+      url: '/v1/payment_intents/search',
+      data: result.data,
+      has_more: result.nextBeforeSeq !== null,
+      next_page: result.nextBeforeSeq === null ? null : encodePage(result.nextBeforeSeq),
+    };
+    return this.#deliver(x, 'search', 200, JSON.stringify(body), fault);
+  }
+
+  // --------------------------------------------------------------------------------- fault helpers
+
+  #chooseFault(x: Exchange, facts: RequestFacts, phase: RequestPhase, randomKey: string | null): ChosenFault | null {
+    const fault = this.#plan.choose(facts, phase, randomKey);
+    if (fault !== null) {
+      x.record.fault = fault.kind;
+      x.record.faultSource = fault.source;
+      this.#counters.faults[fault.kind] += 1;
+    }
+    return fault;
+  }
+
+  /** Faults that strike before the idempotency layer: nothing executed, nothing cached. */
+  #gateFault(x: Exchange, kind: FaultKind): Promise<void> {
+    switch (kind) {
+      case 'rate_limited_429':
+        return this.#send(x, 429, errors.rateLimited());
+      case 'unauthorized_401':
+        return this.#send(x, 401, errors.invalidApiKey(header(x.req, 'authorization')?.replace(/^Bearer\s+/i, '') ?? ''));
+      case 'permission_403':
+        return this.#send(x, 403, errors.permission());
+      default:
+        throw new Error(`not a gate fault: ${kind}`);
+    }
+  }
+
+  /** Validation failures: answered, never cached, nothing executed. */
+  #rejectParams(x: Exchange, error: ErrorEnvelope): Promise<void> {
+    this.#counters.validationErrors += 1;
+    return this.#send(x, 400, error);
+  }
+
+  /**
+   * Sends an answer that the server has (executed or replayed), unless an answer-stage fault takes it:
+   * lost (socket destroyed before any byte — the SDK sees ECONNRESET), hung (never answered),
+   * truncated (headers then half a body), or replaced by a proxy's 502 / a plain 500.
+   */
+  async #deliver(
+    x: Exchange,
+    endpoint: Endpoint,
+    status: number,
+    body: string,
+    fault: ChosenFault | null,
+    extraHeaders: Record<string, string> = {},
+  ): Promise<void> {
+    const kind = fault !== null && faultStage(fault.kind, endpoint) === 'answer' ? fault.kind : null;
+    switch (kind) {
+      case 'lost_response_after_commit': {
+        await this.#payLatency(x);
+        this.#finish(x, 'lost');
+        x.req.socket.destroy();
+        return;
+      }
+      case 'hang':
+        // Keep the socket, say nothing. The client's timeout (or close()) ends it; nothing to clean here.
+        this.#finish(x, 'hung');
+        return;
+      case 'truncated_response_after_commit': {
+        await this.#payLatency(x);
+        if (this.#stale(x)) return this.#drop(x);
+        const bytes = Buffer.from(body);
+        x.res.writeHead(status, { ...this.#headers(x, extraHeaders), 'Content-Length': String(bytes.length) });
+        x.res.write(bytes.subarray(0, Math.floor(bytes.length / 2)), () => x.req.socket.destroy());
+        this.#finish(x, 'truncated');
+        return;
+      }
+      case 'proxy_502_after_commit':
+        // Not Stripe talking: no Request-Id, and a JSON body without an `error` key.
+        return this.#send(x, 502, { message: 'Bad Gateway' }, {}, false);
+      case 'error_500_after_commit':
+        return this.#send(x, 500, errors.apiError());
+      default:
+        return this.#send(x, status, body, extraHeaders);
+    }
+  }
+
+  // -------------------------------------------------------------------------- exchange bookkeeping
+
+  #begin(req: IncomingMessage, res: ServerResponse, method: string, path: string, endpoint: Endpoint | 'other'): Exchange {
+    this.#seq += 1;
+    this.#counters.requests[endpoint] += 1;
+    const record: Mutable<RequestRecord> = {
+      seq: this.#seq,
+      at: Date.now(),
+      method,
+      path,
+      endpoint,
+      idempotencyKey: header(req, 'idempotency-key'),
+      operationId: null,
+      paymentIntentId: null,
+      fault: null,
+      faultSource: null,
+      status: 'pending',
+      replayed: false,
+      requestId: randomId('req_', 14),
+      durationMs: null,
+    };
+    this.#log.push(record);
+    if (this.#log.length > this.#logLimit) this.#log.splice(0, this.#log.length - this.#logLimit);
+    return { req, res, record, generation: this.#generation, latencyPaid: false };
+  }
+
+  #finish(x: Exchange, outcome: RequestOutcome): void {
+    if (x.generation !== this.#generation) return;
+    x.record.status = outcome;
+    x.record.durationMs = outcome === 'hung' ? null : Date.now() - x.record.at;
+    const label = String(outcome);
+    this.#counters.answers[label] = (this.#counters.answers[label] ?? 0) + 1;
+  }
+
+  /** Latency is paid once per request, before its answer (for an executing create: while in flight). */
+  async #payLatency(x: Exchange): Promise<void> {
+    if (x.latencyPaid) return;
+    x.latencyPaid = true;
+    if (this.#latencyMs <= 0) return;
+    try {
+      await sleep(this.#latencyMs, undefined, { signal: this.#closing.signal });
+    } catch {
+      // close() aborted the wait; the caller sees #stale() and drops the request.
+    }
+  }
+
+  async #park(x: Exchange, facts: RequestFacts): Promise<void> {
+    const hold = this.#holds.find((h) => matches(h.match, facts));
+    if (hold === undefined) return;
+    hold.taken = true;
+    this.#holds = this.#holds.filter((h) => h !== hold);
+    this.#parked.add(hold);
+    hold.arrived.resolve();
+    await hold.released.promise;
+    this.#parked.delete(hold);
+  }
+
+  #stale(x: Exchange): boolean {
+    return this.#closed !== null || x.generation !== this.#generation;
+  }
+
+  /** After close() or reset(): leave no trace, just hang up. */
+  #drop(x: Exchange): void {
+    x.req.socket.destroy();
+  }
+
+  #headers(x: Exchange, extra: Record<string, string>, stripeHeaders = true): Record<string, string> {
+    const headers: Record<string, string> = { 'Content-Type': 'application/json', ...extra };
+    if (!stripeHeaders) return headers;
+    headers['Request-Id'] = x.record.requestId;
+    const version = header(x.req, 'stripe-version');
+    if (version !== null) headers['Stripe-Version'] = version;
+    // Stripe echoes the key; stripe-node exposes it as lastResponse.idempotencyKey.
+    if (x.record.idempotencyKey !== null && x.req.method === 'POST') headers['Idempotency-Key'] = x.record.idempotencyKey;
+    return headers;
+  }
+
+  async #send(
+    x: Exchange,
+    status: number,
+    body: string | object,
+    extraHeaders: Record<string, string> = {},
+    stripeHeaders = true,
+  ): Promise<void> {
+    await this.#payLatency(x);
+    if (this.#stale(x)) return this.#drop(x);
+    if (x.res.destroyed || x.req.socket.destroyed) return this.#finish(x, 'aborted');
+    x.res.writeHead(status, this.#headers(x, extraHeaders, stripeHeaders));
+    x.res.end(typeof body === 'string' ? body : JSON.stringify(body));
+    this.#finish(x, status);
+  }
+
+  #scheduleSettle(id: string): void {
+    if (this.#processingSettleMs === null) return;
+    const timer = setTimeout(() => {
+      this.#settleTimers.delete(timer);
+      // Someone may have settled it by hand in the meantime; then there is nothing left to do.
+      if (this.#ledger.get(id)?.status === 'processing') this.#ledger.settle(id, 'succeeded');
+    }, this.#processingSettleMs);
+    timer.unref();
+    this.#settleTimers.add(timer);
+  }
+
+  #clearTimers(): void {
+    for (const timer of this.#settleTimers) clearTimeout(timer);
+    this.#settleTimers.clear();
+  }
+}
+
+class BodyTooLarge extends Error {
+  override name = 'BodyTooLarge';
+}
+
+async function readBody(req: IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    const buffer = chunk as Buffer;
+    size += buffer.length;
+    if (size > MAX_BODY_BYTES) throw new BodyTooLarge(`Request body larger than ${MAX_BODY_BYTES} bytes.`);
+    chunks.push(buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}

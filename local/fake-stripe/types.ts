@@ -1,0 +1,227 @@
+// Public types of the fake Stripe server. Everything here is plain data so that the same shapes travel
+// over the /__fake/ HTTP API (JSON) to another process (a soak worker, the CLI).
+
+/**
+ * Every fault the fake can inject, in the fixed order used to turn one random draw into a kind
+ * (see faults.ts). The order is part of reproducibility: do not reorder, only append.
+ */
+export const FAULT_KINDS = [
+  /** Charge executed and its response cached, then the socket is destroyed before any header. */
+  'lost_response_after_commit',
+  /** Charge executed; a 500 is answered AND cached for the key (Stripe replays 500s). */
+  'error_500_after_commit',
+  /** Nothing executed; a 500 is answered and cached for the key (retries keep getting 500). */
+  'error_500_before_commit',
+  /** Nothing executed, nothing cached: 429 comes before the idempotency layer. */
+  'rate_limited_429',
+  /** Charge executed and cached, then the request is never answered (until the client gives up). */
+  'hang',
+  /** Card declined: PaymentIntent created in requires_payment_method, 402 card_error cached. */
+  'decline',
+  /** PaymentIntent created with status 'processing' (settles later). */
+  'processing',
+  /** authentication_error; nothing executed or cached. */
+  'unauthorized_401',
+  /** permission_error; nothing executed or cached. */
+  'permission_403',
+  // Added beyond the brief (scripted use only, in no profile):
+  /**
+   * Charge executed and cached, then a proxy in front of Stripe answers 502 with a JSON body that has
+   * no `error` key. stripe-node resolves such a body as a SUCCESS (the SDK trap in ENVIRONMENT.md):
+   * a gateway must check the resource shape / lastResponse.statusCode.
+   */
+  'proxy_502_after_commit',
+  /**
+   * Charge executed and cached; status line and headers (200) are sent, then the body is cut.
+   * Unlike lost_response_after_commit, stripe-node never retries this one, so it yields a
+   * StripeConnectionError after exactly one HTTP attempt whatever maxNetworkRetries is.
+   */
+  'truncated_response_after_commit',
+] as const;
+export type FaultKind = (typeof FAULT_KINDS)[number];
+
+export type FaultRates = Partial<Record<FaultKind, number>>;
+
+export type Endpoint = 'create' | 'retrieve' | 'search';
+
+/** Which requests a scripted fault or a hold() applies to. Every given field must match; {} matches all. */
+export interface FaultMatch {
+  readonly endpoint?: Endpoint;
+  /** metadata.operation_id of the create, of the retrieved PaymentIntent, or of the search query. */
+  readonly operationId?: string;
+  /** metadata.order_id, found the same way. */
+  readonly orderId?: string;
+  readonly idempotencyKey?: string;
+  /** The retrieved PaymentIntent, or the one a replayed create answers with. */
+  readonly paymentIntentId?: string;
+}
+
+export interface FakeStripeOptions {
+  /** 0 (default) = a random free port. Always bound to 127.0.0.1. */
+  readonly port?: number;
+  /** Added before answering every /v1 request. For an executing create it elapses while the key is in flight. Default 0. */
+  readonly latencyMs?: number;
+  /** A PaymentIntent becomes visible to Search only this long after creation. Default 0. */
+  readonly searchLagMs?: number;
+  /** 'processing' PaymentIntents become 'succeeded' after this; null (default) = only via settle(). */
+  readonly processingSettleMs?: number | null;
+  /** Random faults on creates, reproducible from the seed. Default: none. */
+  readonly faults?: { readonly seed: number; readonly rates: FaultRates };
+  /** A token bucket over all /v1 requests (burst = one second's worth); beyond it: 429. Default: unlimited. */
+  readonly rateLimit?: { readonly perSecond: number };
+  /** Accepted bearer keys; default: any key starting with sk_test_. */
+  readonly apiKeys?: readonly string[];
+  /** How many request records requests() keeps (oldest dropped first). Counters in stats() never drop. Default 100 000. */
+  readonly requestLogLimit?: number;
+}
+
+export type PaymentIntentStatus =
+  | 'requires_payment_method'
+  | 'requires_confirmation'
+  | 'requires_action'
+  | 'processing'
+  | 'requires_capture'
+  | 'succeeded'
+  | 'canceled';
+
+export const PAYMENT_INTENT_STATUSES = [
+  'requires_payment_method',
+  'requires_confirmation',
+  'requires_action',
+  'processing',
+  'requires_capture',
+  'succeeded',
+  'canceled',
+] as const satisfies readonly PaymentIntentStatus[];
+
+export interface LastPaymentError {
+  readonly type: 'card_error';
+  readonly code: string;
+  readonly decline_code?: string;
+  readonly message: string;
+}
+
+/** The PaymentIntent as Stripe serialises it (the subset this product reads). */
+export interface PaymentIntentJson {
+  readonly id: string;
+  readonly object: 'payment_intent';
+  readonly amount: number;
+  readonly currency: string;
+  readonly customer: string | null;
+  readonly payment_method: string | null;
+  readonly status: PaymentIntentStatus;
+  readonly metadata: Readonly<Record<string, string>>;
+  /** Unix seconds. */
+  readonly created: number;
+  readonly livemode: false;
+  readonly capture_method: 'automatic';
+  readonly confirmation_method: 'automatic';
+  readonly last_payment_error: LastPaymentError | null;
+}
+
+/**
+ * Ground truth about one PaymentIntent. Stripe's own fields are snake_case; the two camelCase fields
+ * are the fake's bookkeeping and never appear on the wire.
+ */
+export interface PaymentIntentRecord extends PaymentIntentJson {
+  /** The Idempotency-Key of the request that created it; null when it was sent without one. */
+  readonly idempotencyKey: string | null;
+  /** Creation time in epoch milliseconds (what searchLagMs is measured from). */
+  readonly createdAtMs: number;
+}
+
+/**
+ * What a /v1 request got: an HTTP status; 'lost' (socket destroyed before any byte); 'truncated'
+ * (headers and half a body); 'hung' (never answered); 'aborted' (the client hung up before the answer
+ * was ready); 'pending' while it is still being worked on.
+ */
+export type RequestOutcome = number | 'lost' | 'truncated' | 'hung' | 'aborted' | 'pending';
+
+export interface RequestRecord {
+  /** 1, 2, 3… in arrival order (also the cursor of GET /__fake/requests?since=). */
+  readonly seq: number;
+  /** Arrival time, epoch milliseconds. */
+  readonly at: number;
+  readonly method: string;
+  readonly path: string;
+  /** 'other' for unknown routes. */
+  readonly endpoint: Endpoint | 'other';
+  readonly idempotencyKey: string | null;
+  readonly operationId: string | null;
+  readonly paymentIntentId: string | null;
+  /** The fault that was applied (a drawn random fault that could not apply is not listed). */
+  readonly fault: FaultKind | null;
+  readonly faultSource: 'scripted' | 'random' | null;
+  readonly status: RequestOutcome;
+  /** True when the idempotency layer answered with a stored response. */
+  readonly replayed: boolean;
+  readonly requestId: string;
+  /** Time until the answer (or the loss) in ms; null while pending or hung. */
+  readonly durationMs: number | null;
+}
+
+export interface FakeStripeStats {
+  readonly requests: { readonly total: number } & Readonly<Record<Endpoint | 'other', number>>;
+  /** How requests ended, keyed by HTTP status ('200', '402', …) or 'lost' / 'truncated' / 'hung' / 'aborted'. */
+  readonly answers: Readonly<Record<string, number>>;
+  /** Creates that ran (each made a PaymentIntent, except error_500_before_commit which made none). */
+  readonly createsExecuted: number;
+  readonly replays: number;
+  /** Same key, different parameters (400 idempotency_error). */
+  readonly idempotencyErrors: number;
+  /** Same key while the first request was in flight (409 idempotency_key_in_use). */
+  readonly conflicts409: number;
+  /** 400s from parameter validation (never cached). */
+  readonly validationErrors: number;
+  /** 429s from the token bucket (fault-injected 429s are under faults). */
+  readonly rateLimited: number;
+  readonly faults: Readonly<Record<FaultKind, number>>;
+  readonly paymentIntents: { readonly total: number; readonly byStatus: Readonly<Record<PaymentIntentStatus, number>> };
+  /** Number of metadata.operation_id values with more than one succeeded PaymentIntent. Must stay 0. */
+  readonly doubleCharges: number;
+  readonly doubleChargedOperations: readonly string[];
+  /** The same, by metadata.order_id (the product's promise is per order). */
+  readonly doubleChargedOrders: readonly string[];
+  /** Idempotency keys currently remembered, and how many were forgotten by pruneKeys(). */
+  readonly keysCached: number;
+  readonly keysPruned: number;
+}
+
+export interface HoldHandle {
+  /** Resolves when a matching request has arrived and is parked. */
+  readonly arrived: Promise<void>;
+  /** Lets the parked request go on (or cancels the hold if nothing arrived yet). */
+  release(): void;
+}
+
+export type SettleStatus = 'succeeded' | 'canceled' | 'requires_payment_method';
+
+export interface FakeStripe {
+  readonly url: string;
+  readonly host: string;
+  readonly port: number;
+  /** Stops listening and destroys every connection, hanging and parked ones included. */
+  close(): Promise<void>;
+  /** Scripted faults, consumed in order; they take precedence over random ones. times defaults to 1. */
+  injectFault(match: FaultMatch, fault: FaultKind, times?: number): void;
+  /** Forget cached keys (stands for Stripe pruning keys after > 24 h). Keys still in flight stay. Returns how many. */
+  pruneKeys(filter?: { readonly olderThanMs?: number; readonly idempotencyKey?: string }): number;
+  settle(paymentIntentId: string, status: SettleStatus): void;
+  /**
+   * Park the next matching /v1 request before it is processed, until release(). An executing create
+   * parks after taking its key (a concurrent request with the key meets 409), a replay before its
+   * answer, a retrieve or search before it reads. Requests refused earlier (auth, 429, parameter
+   * mismatch, 409, validation) are not parked.
+   */
+  hold(match: FaultMatch): HoldHandle;
+  /** Ground truth: every PaymentIntent ever created, oldest first. */
+  paymentIntents(filter?: { readonly operationId?: string; readonly orderId?: string }): PaymentIntentRecord[];
+  /** Every /v1 request (up to requestLogLimit), oldest first; since = only those with seq > since. */
+  requests(since?: number): RequestRecord[];
+  stats(): FakeStripeStats;
+  setFaultRates(rates: FaultRates, seed?: number): void;
+  setLatency(ms: number): void;
+  setSearchLag(ms: number): void;
+  /** Forget everything (PaymentIntents, keys, logs, counters, scripted faults, pending holds); settings stay. */
+  reset(): void;
+}

@@ -1,0 +1,396 @@
+// Stripe's wire format as stripe-node speaks it: bracketed form bodies, error envelopes, ids, and the
+// subset of the Search query language the product uses. Pure functions, no state.
+import { createHash, randomBytes } from 'node:crypto';
+import type { PaymentIntentJson, PaymentIntentStatus } from './types.ts';
+
+// ---------------------------------------------------------------------------------------------- ids
+
+const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+
+/** Random-looking ids like Stripe's (pi_3Q…, req_…); never sequential, so no test can lean on order. */
+export function randomId(prefix: string, length: number): string {
+  const bytes = randomBytes(length);
+  let out = prefix;
+  for (const byte of bytes) out += ALPHABET[byte % ALPHABET.length];
+  return out;
+}
+
+// --------------------------------------------------------------------------------------- form bodies
+
+export type FormValue = string | FormObject;
+export interface FormObject {
+  [key: string]: FormValue;
+}
+
+export class FormError extends Error {
+  override name = 'FormError';
+}
+
+/**
+ * Decodes `a=1&metadata[operation_id]=x&expand[0]=y` into nested objects. stripe-node sends brackets
+ * literally (it un-escapes %5B/%5D), other clients escape them; URLSearchParams accepts both.
+ * Arrays stay objects keyed "0", "1"…: nothing here needs them as arrays, and the fingerprint only
+ * needs a canonical form.
+ */
+export function decodeForm(text: string): FormObject {
+  const root: FormObject = {};
+  for (const [rawKey, value] of new URLSearchParams(text)) {
+    const match = /^([^[\]]+)((?:\[[^[\]]*\])*)$/.exec(rawKey);
+    if (match === null) throw new FormError(`Invalid parameter name: ${rawKey}`);
+    const path = [match[1] ?? '', ...[...(match[2] ?? '').matchAll(/\[([^[\]]*)\]/g)].map((m) => m[1] ?? '')];
+    let node = root;
+    for (let i = 0; i < path.length - 1; i += 1) {
+      const part = path[i] ?? '';
+      const next = node[part];
+      if (next === undefined) {
+        const child: FormObject = {};
+        node[part] = child;
+        node = child;
+      } else if (typeof next === 'string') {
+        throw new FormError(`Parameter ${rawKey} conflicts with a plain value`);
+      } else {
+        node = next;
+      }
+    }
+    const leaf = path[path.length - 1] ?? '';
+    if (typeof node[leaf] === 'object') throw new FormError(`Parameter ${rawKey} conflicts with a nested value`);
+    node[leaf] = value;
+  }
+  return root;
+}
+
+function canonical(value: FormValue): unknown {
+  if (typeof value === 'string') return value;
+  return Object.keys(value)
+    .sort()
+    .map((k) => [k, canonical(value[k] ?? '')]);
+}
+
+/**
+ * What "the same parameters" means for the idempotency layer: method, path and the decoded body in
+ * canonical form (parameter order and bracket escaping do not matter, values do).
+ */
+export function fingerprint(method: string, path: string, body: FormObject): string {
+  return createHash('sha256')
+    .update(JSON.stringify([method, path, canonical(body)]))
+    .digest('hex');
+}
+
+// ------------------------------------------------------------------------------------ error envelopes
+
+export interface StripeErrorObject {
+  readonly type:
+    | 'api_error'
+    | 'card_error'
+    | 'idempotency_error'
+    | 'invalid_request_error'
+    | 'authentication_error'
+    | 'permission_error';
+  readonly message: string;
+  readonly code?: string;
+  readonly param?: string;
+  readonly decline_code?: string;
+  readonly payment_intent?: PaymentIntentJson;
+}
+
+export interface ErrorEnvelope {
+  readonly error: StripeErrorObject;
+}
+
+export const errors = {
+  invalidRequest: (message: string, code?: string, param?: string): ErrorEnvelope => ({
+    error: { type: 'invalid_request_error', message, ...(code ? { code } : {}), ...(param ? { param } : {}) },
+  }),
+  resourceMissing: (kind: string, id: string, param: string): ErrorEnvelope => ({
+    error: { type: 'invalid_request_error', code: 'resource_missing', param, message: `No such ${kind}: '${id}'` },
+  }),
+  unknownRoute: (method: string, path: string): ErrorEnvelope => ({
+    error: {
+      type: 'invalid_request_error',
+      message: `Unrecognized request URL (${method}: ${path}). The fake Stripe server models only create, retrieve and search of PaymentIntents.`,
+    },
+  }),
+  idempotencyMismatch: (key: string): ErrorEnvelope => ({
+    error: {
+      type: 'idempotency_error',
+      message: `Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '${key}' if you meant to execute a different request.`,
+    },
+  }),
+  idempotencyInUse: (key: string): ErrorEnvelope => ({
+    error: {
+      type: 'idempotency_error',
+      code: 'idempotency_key_in_use',
+      message: `There is currently another in-progress request using this Idempotent Key (that probably means you submitted twice, and the other request is still going through): ${key}. Please try again later.`,
+    },
+  }),
+  rateLimited: (): ErrorEnvelope => ({
+    error: {
+      type: 'invalid_request_error',
+      code: 'rate_limit',
+      message: 'Too many requests hit the API too quickly. We recommend an exponential backoff of your requests.',
+    },
+  }),
+  noApiKey: (): ErrorEnvelope => ({
+    error: {
+      type: 'authentication_error',
+      message:
+        "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY').",
+    },
+  }),
+  invalidApiKey: (key: string): ErrorEnvelope => ({
+    error: { type: 'authentication_error', message: `Invalid API Key provided: ${redactKey(key)}` },
+  }),
+  permission: (): ErrorEnvelope => ({
+    error: {
+      type: 'permission_error',
+      message: 'The provided key does not have the required permissions for this endpoint.',
+    },
+  }),
+  apiError: (): ErrorEnvelope => ({
+    error: { type: 'api_error', message: 'An unknown error occurred' },
+  }),
+} as const;
+
+/** Keys are secrets even in a fake: logs and error messages show only the tail. */
+export function redactKey(key: string): string {
+  return key.length <= 8 ? '****' : `${key.slice(0, 8)}****${key.slice(-4)}`;
+}
+
+// ------------------------------------------------------------------------------ create PaymentIntent
+
+export interface CreateParams {
+  readonly amount: number;
+  readonly currency: string;
+  readonly customer: string | null;
+  readonly paymentMethod: string | null;
+  readonly confirm: boolean;
+  readonly offSession: boolean;
+  readonly metadata: Readonly<Record<string, string>>;
+}
+
+export type Validated =
+  | { readonly ok: true; readonly params: CreateParams }
+  | { readonly ok: false; readonly error: ErrorEnvelope };
+
+/** Parameters Stripe accepts on this endpoint that the fake tolerates (and ignores unless listed in CreateParams). */
+const KNOWN_CREATE_PARAMS = new Set([
+  'amount',
+  'currency',
+  'customer',
+  'payment_method',
+  'confirm',
+  'off_session',
+  'metadata',
+  'description',
+  'expand',
+  'payment_method_types',
+  'automatic_payment_methods',
+  'return_url',
+  'error_on_requires_action',
+  'receipt_email',
+  'statement_descriptor',
+  'statement_descriptor_suffix',
+]);
+
+/** A customer id the fake treats as nonexistent, to exercise resource_missing. */
+export const MISSING_CUSTOMER = 'cus_missing';
+/** Stripe's ceiling for amount (eight digits). */
+const MAX_AMOUNT = 99_999_999;
+
+/** Thrown inside validateCreate only; carries the 400 to answer. */
+class InvalidParam extends Error {
+  readonly envelope: ErrorEnvelope;
+  constructor(envelope: ErrorEnvelope) {
+    super(envelope.error.message);
+    this.envelope = envelope;
+  }
+}
+
+function invalid(message: string, code: string, param: string): never {
+  throw new InvalidParam(errors.invalidRequest(message, code, param));
+}
+
+function stringParam(body: FormObject, name: string): string | null {
+  const value = body[name];
+  if (value === undefined) return null;
+  if (typeof value !== 'string') invalid(`Invalid ${name}: must be a string`, 'parameter_invalid_string', name);
+  // stripe-node sends null as an empty string, which Stripe reads as "unset".
+  return value === '' ? null : value;
+}
+
+function booleanParam(body: FormObject, name: string): boolean {
+  const value = stringParam(body, name);
+  if (value === null || value === 'false') return false;
+  if (value === 'true') return true;
+  return invalid(`Invalid boolean: ${value}`, 'parameter_invalid_boolean', name);
+}
+
+/**
+ * Stripe validates before it executes, and saves no idempotent result when validation fails — so a
+ * caller that fixes its parameters may retry with the same key. The codes are Stripe's where the
+ * product relies on them (parameter_missing, parameter_invalid_integer, parameter_unknown,
+ * resource_missing, amount_too_small/large); the others only need to be invalid_request_error.
+ */
+export function validateCreate(body: FormObject): Validated {
+  try {
+    return { ok: true, params: parseCreate(body) };
+  } catch (error) {
+    if (error instanceof InvalidParam) return { ok: false, error: error.envelope };
+    throw error;
+  }
+}
+
+function parseCreate(body: FormObject): CreateParams {
+  for (const name of Object.keys(body)) {
+    if (!KNOWN_CREATE_PARAMS.has(name)) invalid(`Received unknown parameter: ${name}`, 'parameter_unknown', name);
+  }
+
+  const amountText = stringParam(body, 'amount') ?? invalid('Missing required param: amount.', 'parameter_missing', 'amount');
+  if (!/^-?\d+$/.test(amountText)) invalid(`Invalid integer: ${amountText}`, 'parameter_invalid_integer', 'amount');
+  const amount = Number(amountText);
+  if (amount < 1) invalid('Amount must be at least 1.', 'amount_too_small', 'amount');
+  if (amount > MAX_AMOUNT) invalid(`Amount must be no more than ${MAX_AMOUNT}.`, 'amount_too_large', 'amount');
+
+  const currencyText =
+    stringParam(body, 'currency') ?? invalid('Missing required param: currency.', 'parameter_missing', 'currency');
+  // Stripe accepts any case and answers lowercase.
+  const currency = currencyText.toLowerCase();
+  if (!/^[a-z]{3}$/.test(currency)) invalid(`Invalid currency: ${currencyText}`, 'parameter_invalid_string', 'currency');
+
+  const customer = stringParam(body, 'customer');
+  if (customer === MISSING_CUSTOMER) throw new InvalidParam(errors.resourceMissing('customer', customer, 'customer'));
+
+  const paymentMethod = stringParam(body, 'payment_method');
+  const confirm = booleanParam(body, 'confirm');
+  const offSession = booleanParam(body, 'off_session');
+  if (offSession && !confirm) {
+    invalid('off_session can only be used with confirm=true.', 'parameter_invalid_boolean', 'off_session');
+  }
+  if (confirm && paymentMethod === null) {
+    invalid('You cannot confirm this PaymentIntent because it is missing a payment method.', 'parameter_missing', 'payment_method');
+  }
+
+  const metadata: Record<string, string> = {};
+  const rawMetadata = body.metadata;
+  if (typeof rawMetadata === 'string') {
+    // `metadata=` (empty) clears metadata; anything else is malformed.
+    if (rawMetadata !== '') invalid('Invalid metadata: must be an object', 'parameter_invalid_string', 'metadata');
+  } else if (rawMetadata !== undefined) {
+    for (const [key, value] of Object.entries(rawMetadata)) {
+      if (typeof value !== 'string') {
+        invalid(`Invalid metadata[${key}]: must be a string`, 'parameter_invalid_string', `metadata[${key}]`);
+      }
+      if (value !== '') metadata[key] = value; // an empty value unsets the key
+    }
+  }
+
+  return { amount, currency, customer, paymentMethod, confirm, offSession, metadata };
+}
+
+/** metadata[key] of a raw body, valid or not — for matching faults and logging before validation. */
+export function metadataValue(body: FormObject, key: string): string | null {
+  const metadata = body.metadata;
+  if (metadata === undefined || typeof metadata === 'string') return null;
+  const value = metadata[key];
+  return typeof value === 'string' && value !== '' ? value : null;
+}
+
+// ------------------------------------------------------------------------- payment-method behaviours
+
+export type CardOutcome =
+  | { readonly kind: 'status'; readonly status: PaymentIntentStatus }
+  | { readonly kind: 'decline'; readonly declineCode: string; readonly message: string };
+
+const GENERIC_DECLINE = { kind: 'decline', declineCode: 'generic_decline', message: 'Your card was declined.' } as const;
+const INSUFFICIENT_FUNDS = {
+  kind: 'decline',
+  declineCode: 'insufficient_funds',
+  message: 'Your card has insufficient funds.',
+} as const;
+
+/** Stripe's test payment methods (and one of our own for 'processing'); anything unlisted succeeds. */
+const PAYMENT_METHOD_OUTCOMES: Readonly<Record<string, CardOutcome>> = {
+  pm_card_chargeDeclined: GENERIC_DECLINE,
+  pm_card_visa_chargeDeclined: GENERIC_DECLINE,
+  pm_card_insufficientFunds: INSUFFICIENT_FUNDS,
+  pm_card_visa_chargeDeclinedInsufficientFunds: INSUFFICIENT_FUNDS,
+  pm_fake_processing: { kind: 'status', status: 'processing' },
+  pm_card_authenticationRequired: { kind: 'status', status: 'requires_action' },
+};
+
+export function cardOutcome(params: CreateParams): CardOutcome {
+  if (!params.confirm) {
+    // Not confirmed: nothing is charged yet.
+    return { kind: 'status', status: params.paymentMethod === null ? 'requires_payment_method' : 'requires_confirmation' };
+  }
+  return PAYMENT_METHOD_OUTCOMES[params.paymentMethod ?? ''] ?? { kind: 'status', status: 'succeeded' };
+}
+
+export const DECLINE_FAULT_OUTCOME: CardOutcome = GENERIC_DECLINE;
+
+// ------------------------------------------------------------------------------------------- search
+
+export type SearchClause =
+  | { readonly field: 'status'; readonly value: string }
+  | { readonly field: 'metadata'; readonly key: string; readonly value: string };
+
+export type ParsedQuery =
+  | { readonly ok: true; readonly clauses: readonly SearchClause[] }
+  | { readonly ok: false; readonly message: string };
+
+/**
+ * The subset of Stripe's Search query language the product uses: exact-match clauses
+ * `metadata['key']:'value'` and `status:'value'` joined by AND (either quote style, `\` escapes).
+ * Anything else (OR, negation, ~, ranges, other fields) is refused loudly rather than misread.
+ */
+export function parseSearchQuery(query: string): ParsedQuery {
+  const clause =
+    /\s*(?:(status)|metadata\[(?:'((?:\\.|[^'\\])*)'|"((?:\\.|[^"\\])*)")\])\s*:\s*(?:'((?:\\.|[^'\\])*)'|"((?:\\.|[^"\\])*)")\s*/y;
+  const and = /AND(?=\s)/y;
+  const unescape = (s: string): string => s.replace(/\\(.)/g, '$1');
+  const clauses: SearchClause[] = [];
+  let position = 0;
+  for (;;) {
+    clause.lastIndex = position;
+    const m = clause.exec(query);
+    if (m === null) {
+      return {
+        ok: false,
+        message:
+          `Unsupported search query at position ${position}: ${JSON.stringify(query)}. ` +
+          "The fake supports metadata['key']:'value' and status:'value' joined by AND.",
+      };
+    }
+    const value = unescape(m[4] ?? m[5] ?? '');
+    if (m[1] === 'status') clauses.push({ field: 'status', value });
+    else clauses.push({ field: 'metadata', key: unescape(m[2] ?? m[3] ?? ''), value });
+    position = clause.lastIndex;
+    if (position === query.length) return { ok: true, clauses };
+    and.lastIndex = position;
+    if (and.exec(query) === null) {
+      return { ok: false, message: `Unsupported search query: expected AND at position ${position} of ${JSON.stringify(query)}` };
+    }
+    position = and.lastIndex;
+  }
+}
+
+export function clauseMatches(clause: SearchClause, pi: PaymentIntentJson): boolean {
+  return clause.field === 'status' ? pi.status === clause.value : pi.metadata[clause.key] === clause.value;
+}
+
+/** metadata[key] named by a search query, for matching faults and holds. */
+export function queryMetadata(clauses: readonly SearchClause[], key: string): string | null {
+  for (const c of clauses) if (c.field === 'metadata' && c.key === key) return c.value;
+  return null;
+}
+
+/** Search pages are cursors ("older than PaymentIntent #n"), so new PaymentIntents never shift a page. */
+export function encodePage(beforeSeq: number): string {
+  return `page_${Buffer.from(`before:${beforeSeq}`).toString('base64url')}`;
+}
+
+export function decodePage(page: string): number | null {
+  if (!page.startsWith('page_')) return null;
+  const m = /^before:(\d+)$/.exec(Buffer.from(page.slice(5), 'base64url').toString('utf8'));
+  return m === null ? null : Number(m[1]);
+}
