@@ -257,6 +257,17 @@ describe('beyond the seed', () => {
     expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(1);
   });
 
+  it('a non-2xx answer without an error body (the SDK resolves it as success) is read as ambiguous, not as paid', async () => {
+    const id = await engine().requestCharge(order());
+    stripe.fake.injectFault({ operationId: id }, 'proxy_502_after_commit');
+    const first = await engine().executeCharge(id);
+    expect(first).toMatchObject({ status: 'unknown', disposition: 'attempted' });
+    expect(first.outcome).toMatchObject({ errorClass: 'UnexpectedResponse', externalId: null });
+    await makeDue(id);
+    expect((await engine().executeCharge(id)).status).toBe('succeeded');
+    expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(1);
+  });
+
   it('429 → stays pending with next_attempt_at in the future; not retried before it', async () => {
     const id = await engine().requestCharge(order());
     stripe.fake.injectFault({ operationId: id }, 'rate_limited_429');

@@ -1,5 +1,8 @@
 // The outcome-event contract (DESIGN §6) for consumers: order services, e-mail senders, ledgers.
-// Delivery is at least once. Deduplicate on `detail.eventId`; it is stable across re-sends.
+// Delivery is at least once. Deduplicate on `detail.eventId`: it is the same on every re-send.
+// One source of truth: the zod schema below; the JSON Schema for consumers is generated from it
+// (schemas/charge-outcome-detail.v1.json, kept in sync by test/outbox.test.ts).
+import { z } from 'zod';
 
 export const DEFAULT_EVENT_SOURCE = 'payments.charges';
 
@@ -12,47 +15,32 @@ export type DetailType = (typeof DetailType)[keyof typeof DetailType];
 
 export const EVENT_VERSION = 1;
 
-/** `detail` of every outcome event. Additive changes keep `version`; anything else bumps it. */
-export interface ChargeOutcomeDetail {
-  readonly version: 1;
-  /** Stable id of this event: the same on every re-send. Consumers deduplicate on it. */
-  readonly eventId: string;
-  readonly operationId: string;
-  readonly orderId: string;
-  readonly status: 'succeeded' | 'failed' | 'needs_review';
-  /** Minor units (cents). */
-  readonly amount: number;
-  readonly currency: string;
-  /** The Stripe PaymentIntent id, when one is known. */
-  readonly externalId: string | null;
-  /** Review reason (needs_review) or failure code (failed, e.g. insufficient_funds); null on success. */
-  readonly reason: string | null;
-  /** When the outcome was recorded (ISO 8601, UTC). */
-  readonly occurredAt: string;
-}
+export const chargeOutcomeDetailSchema = z
+  .object({
+    version: z.literal(1).describe('Additive changes keep the version; anything else bumps it.'),
+    eventId: z.uuid().describe('Stable id of this event, the same on every re-send: deduplicate on it.'),
+    operationId: z.uuid().describe('The payment operation (one per order).'),
+    orderId: z.string().min(1).max(128),
+    status: z.enum(['succeeded', 'failed', 'needs_review']),
+    amount: z.number().int().positive().describe('Minor units (cents).'),
+    currency: z.string().regex(/^[a-z]{3}$/),
+    externalId: z.string().nullable().describe('The Stripe PaymentIntent id, when one is known.'),
+    reason: z.string().nullable().describe('Review reason (needs_review) or failure code (failed); null on success.'),
+    occurredAt: z.iso.datetime().describe('When the outcome was recorded (ISO 8601, UTC).'),
+  })
+  .describe('detail of the Charge Succeeded / Charge Failed / Charge Needs Review events');
+
+/** `detail` of every outcome event. */
+export type ChargeOutcomeDetail = z.infer<typeof chargeOutcomeDetailSchema>;
 
 /** JSON Schema (draft 2020-12) of `detail`, for consumers that validate or generate code. */
-export const chargeOutcomeDetailSchema = {
-  $schema: 'https://json-schema.org/draft/2020-12/schema',
-  $id: 'https://schemas.example.com/payments.charges/charge-outcome/v1.json',
-  title: 'ChargeOutcomeDetail',
-  description: 'detail of the Charge Succeeded / Charge Failed / Charge Needs Review events (source payments.charges)',
-  type: 'object',
-  additionalProperties: true,
-  required: ['version', 'eventId', 'operationId', 'orderId', 'status', 'amount', 'currency', 'externalId', 'reason', 'occurredAt'],
-  properties: {
-    version: { const: 1 },
-    eventId: { type: 'string', format: 'uuid' },
-    operationId: { type: 'string', format: 'uuid' },
-    orderId: { type: 'string', minLength: 1, maxLength: 128 },
-    status: { enum: ['succeeded', 'failed', 'needs_review'] },
-    amount: { type: 'integer', minimum: 1 },
-    currency: { type: 'string', pattern: '^[a-z]{3}$' },
-    externalId: { type: ['string', 'null'] },
-    reason: { type: ['string', 'null'] },
-    occurredAt: { type: 'string', format: 'date-time' },
-  },
-} as const;
+export function chargeOutcomeDetailJsonSchema(): Record<string, unknown> {
+  return {
+    $id: 'urn:payments.charges:charge-outcome-detail:v1',
+    title: 'ChargeOutcomeDetail',
+    ...z.toJSONSchema(chargeOutcomeDetailSchema, { target: 'draft-2020-12' }),
+  };
+}
 
 /** The detail-type that announces a status. */
 export function detailTypeOf(status: ChargeOutcomeDetail['status']): DetailType {

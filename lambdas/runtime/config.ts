@@ -1,0 +1,147 @@
+// Configuration from the environment (DESIGN §8): DATABASE_URL / STRIPE_SECRET_KEY locally,
+// Secrets Manager ARNs on AWS. Parsed once, validated with clear messages, no secret ever logged.
+import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
+import { worstCaseCallMs } from '../payments/stripe-gateway.ts';
+import { PIPELINE } from './settings.ts';
+
+export interface RuntimeConfig {
+  readonly database: {
+    /** Local: a full URL. */
+    readonly url: string | undefined;
+    /** AWS: the RDS-generated secret (JSON with host, port, username, password, dbname). */
+    readonly secretArn: string | undefined;
+    /** off (local), require (encrypt, no verification), verify-full (encrypt and verify the RDS CA). */
+    readonly ssl: 'off' | 'require' | 'verify-full';
+    /** Connections per container. A Lambda container serves one invocation at a time. */
+    readonly poolMax: number;
+    readonly statementTimeoutMs: number;
+    readonly connectTimeoutMs: number;
+    readonly applicationName: string;
+  };
+  readonly stripe: {
+    readonly apiKey: string | undefined;
+    readonly secretArn: string | undefined;
+    readonly apiBase: string | undefined;
+    readonly timeoutMs: number;
+    readonly maxNetworkRetries: number;
+  };
+  readonly events: {
+    /** Unset: events stay in the outbox (counted by the gauges) until a relay with a bus runs. */
+    readonly busName: string | undefined;
+    readonly source: string;
+    /** Local PutEvents endpoint (the project's fake EventBridge). */
+    readonly endpoint: string | undefined;
+  };
+  readonly charge: {
+    /** Stripe calls in flight at once within one batch. */
+    readonly concurrency: number;
+    /** No Stripe call starts unless this much time is left in the invocation. */
+    readonly safetyMarginMs: number;
+    readonly maxAmount: number;
+  };
+  readonly reconcile: {
+    /** Stripe requests per second this sweep may make (creates + retrieves + searches). */
+    readonly maxRequestsPerSecond: number;
+    /** Search requests per second (Stripe's Search limit is 20/s per account). */
+    readonly maxSearchesPerSecond: number;
+    readonly concurrency: number;
+    readonly pageSize: number;
+    readonly safetyMarginMs: number;
+  };
+  /**
+   * The engine's policy (handlers pass it to ChargeEngine). Only shortening is allowed: a key window
+   * longer than 23 h would re-send keys Stripe may have pruned. The local runtime's "time-lapse"
+   * mode shortens everything so that a demo reaches its end states in a minute.
+   */
+  readonly policy: Partial<EnginePolicy>;
+  readonly region: string | undefined;
+}
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+function integer(env: Env, name: string, fallback: number, min = 0, max = Number.MAX_SAFE_INTEGER): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min || value > max) throw new ConfigError(`${name} must be an integer in [${min}, ${max}], got "${raw}"`);
+  return value;
+}
+
+function number(env: Env, name: string, fallback: number, min: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value < min) throw new ConfigError(`${name} must be a number ≥ ${min}, got "${raw}"`);
+  return value;
+}
+
+function oneOf<T extends string>(env: Env, name: string, allowed: readonly T[], fallback: T): T {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  if (!(allowed as readonly string[]).includes(raw)) throw new ConfigError(`${name} must be one of ${allowed.join(', ')}, got "${raw}"`);
+  return raw as T;
+}
+
+const blank = (value: string | undefined) => (value === undefined || value === '' ? undefined : value);
+
+export function loadConfig(env: Env = process.env): RuntimeConfig {
+  const config: RuntimeConfig = {
+    database: {
+      url: blank(env.DATABASE_URL),
+      secretArn: blank(env.DB_SECRET_ARN),
+      ssl: oneOf(env, 'DB_SSL', ['off', 'require', 'verify-full'], blank(env.DB_SECRET_ARN) ? 'verify-full' : 'off'),
+      poolMax: integer(env, 'DB_POOL_MAX', 2, 1, 100),
+      statementTimeoutMs: integer(env, 'DB_STATEMENT_TIMEOUT_MS', 10_000, 100),
+      connectTimeoutMs: integer(env, 'DB_CONNECT_TIMEOUT_MS', 5_000, 100),
+      applicationName: blank(env.DB_APPLICATION_NAME) ?? blank(env.AWS_LAMBDA_FUNCTION_NAME) ?? 'charge-pipeline',
+    },
+    stripe: {
+      apiKey: blank(env.STRIPE_SECRET_KEY),
+      secretArn: blank(env.STRIPE_SECRET_ARN),
+      apiBase: blank(env.STRIPE_API_BASE),
+      timeoutMs: integer(env, 'STRIPE_TIMEOUT_MS', 10_000, 100),
+      maxNetworkRetries: integer(env, 'STRIPE_MAX_NETWORK_RETRIES', 1, 0, 5),
+    },
+    events: {
+      busName: blank(env.EVENT_BUS_NAME),
+      source: blank(env.EVENT_SOURCE) ?? PIPELINE.eventSource,
+      endpoint: blank(env.EVENTS_ENDPOINT),
+    },
+    charge: {
+      concurrency: integer(env, 'CHARGE_CONCURRENCY', 10, 1, 100),
+      safetyMarginMs: integer(env, 'CHARGE_SAFETY_MARGIN_MS', 5_000, 0),
+      maxAmount: integer(env, 'MAX_CHARGE_AMOUNT', 99_999_999, 1),
+    },
+    reconcile: {
+      maxRequestsPerSecond: number(env, 'RECONCILE_MAX_RPS', 20, 0.1),
+      maxSearchesPerSecond: number(env, 'RECONCILE_SEARCH_MAX_RPS', 5, 0.1),
+      concurrency: integer(env, 'RECONCILE_CONCURRENCY', 8, 1, 100),
+      pageSize: integer(env, 'RECONCILE_PAGE_SIZE', 50, 1, 1000),
+      safetyMarginMs: integer(env, 'RECONCILE_SAFETY_MARGIN_MS', 5_000, 0),
+    },
+    policy: {
+      keyWindowMs: integer(env, 'KEY_WINDOW_MS', DEFAULT_POLICY.keyWindowMs, 1_000, DEFAULT_POLICY.keyWindowMs),
+      earlySearchAfterMs: integer(env, 'EARLY_SEARCH_AFTER_MS', DEFAULT_POLICY.earlySearchAfterMs, 0),
+      leaseMs: integer(env, 'LEASE_MS', DEFAULT_POLICY.leaseMs, 1_000),
+      unsettledReviewAfterMs: integer(env, 'UNSETTLED_REVIEW_AFTER_MS', DEFAULT_POLICY.unsettledReviewAfterMs, 1_000),
+    },
+    region: blank(env.AWS_REGION),
+  };
+  if (!config.database.url && !config.database.secretArn) throw new ConfigError('set DATABASE_URL (local) or DB_SECRET_ARN (AWS)');
+  // A lease shorter than one worst-case Stripe call would let a second worker in while the first is
+  // still waiting for its answer: harmless for money (same key), but wasteful and noisy (409s).
+  const worstCall = worstCaseCallMs(config.stripe);
+  if ((config.policy.leaseMs ?? DEFAULT_POLICY.leaseMs) <= worstCall) {
+    throw new ConfigError(`LEASE_MS must exceed the worst-case Stripe call (${worstCall} ms for STRIPE_TIMEOUT_MS × retries)`);
+  }
+  return config;
+}
+
+/** Require Stripe credentials only where Stripe is called (the migrate function needs none). */
+export function assertStripeConfigured(config: RuntimeConfig): void {
+  if (!config.stripe.apiKey && !config.stripe.secretArn) throw new ConfigError('set STRIPE_SECRET_KEY (local) or STRIPE_SECRET_ARN (AWS)');
+}
