@@ -1,0 +1,112 @@
+// Every alarm the pipeline defines, with the one line an on-call person needs first: what it means
+// when it fires. The construct builds exactly these (a test checks both directions), and the
+// README runbook has one section per entry.
+import { METRICS, PIPELINE } from '../lambdas/runtime/settings.ts';
+
+export interface AlarmMetricRef {
+  readonly namespace: string;
+  readonly metricName: string;
+}
+
+export interface AlarmDescription {
+  /** Stable name: the alarm's construct id and the suffix of its CloudWatch alarm name. */
+  readonly name: string;
+  /** One line for the runbook: what it means when this alarm fires. */
+  readonly meaning: string;
+  /** The metric(s) the alarm watches. */
+  readonly metrics: readonly AlarmMetricRef[];
+}
+
+const SQS = 'AWS/SQS';
+const LAMBDA = 'AWS/Lambda';
+const APP = PIPELINE.metricsNamespace;
+
+export const ALARM_CATALOG = [
+  {
+    name: 'DeadLetterQueueNotEmpty',
+    meaning:
+      'A charge request could not be recorded in the database after maxReceiveCount receives and is parked in the DLQ: nothing was charged for it yet; fix the cause, then redrive.',
+    metrics: [{ namespace: SQS, metricName: 'ApproximateNumberOfMessagesVisible' }],
+  },
+  {
+    name: 'OldestMessageTooOld',
+    meaning:
+      'The oldest charge request has waited on the queue longer than the threshold: intake is falling behind or a message group is stuck.',
+    metrics: [{ namespace: SQS, metricName: 'ApproximateAgeOfOldestMessage' }],
+  },
+  {
+    name: 'ChargeFunctionErrors',
+    meaning:
+      'The charge function crashed or timed out (a declined card is not an error): its batch is redelivered and may end in the DLQ.',
+    metrics: [{ namespace: LAMBDA, metricName: 'Errors' }],
+  },
+  {
+    name: 'ChargeFunctionThrottled',
+    meaning:
+      "Charge invocations were throttled: the account's Lambda concurrency is exhausted, so intake slows down.",
+    metrics: [{ namespace: LAMBDA, metricName: 'Throttles' }],
+  },
+  {
+    name: 'ReconcileFunctionErrors',
+    meaning: 'A reconcile sweep crashed or timed out: open operations and unpublished events wait for the next sweep.',
+    metrics: [{ namespace: LAMBDA, metricName: 'Errors' }],
+  },
+  {
+    name: 'ReconcileFunctionThrottled',
+    meaning: "A reconcile sweep was throttled: the account's Lambda concurrency is exhausted.",
+    metrics: [{ namespace: LAMBDA, metricName: 'Throttles' }],
+  },
+  {
+    name: 'ReconcilerNotRunning',
+    meaning:
+      'No reconcile sweep has run, or none has published its gauges, for 10 minutes: open operations are not being settled and the other gauge alarms are blind.',
+    metrics: [
+      { namespace: LAMBDA, metricName: 'Invocations' },
+      { namespace: APP, metricName: METRICS.reviewQueueSize },
+    ],
+  },
+  {
+    name: 'ReviewQueueNotEmpty',
+    meaning:
+      'At least one operation waits for a human decision (key window expired without proof, idempotency-key misuse, conflicting order): resolve it with the ops tool.',
+    metrics: [{ namespace: APP, metricName: METRICS.reviewQueueSize }],
+  },
+  {
+    name: 'OldestOpenOperationTooOld',
+    meaning:
+      'An operation has stayed pending or unknown longer than the threshold: Stripe is failing or refusing, or a lease is stuck.',
+    metrics: [{ namespace: APP, metricName: METRICS.oldestOpenAgeSeconds }],
+  },
+  {
+    name: 'RejectedMessages',
+    meaning:
+      'A message was rejected (not JSON, bad schema, or an order that conflicts with an existing one) and recorded in rejected_messages: a producer bug; nothing was charged.',
+    metrics: [{ namespace: APP, metricName: METRICS.rejectedMessages }],
+  },
+  {
+    name: 'StripeAuthErrors',
+    meaning:
+      'Stripe refused the API key (401/403): the key is wrong, rolled or lacks a permission; charges stay pending until it is fixed.',
+    metrics: [{ namespace: APP, metricName: METRICS.stripeAuthErrors }],
+  },
+  {
+    name: 'StripeIdempotencyErrors',
+    meaning:
+      'Stripe reported an idempotency-key misuse (same key, different parameters): a bug; the operation went to human review.',
+    metrics: [{ namespace: APP, metricName: METRICS.idempotencyErrors }],
+  },
+  {
+    name: 'OutcomeEventsNotPublished',
+    meaning:
+      'An outcome event has waited in the outbox longer than the threshold: PutEvents is failing and downstream services are not being told.',
+    metrics: [{ namespace: APP, metricName: METRICS.oldestUnpublishedEventAgeSeconds }],
+  },
+] as const satisfies readonly AlarmDescription[];
+
+export type AlarmName = (typeof ALARM_CATALOG)[number]['name'];
+
+export function describeAlarm(name: AlarmName): AlarmDescription {
+  const found = ALARM_CATALOG.find((entry) => entry.name === name);
+  if (!found) throw new Error(`unknown alarm ${name}`);
+  return found;
+}

@@ -1,0 +1,80 @@
+// The default stack: one ChargePipeline configured from DeploymentSettings (CDK context), plus the
+// outputs an operator needs after `cdk deploy`.
+import * as cdk from 'aws-cdk-lib';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import type { Construct } from 'constructs';
+import { PIPELINE } from '../lambdas/runtime/settings.ts';
+import { ChargePipeline } from './charge-pipeline.ts';
+import type { DeploymentSettings, RemovalPolicyName } from './config.ts';
+import type { PipelineLogLevel } from './pipeline-function.ts';
+
+export interface ChargePipelineStackProps extends cdk.StackProps {
+  readonly settings: DeploymentSettings;
+}
+
+const REMOVAL_POLICY: Record<RemovalPolicyName, cdk.RemovalPolicy> = {
+  retain: cdk.RemovalPolicy.RETAIN,
+  snapshot: cdk.RemovalPolicy.SNAPSHOT,
+  destroy: cdk.RemovalPolicy.DESTROY,
+};
+
+export function stackNameFor(environment: string): string {
+  return `ChargePipeline-${environment}`;
+}
+
+export class ChargePipelineStack extends cdk.Stack {
+  readonly pipeline: ChargePipeline;
+
+  constructor(scope: Construct, id: string, props: ChargePipelineStackProps) {
+    super(scope, id, {
+      description: `Exactly-once-effect charge pipeline (${props.settings.environment}): SQS FIFO -> Lambda -> PostgreSQL -> Stripe`,
+      ...props,
+    });
+    const s = props.settings;
+    const env = s.environment;
+
+    this.pipeline = new ChargePipeline(this, 'Pipeline', {
+      natGateways: s.natGateways,
+      databaseInstanceType: s.dbInstanceClass ? new ec2.InstanceType(s.dbInstanceClass) : undefined,
+      multiAz: s.multiAz,
+      removalPolicy: s.removalPolicy ? REMOVAL_POLICY[s.removalPolicy] : undefined,
+      deletionProtection: s.deletionProtection,
+      databasePoolMax: s.databasePoolMax,
+      stripeSecret: s.stripeSecretArn
+        ? secretsmanager.Secret.fromSecretCompleteArn(this, 'StripeSecret', s.stripeSecretArn)
+        : undefined,
+      // Names carry the environment so that dev and prod can share an account and region.
+      queueName: `${env}-${PIPELINE.queueName}`,
+      deadLetterQueueName: `${env}-${PIPELINE.dlqName}`,
+      eventBusName: `${env}-${PIPELINE.eventBusName}`,
+      chargeMaxConcurrency: s.chargeMaxConcurrency,
+      chargeStripeConcurrency: s.chargeStripeConcurrency,
+      reconcileMaxRps: s.reconcileMaxRps,
+      reconcileSearchMaxRps: s.reconcileSearchMaxRps,
+      reconcileConcurrency: s.reconcileConcurrency,
+      operatorRole: s.opsRoleArn
+        ? iam.Role.fromRoleArn(this, 'OperatorRole', s.opsRoleArn, { mutable: false })
+        : undefined,
+      alarmEmail: s.alarmEmail,
+      dashboardName: `${this.stackName}-${cdk.Aws.REGION}`,
+      logLevel: s.logLevel as PipelineLogLevel | undefined,
+    });
+
+    const p = this.pipeline;
+    const output = (id: string, value: string, description: string) =>
+      new cdk.CfnOutput(this, id, { value, description });
+    output('QueueUrl', p.queue.queueUrl, 'Charge requests go here (npm run produce -- --queue-url ...)');
+    output('DeadLetterQueueUrl', p.deadLetterQueue.queueUrl, 'Requests that could not be recorded; redrive after a fix');
+    output('StripeSecretArn', p.stripeSecret.secretArn, 'Put the Stripe secret key here');
+    output('DatabaseSecretArn', p.databaseSecret.secretArn, 'Generated database credentials');
+    output('EventBusName', p.eventBus.eventBusName, 'Outcome events (source ' + PIPELINE.eventSource + ')');
+    output('OpsFunctionName', p.opsFunction.functionName, 'Operator commands: aws lambda invoke / npm run ops -- --lambda');
+    output('MigrateFunctionName', p.migrateFunction.functionName, 'Applies the migrations (runs on every deploy that changes them)');
+    output('AlarmTopicArn', p.alarmTopic.topicArn, 'Alarm notifications');
+    if (p.exampleConsumerQueue) {
+      output('ExampleConsumerQueueUrl', p.exampleConsumerQueue.queueUrl, 'Every outcome event, for the example consumer');
+    }
+  }
+}

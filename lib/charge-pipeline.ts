@@ -1,0 +1,437 @@
+// ChargePipeline: the whole pipeline as one construct, so it can be embedded in any CDK app.
+//
+//   producer ──▶ SQS FIFO ──▶ charge λ ──▶ PostgreSQL (RDS) ──▶ Stripe
+//                   │ DLQ         │              ▲     outbox ──▶ EventBridge bus ──▶ consumers
+//                   ▼             ▼              │
+//                alarms     Scheduler ──▶ reconcile λ (settles open operations, relays outbox, gauges)
+//                           operator ──▶ ops λ (review queue)        migrate λ ◀── Trigger on deploy
+//
+// The default stack (bin/app.ts) is one use of it. Every child construct mirrors a box above.
+import * as cdk from 'aws-cdk-lib';
+import type * as cw from 'aws-cdk-lib/aws-cloudwatch';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import type * as events from 'aws-cdk-lib/aws-events';
+import type * as iam from 'aws-cdk-lib/aws-iam';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import type * as rds from 'aws-cdk-lib/aws-rds';
+import * as scheduler from 'aws-cdk-lib/aws-scheduler';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import type * as sns from 'aws-cdk-lib/aws-sns';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import type * as triggers from 'aws-cdk-lib/triggers';
+import { Construct } from 'constructs';
+import { PIPELINE } from '../lambdas/runtime/settings.ts';
+import { ChargeFunction } from './charge-function.ts';
+import { ChargeQueue } from './charge-queue.ts';
+import { Database } from './database.ts';
+import { Migrations } from './migrations.ts';
+import { Network } from './network.ts';
+import { Observability, type PipelineAlarm, type PipelineMetricName, pipelineMetric } from './observability.ts';
+import { OpsFunction } from './ops-function.ts';
+import { OutcomeEvents } from './outcome-events.ts';
+import { LAMBDA_CA_BUNDLE, type PipelineFunction, type PipelineLogLevel } from './pipeline-function.ts';
+import { Reconciler } from './reconciler.ts';
+import { validateChargePipelineProps } from './validation.ts';
+
+export interface ChargePipelineProps {
+  // ── network ──────────────────────────────────────────────────────────────────────────────────
+  /**
+   * An existing VPC to deploy into. It needs PRIVATE_WITH_EGRESS subnets (the functions reach
+   * Stripe through them) and PRIVATE_ISOLATED subnets (the database) in at least two AZs.
+   * @default - a new VPC over 2 AZs: public, private-with-egress and isolated subnets, flow logs on
+   */
+  readonly vpc?: ec2.IVpc;
+  /**
+   * NAT gateways of the new VPC: 1 is cheapest; 2 keeps Stripe reachable when one AZ fails.
+   * Not allowed together with `vpc`.
+   * @default 1
+   */
+  readonly natGateways?: number;
+
+  // ── database ─────────────────────────────────────────────────────────────────────────────────
+  /** @default t4g.micro (db.t4g.micro) */
+  readonly databaseInstanceType?: ec2.InstanceType;
+  /** A standby in a second AZ with automatic failover (doubles the instance price). @default false */
+  readonly multiAz?: boolean;
+  /** @default 20 */
+  readonly databaseAllocatedStorageGiB?: number;
+  /** Storage autoscaling ceiling. @default 100 */
+  readonly databaseMaxAllocatedStorageGiB?: number;
+  /** Automated backups (point-in-time recovery window), 1 to 35 days. @default Duration.days(7) */
+  readonly backupRetention?: cdk.Duration;
+  /**
+   * What happens to stateful resources when the stack is deleted or they leave it.
+   * RETAIN keeps everything; SNAPSHOT takes a final database snapshot and keeps the database secret
+   * and the log groups; DESTROY deletes everything.
+   * @default RemovalPolicy.SNAPSHOT
+   */
+  readonly removalPolicy?: cdk.RemovalPolicy;
+  /** Refuse to delete the database instance. @default true, unless removalPolicy is DESTROY */
+  readonly deletionProtection?: boolean;
+  /** Connections per function container (DB_POOL_MAX). @default 2 */
+  readonly databasePoolMax?: number;
+
+  // ── Stripe ───────────────────────────────────────────────────────────────────────────────────
+  /**
+   * The Secrets Manager secret holding the Stripe secret key: the key as SecretString, or JSON
+   * `{"apiKey": "sk_…"}`. A secret encrypted with a customer managed key also needs kms:Decrypt
+   * for the functions' roles (grant it on the key).
+   * @default - a new secret holding `{"apiKey": ""}`; operators put the key (see README, Deploy)
+   */
+  readonly stripeSecret?: secretsmanager.ISecret;
+
+  // ── queue ────────────────────────────────────────────────────────────────────────────────────
+  /** @default PIPELINE.queueName ('charge-requests.fifo') */
+  readonly queueName?: string;
+  /** @default PIPELINE.dlqName ('charge-requests-dlq.fifo') */
+  readonly deadLetterQueueName?: string;
+  /** Receives before a record that could not be made durable goes to the DLQ. @default PIPELINE.maxReceiveCount (5) */
+  readonly maxReceiveCount?: number;
+
+  // ── charge function ──────────────────────────────────────────────────────────────────────────
+  /**
+   * Maximum concurrent charge invocations (event source ScalingConfig.MaximumConcurrency, 2-1000).
+   * Stripe calls in flight ≤ chargeMaxConcurrency × chargeStripeConcurrency; database connections
+   * ≈ chargeMaxConcurrency × databasePoolMax. See README, "How to scale it".
+   * @default 5
+   */
+  readonly chargeMaxConcurrency?: number;
+  /** Stripe calls in flight per charge invocation (CHARGE_CONCURRENCY), 1 to the batch size (10). @default 2 */
+  readonly chargeStripeConcurrency?: number;
+
+  // ── reconciler ───────────────────────────────────────────────────────────────────────────────
+  /** @default PIPELINE.reconcileSchedule (rate(1 minute)) */
+  readonly reconcileSchedule?: scheduler.ScheduleExpression;
+  /** Stripe requests per second one sweep may make (RECONCILE_MAX_RPS). @default 5 */
+  readonly reconcileMaxRps?: number;
+  /** Stripe Search requests per second one sweep may make (RECONCILE_SEARCH_MAX_RPS), ≤ 20. @default 2 */
+  readonly reconcileSearchMaxRps?: number;
+  /** Operations a sweep works on at once (RECONCILE_CONCURRENCY). @default 4 */
+  readonly reconcileConcurrency?: number;
+
+  // ── outcome events ───────────────────────────────────────────────────────────────────────────
+  /** @default PIPELINE.eventBusName ('charge-outcomes') */
+  readonly eventBusName?: string;
+  /** The `source` of every outcome event. @default PIPELINE.eventSource ('payments.charges') */
+  readonly eventSource?: string;
+  /** How long the bus archive keeps events for replay. @default Duration.days(30) */
+  readonly eventArchiveRetention?: cdk.Duration;
+  /** Create the example consumer (a rule delivering every outcome to an SQS queue). @default true */
+  readonly exampleConsumer?: boolean;
+
+  // ── operators ────────────────────────────────────────────────────────────────────────────────
+  /**
+   * The role on-call people assume to run operator commands; the only principal the ops function's
+   * resource policy allows to invoke it.
+   * @default - no resource-based permission: only principals whose own IAM policies allow
+   *   lambda:InvokeFunction on it (administrators) can invoke it
+   */
+  readonly operatorRole?: iam.IRole;
+
+  // ── observability ────────────────────────────────────────────────────────────────────────────
+  /** Subscribe this address to the alarm topic (the recipient confirms by e-mail). @default - no subscription */
+  readonly alarmEmail?: string;
+  /** Send alarms to this topic instead of a new one. @default - a new topic encrypted with a new KMS key */
+  readonly alarmTopic?: sns.ITopic;
+  /** Prefix of every CloudWatch alarm name. @default `${stackName}-` */
+  readonly alarmNamePrefix?: string;
+  /** OldestMessageTooOld fires above this. @default Duration.minutes(10) */
+  readonly oldestMessageAgeAlarmThreshold?: cdk.Duration;
+  /** OldestOpenOperationTooOld fires above this. @default Duration.hours(1) */
+  readonly oldestOpenOperationAgeAlarmThreshold?: cdk.Duration;
+  /** OutcomeEventsNotPublished fires above this. @default Duration.minutes(5) */
+  readonly oldestUnpublishedEventAgeAlarmThreshold?: cdk.Duration;
+  /** @default - a name generated by CloudFormation */
+  readonly dashboardName?: string;
+  /** POWERTOOLS_LOG_LEVEL of every function. @default 'INFO' */
+  readonly logLevel?: PipelineLogLevel;
+  /** Retention of the functions', database's and flow logs' log groups. @default RetentionDays.THREE_MONTHS */
+  readonly logRetention?: logs.RetentionDays;
+}
+
+export const CHARGE_PIPELINE_DEFAULTS = {
+  natGateways: 1,
+  databaseInstanceType: 't4g.micro',
+  multiAz: false,
+  databaseAllocatedStorageGiB: 20,
+  databaseMaxAllocatedStorageGiB: 100,
+  backupRetentionDays: 7,
+  databasePoolMax: 2,
+  chargeMaxConcurrency: 5,
+  chargeStripeConcurrency: 2,
+  reconcileMaxRps: 5,
+  reconcileSearchMaxRps: 2,
+  reconcileConcurrency: 4,
+  eventArchiveRetentionDays: 30,
+  oldestMessageAgeAlarmMinutes: 10,
+  oldestOpenOperationAgeAlarmMinutes: 60,
+  oldestUnpublishedEventAgeAlarmMinutes: 5,
+  logLevel: 'INFO',
+  opsFunctionTimeoutSeconds: 60,
+} as const;
+
+export class ChargePipeline extends Construct {
+  readonly vpc: ec2.IVpc;
+  /** The functions' security group (HTTPS out, PostgreSQL to the database). */
+  readonly functionsSecurityGroup: ec2.ISecurityGroup;
+  readonly database: rds.DatabaseInstance;
+  /** The generated database credentials (JSON with host, port, username, password, dbname). */
+  readonly databaseSecret: secretsmanager.ISecret;
+  readonly stripeSecret: secretsmanager.ISecret;
+  readonly queue: sqs.Queue;
+  readonly deadLetterQueue: sqs.Queue;
+  readonly chargeFunction: PipelineFunction;
+  readonly chargeEventSourceMapping: lambda.EventSourceMapping;
+  readonly reconcileFunction: PipelineFunction;
+  readonly reconcileSchedule: scheduler.Schedule;
+  readonly migrateFunction: PipelineFunction;
+  readonly migrationTrigger: triggers.Trigger;
+  readonly opsFunction: PipelineFunction;
+  readonly eventBus: events.EventBus;
+  readonly eventArchive: events.Archive;
+  readonly exampleConsumerQueue?: sqs.Queue;
+  readonly alarmTopic: sns.ITopic;
+  /** Every alarm with its one-line meaning, in ALARM_CATALOG order (the README runbook covers each). */
+  readonly alarms: readonly PipelineAlarm[];
+  readonly dashboard: cw.Dashboard;
+  readonly metricsNamespace: string;
+
+  constructor(scope: Construct, id: string, props: ChargePipelineProps = {}) {
+    super(scope, id);
+    validateChargePipelineProps(props);
+
+    const d = CHARGE_PIPELINE_DEFAULTS;
+    const removalPolicy = props.removalPolicy ?? cdk.RemovalPolicy.SNAPSHOT;
+    const logRetention = props.logRetention ?? logs.RetentionDays.THREE_MONTHS;
+    const logLevel = props.logLevel ?? d.logLevel;
+    const eventSource = props.eventSource ?? PIPELINE.eventSource;
+    this.metricsNamespace = PIPELINE.metricsNamespace;
+    const common = { logLevel, metricsNamespace: this.metricsNamespace, logRetention, removalPolicy };
+
+    const network = new Network(this, 'Network', {
+      vpc: props.vpc,
+      natGateways: props.natGateways ?? d.natGateways,
+      logRetention,
+      removalPolicy,
+    });
+    this.vpc = network.vpc;
+    this.functionsSecurityGroup = network.functionsSecurityGroup;
+    const placement = { vpc: this.vpc, securityGroup: network.functionsSecurityGroup };
+
+    const database = new Database(this, 'Database', {
+      vpc: this.vpc,
+      clientSecurityGroup: network.functionsSecurityGroup,
+      instanceType: props.databaseInstanceType ?? new ec2.InstanceType(d.databaseInstanceType),
+      multiAz: props.multiAz ?? d.multiAz,
+      allocatedStorageGiB: props.databaseAllocatedStorageGiB ?? d.databaseAllocatedStorageGiB,
+      maxAllocatedStorageGiB: props.databaseMaxAllocatedStorageGiB ?? d.databaseMaxAllocatedStorageGiB,
+      backupRetention: props.backupRetention ?? cdk.Duration.days(d.backupRetentionDays),
+      deletionProtection: props.deletionProtection ?? removalPolicy !== cdk.RemovalPolicy.DESTROY,
+      removalPolicy,
+      logRetention,
+    });
+    this.database = database.instance;
+    this.databaseSecret = database.secret;
+
+    this.stripeSecret = props.stripeSecret ?? this.createStripeSecret(removalPolicy);
+
+    const chargeTimeout = cdk.Duration.seconds(PIPELINE.chargeFunctionTimeoutSeconds);
+    const intake = new ChargeQueue(this, 'Intake', {
+      queueName: props.queueName ?? PIPELINE.queueName,
+      deadLetterQueueName: props.deadLetterQueueName ?? PIPELINE.dlqName,
+      maxReceiveCount: props.maxReceiveCount ?? PIPELINE.maxReceiveCount,
+      visibilityTimeout: cdk.Duration.seconds(
+        Math.max(PIPELINE.visibilityTimeoutSeconds, 6 * PIPELINE.chargeFunctionTimeoutSeconds),
+      ),
+      removalPolicy,
+    });
+    this.queue = intake.queue;
+    this.deadLetterQueue = intake.deadLetterQueue;
+
+    const outcomes = new OutcomeEvents(this, 'OutcomeEvents', {
+      eventBusName: props.eventBusName ?? PIPELINE.eventBusName,
+      eventSource,
+      archiveRetention: props.eventArchiveRetention ?? cdk.Duration.days(d.eventArchiveRetentionDays),
+      exampleConsumer: props.exampleConsumer ?? true,
+    });
+    this.eventBus = outcomes.eventBus;
+    this.eventArchive = outcomes.archive;
+    this.exampleConsumerQueue = outcomes.exampleConsumerQueue;
+
+    // What the functions read. Secrets are referenced by ARN and fetched at run time: no secret
+    // value is ever in the template or the function configuration.
+    const databaseEnv = {
+      DB_SECRET_ARN: this.databaseSecret.secretArn,
+      DB_SSL: 'verify-full',
+      NODE_EXTRA_CA_CERTS: LAMBDA_CA_BUNDLE,
+    };
+    const pipelineEnv = {
+      ...databaseEnv,
+      DB_POOL_MAX: String(props.databasePoolMax ?? d.databasePoolMax),
+      STRIPE_SECRET_ARN: this.stripeSecret.secretArn,
+      EVENT_BUS_NAME: this.eventBus.eventBusName,
+      EVENT_SOURCE: eventSource,
+    };
+
+    const migrations = new Migrations(this, 'Migrations', {
+      ...placement,
+      ...common,
+      environment: databaseEnv,
+      after: [database],
+    });
+    this.migrateFunction = migrations.function;
+    this.migrationTrigger = migrations.trigger;
+
+    const charge = new ChargeFunction(this, 'Charge', {
+      ...placement,
+      ...common,
+      queue: this.queue,
+      environment: pipelineEnv,
+      maxConcurrency: props.chargeMaxConcurrency ?? d.chargeMaxConcurrency,
+      stripeConcurrency: props.chargeStripeConcurrency ?? d.chargeStripeConcurrency,
+      timeout: chargeTimeout,
+    });
+    this.chargeFunction = charge.function;
+    this.chargeEventSourceMapping = charge.eventSourceMapping;
+
+    const reconciler = new Reconciler(this, 'Reconciler', {
+      ...placement,
+      ...common,
+      environment: pipelineEnv,
+      schedule: props.reconcileSchedule ?? scheduler.ScheduleExpression.expression(PIPELINE.reconcileSchedule),
+      maxRps: props.reconcileMaxRps ?? d.reconcileMaxRps,
+      searchMaxRps: props.reconcileSearchMaxRps ?? d.reconcileSearchMaxRps,
+      concurrency: props.reconcileConcurrency ?? d.reconcileConcurrency,
+      timeout: cdk.Duration.seconds(PIPELINE.reconcileFunctionTimeoutSeconds),
+    });
+    this.reconcileFunction = reconciler.function;
+    this.reconcileSchedule = reconciler.schedule;
+
+    const ops = new OpsFunction(this, 'Ops', {
+      ...placement,
+      ...common,
+      environment: pipelineEnv,
+      operatorRole: props.operatorRole,
+      timeout: cdk.Duration.seconds(d.opsFunctionTimeoutSeconds),
+    });
+    this.opsFunction = ops.function;
+
+    // Least privilege: each function reads the secrets it uses and publishes to this bus only.
+    this.databaseSecret.grantRead(this.migrateFunction);
+    for (const fn of [this.chargeFunction, this.reconcileFunction, this.opsFunction]) {
+      this.databaseSecret.grantRead(fn);
+      this.stripeSecret.grantRead(fn);
+      outcomes.grantPutEvents(fn);
+    }
+
+    // Nothing takes traffic before the schema is there: on the first deploy the event source
+    // mapping and the schedule are created only after the migrations succeeded; on later deploys
+    // the functions' new code lands only after the new migrations ran (expand first, then code).
+    migrations.runBefore(
+      this.chargeEventSourceMapping,
+      this.reconcileSchedule,
+      this.chargeFunction,
+      this.reconcileFunction,
+      this.opsFunction,
+    );
+
+    const observability = new Observability(this, 'Observability', {
+      metricsNamespace: this.metricsNamespace,
+      queue: this.queue,
+      deadLetterQueue: this.deadLetterQueue,
+      chargeFunction: this.chargeFunction,
+      reconcileFunction: this.reconcileFunction,
+      database: this.database,
+      eventBus: this.eventBus,
+      exampleConsumerRule: outcomes.exampleConsumerRule,
+      alarmTopic: props.alarmTopic,
+      alarmEmail: props.alarmEmail,
+      alarmNamePrefix: props.alarmNamePrefix ?? `${cdk.Stack.of(this).stackName}-`,
+      oldestMessageAgeThreshold:
+        props.oldestMessageAgeAlarmThreshold ?? cdk.Duration.minutes(d.oldestMessageAgeAlarmMinutes),
+      oldestOpenOperationAgeThreshold:
+        props.oldestOpenOperationAgeAlarmThreshold ?? cdk.Duration.minutes(d.oldestOpenOperationAgeAlarmMinutes),
+      oldestUnpublishedEventAgeThreshold:
+        props.oldestUnpublishedEventAgeAlarmThreshold ?? cdk.Duration.minutes(d.oldestUnpublishedEventAgeAlarmMinutes),
+      dashboardName: props.dashboardName,
+      removalPolicy,
+    });
+    this.alarmTopic = observability.alarmTopic;
+    this.alarms = observability.alarms;
+    this.dashboard = observability.dashboard;
+  }
+
+  private createStripeSecret(removalPolicy: cdk.RemovalPolicy): secretsmanager.Secret {
+    const secret = new secretsmanager.Secret(this, 'StripeSecret', {
+      description:
+        'Stripe secret API key for the charge pipeline: put the key as the SecretString (or JSON {"apiKey": "..."})',
+      // Created empty: the functions refuse to call Stripe ("the Stripe secret is empty") until an
+      // operator puts the key; the key itself never passes through the template.
+      secretObjectValue: { apiKey: cdk.SecretValue.unsafePlainText('') },
+      // Kept unless DESTROY: deleting it would make whoever redeploys hunt for the key again.
+      removalPolicy: removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
+    });
+    cdk.Validations.of(secret).acknowledge({
+      id: 'AwsSolutions-SMG4',
+      reason:
+        'A Stripe key is rolled in the Stripe dashboard and then put here by an operator, so Secrets Manager has no rotation function to run.',
+    });
+    return secret;
+  }
+
+  /** Let a producer send charge requests (sqs:SendMessage on the intake queue). */
+  grantSendChargeRequests(grantee: iam.IGrantable): iam.Grant {
+    return this.queue.grantSendMessages(grantee);
+  }
+
+  /** Let a principal run operator commands (lambda:InvokeFunction on the ops function). */
+  grantInvokeOps(grantee: iam.IGrantable): iam.Grant {
+    return this.opsFunction.grantInvoke(grantee);
+  }
+
+  /** Let a principal put the Stripe key into the secret (e.g. a rotation job). */
+  grantPutStripeKey(grantee: iam.IGrantable): iam.Grant {
+    return this.stripeSecret.grantWrite(grantee);
+  }
+
+  /** Let a principal publish outcome events on the bus (a test harness, a replay tool). */
+  grantPutOutcomeEvents(grantee: iam.IGrantable): iam.Grant {
+    return this.eventBus.grantPutEventsTo(grantee);
+  }
+
+  /** Any metric the functions publish (EMF, dimension service = PIPELINE.serviceName). */
+  metric(metricName: PipelineMetricName, props?: cw.MetricOptions): cw.Metric {
+    return pipelineMetric(this.metricsNamespace, metricName, props);
+  }
+
+  /** Operations waiting for a human (gauge, published by every sweep). */
+  metricReviewQueueSize(props?: cw.MetricOptions): cw.Metric {
+    return this.metric('ReviewQueueSize', { statistic: 'Maximum', ...props });
+  }
+
+  /** Age of the oldest open operation in seconds (gauge). */
+  metricOldestOpenOperationAge(props?: cw.MetricOptions): cw.Metric {
+    return this.metric('OldestOpenOperationAgeSeconds', { statistic: 'Maximum', ...props });
+  }
+
+  /** Age of the oldest unpublished outcome event in seconds (gauge). */
+  metricOldestUnpublishedEventAge(props?: cw.MetricOptions): cw.Metric {
+    return this.metric('OldestUnpublishedEventAgeSeconds', { statistic: 'Maximum', ...props });
+  }
+
+  /** Charges that succeeded (count). */
+  metricChargeSucceeded(props?: cw.MetricOptions): cw.Metric {
+    return this.metric('ChargeSucceeded', { statistic: 'Sum', ...props });
+  }
+
+  /** Charges that failed for good (count). */
+  metricChargeFailed(props?: cw.MetricOptions): cw.Metric {
+    return this.metric('ChargeFailed', { statistic: 'Sum', ...props });
+  }
+
+  /** Messages rejected as malformed or conflicting (count). */
+  metricRejectedMessages(props?: cw.MetricOptions): cw.Metric {
+    return this.metric('RejectedMessages', { statistic: 'Sum', ...props });
+  }
+}

@@ -1,0 +1,62 @@
+// The network: public subnets for the NAT gateway(s), private subnets with egress for the functions
+// (Stripe is on the internet), isolated subnets for the database. Flow logs for the record.
+import * as cdk from 'aws-cdk-lib';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import { Construct } from 'constructs';
+
+export interface NetworkProps {
+  /** Use this VPC instead of creating one. It needs PRIVATE_WITH_EGRESS and PRIVATE_ISOLATED subnets in 2 AZs. */
+  readonly vpc?: ec2.IVpc;
+  /** NAT gateways of a new VPC (1 = cheapest, 2 = one per AZ, survives an AZ outage). */
+  readonly natGateways: number;
+  readonly logRetention: logs.RetentionDays;
+  readonly removalPolicy: cdk.RemovalPolicy;
+}
+
+export class Network extends Construct {
+  readonly vpc: ec2.IVpc;
+  /** The functions' security group: HTTPS out (through NAT) and PostgreSQL to the database, nothing else. */
+  readonly functionsSecurityGroup: ec2.SecurityGroup;
+
+  constructor(scope: Construct, id: string, props: NetworkProps) {
+    super(scope, id);
+
+    if (props.vpc) {
+      this.vpc = props.vpc;
+    } else {
+      const vpc = new ec2.Vpc(this, 'Vpc', {
+        maxAzs: 2,
+        natGateways: props.natGateways,
+        subnetConfiguration: [
+          { name: 'public', subnetType: ec2.SubnetType.PUBLIC, cidrMask: 24 },
+          { name: 'functions', subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS, cidrMask: 20 },
+          { name: 'database', subnetType: ec2.SubnetType.PRIVATE_ISOLATED, cidrMask: 24 },
+        ],
+      });
+      vpc.addFlowLog('FlowLog', {
+        destination: ec2.FlowLogDestination.toCloudWatchLogs(
+          new logs.LogGroup(this, 'FlowLogs', {
+            retention: props.logRetention,
+            removalPolicy:
+              props.removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
+          }),
+        ),
+        trafficType: ec2.FlowLogTrafficType.ALL,
+      });
+      this.vpc = vpc;
+    }
+
+    this.functionsSecurityGroup = new ec2.SecurityGroup(this, 'FunctionsSecurityGroup', {
+      vpc: this.vpc,
+      description: 'Charge pipeline functions: HTTPS out, PostgreSQL to the database',
+      allowAllOutbound: false,
+    });
+    // Stripe, Secrets Manager and EventBridge are HTTPS endpoints reached through the NAT gateway.
+    this.functionsSecurityGroup.addEgressRule(
+      ec2.Peer.anyIpv4(),
+      ec2.Port.tcp(443),
+      'HTTPS to Stripe and AWS APIs through the NAT gateway',
+    );
+  }
+}

@@ -1,0 +1,331 @@
+// Observability: the alarms of ALARM_CATALOG to an SNS topic (optional e-mail subscription), and a
+// dashboard with the queue, the functions, the outcomes and the reconciler's gauges.
+import * as cdk from 'aws-cdk-lib';
+import * as cw from 'aws-cdk-lib/aws-cloudwatch';
+import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
+import type * as events from 'aws-cdk-lib/aws-events';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as kms from 'aws-cdk-lib/aws-kms';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import type * as rds from 'aws-cdk-lib/aws-rds';
+import * as sns from 'aws-cdk-lib/aws-sns';
+import * as subscriptions from 'aws-cdk-lib/aws-sns-subscriptions';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+import { METRICS, PIPELINE } from '../lambdas/runtime/settings.ts';
+import { type AlarmName, describeAlarm } from './alarm-catalog.ts';
+
+export type PipelineMetricName = (typeof METRICS)[keyof typeof METRICS];
+
+/** A metric the functions publish as EMF: namespace + dimension service = PIPELINE.serviceName. */
+export function pipelineMetric(namespace: string, metricName: PipelineMetricName, props: cw.MetricOptions = {}): cw.Metric {
+  return new cw.Metric({
+    namespace,
+    metricName,
+    dimensionsMap: { service: PIPELINE.serviceName },
+    period: cdk.Duration.minutes(5),
+    ...props,
+  });
+}
+
+export interface PipelineAlarm {
+  readonly name: AlarmName;
+  /** One line for the runbook. */
+  readonly meaning: string;
+  readonly alarm: cw.Alarm;
+}
+
+export interface ObservabilityProps {
+  readonly metricsNamespace: string;
+  readonly queue: sqs.IQueue;
+  readonly deadLetterQueue: sqs.IQueue;
+  readonly chargeFunction: lambda.IFunction;
+  readonly reconcileFunction: lambda.IFunction;
+  readonly database: rds.DatabaseInstance;
+  readonly eventBus: events.IEventBus;
+  readonly exampleConsumerRule?: events.IRule;
+  readonly alarmTopic?: sns.ITopic;
+  readonly alarmEmail?: string;
+  readonly alarmNamePrefix: string;
+  readonly oldestMessageAgeThreshold: cdk.Duration;
+  readonly oldestOpenOperationAgeThreshold: cdk.Duration;
+  readonly oldestUnpublishedEventAgeThreshold: cdk.Duration;
+  readonly dashboardName?: string;
+  readonly removalPolicy: cdk.RemovalPolicy;
+}
+
+const FIVE_MINUTES = cdk.Duration.minutes(5);
+
+export class Observability extends Construct {
+  readonly alarmTopic: sns.ITopic;
+  readonly alarms: readonly PipelineAlarm[];
+  readonly dashboard: cw.Dashboard;
+
+  constructor(scope: Construct, id: string, props: ObservabilityProps) {
+    super(scope, id);
+    this.alarmTopic = props.alarmTopic ?? this.createTopic(props.removalPolicy);
+    if (props.alarmEmail) {
+      this.alarmTopic.addSubscription(new subscriptions.EmailSubscription(props.alarmEmail));
+    }
+
+    const app = (name: PipelineMetricName, options: cw.MetricOptions = {}) =>
+      pipelineMetric(props.metricsNamespace, name, options);
+    const sum = { statistic: cw.Stats.SUM, period: FIVE_MINUTES };
+    const max = { statistic: cw.Stats.MAXIMUM, period: FIVE_MINUTES };
+    const alarms: PipelineAlarm[] = [];
+    const action = new cwActions.SnsAction(this.alarmTopic);
+
+    const add = (
+      name: AlarmName,
+      metric: cw.IMetric,
+      threshold: number,
+      options: Partial<Pick<cw.AlarmProps, 'comparisonOperator' | 'evaluationPeriods' | 'datapointsToAlarm' | 'treatMissingData'>> = {},
+    ) => {
+      const { meaning } = describeAlarm(name);
+      const alarm = new cw.Alarm(this, name, {
+        alarmName: `${props.alarmNamePrefix}${name}`,
+        alarmDescription: meaning,
+        metric,
+        threshold,
+        comparisonOperator: options.comparisonOperator ?? cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluationPeriods: options.evaluationPeriods ?? 1,
+        datapointsToAlarm: options.datapointsToAlarm ?? options.evaluationPeriods ?? 1,
+        treatMissingData: options.treatMissingData ?? cw.TreatMissingData.NOT_BREACHING,
+      });
+      alarm.addAlarmAction(action);
+      alarm.addOkAction(action);
+      alarms.push({ name, meaning, alarm });
+      return alarm;
+    };
+
+    // Intake
+    add('DeadLetterQueueNotEmpty', props.deadLetterQueue.metricApproximateNumberOfMessagesVisible(max), 0);
+    add(
+      'OldestMessageTooOld',
+      props.queue.metricApproximateAgeOfOldestMessage(max),
+      props.oldestMessageAgeThreshold.toSeconds(),
+    );
+    // Functions
+    add('ChargeFunctionErrors', props.chargeFunction.metricErrors(sum), 0);
+    add('ChargeFunctionThrottled', props.chargeFunction.metricThrottles(sum), 0);
+    add('ReconcileFunctionErrors', props.reconcileFunction.metricErrors(sum), 0);
+    add('ReconcileFunctionThrottled', props.reconcileFunction.metricThrottles(sum), 0);
+    // The reconciler runs every minute and publishes its gauges each run. If either is missing for
+    // two 5-minute periods, nothing settles open operations and the gauge alarms below see nothing.
+    add(
+      'ReconcilerNotRunning',
+      new cw.MathExpression({
+        expression: 'MIN([FILL(invocations, 0), FILL(gauges, 0)])',
+        usingMetrics: {
+          invocations: props.reconcileFunction.metricInvocations(sum),
+          gauges: app(METRICS.reviewQueueSize, { statistic: cw.Stats.SAMPLE_COUNT, period: FIVE_MINUTES }),
+        },
+        label: 'reconcile runs that published gauges',
+        period: FIVE_MINUTES,
+      }),
+      1,
+      {
+        comparisonOperator: cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+        evaluationPeriods: 2,
+        treatMissingData: cw.TreatMissingData.BREACHING,
+      },
+    );
+    // Gauges and counters the functions publish
+    add('ReviewQueueNotEmpty', app(METRICS.reviewQueueSize, max), 0);
+    add(
+      'OldestOpenOperationTooOld',
+      app(METRICS.oldestOpenAgeSeconds, max),
+      props.oldestOpenOperationAgeThreshold.toSeconds(),
+    );
+    add('RejectedMessages', app(METRICS.rejectedMessages, sum), 0);
+    add('StripeAuthErrors', app(METRICS.stripeAuthErrors, sum), 0);
+    add('StripeIdempotencyErrors', app(METRICS.idempotencyErrors, sum), 0);
+    add(
+      'OutcomeEventsNotPublished',
+      app(METRICS.oldestUnpublishedEventAgeSeconds, max),
+      props.oldestUnpublishedEventAgeThreshold.toSeconds(),
+    );
+    this.alarms = alarms;
+
+    this.dashboard = this.createDashboard(props, app);
+  }
+
+  private createTopic(removalPolicy: cdk.RemovalPolicy): sns.Topic {
+    // CloudWatch can publish to an encrypted topic only through a customer managed key that lets it.
+    const key = new kms.Key(this, 'AlarmTopicKey', {
+      description: 'Charge pipeline alarm topic encryption',
+      enableKeyRotation: true,
+      // Nothing stays encrypted under it once the topic is gone (SNS keeps no messages).
+      removalPolicy: removalPolicy === cdk.RemovalPolicy.RETAIN ? cdk.RemovalPolicy.RETAIN : cdk.RemovalPolicy.DESTROY,
+      pendingWindow: cdk.Duration.days(7),
+    });
+    key.addToResourcePolicy(
+      new iam.PolicyStatement({
+        sid: 'AllowCloudWatchAlarmsToPublish',
+        principals: [new iam.ServicePrincipal('cloudwatch.amazonaws.com')],
+        actions: ['kms:Decrypt', 'kms:GenerateDataKey*'],
+        resources: ['*'],
+      }),
+    );
+    const topic = new sns.Topic(this, 'AlarmTopic', {
+      displayName: 'Charge pipeline alarms',
+      masterKey: key,
+      enforceSSL: true,
+    });
+    // The topic policy CDK writes replaces SNS's default one, which is what let same-account
+    // CloudWatch alarms publish; say it explicitly, for this account's alarms only.
+    const stack = cdk.Stack.of(this);
+    topic.addToResourcePolicy(
+      new iam.PolicyStatement({
+        sid: 'AllowThisAccountsAlarmsToPublish',
+        principals: [new iam.ServicePrincipal('cloudwatch.amazonaws.com')],
+        actions: ['sns:Publish'],
+        resources: [topic.topicArn],
+        conditions: {
+          StringEquals: { 'aws:SourceAccount': stack.account },
+          ArnLike: { 'aws:SourceArn': `arn:${stack.partition}:cloudwatch:${stack.region}:${stack.account}:alarm:*` },
+        },
+      }),
+    );
+    return topic;
+  }
+
+  private createDashboard(
+    props: ObservabilityProps,
+    app: (name: PipelineMetricName, options?: cw.MetricOptions) => cw.Metric,
+  ): cw.Dashboard {
+    const sum = (name: PipelineMetricName) => app(name, { statistic: cw.Stats.SUM, period: cdk.Duration.minutes(1) });
+    const gauge = (name: PipelineMetricName) => app(name, { statistic: cw.Stats.MAXIMUM, period: cdk.Duration.minutes(1) });
+    const fn = (f: lambda.IFunction, label: string) => [
+      f.metricInvocations({ label: `${label} invocations`, period: cdk.Duration.minutes(1) }),
+      f.metricErrors({ label: `${label} errors`, period: cdk.Duration.minutes(1) }),
+      f.metricThrottles({ label: `${label} throttles`, period: cdk.Duration.minutes(1) }),
+    ];
+    const width = 8;
+
+    const dashboard = new cw.Dashboard(this, 'Dashboard', {
+      dashboardName: props.dashboardName,
+      defaultInterval: cdk.Duration.hours(3),
+    });
+    dashboard.addWidgets(
+      new cw.AlarmStatusWidget({
+        title: 'Alarms',
+        alarms: this.alarms.map((entry) => entry.alarm),
+        width: 24,
+        height: 4,
+      }),
+    );
+    dashboard.addWidgets(
+      new cw.GraphWidget({
+        title: 'Queue: requests waiting and in flight',
+        width,
+        left: [
+          props.queue.metricApproximateNumberOfMessagesVisible({ label: 'visible' }),
+          props.queue.metricApproximateNumberOfMessagesNotVisible({ label: 'in flight' }),
+          props.deadLetterQueue.metricApproximateNumberOfMessagesVisible({ label: 'DLQ' }),
+        ],
+      }),
+      new cw.GraphWidget({
+        title: 'Queue: age of the oldest request (s)',
+        width,
+        left: [props.queue.metricApproximateAgeOfOldestMessage({ label: 'oldest' })],
+        leftAnnotations: [{ value: props.oldestMessageAgeThreshold.toSeconds(), label: 'alarm' }],
+      }),
+      new cw.GraphWidget({
+        title: 'Outcomes per minute',
+        width,
+        left: [
+          sum(METRICS.chargeSucceeded),
+          sum(METRICS.chargeFailed),
+          sum(METRICS.chargeLeftOpen),
+          sum(METRICS.reconciledOperations),
+        ],
+      }),
+    );
+    dashboard.addWidgets(
+      new cw.GraphWidget({
+        title: 'Charge function',
+        width,
+        left: fn(props.chargeFunction, 'charge'),
+        right: [props.chargeFunction.metricDuration({ statistic: cw.Stats.p(99), label: 'p99 duration' })],
+      }),
+      new cw.GraphWidget({
+        title: 'Reconcile function',
+        width,
+        left: fn(props.reconcileFunction, 'reconcile'),
+        right: [props.reconcileFunction.metricDuration({ statistic: cw.Stats.MAXIMUM, label: 'max duration' })],
+      }),
+      new cw.GraphWidget({
+        title: 'Problems (should stay at 0)',
+        width,
+        left: [
+          sum(METRICS.rejectedMessages),
+          sum(METRICS.recordsNotDurable),
+          sum(METRICS.stripeAuthErrors),
+          sum(METRICS.idempotencyErrors),
+        ],
+      }),
+    );
+    dashboard.addWidgets(
+      new cw.GraphWidget({
+        title: 'Open operations',
+        width,
+        left: [gauge(METRICS.openPending), gauge(METRICS.openUnknown), gauge(METRICS.reviewQueueSize)],
+      }),
+      new cw.GraphWidget({
+        title: 'Oldest open operation / unpublished event (s)',
+        width,
+        left: [gauge(METRICS.oldestOpenAgeSeconds), gauge(METRICS.oldestUnpublishedEventAgeSeconds)],
+      }),
+      new cw.GraphWidget({
+        title: 'Outbox and rejected messages',
+        width,
+        left: [gauge(METRICS.unpublishedEvents), gauge(METRICS.rejectedLastPeriod)],
+      }),
+    );
+    const databaseMetric = (metricName: string, label: string) =>
+      new cw.Metric({
+        namespace: 'AWS/RDS',
+        metricName,
+        dimensionsMap: { DBInstanceIdentifier: props.database.instanceIdentifier },
+        statistic: cw.Stats.MAXIMUM,
+        period: cdk.Duration.minutes(1),
+        label,
+      });
+    const eventWidgets: cw.IWidget[] = [];
+    const consumerRule = props.exampleConsumerRule;
+    if (consumerRule) {
+      const rule = (metricName: string, label: string) =>
+        new cw.Metric({
+          namespace: 'AWS/Events',
+          metricName,
+          dimensionsMap: { EventBusName: props.eventBus.eventBusName, RuleName: consumerRule.ruleName },
+          statistic: cw.Stats.SUM,
+          period: cdk.Duration.minutes(1),
+          label,
+        });
+      eventWidgets.push(
+        new cw.GraphWidget({
+          title: 'Example consumer rule',
+          width,
+          left: [rule('MatchedEvents', 'matched'), rule('Invocations', 'delivered'), rule('FailedInvocations', 'failed')],
+        }),
+      );
+    }
+    dashboard.addWidgets(
+      new cw.GraphWidget({
+        title: 'Database: connections and CPU',
+        width,
+        left: [databaseMetric('DatabaseConnections', 'connections')],
+        right: [databaseMetric('CPUUtilization', 'CPU %')],
+      }),
+      new cw.GraphWidget({
+        title: 'Database: free storage (bytes)',
+        width,
+        left: [databaseMetric('FreeStorageSpace', 'free storage')],
+      }),
+      ...eventWidgets,
+    );
+    return dashboard;
+  }
+}

@@ -1,0 +1,53 @@
+// The ops function: the operator CLI's commands (review list / show / resolve / reissue, stats...)
+// run inside the VPC, so on-call people never need a network path to the database. Only the
+// configured operator role may invoke it through the function's resource policy.
+import type * as cdk from 'aws-cdk-lib';
+import type * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as logs from 'aws-cdk-lib/aws-logs';
+import { Construct } from 'constructs';
+import { PipelineFunction, type PipelineLogLevel } from './pipeline-function.ts';
+
+export interface OpsFunctionProps {
+  readonly vpc: ec2.IVpc;
+  readonly securityGroup: ec2.ISecurityGroup;
+  readonly environment: Record<string, string>;
+  /** The role operators assume; the only principal the resource policy lets invoke the function. */
+  readonly operatorRole?: iam.IRole;
+  readonly timeout: cdk.Duration;
+  readonly logLevel: PipelineLogLevel;
+  readonly metricsNamespace: string;
+  readonly logRetention: logs.RetentionDays;
+  readonly removalPolicy: cdk.RemovalPolicy;
+}
+
+export class OpsFunction extends Construct {
+  readonly function: PipelineFunction;
+
+  constructor(scope: Construct, id: string, props: OpsFunctionProps) {
+    super(scope, id);
+    this.function = new PipelineFunction(this, 'Function', {
+      handler: 'ops',
+      description: 'Charge pipeline: operator commands (review queue, audit trail, stats), invoked with IAM',
+      vpc: props.vpc,
+      securityGroup: props.securityGroup,
+      timeout: props.timeout,
+      memorySize: 256,
+      environment: props.environment,
+      logLevel: props.logLevel,
+      metricsNamespace: props.metricsNamespace,
+      logRetention: props.logRetention,
+      removalPolicy: props.removalPolicy,
+      // An operator command is run once, by a person who sees its result; never replayed.
+      asyncRetryAttempts: 0,
+    });
+    if (props.operatorRole) {
+      // A resource-based permission for that role's ARN: nothing is attached to the role itself,
+      // which may live in another stack or account.
+      this.function.addPermission('InvokeByOperatorRole', {
+        principal: new iam.ArnPrincipal(props.operatorRole.roleArn),
+        action: 'lambda:InvokeFunction',
+      });
+    }
+  }
+}

@@ -1,0 +1,158 @@
+// Props are checked before anything is built, and every problem is reported at once with the
+// value that was given and the range that is allowed.
+import * as cdk from 'aws-cdk-lib';
+import { PIPELINE } from '../lambdas/runtime/settings.ts';
+import type { ChargePipelineProps } from './charge-pipeline.ts';
+
+export class ChargePipelinePropsError extends Error {
+  override readonly name = 'ChargePipelinePropsError';
+  readonly problems: readonly string[];
+
+  constructor(problems: readonly string[]) {
+    super(`Invalid ChargePipeline props:\n  - ${problems.join('\n  - ')}`);
+    this.problems = problems;
+  }
+}
+
+export const LOG_LEVELS = ['DEBUG', 'INFO', 'WARN', 'ERROR'] as const;
+
+/** Lambda's limits for an SQS event source's MaximumConcurrency. */
+export const EVENT_SOURCE_MAX_CONCURRENCY = { min: 2, max: 1000 } as const;
+/** Stripe's documented defaults (live mode): searches per second, requests per second per account. */
+export const STRIPE_LIMITS = { searchPerSecond: 20, accountPerSecond: 100, paymentIntentCreatesPerSecond: 25 } as const;
+
+const EMAIL = /^[^@\s]+@[^@\s]+\.[^@\s]+$/;
+const FIFO_QUEUE_NAME = /^[A-Za-z0-9_-]{1,75}\.fifo$/;
+const EVENT_BUS_NAME = /^[A-Za-z0-9._\-/]{1,256}$/;
+
+export function validateChargePipelineProps(props: ChargePipelineProps): void {
+  const problems: string[] = [];
+  const check = (ok: boolean, message: string) => {
+    if (!ok) problems.push(message);
+  };
+  const integerIn = (name: string, value: number | undefined, min: number, max: number, why = '') => {
+    if (value === undefined || cdk.Token.isUnresolved(value)) return;
+    check(
+      Number.isInteger(value) && value >= min && value <= max,
+      `${name} must be an integer from ${min} to ${max}${why}, got ${value}`,
+    );
+  };
+  const numberIn = (name: string, value: number | undefined, minExclusive: number, max: number, why = '') => {
+    if (value === undefined || cdk.Token.isUnresolved(value)) return;
+    check(
+      Number.isFinite(value) && value > minExclusive && value <= max,
+      `${name} must be a number above ${minExclusive} and at most ${max}${why}, got ${value}`,
+    );
+  };
+  const durationAtLeast = (name: string, value: cdk.Duration | undefined, min: cdk.Duration) => {
+    if (value === undefined || value.isUnresolved()) return;
+    check(value.toSeconds() >= min.toSeconds(), `${name} must be at least ${min.toHumanString()}, got ${value.toHumanString()}`);
+  };
+  const name = (label: string, value: string | undefined, pattern: RegExp, rule: string) => {
+    if (value === undefined || cdk.Token.isUnresolved(value)) return;
+    check(pattern.test(value), `${label} ${rule}, got '${value}'`);
+  };
+
+  // network
+  check(
+    !(props.vpc && props.natGateways !== undefined),
+    'natGateways applies to the VPC the construct creates; it cannot be combined with vpc',
+  );
+  integerIn('natGateways', props.natGateways, 1, 2, ' (the functions reach Stripe through NAT; the VPC spans 2 AZs)');
+
+  // database
+  integerIn('databaseAllocatedStorageGiB', props.databaseAllocatedStorageGiB, 20, 65536);
+  integerIn('databaseMaxAllocatedStorageGiB', props.databaseMaxAllocatedStorageGiB, 20, 65536);
+  if (
+    props.databaseAllocatedStorageGiB !== undefined &&
+    props.databaseMaxAllocatedStorageGiB !== undefined &&
+    props.databaseMaxAllocatedStorageGiB < props.databaseAllocatedStorageGiB
+  ) {
+    problems.push(
+      `databaseMaxAllocatedStorageGiB (${props.databaseMaxAllocatedStorageGiB}) must not be below databaseAllocatedStorageGiB (${props.databaseAllocatedStorageGiB})`,
+    );
+  }
+  if (props.backupRetention && !props.backupRetention.isUnresolved()) {
+    const days = props.backupRetention.toDays({ integral: false });
+    check(
+      Number.isInteger(days) && days >= 1 && days <= 35,
+      `backupRetention must be a whole number of days from 1 to 35 (backups are not optional for a payments database), got ${props.backupRetention.toHumanString()}`,
+    );
+  }
+  check(
+    !(props.deletionProtection === true && props.removalPolicy === cdk.RemovalPolicy.DESTROY),
+    'deletionProtection: true contradicts removalPolicy: DESTROY (the stack could never be deleted)',
+  );
+  integerIn('databasePoolMax', props.databasePoolMax, 1, 50);
+
+  // queue
+  name('queueName', props.queueName, FIFO_QUEUE_NAME, 'must be 1-75 letters, digits, - or _ followed by .fifo');
+  name('deadLetterQueueName', props.deadLetterQueueName, FIFO_QUEUE_NAME, 'must be 1-75 letters, digits, - or _ followed by .fifo');
+  check(
+    props.queueName === undefined || props.queueName !== props.deadLetterQueueName,
+    'queueName and deadLetterQueueName must differ',
+  );
+  integerIn('maxReceiveCount', props.maxReceiveCount, 1, 1000);
+
+  // charge function
+  integerIn(
+    'chargeMaxConcurrency',
+    props.chargeMaxConcurrency,
+    EVENT_SOURCE_MAX_CONCURRENCY.min,
+    EVENT_SOURCE_MAX_CONCURRENCY.max,
+    " (Lambda's limits for an SQS event source's maximum concurrency)",
+  );
+  integerIn(
+    'chargeStripeConcurrency',
+    props.chargeStripeConcurrency,
+    1,
+    PIPELINE.batchSize,
+    ` (a batch holds at most ${PIPELINE.batchSize} records)`,
+  );
+
+  // reconciler
+  numberIn(
+    'reconcileMaxRps',
+    props.reconcileMaxRps,
+    0,
+    STRIPE_LIMITS.accountPerSecond,
+    ` (Stripe allows ${STRIPE_LIMITS.accountPerSecond} requests/s per live account by default)`,
+  );
+  numberIn(
+    'reconcileSearchMaxRps',
+    props.reconcileSearchMaxRps,
+    0,
+    STRIPE_LIMITS.searchPerSecond,
+    ` (Stripe allows ${STRIPE_LIMITS.searchPerSecond} searches/s by default)`,
+  );
+  integerIn('reconcileConcurrency', props.reconcileConcurrency, 1, 100);
+
+  // outcome events
+  name('eventBusName', props.eventBusName, EVENT_BUS_NAME, 'must be 1-256 letters, digits, . _ - or /');
+  check(props.eventBusName !== 'default', "eventBusName must not be 'default': the pipeline owns its bus");
+  if (props.eventSource !== undefined && !cdk.Token.isUnresolved(props.eventSource)) {
+    check(props.eventSource.trim().length > 0, 'eventSource must not be empty');
+    check(!props.eventSource.startsWith('aws.'), `eventSource must not start with 'aws.' (reserved), got '${props.eventSource}'`);
+  }
+  durationAtLeast('eventArchiveRetention', props.eventArchiveRetention, cdk.Duration.days(1));
+
+  // observability
+  if (props.alarmEmail !== undefined && !cdk.Token.isUnresolved(props.alarmEmail)) {
+    check(EMAIL.test(props.alarmEmail), `alarmEmail must be an e-mail address, got '${props.alarmEmail}'`);
+  }
+  durationAtLeast('oldestMessageAgeAlarmThreshold', props.oldestMessageAgeAlarmThreshold, cdk.Duration.minutes(1));
+  durationAtLeast('oldestOpenOperationAgeAlarmThreshold', props.oldestOpenOperationAgeAlarmThreshold, cdk.Duration.minutes(1));
+  durationAtLeast(
+    'oldestUnpublishedEventAgeAlarmThreshold',
+    props.oldestUnpublishedEventAgeAlarmThreshold,
+    cdk.Duration.minutes(1),
+  );
+  if (props.logLevel !== undefined) {
+    check(
+      (LOG_LEVELS as readonly string[]).includes(props.logLevel),
+      `logLevel must be one of ${LOG_LEVELS.join(', ')}, got '${props.logLevel}'`,
+    );
+  }
+
+  if (problems.length > 0) throw new ChargePipelinePropsError(problems);
+}

@@ -1,0 +1,203 @@
+import * as cdk from 'aws-cdk-lib';
+import * as sns from 'aws-cdk-lib/aws-sns';
+import { afterAll, describe, expect, it } from 'vitest';
+import { METRICS, PIPELINE } from '../../lambdas/runtime/settings.ts';
+import { ALARM_CATALOG, type AlarmName } from '../../lib/alarm-catalog.ts';
+import { type CfnResource, logicalId, ofType, removeSynthOutput, synthPipeline } from './support.ts';
+
+afterAll(removeSynthOutput);
+
+const { pipeline, resources, stack } = synthPipeline();
+const alarms = ofType(resources, 'AWS::CloudWatch::Alarm');
+const byName = new Map(alarms.map(([, alarm]) => [alarm.Properties!.AlarmName as string, alarm]));
+const alarm = (name: AlarmName): CfnResource => {
+  const found = byName.get(`${stack.stackName}-${name}`);
+  if (!found) throw new Error(`no alarm ${name}`);
+  return found;
+};
+const service = [{ Name: 'service', Value: PIPELINE.serviceName }];
+const fnDimension = (fn: cdk.Resource) => [{ Name: 'FunctionName', Value: { Ref: logicalId(fn) } }];
+const queueDimension = (queue: cdk.Resource) => [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [logicalId(queue), 'QueueName'] } }];
+
+interface Expected {
+  namespace: string;
+  metricName: string;
+  dimensions: unknown;
+  statistic: string;
+  threshold: number;
+  comparison?: string;
+}
+
+// name → metric, statistic and threshold (defaults of the construct)
+const EXPECTED: Record<Exclude<AlarmName, 'ReconcilerNotRunning'>, Expected> = {
+  DeadLetterQueueNotEmpty: {
+    namespace: 'AWS/SQS',
+    metricName: 'ApproximateNumberOfMessagesVisible',
+    dimensions: queueDimension(pipeline.deadLetterQueue),
+    statistic: 'Maximum',
+    threshold: 0,
+  },
+  OldestMessageTooOld: {
+    namespace: 'AWS/SQS',
+    metricName: 'ApproximateAgeOfOldestMessage',
+    dimensions: queueDimension(pipeline.queue),
+    statistic: 'Maximum',
+    threshold: 600,
+  },
+  ChargeFunctionErrors: { namespace: 'AWS/Lambda', metricName: 'Errors', dimensions: fnDimension(pipeline.chargeFunction), statistic: 'Sum', threshold: 0 },
+  ChargeFunctionThrottled: { namespace: 'AWS/Lambda', metricName: 'Throttles', dimensions: fnDimension(pipeline.chargeFunction), statistic: 'Sum', threshold: 0 },
+  ReconcileFunctionErrors: { namespace: 'AWS/Lambda', metricName: 'Errors', dimensions: fnDimension(pipeline.reconcileFunction), statistic: 'Sum', threshold: 0 },
+  ReconcileFunctionThrottled: { namespace: 'AWS/Lambda', metricName: 'Throttles', dimensions: fnDimension(pipeline.reconcileFunction), statistic: 'Sum', threshold: 0 },
+  ReviewQueueNotEmpty: { namespace: 'ChargePipeline', metricName: METRICS.reviewQueueSize, dimensions: service, statistic: 'Maximum', threshold: 0 },
+  OldestOpenOperationTooOld: { namespace: 'ChargePipeline', metricName: METRICS.oldestOpenAgeSeconds, dimensions: service, statistic: 'Maximum', threshold: 3600 },
+  RejectedMessages: { namespace: 'ChargePipeline', metricName: METRICS.rejectedMessages, dimensions: service, statistic: 'Sum', threshold: 0 },
+  StripeAuthErrors: { namespace: 'ChargePipeline', metricName: METRICS.stripeAuthErrors, dimensions: service, statistic: 'Sum', threshold: 0 },
+  StripeIdempotencyErrors: { namespace: 'ChargePipeline', metricName: METRICS.idempotencyErrors, dimensions: service, statistic: 'Sum', threshold: 0 },
+  OutcomeEventsNotPublished: {
+    namespace: 'ChargePipeline',
+    metricName: METRICS.oldestUnpublishedEventAgeSeconds,
+    dimensions: service,
+    statistic: 'Maximum',
+    threshold: 300,
+  },
+};
+
+describe('the alarms', () => {
+  it('are exactly the catalog: every catalog entry has one alarm, and there is no other', () => {
+    expect(pipeline.alarms.map((entry) => entry.name)).toEqual(ALARM_CATALOG.map((entry) => entry.name));
+    expect([...byName.keys()].sort()).toEqual(ALARM_CATALOG.map((entry) => `${stack.stackName}-${entry.name}`).sort());
+  });
+
+  it('carry their one-line meaning as the alarm description', () => {
+    for (const entry of ALARM_CATALOG) {
+      expect(alarm(entry.name).Properties!.AlarmDescription).toBe(entry.meaning);
+      expect(entry.meaning.length).toBeLessThan(240);
+    }
+    expect(pipeline.alarms.every((entry) => entry.meaning.length > 0)).toBe(true);
+  });
+
+  it.each(Object.entries(EXPECTED))('%s watches the right metric with the right threshold', (name, expected) => {
+    const properties = alarm(name as AlarmName).Properties!;
+    expect(properties).toMatchObject({
+      Namespace: expected.namespace,
+      MetricName: expected.metricName,
+      Dimensions: expected.dimensions,
+      Statistic: expected.statistic,
+      Period: 300,
+      Threshold: expected.threshold,
+      ComparisonOperator: 'GreaterThanThreshold',
+      EvaluationPeriods: 1,
+      TreatMissingData: 'notBreaching',
+    });
+    // the catalog names the same metric (what the README runbook is generated from)
+    const catalog = ALARM_CATALOG.find((entry) => entry.name === name)!;
+    expect(catalog.metrics).toEqual([{ namespace: expected.namespace, metricName: expected.metricName }]);
+  });
+
+  it('ReconcilerNotRunning breaches when the sweep stops running or stops publishing gauges, and when data is missing', () => {
+    const properties = alarm('ReconcilerNotRunning').Properties!;
+    expect(properties).toMatchObject({
+      ComparisonOperator: 'LessThanThreshold',
+      Threshold: 1,
+      EvaluationPeriods: 2,
+      DatapointsToAlarm: 2,
+      TreatMissingData: 'breaching',
+    });
+    const metrics = properties.Metrics as any[];
+    expect(metrics.find((m) => m.Expression)?.Expression).toBe('MIN([FILL(invocations, 0), FILL(gauges, 0)])');
+    expect(metrics.find((m) => m.Id === 'invocations')?.MetricStat).toEqual({
+      Metric: { Namespace: 'AWS/Lambda', MetricName: 'Invocations', Dimensions: fnDimension(pipeline.reconcileFunction) },
+      Period: 300,
+      Stat: 'Sum',
+    });
+    expect(metrics.find((m) => m.Id === 'gauges')?.MetricStat).toEqual({
+      Metric: { Namespace: 'ChargePipeline', MetricName: METRICS.reviewQueueSize, Dimensions: service },
+      Period: 300,
+      Stat: 'SampleCount',
+    });
+  });
+
+  it('notify the alarm topic when they fire and when they recover', () => {
+    const topic = { Ref: logicalId(pipeline.alarmTopic) };
+    for (const [, a] of alarms) {
+      expect(a.Properties!.AlarmActions).toEqual([topic]);
+      expect(a.Properties!.OKActions).toEqual([topic]);
+    }
+  });
+
+  it('take configured thresholds and name prefix', () => {
+    const configured = synthPipeline({
+      alarmNamePrefix: 'payments-',
+      oldestMessageAgeAlarmThreshold: cdk.Duration.minutes(3),
+      oldestOpenOperationAgeAlarmThreshold: cdk.Duration.hours(6),
+      oldestUnpublishedEventAgeAlarmThreshold: cdk.Duration.minutes(2),
+    });
+    const thresholds = Object.fromEntries(
+      ofType(configured.resources, 'AWS::CloudWatch::Alarm').map(([, a]) => [a.Properties!.AlarmName, a.Properties!.Threshold]),
+    );
+    expect(thresholds).toMatchObject({
+      'payments-OldestMessageTooOld': 180,
+      'payments-OldestOpenOperationTooOld': 21600,
+      'payments-OutcomeEventsNotPublished': 120,
+    });
+  });
+});
+
+describe('the alarm topic', () => {
+  it('is encrypted with a rotating key CloudWatch may use, and refuses plain HTTP', () => {
+    const [[topicId, topic]] = ofType(resources, 'AWS::SNS::Topic') as [[string, CfnResource]];
+    const keyId = topic.Properties!.KmsMasterKeyId['Fn::GetAtt'][0] as string;
+    expect(resources[keyId]!.Properties).toMatchObject({ EnableKeyRotation: true });
+    expect(resources[keyId]!.Properties!.KeyPolicy.Statement).toContainEqual(
+      expect.objectContaining({ Principal: { Service: 'cloudwatch.amazonaws.com' }, Action: ['kms:Decrypt', 'kms:GenerateDataKey*'] }),
+    );
+    const [[, policy]] = ofType(resources, 'AWS::SNS::TopicPolicy') as [[string, CfnResource]];
+    expect(policy.Properties!.Topics).toEqual([{ Ref: topicId }]);
+    expect(policy.Properties!.PolicyDocument.Statement).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ Effect: 'Deny', Condition: { Bool: { 'aws:SecureTransport': 'false' } } }),
+        expect.objectContaining({
+          Effect: 'Allow',
+          Principal: { Service: 'cloudwatch.amazonaws.com' },
+          Action: 'sns:Publish',
+          Condition: expect.objectContaining({ StringEquals: { 'aws:SourceAccount': { Ref: 'AWS::AccountId' } } }),
+        }),
+      ]),
+    );
+  });
+
+  it('has no subscription unless an e-mail address is given', () => {
+    expect(ofType(resources, 'AWS::SNS::Subscription')).toHaveLength(0);
+    const withEmail = synthPipeline({ alarmEmail: 'oncall@example.com' });
+    expect(ofType(withEmail.resources, 'AWS::SNS::Subscription').map(([, s]) => s.Properties)).toEqual([
+      { Protocol: 'email', Endpoint: 'oncall@example.com', TopicArn: { Ref: logicalId(withEmail.pipeline.alarmTopic) } },
+    ]);
+  });
+
+  it('can be one the user brings', () => {
+    const brought = synthPipeline((s) => ({ alarmTopic: new sns.Topic(s, 'OnCall') }));
+    expect(ofType(brought.resources, 'AWS::SNS::Topic')).toHaveLength(1);
+    expect(ofType(brought.resources, 'AWS::KMS::Key')).toHaveLength(0);
+    for (const [, a] of ofType(brought.resources, 'AWS::CloudWatch::Alarm')) {
+      expect(a.Properties!.AlarmActions).toEqual([{ Ref: logicalId(brought.pipeline.alarmTopic) }]);
+    }
+  });
+});
+
+describe('the dashboard', () => {
+  it('shows every alarm, the queue, both functions, the outcomes and every gauge', () => {
+    const [[, dashboard]] = ofType(resources, 'AWS::CloudWatch::Dashboard') as [[string, CfnResource]];
+    // The body is a Fn::Join of JSON text and references; put a placeholder where each reference goes.
+    const [, parts] = dashboard.Properties!.DashboardBody['Fn::Join'] as [string, unknown[]];
+    const body = JSON.parse(parts.map((part) => (typeof part === 'string' ? part : 'REF')).join('')) as {
+      widgets: { type: string; properties: { alarms?: string[]; metrics?: unknown[][] } }[];
+    };
+    const alarmWidget = body.widgets.find((widget) => widget.type === 'alarm');
+    expect(alarmWidget?.properties.alarms).toHaveLength(ALARM_CATALOG.length);
+    const shown = new Set(body.widgets.flatMap((widget) => (widget.properties.metrics ?? []).map((metric) => metric[1])));
+    for (const name of Object.values(METRICS)) expect(shown, name).toContain(name);
+    for (const name of ['ApproximateAgeOfOldestMessage', 'ApproximateNumberOfMessagesVisible', 'Invocations', 'Errors', 'Throttles', 'Duration', 'DatabaseConnections', 'FreeStorageSpace']) {
+      expect(shown, name).toContain(name);
+    }
+  });
+});
