@@ -355,29 +355,12 @@ export async function recordOutcomes(
          FROM o LEFT JOIN upd u ON u.id = o.id
      ),
      outcome AS (
-       SELECT u.*, o.error_code AS failure_code, uuidv7() AS event_id, now() AS occurred_at,
-              CASE WHEN u.status = 'succeeded' THEN 'Charge Succeeded'
-                   WHEN u.status = 'failed' THEN 'Charge Failed'
-                   ELSE 'Charge Needs Review' END AS event_type
+       SELECT u.*, o.error_code AS failure_code, uuidv7() AS event_id, now() AS occurred_at
          FROM upd u JOIN o ON o.id = u.id
         WHERE o.action = 'record' AND (u.status IN ('succeeded', 'failed') OR u.review_reason IS NOT NULL)
      ),
      outbox AS (
-       INSERT INTO outcome_events (event_id, operation_id, event_type, payload, publish_lease_until)
-       SELECT event_id, id, event_type,
-              jsonb_build_object(
-                'version', 1,
-                'eventId', event_id,
-                'operationId', id,
-                'orderId', order_id,
-                'status', CASE WHEN review_reason IS NOT NULL THEN 'needs_review' ELSE status END,
-                'amount', amount,
-                'currency', currency,
-                'externalId', external_id,
-                'reason', coalesce(review_reason, CASE WHEN status = 'failed' THEN failure_code END),
-                'occurredAt', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
-              now() + $3::bigint * interval '1 millisecond'
-         FROM outcome
+       ${outboxInsertSql('outcome', '$3')}
        RETURNING event_id, operation_id, event_type, payload
      )
      SELECT o.id, u.id IS NOT NULL AS applied, u.status,
@@ -394,6 +377,35 @@ export async function recordOutcomes(
         ? { eventId: row.event_id, operationId: row.id, eventType: row.event_type, payload: row.event_payload }
         : null,
   }));
+}
+
+/**
+ * The outbox row of an outcome, shared by every statement that settles an operation or sends it to
+ * review (the engine's recordOutcomes, the operator's resolution), so the event contract
+ * (lambdas/events/contract.ts) is written in one place. `source` is a CTE of the calling statement —
+ * a constant, never input — with id, order_id, status, review_reason, amount, currency, external_id,
+ * failure_code, event_id and occurred_at; `leaseParam` is the bound parameter of the publish lease
+ * in milliseconds (NULL: no lease, the relay's sweep publishes it).
+ */
+export function outboxInsertSql(source: string, leaseParam: string): string {
+  return `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, publish_lease_until)
+       SELECT event_id, id,
+              CASE WHEN review_reason IS NOT NULL THEN 'Charge Needs Review'
+                   WHEN status = 'succeeded' THEN 'Charge Succeeded'
+                   ELSE 'Charge Failed' END,
+              jsonb_build_object(
+                'version', 1,
+                'eventId', event_id,
+                'operationId', id,
+                'orderId', order_id,
+                'status', CASE WHEN review_reason IS NOT NULL THEN 'needs_review' ELSE status END,
+                'amount', amount,
+                'currency', currency,
+                'externalId', external_id,
+                'reason', coalesce(review_reason, CASE WHEN status = 'failed' THEN failure_code END),
+                'occurredAt', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
+              now() + ${leaseParam}::bigint * interval '1 millisecond'
+         FROM ${source}`;
 }
 
 export async function findOperation(db: Db, operationId: string): Promise<Operation | null> {

@@ -1,0 +1,477 @@
+// The operator commands: one core for both entry points (the CLI on a laptop, the ops Lambda in the
+// VPC). A command takes a parsed Command and an OpsContext (a database, a lazy Stripe look-up, an
+// optional publisher) and returns plain JSON-safe data; the entry points only move argv in and the
+// OpsResponse out, so `--json` on a laptop and the Lambda's answer are the same document.
+import { publishLeased, type EventPublisher } from '../events/outbox.ts';
+import type { Db } from '../payments/db.ts';
+import { idempotencyKey } from '../payments/decisions.ts';
+import {
+  appendOperatorNote,
+  checkReviewable,
+  DEFAULT_REVIEW_POLICY,
+  fenceOf,
+  gatherStripeEvidence,
+  isInReview,
+  judgeNoCharge,
+  judgeResolveSucceeded,
+  listReviewQueue,
+  loadOperationHistory,
+  reissueInReview,
+  resolveInReview,
+  type AuditEvent,
+  type OperationHistory,
+  type OperatorWriteResult,
+  type OutboxEvent,
+  type PaymentIntentLookup,
+  type ReviewPolicy,
+  type StripeEvidence,
+  type Verdict,
+} from '../payments/review.ts';
+import type { Operation } from '../payments/types.ts';
+import { ConflictError, NotFoundError, OpsError, RefusedError, StripeUnavailableError, UsageError } from './errors.ts';
+import { isAction, parseInvocation, usage, type Command, type CommandName, type OperatorAction } from './parse.ts';
+import { listRejected, loadStats, type RejectedMessage, type Stats } from './queries.ts';
+import { failure, type OpsResponse } from './response.ts';
+
+export interface OpsContext {
+  readonly db: Db;
+  /** Created on first use: list, stats and notes never need Stripe (or its key). */
+  readonly stripe: () => Promise<PaymentIntentLookup>;
+  /** Publishes a resolution's outcome event at once; null (or absent) leaves it to the relay's sweep. */
+  readonly publisher?: () => EventPublisher | null;
+  readonly policy?: ReviewPolicy;
+  /** How the command arrived (`{kind: 'lambda', requestId}` / `{kind: 'direct', host}`): written into every audit event. */
+  readonly transport: Readonly<Record<string, unknown>>;
+  /** How long a resolution's outbox row is kept from the relay while this command publishes it. */
+  readonly publishLeaseMs?: number;
+}
+
+// ── Views (JSON-safe: ISO strings, no Dates) ─────────────────────────────────────────────────────
+
+export interface OperationView {
+  readonly id: string;
+  readonly orderId: string;
+  readonly amount: number;
+  readonly currency: string;
+  readonly customerId: string;
+  readonly paymentMethod: string;
+  readonly status: Operation['status'];
+  readonly inReview: boolean;
+  readonly reviewReason: string | null;
+  readonly keyGeneration: number;
+  /** The key the engine sends for the current generation. */
+  readonly idempotencyKey: string;
+  readonly externalId: string | null;
+  readonly attempts: number;
+  readonly firstAttemptedAt: string | null;
+  readonly lastError: string | null;
+  readonly lastErrorClass: string | null;
+  readonly leaseUntil: string | null;
+  readonly nextAttemptAt: string | null;
+  readonly createdAt: string;
+  readonly updatedAt: string;
+  readonly settledAt: string | null;
+}
+
+const isoOrNull = (date: Date | null): string | null => (date === null ? null : date.toISOString());
+
+export function operationView(op: Operation): OperationView {
+  return {
+    id: op.id,
+    orderId: op.orderId,
+    amount: op.amount,
+    currency: op.currency,
+    customerId: op.customerId,
+    paymentMethod: op.paymentMethod,
+    status: op.status,
+    inReview: isInReview(op),
+    reviewReason: op.reviewReason,
+    keyGeneration: op.keyGeneration,
+    idempotencyKey: idempotencyKey(op.id, op.keyGeneration),
+    externalId: op.externalId,
+    attempts: op.attempts,
+    firstAttemptedAt: isoOrNull(op.firstAttemptedAt),
+    lastError: op.lastError,
+    lastErrorClass: op.lastErrorClass,
+    leaseUntil: isoOrNull(op.leaseUntil),
+    nextAttemptAt: isoOrNull(op.nextAttemptAt),
+    createdAt: op.createdAt.toISOString(),
+    updatedAt: op.updatedAt.toISOString(),
+    settledAt: isoOrNull(op.settledAt),
+  };
+}
+
+// ── Results ──────────────────────────────────────────────────────────────────────────────────────
+
+export interface ReviewListResult {
+  readonly asOf: string;
+  readonly total: number;
+  readonly operations: readonly (OperationView & { readonly inReviewSince: string; readonly inReviewSeconds: number })[];
+}
+
+/** What the operator may do with an operation in review, judged on the evidence just gathered. */
+export interface ReviewOptions {
+  /** PaymentIntents `resolve --as succeeded` would accept. */
+  readonly resolveSucceeded: readonly string[];
+  /** Succeeded PaymentIntents it would refuse, and why (another amount, another operation). */
+  readonly notAcceptable: readonly { readonly paymentIntent: string; readonly reason: string }[];
+  /** `resolve --as failed` and `reissue` rest on the same proof: nothing was or will be charged. */
+  readonly resolveFailed: Verdict;
+  readonly reissue: Verdict;
+}
+
+export interface OperationDetailResult {
+  readonly asOf: string;
+  readonly operation: OperationView;
+  readonly auditTrail: readonly AuditEvent[];
+  readonly outcomeEvents: readonly OutboxEvent[];
+  /** Messages for this order that were rejected (e.g. the same order with other parameters). */
+  readonly rejectedMessages: readonly RejectedMessage[];
+  /** What Stripe holds for the operation; null when not asked (see stripeSkipped). */
+  readonly stripe: StripeEvidence | null;
+  readonly stripeSkipped: string | null;
+  /** Null unless the operation is in review and Stripe was asked. */
+  readonly options: ReviewOptions | null;
+}
+
+export interface ActionResult {
+  readonly operation: OperationView;
+  readonly auditEvent: AuditEvent;
+  /** The outbox row written with a resolution (Charge Succeeded / Charge Failed). */
+  readonly outcomeEvent: OutboxEvent | null;
+  /** true / false: published now or not (the relay retries); null: no bus here, the relay's sweep sends it. */
+  readonly published: boolean | null;
+  readonly evidence: StripeEvidence | null;
+  readonly warnings: readonly string[];
+}
+
+export interface ReissueResult extends ActionResult {
+  readonly previousKey: string;
+  readonly newKey: string;
+}
+
+export interface NoteResult {
+  readonly operation: OperationView;
+  readonly auditEvent: AuditEvent;
+}
+
+export interface RejectedListResult {
+  readonly asOf: string;
+  readonly total: number;
+  readonly messages: readonly RejectedMessage[];
+}
+
+export interface ResultOf {
+  readonly help: { readonly usage: string };
+  readonly 'review list': ReviewListResult;
+  readonly 'review show': OperationDetailResult;
+  readonly 'review resolve': ActionResult;
+  readonly 'review reissue': ReissueResult;
+  readonly 'review note': NoteResult;
+  readonly 'operations show': OperationDetailResult;
+  readonly 'rejected list': RejectedListResult;
+  readonly stats: Stats;
+}
+
+export type { OpsResponse, ResponseCommand } from './response.ts';
+
+// ── Commands ─────────────────────────────────────────────────────────────────────────────────────
+
+async function historyOf(ctx: OpsContext, operationId: string): Promise<OperationHistory> {
+  const history = await loadOperationHistory(ctx.db, { operationId });
+  if (!history) throw new NotFoundError(`payment operation ${operationId} does not exist`);
+  return history;
+}
+
+function refuseUnless(verdict: Verdict, details?: Readonly<Record<string, unknown>>): void {
+  if (!verdict.allowed) throw new RefusedError(verdict.reason, details);
+}
+
+/** Evidence for the audit trail: what Stripe showed, compactly (metadata says which operation and key generation). */
+function evidenceDetail(evidence: StripeEvidence): Record<string, unknown> {
+  return {
+    checkedAt: evidence.checkedAt,
+    complete: evidence.complete,
+    paymentIntents: evidence.paymentIntents.map((pi) => ({
+      id: pi.id,
+      status: pi.status,
+      amount: pi.amount,
+      currency: pi.currency,
+      metadata: pi.metadata,
+      created: pi.created,
+      foundBy: pi.foundBy,
+    })),
+    ...(evidence.unrelated.length > 0
+      ? { unrelated: evidence.unrelated.map((pi) => ({ id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency, metadata: pi.metadata })) }
+      : {}),
+    missing: evidence.missing,
+    problems: evidence.problems,
+  };
+}
+
+async function gather(ctx: OpsContext, history: OperationHistory, extraIds: readonly string[] = []): Promise<StripeEvidence> {
+  const lookup = await ctx.stripe();
+  return gatherStripeEvidence(lookup, history.operation, history.events, extraIds);
+}
+
+function optionsFor(history: OperationHistory, evidence: StripeEvidence, policy: ReviewPolicy): ReviewOptions | null {
+  const op = history.operation;
+  if (!isInReview(op)) return null;
+  const reviewable = checkReviewable(op);
+  const noCharge = reviewable.allowed ? judgeNoCharge(history.operation, evidence, history.events, history.asOf, policy) : reviewable;
+  const succeeded = reviewable.allowed ? evidence.paymentIntents.filter((pi) => pi.status === 'succeeded') : [];
+  const judged = succeeded.map((pi) => ({ pi, verdict: judgeResolveSucceeded(op, pi.id, pi) }));
+  return {
+    resolveSucceeded: judged.filter((j) => j.verdict.allowed).map((j) => j.pi.id),
+    notAcceptable: judged.flatMap((j) => (j.verdict.allowed ? [] : [{ paymentIntent: j.pi.id, reason: j.verdict.reason }])),
+    resolveFailed: noCharge,
+    reissue: noCharge,
+  };
+}
+
+async function detail(ctx: OpsContext, history: OperationHistory, withStripe: boolean): Promise<OperationDetailResult> {
+  let stripe: StripeEvidence | null = null;
+  let stripeSkipped: string | null = withStripe ? null : 'not asked (add --stripe)';
+  if (withStripe) {
+    try {
+      stripe = await gather(ctx, history);
+    } catch (error) {
+      // A show without Stripe is still worth having (no key on this laptop): say why it is missing.
+      if (!(error instanceof OpsError)) throw error;
+      stripeSkipped = error.message;
+    }
+  }
+  const rejected = await listRejected(ctx.db, { sinceMs: null, reasonCode: null, orderId: history.operation.orderId, limit: 100, withBody: false });
+  return {
+    asOf: history.asOf.toISOString(),
+    operation: operationView(history.operation),
+    auditTrail: history.events,
+    outcomeEvents: history.outcomeEvents,
+    rejectedMessages: rejected.messages,
+    stripe,
+    stripeSkipped,
+    options: stripe ? optionsFor(history, stripe, ctx.policy ?? DEFAULT_REVIEW_POLICY) : null,
+  };
+}
+
+/** The audit detail every operator write carries. */
+function actionDetail(ctx: OpsContext, command: string, action: OperatorAction, history: OperationHistory, extra: Record<string, unknown>) {
+  return {
+    reason: action.reason,
+    command,
+    transport: ctx.transport,
+    // What was decided: the row loses its review reason, the audit trail keeps it.
+    reviewed: { status: history.operation.status, reviewReason: history.operation.reviewReason, keyGeneration: history.operation.keyGeneration },
+    ...extra,
+  };
+}
+
+async function conflict(ctx: OpsContext, operationId: string, what: string): Promise<never> {
+  const now = await loadOperationHistory(ctx.db, { operationId });
+  throw new ConflictError(
+    `operation ${operationId} changed while the evidence was gathered (now ${now?.operation.status ?? 'missing'}, ` +
+      `key generation ${now?.operation.keyGeneration ?? '?'}, ${now && isInReview(now.operation) ? 'in review' : 'not in review'}); ` +
+      `nothing was written — run ${what} again to judge it as it is now`,
+    now ? { operation: operationView(now.operation) } : {},
+  );
+}
+
+async function publishNow(ctx: OpsContext, written: OperatorWriteResult): Promise<boolean | null> {
+  const publisher = ctx.publisher?.() ?? null;
+  if (!publisher || !written.outcomeEvent) return null;
+  try {
+    const event = written.outcomeEvent;
+    const summary = await publishLeased(ctx.db, publisher, [
+      { eventId: event.eventId, operationId: written.operation.id, eventType: event.eventType, payload: event.payload },
+    ]);
+    return summary.published === 1;
+  } catch {
+    // The resolution is committed; the row stays in the outbox and the relay's sweep sends it.
+    return false;
+  }
+}
+
+async function resolve(ctx: OpsContext, command: Extract<Command, { name: 'review resolve' }>): Promise<ActionResult> {
+  const history = await historyOf(ctx, command.operationId);
+  const op = history.operation;
+  refuseUnless(checkReviewable(op));
+  // Stripe first, with no transaction open; the write below is fenced on what was read above.
+  const evidence = await gather(ctx, history, command.paymentIntentId ? [command.paymentIntentId] : []);
+  const warnings: string[] = [];
+  const refusalDetails = { evidence: evidenceDetail(evidence) };
+  if (command.as === 'succeeded') {
+    const piId = command.paymentIntentId!;
+    const pi = [...evidence.paymentIntents, ...evidence.unrelated].find((p) => p.id === piId && p.foundBy.includes('retrieve')) ?? null;
+    if (pi === null && !evidence.missing.includes(piId)) {
+      throw new StripeUnavailableError(`PaymentIntent ${piId} could not be retrieved: ${evidence.problems.join('; ')}`, refusalDetails);
+    }
+    refuseUnless(judgeResolveSucceeded(op, piId, pi), refusalDetails);
+    const others = evidence.paymentIntents.filter((p) => p.id !== piId && p.status === 'succeeded');
+    if (others.length > 0) {
+      warnings.push(
+        `other succeeded PaymentIntents exist for this operation (${others.map((p) => p.id).join(', ')}): the order was charged more than once — refund all but ${piId}`,
+      );
+    }
+    if (!evidence.complete) warnings.push(`duplicates could not be ruled out: ${evidence.problems.join('; ')}`);
+  } else {
+    refuseUnless(judgeNoCharge(history.operation, evidence, history.events, history.asOf, ctx.policy ?? DEFAULT_REVIEW_POLICY), refusalDetails);
+  }
+
+  const publisher = ctx.publisher?.() ?? null;
+  const written = await resolveInReview(ctx.db, {
+    fence: fenceOf(op),
+    status: command.as,
+    externalId: command.paymentIntentId,
+    actor: command.action.actor,
+    detail: actionDetail(ctx, `review resolve --as ${command.as}`, command.action, history, {
+      resolution: command.as,
+      ...(command.paymentIntentId ? { paymentIntent: command.paymentIntentId } : {}),
+      evidence: evidenceDetail(evidence),
+      ...(warnings.length > 0 ? { warnings } : {}),
+    }),
+    publishLeaseMs: publisher ? (ctx.publishLeaseMs ?? 60_000) : null,
+  });
+  if (!written) return conflict(ctx, op.id, 'review resolve');
+  return {
+    operation: operationView(written.operation),
+    auditEvent: written.auditEvent,
+    outcomeEvent: written.outcomeEvent,
+    published: await publishNow(ctx, written),
+    evidence,
+    warnings,
+  };
+}
+
+async function reissue(ctx: OpsContext, command: Extract<Command, { name: 'review reissue' }>): Promise<ReissueResult> {
+  const history = await historyOf(ctx, command.operationId);
+  const op = history.operation;
+  refuseUnless(checkReviewable(op));
+  const evidence = await gather(ctx, history);
+  refuseUnless(judgeNoCharge(history.operation, evidence, history.events, history.asOf, ctx.policy ?? DEFAULT_REVIEW_POLICY), { evidence: evidenceDetail(evidence) });
+  const previousKey = idempotencyKey(op.id, op.keyGeneration);
+  const newKey = idempotencyKey(op.id, op.keyGeneration + 1);
+  const written = await reissueInReview(ctx.db, {
+    fence: fenceOf(op),
+    actor: command.action.actor,
+    detail: actionDetail(ctx, 'review reissue --confirm-no-charge', command.action, history, {
+      confirmedNoCharge: true,
+      previousKeyGeneration: op.keyGeneration,
+      previousKey,
+      newKey,
+      evidence: evidenceDetail(evidence),
+    }),
+  });
+  if (!written) return conflict(ctx, op.id, 'review reissue');
+  return {
+    operation: operationView(written.operation),
+    auditEvent: written.auditEvent,
+    outcomeEvent: null,
+    published: null,
+    evidence,
+    warnings: [],
+    previousKey,
+    newKey,
+  };
+}
+
+async function note(ctx: OpsContext, command: Extract<Command, { name: 'review note' }>): Promise<NoteResult> {
+  const event = await appendOperatorNote(ctx.db, {
+    operationId: command.operationId,
+    actor: command.action.actor,
+    detail: { reason: command.action.reason, command: 'review note', transport: ctx.transport },
+  });
+  if (!event) throw new NotFoundError(`payment operation ${command.operationId} does not exist`);
+  const history = await historyOf(ctx, command.operationId);
+  return { operation: operationView(history.operation), auditEvent: event };
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help' }>): Promise<ResultOf[CommandName]> {
+  switch (command.name) {
+    case 'review list': {
+      const page = await listReviewQueue(ctx.db, command.filter);
+      const asOf = page.asOf.getTime();
+      return {
+        asOf: page.asOf.toISOString(),
+        total: page.total,
+        operations: page.operations.map((op) => ({
+          ...operationView(op),
+          inReviewSince: op.updatedAt.toISOString(),
+          inReviewSeconds: Math.max(0, Math.round((asOf - op.updatedAt.getTime()) / 1000)),
+        })),
+      };
+    }
+    case 'review show':
+      return detail(ctx, await historyOf(ctx, command.operationId), true);
+    case 'operations show': {
+      const key = command.orderOrOperation;
+      // Order ids are the producer's; an operation id is accepted too (what the alarms and logs carry).
+      const history =
+        (await loadOperationHistory(ctx.db, { orderId: key })) ?? (UUID.test(key) ? await loadOperationHistory(ctx.db, { operationId: key.toLowerCase() }) : null);
+      if (!history) throw new NotFoundError(`no operation for order "${key}"`);
+      return detail(ctx, history, command.stripe);
+    }
+    case 'review resolve':
+      return resolve(ctx, command);
+    case 'review reissue':
+      return reissue(ctx, command);
+    case 'review note':
+      return note(ctx, command);
+    case 'rejected list':
+      return listRejected(ctx.db, command);
+    case 'stats':
+      return loadStats(ctx.db);
+  }
+}
+
+/**
+ * A refused action is an action too: who tried what, and why it was refused, goes into the audit
+ * trail as an operator_note (the state is untouched). Best effort: the refusal is what the operator
+ * must see even if this write fails.
+ */
+async function auditRefusal(ctx: OpsContext, command: Command, error: OpsError): Promise<void> {
+  if (!isAction(command) || command.name === 'review note' || error.code === 'not_found' || error.code === 'config') return;
+  await appendOperatorNote(ctx.db, {
+    operationId: command.operationId,
+    actor: command.action.actor,
+    detail: {
+      reason: command.action.reason,
+      command: command.name,
+      transport: ctx.transport,
+      refused: { code: error.code, message: error.message },
+      ...(error.details ?? {}),
+    },
+  }).catch(() => undefined);
+}
+
+/** Run a parsed command. OpsErrors become a failure response; anything else (the database is down) is thrown. */
+export async function runCommand(command: Command, context: () => Promise<OpsContext> | OpsContext): Promise<OpsResponse> {
+  if (command.name === 'help') return { ok: true, exitCode: 0, command: 'help', result: { usage: usage(command.topic) } };
+  let ctx: OpsContext | undefined;
+  try {
+    ctx = await context();
+    const result = await execute(ctx, command);
+    return { ok: true, exitCode: 0, command: command.name, result } as OpsResponse;
+  } catch (error) {
+    if (!(error instanceof OpsError)) throw error;
+    if (ctx) await auditRefusal(ctx, command, error);
+    return failure(command.name, error);
+  }
+}
+
+/** argv in, OpsResponse out: what the ops Lambda does with its event. */
+export async function runOps(argv: readonly string[], options: { defaultActor: string | null; context: () => Promise<OpsContext> | OpsContext }): Promise<OpsResponse> {
+  let command: Command;
+  try {
+    const invocation = parseInvocation(argv, options.defaultActor);
+    if (invocation.transport.lambda || invocation.transport.endpoint || invocation.transport.region) {
+      throw new UsageError('--lambda, --region and --endpoint are options of the CLI, not of the ops function');
+    }
+    command = invocation.command;
+  } catch (error) {
+    if (error instanceof UsageError) return failure(null, error);
+    throw error;
+  }
+  return runCommand(command, options.context);
+}

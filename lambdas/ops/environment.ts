@@ -1,0 +1,48 @@
+// Configuration shared by the two entry points: the runtime config (DESIGN §8), the review policy,
+// and the Stripe look-up, created once and only when a command needs it.
+import { DEFAULT_REVIEW_POLICY, type PaymentIntentLookup, type ReviewPolicy } from '../payments/review.ts';
+import { ConfigError, loadConfig, type RuntimeConfig } from '../runtime/config.ts';
+import { OpsConfigError } from './errors.ts';
+import { StripePaymentIntentLookup, stripeFromConfig } from './stripe-lookup.ts';
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+export function opsConfig(env: Env): RuntimeConfig {
+  try {
+    return loadConfig(env);
+  } catch (error) {
+    if (error instanceof ConfigError) throw new OpsConfigError(error.message);
+    throw error;
+  }
+}
+
+/**
+ * The review policy of this deployment. The lease is the engine's (LEASE_MS). How long after the last
+ * possible send Search is trusted to show a PaymentIntent is the engine's own early-search delay
+ * (EARLY_SEARCH_AFTER_MS, default 10 min) unless OPS_SEARCH_SETTLE_MS says otherwise (tests against a
+ * fake whose Search has no lag).
+ */
+export function reviewPolicy(config: RuntimeConfig, env: Env): ReviewPolicy {
+  const raw = env.OPS_SEARCH_SETTLE_MS;
+  let searchSettleMs = config.policy.earlySearchAfterMs ?? DEFAULT_REVIEW_POLICY.searchSettleMs;
+  if (raw !== undefined && raw !== '') {
+    const value = Number(raw);
+    if (!Number.isInteger(value) || value < 0) throw new OpsConfigError(`OPS_SEARCH_SETTLE_MS must be a non-negative integer, got "${raw}"`);
+    searchSettleMs = value;
+  }
+  return { searchSettleMs, leaseMs: config.policy.leaseMs ?? DEFAULT_REVIEW_POLICY.leaseMs };
+}
+
+/** A lazy, memoised look-up: a failed creation (a missing key) is not cached, so the next call says so again. */
+export function lazyLookup(config: RuntimeConfig): () => Promise<PaymentIntentLookup> {
+  let created: Promise<PaymentIntentLookup> | undefined;
+  return () => {
+    if (!created) {
+      created = stripeFromConfig(config).then((stripe) => new StripePaymentIntentLookup(stripe));
+      created.catch(() => {
+        created = undefined;
+      });
+    }
+    return created;
+  };
+}

@@ -1,0 +1,60 @@
+// The CLI's `--lambda <function>` transport: the same argv, sent to the ops Lambda with IAM auth
+// (the usual AWS credential chain: profile, SSO, an assumed operator role).
+import { InvokeCommand, LambdaClient, type LambdaClientConfig } from '@aws-sdk/client-lambda';
+import type { OpsResponse } from './commands.ts';
+import type { OpsEvent } from './handler.ts';
+
+export interface LambdaTarget {
+  readonly functionName: string;
+  readonly region?: string | undefined;
+  /** A local Lambda API (tests, emulators); without AWS credentials, placeholder ones are used. */
+  readonly endpoint?: string | undefined;
+}
+
+/** The function failed (threw, timed out, or answered something that is not an OpsResponse). */
+export class OpsFunctionError extends Error {
+  override readonly name = 'OpsFunctionError';
+}
+
+export async function invokeOpsFunction(target: LambdaTarget, argv: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<OpsResponse> {
+  const config: LambdaClientConfig = {
+    ...(target.region ? { region: target.region } : {}),
+    ...(target.endpoint ? { endpoint: target.endpoint } : {}),
+    ...(target.endpoint && !target.region && !env.AWS_REGION ? { region: 'us-east-1' } : {}),
+    ...(target.endpoint && !env.AWS_ACCESS_KEY_ID && !env.AWS_PROFILE ? { credentials: { accessKeyId: 'local', secretAccessKey: 'local' } } : {}),
+    // An operator command runs once, seen by a person: a lost answer is reported, not re-sent
+    // (a re-sent resolve would only be refused by its fence, but would confuse the reader).
+    maxAttempts: 1,
+  };
+  const client = new LambdaClient(config);
+  try {
+    const event: OpsEvent = { command: [...argv] };
+    const out = await client.send(
+      new InvokeCommand({ FunctionName: target.functionName, InvocationType: 'RequestResponse', Payload: new TextEncoder().encode(JSON.stringify(event)) }),
+    );
+    const text = out.Payload ? new TextDecoder().decode(out.Payload) : '';
+    if (out.FunctionError) {
+      let message = text;
+      try {
+        const error = JSON.parse(text) as { errorType?: string; errorMessage?: string };
+        message = `${error.errorType ?? 'Error'}: ${error.errorMessage ?? text}`;
+      } catch {
+        // Not JSON: show it as it came.
+      }
+      throw new OpsFunctionError(`the ops function ${target.functionName} failed (${out.FunctionError}): ${message}`);
+    }
+    let response: unknown;
+    try {
+      response = JSON.parse(text);
+    } catch {
+      throw new OpsFunctionError(`the ops function ${target.functionName} answered something that is not JSON: ${text.slice(0, 200)}`);
+    }
+    const r = response as { ok?: unknown; exitCode?: unknown };
+    if (typeof r?.ok !== 'boolean' || typeof r.exitCode !== 'number') {
+      throw new OpsFunctionError(`${target.functionName} does not look like the ops function (answer: ${text.slice(0, 200)})`);
+    }
+    return response as OpsResponse;
+  } finally {
+    client.destroy();
+  }
+}

@@ -1,0 +1,403 @@
+// argv → Command. One parser for both entry points: the CLI parses before it touches the network
+// (bad arguments never cost a connection), and the ops Lambda parses the same argv again (it never
+// trusts its caller). node:util parseArgs, strict: an unknown or misspelled flag is an error.
+import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
+import type { ReviewQueueFilter } from '../payments/review.ts';
+import { UsageError } from './errors.ts';
+
+export const COMMAND_NAMES = [
+  'review list',
+  'review show',
+  'review resolve',
+  'review reissue',
+  'review note',
+  'operations show',
+  'rejected list',
+  'stats',
+] as const;
+export type CommandName = (typeof COMMAND_NAMES)[number];
+
+/** Who acts and why: required on every command that writes. */
+export interface OperatorAction {
+  /** As written to the audit trail: `operator:<name>`. */
+  readonly actor: string;
+  readonly reason: string;
+}
+
+export const REJECTED_REASON_CODES = ['invalid_json', 'invalid_body', 'order_conflict'] as const;
+
+export type Command =
+  | { readonly name: 'help'; readonly topic: CommandName | null }
+  | { readonly name: 'review list'; readonly filter: ReviewQueueFilter }
+  | { readonly name: 'review show'; readonly operationId: string }
+  | {
+      readonly name: 'review resolve';
+      readonly operationId: string;
+      readonly as: 'succeeded' | 'failed';
+      readonly paymentIntentId: string | null;
+      readonly action: OperatorAction;
+    }
+  | { readonly name: 'review reissue'; readonly operationId: string; readonly action: OperatorAction }
+  | { readonly name: 'review note'; readonly operationId: string; readonly action: OperatorAction }
+  | { readonly name: 'operations show'; readonly orderOrOperation: string; readonly stripe: boolean }
+  | {
+      readonly name: 'rejected list';
+      readonly sinceMs: number | null;
+      readonly reasonCode: (typeof REJECTED_REASON_CODES)[number] | null;
+      readonly orderId: string | null;
+      readonly limit: number;
+      readonly withBody: boolean;
+    }
+  | { readonly name: 'stats' };
+
+/** Where the CLI sends the command; never part of what the ops Lambda accepts. */
+export interface TransportOptions {
+  readonly lambda?: string;
+  readonly region?: string;
+  readonly endpoint?: string;
+}
+
+export interface Invocation {
+  readonly command: Command;
+  /** Machine output. The Lambda always answers JSON; for the CLI this chooses JSON over tables. */
+  readonly json: boolean;
+  readonly transport: TransportOptions;
+  /** argv without the transport options: what the CLI forwards to the ops Lambda. */
+  readonly forwardArgv: readonly string[];
+}
+
+// ── The command table ────────────────────────────────────────────────────────────────────────────
+
+interface CommandSpec {
+  readonly args: string;
+  readonly summary: string;
+  readonly options: ParseArgsOptionsConfig;
+  readonly help: readonly (readonly [string, string])[];
+  readonly positionals: readonly string[];
+}
+
+const ACTION_OPTIONS = {
+  reason: { type: 'string' },
+  actor: { type: 'string' },
+} as const satisfies ParseArgsOptionsConfig;
+
+const ACTION_HELP = [
+  ['--reason <text>', 'required: why (ticket, what was checked); written to the audit trail'],
+  ['--actor <name>', 'who acts (default: the OS user); recorded as operator:<name>'],
+] as const;
+
+export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
+  'review list': {
+    args: '',
+    summary: 'operations waiting for a human, oldest first',
+    options: {
+      'older-than': { type: 'string' },
+      'reason-contains': { type: 'string' },
+      status: { type: 'string' },
+      limit: { type: 'string' },
+    },
+    help: [
+      ['--older-than <duration>', 'in review at least this long (90s, 30m, 12h, 7d)'],
+      ['--reason-contains <text>', 'review reason contains this text (case-insensitive)'],
+      ['--status <pending|unknown>', 'only this status'],
+      ['--limit <n>', 'at most n rows (default 50, max 1000)'],
+    ],
+    positionals: [],
+  },
+  'review show': {
+    args: '<operation-id>',
+    summary: 'the operation, its whole audit trail, what Stripe holds for it, and what you may do',
+    options: {},
+    help: [],
+    positionals: ['operation-id'],
+  },
+  'review resolve': {
+    args: '<operation-id> --as succeeded|failed',
+    summary: 'settle an operation in review, on evidence from Stripe',
+    options: { as: { type: 'string' }, 'payment-intent': { type: 'string' }, ...ACTION_OPTIONS },
+    help: [
+      ['--as succeeded', 'with --payment-intent pi_…: that PaymentIntent must exist, carry this operation in'],
+      ['', 'metadata.operation_id, match amount and currency, and be succeeded'],
+      ['--as failed', 'only if Stripe shows no PaymentIntent of the operation (any key generation)'],
+      ['', 'that is succeeded or may still charge (processing, requires_action, requires_capture…)'],
+      ['--payment-intent <pi_…>', 'the PaymentIntent that proves success (--as succeeded only)'],
+      ...ACTION_HELP,
+    ],
+    positionals: ['operation-id'],
+  },
+  'review reissue': {
+    args: '<operation-id> --confirm-no-charge',
+    summary: 'authorise a fresh attempt under a new idempotency key (key generation + 1)',
+    options: { 'confirm-no-charge': { type: 'boolean' }, ...ACTION_OPTIONS },
+    help: [
+      ['--confirm-no-charge', 'required: you established that nothing was charged; the tool checks Stripe'],
+      ['', 'again and refuses while any PaymentIntent of the operation is succeeded or may still charge'],
+      ...ACTION_HELP,
+    ],
+    positionals: ['operation-id'],
+  },
+  'review note': {
+    args: '<operation-id>',
+    summary: 'add a note to the audit trail (changes nothing else)',
+    options: { ...ACTION_OPTIONS },
+    help: [...ACTION_HELP],
+    positionals: ['operation-id'],
+  },
+  'operations show': {
+    args: '<order-id | operation-id>',
+    summary: "an order's operation, audit trail, outcome events and rejected messages",
+    options: { stripe: { type: 'boolean' } },
+    help: [['--stripe', 'also look the operation up at Stripe (as review show does)']],
+    positionals: ['order-id'],
+  },
+  'rejected list': {
+    args: '',
+    summary: 'messages acknowledged without an operation (bad JSON, bad schema, conflicting order), newest first',
+    options: {
+      since: { type: 'string' },
+      'reason-code': { type: 'string' },
+      order: { type: 'string' },
+      limit: { type: 'string' },
+      'with-body': { type: 'boolean' },
+    },
+    help: [
+      ['--since <duration>', 'received within this long (e.g. 24h)'],
+      ['--reason-code <code>', REJECTED_REASON_CODES.join(' | ')],
+      ['--order <order-id>', 'only this order'],
+      ['--limit <n>', 'at most n rows (default 50, max 1000)'],
+      ['--with-body', 'include the raw message body (may hold anything a producer sent)'],
+    ],
+    positionals: [],
+  },
+  stats: {
+    args: '',
+    summary: 'counts by status, oldest open operation, review queue, rejected (24 h), unpublished events',
+    options: {},
+    help: [],
+    positionals: [],
+  },
+};
+
+const GLOBAL_OPTIONS = {
+  json: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+  lambda: { type: 'string' },
+  region: { type: 'string' },
+  endpoint: { type: 'string' },
+} as const satisfies ParseArgsOptionsConfig;
+
+const TRANSPORT_OPTIONS = new Set(['lambda', 'region', 'endpoint']);
+
+export const GLOBAL_HELP = [
+  ['--json', 'print JSON (the same document the ops Lambda returns)'],
+  ['--lambda <function>', 'run the command in the ops Lambda (IAM auth) instead of connecting to'],
+  ['', 'the database; uses the usual AWS credential chain'],
+  ['--region <region>', 'AWS region for --lambda (default $AWS_REGION)'],
+  ['--endpoint <url>', 'a local Lambda API endpoint for --lambda (tests, emulators)'],
+  ['-h, --help', 'help; `<command> --help` for one command'],
+] as const;
+
+function helpLines(rows: readonly (readonly [string, string])[]): string[] {
+  const width = Math.max(0, ...rows.map(([flag]) => flag.length));
+  return rows.map(([flag, text]) => `  ${flag.padEnd(width)}  ${text}`);
+}
+
+export function usage(topic: CommandName | null = null): string {
+  if (topic !== null) {
+    const spec = COMMANDS[topic];
+    return [
+      `Usage: npm run ops -- ${topic}${spec.args ? ` ${spec.args}` : ''} [options]`,
+      '',
+      spec.summary,
+      ...(spec.help.length > 0 ? ['', 'Options:', ...helpLines(spec.help)] : []),
+      '',
+      'Global options:',
+      ...helpLines(GLOBAL_HELP),
+    ].join('\n');
+  }
+  const width = Math.max(...COMMAND_NAMES.map((name) => `${name} ${COMMANDS[name].args}`.trim().length));
+  return [
+    'Usage: npm run ops -- <command> [options]',
+    '',
+    'The operator tool: the human review queue, the audit trail, stats. Connects to $DATABASE_URL',
+    '(Stripe look-ups: $STRIPE_SECRET_KEY, $STRIPE_API_BASE), or runs in the ops Lambda with --lambda.',
+    '',
+    'Commands:',
+    ...COMMAND_NAMES.map((name) => `  ${`${name} ${COMMANDS[name].args}`.trim().padEnd(width)}  ${COMMANDS[name].summary}`),
+    '',
+    'Global options:',
+    ...helpLines(GLOBAL_HELP),
+    '',
+    'Exit status: 0 done, 1 refused or failed (the reason is printed; nothing was changed),',
+    '2 bad arguments or missing configuration.',
+  ].join('\n');
+}
+
+// ── Values ───────────────────────────────────────────────────────────────────────────────────────
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const PAYMENT_INTENT_ID = /^pi_[A-Za-z0-9_]{1,250}$/;
+const DURATION = /^(\d+)(s|m|h|d)$/;
+const UNIT_MS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+
+export function parseDuration(flag: string, text: string): number {
+  const m = DURATION.exec(text.trim());
+  if (!m) throw new UsageError(`${flag} must be a duration like 90s, 30m, 12h or 7d (got "${text}")`);
+  return Number(m[1]) * UNIT_MS[m[2] as keyof typeof UNIT_MS];
+}
+
+function parseLimit(text: string | undefined): number {
+  if (text === undefined) return 50;
+  if (!/^\d+$/.test(text) || Number(text) < 1 || Number(text) > 1000) throw new UsageError(`--limit must be an integer from 1 to 1000 (got "${text}")`);
+  return Number(text);
+}
+
+function operationIdOf(text: string): string {
+  if (!UUID.test(text)) throw new UsageError(`the operation id must be a uuid (got "${text}"); find it with review list or operations show <order>`);
+  return text.toLowerCase();
+}
+
+function action(values: { reason?: string | undefined; actor?: string | undefined }, defaultActor: string | null): OperatorAction {
+  const reason = values.reason?.trim();
+  if (!reason) throw new UsageError('--reason is required: say why (a ticket, what you checked); it goes to the audit trail');
+  if (reason.length > 2000) throw new UsageError('--reason must be at most 2000 characters');
+  const name = (values.actor ?? defaultActor ?? '').trim().replace(/^operator:/, '');
+  if (!name) throw new UsageError('--actor is required (no OS user is known here)');
+  if (!/^[\x21-\x7e]{1,100}$/.test(name)) throw new UsageError(`--actor must be 1-100 printable characters without spaces (got "${name}")`);
+  return { actor: `operator:${name}`, reason };
+}
+
+function oneOf<T extends string>(flag: string, value: string, allowed: readonly T[]): T {
+  if (!(allowed as readonly string[]).includes(value)) throw new UsageError(`${flag} must be one of ${allowed.join(', ')} (got "${value}")`);
+  return value as T;
+}
+
+// ── Parsing ──────────────────────────────────────────────────────────────────────────────────────
+
+function commandName(argv: readonly string[]): { name: CommandName | null; rest: string[] } {
+  const [first, second] = argv;
+  if (first === 'stats') return { name: 'stats', rest: argv.slice(1) };
+  const two = `${first} ${second}`;
+  if ((COMMAND_NAMES as readonly string[]).includes(two)) return { name: two as CommandName, rest: argv.slice(2) };
+  return { name: null, rest: [...argv] };
+}
+
+/**
+ * Parse one invocation. `defaultActor` is the OS user on a laptop and null inside the Lambda, where
+ * the actor must be named (the CLI always names it when it forwards).
+ */
+export function parseInvocation(argv: readonly string[], defaultActor: string | null): Invocation {
+  const { name, rest } = commandName(argv);
+  if (name === null) {
+    const wantsHelp = argv.length === 0 || argv.every((a) => a === '--help' || a === '-h' || a === '--json');
+    if (wantsHelp && argv.length > 0) return { command: { name: 'help', topic: null }, json: argv.includes('--json'), transport: {}, forwardArgv: [...argv] };
+    const first = argv.find((a) => !a.startsWith('-'));
+    throw new UsageError(
+      argv.length === 0
+        ? 'no command given'
+        : first === 'review' || first === 'operations' || first === 'rejected'
+          ? `unknown command "${argv.filter((a) => !a.startsWith('-')).slice(0, 2).join(' ')}"; ${first} has: ${COMMAND_NAMES.filter((n) => n.startsWith(`${first} `)).map((n) => n.split(' ')[1]).join(', ')}`
+          : `unknown command "${first ?? argv[0]}"; commands: ${COMMAND_NAMES.join(', ')}`,
+    );
+  }
+  const spec = COMMANDS[name];
+  let parsed;
+  try {
+    parsed = parseArgs({ args: rest, options: { ...GLOBAL_OPTIONS, ...spec.options }, allowPositionals: true, strict: true, tokens: true });
+  } catch (error) {
+    // node:util's messages are already precise ("Unknown option '--ammount'").
+    // node:util's first sentence is precise ("Unknown option '--ammount'."); the rest is about `--`.
+    throw new UsageError(`${name}: ${(error as Error).message.split('. To specify')[0]}`);
+  }
+  const values = parsed.values as Record<string, string | boolean | undefined>;
+  const str = (key: string) => values[key] as string | undefined;
+  const bool = (key: string) => values[key] === true;
+
+  // The transport options are the CLI's; the forwarded argv is everything else, verbatim.
+  const offset = argv.length - rest.length;
+  const drop = new Set<number>();
+  for (const token of parsed.tokens ?? []) {
+    if (token.kind === 'option' && TRANSPORT_OPTIONS.has(token.name)) {
+      drop.add(offset + token.index);
+      // `--lambda name` (two arguments) rather than `--lambda=name`.
+      if (token.inlineValue === false) drop.add(offset + token.index + 1);
+    }
+  }
+  const forwardArgv = argv.filter((_, i) => !drop.has(i));
+  const transport: TransportOptions = {
+    ...(str('lambda') !== undefined ? { lambda: str('lambda')! } : {}),
+    ...(str('region') !== undefined ? { region: str('region')! } : {}),
+    ...(str('endpoint') !== undefined ? { endpoint: str('endpoint')! } : {}),
+  };
+  if ((transport.region || transport.endpoint) && !transport.lambda) throw new UsageError('--region and --endpoint only go with --lambda <function>');
+  const json = bool('json');
+  if (bool('help')) return { command: { name: 'help', topic: name }, json, transport, forwardArgv };
+
+  const positionals = parsed.positionals;
+  if (positionals.length !== spec.positionals.length) {
+    throw new UsageError(
+      spec.positionals.length === 0
+        ? `${name} takes no positional arguments (got ${positionals.map((p) => `"${p}"`).join(' ')})`
+        : positionals.length === 0
+          ? `${name}: missing <${spec.positionals.join('> <')}>`
+          : `${name}: expected <${spec.positionals.join('> <')}>, got ${positionals.length} arguments (${positionals.map((p) => `"${p}"`).join(' ')}); quote a --reason with spaces`,
+    );
+  }
+  const first = positionals[0] ?? '';
+
+  const command = ((): Command => {
+    switch (name) {
+      case 'review list': {
+        const status = str('status');
+        return {
+          name,
+          filter: {
+            olderThanMs: str('older-than') === undefined ? undefined : parseDuration('--older-than', str('older-than')!),
+            reasonContains: str('reason-contains') === '' ? undefined : str('reason-contains'),
+            status: status === undefined ? undefined : oneOf('--status', status, ['pending', 'unknown'] as const),
+            limit: parseLimit(str('limit')),
+          },
+        };
+      }
+      case 'review show':
+        return { name, operationId: operationIdOf(first) };
+      case 'review resolve': {
+        const as = str('as');
+        if (as === undefined) throw new UsageError('review resolve: --as succeeded|failed is required');
+        const outcome = oneOf('--as', as, ['succeeded', 'failed'] as const);
+        const pi = str('payment-intent');
+        if (outcome === 'succeeded' && pi === undefined) throw new UsageError('--as succeeded needs --payment-intent pi_… (the PaymentIntent that proves the charge)');
+        if (outcome === 'failed' && pi !== undefined) throw new UsageError('--payment-intent goes with --as succeeded only');
+        if (pi !== undefined && !PAYMENT_INTENT_ID.test(pi)) throw new UsageError(`--payment-intent must be a PaymentIntent id pi_… (got "${pi}")`);
+        return { name, operationId: operationIdOf(first), as: outcome, paymentIntentId: pi ?? null, action: action(values, defaultActor) };
+      }
+      case 'review reissue':
+        if (!bool('confirm-no-charge')) {
+          throw new UsageError('review reissue needs --confirm-no-charge: a new key can charge again, so confirm you established that nothing was charged');
+        }
+        return { name, operationId: operationIdOf(first), action: action(values, defaultActor) };
+      case 'review note':
+        return { name, operationId: operationIdOf(first), action: action(values, defaultActor) };
+      case 'operations show':
+        if (!first.trim()) throw new UsageError('operations show: the order id is empty');
+        return { name, orderOrOperation: first, stripe: bool('stripe') };
+      case 'rejected list': {
+        const code = str('reason-code');
+        return {
+          name,
+          sinceMs: str('since') === undefined ? null : parseDuration('--since', str('since')!),
+          reasonCode: code === undefined ? null : oneOf('--reason-code', code, REJECTED_REASON_CODES),
+          orderId: str('order') ?? null,
+          limit: parseLimit(str('limit')),
+          withBody: bool('with-body'),
+        };
+      }
+      case 'stats':
+        return { name };
+    }
+  })();
+  return { command, json, transport, forwardArgv };
+}
+
+/** Commands that write (and so need an actor and a reason). */
+export const isAction = (command: Command): command is Extract<Command, { action: OperatorAction }> => 'action' in command;

@@ -1,0 +1,173 @@
+// Read-only reports for on-call: the numbers behind the gauges, and the rejected messages. Nothing
+// here writes; every report is one round trip and reads the database clock (`asOf`), so ages agree
+// with the reconciler's gauges whatever the operator's laptop clock says.
+import { outboxGauges } from '../events/outbox.ts';
+import type { Db } from '../payments/db.ts';
+
+export interface Stats {
+  readonly asOf: string;
+  /** Every operation ever made, by status (operations in review included). */
+  readonly operations: { readonly pending: number; readonly unknown: number; readonly succeeded: number; readonly failed: number; readonly total: number };
+  /**
+   * Open and NOT in review: what the machines still work on. The same definitions as the reconciler's
+   * gauges (OpenOperationsPending / OpenOperationsUnknown / OldestOpenOperationAgeSeconds), so these
+   * are the numbers behind the OldestOpenOperationTooOld alarm.
+   */
+  readonly open: {
+    readonly pending: number;
+    readonly unknown: number;
+    readonly oldestCreatedAt: string | null;
+    readonly oldestAgeSeconds: number;
+    readonly oldestOperationId: string | null;
+    /** Due, and nobody's lease: what the next sweep takes. */
+    readonly dueNow: number;
+    /** A worker holds the lease now (a Stripe call may be in flight). */
+    readonly leased: number;
+  };
+  /** Waiting for a human (ReviewQueueSize); `oldestSince` is when the oldest entered review. */
+  readonly review: { readonly size: number; readonly oldestSince: string | null; readonly oldestAgeSeconds: number; readonly oldestOperationId: string | null };
+  readonly rejected: { readonly last24h: number };
+  readonly outbox: { readonly unpublished: number; readonly oldestUnpublishedAgeSeconds: number };
+}
+
+const iso = (value: string | Date | null): string | null => (value === null ? null : new Date(value).toISOString());
+const seconds = (value: number | null): number => Math.max(0, Math.round(value ?? 0));
+
+export async function loadStats(db: Db): Promise<Stats> {
+  // Open and review figures read the partial index of open operations; the all-time counts by
+  // status scan the table — fine for a command a person runs, not for a per-minute gauge.
+  const { rows } = await db.query<{
+    as_of: Date;
+    by_status: Record<string, number> | null;
+    pending: number;
+    unknown: number;
+    oldest_open: Date | null;
+    oldest_open_id: string | null;
+    due_now: number;
+    leased: number;
+    review_size: number;
+    oldest_review: Date | null;
+    oldest_review_id: string | null;
+    rejected_24h: number;
+  }>(
+    `WITH open_ops AS (
+       SELECT id, status, created_at, updated_at, review_reason, next_attempt_at, lease_until
+         FROM payment_operations WHERE status IN ('pending', 'unknown')
+     ),
+     oldest_open AS (SELECT id, created_at FROM open_ops WHERE review_reason IS NULL ORDER BY created_at, id LIMIT 1),
+     oldest_review AS (SELECT id, updated_at FROM open_ops WHERE review_reason IS NOT NULL ORDER BY updated_at, id LIMIT 1)
+     SELECT now() AS as_of,
+            (SELECT jsonb_object_agg(status, n) FROM (SELECT status, count(*)::int AS n FROM payment_operations GROUP BY status) s) AS by_status,
+            (SELECT count(*)::int FROM open_ops WHERE review_reason IS NULL AND status = 'pending') AS pending,
+            (SELECT count(*)::int FROM open_ops WHERE review_reason IS NULL AND status = 'unknown') AS unknown,
+            (SELECT created_at FROM oldest_open) AS oldest_open,
+            (SELECT id FROM oldest_open) AS oldest_open_id,
+            (SELECT count(*)::int FROM open_ops
+              WHERE review_reason IS NULL AND next_attempt_at <= now() AND (lease_until IS NULL OR lease_until <= now())) AS due_now,
+            (SELECT count(*)::int FROM open_ops WHERE lease_until > now()) AS leased,
+            (SELECT count(*)::int FROM open_ops WHERE review_reason IS NOT NULL) AS review_size,
+            (SELECT updated_at FROM oldest_review) AS oldest_review,
+            (SELECT id FROM oldest_review) AS oldest_review_id,
+            (SELECT count(*)::int FROM rejected_messages WHERE received_at > now() - interval '24 hours') AS rejected_24h`,
+  );
+  const row = rows[0]!;
+  const outbox = await outboxGauges(db);
+  const asOf = row.as_of.getTime();
+  const age = (date: Date | null) => (date ? seconds((asOf - date.getTime()) / 1000) : 0);
+  const byStatus = row.by_status ?? {};
+  const count = (status: string) => byStatus[status] ?? 0;
+  return {
+    asOf: row.as_of.toISOString(),
+    operations: {
+      pending: count('pending'),
+      unknown: count('unknown'),
+      succeeded: count('succeeded'),
+      failed: count('failed'),
+      total: Object.values(byStatus).reduce((a, b) => a + b, 0),
+    },
+    open: {
+      pending: row.pending,
+      unknown: row.unknown,
+      oldestCreatedAt: iso(row.oldest_open),
+      oldestAgeSeconds: age(row.oldest_open),
+      oldestOperationId: row.oldest_open_id,
+      dueNow: row.due_now,
+      leased: row.leased,
+    },
+    review: { size: row.review_size, oldestSince: iso(row.oldest_review), oldestAgeSeconds: age(row.oldest_review), oldestOperationId: row.oldest_review_id },
+    rejected: { last24h: row.rejected_24h },
+    outbox: { unpublished: outbox.unpublished, oldestUnpublishedAgeSeconds: seconds(outbox.oldestUnpublishedAgeSeconds) },
+  };
+}
+
+export interface RejectedMessage {
+  readonly id: number;
+  readonly messageId: string;
+  readonly receivedAt: string;
+  readonly reasonCode: string;
+  readonly reason: string;
+  readonly orderId: string | null;
+  readonly operationId: string | null;
+  readonly bodySha256: string;
+  readonly bodyBytes: number;
+  /** Only when asked for (--with-body): a body may carry anything a producer sent. */
+  readonly rawBody?: string;
+}
+
+export interface RejectedFilter {
+  readonly sinceMs: number | null;
+  readonly reasonCode: string | null;
+  readonly orderId: string | null;
+  readonly limit: number;
+  readonly withBody: boolean;
+}
+
+export async function listRejected(db: Db, filter: RejectedFilter): Promise<{ asOf: string; total: number; messages: RejectedMessage[] }> {
+  const { rows } = await db.query<{ as_of: Date; total: number; items: RejectedRow[] }>(
+    `WITH matching AS (
+       SELECT * FROM rejected_messages r
+        WHERE ($1::bigint IS NULL OR r.received_at > now() - $1::bigint * interval '1 millisecond')
+          AND ($2::text IS NULL OR r.reason_code = $2::text)
+          AND ($3::text IS NULL OR r.order_id = $3::text)
+     )
+     SELECT now() AS as_of,
+            (SELECT count(*)::int FROM matching) AS total,
+            coalesce((SELECT jsonb_agg(jsonb_build_object(
+                        'id', m.id, 'message_id', m.message_id, 'received_at', m.received_at, 'reason_code', m.reason_code,
+                        'reason', m.reason, 'order_id', m.order_id, 'operation_id', m.operation_id, 'body_sha256', m.body_sha256,
+                        'body_bytes', octet_length(m.raw_body), 'raw_body', CASE WHEN $5::boolean THEN m.raw_body END)
+                        ORDER BY m.received_at DESC, m.id DESC)
+                        FROM (SELECT * FROM matching ORDER BY received_at DESC, id DESC LIMIT $4) m), '[]'::jsonb) AS items`,
+    [filter.sinceMs, filter.reasonCode, filter.orderId, filter.limit, filter.withBody],
+  );
+  const row = rows[0]!;
+  return { asOf: row.as_of.toISOString(), total: row.total, messages: row.items.map((r) => toRejected(r, filter.withBody)) };
+}
+
+interface RejectedRow {
+  id: number | string;
+  message_id: string;
+  received_at: string;
+  reason_code: string;
+  reason: string;
+  order_id: string | null;
+  operation_id: string | null;
+  body_sha256: string;
+  body_bytes: number;
+  raw_body: string | null;
+}
+
+function toRejected(row: RejectedRow, withBody: boolean): RejectedMessage {
+  return {
+    id: Number(row.id),
+    messageId: row.message_id,
+    receivedAt: new Date(row.received_at).toISOString(),
+    reasonCode: row.reason_code,
+    reason: row.reason,
+    orderId: row.order_id,
+    operationId: row.operation_id,
+    bodySha256: row.body_sha256,
+    bodyBytes: row.body_bytes,
+    ...(withBody && row.raw_body !== null ? { rawBody: row.raw_body } : {}),
+  };
+}

@@ -1,0 +1,102 @@
+// The operator tool's read-only view of Stripe, through the real SDK: retrieve one PaymentIntent, and
+// find every PaymentIntent of an operation across ALL key generations. The engine's gateway searches
+// one generation (the one it may adopt); a human deciding "nothing was charged" must see them all.
+// Errors are classified exactly as the engine classifies them (classifyStripeError).
+import type Stripe from 'stripe';
+import { type GatewayResult } from '../payments/gateway.ts';
+import type { PaymentIntentLookup, StripePaymentIntent } from '../payments/review.ts';
+import { classifyStripeError, createStripeClient } from '../payments/stripe-gateway.ts';
+import { getSecretString } from '../runtime/resources.ts';
+import { assertStripeConfigured, type RuntimeConfig } from '../runtime/config.ts';
+import { OpsConfigError } from './errors.ts';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+/** Pages of 100 read before the answer is declared cut off (an operation has one PaymentIntent, or a few). */
+const MAX_SEARCH_PAGES = 5;
+
+function toPaymentIntent(raw: unknown): StripePaymentIntent | null {
+  if (typeof raw !== 'object' || raw === null) return null;
+  const pi = raw as Record<string, unknown>;
+  if (pi.object !== 'payment_intent' || typeof pi.id !== 'string' || typeof pi.status !== 'string') return null;
+  if (typeof pi.amount !== 'number' || typeof pi.currency !== 'string') return null;
+  const metadata: Record<string, string> = {};
+  if (typeof pi.metadata === 'object' && pi.metadata !== null) {
+    for (const [key, value] of Object.entries(pi.metadata)) if (typeof value === 'string') metadata[key] = value;
+  }
+  const created = typeof pi.created === 'number' ? new Date(pi.created * 1000).toISOString() : null;
+  return { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency, metadata, created };
+}
+
+/** stripe-node resolves a non-2xx answer without an `error` body as a success: check the status too. */
+function httpStatusOf(resource: unknown): number | undefined {
+  const status = (resource as { lastResponse?: { statusCode?: unknown } } | null)?.lastResponse?.statusCode;
+  return typeof status === 'number' ? status : undefined;
+}
+
+function unexpected(status: number | undefined, message: string): GatewayResult<never> {
+  return { ok: false, failure: { kind: 'ambiguous', errorClass: 'UnexpectedResponse', ...(status !== undefined ? { httpStatus: status } : {}), message } };
+}
+
+export class StripePaymentIntentLookup implements PaymentIntentLookup {
+  readonly #stripe: Stripe;
+
+  constructor(stripe: Stripe) {
+    this.#stripe = stripe;
+  }
+
+  async retrieve(id: string): Promise<GatewayResult<StripePaymentIntent>> {
+    try {
+      const answer = await this.#stripe.paymentIntents.retrieve(id);
+      const status = httpStatusOf(answer);
+      if (status !== undefined && (status < 200 || status >= 300)) return unexpected(status, `HTTP ${status} answered without an error body`);
+      const pi = toPaymentIntent(answer);
+      return pi ? { ok: true, value: pi } : unexpected(status, 'answer is not a PaymentIntent');
+    } catch (error) {
+      return { ok: false, failure: classifyStripeError(error, 'retrieve') };
+    }
+  }
+
+  async searchByOperation(operationId: string): Promise<GatewayResult<{ paymentIntents: StripePaymentIntent[]; complete: boolean }>> {
+    // Built from a uuid read from our own table, never from free text.
+    if (!UUID.test(operationId)) throw new Error(`refusing to build a search query from ${operationId}`);
+    const query = `metadata['operation_id']:'${operationId}'`;
+    const found: StripePaymentIntent[] = [];
+    let page: string | undefined;
+    try {
+      for (let pages = 0; pages < MAX_SEARCH_PAGES; pages++) {
+        const result = await this.#stripe.paymentIntents.search({ query, limit: 100, ...(page ? { page } : {}) });
+        const status = httpStatusOf(result);
+        if (status !== undefined && (status < 200 || status >= 300)) return unexpected(status, `HTTP ${status} answered without an error body`);
+        if (!Array.isArray(result.data)) return unexpected(status, 'search answer has no data');
+        for (const item of result.data) {
+          const pi = toPaymentIntent(item);
+          if (pi) found.push(pi);
+        }
+        if (!result.has_more || !result.next_page) return { ok: true, value: { paymentIntents: found, complete: true } };
+        page = result.next_page;
+      }
+      return { ok: true, value: { paymentIntents: found, complete: false } };
+    } catch (error) {
+      return { ok: false, failure: classifyStripeError(error, 'search') };
+    }
+  }
+}
+
+/**
+ * The Stripe client from the runtime configuration: STRIPE_SECRET_KEY locally, the Secrets Manager
+ * secret on AWS (a plain key or JSON {"apiKey": …}, read the way runtime/resources.ts reads it).
+ */
+export async function stripeFromConfig(config: RuntimeConfig): Promise<Stripe> {
+  try {
+    assertStripeConfigured(config);
+  } catch (error) {
+    throw new OpsConfigError(`${(error as Error).message} — Stripe is needed for this command`);
+  }
+  let apiKey = config.stripe.apiKey;
+  if (!apiKey) {
+    const raw = await getSecretString(config.stripe.secretArn!, config.region);
+    apiKey = raw.trim().startsWith('{') ? (JSON.parse(raw) as { apiKey?: string }).apiKey : raw.trim();
+  }
+  if (!apiKey) throw new OpsConfigError('the Stripe secret is empty');
+  return createStripeClient({ apiKey, apiBase: config.stripe.apiBase, timeoutMs: config.stripe.timeoutMs, maxNetworkRetries: config.stripe.maxNetworkRetries });
+}

@@ -1,0 +1,597 @@
+// The human review queue: what an operator may decide about an operation no machine could settle,
+// on which evidence, and the SQL that writes the decision.
+//
+// The rule of every decision: Stripe is asked first, with no transaction open; the evidence is judged
+// by the pure functions below; then ONE fenced statement writes the new state, its audit event and
+// (for a final state) its outbox event. The fence is the operation as the operator saw it — still in
+// review, same status, same review reason, same key generation, no lease — so anything that changed
+// it in between (another operator, a reissue) makes the write match no row instead of overwriting.
+//
+//   operator A: read ─ Stripe look-ups ……………………………… judge ─ write(fenced on gen 0) ✗ conflict, nothing written
+//   operator B:        read ─ Stripe ─ judge ─ write(gen 0 → 1) ✓
+//
+// Nobody else sends for an operation in review: claims skip it (review_reason IS NOT NULL) and its
+// lease is null. What can still surprise the look-ups is a request sent BEFORE it entered review whose
+// PaymentIntent Search does not show yet; `judgeNoCharge` waits out that window.
+import type { Db } from './db.ts';
+import { DEFAULT_POLICY, statusOfPaymentIntent } from './decisions.ts';
+import type { GatewayResult } from './gateway.ts';
+import { outboxInsertSql, toOperation } from './operations-store.ts';
+import type { Operation, OperationStatus, PaymentIntentView } from './types.ts';
+
+type OperationRow = Parameters<typeof toOperation>[0];
+
+// ── Evidence ─────────────────────────────────────────────────────────────────────────────────────
+
+/** A PaymentIntent as Stripe holds it now. */
+export interface StripePaymentIntent extends PaymentIntentView {
+  /** When Stripe created it (ISO 8601), if the answer said. */
+  readonly created: string | null;
+}
+
+/** What the operator tool asks Stripe. The adapter is lambdas/ops/stripe-lookup.ts (the real SDK). */
+export interface PaymentIntentLookup {
+  retrieve(id: string): Promise<GatewayResult<StripePaymentIntent>>;
+  /**
+   * Every PaymentIntent whose metadata.operation_id is this operation, WHATEVER its key generation.
+   * `complete: false` when the answer was cut off (more pages than the adapter reads).
+   */
+  searchByOperation(operationId: string): Promise<GatewayResult<{ readonly paymentIntents: readonly StripePaymentIntent[]; readonly complete: boolean }>>;
+}
+
+export interface PaymentIntentEvidence extends StripePaymentIntent {
+  /** How it was found: by Search on metadata.operation_id, by retrieving an id we hold, or both. */
+  readonly foundBy: readonly ('search' | 'retrieve')[];
+}
+
+export interface StripeEvidence {
+  /**
+   * Every PaymentIntent found for the operation — metadata.operation_id is this operation, or
+   * metadata.order_id is its order (the promise is one charge per ORDER) — as retrieved just now.
+   */
+  readonly paymentIntents: readonly PaymentIntentEvidence[];
+  /** PaymentIntents we looked at that belong to neither (an id an operator typed, a mismatch the engine refused to adopt). */
+  readonly unrelated: readonly PaymentIntentEvidence[];
+  /** Ids we hold (external_id, the audit trail) that Stripe says do not exist. */
+  readonly missing: readonly string[];
+  /** False when a look-up failed or Search was cut off: then the absence of a charge is not shown. */
+  readonly complete: boolean;
+  readonly problems: readonly string[];
+  readonly checkedAt: string;
+}
+
+/** Every PaymentIntent id the operation's row and audit trail mention (external_id, search hits, mismatches). */
+export function knownPaymentIntentIds(op: Operation, events: readonly AuditEvent[]): string[] {
+  const ids = new Set<string>();
+  const add = (value: unknown) => {
+    if (typeof value === 'string' && value.startsWith('pi_')) ids.add(value);
+  };
+  add(op.externalId);
+  for (const event of events) {
+    add(event.externalId);
+    const detail = event.detail as { searchHits?: unknown; paymentIntent?: { id?: unknown }; evidence?: { paymentIntents?: unknown } };
+    if (Array.isArray(detail.searchHits)) for (const hit of detail.searchHits) add((hit as { id?: unknown }).id);
+    add(detail.paymentIntent?.id);
+    // Earlier operator look-ups: what they found is retrieved again (its status may have moved).
+    if (Array.isArray(detail.evidence?.paymentIntents)) for (const pi of detail.evidence.paymentIntents) add((pi as { id?: unknown }).id);
+  }
+  return [...ids];
+}
+
+/**
+ * Ask Stripe everything it holds for the operation: a Search by metadata.operation_id across all key
+ * generations, plus a retrieve of every id we already know (Search lags; a retrieve does not, and it
+ * gives the current status). Never throws for a Stripe failure: it is recorded and makes the
+ * evidence incomplete, which forbids every conclusion drawn from absence.
+ */
+export async function gatherStripeEvidence(
+  lookup: PaymentIntentLookup,
+  op: Operation,
+  events: readonly AuditEvent[],
+  extraIds: readonly string[] = [],
+  now: () => Date = () => new Date(),
+): Promise<StripeEvidence> {
+  const problems: string[] = [];
+  let complete = true;
+  const found = new Map<string, PaymentIntentEvidence>();
+  const note = (pi: StripePaymentIntent, by: 'search' | 'retrieve') => {
+    const seen = found.get(pi.id);
+    // A retrieve is fresher than a search hit: its fields win.
+    const base = by === 'retrieve' || !seen ? pi : seen;
+    found.set(pi.id, { ...base, foundBy: [...new Set([...(seen?.foundBy ?? []), by])].sort() });
+  };
+
+  const searched = await lookup.searchByOperation(op.id);
+  if (searched.ok) {
+    for (const pi of searched.value.paymentIntents) note(pi, 'search');
+    if (!searched.value.complete) {
+      complete = false;
+      problems.push('Search returned more PaymentIntents than were read; the list is cut off');
+    }
+  } else {
+    complete = false;
+    problems.push(`Search failed: ${searched.failure.errorClass} ${searched.failure.message}`.trim());
+  }
+
+  const missing: string[] = [];
+  for (const id of new Set([...knownPaymentIntentIds(op, events), ...extraIds, ...found.keys()])) {
+    const got = await lookup.retrieve(id);
+    if (got.ok) note(got.value, 'retrieve');
+    else if (got.failure.kind === 'not_found') missing.push(id);
+    else {
+      complete = false;
+      problems.push(`retrieving ${id} failed: ${got.failure.errorClass} ${got.failure.message}`.trim());
+    }
+  }
+  const all = [...found.values()];
+  const related = (pi: PaymentIntentEvidence) => pi.metadata.operation_id === op.id || pi.metadata.order_id === op.orderId;
+  return {
+    paymentIntents: all.filter(related),
+    unrelated: all.filter((pi) => !related(pi)),
+    missing,
+    complete,
+    problems,
+    checkedAt: now().toISOString(),
+  };
+}
+
+// ── Judgements (pure) ────────────────────────────────────────────────────────────────────────────
+
+export type Verdict = { readonly allowed: true } | { readonly allowed: false; readonly reason: string };
+
+const allowed: Verdict = { allowed: true };
+const refuse = (reason: string): Verdict => ({ allowed: false, reason });
+
+export interface ReviewPolicy {
+  /**
+   * How long after the last request that may have created a PaymentIntent Search is trusted to show
+   * it. Stripe: "usually within a minute"; the engine waits the same 10 minutes before an early search.
+   */
+  readonly searchSettleMs: number;
+  /** A claim with no recorded outcome may have been sending until its lease ran out. */
+  readonly leaseMs: number;
+}
+
+export const DEFAULT_REVIEW_POLICY: ReviewPolicy = {
+  searchSettleMs: DEFAULT_POLICY.earlySearchAfterMs,
+  leaseMs: DEFAULT_POLICY.leaseMs,
+};
+
+export const isInReview = (op: Operation): boolean => (op.status === 'pending' || op.status === 'unknown') && op.reviewReason !== null;
+
+/**
+ * Only an operation waiting for a human may be resolved or reissued. A final one is final. An open
+ * one not in review belongs to the engine: it will retry, retrieve or search on its schedule, and an
+ * operator's write would race its lease and pre-empt evidence it is about to gather.
+ */
+export function checkReviewable(op: Operation): Verdict {
+  if (op.status === 'succeeded' || op.status === 'failed') {
+    return refuse(`operation ${op.id} is already ${op.status} (final since ${op.settledAt?.toISOString() ?? '?'}); nothing can change it`);
+  }
+  if (op.reviewReason === null) {
+    return refuse(
+      `operation ${op.id} is ${op.status} and not in review: the engine still owns it` +
+        (op.nextAttemptAt ? ` (next attempt ${op.nextAttemptAt.toISOString()})` : '') +
+        '; only operations waiting for a human can be resolved or reissued',
+    );
+  }
+  if (op.leaseToken !== null) {
+    return refuse(`operation ${op.id} is leased by a worker until ${op.leaseUntil?.toISOString() ?? '?'}; try again after that`);
+  }
+  return allowed;
+}
+
+/** `resolve --as succeeded --payment-intent pi_…`: Stripe must show THIS operation's charge, succeeded. */
+export function judgeResolveSucceeded(op: Operation, paymentIntentId: string, pi: StripePaymentIntent | null): Verdict {
+  if (pi === null) return refuse(`PaymentIntent ${paymentIntentId} does not exist at Stripe`);
+  const owner = pi.metadata.operation_id;
+  if (owner !== op.id) {
+    return refuse(
+      `PaymentIntent ${pi.id} does not belong to operation ${op.id}: its metadata.operation_id is ${owner === undefined ? 'absent' : owner}`,
+    );
+  }
+  const mismatch: string[] = [];
+  if (pi.amount !== op.amount) mismatch.push(`amount ${pi.amount} ≠ ${op.amount}`);
+  if (pi.currency !== op.currency) mismatch.push(`currency ${pi.currency} ≠ ${op.currency}`);
+  if (mismatch.length > 0) return refuse(`PaymentIntent ${pi.id} does not match the operation: ${mismatch.join(', ')}`);
+  if (pi.status !== 'succeeded') return refuse(`PaymentIntent ${pi.id} is ${pi.status}, not succeeded`);
+  return allowed;
+}
+
+/**
+ * PaymentIntents that are, or may still become, a charge: everything the engine would not read as
+ * failed. succeeded is a charge; processing may clear; requires_action (3-D Secure), requires_capture
+ * (an authorisation) and requires_confirmation can each still turn into money moving. Only canceled
+ * and requires_payment_method (declined; nothing of ours ever confirms it again) are harmless.
+ */
+export function chargingPaymentIntents(evidence: StripeEvidence): PaymentIntentEvidence[] {
+  return evidence.paymentIntents.filter((pi) => statusOfPaymentIntent(pi.status) !== 'failed');
+}
+
+const OUTCOME_ACTIONS = new Set(['outcome_recorded', 'outcome_discarded', 'lease_released']);
+const NON_SENDING_STEPS = new Set(['retrieve', 'search']);
+
+/**
+ * The latest moment a request that may have created a PaymentIntent with this operation's key was
+ * still running, from the audit trail: the outcome of every claim whose step may send (create,
+ * early_search), or — for a claim with no outcome (the worker died, or is a slow zombie) — the end of
+ * its lease. Retrieve and search steps, and released leases, never create anything. Null: never sent.
+ */
+export function lastPossibleSendAt(
+  events: readonly Pick<AuditEvent, 'action' | 'step' | 'occurredAt'>[],
+  leaseMs: number,
+): Date | null {
+  let last: number | null = null;
+  const consider = (ms: number) => {
+    if (last === null || ms > last) last = ms;
+  };
+  events.forEach((event, index) => {
+    if (event.action !== 'attempt_started') return;
+    let outcome: Pick<AuditEvent, 'action' | 'step' | 'occurredAt'> | undefined;
+    for (const next of events.slice(index + 1)) {
+      if (next.action === 'attempt_started') break;
+      if (OUTCOME_ACTIONS.has(next.action)) {
+        outcome = next;
+        break;
+      }
+    }
+    if (outcome === undefined) consider(Date.parse(event.occurredAt) + leaseMs);
+    else if (outcome.action === 'lease_released' || (outcome.step !== null && NON_SENDING_STEPS.has(outcome.step))) return;
+    else consider(Date.parse(outcome.occurredAt));
+  });
+  return last === null ? null : new Date(last);
+}
+
+/**
+ * `resolve --as failed` and `reissue` both rest on "nothing was, or will be, charged": the look-ups
+ * must be complete, show no PaymentIntent that is or may become a charge (any key generation), and
+ * be late enough that Search shows whatever the last possible send created.
+ */
+export function judgeNoCharge(
+  op: Operation,
+  evidence: StripeEvidence,
+  events: readonly AuditEvent[],
+  now: Date,
+  policy: ReviewPolicy = DEFAULT_REVIEW_POLICY,
+): Verdict {
+  if (!evidence.complete) {
+    return refuse(`the Stripe look-ups are incomplete (${evidence.problems.join('; ')}): the absence of a charge cannot be shown`);
+  }
+  const charging = chargingPaymentIntents(evidence);
+  const succeeded = charging.filter((pi) => pi.status === 'succeeded');
+  if (succeeded.length > 0) {
+    const acceptable = succeeded.find((pi) => judgeResolveSucceeded(op, pi.id, pi).allowed);
+    return refuse(
+      `Stripe shows a succeeded PaymentIntent for this operation (${succeeded.map((pi) => pi.id).join(', ')}): it was charged; ` +
+        (acceptable
+          ? `use review resolve --as succeeded --payment-intent ${acceptable.id}`
+          : // A refunded PaymentIntent stays `succeeded` at Stripe, so this refusal stands after a refund too.
+            `none of them matches the operation (${succeeded.map((pi) => judgeResolveSucceeded(op, pi.id, pi)).map((v) => (v.allowed ? '' : v.reason)).join('; ')}): ` +
+            'money moved that this order did not ask for — refund it in Stripe and escalate; this tool cannot settle it'),
+    );
+  }
+  if (charging.length > 0) {
+    return refuse(
+      `Stripe shows PaymentIntents that may still charge (${charging.map((pi) => `${pi.id} ${pi.status}`).join(', ')}): ` +
+        'wait until they settle, or cancel them in Stripe first',
+    );
+  }
+  const lastSend = lastPossibleSendAt(events, policy.leaseMs);
+  if (lastSend !== null) {
+    const trustedFrom = lastSend.getTime() + policy.searchSettleMs;
+    if (now.getTime() < trustedFrom) {
+      return refuse(
+        `the last request that may have created a PaymentIntent ended at ${lastSend.toISOString()}, and Search may not show ` +
+          `it yet: try again after ${new Date(trustedFrom).toISOString()}`,
+      );
+    }
+  }
+  return allowed;
+}
+
+// ── Reading ──────────────────────────────────────────────────────────────────────────────────────
+
+/** One row of the audit trail. */
+export interface AuditEvent {
+  readonly id: number;
+  readonly occurredAt: string;
+  readonly actor: string;
+  readonly action: string;
+  readonly step: string | null;
+  readonly fromStatus: string | null;
+  readonly toStatus: string | null;
+  readonly errorClass: string | null;
+  readonly errorCode: string | null;
+  readonly externalId: string | null;
+  readonly keyGeneration: number | null;
+  readonly detail: Readonly<Record<string, unknown>>;
+}
+
+/** One row of the outbox, as the operator needs to see it. */
+export interface OutboxEvent {
+  readonly eventId: string;
+  readonly eventType: string;
+  readonly payload: Readonly<Record<string, unknown>>;
+  readonly createdAt: string;
+  readonly publishedAt: string | null;
+  readonly attempts: number;
+  readonly lastError: string | null;
+}
+
+interface AuditRow {
+  id: number | string;
+  occurred_at: string;
+  actor: string;
+  action: string;
+  step: string | null;
+  from_status: string | null;
+  to_status: string | null;
+  error_class: string | null;
+  error_code: string | null;
+  external_id: string | null;
+  key_generation: number | null;
+  detail: Record<string, unknown> | null;
+}
+
+const iso = (value: string): string => new Date(value).toISOString();
+
+function toAuditEvent(row: AuditRow): AuditEvent {
+  return {
+    id: Number(row.id),
+    occurredAt: iso(row.occurred_at),
+    actor: row.actor,
+    action: row.action,
+    step: row.step,
+    fromStatus: row.from_status,
+    toStatus: row.to_status,
+    errorClass: row.error_class,
+    errorCode: row.error_code,
+    externalId: row.external_id,
+    keyGeneration: row.key_generation,
+    detail: row.detail ?? {},
+  };
+}
+
+interface OutboxRow {
+  event_id: string;
+  event_type: string;
+  payload: Record<string, unknown>;
+  created_at: string;
+  published_at: string | null;
+  attempts: number;
+  last_error: string | null;
+}
+
+function toOutboxEvent(row: OutboxRow): OutboxEvent {
+  return {
+    eventId: row.event_id,
+    eventType: row.event_type,
+    payload: row.payload,
+    createdAt: iso(row.created_at),
+    publishedAt: row.published_at === null ? null : iso(row.published_at),
+    attempts: row.attempts,
+    lastError: row.last_error,
+  };
+}
+
+export interface OperationHistory {
+  readonly operation: Operation;
+  readonly events: readonly AuditEvent[];
+  readonly outcomeEvents: readonly OutboxEvent[];
+  /** The database clock when this was read (ages are measured from it, not from a laptop's clock). */
+  readonly asOf: Date;
+}
+
+/** The operation, its whole audit trail and its outbox rows, in one round trip. Null: no such operation. */
+export async function loadOperationHistory(db: Db, by: { readonly operationId: string } | { readonly orderId: string }): Promise<OperationHistory | null> {
+  const where = 'operationId' in by ? 'p.id = $1::uuid' : `p.order_id = $1 AND p.kind = 'charge'`;
+  const { rows } = await db.query<{ op: OperationRow; events: AuditRow[]; outbox: OutboxRow[]; as_of: Date }>(
+    `SELECT to_jsonb(p) AS op,
+            coalesce((SELECT jsonb_agg(to_jsonb(e) ORDER BY e.id) FROM payment_operation_events e WHERE e.operation_id = p.id), '[]'::jsonb) AS events,
+            coalesce((SELECT jsonb_agg(to_jsonb(o) ORDER BY o.created_at, o.event_id) FROM outcome_events o WHERE o.operation_id = p.id), '[]'::jsonb) AS outbox,
+            now() AS as_of
+       FROM payment_operations p WHERE ${where}`,
+    ['operationId' in by ? by.operationId : by.orderId],
+  );
+  const row = rows[0];
+  if (!row) return null;
+  return { operation: toOperation(row.op), events: row.events.map(toAuditEvent), outcomeEvents: row.outbox.map(toOutboxEvent), asOf: row.as_of };
+}
+
+export interface ReviewQueueFilter {
+  /** Only operations in review for at least this long. */
+  readonly olderThanMs?: number | undefined;
+  /** Case-insensitive substring of the review reason. */
+  readonly reasonContains?: string | undefined;
+  readonly status?: 'pending' | 'unknown' | undefined;
+  readonly limit: number;
+}
+
+export interface ReviewQueuePage {
+  readonly asOf: Date;
+  /** How many match the filter (the page may show fewer). */
+  readonly total: number;
+  /** Oldest in review first. `updatedAt` is when it entered review: nothing else writes an operation in review. */
+  readonly operations: readonly Operation[];
+}
+
+/** The review queue, oldest first. Reads the partial index of open operations only. */
+export async function listReviewQueue(db: Db, filter: ReviewQueueFilter): Promise<ReviewQueuePage> {
+  const { rows } = await db.query<{ as_of: Date; total: number; items: OperationRow[] }>(
+    `WITH queue AS (
+       SELECT p.* FROM payment_operations p
+        WHERE p.status IN ('pending', 'unknown') AND p.review_reason IS NOT NULL
+          AND ($1::bigint IS NULL OR p.updated_at <= now() - $1::bigint * interval '1 millisecond')
+          AND ($2::text IS NULL OR strpos(lower(p.review_reason), lower($2::text)) > 0)
+          AND ($3::text IS NULL OR p.status = $3::text)
+     )
+     SELECT now() AS as_of,
+            (SELECT count(*)::int FROM queue) AS total,
+            coalesce((SELECT jsonb_agg(to_jsonb(q) ORDER BY q.updated_at, q.id)
+                        FROM (SELECT * FROM queue ORDER BY updated_at, id LIMIT $4) q), '[]'::jsonb) AS items`,
+    [filter.olderThanMs ?? null, filter.reasonContains ?? null, filter.status ?? null, filter.limit],
+  );
+  const row = rows[0]!;
+  return { asOf: row.as_of, total: row.total, operations: row.items.map(toOperation) };
+}
+
+// ── Writing (one fenced statement each) ──────────────────────────────────────────────────────────
+
+/** The operation as the operator saw it when the evidence was gathered: the write's fence. */
+export interface ReviewFence {
+  readonly operationId: string;
+  readonly status: OperationStatus;
+  readonly reviewReason: string;
+  readonly keyGeneration: number;
+}
+
+export const fenceOf = (op: Operation): ReviewFence => ({
+  operationId: op.id,
+  status: op.status,
+  reviewReason: op.reviewReason ?? '',
+  keyGeneration: op.keyGeneration,
+});
+
+// Still in review, the same review, the same generation, nobody's lease.
+const FENCE = `
+  p.id = $1::uuid
+  AND p.status IN ('pending', 'unknown') AND p.status = $2::text
+  AND p.review_reason = $3::text
+  AND p.key_generation = $4::int
+  AND p.lease_token IS NULL`;
+
+/** The `reason` an operator's failed resolution carries in its outcome event (a code, like a decline code). */
+export const OPERATOR_FAILURE_REASON = 'operator_resolved';
+
+export interface ResolveWrite {
+  readonly fence: ReviewFence;
+  readonly status: 'succeeded' | 'failed';
+  /** The PaymentIntent that proves success; null keeps the row's (failed: a declined or canceled one). */
+  readonly externalId: string | null;
+  /** e.g. `operator:alice`. */
+  readonly actor: string;
+  /** Reason, evidence, transport: the audit event's detail. */
+  readonly detail: Readonly<Record<string, unknown>>;
+  /** Lease the outbox row to the caller for an immediate publish; null leaves it to the relay's sweep. */
+  readonly publishLeaseMs: number | null;
+}
+
+export interface OperatorWriteResult {
+  readonly operation: Operation;
+  readonly auditEvent: AuditEvent;
+  /** The outbox row written in the same statement (final states only). */
+  readonly outcomeEvent: OutboxEvent | null;
+}
+
+/**
+ * Settle an operation in review as succeeded or failed: state, audit event and outbox event in ONE
+ * statement. The outbox row is built by the same SQL as the engine's (outboxInsertSql in
+ * operations-store.ts), so an operator's outcome event honours the same contract.
+ * Null: the fence matched nothing (the operation changed since it was read) and nothing was written.
+ */
+export async function resolveInReview(db: Db, write: ResolveWrite): Promise<OperatorWriteResult | null> {
+  const { fence } = write;
+  const { rows } = await db.query<{ op: OperationRow; audit: AuditRow; outbox: OutboxRow | null }>(
+    `WITH upd AS (
+       UPDATE payment_operations AS p SET
+         status          = $5::text,
+         external_id     = coalesce($6::text, p.external_id),
+         review_reason   = NULL,
+         next_attempt_at = NULL,
+         settled_at      = now(),
+         updated_at      = now()
+        WHERE ${FENCE}
+       RETURNING p.*
+     ),
+     audit AS (
+       INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, external_id, key_generation, detail)
+       SELECT u.id, $7::text, 'operator_resolved', $2::text, u.status, u.external_id, u.key_generation, $8::jsonb FROM upd u
+       RETURNING *
+     ),
+     outcome AS (
+       SELECT u.*, CASE WHEN u.status = 'failed' THEN $9::text END AS failure_code, uuidv7() AS event_id, now() AS occurred_at
+         FROM upd u
+     ),
+     outbox AS (
+       ${outboxInsertSql('outcome', '$10')}
+       RETURNING *
+     )
+     SELECT to_jsonb(u) AS op, (SELECT to_jsonb(a) FROM audit a) AS audit, (SELECT to_jsonb(o) FROM outbox o) AS outbox
+       FROM upd u`,
+    [
+      fence.operationId,
+      fence.status,
+      fence.reviewReason,
+      fence.keyGeneration,
+      write.status,
+      write.externalId,
+      write.actor,
+      JSON.stringify(write.detail),
+      OPERATOR_FAILURE_REASON,
+      write.publishLeaseMs,
+    ],
+  );
+  const row = rows[0];
+  if (!row) return null;
+  return { operation: toOperation(row.op), auditEvent: toAuditEvent(row.audit), outcomeEvent: row.outbox ? toOutboxEvent(row.outbox) : null };
+}
+
+export interface ReissueWrite {
+  readonly fence: ReviewFence;
+  readonly actor: string;
+  readonly detail: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * Authorise a fresh attempt under key generation + 1: back to pending, out of review, due now. The
+ * key window and the external id start over (the old PaymentIntents, all failed, stay in the audit
+ * trail), so the engine's next claim creates with `payment-op:{id}:g{n+1}` and never sends the old
+ * key again. One statement: state and audit event. No outbox row: nothing is final yet.
+ */
+export async function reissueInReview(db: Db, write: ReissueWrite): Promise<OperatorWriteResult | null> {
+  const { fence } = write;
+  const { rows } = await db.query<{ op: OperationRow; audit: AuditRow }>(
+    `WITH upd AS (
+       UPDATE payment_operations AS p SET
+         key_generation     = p.key_generation + 1,
+         status             = 'pending',
+         review_reason      = NULL,
+         first_attempted_at = NULL,
+         external_id        = NULL,
+         last_error         = NULL,
+         last_error_class   = NULL,
+         next_attempt_at    = now(),
+         updated_at         = now()
+        WHERE ${FENCE}
+       RETURNING p.*, old.external_id AS previous_external_id
+     ),
+     audit AS (
+       INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, external_id, key_generation, detail)
+       SELECT u.id, $5::text, 'operator_reissued', $2::text, u.status, u.previous_external_id, u.key_generation, $6::jsonb FROM upd u
+       RETURNING *
+     )
+     SELECT to_jsonb(u) AS op, (SELECT to_jsonb(a) FROM audit a) AS audit FROM upd u`,
+    [fence.operationId, fence.status, fence.reviewReason, fence.keyGeneration, write.actor, JSON.stringify(write.detail)],
+  );
+  const row = rows[0];
+  if (!row) return null;
+  return { operation: toOperation(row.op), auditEvent: toAuditEvent(row.audit), outcomeEvent: null };
+}
+
+/** An `operator_note` on any operation (final ones included): notes and refused attempts. Changes no state. */
+export async function appendOperatorNote(
+  db: Db,
+  note: { readonly operationId: string; readonly actor: string; readonly detail: Readonly<Record<string, unknown>> },
+): Promise<AuditEvent | null> {
+  const { rows } = await db.query<{ audit: AuditRow }>(
+    `WITH audit AS (
+       INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, external_id, key_generation, detail)
+       SELECT p.id, $2::text, 'operator_note', p.status, p.status, p.external_id, p.key_generation, $3::jsonb
+         FROM payment_operations p WHERE p.id = $1::uuid
+       RETURNING *
+     )
+     SELECT to_jsonb(a) AS audit FROM audit a`,
+    [note.operationId, note.actor, JSON.stringify(note.detail)],
+  );
+  return rows[0] ? toAuditEvent(rows[0].audit) : null;
+}

@@ -1,0 +1,215 @@
+// The operator's judgements and the argument parser, without I/O.
+import { describe, expect, it } from 'vitest';
+import {
+  checkReviewable,
+  DEFAULT_REVIEW_POLICY,
+  judgeNoCharge,
+  judgeResolveSucceeded,
+  lastPossibleSendAt,
+  type AuditEvent,
+  type PaymentIntentEvidence,
+  type StripeEvidence,
+} from '../../lambdas/payments/review.ts';
+import type { Operation } from '../../lambdas/payments/types.ts';
+import { parseInvocation } from '../../lambdas/ops/parse.ts';
+import { formatAmount, formatSeconds } from '../../lambdas/ops/render.ts';
+
+const T0 = Date.parse('2030-01-01T00:00:00Z');
+const at = (minutes: number) => new Date(T0 + minutes * 60_000).toISOString();
+
+const op = (overrides: Partial<Operation> = {}): Operation => ({
+  id: '0190aaaa-0000-7000-8000-000000000001',
+  orderId: 'order-1',
+  amount: 1999,
+  currency: 'eur',
+  customerId: 'cus_1',
+  paymentMethod: 'pm_1',
+  status: 'unknown',
+  externalId: null,
+  attempts: 2,
+  firstAttemptedAt: new Date(T0),
+  lastError: null,
+  lastErrorClass: null,
+  leaseToken: null,
+  leaseUntil: null,
+  nextAttemptAt: null,
+  reviewReason: 'key window expired …',
+  keyGeneration: 0,
+  createdAt: new Date(T0),
+  updatedAt: new Date(T0),
+  settledAt: null,
+  ...overrides,
+});
+
+let seq = 0;
+const ev = (action: string, minutes: number, step: string | null = null): AuditEvent => ({
+  id: ++seq,
+  occurredAt: at(minutes),
+  actor: 'engine',
+  action,
+  step,
+  fromStatus: null,
+  toStatus: null,
+  errorClass: null,
+  errorCode: null,
+  externalId: null,
+  keyGeneration: 0,
+  detail: {},
+});
+
+const pi = (status: string, overrides: Partial<PaymentIntentEvidence> = {}): PaymentIntentEvidence => ({
+  id: `pi_${status}`,
+  status,
+  amount: 1999,
+  currency: 'eur',
+  metadata: { operation_id: op().id, order_id: 'order-1', key_generation: '0' },
+  created: null,
+  foundBy: ['search'],
+  ...overrides,
+});
+
+const evidence = (pis: PaymentIntentEvidence[], complete = true): StripeEvidence => ({
+  paymentIntents: pis,
+  unrelated: [],
+  missing: [],
+  complete,
+  problems: complete ? [] : ['Search failed: StripeAPIError'],
+  checkedAt: at(100),
+});
+
+describe('lastPossibleSendAt', () => {
+  const lease = DEFAULT_REVIEW_POLICY.leaseMs;
+
+  it('is the outcome time of the last claim whose step may send (create, early_search)', () => {
+    const events = [ev('requested', 0), ev('attempt_started', 0), ev('outcome_recorded', 1, 'create'), ev('attempt_started', 30), ev('outcome_recorded', 31, 'early_search')];
+    expect(lastPossibleSendAt(events, lease)?.toISOString()).toBe(at(31));
+  });
+
+  it('ignores claims that only retrieved or searched, and released leases', () => {
+    const events = [
+      ev('attempt_started', 0),
+      ev('outcome_recorded', 1, 'create'),
+      ev('attempt_started', 60),
+      ev('outcome_recorded', 61, 'search'),
+      ev('attempt_started', 70),
+      ev('lease_released', 70),
+      ev('attempt_started', 80),
+      ev('outcome_recorded', 81, 'retrieve'),
+    ];
+    expect(lastPossibleSendAt(events, lease)?.toISOString()).toBe(at(1));
+  });
+
+  it('a claim with no outcome (a dead worker, a zombie) may have sent until its lease ran out', () => {
+    const events = [ev('attempt_started', 0), ev('outcome_recorded', 1, 'create'), ev('attempt_started', 10), ev('attempt_started', 20), ev('outcome_recorded', 21, 'search')];
+    expect(lastPossibleSendAt(events, lease)?.getTime()).toBe(Date.parse(at(10)) + lease);
+  });
+
+  it('a discarded outcome still ended a send', () => {
+    const events = [ev('attempt_started', 0), ev('outcome_discarded', 5, 'create')];
+    expect(lastPossibleSendAt(events, lease)?.toISOString()).toBe(at(5));
+  });
+
+  it('never claimed → null', () => {
+    expect(lastPossibleSendAt([ev('requested', 0)], lease)).toBeNull();
+  });
+});
+
+describe('judgeNoCharge (resolve --as failed, reissue)', () => {
+  const events = [ev('attempt_started', 0), ev('outcome_recorded', 1, 'create')];
+  const later = new Date(T0 + 60 * 60_000);
+
+  it('allows when complete evidence shows only failed PaymentIntents, after the settle period', () => {
+    expect(judgeNoCharge(op(), evidence([pi('canceled'), pi('requires_payment_method')]), events, later)).toEqual({ allowed: true });
+    expect(judgeNoCharge(op(), evidence([]), events, later)).toEqual({ allowed: true });
+  });
+
+  it.each(['succeeded', 'processing', 'requires_action', 'requires_capture', 'requires_confirmation', 'some_new_status'])(
+    'refuses while a PaymentIntent is %s',
+    (status) => {
+      const verdict = judgeNoCharge(op(), evidence([pi('canceled'), pi(status)]), events, later);
+      expect(verdict.allowed).toBe(false);
+    },
+  );
+
+  it('refuses on incomplete evidence, even with nothing found', () => {
+    expect(judgeNoCharge(op(), evidence([], false), events, later)).toEqual({ allowed: false, reason: expect.stringMatching(/incomplete/) });
+  });
+
+  it('refuses until Search can be trusted to show the last possible send', () => {
+    const soon = new Date(T0 + 5 * 60_000);
+    expect(judgeNoCharge(op(), evidence([]), events, soon)).toEqual({ allowed: false, reason: expect.stringContaining(`try again after ${at(11)}`) });
+    expect(judgeNoCharge(op(), evidence([]), events, soon, { ...DEFAULT_REVIEW_POLICY, searchSettleMs: 0 })).toEqual({ allowed: true });
+  });
+});
+
+describe('judgeResolveSucceeded', () => {
+  it('needs the PaymentIntent to exist, be this operation’s, match amount and currency, and be succeeded', () => {
+    expect(judgeResolveSucceeded(op(), 'pi_x', pi('succeeded', { id: 'pi_x' }))).toEqual({ allowed: true });
+    expect(judgeResolveSucceeded(op(), 'pi_x', null).allowed).toBe(false);
+    expect(judgeResolveSucceeded(op(), 'pi_x', pi('succeeded', { metadata: { operation_id: 'other' } }))).toEqual({
+      allowed: false,
+      reason: expect.stringMatching(/does not belong .* other/),
+    });
+    expect(judgeResolveSucceeded(op(), 'pi_x', pi('succeeded', { metadata: {} }))).toEqual({ allowed: false, reason: expect.stringMatching(/absent/) });
+    expect(judgeResolveSucceeded(op(), 'pi_x', pi('succeeded', { currency: 'usd' }))).toEqual({ allowed: false, reason: expect.stringMatching(/currency usd ≠ eur/) });
+    expect(judgeResolveSucceeded(op(), 'pi_x', pi('processing'))).toEqual({ allowed: false, reason: expect.stringMatching(/processing, not succeeded/) });
+  });
+});
+
+describe('checkReviewable', () => {
+  it('only an open operation in review, with no lease', () => {
+    expect(checkReviewable(op())).toEqual({ allowed: true });
+    expect(checkReviewable(op({ status: 'succeeded', reviewReason: null, settledAt: new Date(T0) })).allowed).toBe(false);
+    expect(checkReviewable(op({ reviewReason: null, nextAttemptAt: new Date(T0) }))).toEqual({ allowed: false, reason: expect.stringMatching(/engine still owns it/) });
+    expect(checkReviewable(op({ leaseToken: 'x', leaseUntil: new Date(T0) })).allowed).toBe(false);
+  });
+});
+
+describe('parseInvocation', () => {
+  const id = '0190aaaa-0000-7000-8000-000000000001';
+
+  it('keeps the transport options out of the argv it forwards', () => {
+    const parsed = parseInvocation(['review', 'note', id, '--lambda', 'fn', '--reason', 'x y', '--region=eu-west-1', '--json'], 'alice');
+    expect(parsed.transport).toEqual({ lambda: 'fn', region: 'eu-west-1' });
+    expect(parsed.forwardArgv).toEqual(['review', 'note', id, '--reason', 'x y', '--json']);
+    expect(parsed.command).toEqual({ name: 'review note', operationId: id, action: { actor: 'operator:alice', reason: 'x y' } });
+  });
+
+  it('an explicit --actor wins over the OS user; the operator: prefix is not doubled', () => {
+    const parsed = parseInvocation(['review', 'note', id, '--reason', 'r', '--actor', 'operator:bob'], 'alice');
+    expect(parsed.command).toMatchObject({ action: { actor: 'operator:bob' } });
+  });
+
+  it('help for a command, and for everything', () => {
+    expect(parseInvocation(['review', 'show', '--help'], null).command).toEqual({ name: 'help', topic: 'review show' });
+    expect(parseInvocation(['--help'], null).command).toEqual({ name: 'help', topic: null });
+  });
+
+  it.each([
+    [['review'], /unknown command "review"; review has/],
+    [['review', 'list', '--limit', '0'], /--limit must be an integer from 1 to 1000/],
+    [['review', 'list', '--status', 'failed'], /--status must be one of pending, unknown/],
+    [['review', 'list', 'extra'], /takes no positional arguments/],
+    [['review', 'show'], /missing <operation-id>/],
+    [['review', 'resolve', id, '--as', 'failed', '--payment-intent', 'pi_1', '--reason', 'r'], /--payment-intent goes with --as succeeded only/],
+    [['review', 'resolve', id, '--as', 'succeeded', '--payment-intent', 'ch_1', '--reason', 'r'], /must be a PaymentIntent id/],
+    [['review', 'note', id, '--reason', '   '], /--reason is required/],
+    [['review', 'note', id, '--reason', 'r', '--actor', 'two words'], /--actor must be/],
+    [['stats', '--endpoint', 'http://x'], /only go with --lambda/],
+  ])('%j → %s', (argv, message) => {
+    expect(() => parseInvocation(argv, 'alice')).toThrow(message);
+  });
+});
+
+describe('formatting', () => {
+  it('amounts in the currency’s minor units', () => {
+    expect(formatAmount(1999, 'eur')).toBe('19.99 EUR');
+    expect(formatAmount(500, 'jpy')).toBe('500 JPY');
+    expect(formatAmount(1234, 'kwd')).toBe('1.234 KWD');
+  });
+  it('durations', () => {
+    expect(formatSeconds(42)).toBe('42s');
+    expect(formatSeconds(3_700)).toBe('1h 01m');
+    expect(formatSeconds(3 * 86_400 + 7_200)).toBe('3d 2h');
+  });
+});

@@ -1,0 +1,133 @@
+// One core, two entry points: the ops Lambda's handler answers exactly what `npm run ops -- … --json`
+// prints, and the CLI's --lambda mode reaches it through the real @aws-sdk/client-lambda.
+import os from 'node:os';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { OpsResponse } from '../../lambdas/ops/commands.ts';
+import { resetResources } from '../../lambdas/runtime/resources.ts';
+import { createTestDatabase } from '../support/db.ts';
+import { startStripe } from '../support/stripe.ts';
+import { startLambdaEndpoint, type LambdaEndpoint } from './lambda-endpoint.ts';
+import { auditEvents, cli, cliJson, intoReviewChargedUnseen, intoReviewNothingCharged, opsEnv, resultOf, type Harness } from './support.ts';
+
+let h: Harness;
+let env: NodeJS.ProcessEnv;
+let endpoint: LambdaEndpoint;
+let handler: (typeof import('../../lambdas/ops/handler.ts'))['handler'];
+
+beforeAll(async () => {
+  h = { db: await createTestDatabase('ops_lambda'), stripe: await startStripe() };
+  env = opsEnv(h);
+  // The function's environment, as the stack sets it (a URL here instead of the secret ARN).
+  Object.assign(process.env, {
+    DATABASE_URL: env.DATABASE_URL,
+    STRIPE_SECRET_KEY: env.STRIPE_SECRET_KEY,
+    STRIPE_API_BASE: env.STRIPE_API_BASE,
+    STRIPE_MAX_NETWORK_RETRIES: '0',
+    OPS_SEARCH_SETTLE_MS: '0',
+    POWERTOOLS_LOG_LEVEL: 'WARN',
+  });
+  // Imported once the environment is set: the logger reads its level when the module loads.
+  ({ handler } = await import('../../lambdas/ops/handler.ts'));
+  endpoint = await startLambdaEndpoint({
+    'charge-ops': (event, context) => handler(event, context),
+    broken: async () => {
+      throw new Error('connect ECONNREFUSED 10.0.1.5:5432');
+    },
+  });
+});
+afterAll(async () => {
+  await endpoint.close();
+  await resetResources();
+  await h.stripe.close();
+  await h.db.drop();
+});
+
+/** Drop what depends on the moment of the call (the database clock, ages, Stripe's check time). */
+function stable(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(stable);
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(
+      Object.entries(value)
+        .filter(([key]) => !['asOf', 'checkedAt'].includes(key) && !key.endsWith('Seconds'))
+        .map(([key, v]) => [key, stable(v)]),
+    );
+  }
+  return value;
+}
+
+const lambda = ['--lambda', 'charge-ops'];
+
+describe('the ops Lambda', () => {
+  it('returns the same document as the CLI for the same command', async () => {
+    const id = await intoReviewNothingCharged(h);
+    const { id: charged } = await intoReviewChargedUnseen(h);
+    for (const argv of [['stats'], ['review', 'list'], ['review', 'show', id], ['review', 'show', charged], ['rejected', 'list'], ['operations', 'show', id]]) {
+      const fromCli = (await cliJson(argv, env)).response;
+      const fromLambda = (await handler({ command: [...argv, '--json'] })) as OpsResponse;
+      expect(fromLambda.ok, argv.join(' ')).toBe(true);
+      expect(stable(fromLambda), argv.join(' ')).toEqual(stable(fromCli));
+    }
+    // Refusals too.
+    const argv = ['review', 'reissue', charged, '--confirm-no-charge', '--reason', 'r', '--actor', 'alice'];
+    const refusedCli = (await cliJson(argv, env)).response;
+    const refusedLambda = await handler({ command: argv });
+    expect(refusedLambda).toMatchObject({ ok: false, exitCode: 1, error: { code: 'refused' } });
+    expect(stable(refusedLambda)).toEqual(stable(refusedCli));
+  });
+
+  it('the CLI with --lambda invokes it through @aws-sdk/client-lambda and prints the same', async () => {
+    await intoReviewNothingCharged(h);
+    const direct = (await cliJson(['review', 'list'], env)).response;
+    const viaLambda = await cliJson(['review', 'list', ...lambda, '--endpoint', endpoint.url], env);
+    expect(viaLambda.code).toBe(0);
+    expect(stable(viaLambda.response)).toEqual(stable(direct));
+    // What was sent: the argv minus the transport options.
+    expect(endpoint.invocations.at(-1)?.event).toEqual({ command: ['review', 'list', '--json'] });
+
+    const table = await cli(['stats', ...lambda, '--endpoint', endpoint.url], env);
+    expect(table.code).toBe(0);
+    expect(table.stdout).toMatch(/review queue/);
+  });
+
+  it('an action through the Lambda names the CLI user as actor and records the invocation', async () => {
+    const id = await intoReviewNothingCharged(h);
+    const run = await cli(['review', 'resolve', id, '--as', 'failed', '--reason', 'INC-7 verified no charge', ...lambda, '--endpoint', endpoint.url], env);
+    expect(run.code).toBe(0);
+    const sent = endpoint.invocations.at(-1)!;
+    expect(sent.event).toEqual({ command: ['review', 'resolve', id, '--as', 'failed', '--reason', 'INC-7 verified no charge', '--actor', os.userInfo().username] });
+    const audit = (await auditEvents(h, id)).at(-1)!;
+    expect(audit).toMatchObject({ action: 'operator_resolved', actor: `operator:${os.userInfo().username}`, to_status: 'failed' });
+    expect(audit.detail).toMatchObject({ reason: 'INC-7 verified no charge', transport: { kind: 'lambda', requestId: sent.requestId, functionName: 'charge-ops' } });
+  });
+
+  it('refusals and bad arguments come back as answers with exit codes, through the CLI too', async () => {
+    const { id } = await intoReviewChargedUnseen(h);
+    const refused = await cli(['review', 'resolve', id, '--as', 'failed', '--reason', 'x', ...lambda, '--endpoint', endpoint.url], env);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/refused: Stripe shows a succeeded PaymentIntent/);
+
+    expect(await handler({})).toMatchObject({ ok: false, exitCode: 2, error: { code: 'usage', message: expect.stringMatching(/"command"/) } });
+    expect(await handler({ command: 'stats' })).toMatchObject({ exitCode: 2 });
+    expect(await handler({ command: ['stats', '--lambda', 'x'] })).toMatchObject({ exitCode: 2, error: { message: expect.stringMatching(/options of the CLI/) } });
+    // Inside the function nobody is logged in: an action must name its actor.
+    expect(await handler({ command: ['review', 'note', id, '--reason', 'x'] })).toMatchObject({
+      exitCode: 2,
+      error: { message: expect.stringMatching(/--actor is required/) },
+    });
+    expect(await handler({ command: ['review', 'lsit'] })).toMatchObject({ exitCode: 2, error: { message: expect.stringMatching(/review has: list, show/) } });
+  });
+
+  it('a function failure is exit 1 with the function’s error; an unknown function too', async () => {
+    const broken = await cli(['stats', '--lambda', 'broken', '--endpoint', endpoint.url], env);
+    expect(broken.code).toBe(1);
+    expect(broken.stderr).toMatch(/the ops function broken failed \(Unhandled\): Error: connect ECONNREFUSED/);
+    const missing = await cli(['stats', '--lambda', 'no-such-function', '--endpoint', endpoint.url], env);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/error: .*not found/i);
+  });
+
+  it('answers a command from `aws lambda invoke` shape without --json (the Lambda always answers JSON)', async () => {
+    const answer = await handler({ command: ['stats'] });
+    expect(resultOf(answer, 'stats').operations.total).toBeGreaterThan(0);
+  });
+});
