@@ -14,9 +14,9 @@ export interface EmbeddedPostgresHandle {
   readonly dataDir: string;
   /** URL of another database on the same server. */
   urlFor(database: string): string;
-  /** Stop the server (data kept when persistent). */
+  /** Stop the server (data kept when persistent, deleted otherwise). Safe to call twice, and after kill(). */
   stop(): Promise<void>;
-  /** Start it again on the same port and data (used to prove the code survives a restart). */
+  /** Start it again on the same port and data, after stop() of a persistent cluster or after kill(). */
   restart(): Promise<void>;
   /** Stop the server without a clean shutdown: SIGKILL of the postmaster (chaos tests). */
   kill(): Promise<void>;
@@ -56,15 +56,19 @@ export async function startEmbeddedPostgres(options: StartOptions): Promise<Embe
       port,
       user: USER,
       password: PASSWORD,
-      persistent: true, // we delete the folder ourselves, so that restart() keeps the data
+      persistent: true, // we delete the folder ourselves (stop() of a non-persistent cluster)
       createPostgresUser: true,
       onLog: options.onLog ?? (() => {}),
       onError: (error: unknown) => options.onLog?.(String(error)),
       postgresFlags: [
         '-c', 'listen_addresses=127.0.0.1',
         '-c', 'max_connections=300',
-        '-c', 'fsync=off', // local and test clusters only: durability across OS crashes is not what we test
-        '-c', 'synchronous_commit=off',
+        // Local and test clusters only: durability across an OS crash is not what we test, so the
+        // writes to disk may be lazy. synchronous_commit stays ON: a commit that returned must
+        // survive a PostgreSQL crash — the product commits an operation and THEN calls Stripe, so a
+        // commit lost in a crash would be a charge nobody knows about (the chaos soak saw exactly
+        // that, and test/proof/postgres-crash.test.ts keeps it from coming back).
+        '-c', 'fsync=off',
         '-c', 'full_page_writes=off',
       ],
     });
@@ -74,33 +78,58 @@ export async function startEmbeddedPostgres(options: StartOptions): Promise<Embe
     await mkdir(path.dirname(dataDir), { recursive: true });
     await server.initialise();
   }
-  await server.start();
+  // The library keeps the postmaster's child process privately; we need it to know whether it is
+  // still alive (its own stop() waits for an 'exit' that, after a SIGKILL, already happened).
+  const child = () => (server as unknown as { process?: import('node:child_process').ChildProcess }).process;
+  const alive = () => {
+    const c = child();
+    return c !== undefined && c.exitCode === null && c.signalCode === null;
+  };
+  const start = async () => {
+    // After a crash the old postmaster's backends take a moment to notice and exit; until they have,
+    // a new postmaster refuses the data directory. Try again for a few seconds.
+    for (let attempt = 1; ; attempt++) {
+      server = make();
+      try {
+        await server.start();
+        return;
+      } catch (error) {
+        if (attempt >= 20) throw new Error(`PostgreSQL did not start on port ${port}`, { cause: error });
+        await new Promise((resolve) => setTimeout(resolve, 250));
+      }
+    }
+  };
+  const halt = async () => {
+    if (alive()) await server.stop();
+  };
+  await start();
 
   const urlFor = (database: string) => `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/${database}`;
-  let stopped = false;
+  let removed = false;
   return {
     adminUrl: urlFor('postgres'),
     port,
     dataDir,
     urlFor,
+    /** Stop the server; a non-persistent cluster's data is deleted, and it cannot be restarted. */
     async stop() {
-      if (stopped) return;
-      stopped = true;
-      await server.stop();
-      if (!persistent) await rm(dataDir, { recursive: true, force: true });
+      await halt();
+      if (!persistent && !removed) {
+        removed = true;
+        await rm(dataDir, { recursive: true, force: true });
+      }
     },
     async restart() {
-      await server.stop();
-      server = make();
-      await server.start();
+      if (removed) throw new Error('this cluster was stopped for good (persistent: false); it cannot restart');
+      await halt();
+      await start();
     },
     async kill() {
-      // The library keeps the child process privately; reach it to send SIGKILL like a crash would.
-      const child = (server as unknown as { process?: import('node:child_process').ChildProcess }).process;
-      if (!child?.pid) return;
+      const c = child();
+      if (!c?.pid || !alive()) return;
       await new Promise<void>((resolve) => {
-        child.once('exit', () => resolve());
-        child.kill('SIGKILL');
+        c.once('exit', () => resolve());
+        c.kill('SIGKILL');
       });
     },
   };

@@ -5,9 +5,9 @@
 import type Stripe from 'stripe';
 import { type GatewayResult } from '../payments/gateway.ts';
 import type { PaymentIntentLookup, StripePaymentIntent } from '../payments/review.ts';
-import { classifyStripeError, createStripeClient } from '../payments/stripe-gateway.ts';
-import { getSecretString } from '../runtime/resources.ts';
-import { assertStripeConfigured, type RuntimeConfig } from '../runtime/config.ts';
+import { classifyStripeError } from '../payments/stripe-gateway.ts';
+import { createConfiguredStripeClient } from '../runtime/resources.ts';
+import { ConfigError, type RuntimeConfig } from '../runtime/config.ts';
 import { OpsConfigError } from './errors.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -82,21 +82,12 @@ export class StripePaymentIntentLookup implements PaymentIntentLookup {
   }
 }
 
-/**
- * The Stripe client from the runtime configuration: STRIPE_SECRET_KEY locally, the Secrets Manager
- * secret on AWS (a plain key or JSON {"apiKey": …}, read the way runtime/resources.ts reads it).
- */
+/** The Stripe client from the runtime configuration (the same key handling as the functions'). */
 export async function stripeFromConfig(config: RuntimeConfig): Promise<Stripe> {
   try {
-    assertStripeConfigured(config);
+    return await createConfiguredStripeClient(config);
   } catch (error) {
-    throw new OpsConfigError(`${(error as Error).message} — Stripe is needed for this command`);
+    if (error instanceof ConfigError) throw new OpsConfigError(`${error.message} — Stripe is needed for this command`);
+    throw error;
   }
-  let apiKey = config.stripe.apiKey;
-  if (!apiKey) {
-    const raw = await getSecretString(config.stripe.secretArn!, config.region);
-    apiKey = raw.trim().startsWith('{') ? (JSON.parse(raw) as { apiKey?: string }).apiKey : raw.trim();
-  }
-  if (!apiKey) throw new OpsConfigError('the Stripe secret is empty');
-  return createStripeClient({ apiKey, apiBase: config.stripe.apiBase, timeoutMs: config.stripe.timeoutMs, maxNetworkRetries: config.stripe.maxNetworkRetries });
 }

@@ -22,7 +22,7 @@ import {
   type Outcome,
   type Step,
 } from './decisions.ts';
-import { OperationNotFoundError, OrderConflictError } from './errors.ts';
+import { OperationNotFoundError, OrderConflictError, OutcomesNotRecordedError } from './errors.ts';
 import { FailureKind, type GatewayResult, type PaymentGateway } from './gateway.ts';
 import {
   claimById,
@@ -78,6 +78,7 @@ export interface RequestResult {
   readonly operationId: string;
   /** Null when the request was accepted; the conflict otherwise (nothing created, nothing charged). */
   readonly conflict: OrderConflictError | null;
+  /** Null for a conflict, when not asked to execute, and inside an OutcomesNotRecordedError. */
   readonly execution: Execution | null;
 }
 
@@ -154,6 +155,8 @@ export class ChargeEngine {
    * one round trip, the Stripe calls made concurrently, every outcome recorded in one round trip.
    * Repeats of one order inside the batch share one operation and cause at most one call.
    * `canStart` is asked before each Stripe call (the handler's remaining-time check).
+   * Throws before anything is durable (the request statement failed), or OutcomesNotRecordedError
+   * when every request is durable but the outcomes could not be written.
    */
   async processRequests(
     inputs: readonly ChargeInput[],
@@ -185,21 +188,28 @@ export class ChargeEngine {
       missing = stillMissing;
     }
 
+    const results = (executions: ReadonlyMap<string, Execution> | null): RequestResult[] =>
+      inputs.map((input) => {
+        const row = rows.get(firstIndexOfOrder.get(input.orderId)!)!;
+        const fields = conflictingFields(row.operation, input);
+        if (fields.length > 0) {
+          return { input, operationId: row.operation.id, conflict: new OrderConflictError(row.operation, input, fields), execution: null };
+        }
+        const execution = executions?.get(row.operation.id) ?? (execute && executions ? skipped(row.operation) : null);
+        return { input, operationId: row.operation.id, conflict: null, execution };
+      });
+
+    // From here on every request is durable, whatever happens to the outcomes.
     const claimed = [...rows.values()].flatMap((row) => (row.claimed ? [row.claimed] : []));
     const executions = new Map<string, Execution>();
     if (claimed.length > 0) {
-      for (const execution of await this.#executeClaimed(claimed, options.canStart)) executions.set(execution.operationId, execution);
-    }
-
-    return inputs.map((input) => {
-      const row = rows.get(firstIndexOfOrder.get(input.orderId)!)!;
-      const fields = conflictingFields(row.operation, input);
-      if (fields.length > 0) {
-        return { input, operationId: row.operation.id, conflict: new OrderConflictError(row.operation, input, fields), execution: null };
+      try {
+        for (const execution of await this.#executeClaimed(claimed, options.canStart)) executions.set(execution.operationId, execution);
+      } catch (cause) {
+        throw new OutcomesNotRecordedError(results(null), cause);
       }
-      const execution = executions.get(row.operation.id) ?? (execute ? skipped(row.operation) : null);
-      return { input, operationId: row.operation.id, conflict: null, execution };
-    });
+    }
+    return results(executions);
   }
 
   /**

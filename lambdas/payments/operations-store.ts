@@ -423,3 +423,32 @@ export async function findOperationByOrder(db: Db, orderId: string): Promise<Ope
   );
   return rows[0] ? toOperation(rows[0].op) : null;
 }
+
+export interface OpenOperationCounts {
+  /** Open and not in review: what the machines still work on. */
+  readonly openPending: number;
+  readonly openUnknown: number;
+  /** Age of the oldest open operation not in review, since its request was recorded; 0 when none. */
+  readonly oldestOpenAgeSeconds: number;
+  /** Open operations waiting for a human (review_reason set). */
+  readonly reviewQueueSize: number;
+}
+
+/** The reconciler's operation gauges, read through the partial index over open operations: O(open). */
+export async function countOpenOperations(db: Db): Promise<OpenOperationCounts> {
+  const { rows } = await db.query<{ pending: number; unknown: number; review: number; oldest: number | null }>(
+    `SELECT count(*) FILTER (WHERE status = 'pending' AND review_reason IS NULL)::int AS pending,
+            count(*) FILTER (WHERE status = 'unknown' AND review_reason IS NULL)::int AS unknown,
+            count(*) FILTER (WHERE review_reason IS NOT NULL)::int AS review,
+            extract(epoch FROM now() - min(created_at) FILTER (WHERE review_reason IS NULL))::float8 AS oldest
+       FROM payment_operations
+      WHERE status IN ('pending', 'unknown')`,
+  );
+  const row = rows[0];
+  return {
+    openPending: row?.pending ?? 0,
+    openUnknown: row?.unknown ?? 0,
+    reviewQueueSize: row?.review ?? 0,
+    oldestOpenAgeSeconds: Math.max(0, Math.round(row?.oldest ?? 0)),
+  };
+}

@@ -1,6 +1,7 @@
 // The Stripe adapter: the real `stripe` SDK, our idempotency key on every create, explicit timeout
 // and retries, and the error mapping of DESIGN §4. It never throws: every outcome is a value.
 import Stripe from 'stripe';
+import { DEFAULT_STRIPE_MAX_NETWORK_RETRIES, DEFAULT_STRIPE_TIMEOUT_MS } from './call-budget.ts';
 import { FailureKind, type CreatePaymentIntentRequest, type GatewayFailure, type GatewayResult, type PaymentGateway, type SearchPaymentIntentsRequest } from './gateway.ts';
 import type { PaymentIntentView } from './types.ts';
 
@@ -17,8 +18,6 @@ export interface StripeClientOptions {
   readonly maxNetworkRetries?: number;
 }
 
-export const DEFAULT_STRIPE_TIMEOUT_MS = 10_000;
-export const DEFAULT_STRIPE_MAX_NETWORK_RETRIES = 1;
 
 export function createStripeClient(options: StripeClientOptions): Stripe {
   const config: Stripe.StripeConfig = {
@@ -35,14 +34,6 @@ export function createStripeClient(options: StripeClientOptions): Stripe {
     config.protocol = protocol;
   }
   return new Stripe(options.apiKey, config);
-}
-
-/** Upper bound of one gateway call, for lease and time-budget arithmetic. */
-export function worstCaseCallMs(options: Pick<StripeClientOptions, 'timeoutMs' | 'maxNetworkRetries'>): number {
-  const timeout = options.timeoutMs ?? DEFAULT_STRIPE_TIMEOUT_MS;
-  const retries = options.maxNetworkRetries ?? DEFAULT_STRIPE_MAX_NETWORK_RETRIES;
-  // +1 attempt: the SDK retries a closed connection once even with retries disabled; + backoff (≤ 2 s each).
-  return (retries + 2) * timeout + (retries + 1) * 2_000;
 }
 
 type Call = 'create' | 'retrieve' | 'search';

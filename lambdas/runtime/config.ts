@@ -1,7 +1,7 @@
 // Configuration from the environment (DESIGN §8): DATABASE_URL / STRIPE_SECRET_KEY locally,
 // Secrets Manager ARNs on AWS. Parsed once, validated with clear messages, no secret ever logged.
 import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
-import { worstCaseCallMs } from '../payments/stripe-gateway.ts';
+import { worstCaseCallMs } from '../payments/call-budget.ts';
 import { PIPELINE } from './settings.ts';
 
 export interface RuntimeConfig {
@@ -46,7 +46,16 @@ export interface RuntimeConfig {
     readonly maxSearchesPerSecond: number;
     readonly concurrency: number;
     readonly pageSize: number;
+    /** No Stripe call starts unless the worst-case call time plus this is left in the invocation. */
     readonly safetyMarginMs: number;
+    /**
+     * A sweep stops starting work this long after it began (0 = only the invocation's time limits it).
+     * Below the schedule's period, so that sweeps normally do not overlap and the request-rate budget
+     * below is the reconciler's real rate, not a multiple of it.
+     */
+    readonly maxRunMs: number;
+    /** Window of the RejectedMessagesLastPeriod gauge. */
+    readonly rejectedWindowSeconds: number;
   };
   /**
    * The engine's policy (handlers pass it to ChargeEngine). Only shortening is allowed: a key window
@@ -122,6 +131,8 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
       concurrency: integer(env, 'RECONCILE_CONCURRENCY', 8, 1, 100),
       pageSize: integer(env, 'RECONCILE_PAGE_SIZE', 50, 1, 1000),
       safetyMarginMs: integer(env, 'RECONCILE_SAFETY_MARGIN_MS', 5_000, 0),
+      maxRunMs: integer(env, 'RECONCILE_MAX_RUN_MS', 50_000, 0),
+      rejectedWindowSeconds: integer(env, 'RECONCILE_REJECTED_WINDOW_SECONDS', 300, 1),
     },
     policy: {
       keyWindowMs: integer(env, 'KEY_WINDOW_MS', DEFAULT_POLICY.keyWindowMs, 1_000, DEFAULT_POLICY.keyWindowMs),

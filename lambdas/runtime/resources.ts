@@ -2,61 +2,19 @@
 // the database pool, the secrets, the Stripe gateway, the EventBridge publisher. Lambda freezes the
 // container between invocations; keeping these outside the handler is what makes a warm call cheap.
 import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
-import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import pg from 'pg';
+import type Stripe from 'stripe';
 import { EventBridgePublisher, type EventPublisher } from '../events/outbox.ts';
 import { createStripeClient, StripeGateway } from '../payments/stripe-gateway.ts';
 import { assertStripeConfigured, ConfigError, type RuntimeConfig } from './config.ts';
+import { databaseClientConfig } from './database.ts';
+import { forgetSecrets, getSecretString } from './secrets.ts';
 
-let secretsClient: SecretsManagerClient | undefined;
-const secretCache = new Map<string, Promise<string>>();
-
-/** A secret's string, fetched once per container. A failed fetch is not cached, so the next call retries. */
-export function getSecretString(arn: string, region?: string): Promise<string> {
-  let cached = secretCache.get(arn);
-  if (!cached) {
-    secretsClient ??= new SecretsManagerClient(region ? { region } : {});
-    cached = secretsClient.send(new GetSecretValueCommand({ SecretId: arn })).then((answer) => {
-      if (!answer.SecretString) throw new ConfigError(`secret ${arn} has no string value`);
-      return answer.SecretString;
-    });
-    cached.catch(() => secretCache.delete(arn));
-    secretCache.set(arn, cached);
-  }
-  return cached;
-}
-
-interface RdsSecret {
-  host: string;
-  port?: number | string;
-  username: string;
-  password: string;
-  dbname?: string;
-}
+export { getSecretString } from './secrets.ts';
+export { databaseClientConfig } from './database.ts';
 
 async function poolConfig(config: RuntimeConfig): Promise<pg.PoolConfig> {
-  const db = config.database;
-  const common: pg.PoolConfig = {
-    max: db.poolMax,
-    connectionTimeoutMillis: db.connectTimeoutMs,
-    idleTimeoutMillis: 60_000,
-    statement_timeout: db.statementTimeoutMs,
-    application_name: db.applicationName,
-    // verify-full: the server certificate must chain to a trusted CA — on Lambda, the RDS CA bundle
-    // the runtime loads when NODE_EXTRA_CA_CERTS=/var/runtime/ca-cert.pem — and match the host.
-    ...(db.ssl === 'off' ? {} : { ssl: { rejectUnauthorized: db.ssl === 'verify-full' } }),
-  };
-  if (db.url) return { ...common, connectionString: db.url };
-  const secret = JSON.parse(await getSecretString(db.secretArn!, config.region)) as RdsSecret;
-  if (!secret.host || !secret.username || !secret.password) throw new ConfigError('the database secret lacks host, username or password');
-  return {
-    ...common,
-    host: secret.host,
-    port: Number(secret.port ?? 5432),
-    user: secret.username,
-    password: secret.password,
-    database: secret.dbname ?? 'postgres',
-  };
+  return { ...(await databaseClientConfig(config)), max: config.database.poolMax, idleTimeoutMillis: 60_000 };
 }
 
 let pool: Promise<pg.Pool> | undefined;
@@ -79,22 +37,30 @@ export function getPool(config: RuntimeConfig, onIdleError: (error: Error) => vo
   return pool;
 }
 
+/**
+ * The Stripe client from the configuration: STRIPE_SECRET_KEY locally; on AWS the Secrets Manager
+ * secret, holding the key or JSON {"apiKey": "…"}. The stack creates that secret empty and an operator
+ * fills it in: an empty read is forgotten, so a warm container sees the key as soon as it is there.
+ */
+export async function createConfiguredStripeClient(config: RuntimeConfig): Promise<Stripe> {
+  assertStripeConfigured(config);
+  let apiKey = config.stripe.apiKey;
+  if (!apiKey) {
+    const raw = await getSecretString(config.stripe.secretArn!, config.region);
+    apiKey = raw.trim().startsWith('{') ? (JSON.parse(raw) as { apiKey?: string }).apiKey : raw.trim();
+  }
+  if (!apiKey) {
+    if (config.stripe.secretArn) forgetSecrets(config.stripe.secretArn);
+    throw new ConfigError('the Stripe secret is empty: put the key into it (see README, Deploy)');
+  }
+  return createStripeClient({ apiKey, apiBase: config.stripe.apiBase, timeoutMs: config.stripe.timeoutMs, maxNetworkRetries: config.stripe.maxNetworkRetries });
+}
+
 let gateway: Promise<StripeGateway> | undefined;
 
 export function getStripeGateway(config: RuntimeConfig): Promise<StripeGateway> {
   if (!gateway) {
-    assertStripeConfigured(config);
-    gateway = (async () => {
-      let apiKey = config.stripe.apiKey;
-      if (!apiKey) {
-        const raw = await getSecretString(config.stripe.secretArn!, config.region);
-        apiKey = raw.trim().startsWith('{') ? (JSON.parse(raw) as { apiKey?: string }).apiKey : raw.trim();
-      }
-      if (!apiKey) throw new ConfigError('the Stripe secret is empty: put the key into it (see README, Deploy)');
-      return new StripeGateway(
-        createStripeClient({ apiKey, apiBase: config.stripe.apiBase, timeoutMs: config.stripe.timeoutMs, maxNetworkRetries: config.stripe.maxNetworkRetries }),
-      );
-    })();
+    gateway = createConfiguredStripeClient(config).then((stripe) => new StripeGateway(stripe));
     gateway.catch(() => {
       gateway = undefined;
     });
@@ -107,13 +73,20 @@ let publisher: EventPublisher | null | undefined;
 /** Null when no bus is configured: events then wait in the outbox, visible in the gauges. */
 export function getEventPublisher(config: RuntimeConfig): EventPublisher | null {
   if (publisher === undefined) {
+    const local = config.events.endpoint !== undefined;
     publisher = config.events.busName
       ? new EventBridgePublisher(
           new EventBridgeClient({
-            ...(config.region ? { region: config.region } : {}),
-            ...(config.events.endpoint ? { endpoint: config.events.endpoint } : {}),
-            // The relay has its own retry loop (the outbox); keep one call short and bounded.
+            // A local PutEvents endpoint (EVENTS_ENDPOINT) needs no region and checks no signature;
+            // the SDK still wants both. On Lambda AWS_REGION and the role's keys are always set.
+            ...(config.region ? { region: config.region } : local ? { region: 'us-east-1' } : {}),
+            ...(local ? { endpoint: config.events.endpoint } : {}),
+            ...(local && !process.env.AWS_ACCESS_KEY_ID ? { credentials: { accessKeyId: 'local', secretAccessKey: 'local' } } : {}),
+            // The relay has its own retry loop (the outbox); keep one call short and bounded. The SDK
+            // sets no request timeout of its own: a hung PutEvents would hold the charge handler
+            // (bounded there by a deadline) and the sweep until the function times out.
             maxAttempts: 2,
+            requestHandler: { connectionTimeout: 2_000, requestTimeout: 5_000, throwOnRequestTimeout: true },
           }),
           { busName: config.events.busName, source: config.events.source },
         )
@@ -128,6 +101,6 @@ export async function resetResources(): Promise<void> {
   pool = undefined;
   gateway = undefined;
   publisher = undefined;
-  secretCache.clear();
+  forgetSecrets();
   if (current) await (await current.catch(() => undefined))?.end();
 }

@@ -1,0 +1,331 @@
+// One SQS batch, worked as a batch (DESIGN §5, §7). Knows nothing of middy, Powertools or the
+// environment: the handler passes its dependencies in, and so can a test or a benchmark.
+//
+//   parse every body ──▶ rejects: one INSERT (if any) ──▶ engine: one statement makes every request
+//   durable and claims it ──▶ Stripe, concurrently ──▶ one statement records every outcome (+ audit,
+//   + outbox) ──▶ conflicts: one INSERT (if any) ──▶ PutEvents for the batch's events ──▶ response
+//
+// The response acknowledges every record whose operation (or rejection) is durable, whatever its
+// status: the database is the only retry loop. Only what could not be made durable goes back to SQS.
+import type { SQSBatchResponse, SQSRecord } from 'aws-lambda';
+import type { Db } from '../payments/db.ts';
+import type { EnginePolicy } from '../payments/decisions.ts';
+import { ChargeEngine, type Execution, type RequestResult } from '../payments/engine.ts';
+import { OutcomesNotRecordedError } from '../payments/errors.ts';
+import type { PaymentGateway } from '../payments/gateway.ts';
+import { DEFAULT_MAX_AMOUNT, parseChargeRequest } from '../payments/message.ts';
+import type { OutcomeEventRow } from '../payments/operations-store.ts';
+import { recordRejectedMessages, RejectReason, type RejectedMessage } from '../payments/rejected-store.ts';
+import type { ChargeInput, OperationStatus } from '../payments/types.ts';
+import { publishLeased, type EventPublisher } from '../events/outbox.ts';
+import { describeError, silentLog, type InvocationClock, type LogSink } from '../runtime/observability.ts';
+
+export interface ChargeBatchDeps {
+  readonly db: Db;
+  readonly gateway: PaymentGateway;
+  /** Null: events wait in the outbox for the reconciler's sweep (no bus configured). */
+  readonly publisher: EventPublisher | null;
+  /**
+   * No Stripe call starts with less time left than this: the worst-case duration of one gateway call
+   * (timeout × attempts + SDK backoff) plus a safety margin for the outcome write.
+   */
+  readonly minTimeToCallMs: number;
+  readonly log?: LogSink;
+  readonly maxAmount?: number;
+  /** Stripe calls in flight at once. */
+  readonly concurrency?: number;
+  readonly policy?: Partial<EnginePolicy>;
+  readonly random?: () => number;
+  readonly actor?: string;
+}
+
+/** What became of one record. */
+export type RecordFate =
+  | {
+      readonly kind: 'processed';
+      readonly operationId: string;
+      /** Status after this invocation; null when the outcome write failed (the row holds what it held). */
+      readonly status: OperationStatus | null;
+      readonly disposition: Execution['disposition'] | 'outcome_not_recorded';
+    }
+  | { readonly kind: 'rejected'; readonly reasonCode: RejectReason; readonly operationId: string | null }
+  /** Its own write failed: nothing of it is durable. */
+  | { readonly kind: 'not_recorded'; readonly what: 'reject' | 'request' }
+  /** Not worked at all: an earlier record of its message group failed (FIFO). */
+  | { readonly kind: 'held_back' };
+
+export interface RecordReport {
+  readonly messageId: string;
+  readonly groupId: string;
+  readonly orderId: string | null;
+  readonly operationId: string | null;
+  readonly fate: RecordFate;
+  /** In batchItemFailures: SQS delivers it again. */
+  readonly retried: boolean;
+  /** Why it is retried: its own failure, or the FIFO rule (an earlier record of its group failed). */
+  readonly retryCause?: 'not_recorded' | 'earlier_record_of_group_failed';
+}
+
+/** Per invocation; operations are counted once however many records of the batch carried them. */
+export interface ChargeBatchCounts {
+  /** Operations this invocation brought to succeeded / failed. */
+  readonly succeeded: number;
+  readonly failed: number;
+  /** Operations of the batch still pending or unknown (review included) when the invocation ends. */
+  readonly leftOpen: number;
+  /** Records acknowledged as rejected (invalid JSON, invalid body, order conflict). */
+  readonly rejected: number;
+  /** Records reported in batchItemFailures. */
+  readonly notDurable: number;
+  /** Stripe answers 401 / 403 (a key problem), and idempotency-key misuse (a bug). */
+  readonly stripeAuthErrors: number;
+  readonly idempotencyErrors: number;
+  readonly eventsPublished: number;
+  readonly eventsNotPublished: number;
+}
+
+export interface ChargeBatchResult {
+  readonly response: SQSBatchResponse;
+  readonly records: readonly RecordReport[];
+  readonly counts: ChargeBatchCounts;
+}
+
+interface Parsed {
+  readonly index: number;
+  readonly record: SQSRecord;
+  readonly groupId: string;
+  readonly input?: ChargeInput;
+  readonly reject?: RejectedMessage;
+}
+
+const AUTH_ERRORS = new Set(['StripeAuthenticationError', 'StripePermissionError']);
+
+export async function processChargeBatch(records: readonly SQSRecord[], deps: ChargeBatchDeps, clock: InvocationClock): Promise<ChargeBatchResult> {
+  const log = deps.log ?? silentLog;
+  const db = deps.db;
+  const maxAmount = deps.maxAmount ?? DEFAULT_MAX_AMOUNT;
+  const reports = new Array<RecordReport | undefined>(records.length);
+  const firstFailure = new Map<string, number>(); // message group → index of its first failed record
+  const heldBack = (p: Parsed) => (firstFailure.get(p.groupId) ?? Infinity) < p.index;
+  const report = (p: Parsed, fields: Omit<RecordReport, 'messageId' | 'groupId' | 'retried'>, retried = false) => {
+    reports[p.index] = { messageId: p.record.messageId, groupId: p.groupId, ...fields, retried, ...(retried ? { retryCause: 'not_recorded' as const } : {}) };
+    const first = firstFailure.get(p.groupId);
+    if (retried && (first === undefined || first > p.index)) firstFailure.set(p.groupId, p.index);
+  };
+
+  // ── 1. Parse. Never throws: a bad body is a value to record, not an exception that fails the batch.
+  const parsed: Parsed[] = records.map((record, index) => {
+    // A record without a group (a standard queue, a hand-made event) has no order to keep.
+    const groupId = record.attributes?.MessageGroupId ?? `message:${record.messageId}`;
+    const body = record.body ?? '';
+    const result = parseChargeRequest(body, maxAmount);
+    if (result.ok) return { index, record, groupId, input: result.request };
+    return { index, record, groupId, reject: { messageId: record.messageId, reasonCode: result.code, reason: result.reason, orderId: result.orderId ?? null, rawBody: body } };
+  });
+
+  // ── 2. Rejects first: if their write fails, the later records of their groups must not run ahead.
+  const invalid = parsed.filter((p) => p.reject);
+  if (invalid.length > 0) {
+    try {
+      await recordRejectedMessages(db, invalid.map((p) => p.reject!));
+      for (const p of invalid) {
+        report(p, { orderId: p.reject!.orderId ?? null, operationId: null, fate: { kind: 'rejected', reasonCode: p.reject!.reasonCode, operationId: null } });
+      }
+    } catch (error) {
+      log.error('could not record rejected messages', describeError(error));
+      for (const p of invalid) report(p, { orderId: p.reject!.orderId ?? null, operationId: null, fate: { kind: 'not_recorded', what: 'reject' } }, true);
+    }
+  }
+
+  // ── 3. The valid records, minus those queued behind a failed record of their group (FIFO).
+  const valid: Parsed[] = [];
+  for (const p of parsed) {
+    if (!p.input) continue;
+    if (heldBack(p)) report(p, { orderId: p.input.orderId, operationId: null, fate: { kind: 'held_back' } });
+    else valid.push(p);
+  }
+
+  // ── 4. The engine: one round trip before Stripe, calls bounded by time, one round trip after.
+  let results: RequestResult[] | null = null;
+  let engineError: unknown = null;
+  if (valid.length > 0) {
+    const engine = new ChargeEngine({
+      db,
+      gateway: deps.gateway,
+      actor: deps.actor ?? 'charge-handler',
+      concurrency: deps.concurrency ?? 10,
+      ...(deps.policy ? { policy: deps.policy } : {}),
+      ...(deps.random ? { random: deps.random } : {}),
+    });
+    // A call started with less than minTimeToCallMs left could be cut off by the Lambda timeout; such
+    // an operation is recorded unclaimed (or released) and due, for the reconciler.
+    const canStart = () => clock.remainingMs() > deps.minTimeToCallMs;
+    try {
+      results = await engine.processRequests(valid.map((p) => p.input!), { canStart });
+    } catch (error) {
+      engineError = error;
+      // Every request is durable, only the outcomes are missing: acknowledge, the reconciler owns them.
+      if (error instanceof OutcomesNotRecordedError) results = [...error.requests];
+    }
+  }
+
+  // ── 5. Each valid record: durable (acknowledged whatever its status), conflicting, or not recorded.
+  const conflicts: { p: Parsed; operationId: string; fields: readonly string[] }[] = [];
+  let durableButUnrecorded = 0;
+  valid.forEach((p, i) => {
+    const input = p.input!;
+    const result = results?.[i];
+    if (!result) {
+      // The request statement itself failed: nothing of this record is durable; SQS delivers it again.
+      report(p, { orderId: input.orderId, operationId: null, fate: { kind: 'not_recorded', what: 'request' } }, true);
+      return;
+    }
+    if (result.conflict) {
+      conflicts.push({ p, operationId: result.operationId, fields: result.conflict.fields });
+      return;
+    }
+    if (result.execution === null) {
+      // Durable, outcome not written: the Stripe call (if any) used the operation's key, its lease
+      // expires, the reconciler settles it. Redelivering the record would add nothing.
+      durableButUnrecorded++;
+      report(p, { orderId: input.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId, status: null, disposition: 'outcome_not_recorded' } });
+      return;
+    }
+    report(p, { orderId: input.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId, status: result.execution.status, disposition: result.execution.disposition } });
+  });
+  if (engineError) {
+    log.error(
+      durableButUnrecorded > 0 ? 'outcomes not recorded; the operations stay open for the reconciler' : 'requests not recorded',
+      { ...describeError(engineError), durableButUnrecorded },
+    );
+  }
+
+  // Conflicts: the order exists with other parameters. Recorded, never charged.
+  if (conflicts.length > 0) {
+    const rejects: RejectedMessage[] = conflicts.map(({ p, operationId, fields }) => ({
+      messageId: p.record.messageId,
+      reasonCode: RejectReason.orderConflict,
+      // Names the fields that differ, never their values.
+      reason: `order already has operation ${operationId} with a different ${fields.join(', ')}`,
+      orderId: p.input!.orderId,
+      operationId,
+      rawBody: p.record.body ?? '',
+    }));
+    try {
+      await recordRejectedMessages(db, rejects);
+      for (const { p, operationId } of conflicts) {
+        report(p, { orderId: p.input!.orderId, operationId, fate: { kind: 'rejected', reasonCode: RejectReason.orderConflict, operationId } });
+      }
+    } catch (error) {
+      log.error('could not record conflicting orders', describeError(error));
+      for (const { p, operationId } of conflicts) report(p, { orderId: p.input!.orderId, operationId, fate: { kind: 'not_recorded', what: 'reject' } }, true);
+    }
+  }
+
+  // ── 6. FIFO: once a record of a group fails, every later record of that group fails too — even a
+  // durable one (its redelivery finds the operation and changes nothing) — so that SQS never hands
+  // out a group's earlier message again after a later one was acknowledged.
+  const final: RecordReport[] = parsed.map((p) => {
+    const r = reports[p.index]!;
+    return !r.retried && heldBack(p) ? { ...r, retried: true, retryCause: 'earlier_record_of_group_failed' as const } : r;
+  });
+
+  // ── 7. Publish the batch's events right away; whatever does not go out waits for the sweep.
+  const events = new Map<string, OutcomeEventRow>();
+  for (const result of results ?? []) if (result.execution?.event) events.set(result.execution.event.eventId, result.execution.event);
+  let eventsPublished = 0;
+  let eventsNotPublished = events.size;
+  if (deps.publisher && events.size > 0) {
+    // Never up to the invocation's end: a timed-out invocation would send the whole batch back.
+    const budget = clock.remainingMs() - 1_000;
+    if (budget > 0) {
+      try {
+        const summary = await withDeadline(publishLeased(db, deps.publisher, [...events.values()]), budget);
+        if (summary === 'deadline') log.warn('publishing outcome events did not finish in time; the sweep sends them', { events: events.size });
+        else {
+          ({ published: eventsPublished, failed: eventsNotPublished } = summary);
+          if (summary.failed > 0) log.warn('outcome events not published; the sweep resends them', { published: summary.published, failed: summary.failed });
+        }
+      } catch (error) {
+        log.warn('publishing outcome events failed; the sweep sends them', describeError(error));
+      }
+    }
+  }
+
+  // ── 8. One line per record (message id, order id, operation id), and the counts.
+  const byIndex = new Map<number, RequestResult>();
+  valid.forEach((p, i) => {
+    const result = results?.[i];
+    if (result) byIndex.set(p.index, result);
+  });
+  const seen = new Set<string>();
+  const counts = { succeeded: 0, failed: 0, leftOpen: 0, stripeAuthErrors: 0, idempotencyErrors: 0 };
+  final.forEach((r, index) => {
+    const ids = { messageId: r.messageId, orderId: r.orderId, operationId: r.operationId };
+    const retry = r.retried ? { retried: true, retryCause: r.retryCause } : {};
+    const fate = r.fate;
+    const execution = byIndex.get(index)?.execution ?? null;
+    switch (fate.kind) {
+      case 'rejected': {
+        const reject = parsed[index]!.reject;
+        log.warn('message rejected', { ...ids, reasonCode: fate.reasonCode, ...(reject ? { reason: reject.reason } : { fields: conflicts.find((c) => c.p.index === index)?.fields }), ...retry });
+        return;
+      }
+      case 'not_recorded':
+        log.warn(`${fate.what} not recorded; the message goes back to the queue`, { ...ids, ...retry });
+        return;
+      case 'held_back':
+        log.warn('held back behind a failed record of its message group', { ...ids, groupId: r.groupId, ...retry });
+        return;
+      case 'processed': {
+        log.info('charge request recorded', {
+          ...ids,
+          status: fate.status,
+          disposition: fate.disposition,
+          ...(execution?.step ? { step: execution.step } : {}),
+          // Class and code only: a Stripe error message may quote a parameter (a PaymentMethod id).
+          ...(execution?.outcome?.errorClass ? { errorClass: execution.outcome.errorClass, errorCode: execution.outcome.errorCode } : {}),
+          ...(execution?.reviewReason ? { inReview: true } : {}),
+          ...retry,
+        });
+        const key = fate.operationId;
+        if (seen.has(key)) return; // repeats of one order share one operation: count it once
+        seen.add(key);
+        if (execution?.disposition === 'attempted' && execution.status === 'succeeded') counts.succeeded++;
+        else if (execution?.disposition === 'attempted' && execution.status === 'failed') counts.failed++;
+        else if (fate.status === null || fate.status === 'pending' || fate.status === 'unknown') counts.leftOpen++;
+        const errorClass = execution?.outcome?.errorClass;
+        if (errorClass && AUTH_ERRORS.has(errorClass)) counts.stripeAuthErrors++;
+        if (errorClass === 'StripeIdempotencyError') counts.idempotencyErrors++;
+        return;
+      }
+    }
+  });
+
+  const batchItemFailures = final.filter((r) => r.retried).map((r) => ({ itemIdentifier: r.messageId }));
+  return {
+    response: { batchItemFailures },
+    records: final,
+    counts: {
+      ...counts,
+      rejected: final.filter((r) => r.fate.kind === 'rejected' && !r.retried).length,
+      notDurable: batchItemFailures.length,
+      eventsPublished,
+      eventsNotPublished,
+    },
+  };
+}
+
+async function withDeadline<T>(work: Promise<T>, ms: number): Promise<T | 'deadline'> {
+  // If the deadline wins, a later rejection of `work` must not become an unhandled rejection.
+  work.catch(() => {});
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<'deadline'>((resolve) => {
+    timer = setTimeout(() => resolve('deadline'), ms);
+  });
+  try {
+    return await Promise.race([work, deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,92 @@
+// The reconcile Lambda, run by an EventBridge Scheduler schedule (every minute by default): settles
+// open operations within a request-rate cap and a time budget, relays the outbox, publishes the
+// gauges the alarms watch, and returns a summary. Wiring only: the run itself is runReconcile.
+import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
+import { MetricUnit } from '@aws-lambda-powertools/metrics';
+import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
+import middy from '@middy/core';
+import type { Context } from 'aws-lambda';
+import { worstCaseCallMs } from '../payments/call-budget.ts';
+import { loadConfig } from '../runtime/config.ts';
+import { clockFromContext, createLogger, createMetrics, describeError } from '../runtime/observability.ts';
+import { getEventPublisher, getPool, getStripeGateway } from '../runtime/resources.ts';
+import { METRICS, PIPELINE } from '../runtime/settings.ts';
+import { runReconcile, type ReconcileSummary } from './sweep.ts';
+
+export const logger = createLogger();
+export const metrics = createMetrics();
+
+/** What the schedule sends (lib/reconciler.ts); anything else is accepted too (an operator's manual run). */
+export interface ReconcileEvent {
+  readonly source?: string;
+  readonly scheduleArn?: string;
+  readonly scheduledTime?: string;
+  readonly attemptNumber?: number | string;
+}
+
+/** A run that could not do its job (database down): thrown so that the function's Errors alarm fires. */
+export class ReconcileError extends Error {
+  override readonly name = 'ReconcileError';
+  readonly summary: ReconcileSummary;
+  constructor(summary: ReconcileSummary) {
+    super(`reconcile run failed: ${summary.errors.join('; ')}`);
+    this.summary = summary;
+  }
+}
+
+async function reconcile(event: ReconcileEvent | null | undefined, context: Context): Promise<ReconcileSummary> {
+  const config = loadConfig(process.env);
+  const db = await getPool(config, (error) => logger.warn('idle database connection lost', describeError(error)));
+  // Without a Stripe key the sweep cannot run, but the outbox relay and the gauges still can — and
+  // must, or the gauge alarms go blind exactly when something is wrong. The run then throws.
+  // (getStripeGateway throws synchronously when no key is configured at all, hence the .then.)
+  const gateway = await Promise.resolve().then(() => getStripeGateway(config)).catch((error: unknown) => {
+    logger.error('Stripe key unavailable; no operation is settled this run', describeError(error));
+    return { unavailable: describeError(error) };
+  });
+  if (event?.scheduledTime) logger.appendKeys({ scheduledTime: event.scheduledTime });
+  const clock = clockFromContext(context, PIPELINE.reconcileFunctionTimeoutSeconds * 1000);
+  const summary = await runReconcile(
+    {
+      db,
+      gateway: 'unavailable' in gateway ? null : gateway,
+      publisher: getEventPublisher(config),
+      log: logger,
+      policy: config.policy,
+      settings: {
+        maxRequestsPerSecond: config.reconcile.maxRequestsPerSecond,
+        maxSearchesPerSecond: config.reconcile.maxSearchesPerSecond,
+        concurrency: config.reconcile.concurrency,
+        pageSize: config.reconcile.pageSize,
+        minTimeToCallMs: worstCaseCallMs(config.stripe) + config.reconcile.safetyMarginMs,
+        safetyMarginMs: config.reconcile.safetyMarginMs,
+        maxRunMs: config.reconcile.maxRunMs,
+        rejectedWindowSeconds: config.reconcile.rejectedWindowSeconds,
+      },
+    },
+    clock,
+  );
+
+  metrics.addMetric(METRICS.reconciledOperations, MetricUnit.Count, summary.reconciled);
+  metrics.addMetric(METRICS.stripeAuthErrors, MetricUnit.Count, summary.stripeAuthErrors);
+  metrics.addMetric(METRICS.idempotencyErrors, MetricUnit.Count, summary.idempotencyErrors);
+  const g = summary.gauges;
+  if (g) {
+    metrics.addMetric(METRICS.openPending, MetricUnit.Count, g.openPending);
+    metrics.addMetric(METRICS.openUnknown, MetricUnit.Count, g.openUnknown);
+    metrics.addMetric(METRICS.oldestOpenAgeSeconds, MetricUnit.Seconds, g.oldestOpenAgeSeconds);
+    metrics.addMetric(METRICS.reviewQueueSize, MetricUnit.Count, g.reviewQueueSize);
+    metrics.addMetric(METRICS.rejectedLastPeriod, MetricUnit.Count, g.rejectedLastPeriod);
+    metrics.addMetric(METRICS.unpublishedEvents, MetricUnit.Count, g.unpublishedEvents);
+    metrics.addMetric(METRICS.oldestUnpublishedEventAgeSeconds, MetricUnit.Seconds, g.oldestUnpublishedEventAgeSeconds);
+  }
+  const { errors, ...rest } = summary;
+  logger.info('reconcile run done', { ...rest, errorCount: errors.length });
+  if ('unavailable' in gateway) throw new ReconcileError({ ...summary, errors: [`stripe: ${gateway.unavailable.errorName}: ${gateway.unavailable.errorMessage}`, ...errors] });
+  if (errors.length > 0) throw new ReconcileError(summary);
+  return summary;
+}
+
+export const handler = middy(reconcile)
+  .use(injectLambdaContext(logger, { resetKeys: true, logEvent: false }))
+  .use(logMetrics(metrics));

@@ -1,0 +1,237 @@
+// One reconcile run (DESIGN §5, §6): settle what is due, relay what the outbox still holds, measure.
+// Knows nothing of Lambda or the environment; the handler passes dependencies and the clock in.
+//
+//   ┌ page: claim ≤ pageSize due operations (FOR UPDATE SKIP LOCKED + lease, one statement)
+//   │       Stripe calls, ≤ concurrency at once, each waiting for a rate-limiter slot
+//   │       outcomes recorded (one statement, fenced by the lease)
+//   │       the page's outcome events published (PutEvents), marked published
+//   └ again, until nothing is due or no call could start in time
+//   relay the rest of the outbox ─▶ gauges
+//
+// Two runs at once (a slow sweep and the next scheduled one, or an operator's) are safe: SKIP LOCKED
+// hands them disjoint pages, the lease keeps an operation claimed by one away from the other, and the
+// fenced write discards a zombie's late outcome.
+import type { Db } from '../payments/db.ts';
+import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
+import { ChargeEngine, type Execution } from '../payments/engine.ts';
+import type { PaymentGateway } from '../payments/gateway.ts';
+import { publishLeased, relayUnpublished, type EventPublisher } from '../events/outbox.ts';
+import { describeError, silentLog, type InvocationClock, type LogSink } from '../runtime/observability.ts';
+import { collectGauges, type ReconcileGauges } from './gauges.ts';
+import { RequestRateLimiter } from './rate-limiter.ts';
+
+export interface ReconcileSettings {
+  readonly maxRequestsPerSecond: number;
+  readonly maxSearchesPerSecond: number;
+  readonly concurrency: number;
+  readonly pageSize: number;
+  /**
+   * No Stripe call starts with less time left in the invocation than this: the worst-case duration
+   * of one gateway call plus safetyMarginMs (so minTimeToCallMs − safetyMarginMs is the worst case).
+   */
+  readonly minTimeToCallMs: number;
+  /** Time kept back at the end of the invocation for the relay and the gauges. */
+  readonly safetyMarginMs: number;
+  /** Stop starting work this long after the run began; 0 = no limit but the invocation's. */
+  readonly maxRunMs: number;
+  readonly rejectedWindowSeconds: number;
+}
+
+export interface ReconcileDeps {
+  readonly db: Db;
+  /** Null: Stripe cannot be reached (no key): no operation is claimed; relay and gauges still run. */
+  readonly gateway: PaymentGateway | null;
+  /** Null: no bus configured; the outbox is not relayed (the gauges still count it). */
+  readonly publisher: EventPublisher | null;
+  readonly settings: ReconcileSettings;
+  readonly log?: LogSink;
+  readonly policy?: Partial<EnginePolicy>;
+  readonly random?: () => number;
+  readonly actor?: string;
+  /** Monotonic milliseconds (tests). */
+  readonly now?: () => number;
+}
+
+export type StopReason =
+  /** Nothing due was left (a page came back short). */
+  | 'drained'
+  /** The time budget (invocation or maxRunMs) ended, or a rate-limiter slot would have come too late. */
+  | 'time'
+  /** The database failed, or no Stripe gateway: the run did what it could and the handler reports the error. */
+  | 'error';
+
+export interface ReconcileSummary {
+  /** Operations claimed in this run (an operation retried twice in one run counts twice). */
+  readonly claimed: number;
+  /** attempted → its new status (or 'review'); discarded / released / skipped as the engine reports. */
+  readonly byOutcome: Readonly<Record<string, number>>;
+  /** Claimed, then given back without a call (no time or rate budget left): due again at once. */
+  readonly released: number;
+  /** Operations Stripe was called for and whose outcome was written. */
+  readonly reconciled: number;
+  readonly pages: number;
+  readonly stripeRequests: number;
+  readonly stripeAuthErrors: number;
+  readonly idempotencyErrors: number;
+  readonly published: number;
+  readonly publishFailed: number;
+  /** Null when they could not be computed (database down). */
+  readonly gauges: ReconcileGauges | null;
+  readonly stoppedBecause: StopReason;
+  readonly durationMs: number;
+  /** What failed, redacted (the handler throws when this is not empty). */
+  readonly errors: readonly string[];
+}
+
+const AUTH_ERRORS = new Set(['StripeAuthenticationError', 'StripePermissionError']);
+
+function outcomeKey(execution: Execution): string {
+  if (execution.disposition !== 'attempted') return execution.disposition;
+  return execution.reviewReason ? 'review' : execution.status;
+}
+
+export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock): Promise<ReconcileSummary> {
+  const { settings } = deps;
+  const log = deps.log ?? silentLog;
+  const now = deps.now ?? (() => performance.now());
+  const startedAt = now();
+  // The latest moment a Stripe call may start: it must be able to finish (worst case) inside the
+  // invocation, and the run should end before the next scheduled one starts (maxRunMs).
+  const byInvocation = startedAt + clock.remainingMs() - settings.minTimeToCallMs;
+  const latestStart = settings.maxRunMs > 0 ? Math.min(byInvocation, startedAt + settings.maxRunMs) : byInvocation;
+  const canStart = () => now() < latestStart;
+  // Within a page, a call must also end before the page's lease does, or another run could claim the
+  // operation while this one still waits for Stripe (safe — same key, fenced write — but a 409 and a
+  // wasted call). Binding only when the lease is short (LEASE_MS in a time-lapse run).
+  const leaseMs = deps.policy?.leaseMs ?? DEFAULT_POLICY.leaseMs;
+  const worstCallMs = Math.max(0, settings.minTimeToCallMs - settings.safetyMarginMs);
+  let pageLatestStart = latestStart;
+  const canStartInPage = () => now() < pageLatestStart;
+
+  const limiter = new RequestRateLimiter({ requestsPerSecond: settings.maxRequestsPerSecond, searchesPerSecond: settings.maxSearchesPerSecond, now });
+  const gateway = deps.gateway;
+  const engine = gateway && new ChargeEngine({
+    db: deps.db,
+    gateway,
+    actor: deps.actor ?? 'reconciler',
+    concurrency: settings.concurrency,
+    ...(deps.policy ? { policy: deps.policy } : {}),
+    ...(deps.random ? { random: deps.random } : {}),
+    beforeCall: (step) => limiter.acquire(step, pageLatestStart),
+  });
+
+  const byOutcome: Record<string, number> = {};
+  const errors: string[] = [];
+  let published = 0;
+  let publishFailed = 0;
+  let claimed = 0;
+  let pages = 0;
+  let stripeAuthErrors = 0;
+  let idempotencyErrors = 0;
+  let stoppedBecause: StopReason = 'drained';
+  try {
+    for (;;) {
+      if (!engine) {
+        stoppedBecause = 'error';
+        break;
+      }
+      // A claim starts a never-sent operation's key window and takes a lease: only claim what can run.
+      if (!canStart()) {
+        stoppedBecause = 'time';
+        break;
+      }
+      pageLatestStart = Math.min(latestStart, now() + leaseMs - worstCallMs);
+      const page = await engine.reconcileDue(settings.pageSize, canStartInPage);
+      pages++;
+      claimed += page.length;
+      for (const execution of page) {
+        const key = outcomeKey(execution);
+        byOutcome[key] = (byOutcome[key] ?? 0) + 1;
+        const errorClass = execution.outcome?.errorClass;
+        if (errorClass && AUTH_ERRORS.has(errorClass)) stripeAuthErrors++;
+        if (errorClass === 'StripeIdempotencyError') idempotencyErrors++;
+        if (execution.disposition === 'attempted' || execution.disposition === 'discarded') {
+          log.info('operation reconciled', {
+            operationId: execution.operationId,
+            step: execution.step,
+            status: execution.status,
+            disposition: execution.disposition,
+            ...(errorClass ? { errorClass, errorCode: execution.outcome?.errorCode } : {}),
+            ...(execution.reviewReason ? { inReview: true } : {}),
+          });
+        }
+      }
+      // The page's outcome events were written leased to this run, to publish at once: the relay
+      // below skips leased rows, so without this they would wait for the lease (60 s) and a later run.
+      const events = page.flatMap((execution) => (execution.event ? [execution.event] : []));
+      if (deps.publisher && events.length > 0 && clock.remainingMs() > settings.safetyMarginMs) {
+        try {
+          const sent = await publishLeased(deps.db, deps.publisher, events);
+          published += sent.published;
+          publishFailed += sent.failed;
+        } catch (error) {
+          log.warn('outcome events of a page not published; a later sweep sends them', describeError(error));
+        }
+      }
+      // Released = a call could not start in time. If the run's budget is spent, the rest waits for
+      // the next run; if only the page's lease window closed, the released operations are due again
+      // at once and the next page takes them — unless the page made no progress at all (a lease too
+      // short for one call), which would only spin.
+      if (page.some((execution) => execution.disposition === 'released')) {
+        const leaseBound = pageLatestStart < latestStart;
+        if (!leaseBound || !canStart() || page.every((execution) => execution.disposition === 'released')) {
+          stoppedBecause = 'time';
+          break;
+        }
+        continue;
+      }
+      if (page.length < settings.pageSize) break;
+    }
+  } catch (error) {
+    stoppedBecause = 'error';
+    const described = describeError(error);
+    errors.push(`sweep: ${described.errorName}: ${described.errorMessage}`);
+    // Operations claimed by the failed page keep their lease until it expires, then are due again.
+    log.error('reconcile sweep failed', described);
+  }
+
+  // The outbox: events the charge handler could not publish, or that a crash left leased.
+  if (deps.publisher) {
+    try {
+      const relay = await relayUnpublished(deps.db, deps.publisher, { canContinue: () => clock.remainingMs() > settings.safetyMarginMs });
+      published += relay.published;
+      publishFailed += relay.failed;
+      if (relay.failed > 0) log.warn('outcome events not published; the next run resends them', { ...relay });
+    } catch (error) {
+      const described = describeError(error);
+      errors.push(`relay: ${described.errorName}: ${described.errorMessage}`);
+      log.error('outbox relay failed', described);
+    }
+  }
+
+  let gauges: ReconcileGauges | null = null;
+  try {
+    gauges = await collectGauges(deps.db, settings.rejectedWindowSeconds);
+  } catch (error) {
+    const described = describeError(error);
+    errors.push(`gauges: ${described.errorName}: ${described.errorMessage}`);
+    log.error('gauges not computed', described);
+  }
+
+  return {
+    claimed,
+    byOutcome,
+    released: byOutcome.released ?? 0,
+    reconciled: claimed - (byOutcome.released ?? 0) - (byOutcome.skipped ?? 0) - (byOutcome.discarded ?? 0),
+    pages,
+    stripeRequests: limiter.granted,
+    stripeAuthErrors,
+    idempotencyErrors,
+    published,
+    publishFailed,
+    gauges,
+    stoppedBecause,
+    durationMs: Math.round(now() - startedAt),
+    errors,
+  };
+}

@@ -1,0 +1,81 @@
+// Logging and metrics shared by the handlers: Powertools Logger (JSON lines) and Metrics (EMF), named
+// and configured from the environment with the stack's defaults (PIPELINE), plus the two rules that
+// keep secrets and card data out of the logs:
+//   1. raw errors are never handed to the logger: Powertools prints every enumerable field of an
+//      error, and a pg error's `detail` quotes the failing row (payment method included);
+//   2. every error text we do print goes through redact().
+//
+// Silencing locally: POWERTOOLS_LOG_LEVEL=SILENT stops the log lines; POWERTOOLS_METRICS_DISABLED=true
+// stops the EMF lines (Powertools 2.36 reads both; POWERTOOLS_DEV=true also disables metrics).
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics } from '@aws-lambda-powertools/metrics';
+import type { Context } from 'aws-lambda';
+import { PIPELINE } from './settings.ts';
+
+const blank = (value: string | undefined) => (value === undefined || value === '' ? undefined : value);
+
+export function createLogger(): Logger {
+  return new Logger({ serviceName: blank(process.env.POWERTOOLS_SERVICE_NAME) ?? PIPELINE.serviceName });
+}
+
+/** Namespace and service dimension as the CDK alarms expect them (lib/observability.ts). */
+export function createMetrics(): Metrics {
+  return new Metrics({
+    namespace: blank(process.env.POWERTOOLS_METRICS_NAMESPACE) ?? PIPELINE.metricsNamespace,
+    serviceName: blank(process.env.POWERTOOLS_SERVICE_NAME) ?? PIPELINE.serviceName,
+  });
+}
+
+/** The part of a logger the domain code needs (Powertools' Logger satisfies it; tests pass their own). */
+export interface LogSink {
+  debug(message: string, ...attributes: Record<string, unknown>[]): void;
+  info(message: string, ...attributes: Record<string, unknown>[]): void;
+  warn(message: string, ...attributes: Record<string, unknown>[]): void;
+  error(message: string, ...attributes: Record<string, unknown>[]): void;
+}
+
+export const silentLog: LogSink = { debug() {}, info() {}, warn() {}, error() {} };
+
+// Stripe keys (secret, restricted, publishable; live and test), PaymentMethod ids, client secrets,
+// and the password of a URL. A Stripe "No such PaymentMethod: 'pm_…'" message carries an id, and a
+// connection error may carry the URL it tried.
+const SECRETS: readonly [RegExp, string][] = [
+  [/\b(sk|rk|pk)_(live|test)_[A-Za-z0-9]+/g, '$1_$2_[redacted]'],
+  [/\bpm_[A-Za-z0-9_]+/g, 'pm_[redacted]'],
+  [/\b(pi|seti)_[A-Za-z0-9]+_secret_[A-Za-z0-9]+/g, '[redacted client secret]'],
+  [/(\/\/[^:/@\s]+:)[^@\s]+@/g, '$1[redacted]@'],
+];
+
+export function redact(text: string): string {
+  return SECRETS.reduce((out, [pattern, replacement]) => out.replace(pattern, replacement), text);
+}
+
+/** What may be logged about an error: its class, its code, and a redacted, bounded message. */
+export function describeError(error: unknown): { errorName: string; errorCode?: string; errorMessage: string } {
+  const e = typeof error === 'object' && error !== null ? (error as { name?: unknown; code?: unknown; message?: unknown }) : {};
+  const name = typeof e.name === 'string' ? e.name : 'Error';
+  const message = typeof e.message === 'string' ? e.message : String(error);
+  return {
+    errorName: name,
+    ...(typeof e.code === 'string' || typeof e.code === 'number' ? { errorCode: String(e.code) } : {}),
+    errorMessage: redact(message).slice(0, 500),
+  };
+}
+
+/** The invocation's clock: how much time Lambda leaves us. */
+export interface InvocationClock {
+  remainingMs(): number;
+}
+
+/**
+ * From the Lambda context. A caller without one (a script, a local runner that passes {}) gets the
+ * given fallback, measured from now.
+ */
+export function clockFromContext(context: Partial<Pick<Context, 'getRemainingTimeInMillis'>> | undefined, fallbackMs: number): InvocationClock {
+  if (typeof context?.getRemainingTimeInMillis === 'function') {
+    const get = context.getRemainingTimeInMillis.bind(context);
+    return { remainingMs: () => get() };
+  }
+  const deadline = Date.now() + fallbackMs;
+  return { remainingMs: () => deadline - Date.now() };
+}

@@ -1,0 +1,126 @@
+// The migrate handler (what the CDK Trigger invokes on deploy) against real PostgreSQL 18: it applies
+// MIGRATIONS_DIR and returns what it applied; it THROWS on a broken migration directory, a broken
+// migration and an unreachable database — the Trigger turns the throw into a failed deploy.
+// And `npm run migrate`: exit code 0 / 1 with a one-line reason.
+import { execFile } from 'node:child_process';
+import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import pg from 'pg';
+import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
+import { createDatabase } from '../../local/postgres.ts';
+import { databaseUrl } from '../support/db.ts';
+import { lambdaContext } from '../support/sqs-event.ts';
+
+type MigrateHandler = (event: unknown, context: unknown) => Promise<{ applied: string[]; alreadyApplied: string[]; migrationsDir: string }>;
+const run = promisify(execFile);
+
+let handler: MigrateHandler;
+let scratch: string;
+let url: string;
+const created: string[] = [];
+
+async function freshDatabase(): Promise<string> {
+  const name = `migrate_${Math.random().toString(16).slice(2, 12)}`;
+  await createDatabase(inject('pgAdminUrl'), name); // empty: not cloned from the migrated template
+  created.push(name);
+  return databaseUrl(name);
+}
+
+beforeAll(async () => {
+  process.env.POWERTOOLS_LOG_LEVEL = 'SILENT';
+  handler = (await import('../../lambdas/migrate/handler.ts')).handler as unknown as MigrateHandler;
+  scratch = await mkdtemp(path.join(os.tmpdir(), 'migrate-handler-'));
+});
+afterAll(async () => {
+  await rm(scratch, { recursive: true, force: true });
+  const admin = new pg.Client({ connectionString: inject('pgAdminUrl') });
+  await admin.connect();
+  try {
+    for (const name of created) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  } finally {
+    await admin.end();
+  }
+});
+beforeEach(async () => {
+  url = await freshDatabase();
+  process.env.DATABASE_URL = url;
+  process.env.MIGRATIONS_DIR = path.resolve('migrations');
+});
+
+async function tables(): Promise<string[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const { rows } = await client.query(`SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`);
+    return rows.map((r) => r.tablename as string);
+  } finally {
+    await client.end();
+  }
+}
+
+describe('migrate handler', () => {
+  it('applies every migration of MIGRATIONS_DIR and says which; a second run applies nothing', async () => {
+    const first = await handler({}, lambdaContext(60_000, 'migrate'));
+    expect(first.applied).toEqual(['001_payment_operations.sql', '002_outcome_events.sql']);
+    expect(first.alreadyApplied).toEqual([]);
+    expect(await tables()).toEqual(expect.arrayContaining(['payment_operations', 'rejected_messages', 'outcome_events', 'schema_migrations']));
+    const second = await handler({}, lambdaContext(60_000, 'migrate'));
+    expect(second).toMatchObject({ applied: [], alreadyApplied: first.applied });
+  });
+
+  it('throws on a missing or empty migration directory, on a badly named file, and on SQL that fails (nothing half-applied)', async () => {
+    process.env.MIGRATIONS_DIR = path.join(scratch, 'does-not-exist');
+    await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/ENOENT/);
+
+    const empty = path.join(scratch, 'empty');
+    await cp(path.resolve('migrations'), empty, { recursive: true, filter: (src) => !src.endsWith('.sql') });
+    process.env.MIGRATIONS_DIR = empty;
+    await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/no migration files/);
+
+    const misnamed = path.join(scratch, 'misnamed');
+    await cp(path.resolve('migrations'), misnamed, { recursive: true });
+    await writeFile(path.join(misnamed, '3-later.sql'), 'SELECT 1;');
+    process.env.MIGRATIONS_DIR = misnamed;
+    await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/not of the form/);
+
+    const broken = path.join(scratch, 'broken');
+    await cp(path.resolve('migrations'), broken, { recursive: true });
+    await writeFile(path.join(broken, '003_broken.sql'), 'CREATE TABLE half_done (id int);\nSELECT no_such_function();');
+    process.env.MIGRATIONS_DIR = broken;
+    await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toMatchObject({ name: 'MigrationError', message: expect.stringMatching(/003_broken\.sql failed/) });
+    // 001 and 002 committed; 003 rolled back whole.
+    expect(await tables()).not.toContain('half_done');
+  });
+
+  it('throws when the database cannot be reached or is not configured', async () => {
+    process.env.DATABASE_URL = 'postgres://postgres:postgres@127.0.0.1:1/nowhere';
+    await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/ECONNREFUSED/);
+    delete process.env.DATABASE_URL;
+    await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toMatchObject({ name: 'ConfigError' });
+  });
+});
+
+describe('npm run migrate (lambdas/runtime/migrate-cli.ts)', () => {
+  const cli = (env: Record<string, string | undefined>) =>
+    run(process.execPath, ['--import', 'tsx', 'lambdas/runtime/migrate-cli.ts'], { env: { ...process.env, ...env } }).then(
+      (out) => ({ code: 0, ...out }),
+      (error: { code: number; stdout: string; stderr: string }) => ({ code: error.code, stdout: error.stdout, stderr: error.stderr }),
+    );
+
+  it('applies with DATABASE_URL (exit 0); exit 1 with a clear message without it or on failure, never the password', async () => {
+    const ok = await cli({ DATABASE_URL: url, MIGRATIONS_DIR: undefined });
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toMatch(/applied 001_payment_operations\.sql, 002_outcome_events\.sql/);
+
+    const missing = await cli({ DATABASE_URL: '' });
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/DATABASE_URL is not set/);
+
+    const unreachable = await cli({ DATABASE_URL: 'postgres://admin:s3cr3t-pw@127.0.0.1:1/x' });
+    expect(unreachable.code).toBe(1);
+    expect(unreachable.stderr).toMatch(/migrate: failed: .*ECONNREFUSED/);
+    expect(unreachable.stderr + unreachable.stdout).not.toContain('s3cr3t-pw');
+  }, 60_000);
+});
