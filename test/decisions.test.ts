@@ -11,6 +11,7 @@ import {
   decideRetrieve,
   decideSearch,
   DEFAULT_POLICY,
+  formatDuration,
   idempotencyKey,
   paymentIntentMetadata,
   statusOfPaymentIntent,
@@ -238,6 +239,13 @@ describe('after the key window: search decides', () => {
     const o = decideSearch(ctx(expired), ok([]));
     expect(o).toMatchObject({ status: 'unknown', retryAfterMs: null });
     expect(o.reviewReason).toMatch(/key window expired.*found no PaymentIntent \(not proof/);
+  });
+  it('states the window in readable units, also under a shortened (time-lapse) policy', () => {
+    expect(decideSearch(ctx(expired), ok([])).reviewReason).toContain('window 23 h');
+    const short: DecisionContext = { op: op(expired), policy: { ...DEFAULT_POLICY, keyWindowMs: 20_000 }, random: () => 0.5 };
+    expect(decideSearch(short, ok([])).reviewReason).toContain('window 20 s');
+    expect(formatDuration(90 * 60_000)).toBe('1.5 h');
+    expect(formatDuration(12 * 60_000)).toBe('12 min');
   });
   it('several → review, listing them', () => {
     const o = decideSearch(ctx(expired), ok([pi('succeeded'), pi('succeeded', { id: 'pi_2' })]));

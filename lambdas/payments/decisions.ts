@@ -157,7 +157,12 @@ function failureDetail(failure: GatewayFailure): Record<string, unknown> {
   };
 }
 
-const hours = (ms: number) => Math.round((ms / HOUR) * 10) / 10;
+/** A duration for a human: "23 h", "2.5 h", "12 min", "20 s". */
+export function formatDuration(ms: number): string {
+  if (ms >= HOUR) return `${Math.round((ms / HOUR) * 10) / 10} h`;
+  if (ms >= MINUTE) return `${Math.round((ms / MINUTE) * 10) / 10} min`;
+  return `${Math.round(ms / 100) / 10} s`;
+}
 
 /** The same status, tried again later: nothing was learnt. */
 function stayOpen(ctx: Context, failure: GatewayFailure, backoff: Backoff, status: OperationStatus = ctx.op.status): Outcome {
@@ -218,7 +223,7 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
   if (age >= ctx.policy.unsettledReviewAfterMs) {
     return toReview(
       ctx,
-      `PaymentIntent ${pi.id} is still ${pi.status} ${hours(age)} h after the first attempt`,
+      `PaymentIntent ${pi.id} is still ${pi.status} ${formatDuration(age)} after the first attempt`,
       { ...detail, paymentIntentStatus: pi.status },
       undefined,
       pi.id,
@@ -287,7 +292,6 @@ function hitsEvidence(hits: readonly PaymentIntentView[]) {
 export function decideSearch(ctx: Context, result: GatewayResult<PaymentIntentView[]>): Outcome {
   if (!result.ok) return transientFailure(ctx, result.failure, ctx.op.status);
   const hits = result.value;
-  const windowHours = hours(ctx.policy.keyWindowMs);
   const since = ctx.op.firstAttemptedAt.toISOString();
   if (hits.length === 1) return fromPaymentIntent(ctx, hits[0]!, { searchHits: hitsEvidence(hits) });
   const what =
@@ -296,7 +300,7 @@ export function decideSearch(ctx: Context, result: GatewayResult<PaymentIntentVi
       : `found ${hits.length} PaymentIntents (${hits.map((pi) => `${pi.id} ${pi.status}`).join(', ')})`;
   return toReview(
     ctx,
-    `key window expired (first attempt ${since}, window ${windowHours} h); Search by metadata.operation_id ${what}`,
+    `key window expired (first attempt ${since}, window ${formatDuration(ctx.policy.keyWindowMs)}); Search by metadata.operation_id ${what}`,
     { searchHits: hitsEvidence(hits) },
   );
 }
