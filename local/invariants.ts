@@ -1,0 +1,366 @@
+// The invariant checker: the product's promise, judged against ground truth.
+//
+// The database says what the product BELIEVES; the fake Stripe's ledger (`paymentIntents()`) says
+// what HAPPENED, whatever answers were lost on the way. Every check below compares the two, so a
+// checker run after a chaos soak, a property-model run or `npm start` proves (or refutes):
+//
+//   nothing charged twice   — at most one succeeded PaymentIntent per order
+//   nothing lost            — every sent order has an operation, a rejected_messages row, or is in the DLQ
+//   nothing wrongly failed  — no operation `failed` while a succeeded PaymentIntent exists for it
+//   nothing falsely paid    — no operation `succeeded` without the succeeded PaymentIntent it names
+//   nothing unaccounted     — every succeeded PaymentIntent is known by its operation
+//   nothing left hanging    — (quiescent) every operation final, or in review with a reason
+//   a trail for everything  — an audit event per attempt; an outbox event per outcome, matching it
+//
+// It reads only: safe to run against a live pipeline (`requireQuiescent: false`) or at the end.
+import type { Db } from '../lambdas/payments/db.ts';
+import type { OperationStatus } from '../lambdas/payments/types.ts';
+import type { PaymentIntentRecord, PaymentIntentStatus } from './fake-stripe/types.ts';
+
+export const VIOLATION_KINDS = [
+  /** More than one succeeded PaymentIntent for one order. */
+  'double_charge',
+  /** A sent order with no operation, no rejected_messages row, and not in the DLQ. */
+  'lost_order',
+  /** An operation `failed` while a succeeded PaymentIntent exists for it. */
+  'wrongly_failed',
+  /** An operation `succeeded` whose external_id is not a succeeded PaymentIntent. */
+  'succeeded_without_charge',
+  /** An operation `succeeded` on a PaymentIntent of another operation, amount or currency. */
+  'charge_mismatch',
+  /** A succeeded PaymentIntent that no operation knows (or, when quiescent, only an open one). */
+  'unrecorded_charge',
+  /** (quiescent) An operation still pending/unknown and not in human review. */
+  'unsettled',
+  /** The audit trail disagrees with the row: attempts vs outcome_recorded, requested, last transition. */
+  'audit_mismatch',
+  /** The outbox disagrees with the outcome: missing, extra, or with another status / payload. */
+  'outbox_mismatch',
+] as const;
+export type ViolationKind = (typeof VIOLATION_KINDS)[number];
+
+export interface Violation {
+  readonly kind: ViolationKind;
+  readonly operationId?: string;
+  readonly orderId?: string;
+  readonly detail: string;
+}
+
+/**
+ * Not a broken promise, but worth a human's eye in a report: a succeeded PaymentIntent whose
+ * operation sits in human review without knowing it (the design sends "Search found nothing after
+ * the key window" to review; Search lags, so the charge may exist). The review queue is where the
+ * product says "no machine can decide": money is not lost, it waits for a person.
+ */
+export interface Warning {
+  readonly kind: 'charge_awaiting_review';
+  readonly operationId: string;
+  readonly orderId: string;
+  readonly detail: string;
+}
+
+export interface CheckInvariantsInput {
+  readonly db: Db;
+  /** Ground truth from the fake Stripe: `fake.paymentIntents()` (or GET /__fake/payment_intents). */
+  readonly paymentIntents: readonly PaymentIntentRecord[];
+  /** Orders a producer sent: each must end somewhere visible. */
+  readonly sentOrderIds?: readonly string[];
+  /** Orders whose message is in the DLQ ("intake not recorded — redrive": visible, not lost). */
+  readonly dlqOrderIds?: readonly string[];
+  /**
+   * After faults stopped and the reconciler ran until nothing changed: every operation must be final
+   * or in review, and every succeeded PaymentIntent known by a succeeded operation. Default false.
+   */
+  readonly requireQuiescent?: boolean;
+  /**
+   * Judge only these orders' operations, rows and PaymentIntents (a shared database where other runs
+   * left theirs, e.g. the property model). Default: everything in the database and the ledger.
+   */
+  readonly orderIds?: readonly string[];
+}
+
+export interface InvariantReport {
+  readonly ok: boolean;
+  readonly quiescent: boolean;
+  readonly operations: number;
+  readonly byStatus: Readonly<Record<OperationStatus, number>>;
+  /** Open operations waiting for a human (review_reason set). */
+  readonly inReview: number;
+  /** Open operations the machines still work on (not in review). */
+  readonly open: number;
+  readonly paymentIntents: { readonly total: number; readonly byStatus: Readonly<Partial<Record<PaymentIntentStatus, number>>> };
+  readonly rejectedMessages: number;
+  readonly sentOrders: number | null;
+  readonly dlqOrders: number;
+  readonly outboxEvents: number;
+  readonly violations: readonly Violation[];
+  readonly violationsByKind: Readonly<Partial<Record<ViolationKind, number>>>;
+  readonly warnings: readonly Warning[];
+}
+
+interface OperationFacts {
+  id: string;
+  order_id: string;
+  status: OperationStatus;
+  external_id: string | null;
+  attempts: number;
+  review_reason: string | null;
+  amount: string;
+  currency: string;
+  requested: number;
+  started: number;
+  recorded: number;
+  discarded: number;
+  released: number;
+  operator_resolved: number;
+  review_entries: number;
+  last_to_status: string | null;
+}
+
+interface OutboxFacts {
+  event_id: string;
+  operation_id: string;
+  event_type: string;
+  payload: Record<string, unknown>;
+}
+
+const FINAL_EVENT_TYPE: Partial<Record<OperationStatus, string>> = { succeeded: 'Charge Succeeded', failed: 'Charge Failed' };
+const REVIEW_EVENT_TYPE = 'Charge Needs Review';
+
+// One pass per table; the scope ($1, NULL = everything) is applied in SQL so a 10,000-order soak and a
+// 3-order model run cost what they should.
+const OPERATIONS_SQL = `
+  WITH scope AS (
+    SELECT p.* FROM payment_operations p WHERE $1::text[] IS NULL OR p.order_id = ANY($1::text[])
+  ),
+  audit AS (
+    SELECT e.operation_id,
+           count(*) FILTER (WHERE e.action = 'requested')::int         AS requested,
+           count(*) FILTER (WHERE e.action = 'attempt_started')::int   AS started,
+           count(*) FILTER (WHERE e.action = 'outcome_recorded')::int  AS recorded,
+           count(*) FILTER (WHERE e.action = 'outcome_discarded')::int AS discarded,
+           count(*) FILTER (WHERE e.action = 'lease_released')::int    AS released,
+           count(*) FILTER (WHERE e.action = 'operator_resolved')::int AS operator_resolved,
+           count(*) FILTER (WHERE e.action = 'outcome_recorded' AND e.detail ? 'reviewReason')::int AS review_entries,
+           (array_agg(e.to_status ORDER BY e.id DESC)
+              FILTER (WHERE e.action IN ('outcome_recorded', 'operator_resolved')))[1] AS last_to_status
+      FROM payment_operation_events e JOIN scope s ON s.id = e.operation_id
+     GROUP BY e.operation_id
+  )
+  SELECT s.id::text, s.order_id, s.status, s.external_id, s.attempts, s.review_reason, s.amount::text, s.currency,
+         coalesce(a.requested, 0) AS requested, coalesce(a.started, 0) AS started,
+         coalesce(a.recorded, 0) AS recorded, coalesce(a.discarded, 0) AS discarded,
+         coalesce(a.released, 0) AS released, coalesce(a.operator_resolved, 0) AS operator_resolved,
+         coalesce(a.review_entries, 0) AS review_entries, a.last_to_status
+    FROM scope s LEFT JOIN audit a ON a.operation_id = s.id`;
+
+const OUTBOX_SQL = `
+  SELECT e.event_id::text, e.operation_id::text, e.event_type, e.payload
+    FROM outcome_events e JOIN payment_operations p ON p.id = e.operation_id
+   WHERE $1::text[] IS NULL OR p.order_id = ANY($1::text[])`;
+
+const REJECTED_SQL = `
+  SELECT order_id FROM rejected_messages
+   WHERE $1::text[] IS NULL OR order_id = ANY($1::text[])`;
+
+export async function checkInvariants(input: CheckInvariantsInput): Promise<InvariantReport> {
+  const quiescent = input.requireQuiescent ?? false;
+  const scope = input.orderIds ? [...input.orderIds] : null;
+  const inScope = scope ? new Set(scope) : null;
+  const [operationRows, outboxRows, rejectedRows] = await Promise.all([
+    input.db.query<OperationFacts>(OPERATIONS_SQL, [scope]),
+    input.db.query<OutboxFacts>(OUTBOX_SQL, [scope]),
+    input.db.query<{ order_id: string | null }>(REJECTED_SQL, [scope]),
+  ]);
+  const operations = operationRows.rows;
+  const paymentIntents = input.paymentIntents.filter((pi) => inScope === null || inScope.has(pi.metadata.order_id ?? ''));
+
+  const violations: Violation[] = [];
+  const warnings: Warning[] = [];
+  const violate = (kind: ViolationKind, detail: string, op?: { id: string; order_id: string } | null, orderId?: string) =>
+    violations.push({
+      kind,
+      ...(op ? { operationId: op.id } : {}),
+      ...(op || orderId ? { orderId: op?.order_id ?? orderId } : {}),
+      detail,
+    });
+
+  const byId = new Map(operations.map((op) => [op.id, op]));
+  const byOrder = new Map(operations.map((op) => [op.order_id, op]));
+  const piById = new Map(paymentIntents.map((pi) => [pi.id, pi]));
+  /** The operation a PaymentIntent belongs to: by the operation id we put in its metadata, else by order. */
+  const ownerOf = (pi: PaymentIntentRecord) =>
+    byId.get(pi.metadata.operation_id ?? '') ?? byOrder.get(pi.metadata.order_id ?? '') ?? null;
+
+  // ── Nothing charged twice ────────────────────────────────────────────────────────────────────
+  const succeededByOrder = new Map<string, PaymentIntentRecord[]>();
+  for (const pi of paymentIntents) {
+    if (pi.status !== 'succeeded') continue;
+    const order = pi.metadata.order_id ?? `(no order_id: ${pi.id})`;
+    succeededByOrder.set(order, [...(succeededByOrder.get(order) ?? []), pi]);
+  }
+  for (const [orderId, pis] of succeededByOrder) {
+    if (pis.length < 2) continue;
+    const op = byOrder.get(orderId) ?? null;
+    violate('double_charge', `${pis.length} succeeded PaymentIntents: ${pis.map((pi) => `${pi.id} (key ${pi.idempotencyKey ?? 'none'})`).join(', ')}`, op, orderId);
+  }
+
+  // ── Nothing lost ─────────────────────────────────────────────────────────────────────────────
+  const rejectedOrders = new Set(rejectedRows.rows.flatMap((r) => (r.order_id === null ? [] : [r.order_id])));
+  const dlq = new Set(input.dlqOrderIds ?? []);
+  for (const orderId of new Set(input.sentOrderIds ?? [])) {
+    if (!byOrder.has(orderId) && !rejectedOrders.has(orderId) && !dlq.has(orderId)) {
+      violate('lost_order', 'sent, but no operation, no rejected_messages row and not in the DLQ', null, orderId);
+    }
+  }
+
+  // ── Every succeeded PaymentIntent is known ───────────────────────────────────────────────────
+  for (const pis of succeededByOrder.values()) {
+    for (const pi of pis) {
+      const op = ownerOf(pi);
+      if (op === null) {
+        violate('unrecorded_charge', `succeeded PaymentIntent ${pi.id} (operation_id ${pi.metadata.operation_id ?? 'none'}) has no operation`, null, pi.metadata.order_id);
+      } else if (op.status === 'succeeded') {
+        // Known iff the operation names it; a second one is already a double charge above.
+        if (op.external_id !== pi.id && (succeededByOrder.get(op.order_id)?.length ?? 0) < 2) {
+          violate('unrecorded_charge', `succeeded PaymentIntent ${pi.id} is not the one the operation names (${op.external_id})`, op);
+        }
+      } else if (op.status === 'failed') {
+        violate('wrongly_failed', `operation is failed (${op.external_id ?? 'no external id'}) but PaymentIntent ${pi.id} succeeded`, op);
+      } else if (quiescent) {
+        // Open at the end. In review: a person will see it (reported); otherwise `unsettled` below says it.
+        if (op.review_reason !== null) {
+          warnings.push({
+            kind: 'charge_awaiting_review',
+            operationId: op.id,
+            orderId: op.order_id,
+            detail: `succeeded PaymentIntent ${pi.id} exists; the operation waits for a human: ${op.review_reason}`,
+          });
+        } else {
+          violate('unrecorded_charge', `succeeded PaymentIntent ${pi.id}, but the operation is still ${op.status} after quiescence`, op);
+        }
+      }
+    }
+  }
+
+  // ── Per operation: outcome vs ground truth, settledness, audit, outbox ───────────────────────
+  const outboxByOperation = new Map<string, OutboxFacts[]>();
+  for (const event of outboxRows.rows) outboxByOperation.set(event.operation_id, [...(outboxByOperation.get(event.operation_id) ?? []), event]);
+  const byStatus: Record<OperationStatus, number> = { pending: 0, unknown: 0, succeeded: 0, failed: 0 };
+  let inReview = 0;
+  let open = 0;
+
+  for (const op of operations) {
+    byStatus[op.status] += 1;
+    const final = op.status === 'succeeded' || op.status === 'failed';
+    if (!final) {
+      if (op.review_reason !== null) inReview += 1;
+      else open += 1;
+    }
+
+    if (op.status === 'succeeded') {
+      const pi = op.external_id === null ? undefined : piById.get(op.external_id);
+      if (pi === undefined) violate('succeeded_without_charge', `external_id ${op.external_id ?? 'null'} is no PaymentIntent at Stripe`, op);
+      else if (pi.status !== 'succeeded') violate('succeeded_without_charge', `PaymentIntent ${pi.id} is ${pi.status}, not succeeded`, op);
+      else {
+        const mismatch: string[] = [];
+        if (pi.metadata.operation_id !== undefined && pi.metadata.operation_id !== op.id) mismatch.push(`operation_id ${pi.metadata.operation_id}`);
+        if (String(pi.amount) !== op.amount) mismatch.push(`amount ${pi.amount} ≠ ${op.amount}`);
+        if (pi.currency !== op.currency) mismatch.push(`currency ${pi.currency} ≠ ${op.currency}`);
+        if (mismatch.length > 0) violate('charge_mismatch', `PaymentIntent ${pi.id}: ${mismatch.join(', ')}`, op);
+      }
+    }
+
+    if (quiescent && !final && op.review_reason === null) {
+      violate('unsettled', `still ${op.status} (${op.attempts} attempts) and not in review after quiescence`, op);
+    }
+    if (!final && op.review_reason !== null && op.review_reason.trim() === '') {
+      violate('unsettled', 'in review with an empty reason', op);
+    }
+
+    // Audit: one `requested`, one `outcome_recorded` per counted attempt, every claim accounted for
+    // at most once, and the last recorded transition is the state the row is in.
+    const audit: string[] = [];
+    if (op.requested !== 1) audit.push(`${op.requested} 'requested' events (want 1)`);
+    if (op.recorded !== op.attempts) audit.push(`attempts = ${op.attempts} but ${op.recorded} 'outcome_recorded' events`);
+    if (op.recorded + op.discarded + op.released > op.started) {
+      audit.push(`${op.recorded + op.discarded + op.released} claim endings for ${op.started} 'attempt_started' events`);
+    }
+    if (final && op.last_to_status !== op.status) audit.push(`row is ${op.status} but the last recorded transition is to ${op.last_to_status ?? 'nothing'}`);
+    if (audit.length > 0) violate('audit_mismatch', audit.join('; '), op);
+
+    // Outbox: exactly one final event for a final outcome (none for an open one), one review event per
+    // entry into review, and every payload telling the truth about its operation.
+    const events = outboxByOperation.get(op.id) ?? [];
+    const finals = events.filter((e) => e.event_type !== REVIEW_EVENT_TYPE);
+    const reviews = events.filter((e) => e.event_type === REVIEW_EVENT_TYPE);
+    const outbox: string[] = [];
+    const wantFinal = FINAL_EVENT_TYPE[op.status];
+    if (wantFinal === undefined && finals.length > 0) outbox.push(`open operation has ${finals.map((e) => `'${e.event_type}'`).join(', ')}`);
+    if (wantFinal !== undefined && (finals.length !== 1 || finals[0]!.event_type !== wantFinal)) {
+      outbox.push(`want one '${wantFinal}', found [${finals.map((e) => e.event_type).join(', ')}]`);
+    }
+    for (const e of finals) {
+      const p = e.payload;
+      const wrong: string[] = [];
+      if (p.operationId !== op.id) wrong.push('operationId');
+      if (p.orderId !== op.order_id) wrong.push('orderId');
+      if (p.status !== op.status) wrong.push(`status ${String(p.status)}`);
+      if (String(p.amount) !== op.amount) wrong.push('amount');
+      if (p.currency !== op.currency) wrong.push('currency');
+      if ((p.externalId ?? null) !== op.external_id) wrong.push(`externalId ${String(p.externalId)} ≠ ${op.external_id}`);
+      if (p.eventId !== e.event_id) wrong.push('eventId');
+      if (wrong.length > 0) outbox.push(`'${e.event_type}' ${e.event_id} disagrees on ${wrong.join(', ')}`);
+    }
+    if (reviews.length !== op.review_entries) outbox.push(`${op.review_entries} entries into review but ${reviews.length} '${REVIEW_EVENT_TYPE}' events`);
+    for (const e of reviews) {
+      if (e.payload.status !== 'needs_review' || e.payload.operationId !== op.id || typeof e.payload.reason !== 'string' || e.payload.reason === '') {
+        outbox.push(`'${REVIEW_EVENT_TYPE}' ${e.event_id} has status ${String(e.payload.status)} / reason ${String(e.payload.reason)}`);
+      }
+    }
+    if (outbox.length > 0) violate('outbox_mismatch', outbox.join('; '), op);
+  }
+
+  const piByStatus: Partial<Record<PaymentIntentStatus, number>> = {};
+  for (const pi of paymentIntents) piByStatus[pi.status] = (piByStatus[pi.status] ?? 0) + 1;
+  const violationsByKind: Partial<Record<ViolationKind, number>> = {};
+  for (const v of violations) violationsByKind[v.kind] = (violationsByKind[v.kind] ?? 0) + 1;
+
+  return {
+    ok: violations.length === 0,
+    quiescent,
+    operations: operations.length,
+    byStatus,
+    inReview,
+    open,
+    paymentIntents: { total: paymentIntents.length, byStatus: piByStatus },
+    rejectedMessages: rejectedRows.rows.length,
+    sentOrders: input.sentOrderIds ? new Set(input.sentOrderIds).size : null,
+    dlqOrders: dlq.size,
+    outboxEvents: outboxRows.rows.length,
+    violations,
+    violationsByKind,
+    warnings,
+  };
+}
+
+/** A few lines for a terminal or a CI log: counts, then every violation with its operation. */
+export function formatReport(report: InvariantReport, options: { maxViolations?: number } = {}): string {
+  const max = options.maxViolations ?? 50;
+  const s = report.byStatus;
+  const lines = [
+    `operations ${report.operations}: succeeded ${s.succeeded}, failed ${s.failed}, open ${report.open} (pending ${s.pending}, unknown ${s.unknown} incl. review), in review ${report.inReview}`,
+    `PaymentIntents ${report.paymentIntents.total}: ${Object.entries(report.paymentIntents.byStatus).map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}`,
+    `rejected messages ${report.rejectedMessages}, outbox events ${report.outboxEvents}${report.sentOrders === null ? '' : `, sent orders ${report.sentOrders}`}, in DLQ ${report.dlqOrders}`,
+    report.ok
+      ? `invariants: OK (0 violations${report.quiescent ? ', quiescent' : ''})`
+      : `invariants: ${report.violations.length} VIOLATION(S) — ${Object.entries(report.violationsByKind).map(([k, v]) => `${k} ${v}`).join(', ')}`,
+  ];
+  for (const v of report.violations.slice(0, max)) {
+    lines.push(`  ✗ ${v.kind}${v.operationId ? ` op ${v.operationId}` : ''}${v.orderId ? ` order ${v.orderId}` : ''}: ${v.detail}`);
+  }
+  if (report.violations.length > max) lines.push(`  … and ${report.violations.length - max} more`);
+  for (const w of report.warnings.slice(0, 10)) lines.push(`  ! ${w.kind} op ${w.operationId} order ${w.orderId}: ${w.detail}`);
+  if (report.warnings.length > 10) lines.push(`  … and ${report.warnings.length - 10} more warnings`);
+  return lines.join('\n');
+}

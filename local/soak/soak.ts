@@ -1,0 +1,533 @@
+// The chaos soak: the whole local pipeline (local/pipeline.ts: fauxqs FIFO queue + DLQ, the Lambda-like
+// event source, the schedule, embedded PostgreSQL 18, the fake Stripe, the fake EventBridge) with the
+// UNCHANGED charge and reconcile handlers running in worker processes that are SIGKILLed at chosen
+// points of an attempt (./worker.ts) and at random moments; PostgreSQL restarted (clean) and crashed
+// (a backend SIGKILLed: the server drops every connection and runs crash recovery); Stripe faults by
+// rate (the `chaos` profile: lost responses after commit 20 %, 500s 5 %, 429s 5 %, hangs 2 %,
+// processing 1 %, declines 5 %); EventBridge faults; 30 % duplicate sends (half with the producer's
+// deduplication id, half as resends SQS cannot deduplicate); conflicting orders and poison bodies; and
+// idempotency keys pruned during the run on the time-lapse clock. Then the faults stop, the
+// reconciler runs until nothing changes, and the invariant checker compares the database with the
+// fake Stripe's ledger.
+//
+//   intake ──────────────── chaos on ─────────────────▶│ faults stop │── reconcile until quiet ──▶ check
+//   sends, kills, PG restarts / crashes, Stripe + EB faults, key pruning    time to quiescence ─┘
+import { randomUUID } from 'node:crypto';
+import { createWriteStream, type WriteStream } from 'node:fs';
+import { chmod, mkdtemp } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { SendMessageBatchCommand, type SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
+import type { Context, SQSEvent } from 'aws-lambda';
+import pg from 'pg';
+import { chargeRequestMessage } from '../../lambdas/producer/client.ts';
+import type { ChargeRequest } from '../../lambdas/payments/message.ts';
+import type { FakeStripeStats, FaultProfileName } from '../fake-stripe/server.ts';
+import { checkInvariants, formatReport, type InvariantReport } from '../invariants.ts';
+import { describeTimeLapse, keyPruneAfterMsFor, queuedGroups, startPipeline, type Pipeline, type TimeLapse } from '../pipeline.ts';
+import { ContainerPool, KILL_POINTS, type ContainerCounters, type KillKind, type KillPlan } from './containers.ts';
+
+export interface SoakOptions {
+  readonly orders: number;
+  readonly seed: number;
+  /** Orders sent twice (half with the producer's dedup id, half as a resend with a fresh one). */
+  readonly duplicateRate: number;
+  /** Orders also sent with another amount (a producer bug): must be rejected, never charged. */
+  readonly conflictRate: number;
+  /** Poison bodies per order (not JSON, against the schema). */
+  readonly poisonRate: number;
+  /** Invocations whose container is told to SIGKILL itself at a chosen step. */
+  readonly killRate: number;
+  /** Invocations whose container the soak SIGKILLs at a random moment. */
+  readonly randomKillRate: number;
+  /** Clean PostgreSQL restarts (fast shutdown + start) during the intake. */
+  readonly pgRestarts: number;
+  /**
+   * PostgreSQL crashes, alternating: the postmaster SIGKILLed then started again, and a backend
+   * SIGKILLed (the postmaster drops every session and runs crash recovery). Both recover from the WAL.
+   */
+  readonly pgCrashes: number;
+  readonly faults: FaultProfileName;
+  /** Charge invocations at once (event-source pollers = charge containers). */
+  readonly pollers: number;
+  /** Records per charge invocation (1-10). */
+  readonly batchSize: number;
+  /** SQS visibility timeout: how long a failed (or killed) batch stays hidden before redelivery. */
+  readonly visibilityTimeoutSeconds: number;
+  /** Wait for the outbox to be published too, not only for every operation to settle. */
+  readonly awaitOutbox: boolean;
+  /** Let the fake forget keys older than the time-lapse's pruning age (Stripe's ≥ 24 h). */
+  readonly pruneKeys: boolean;
+  readonly timeLapse: TimeLapse;
+  /** Give up waiting for quiescence after this (the report then says "not settled"). */
+  readonly quiescenceTimeoutMs: number;
+  readonly intakeTimeoutMs: number;
+  /**
+   * Commit asynchronously (`synchronous_commit = off` on the soak's database) to reproduce what the
+   * first soaks found: a PostgreSQL crash then loses the last commits (WAL still in shared memory),
+   * and operations whose charge already went out vanish. Default false: synchronous, as on RDS.
+   */
+  readonly asyncCommit: boolean;
+  /** Where the handlers are imported from (default: this repository's lambdas/). */
+  readonly lambdasDir?: string;
+  readonly log?: (line: string) => void;
+}
+
+/**
+ * The soak's clocks keep the real ORDER of durations — search lag < early search < key window < key
+ * pruning — and, unlike a demo, the real PROPORTION between a lease and the key window (2 min vs 23 h
+ * in production): a killed worker's operation waits for its lease, and if the lease were a large part
+ * of the window, most of them would reach the end of the window and go to human review (correct, but
+ * not the path production takes).
+ */
+export const SOAK_TIME_LAPSE: TimeLapse = {
+  keyWindowMs: 60_000,
+  earlySearchAfterMs: 3_000,
+  searchLagMs: 1_000,
+  stripeTimeoutMs: 1_000,
+  stripeMaxNetworkRetries: 1,
+  unsettledReviewAfterMs: 120_000,
+  processingSettleMs: 2_000,
+  reconcileEveryMs: 2_000,
+  retryBackoffScale: 0.1,
+};
+
+/** CI's: a third of the size again (lease 4 s, window 12 s, keys pruned after 18 s). */
+export const FAST_TIME_LAPSE: TimeLapse = {
+  keyWindowMs: 12_000,
+  earlySearchAfterMs: 1_500,
+  searchLagMs: 500,
+  stripeTimeoutMs: 500,
+  stripeMaxNetworkRetries: 0,
+  unsettledReviewAfterMs: 60_000,
+  processingSettleMs: 1_000,
+  reconcileEveryMs: 1_000,
+  retryBackoffScale: 0.05,
+};
+
+export const DEFAULT_SOAK: Omit<SoakOptions, 'orders' | 'seed'> = {
+  duplicateRate: 0.3,
+  conflictRate: 0.01,
+  poisonRate: 0.005,
+  killRate: 0.12,
+  randomKillRate: 0.03,
+  pgRestarts: 2,
+  pgCrashes: 2,
+  faults: 'chaos',
+  pollers: 4,
+  batchSize: 10,
+  visibilityTimeoutSeconds: 8,
+  awaitOutbox: true,
+  pruneKeys: true,
+  asyncCommit: false,
+  timeLapse: SOAK_TIME_LAPSE,
+  quiescenceTimeoutMs: 180_000,
+  intakeTimeoutMs: 1_800_000,
+};
+
+export interface SoakReport {
+  readonly ok: boolean;
+  readonly settled: boolean;
+  readonly seed: number;
+  readonly orders: number;
+  readonly timeLapse: string;
+  readonly synchronousCommit: boolean;
+  readonly durationMs: number;
+  readonly intakeMs: number;
+  /** From "faults stop" to nothing left for any machine (open 0, queue empty, outbox published). */
+  readonly timeToQuiescenceMs: number | null;
+  /** From "faults stop" to every outcome event published (null: not waited for, or not reached). */
+  readonly timeToOutboxDrainedMs: number | null;
+  readonly unpublishedEvents: number;
+  readonly sends: { originals: number; duplicatesSameDedupId: number; duplicatesNewDedupId: number; conflicts: number; poison: number; total: number };
+  readonly stripeFaults: Readonly<Record<string, number>>;
+  readonly stripe: Pick<FakeStripeStats, 'createsExecuted' | 'replays' | 'conflicts409' | 'idempotencyErrors' | 'keysPruned' | 'doubleCharges'> & { requests: number };
+  readonly eventBridgeFaults: Readonly<Record<string, number>>;
+  readonly kills: Readonly<Record<KillKind, number>>;
+  readonly killsPlanned: Readonly<Record<KillKind, number>>;
+  readonly containers: { charge: Omit<ContainerCounters, 'kills' | 'killsPlanned'>; reconcile: Omit<ContainerCounters, 'kills' | 'killsPlanned'> };
+  readonly postgres: { restarts: number; crashes: number; postmasterKills: number; backendKills: number; downtimeMs: number };
+  readonly eventSource: Record<string, number>;
+  readonly reconcileRuns: { runs: number; errors: number; timeouts: number; overlaps: number };
+  readonly queue: { left: number; dlq: number };
+  /** Why operations wait for a human, ids and times taken out, with counts. */
+  readonly reviewReasons: Readonly<Record<string, number>>;
+  readonly check: InvariantReport;
+}
+
+/** A small seeded PRNG (mulberry32): the soak's own choices replay from its seed. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function paymentMethodFor(r: number): Pick<ChargeRequest, 'paymentMethod' | 'customerId'> {
+  if (r < 0.02) return { paymentMethod: 'pm_card_chargeDeclined', customerId: 'cus_soak' };
+  if (r < 0.03) return { paymentMethod: 'pm_card_insufficientFunds', customerId: 'cus_soak' };
+  if (r < 0.04) return { paymentMethod: 'pm_fake_processing', customerId: 'cus_soak' };
+  if (r < 0.045) return { paymentMethod: 'pm_card_visa', customerId: 'cus_missing' }; // refused before execution: failed, no charge
+  return { paymentMethod: 'pm_card_visa', customerId: 'cus_soak' };
+}
+
+const POISON = ['not json', '{"orderId":"x","amount":-1}', '{"orderId":"has space","amount":1,"currency":"eur","customerId":"cus_x","paymentMethod":"pm_x"}', '[]', '{"amount":1e309}'];
+
+export async function runSoak(options: SoakOptions): Promise<SoakReport> {
+  const log = options.log ?? (() => {});
+  const random = prng(options.seed);
+  const started = performance.now();
+  const runTag = randomUUID().slice(0, 6);
+  const workDir = await mkdtemp(path.join(os.tmpdir(), 'charges-soak-'));
+  // PostgreSQL runs as the `postgres` OS user when we are root: it must reach its data folder.
+  await chmod(workDir, 0o755);
+  const workerLog: WriteStream = createWriteStream(path.join(workDir, 'workers.log'));
+  log(`soak: ${options.orders} orders, seed ${options.seed}, faults ${options.faults}; ${describeTimeLapse(options.timeLapse)}; worker logs: ${path.join(workDir, 'workers.log')}`);
+
+  // ── The chaos switches and the containers ────────────────────────────────────────────────────
+  let chaos = true;
+  let pools: { charge: ContainerPool; reconcile: ContainerPool } | null = null;
+  const poolsNow = () => (pools ??= { charge: new ContainerPool('charge', { ...process.env }, workerLog), reconcile: new ContainerPool('reconcile', { ...process.env }, workerLog) });
+  const plan = (): KillPlan => {
+    if (!chaos) return { killAt: null, killAfterMs: null };
+    const r = random();
+    if (r < options.killRate) return { killAt: KILL_POINTS[Math.floor(random() * KILL_POINTS.length)]!, killAfterMs: null };
+    if (r < options.killRate + options.randomKillRate) return { killAt: null, killAfterMs: Math.floor(random() * 400) };
+    return { killAt: null, killAfterMs: null };
+  };
+  const charge = (event: SQSEvent, context: Context) => poolsNow().charge.invoke(event, context.getRemainingTimeInMillis(), plan()) as Promise<never>;
+  const reconcile = (event: unknown, context: Context) => poolsNow().reconcile.invoke(event, context.getRemainingTimeInMillis(), plan());
+
+  const pipeline: Pipeline = await startPipeline({
+    postgres: { kind: 'embedded', dataDir: path.join(workDir, 'pg'), persistent: false },
+    stripe: { kind: 'fake', faults: options.faults, seed: options.seed, latencyMs: 3 },
+    timeLapse: options.timeLapse,
+    pollers: options.pollers,
+    batchSize: options.batchSize,
+    // A killed container fails its batch; SQS shows the batch again after the visibility timeout.
+    visibilityTimeoutSeconds: options.visibilityTimeoutSeconds,
+    chargeTimeoutMs: 20_000,
+    handlers: { charge, reconcile },
+    logLevel: 'ERROR',
+    metricsDisabled: true,
+    env: {
+      // One pool per container process (the pipeline sizes it for one shared in-process container).
+      DB_POOL_MAX: '3',
+      DB_CONNECT_TIMEOUT_MS: '2000',
+      DB_STATEMENT_TIMEOUT_MS: '10000',
+      CHARGE_SAFETY_MARGIN_MS: '1000',
+      RECONCILE_SAFETY_MARGIN_MS: '1000',
+      ...(options.lambdasDir ? { SOAK_LAMBDAS_DIR: options.lambdasDir } : {}),
+    },
+    log: (line) => log(`pipeline: ${line}`),
+  });
+  const fake = pipeline.fakeStripe!;
+  const postgres = pipeline.postgres!;
+  const stopPruning = () => {
+    // The pipeline's pruner runs every second; without pruning, keys simply outlive the soak.
+    if (!options.pruneKeys) fake.pruneKeys = () => 0;
+  };
+  stopPruning();
+  {
+    // Per-database settings override the server's command line; sessions opened before this are
+    // ended so that every connection commits as asked.
+    const setting = options.asyncCommit ? 'off' : 'on';
+    const c = new pg.Client({ connectionString: postgres.adminUrl });
+    await c.connect();
+    await c.query(`ALTER DATABASE ${pipeline.databaseName} SET synchronous_commit = ${setting}`);
+    await c.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, [pipeline.databaseName]);
+    await c.end();
+    const probe = new pg.Client({ connectionString: pipeline.databaseUrl });
+    await probe.connect();
+    const { rows } = await probe.query<{ synchronous_commit: string }>('SHOW synchronous_commit');
+    await probe.end();
+    if (rows[0]?.synchronous_commit !== setting) throw new Error(`synchronous_commit is ${rows[0]?.synchronous_commit} on the soak database, not ${setting}`);
+  }
+  log(`pipeline up: ${pipeline.stripeDescription}; keys pruned after ${keyPruneAfterMsFor(options.timeLapse)} ms`);
+
+  // ── The messages ─────────────────────────────────────────────────────────────────────────────
+  const entries: SendMessageBatchRequestEntry[] = [];
+  const sentOrderIds: string[] = [];
+  const sends = { originals: 0, duplicatesSameDedupId: 0, duplicatesNewDedupId: 0, conflicts: 0, poison: 0, total: 0 };
+  for (let i = 0; i < options.orders; i++) {
+    const request: ChargeRequest = { orderId: `soak-${runTag}-${i}`, amount: 100 + Math.floor(random() * 99_900), currency: 'eur', ...paymentMethodFor(random()) };
+    const message = chargeRequestMessage(request);
+    sentOrderIds.push(request.orderId);
+    entries.push({ Id: 'x', ...message });
+    sends.originals++;
+    if (random() < options.duplicateRate) {
+      if (random() < 0.5) {
+        entries.push({ Id: 'x', ...message });
+        sends.duplicatesSameDedupId++;
+      } else {
+        entries.push({ Id: 'x', ...message, MessageDeduplicationId: randomUUID() });
+        sends.duplicatesNewDedupId++;
+      }
+    }
+    if (random() < options.conflictRate) {
+      entries.push({ Id: 'x', ...chargeRequestMessage({ ...request, amount: request.amount + 1 }), MessageDeduplicationId: randomUUID() });
+      sends.conflicts++;
+    }
+    if (random() < options.poisonRate) {
+      entries.push({ Id: 'x', MessageBody: POISON[Math.floor(random() * POISON.length)]!, MessageGroupId: `poison-${runTag}-${i}`, MessageDeduplicationId: randomUUID() });
+      sends.poison++;
+    }
+  }
+  // Shuffled: duplicates and conflicts arrive in any order relative to their original.
+  for (let i = entries.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [entries[i], entries[j]] = [entries[j]!, entries[i]!];
+  }
+  sends.total = entries.length;
+
+  let sending = true;
+  const sender = (async () => {
+    const chunks: SendMessageBatchRequestEntry[][] = [];
+    for (let i = 0; i < entries.length; i += 10) chunks.push(entries.slice(i, i + 10).map((e, j) => ({ ...e, Id: `e${j}` })));
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        while (next < chunks.length) {
+          const chunk = chunks[next++]!;
+          for (let attempt = 0; ; attempt++) {
+            try {
+              const out = await pipeline.sqs.client.send(new SendMessageBatchCommand({ QueueUrl: pipeline.sqs.queueUrl, Entries: chunk }));
+              if ((out.Failed ?? []).length > 0) throw new Error(`${out.Failed!.length} entries failed`);
+              break;
+            } catch (error) {
+              if (attempt >= 5) throw error;
+              await sleep(100 * 2 ** attempt);
+            }
+          }
+        }
+      }),
+    );
+    sending = false;
+  })();
+
+  // ── PostgreSQL: restarts and crashes spread over the intake ──────────────────────────────────
+  const pgEvents: ('restart' | 'crash')[] = [];
+  for (let i = 0; i < Math.max(options.pgRestarts, options.pgCrashes); i++) {
+    if (i < options.pgRestarts) pgEvents.push('restart');
+    if (i < options.pgCrashes) pgEvents.push('crash');
+  }
+  const pgStats = { restarts: 0, crashes: 0, postmasterKills: 0, backendKills: 0, downtimeMs: 0 };
+  const admin = () => new pg.Client({ connectionString: postgres.adminUrl, connectionTimeoutMillis: 2000 });
+  const waitUntilUp = async () => {
+    for (;;) {
+      const c = admin();
+      c.on('error', () => {});
+      try {
+        await c.connect();
+        await c.query('SELECT 1');
+        await c.end();
+        return;
+      } catch {
+        await c.end().catch(() => {});
+        await sleep(100);
+      }
+    }
+  };
+  const pgFault = async (kind: 'restart' | 'crash') => {
+    const t = performance.now();
+    if (kind === 'restart') {
+      await postgres.restart();
+      pgStats.restarts++;
+    } else if (pgStats.crashes % 2 === 0) {
+      // The postmaster dies (SIGKILL): no shutdown checkpoint; the next start recovers from the WAL.
+      await postgres.kill();
+      await sleep(200);
+      await postgres.restart();
+      pgStats.crashes++;
+      pgStats.postmasterKills++;
+    } else {
+      // One backend dies (SIGKILL): the postmaster treats it as a crash — every session is dropped
+      // and the cluster goes through crash recovery, all while the postmaster itself lives on.
+      const c = admin();
+      c.on('error', () => {});
+      await c.connect();
+      const { rows } = await c.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY random() LIMIT 1`);
+      const pid = rows[0]?.pid ?? (await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+      process.kill(pid, 'SIGKILL');
+      await c.end().catch(() => {});
+      await sleep(200);
+      pgStats.crashes++;
+      pgStats.backendKills++;
+    }
+    await waitUntilUp();
+    pgStats.downtimeMs += performance.now() - t;
+    log(`postgres ${kind}: back after ${Math.round(performance.now() - t)} ms`);
+  };
+
+  // ── Intake, under chaos ──────────────────────────────────────────────────────────────────────
+  const progress = async (): Promise<number> => {
+    try {
+      const { rows } = await pipeline.db.query<{ n: number }>(
+        `SELECT (SELECT count(*) FROM payment_operations) + (SELECT count(DISTINCT order_id) FROM rejected_messages WHERE order_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM payment_operations p WHERE p.order_id = rejected_messages.order_id)) AS n`,
+      );
+      return Number(rows[0]!.n) / options.orders;
+    } catch {
+      return -1; // the database is down right now
+    }
+  };
+  const intakeDeadline = Date.now() + options.intakeTimeoutMs;
+  let nextPgEvent = 0;
+  let lastLog = 0;
+  for (;;) {
+    await sleep(250);
+    const done = await progress();
+    if (done >= 0 && nextPgEvent < pgEvents.length && done >= (nextPgEvent + 1) / (pgEvents.length + 1)) {
+      await pgFault(pgEvents[nextPgEvent++]!);
+    }
+    if (Date.now() - lastLog > 5_000) {
+      lastLog = Date.now();
+      const c = poolsNow().charge.counters;
+      log(`intake: ${Math.max(0, Math.round(done * 100))} % of orders recorded; kills ${Object.values(c.kills).reduce((a, b) => a + b, 0)}; stripe requests ${fake.stats().requests.total}`);
+    }
+    if (!sending && done >= 0) {
+      const snap = await pipeline.snapshot().catch(() => null);
+      if (snap && snap.queue.waiting === 0 && snap.queue.inFlight === 0 && snap.eventSource.inFlight === 0 && nextPgEvent >= pgEvents.length) break;
+    }
+    if (Date.now() > intakeDeadline) {
+      log('intake: time limit reached');
+      break;
+    }
+  }
+  await sender;
+  const intakeMs = performance.now() - started;
+
+  // ── Faults stop; the reconciler runs until nothing changes ───────────────────────────────────
+  chaos = false;
+  fake.setFaultRates({});
+  pipeline.eventBridge.setFaultRates(null);
+  const faultsStoppedAt = performance.now();
+  log('faults stopped: no more kills, Stripe and EventBridge faults off; waiting for quiescence');
+  // Two moments: every operation final or in review with nothing left in the queue (the promise),
+  // and every outcome event published (the outbox drained).
+  let settledAt: number | null = null;
+  let drainedAt: number | null = null;
+  const quiescenceDeadline = Date.now() + options.quiescenceTimeoutMs;
+  for (;;) {
+    const snap = await pipeline.snapshot().catch(() => null);
+    if (snap) {
+      const opsSettled = snap.database.open === 0 && snap.queue.waiting === 0 && snap.queue.inFlight === 0 && snap.eventSource.inFlight === 0;
+      if (opsSettled) settledAt ??= performance.now();
+      else settledAt = null;
+      if (opsSettled && snap.database.unpublished === 0) drainedAt ??= performance.now();
+      if (settledAt !== null && (!options.awaitOutbox || drainedAt !== null)) break;
+      if (Date.now() - lastLog > 5_000) {
+        lastLog = Date.now();
+        const d = snap.database;
+        log(`quiescence: open ${d.open} (ambiguous ${d.ambiguous}, unsettled ${d.unsettled}), review ${d.inReview}, unpublished ${d.unpublished}, queue ${snap.queue.waiting}+${snap.queue.inFlight}`);
+      }
+    }
+    if (Date.now() > quiescenceDeadline) {
+      log('quiescence: time limit reached');
+      break;
+    }
+    await sleep(250);
+  }
+  const settled = settledAt !== null;
+  const timeToQuiescenceMs = settledAt === null ? null : Math.round(settledAt - faultsStoppedAt);
+  const timeToOutboxDrainedMs = drainedAt === null ? null : Math.round(drainedAt - faultsStoppedAt);
+  await pipeline.stopIntake();
+
+  // ── The verdict ──────────────────────────────────────────────────────────────────────────────
+  const dlqOrderIds = queuedGroups(pipeline.sqs, 'dlq');
+  const left = queuedGroups(pipeline.sqs, 'queue').length;
+  const check = await checkInvariants({
+    db: pipeline.db,
+    paymentIntents: fake.paymentIntents(),
+    sentOrderIds,
+    dlqOrderIds,
+    requireQuiescent: true,
+  });
+  const stats = fake.stats();
+  const reviewReasons: Record<string, number> = {};
+  for (const { review_reason } of (await pipeline.db.query<{ review_reason: string }>(`SELECT review_reason FROM payment_operations WHERE review_reason IS NOT NULL`)).rows) {
+    const reason = review_reason
+      .replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g, '<id>')
+      .replace(/\bpi_[A-Za-z0-9]+/g, 'pi_…')
+      .replace(/\d{4}-\d\d-\d\dT[\d:.]+Z/g, '<time>')
+      .replace(/payment-op:<id>(:g\d+)?/g, 'payment-op:<id>')
+      .slice(0, 160);
+    reviewReasons[reason] = (reviewReasons[reason] ?? 0) + 1;
+  }
+  const eventBridgeFaults: Record<string, number> = {};
+  for (const call of pipeline.eventBridge.calls()) {
+    if (call.outcome === 'accepted' || call.outcome === 'rejected') continue;
+    eventBridgeFaults[call.outcome] = (eventBridgeFaults[call.outcome] ?? 0) + (call.outcome === 'partial' ? call.failedEntryCount : 1);
+  }
+  const es = pipeline.eventSource.counters();
+  const sc = pipeline.schedule.counters();
+  const p = poolsNow();
+  const strip = ({ kills: _k, killsPlanned: _p, ...rest }: ContainerCounters) => ({ ...rest });
+  const kills = Object.fromEntries(Object.keys(p.charge.counters.kills).map((k) => [k, p.charge.counters.kills[k as KillKind] + p.reconcile.counters.kills[k as KillKind]])) as Record<KillKind, number>;
+  const killsPlanned = Object.fromEntries(Object.keys(p.charge.counters.killsPlanned).map((k) => [k, p.charge.counters.killsPlanned[k as KillKind] + p.reconcile.counters.killsPlanned[k as KillKind]])) as Record<KillKind, number>;
+  const report: SoakReport = {
+    ok: check.ok && settled,
+    settled,
+    seed: options.seed,
+    orders: options.orders,
+    timeLapse: describeTimeLapse(options.timeLapse),
+    synchronousCommit: !options.asyncCommit,
+    durationMs: Math.round(performance.now() - started),
+    intakeMs: Math.round(intakeMs),
+    timeToQuiescenceMs,
+    timeToOutboxDrainedMs,
+    unpublishedEvents: (await pipeline.snapshot().catch(() => null))?.database.unpublished ?? -1,
+    sends,
+    stripeFaults: Object.fromEntries(Object.entries(stats.faults).filter(([, n]) => n > 0)),
+    stripe: {
+      requests: stats.requests.total,
+      createsExecuted: stats.createsExecuted,
+      replays: stats.replays,
+      conflicts409: stats.conflicts409,
+      idempotencyErrors: stats.idempotencyErrors,
+      keysPruned: stats.keysPruned,
+      doubleCharges: stats.doubleCharges,
+    },
+    eventBridgeFaults,
+    kills,
+    killsPlanned,
+    containers: { charge: strip(p.charge.counters), reconcile: strip(p.reconcile.counters) },
+    postgres: { ...pgStats, downtimeMs: Math.round(pgStats.downtimeMs) },
+    eventSource: { batches: es.batches, records: es.records, redeliveries: es.redeliveries, failedRecords: es.failedRecords, handlerErrors: es.handlerErrors, timeouts: es.timeouts },
+    reconcileRuns: { runs: sc.runs, errors: sc.errors, timeouts: sc.timeouts, overlaps: sc.overlaps },
+    queue: { left, dlq: dlqOrderIds.length },
+    reviewReasons,
+    check,
+  };
+  await p.charge.stop();
+  await p.reconcile.stop();
+  await pipeline.stop();
+  workerLog.end();
+  return report;
+}
+
+export function formatSoakReport(r: SoakReport): string {
+  const sum = (o: Readonly<Record<string, number>>) => Object.values(o).reduce((a, b) => a + b, 0);
+  const list = (o: Readonly<Record<string, number>>) => Object.entries(o).map(([k, v]) => `${k} ${v}`).join(', ') || 'none';
+  const s = (ms: number | null) => (ms === null ? 'n/a' : `${(ms / 1000).toFixed(1)} s`);
+  return [
+    `chaos soak — ${r.orders} orders, seed ${r.seed}: ${r.ok ? 'PASS' : 'FAIL'}`,
+    `  ${r.timeLapse}; PostgreSQL synchronous_commit ${r.synchronousCommit ? 'on (as on RDS)' : 'OFF (--async-commit: commits may be lost in a crash)'}`,
+    `  sends ${r.sends.total}: ${r.sends.originals} originals, ${r.sends.duplicatesSameDedupId} duplicates (same dedup id), ${r.sends.duplicatesNewDedupId} duplicates (new dedup id), ${r.sends.conflicts} conflicting, ${r.sends.poison} poison`,
+    `  Stripe faults injected (${sum(r.stripeFaults)}): ${list(r.stripeFaults)}`,
+    `  Stripe: ${r.stripe.requests} requests, ${r.stripe.createsExecuted} creates executed, ${r.stripe.replays} replays, ${r.stripe.conflicts409} 409s, ${r.stripe.keysPruned} keys pruned, double charges ${r.stripe.doubleCharges}`,
+    `  EventBridge faults: ${list(r.eventBridgeFaults)}`,
+    `  kills (SIGKILL) ${sum(r.kills)}: ${list(r.kills)} (planned ${sum(r.killsPlanned)}); cold starts charge ${r.containers.charge.coldStarts}, reconcile ${r.containers.reconcile.coldStarts}; unexpected exits ${r.containers.charge.unexpectedExits + r.containers.reconcile.unexpectedExits}`,
+    `  PostgreSQL: ${r.postgres.restarts} clean restarts, ${r.postgres.crashes} crashes (${r.postgres.postmasterKills} postmaster SIGKILL, ${r.postgres.backendKills} backend SIGKILL), ${s(r.postgres.downtimeMs)} down in total`,
+    `  charge invocations ${r.containers.charge.invocations} (${r.eventSource.records} records, ${r.eventSource.redeliveries} redeliveries, ${r.eventSource.failedRecords} failed records); reconcile runs ${r.reconcileRuns.runs} (${r.reconcileRuns.errors} errors)`,
+    `  queue left ${r.queue.left}, DLQ ${r.queue.dlq}`,
+    `  intake ${s(r.intakeMs)}; after the faults stopped: every operation settled in ${s(r.timeToQuiescenceMs)}${r.settled ? '' : ' (NOT SETTLED)'}, outbox drained in ${s(r.timeToOutboxDrainedMs)} (${r.unpublishedEvents} unpublished at the end); total ${s(r.durationMs)}`,
+    ...formatReport(r.check).split('\n').map((line) => `  ${line}`),
+    ...Object.entries(r.reviewReasons).map(([reason, n]) => `    review ×${n}: ${reason}`),
+  ].join('\n');
+}
+

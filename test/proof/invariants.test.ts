@@ -1,0 +1,256 @@
+// The checker must be able to fail: every violation kind is provoked here on a hand-broken state and
+// must be reported, with its operation; the healthy states around it must pass. A checker that cannot
+// fail proves nothing about the soak or the model that rely on it.
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { ChargeEngine } from '../../lambdas/payments/engine.ts';
+import type { ChargeInput } from '../../lambdas/payments/types.ts';
+import type { PaymentIntentRecord } from '../../local/fake-stripe/types.ts';
+import { checkInvariants, formatReport, VIOLATION_KINDS, type CheckInvariantsInput, type ViolationKind } from '../../local/invariants.ts';
+import { createTestDatabase, type TestDatabase } from '../support/db.ts';
+import { startStripe, type StripeHarness } from '../support/stripe.ts';
+
+let db: TestDatabase;
+let stripe: StripeHarness;
+
+beforeAll(async () => {
+  db = await createTestDatabase('invariants');
+  stripe = await startStripe();
+});
+afterAll(async () => {
+  await stripe.close();
+  await db.drop();
+});
+beforeEach(() => stripe.fake.reset());
+
+const engine = () => new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'checker-test', random: () => 0.5 });
+const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => ({
+  orderId: `inv-${randomUUID()}`,
+  amount: 1500,
+  currency: 'eur',
+  customerId: 'cus_test',
+  paymentMethod: 'pm_card_visa',
+  ...overrides,
+});
+
+/** A small, healthy world made by the real engine: one success, one decline, one open, one in review. */
+async function healthyWorld() {
+  const e = engine();
+  const paid = order();
+  const declined = order({ paymentMethod: 'pm_card_chargeDeclined' });
+  const open = order();
+  const review = order();
+  const [paidResult, declinedResult] = await e.processRequests([paid, declined]);
+  const openId = await e.requestCharge(open);
+  stripe.fake.injectFault({ operationId: openId }, 'error_500_before_commit');
+  await e.executeCharge(openId); // unknown, nothing at Stripe
+  const reviewId = await e.requestCharge(review);
+  // Sent a day ago (so the key window is over) and Search finds nothing: a human must decide.
+  await db.pool.query(`UPDATE payment_operations SET first_attempted_at = now() - interval '24 hours' WHERE id = $1`, [reviewId]);
+  await e.executeCharge(reviewId);
+  const orders = [paid, declined, open, review].map((o) => o.orderId);
+  return {
+    orders,
+    paidId: paidResult!.operationId,
+    declinedId: declinedResult!.operationId,
+    openId,
+    reviewId,
+    paid,
+    check: (overrides: Partial<CheckInvariantsInput> = {}) =>
+      checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), orderIds: orders, sentOrderIds: orders, ...overrides }),
+  };
+}
+
+const kinds = (report: { violations: readonly { kind: ViolationKind }[] }) => [...new Set(report.violations.map((v) => v.kind))];
+
+function fakeSucceededPi(base: Partial<PaymentIntentRecord> & { metadata: Record<string, string> }): PaymentIntentRecord {
+  return {
+    id: `pi_forged_${randomUUID().replaceAll('-', '')}`,
+    object: 'payment_intent',
+    amount: 1500,
+    currency: 'eur',
+    customer: 'cus_test',
+    payment_method: 'pm_card_visa',
+    status: 'succeeded',
+    created: Math.floor(Date.now() / 1000),
+    livemode: false,
+    capture_method: 'automatic',
+    confirmation_method: 'automatic',
+    last_payment_error: null,
+    idempotencyKey: null,
+    createdAtMs: Date.now(),
+    ...base,
+  };
+}
+
+describe('checkInvariants on healthy states', () => {
+  it('passes a world made by the engine, and counts it', async () => {
+    const w = await healthyWorld();
+    const report = await w.check();
+    expect(report.violations).toEqual([]);
+    expect(report).toMatchObject({
+      ok: true,
+      operations: 4,
+      byStatus: { succeeded: 1, failed: 1, unknown: 2, pending: 0 },
+      inReview: 1,
+      open: 1,
+      sentOrders: 4,
+    });
+    expect(report.paymentIntents.byStatus).toEqual({ succeeded: 1, requires_payment_method: 1 });
+    expect(formatReport(report)).toContain('invariants: OK');
+  });
+
+  it('an open operation is fine while running, `unsettled` when quiescence is required', async () => {
+    const w = await healthyWorld();
+    expect((await w.check({ requireQuiescent: false })).ok).toBe(true);
+    const report = await w.check({ requireQuiescent: true });
+    expect(report.violations).toEqual([{ kind: 'unsettled', operationId: w.openId, orderId: expect.any(String), detail: expect.stringContaining('unknown') }]);
+  });
+
+  it('an order in rejected_messages or in the DLQ is not lost', async () => {
+    const w = await healthyWorld();
+    const rejected = `inv-rejected-${randomUUID()}`;
+    const inDlq = `inv-dlq-${randomUUID()}`;
+    await db.pool.query(
+      `INSERT INTO rejected_messages (message_id, reason_code, reason, order_id, body_sha256, raw_body) VALUES ($1, 'invalid_body', 'amount: must be positive', $2, 'x', '{}')`,
+      [randomUUID(), rejected],
+    );
+    const report = await w.check({ orderIds: [...w.orders, rejected, inDlq], sentOrderIds: [...w.orders, rejected, inDlq], dlqOrderIds: [inDlq] });
+    expect(report.violations).toEqual([]);
+    expect(report.rejectedMessages).toBe(1);
+  });
+
+  it('a succeeded charge unknown to an operation in review is a warning, not a violation', async () => {
+    const w = await healthyWorld();
+    const pi = fakeSucceededPi({ metadata: { operation_id: w.reviewId, order_id: w.orders[3]!, key_generation: '0' } });
+    const report = await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), pi], requireQuiescent: false });
+    expect(report.ok).toBe(true);
+    const quiescent = await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), pi], orderIds: [w.orders[0]!, w.orders[3]!], sentOrderIds: [] , requireQuiescent: true });
+    expect(quiescent.violations).toEqual([]);
+    expect(quiescent.warnings).toEqual([expect.objectContaining({ kind: 'charge_awaiting_review', operationId: w.reviewId })]);
+  });
+});
+
+describe('checkInvariants detects every kind of broken promise', () => {
+  const seen = new Set<ViolationKind>();
+  afterAll(() => {
+    // The list of kinds and the list of proofs must not drift apart.
+    expect([...seen].sort()).toEqual([...VIOLATION_KINDS].sort());
+  });
+  const expectKind = (report: Awaited<ReturnType<typeof checkInvariants>>, kind: ViolationKind, operationId?: string) => {
+    expect(report.ok).toBe(false);
+    expect(kinds(report)).toContain(kind);
+    if (operationId) expect(report.violations.find((v) => v.kind === kind)?.operationId).toBe(operationId);
+    expect(formatReport(report)).toContain(kind);
+    seen.add(kind);
+  };
+
+  it('double_charge: a second succeeded PaymentIntent for one order', async () => {
+    const w = await healthyWorld();
+    const real = stripe.fake.paymentIntents({ operationId: w.paidId })[0]!;
+    const second = { ...real, id: `${real.id}_again`, idempotencyKey: 'a-fresh-key' };
+    const report = await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), second] });
+    expectKind(report, 'double_charge', w.paidId);
+    expect(report.violations.find((v) => v.kind === 'double_charge')!.detail).toContain(second.id);
+  });
+
+  it('double_charge: the real thing, a new key per retry (the anti-pattern) at the fake Stripe', async () => {
+    const w = await healthyWorld();
+    const metadata = { operation_id: w.paidId, order_id: w.paid.orderId, key_generation: '0' };
+    const naive = await stripe.gateway.createPaymentIntent({ ...w.paid, idempotencyKey: `naive-${randomUUID()}`, metadata });
+    expect(naive.ok).toBe(true);
+    expectKind(await w.check(), 'double_charge', w.paidId);
+  });
+
+  it('lost_order: sent, but nowhere', async () => {
+    const w = await healthyWorld();
+    const lost = `inv-lost-${randomUUID()}`;
+    const report = await w.check({ orderIds: [...w.orders, lost], sentOrderIds: [...w.orders, lost] });
+    expectKind(report, 'lost_order');
+    expect(report.violations[0]!.orderId).toBe(lost);
+  });
+
+  it('wrongly_failed: failed, while its PaymentIntent succeeded', async () => {
+    const w = await healthyWorld();
+    const pis = stripe.fake.paymentIntents().map((pi) => (pi.metadata.operation_id === w.declinedId ? { ...pi, status: 'succeeded' as const } : pi));
+    expectKind(await w.check({ paymentIntents: pis }), 'wrongly_failed', w.declinedId);
+  });
+
+  it('succeeded_without_charge: succeeded, but its PaymentIntent is not (or does not exist)', async () => {
+    const w = await healthyWorld();
+    const processing = stripe.fake.paymentIntents().map((pi) => (pi.metadata.operation_id === w.paidId ? { ...pi, status: 'processing' as const } : pi));
+    expectKind(await w.check({ paymentIntents: processing }), 'succeeded_without_charge', w.paidId);
+    const missing = stripe.fake.paymentIntents().filter((pi) => pi.metadata.operation_id !== w.paidId);
+    expectKind(await w.check({ paymentIntents: missing }), 'succeeded_without_charge', w.paidId);
+  });
+
+  it('charge_mismatch: succeeded on a PaymentIntent of another amount', async () => {
+    const w = await healthyWorld();
+    const pis = stripe.fake.paymentIntents().map((pi) => (pi.metadata.operation_id === w.paidId ? { ...pi, amount: pi.amount + 1 } : pi));
+    expectKind(await w.check({ paymentIntents: pis }), 'charge_mismatch', w.paidId);
+  });
+
+  it('unrecorded_charge: a succeeded PaymentIntent no operation knows', async () => {
+    const w = await healthyWorld();
+    const stray = fakeSucceededPi({ metadata: { operation_id: randomUUID(), order_id: w.orders[2]!.replace('inv-', 'inv-x'), key_generation: '0' } });
+    const report = await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), stray], orderIds: undefined, sentOrderIds: [] });
+    expectKind(report, 'unrecorded_charge');
+  });
+
+  it('unrecorded_charge: after quiescence a succeeded PaymentIntent whose operation is still open (not in review)', async () => {
+    const w = await healthyWorld();
+    const pi = fakeSucceededPi({ metadata: { operation_id: w.openId, order_id: w.orders[2]!, key_generation: '0' } });
+    const running = await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), pi] });
+    expect(running.ok).toBe(true); // the reconciler may still find it
+    expectKind(await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), pi], requireQuiescent: true }), 'unrecorded_charge', w.openId);
+  });
+
+  it('unsettled: in review without a reason', async () => {
+    const w = await healthyWorld();
+    await db.pool.query(`UPDATE payment_operations SET review_reason = ' ' WHERE id = $1`, [w.openId]);
+    expectKind(await w.check(), 'unsettled', w.openId);
+  });
+
+  it('audit_mismatch: attempts without their outcome_recorded events, and a missing `requested`', async () => {
+    const w = await healthyWorld();
+    const orderId = `inv-noaudit-${randomUUID()}`;
+    // Written behind the engine's back: a failed outcome with no trail at all.
+    const { rows } = await db.pool.query<{ id: string }>(
+      `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method, status, attempts, settled_at, next_attempt_at)
+       VALUES ($1, 100, 'eur', 'cus_test', 'pm_card_visa', 'failed', 1, now(), NULL) RETURNING id`,
+      [orderId],
+    );
+    const report = await w.check({ orderIds: [...w.orders, orderId] });
+    expectKind(report, 'audit_mismatch', rows[0]!.id);
+    expect(report.violations.find((v) => v.kind === 'audit_mismatch')!.detail).toMatch(/requested.*outcome_recorded|attempts = 1/);
+  });
+
+  it('audit_mismatch: an extra outcome_recorded event', async () => {
+    const w = await healthyWorld();
+    await db.pool.query(
+      `INSERT INTO payment_operation_events (operation_id, actor, action, step, from_status, to_status) VALUES ($1, 'forger', 'outcome_recorded', 'create', 'pending', 'succeeded')`,
+      [w.paidId],
+    );
+    expectKind(await w.check(), 'audit_mismatch', w.paidId);
+  });
+
+  it('outbox_mismatch: a final outcome without its event, or with a second one that contradicts it', async () => {
+    const w = await healthyWorld();
+    const { rows } = await db.pool.query<{ payload: Record<string, unknown> }>(`SELECT payload FROM outcome_events WHERE operation_id = $1`, [w.paidId]);
+    const eventId = randomUUID();
+    await db.pool.query(
+      `INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1, $2, 'Charge Failed', $3)`,
+      [eventId, w.paidId, JSON.stringify({ ...rows[0]!.payload, eventId, status: 'failed' })],
+    );
+    expectKind(await w.check(), 'outbox_mismatch', w.paidId);
+
+    const orderId = `inv-noevent-${randomUUID()}`;
+    const silent = await db.pool.query<{ id: string }>(
+      `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method, status, external_id, settled_at, next_attempt_at)
+       VALUES ($1, 100, 'eur', 'cus_test', 'pm_card_visa', 'failed', NULL, now(), NULL) RETURNING id`,
+      [orderId],
+    );
+    const report = await w.check({ orderIds: [orderId] });
+    expectKind(report, 'outbox_mismatch', silent.rows[0]!.id);
+  });
+});

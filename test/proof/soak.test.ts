@@ -1,0 +1,44 @@
+// The chaos soak, short: ~100 orders through the whole local pipeline with the unchanged handlers in
+// worker processes SIGKILLed at every step of an attempt, PostgreSQL restarted and crashed, Stripe and
+// EventBridge faults, duplicate and conflicting sends, poison bodies and keys pruned on a fast
+// time-lapse clock; then the faults stop, the reconciler settles everything, and the checker must find
+// nothing. The full run is `npm run soak -- --orders 10000` (docs/readme-sections/proof.md).
+//
+//   SOAK_ORDERS=300 npx vitest run test/proof/soak.test.ts
+import { describe, expect, it } from 'vitest';
+import { DEFAULT_SOAK, FAST_TIME_LAPSE, formatSoakReport, runSoak } from '../../local/soak/soak.ts';
+
+const ORDERS = Number(process.env.SOAK_ORDERS ?? 100);
+
+describe('chaos soak (short)', () => {
+  it(`${ORDERS} orders under kills, database restarts and crashes, Stripe faults: no violation`, { timeout: 300_000 }, async () => {
+    const lines: string[] = [];
+    const report = await runSoak({
+      ...DEFAULT_SOAK,
+      orders: ORDERS,
+      seed: Number(process.env.SOAK_SEED ?? 20261129),
+      timeLapse: FAST_TIME_LAPSE,
+      // Many small batches, so that ~100 orders still give every kill point a few chances.
+      batchSize: 4,
+      killRate: 0.25,
+      randomKillRate: 0.05,
+      pgRestarts: 1,
+      pgCrashes: 1,
+      visibilityTimeoutSeconds: 3,
+      awaitOutbox: true,
+      quiescenceTimeoutMs: 90_000,
+      log: (line) => lines.push(line),
+    });
+    const text = formatSoakReport(report);
+    console.log(text);
+    expect(report.check.violations, `${text}\n${lines.join('\n')}`).toEqual([]);
+    expect(report.settled, text).toBe(true);
+    expect(report.unpublishedEvents, text).toBe(0);
+    expect(report.stripe.doubleCharges).toBe(0);
+    // The soak really did what it says: kills, restarts, faults, pruning, duplicates.
+    expect(Object.values(report.kills).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+    expect(report.postgres.restarts + report.postgres.crashes).toBe(2);
+    expect(Object.values(report.stripeFaults).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+    expect(report.sends.duplicatesNewDedupId).toBeGreaterThan(0);
+  });
+});
