@@ -26,6 +26,17 @@ export function chargeRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
 
 export type ChargeRequest = z.infer<ReturnType<typeof chargeRequestSchema>>;
 
+// Building a zod schema costs more than using it: one per maximum, built once (a deployment has one).
+const schemas = new Map<number, ReturnType<typeof chargeRequestSchema>>();
+function schemaFor(maxAmount: number): ReturnType<typeof chargeRequestSchema> {
+  let schema = schemas.get(maxAmount);
+  if (!schema) {
+    schema = chargeRequestSchema(maxAmount);
+    schemas.set(maxAmount, schema);
+  }
+  return schema;
+}
+
 export type ParseResult =
   | { readonly ok: true; readonly request: ChargeRequest }
   | { readonly ok: false; readonly code: 'invalid_json' | 'invalid_body'; readonly reason: string; readonly orderId?: string };
@@ -44,7 +55,7 @@ export function parseChargeRequest(body: string, maxAmount: number = DEFAULT_MAX
   }
   let result;
   try {
-    result = chargeRequestSchema(maxAmount).safeParse(json);
+    result = schemaFor(maxAmount).safeParse(json);
   } catch {
     return { ok: false, code: 'invalid_body', reason: 'body could not be validated' };
   }

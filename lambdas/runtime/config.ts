@@ -95,6 +95,17 @@ function oneOf<T extends string>(env: Env, name: string, allowed: readonly T[], 
   return raw as T;
 }
 
+/**
+ * RETRY_BACKOFF_SCALE multiplies every retry delay (base and cap) of the policy: the local runtime's
+ * time-lapse runs the same schedule faster. Only the timing of retries changes, never what is sent.
+ */
+function scaledBackoff(scale: number, env: Env): EnginePolicy['backoff'] {
+  if (scale > 100) throw new ConfigError(`RETRY_BACKOFF_SCALE must be at most 100, got "${env.RETRY_BACKOFF_SCALE}"`);
+  const scaled = (b: { baseMs: number; capMs: number }) => ({ baseMs: Math.max(1, Math.round(b.baseMs * scale)), capMs: Math.max(1, Math.round(b.capMs * scale)) });
+  const d = DEFAULT_POLICY.backoff;
+  return { ambiguous: scaled(d.ambiguous), rateLimited: scaled(d.rateLimited), configuration: scaled(d.configuration), unsettled: scaled(d.unsettled) };
+}
+
 const blank = (value: string | undefined) => (value === undefined || value === '' ? undefined : value);
 
 export function loadConfig(env: Env = process.env): RuntimeConfig {
@@ -139,6 +150,7 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
       earlySearchAfterMs: integer(env, 'EARLY_SEARCH_AFTER_MS', DEFAULT_POLICY.earlySearchAfterMs, 0),
       leaseMs: integer(env, 'LEASE_MS', DEFAULT_POLICY.leaseMs, 1_000),
       unsettledReviewAfterMs: integer(env, 'UNSETTLED_REVIEW_AFTER_MS', DEFAULT_POLICY.unsettledReviewAfterMs, 1_000),
+      backoff: scaledBackoff(number(env, 'RETRY_BACKOFF_SCALE', 1, 0.001), env),
     },
     region: blank(env.AWS_REGION),
   };

@@ -1,0 +1,345 @@
+// The demo workload: what a few producer services would put on the queue, sent through the REAL
+// producer client (lambdas/producer/client.ts), plus the things producers get wrong.
+//
+//   orders           N distinct orders; mostly pm_card_visa, some declines (pm_card_chargeDeclined,
+//                    pm_card_insufficientFunds) and, on the fake, some pm_fake_processing
+//   duplicate sends  R × N repeats of orders already sent, each in a call of its own (a retry after
+//                    a timeout, a double click): SQS FIFO drops them within its 5-minute window
+//   late duplicates  a tenth of the repeats arrive as if sent after that window (another
+//                    MessageDeduplicationId stands for the 5 minutes nobody wants to wait): SQS
+//                    delivers them, and the database's one-operation-per-order absorbs them
+//   bad messages     sent raw with the SQS client, past the producer's validation: a body that is
+//                    not JSON, one against the schema, and an order repeated with another amount —
+//                    each must end in rejected_messages, acknowledged, never charged
+import { createHash } from 'node:crypto';
+import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { deduplicationId } from '../lambdas/payments/message.ts';
+import { chargeRequestMessage, sendChargeRequests, type ChargeRequest } from '../lambdas/producer/client.ts';
+import { buildLedger, type Ledger, type RunOutcome } from './ledger.ts';
+import { isSettled, type Pipeline, type PipelineSnapshot } from './pipeline.ts';
+
+export interface DemoOptions {
+  readonly orders: number;
+  /** Duplicate sends per order (0.3 = 30 %). */
+  readonly duplicates: number;
+  readonly seed: number;
+  /** Prefix of the order ids (unique per run). */
+  readonly tag: string;
+  /** Include pm_fake_processing (only the fake knows it). Default true. */
+  readonly processing?: boolean;
+  /** Every order's customer; default a few made-up cus_demo_… (the fake accepts any). */
+  readonly customerId?: string;
+  /** Send the three bad messages. Default true (when there is at least one order). */
+  readonly badMessages?: boolean;
+}
+
+export type SendStep =
+  | { readonly kind: 'orders'; readonly requests: readonly ChargeRequest[] }
+  | { readonly kind: 'duplicate'; readonly request: ChargeRequest }
+  | { readonly kind: 'late_duplicate'; readonly request: ChargeRequest }
+  | { readonly kind: 'bad'; readonly reason: 'invalid_json' | 'invalid_body' | 'order_conflict'; readonly body: string; readonly groupId: string };
+
+export interface Workload {
+  readonly orders: readonly ChargeRequest[];
+  readonly steps: readonly SendStep[];
+  /** How many orders of each payment method, for the ledger. */
+  readonly paymentMethods: Readonly<Record<string, number>>;
+}
+
+/** A small seeded PRNG (mulberry32): the same seed gives the same workload. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
+}
+
+function pick<T>(random: () => number, weighted: readonly (readonly [T, number])[]): T {
+  const total = weighted.reduce((sum, [, w]) => sum + w, 0);
+  let r = random() * total;
+  for (const [value, weight] of weighted) {
+    r -= weight;
+    if (r < 0) return value;
+  }
+  return weighted.at(-1)![0];
+}
+
+export function buildWorkload(options: DemoOptions): Workload {
+  const random = prng(options.seed ^ 0x5eed);
+  const methods: (readonly [string, number])[] = [
+    ['pm_card_visa', 0.88],
+    ['pm_card_mastercard', 0.04],
+    ['pm_card_chargeDeclined', 0.03],
+    ['pm_card_insufficientFunds', 0.02],
+    ...(options.processing === false ? [] : ([['pm_fake_processing', 0.03]] as const)),
+  ];
+  const width = String(Math.max(1, options.orders)).length;
+  const orders: ChargeRequest[] = [];
+  const paymentMethods: Record<string, number> = {};
+  for (let i = 1; i <= options.orders; i++) {
+    const paymentMethod = pick(random, methods);
+    paymentMethods[paymentMethod] = (paymentMethods[paymentMethod] ?? 0) + 1;
+    orders.push({
+      orderId: `${options.tag}-${String(i).padStart(width, '0')}`,
+      amount: 100 + Math.floor(random() * 199) * 100 + (random() < 0.5 ? 99 : 0),
+      currency: pick(random, [['eur', 5], ['usd', 4], ['gbp', 1]] as const),
+      customerId: options.customerId ?? `cus_demo${String(1 + Math.floor(random() * 40)).padStart(3, '0')}`,
+      paymentMethod,
+    });
+  }
+
+  // Duplicates refer to orders sent before them: chosen per chunk among the orders already out.
+  // Every tenth one stands for a send after SQS's 5-minute deduplication window.
+  const duplicateCount = Math.round(options.orders * Math.max(0, options.duplicates));
+  const chunks = Math.ceil(options.orders / 10);
+  const steps: SendStep[] = [];
+  let made = 0;
+  for (let c = 0; c < chunks; c++) {
+    steps.push({ kind: 'orders', requests: orders.slice(c * 10, c * 10 + 10) });
+    const sentSoFar = Math.min(options.orders, (c + 1) * 10);
+    const dueByNow = Math.round((duplicateCount * (c + 1)) / chunks);
+    for (; made < dueByNow; made++) {
+      const request = orders[Math.floor(random() * sentSoFar)]!;
+      steps.push(made % 10 === 9 ? { kind: 'late_duplicate', request } : { kind: 'duplicate', request });
+    }
+  }
+
+  if (options.badMessages !== false && orders.length > 0) {
+    const victim = orders[Math.floor(random() * orders.length)]!;
+    steps.push(
+      { kind: 'bad', reason: 'invalid_json', groupId: `${options.tag}-garbled`, body: '{"orderId": "garbled", "amount": 12' },
+      {
+        kind: 'bad',
+        reason: 'invalid_body',
+        groupId: `${options.tag}-bad-amount`,
+        body: JSON.stringify({ orderId: `${options.tag}-bad-amount`, amount: -500, currency: 'EUR', customerId: 'cus_demo001', paymentMethod: 'pm_card_visa' }),
+      },
+      {
+        kind: 'bad',
+        reason: 'order_conflict',
+        // Same order, same group (so FIFO delivers it after the original), another amount.
+        groupId: victim.orderId,
+        body: chargeRequestMessage({ ...victim, amount: victim.amount + 100 }).MessageBody,
+      },
+    );
+  }
+  return { orders, steps, paymentMethods };
+}
+
+export interface SendReport {
+  /** Distinct orders the workload holds (what "settled n / N" counts towards). */
+  ordersPlanned: number;
+  /** Distinct orders SQS accepted. */
+  ordersSent: number;
+  /** Orders SQS did not accept after the client's retries (they were never in the pipeline). */
+  sendFailures: number;
+  /** Their ids, for the lost-order check: every one must end somewhere visible. */
+  readonly sentOrderIds: string[];
+  duplicateSends: number;
+  /** Duplicate sends SQS answered with the original MessageId: dropped by FIFO deduplication. */
+  duplicatesDroppedBySqs: number;
+  lateDuplicates: number;
+  readonly badMessages: Record<string, number>;
+  /** Messages that really went onto the queue. */
+  messagesEnqueued: number;
+  firstSendAt: Date | null;
+  lastSendAt: Date | null;
+  done: boolean;
+}
+
+export function emptySendReport(): SendReport {
+  return {
+    ordersPlanned: 0,
+    ordersSent: 0,
+    sendFailures: 0,
+    sentOrderIds: [],
+    duplicateSends: 0,
+    duplicatesDroppedBySqs: 0,
+    lateDuplicates: 0,
+    badMessages: {},
+    messagesEnqueued: 0,
+    firstSendAt: null,
+    lastSendAt: null,
+    done: false,
+  };
+}
+
+/**
+ * Send the workload; `report` is updated as it goes (the progress view reads it). Steps go out
+ * `concurrency` at a time, in order, as several producer services would send them; a repeat of an
+ * order waits until the order's own send has been answered, so that "SQS dropped it" is observable
+ * (the answer carries the original MessageId). Resolves when everything is sent or `signal` aborts.
+ */
+export async function sendWorkload(
+  sqs: SQSClient,
+  queueUrl: string,
+  workload: Workload,
+  report: SendReport = emptySendReport(),
+  signal?: AbortSignal,
+  concurrency = 8,
+): Promise<SendReport> {
+  const messageIds = new Map<string, string>();
+  const sent = new Map<string, PromiseWithResolvers<void>>();
+  const whenSent = (orderId: string) => sent.get(orderId)?.promise ?? Promise.resolve();
+  const stamp = () => {
+    const now = new Date();
+    report.firstSendAt ??= now;
+    report.lastSendAt = now;
+  };
+  const options = signal ? { abortSignal: signal } : {};
+  report.ordersPlanned = workload.orders.length;
+  let lateSerial = 0;
+
+  const run = async (step: SendStep): Promise<void> => {
+    switch (step.kind) {
+      case 'orders': {
+        stamp();
+        try {
+          const results = await sendChargeRequests(sqs, queueUrl, step.requests, options);
+          for (const result of results) {
+            if (result.ok) {
+              messageIds.set(result.orderId, result.messageId);
+              report.sentOrderIds.push(result.orderId);
+              report.ordersSent += 1;
+              report.messagesEnqueued += 1;
+            } else {
+              report.sendFailures += 1;
+            }
+          }
+        } finally {
+          for (const request of step.requests) sent.get(request.orderId)?.resolve();
+        }
+        break;
+      }
+      case 'duplicate': {
+        await whenSent(step.request.orderId);
+        stamp();
+        // A call of its own, as a retrying producer would make it.
+        const [result] = await sendChargeRequests(sqs, queueUrl, [step.request], options);
+        report.duplicateSends += 1;
+        if (result?.ok && result.messageId === messageIds.get(step.request.orderId)) report.duplicatesDroppedBySqs += 1;
+        else if (result?.ok) report.messagesEnqueued += 1;
+        break;
+      }
+      case 'late_duplicate':
+        await whenSent(step.request.orderId);
+        stamp();
+        await sendRaw(sqs, queueUrl, chargeRequestMessage(step.request).MessageBody, step.request.orderId, `late-${++lateSerial}`, signal);
+        report.duplicateSends += 1;
+        report.lateDuplicates += 1;
+        report.messagesEnqueued += 1;
+        break;
+      case 'bad':
+        // The conflicting repeat must follow its original into the queue (same group: FIFO order).
+        await whenSent(step.groupId);
+        stamp();
+        await sendRaw(sqs, queueUrl, step.body, step.groupId, step.reason, signal);
+        report.badMessages[step.reason] = (report.badMessages[step.reason] ?? 0) + 1;
+        report.messagesEnqueued += 1;
+        break;
+    }
+  };
+
+  let next = 0;
+  let failure: unknown;
+  const worker = async () => {
+    while (next < workload.steps.length && !signal?.aborted && failure === undefined) {
+      const step = workload.steps[next++]!;
+      // Registered when dispatched, before any later step can look for it.
+      if (step.kind === 'orders') for (const request of step.requests) sent.set(request.orderId, Promise.withResolvers<void>());
+      try {
+        await run(step);
+      } catch (error) {
+        failure ??= error;
+      }
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: Math.max(1, concurrency) }, worker));
+    if (failure !== undefined && !signal?.aborted) throw failure;
+  } finally {
+    for (const deferred of sent.values()) deferred.resolve();
+    report.done = true;
+  }
+  return report;
+}
+
+/**
+ * Past the producer client. The deduplication id differs from the producer's (a hash of the order
+ * id) because these stand for messages sent more than 5 minutes after the original, when SQS no
+ * longer remembers it.
+ */
+async function sendRaw(sqs: SQSClient, queueUrl: string, body: string, groupId: string, salt: string, signal?: AbortSignal): Promise<void> {
+  await sqs.send(
+    new SendMessageCommand({
+      QueueUrl: queueUrl,
+      MessageBody: body,
+      MessageGroupId: groupId,
+      MessageDeduplicationId: createHash('sha256').update(`${deduplicationId(groupId)}:${salt}`).digest('hex'),
+    }),
+    signal ? { abortSignal: signal } : {},
+  );
+}
+
+// ── One run of a workload through a started pipeline (npm start, the end-to-end tests, a soak) ────
+
+export interface RunWorkloadOptions {
+  /** Give up waiting for the pipeline to settle after this long. */
+  readonly timeoutMs: number;
+  /** Aborts sending and waiting (Ctrl-C); the ledger is still built. */
+  readonly signal?: AbortSignal;
+  /** Each snapshot taken while waiting (the progress view). */
+  readonly onSnapshot?: (snapshot: PipelineSnapshot, send: SendReport | null) => void;
+  /** Keep running after the workload (`--serve`) until `signal` aborts. */
+  readonly serve?: boolean;
+  /** Concurrent producer calls. Default 8. */
+  readonly sendConcurrency?: number;
+}
+
+export interface WorkloadRun {
+  readonly outcome: RunOutcome;
+  readonly send: SendReport | null;
+  readonly ledger: Ledger;
+  /** Counters after the intake stopped. */
+  readonly snapshot: PipelineSnapshot;
+}
+
+/**
+ * Send the workload, wait until everything accepted is settled (or in review) and every outcome is
+ * published, stop the intake, and judge the run. The pipeline is left running (its data and fakes
+ * readable) for the caller to inspect and stop.
+ */
+export async function runWorkload(pipeline: Pipeline, workload: Workload | null, options: RunWorkloadOptions): Promise<WorkloadRun> {
+  const send = emptySendReport();
+  const sending = workload
+    ? sendWorkload(pipeline.sqs.client, pipeline.sqs.queueUrl, workload, send, options.signal, options.sendConcurrency).catch((error: unknown) => {
+        send.done = true;
+        if (!options.signal?.aborted) throw error;
+        return send;
+      })
+    : Promise.resolve(Object.assign(send, { done: true }));
+  // Fail fast if the producer side breaks (fauxqs gone, …) instead of waiting for the timeout.
+  let sendError: unknown;
+  sending.catch((error: unknown) => (sendError = error));
+  const waited = await pipeline.waitUntilSettled({
+    intakeDone: () => send.done && !options.serve,
+    timeoutMs: options.serve ? Number.MAX_SAFE_INTEGER : options.timeoutMs,
+    ...(options.signal ? { signal: options.signal } : {}),
+    onSnapshot: (s) => {
+      if (sendError !== undefined) throw sendError;
+      options.onSnapshot?.(s, workload ? send : null);
+    },
+  });
+  await sending.catch(() => {});
+  await pipeline.stopIntake();
+  const snapshot = await pipeline.snapshot();
+  // --serve ends with Ctrl-C: a run whose last message had been settled by then is a settled run.
+  const outcome: RunOutcome =
+    waited.kind === 'settled' || (waited.kind === 'aborted' && options.serve && isSettled(snapshot)) ? 'settled' : waited.kind === 'timeout' ? 'timeout' : 'interrupted';
+  const ledger = await buildLedger({ pipeline, outcome, send: workload ? send : null, finishedAt: new Date(), snapshot, serve: options.serve ?? false });
+  return { outcome, send: workload ? send : null, ledger, snapshot };
+}

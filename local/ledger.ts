@@ -1,0 +1,417 @@
+// The ledger printed at the end of a local run: what went in, what the database believes, what
+// Stripe holds, what went out on the bus — and the invariants that compare them. The checks are
+// local/invariants.ts (checkInvariants) against the Stripe side's own record; this module gathers
+// the inputs, adds the run's counters, and prints the result as text or JSON.
+import type { Pipeline, PipelineSnapshot } from './pipeline.ts';
+import { queuedGroups } from './pipeline.ts';
+import { checkInvariants, type InvariantReport, type Violation } from './invariants.ts';
+import type { SendReport } from './demo.ts';
+import { describeTimeLapse, keyPruneAfterMsFor, leaseMsFor } from './pipeline.ts';
+import type { FakeStripeStats } from './fake-stripe/types.ts';
+
+export type RunOutcome = 'settled' | 'timeout' | 'interrupted';
+
+export interface Ledger {
+  readonly run: {
+    readonly id: string;
+    readonly outcome: RunOutcome;
+    readonly startedAt: string;
+    readonly finishedAt: string;
+    readonly database: string;
+    readonly stripe: string;
+    readonly faults: string | null;
+    readonly seed: number | null;
+    readonly pollers: number;
+    readonly batchSize: number;
+    /** Kept running for messages from other producers (throughput then means nothing). */
+    readonly serve: boolean;
+    /** Null when the production durations were used. */
+    readonly timeLapse: null | {
+      readonly note: string;
+      readonly keyWindowMs: number;
+      readonly earlySearchAfterMs: number;
+      readonly leaseMs: number;
+      readonly keyPruneAfterMs: number;
+      readonly searchLagMs: number;
+      readonly stripeTimeoutMs: number;
+      readonly reconcileEveryMs: number;
+    };
+  };
+  readonly intake: {
+    /** Distinct orders the demo put on the queue (null: no demo workload). */
+    readonly ordersSent: number | null;
+    readonly sendFailures: number;
+    readonly duplicateSends: number;
+    readonly duplicatesDroppedBySqs: number;
+    readonly lateDuplicates: number;
+    readonly badMessagesSent: number;
+    readonly messagesDelivered: number;
+    readonly redeliveries: number;
+    readonly batches: number;
+    readonly recordsReportedFailed: number;
+    readonly handlerErrors: number;
+    readonly handlerTimeouts: number;
+    readonly stillQueued: number;
+    readonly inDlq: number;
+  };
+  readonly operations: {
+    readonly total: number;
+    readonly succeeded: number;
+    readonly failed: number;
+    readonly inReview: number;
+    readonly open: number;
+    readonly failedByReason: Readonly<Record<string, number>>;
+    /** A few operations in review with their reasons (all of them are in the database). */
+    readonly reviewSamples: readonly { readonly orderId: string; readonly reason: string }[];
+  };
+  readonly rejected: { readonly total: number; readonly byReason: Readonly<Record<string, number>> };
+  readonly stripe: {
+    /** Where these figures come from. */
+    readonly source: string;
+    readonly available: boolean;
+    readonly paymentIntents: number | null;
+    readonly paymentIntentsByStatus: Readonly<Record<string, number>> | null;
+    readonly requests: Readonly<Record<string, number>> | null;
+    readonly faultsInjected: number | null;
+    readonly faultsByKind: Readonly<Record<string, number>> | null;
+    readonly keysPruned: number | null;
+    readonly idempotentReplays: number | null;
+  };
+  readonly events: {
+    readonly bus: string;
+    /** Outbox rows published (each announced outcome once). */
+    readonly published: number;
+    /** Deliveries to the bus beyond the first per event (lost answers, failed entries re-sent). */
+    readonly resent: number;
+    readonly unpublished: number;
+    readonly byType: Readonly<Record<string, number>>;
+  };
+  readonly invariants: {
+    readonly ok: boolean;
+    /** Null when Stripe's side cannot be read. */
+    readonly doubleCharges: number | null;
+    readonly lostOrders: number;
+    readonly checked: readonly string[];
+    readonly violationsByKind: Readonly<Record<string, number>>;
+    readonly violations: readonly Violation[];
+    readonly warnings: readonly string[];
+  };
+  readonly timing: {
+    readonly elapsedMs: number;
+    /** First send → the last outcome (final or review): the pipeline's own time. */
+    readonly processingMs: number | null;
+    readonly settledOperations: number;
+    /** settledOperations / processing time. */
+    readonly chargesPerSecond: number | null;
+    /** First send → the moment 90 % of the operations had reached their end state (the bulk, without the retry tail). */
+    readonly ninetyPercentMs: number | null;
+  };
+}
+
+export interface LedgerInput {
+  readonly pipeline: Pipeline;
+  readonly outcome: RunOutcome;
+  readonly send: SendReport | null;
+  readonly finishedAt: Date;
+  /** The last snapshot (counters at the end). */
+  readonly snapshot: PipelineSnapshot;
+  readonly serve?: boolean;
+}
+
+/** Kinds that need Stripe's side; skipped (and said so) when it cannot be read. */
+const NEEDS_STRIPE = new Set(['double_charge', 'wrongly_failed', 'succeeded_without_charge', 'charge_mismatch', 'unrecorded_charge']);
+
+export async function buildLedger(input: LedgerInput): Promise<Ledger> {
+  const { pipeline: p, snapshot: s, send } = input;
+  const db = p.db;
+
+  const stillQueued = new Set(queuedGroups(p.sqs, 'queue'));
+  const inDlq = queuedGroups(p.sqs, 'dlq');
+  // An order still waiting in the queue (a run cut short) is not lost: it is where a producer left it.
+  const sent = send ? send.sentOrderIds.filter((id) => !stillQueued.has(id)) : undefined;
+  const orderIds = send ? new Set(send.sentOrderIds) : undefined;
+
+  const [truthPis, stats] = await Promise.all([p.stripeTruth.paymentIntents(orderIds), p.stripeTruth.stats().catch(() => null)]);
+  const available = truthPis !== null;
+  const report: InvariantReport = await checkInvariants({
+    db,
+    paymentIntents: truthPis ?? [],
+    ...(sent ? { sentOrderIds: sent } : {}),
+    dlqOrderIds: inDlq,
+    requireQuiescent: input.outcome === 'settled',
+  });
+  const violations: Violation[] = available ? [...report.violations] : report.violations.filter((v) => !NEEDS_STRIPE.has(v.kind));
+
+  // Every published outcome must really be on the bus (the fake EventBridge's own record).
+  const busEvents = p.eventBridge.events();
+  const onBus = new Map<string, number>();
+  for (const e of busEvents) {
+    const id = (e.detail as { eventId?: unknown } | undefined)?.eventId;
+    if (typeof id === 'string') onBus.set(id, (onBus.get(id) ?? 0) + 1);
+  }
+  const [outbox, failedReasons, reviews, rejected, ends] = await Promise.all([
+    db.query<{ event_id: string; event_type: string; published: boolean; operation_id: string }>(
+      'SELECT event_id::text, event_type, published_at IS NOT NULL AS published, operation_id::text FROM outcome_events',
+    ),
+    db.query<{ reason: string | null; n: number }>(
+      `SELECT payload->>'reason' AS reason, count(*)::int AS n FROM outcome_events WHERE event_type = 'Charge Failed' GROUP BY 1 ORDER BY 2 DESC`,
+    ),
+    db.query<{ order_id: string; review_reason: string }>(
+      `SELECT order_id, review_reason FROM payment_operations WHERE review_reason IS NOT NULL AND status IN ('pending', 'unknown') ORDER BY updated_at LIMIT 3`,
+    ),
+    db.query<{ reason_code: string; n: number }>('SELECT reason_code, count(*)::int AS n FROM rejected_messages GROUP BY 1 ORDER BY 1'),
+    db.query<{ p90: Date | null }>(
+      `SELECT percentile_disc(0.9) WITHIN GROUP (ORDER BY coalesce(settled_at, updated_at)) AS p90
+         FROM payment_operations WHERE status IN ('succeeded', 'failed') OR review_reason IS NOT NULL`,
+    ),
+  ]);
+  for (const row of outbox.rows) {
+    if (row.published && !onBus.has(row.event_id)) {
+      violations.push({ kind: 'outbox_mismatch', operationId: row.operation_id, detail: `event ${row.event_id} marked published but never reached the bus` });
+    }
+  }
+  const byType: Record<string, number> = {};
+  for (const row of outbox.rows) byType[row.event_type] = (byType[row.event_type] ?? 0) + 1;
+  const resent = [...onBus.values()].reduce((sum, n) => sum + n - 1, 0);
+
+  const violationsByKind: Record<string, number> = {};
+  for (const v of violations) violationsByKind[v.kind] = (violationsByKind[v.kind] ?? 0) + 1;
+
+  const settledOperations = report.byStatus.succeeded + report.byStatus.failed + report.inReview;
+  const firstSend = send?.firstSendAt ?? null;
+  const last = s.database.lastSettledAt;
+  const processingMs = firstSend && last ? Math.max(1, last.getTime() - firstSend.getTime()) : null;
+  const t = p.timeLapse;
+
+  return {
+    run: {
+      id: p.runId,
+      outcome: input.outcome,
+      startedAt: p.startedAt.toISOString(),
+      finishedAt: input.finishedAt.toISOString(),
+      database: p.databaseName,
+      stripe: p.stripeDescription,
+      faults: p.faults,
+      seed: p.seed,
+      pollers: p.eventSource.concurrency,
+      batchSize: p.eventSource.batchSize,
+      serve: input.serve ?? false,
+      timeLapse: t
+        ? {
+            note: describeTimeLapse(t, p.fakeStripe !== null),
+            keyWindowMs: t.keyWindowMs,
+            earlySearchAfterMs: t.earlySearchAfterMs,
+            leaseMs: leaseMsFor(t),
+            keyPruneAfterMs: keyPruneAfterMsFor(t),
+            searchLagMs: t.searchLagMs,
+            stripeTimeoutMs: t.stripeTimeoutMs,
+            reconcileEveryMs: t.reconcileEveryMs,
+          }
+        : null,
+    },
+    intake: {
+      ordersSent: send ? send.ordersSent : null,
+      sendFailures: send?.sendFailures ?? 0,
+      duplicateSends: send?.duplicateSends ?? 0,
+      duplicatesDroppedBySqs: send?.duplicatesDroppedBySqs ?? 0,
+      lateDuplicates: send?.lateDuplicates ?? 0,
+      badMessagesSent: Object.values(send?.badMessages ?? {}).reduce((a, b) => a + b, 0),
+      messagesDelivered: s.eventSource.records,
+      redeliveries: s.eventSource.redeliveries,
+      batches: s.eventSource.batches,
+      recordsReportedFailed: s.eventSource.failedRecords,
+      handlerErrors: s.eventSource.handlerErrors,
+      handlerTimeouts: s.eventSource.timeouts,
+      stillQueued: s.queue.waiting + s.queue.inFlight,
+      inDlq: s.queue.dlq,
+    },
+    operations: {
+      total: report.operations,
+      succeeded: report.byStatus.succeeded,
+      failed: report.byStatus.failed,
+      inReview: report.inReview,
+      open: report.open,
+      // No code: declined as seen by a later retrieve or search (the PaymentIntent's status), not by a 402.
+      failedByReason: Object.fromEntries(failedReasons.rows.map((r) => [r.reason ?? 'declined (no code)', r.n])),
+      reviewSamples: reviews.rows.map((r) => ({ orderId: r.order_id, reason: r.review_reason })),
+    },
+    rejected: { total: report.rejectedMessages, byReason: Object.fromEntries(rejected.rows.map((r) => [r.reason_code, r.n])) },
+    stripe: stripeFigures(p.stripeTruth.description, available, report, stats),
+    events: {
+      bus: String(p.environment.EVENT_BUS_NAME ?? ''),
+      published: outbox.rows.filter((r) => r.published).length,
+      resent,
+      unpublished: outbox.rows.filter((r) => !r.published).length,
+      byType,
+    },
+    invariants: {
+      ok: violations.length === 0,
+      doubleCharges: available ? (violationsByKind.double_charge ?? 0) : null,
+      lostOrders: violationsByKind.lost_order ?? 0,
+      checked: [
+        ...(available ? ['double charges', 'wrongly failed', 'succeeded without charge', 'charge mismatch', 'unrecorded charge'] : []),
+        'lost orders',
+        ...(report.quiescent ? ['unsettled'] : []),
+        'audit trail',
+        'outbox vs outcome',
+        'published events on the bus',
+      ],
+      violationsByKind,
+      violations,
+      warnings: report.warnings.map((w) => `${w.orderId}: ${w.detail}`),
+    },
+    timing: {
+      elapsedMs: input.finishedAt.getTime() - p.startedAt.getTime(),
+      processingMs,
+      settledOperations,
+      chargesPerSecond: processingMs ? round1((settledOperations / processingMs) * 1000) : null,
+      ninetyPercentMs: firstSend && ends.rows[0]?.p90 ? Math.max(1, ends.rows[0].p90.getTime() - firstSend.getTime()) : null,
+    },
+  };
+}
+
+function stripeFigures(description: string, available: boolean, report: InvariantReport, stats: FakeStripeStats | null): Ledger['stripe'] {
+  const faultsByKind = stats ? Object.fromEntries(Object.entries(stats.faults).filter(([, n]) => n > 0)) : null;
+  return {
+    source: description,
+    available,
+    paymentIntents: available ? report.paymentIntents.total : null,
+    paymentIntentsByStatus: available ? { ...report.paymentIntents.byStatus } : null,
+    requests: stats ? { total: stats.requests.total, create: stats.requests.create, retrieve: stats.requests.retrieve, search: stats.requests.search } : null,
+    faultsInjected: stats ? Object.values(stats.faults).reduce((a, b) => a + b, 0) : null,
+    faultsByKind,
+    keysPruned: stats ? stats.keysPruned : null,
+    idempotentReplays: stats ? stats.replays : null,
+  };
+}
+
+const round1 = (n: number) => Math.round(n * 10) / 10;
+
+// ── Text ─────────────────────────────────────────────────────────────────────────────────────────
+
+export interface Style {
+  readonly bold: (s: string) => string;
+  readonly dim: (s: string) => string;
+  readonly green: (s: string) => string;
+  readonly red: (s: string) => string;
+  readonly yellow: (s: string) => string;
+}
+
+export const PLAIN: Style = { bold: (s) => s, dim: (s) => s, green: (s) => s, red: (s) => s, yellow: (s) => s };
+export const ANSI: Style = {
+  bold: (s) => `\x1b[1m${s}\x1b[22m`,
+  dim: (s) => `\x1b[2m${s}\x1b[22m`,
+  green: (s) => `\x1b[32m${s}\x1b[39m`,
+  red: (s) => `\x1b[31m${s}\x1b[39m`,
+  yellow: (s) => `\x1b[33m${s}\x1b[39m`,
+};
+
+const FAULT_LABELS: Record<string, string> = {
+  lost_response_after_commit: 'lost response',
+  error_500_after_commit: '500 after commit',
+  error_500_before_commit: '500 before commit',
+  rate_limited_429: '429',
+  hang: 'hang',
+  decline: 'decline',
+  processing: 'processing',
+  unauthorized_401: '401',
+  permission_403: '403',
+  proxy_502_after_commit: '502 without error body',
+  truncated_response_after_commit: 'truncated response',
+};
+
+const n = (value: number) => value.toLocaleString('en-US');
+const list = (record: Readonly<Record<string, number>>, label: (k: string) => string = (k) => k) =>
+  Object.entries(record)
+    .filter(([, v]) => v > 0)
+    .map(([k, v]) => `${label(k)} ${n(v)}`)
+    .join(' · ');
+export const plural = (count: number, noun: string) => `${count} ${noun}${count === 1 ? '' : 's'}`;
+export const seconds = (ms: number) => `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
+
+export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
+  const { run, intake, operations: ops, stripe, events, invariants: inv, timing } = ledger;
+  const out: string[] = [];
+  const row = (label: string, value: string | number, note = '', indent = 4) =>
+    out.push(`${' '.repeat(indent)}${padEnd(label, 28 - indent)}${String(typeof value === 'number' ? n(value) : value).padStart(7)}${note ? `   ${note}` : ''}`);
+  const section = (title: string) => out.push(`  ${style.bold(title)}`);
+
+  const outcome =
+    run.outcome === 'settled'
+      ? style.green('every accepted order settled or in review, outbox drained')
+      : run.outcome === 'timeout'
+        ? style.red('NOT settled before the timeout')
+        : style.yellow('interrupted');
+  out.push(style.bold(`Ledger of run ${run.id}`) + ` — ${outcome}`);
+  out.push(`  ${run.stripe} · ${plural(run.pollers, 'poller')} × batches of ${run.batchSize}`);
+  if (run.timeLapse) out.push(`  ${run.timeLapse.note}`);
+  out.push('');
+
+  section('Intake');
+  if (intake.ordersSent !== null) {
+    const dup = intake.duplicateSends
+      ? `+ ${n(intake.duplicateSends)} duplicate sends (${n(intake.duplicatesDroppedBySqs)} dropped by SQS deduplication, ${n(intake.lateDuplicates)} arrived after its window)`
+      : '';
+    row('orders sent', intake.ordersSent, [dup, intake.sendFailures ? style.red(`${intake.sendFailures} not accepted by SQS`) : ''].filter(Boolean).join(' · '));
+  }
+  row(
+    'messages delivered',
+    intake.messagesDelivered,
+    [`redeliveries ${n(intake.redeliveries)}`, `${n(intake.batches)} batches`, `DLQ ${n(intake.inDlq)}`, intake.stillQueued ? style.yellow(`still queued ${n(intake.stillQueued)}`) : '']
+      .filter(Boolean)
+      .join(' · '),
+  );
+  row('rejected messages', ledger.rejected.total, list(ledger.rejected.byReason));
+  section('Operations');
+  row('operations', ops.total, '', 4);
+  row('succeeded', ops.succeeded, '', 6);
+  row('failed', ops.failed, list(ops.failedByReason), 6);
+  row('in review', ops.inReview, ops.inReview ? 'waiting for a human, with the evidence (npm run ops)' : '', 6);
+  for (const r of ops.reviewSamples) out.push(`${' '.repeat(10)}${style.dim(`${r.orderId}: ${truncate(r.reason, 200)}`)}`);
+  row('open', ops.open, ops.open ? style.yellow('still being worked on') : '', 6);
+  section(`Stripe — ${stripe.source}`);
+  if (stripe.available) {
+    const byStatus = Object.entries(stripe.paymentIntentsByStatus ?? {}).sort(([, a], [, b]) => b - a);
+    row('PaymentIntents', stripe.paymentIntents ?? 0, list(Object.fromEntries(byStatus)));
+  } else {
+    row('PaymentIntents', 'n/a', 'this Stripe cannot be read back: double charges are not checked');
+  }
+  if (stripe.requests) row('requests', stripe.requests.total ?? 0, list({ create: stripe.requests.create ?? 0, retrieve: stripe.requests.retrieve ?? 0, search: stripe.requests.search ?? 0 }));
+  if (stripe.faultsInjected !== null) row('faults injected', stripe.faultsInjected, list(stripe.faultsByKind ?? {}, (k) => FAULT_LABELS[k] ?? k));
+  if (stripe.keysPruned) row('idempotency keys pruned', stripe.keysPruned, 'forgotten by "Stripe" (time-lapse), never re-sent');
+  section(`Events — EventBridge bus ${events.bus}`);
+  row('published', events.published, [list(events.byType), `re-sent ${n(events.resent)}`, `unpublished ${n(events.unpublished)}`].filter(Boolean).join(' · '));
+  section('Invariants');
+  const mark = (ok: boolean) => (ok ? style.green('✔') : style.red('✘'));
+  if (inv.doubleCharges === null) row(`${style.yellow('?')} double charges`, 'n/a', 'must be 0 — not checkable against this Stripe');
+  else row(`${mark(inv.doubleCharges === 0)} double charges`, inv.doubleCharges, 'must be 0', 4);
+  row(`${mark(inv.lostOrders === 0)} lost orders`, inv.lostOrders, 'must be 0', 4);
+  const others = Object.entries(inv.violationsByKind).filter(([k]) => k !== 'double_charge' && k !== 'lost_order');
+  if (inv.ok) out.push(`    ${mark(true)} ${style.dim(`also checked: ${inv.checked.filter((c) => c !== 'double charges' && c !== 'lost orders').join(', ')}`)}`);
+  for (const [kind, count] of others) out.push(`    ${mark(false)} ${kind.replaceAll('_', ' ')}: ${count}`);
+  for (const v of inv.violations.slice(0, 10)) out.push(`      ${style.red(`${v.kind}${v.orderId ? ` ${v.orderId}` : ''}: ${truncate(v.detail, 120)}`)}`);
+  if (inv.violations.length > 10) out.push(`      … and ${inv.violations.length - 10} more`);
+  for (const w of inv.warnings.slice(0, 5)) out.push(`    ${style.yellow('!')} ${truncate(w, 130)}`);
+  section('Time');
+  const rate = timing.chargesPerSecond !== null ? `${style.bold(`${n(timing.chargesPerSecond)} charges/s`)}` : 'n/a';
+  out.push(`    elapsed ${seconds(timing.elapsedMs)} (start-up and shutdown included)`);
+  if (timing.processingMs !== null) {
+    const bulk = timing.ninetyPercentMs !== null ? ` · 90 % of them within ${seconds(timing.ninetyPercentMs)}` : '';
+    out.push(`    first send → last outcome ${seconds(timing.processingMs)} for ${n(timing.settledOperations)} operations${bulk}${run.serve ? '' : ` · throughput ${rate}`}`);
+    if (run.faults && run.faults !== 'none' && !run.serve) {
+      out.push(`    ${style.dim('(the tail after the bulk is the compressed clock at work: backoff, processing PaymentIntents, early searches, the key window)')}`);
+    }
+  }
+  return out.join('\n');
+}
+
+/** padEnd that does not count ANSI colour codes. */
+function padEnd(text: string, width: number): string {
+  // eslint-disable-next-line no-control-regex
+  const visible = text.replace(/\x1b\[[0-9;]*m/g, '').length;
+  return text + ' '.repeat(Math.max(0, width - visible));
+}
+
+function truncate(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+}

@@ -1,0 +1,44 @@
+// Configuration from the environment: defaults, and the values that are refused because they would
+// weaken a guarantee (a key window past Stripe's retention, a lease shorter than one Stripe call).
+import { describe, expect, it } from 'vitest';
+import { DEFAULT_POLICY } from '../lambdas/payments/decisions.ts';
+import { ConfigError, loadConfig } from '../lambdas/runtime/config.ts';
+
+const base = { DATABASE_URL: 'postgres://u:p@127.0.0.1:5432/db' };
+
+describe('loadConfig', () => {
+  it('needs a database, locally or on AWS', () => {
+    expect(() => loadConfig({})).toThrow(ConfigError);
+    expect(loadConfig({ DB_SECRET_ARN: 'arn:aws:secretsmanager:eu-west-1:1:secret:db' }).database.ssl).toBe('verify-full');
+    expect(loadConfig(base).database.ssl).toBe('off');
+  });
+
+  it('keeps the production policy unless told otherwise', () => {
+    const { policy } = loadConfig(base);
+    expect(policy.keyWindowMs).toBe(DEFAULT_POLICY.keyWindowMs);
+    expect(policy.backoff).toEqual(DEFAULT_POLICY.backoff);
+  });
+
+  it('refuses a key window longer than 23 h: Stripe may have pruned the key by then', () => {
+    expect(() => loadConfig({ ...base, KEY_WINDOW_MS: String(24 * 3_600_000) })).toThrow(/KEY_WINDOW_MS/);
+    expect(loadConfig({ ...base, KEY_WINDOW_MS: '20000' }).policy.keyWindowMs).toBe(20_000);
+  });
+
+  it('refuses a lease that a worst-case Stripe call could outlast', () => {
+    expect(() => loadConfig({ ...base, LEASE_MS: '30000' })).toThrow(/LEASE_MS must exceed/);
+    expect(() => loadConfig({ ...base, LEASE_MS: '5000', STRIPE_TIMEOUT_MS: '1000', STRIPE_MAX_NETWORK_RETRIES: '0' })).not.toThrow();
+  });
+
+  it('RETRY_BACKOFF_SCALE scales every retry delay, base and cap', () => {
+    const { policy } = loadConfig({ ...base, RETRY_BACKOFF_SCALE: '0.5' });
+    expect(policy.backoff?.ambiguous).toEqual({ baseMs: DEFAULT_POLICY.backoff.ambiguous.baseMs / 2, capMs: DEFAULT_POLICY.backoff.ambiguous.capMs / 2 });
+    expect(policy.backoff?.configuration.capMs).toBe(DEFAULT_POLICY.backoff.configuration.capMs / 2);
+    expect(() => loadConfig({ ...base, RETRY_BACKOFF_SCALE: '0' })).toThrow(/RETRY_BACKOFF_SCALE/);
+    expect(() => loadConfig({ ...base, RETRY_BACKOFF_SCALE: 'fast' })).toThrow(/RETRY_BACKOFF_SCALE/);
+  });
+
+  it('names the variable and the rule when a number is malformed', () => {
+    expect(() => loadConfig({ ...base, DB_POOL_MAX: '0' })).toThrow(/DB_POOL_MAX must be an integer in \[1, 100\]/);
+    expect(() => loadConfig({ ...base, DB_SSL: 'maybe' })).toThrow(/DB_SSL must be one of off, require, verify-full/);
+  });
+});

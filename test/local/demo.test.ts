@@ -1,0 +1,91 @@
+// The pure parts of the local runtime: the demo workload, the command line, the compressed clock.
+import { describe, expect, it } from 'vitest';
+import { loadConfig } from '../../lambdas/runtime/config.ts';
+import { parseCliArgs } from '../../local/cli.ts';
+import { buildWorkload, type SendStep } from '../../local/demo.ts';
+import { DEMO_TIME_LAPSE, describeTimeLapse, keyPruneAfterMsFor, leaseMsFor, type TimeLapse } from '../../local/pipeline.ts';
+import { TEST_TIME_LAPSE } from './support.ts';
+
+describe('buildWorkload', () => {
+  const w = buildWorkload({ orders: 500, duplicates: 0.3, seed: 7, tag: 'demo-t' });
+  const of = <K extends SendStep['kind']>(kind: K) => w.steps.filter((s): s is Extract<SendStep, { kind: K }> => s.kind === kind);
+
+  it('has the orders, once each, in chunks of ten for the producer client', () => {
+    expect(w.orders).toHaveLength(500);
+    expect(new Set(w.orders.map((o) => o.orderId)).size).toBe(500);
+    expect(of('orders').every((s) => s.requests.length <= 10)).toBe(true);
+    expect(of('orders').flatMap((s) => s.requests)).toEqual(w.orders);
+  });
+
+  it('repeats 30 % of the orders, a tenth of them as if after the 5-minute window, each after its original', () => {
+    const repeats = [...of('duplicate'), ...of('late_duplicate')];
+    expect(repeats).toHaveLength(150);
+    expect(of('late_duplicate').length).toBe(15);
+    const sentBefore = new Set<string>();
+    for (const step of w.steps) {
+      if (step.kind === 'orders') for (const r of step.requests) sentBefore.add(r.orderId);
+      if (step.kind === 'duplicate' || step.kind === 'late_duplicate') expect(sentBefore.has(step.request.orderId)).toBe(true);
+    }
+  });
+
+  it('ends with three messages the handler must reject, the conflict in its order’s group', () => {
+    const bad = of('bad');
+    expect(bad.map((b) => b.reason)).toEqual(['invalid_json', 'invalid_body', 'order_conflict']);
+    const conflict = bad[2]!;
+    const original = w.orders.find((o) => o.orderId === conflict.groupId)!;
+    expect(JSON.parse(conflict.body)).toMatchObject({ orderId: original.orderId, amount: original.amount + 100 });
+    expect(w.steps.slice(-3)).toEqual(bad);
+  });
+
+  it('mixes in declines and processing payment methods, and is reproducible from its seed', () => {
+    expect(Object.keys(w.paymentMethods).sort()).toEqual(['pm_card_chargeDeclined', 'pm_card_insufficientFunds', 'pm_card_mastercard', 'pm_card_visa', 'pm_fake_processing']);
+    expect(buildWorkload({ orders: 500, duplicates: 0.3, seed: 7, tag: 'demo-t' })).toEqual(w);
+    expect(buildWorkload({ orders: 500, duplicates: 0.3, seed: 8, tag: 'demo-t' })).not.toEqual(w);
+    expect(buildWorkload({ orders: 200, duplicates: 0, seed: 1, tag: 'x', processing: false }).paymentMethods.pm_fake_processing).toBeUndefined();
+  });
+});
+
+describe('parseCliArgs', () => {
+  it('has the documented defaults', () => {
+    const args = parseCliArgs([]);
+    expect(args).toMatchObject({ orders: 500, duplicates: 0.3, faults: 'flaky', serve: false, json: false, pollers: 8, batchSize: 10, timeLapse: true, compare: false, fresh: false });
+  });
+  it('refuses what it cannot mean', () => {
+    expect(() => parseCliArgs(['--orders', '-1'])).toThrow(/--orders/);
+    expect(() => parseCliArgs(['--faults', 'mild'])).toThrow(/--faults/);
+    expect(() => parseCliArgs(['--batch-size', '11'])).toThrow(/--batch-size/);
+    expect(() => parseCliArgs(['--serve', '--compare-one-at-a-time'])).toThrow(/do not go together/);
+    expect(() => parseCliArgs(['--bogus'])).toThrow();
+    expect(parseCliArgs(['-h'])).toBe('help');
+  });
+});
+
+describe.each([
+  ['the demo', DEMO_TIME_LAPSE],
+  ['the end-to-end tests', TEST_TIME_LAPSE],
+] as [string, TimeLapse][])('the compressed clock of %s', (_, t) => {
+  it('keeps the real order: search lag < early search < key window < key pruning', () => {
+    expect(t.searchLagMs).toBeLessThan(t.earlySearchAfterMs);
+    expect(t.earlySearchAfterMs).toBeLessThan(t.keyWindowMs);
+    // A create allowed at the end of the window may still go out until its lease ends.
+    expect(keyPruneAfterMsFor(t)).toBeGreaterThan(t.keyWindowMs + leaseMsFor(t));
+  });
+
+  it('is a configuration the handlers accept (the lease outlasts the worst-case call)', () => {
+    expect(() =>
+      loadConfig({
+        DATABASE_URL: 'postgres://x@127.0.0.1/x',
+        KEY_WINDOW_MS: String(t.keyWindowMs),
+        EARLY_SEARCH_AFTER_MS: String(t.earlySearchAfterMs),
+        LEASE_MS: String(leaseMsFor(t)),
+        STRIPE_TIMEOUT_MS: String(t.stripeTimeoutMs),
+        STRIPE_MAX_NETWORK_RETRIES: String(t.stripeMaxNetworkRetries),
+        UNSETTLED_REVIEW_AFTER_MS: String(t.unsettledReviewAfterMs),
+      }),
+    ).not.toThrow();
+  });
+});
+
+it('says what the time-lapse stands for', () => {
+  expect(describeTimeLapse(DEMO_TIME_LAPSE)).toBe("time-lapse: 23 h key window shown as 20 s, Stripe's ≥ 24 h key pruning as 39 s");
+});

@@ -1,0 +1,12 @@
+// End to end, fault profile 'chaos': producer client → fauxqs → event source → the real charge handler →
+// PostgreSQL 18 → fake Stripe; the real reconcile handler on a schedule; outbox → fake EventBridge.
+import { describe, expect, it } from 'vitest';
+import { expectPromiseKept, runProfile } from './support.ts';
+
+describe("the local pipeline under the 'chaos' fault profile", () => {
+  it('charges every order at most once, loses none, and settles or reviews every operation', async () => {
+    const run = await runProfile('chaos');
+    expectPromiseKept(run);
+    expect(run.ledger.operations.total).toBe(60);
+  }, 110_000);
+});
