@@ -17,6 +17,7 @@ import { deduplicationId } from '../lambdas/payments/message.ts';
 import { chargeRequestMessage, sendChargeRequests, type ChargeRequest } from '../lambdas/producer/client.ts';
 import { buildLedger, type Ledger, type RunOutcome } from './ledger.ts';
 import { isSettled, type Pipeline, type PipelineSnapshot } from './pipeline.ts';
+import { mulberry32 } from './random.ts';
 
 export interface DemoOptions {
   readonly orders: number;
@@ -46,18 +47,6 @@ export interface Workload {
   readonly paymentMethods: Readonly<Record<string, number>>;
 }
 
-/** A small seeded PRNG (mulberry32): the same seed gives the same workload. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
-
 function pick<T>(random: () => number, weighted: readonly (readonly [T, number])[]): T {
   const total = weighted.reduce((sum, [, w]) => sum + w, 0);
   let r = random() * total;
@@ -69,7 +58,7 @@ function pick<T>(random: () => number, weighted: readonly (readonly [T, number])
 }
 
 export function buildWorkload(options: DemoOptions): Workload {
-  const random = prng(options.seed ^ 0x5eed);
+  const random = mulberry32(options.seed ^ 0x5eed);
   const methods: (readonly [string, number])[] = [
     ['pm_card_visa', 0.88],
     ['pm_card_mastercard', 0.04],

@@ -16,6 +16,7 @@
 import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { mulberry32 } from '../random.ts';
 
 /** EventBridge's documented limit on the summed entry sizes of one PutEvents call. */
 export const MAX_PUT_EVENTS_BYTES = 262_144;
@@ -409,16 +410,4 @@ function sendJson(res: http.ServerResponse, status: number, body: unknown, error
     ...(errorType ? { 'x-amzn-errortype': errorType } : {}),
   });
   res.end(text);
-}
-
-/** Small seeded PRNG (mulberry32): reproducible fault sequences from a seed. */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
 }

@@ -27,6 +27,7 @@ import type { FakeStripeStats, FaultProfileName } from '../fake-stripe/server.ts
 import { checkInvariants, formatReport, type InvariantReport } from '../invariants.ts';
 import { describeTimeLapse, keyPruneAfterMsFor, queuedGroups, startPipeline, type Pipeline, type TimeLapse } from '../pipeline.ts';
 import { ContainerPool, KILL_POINTS, type ContainerCounters, type KillKind, type KillPlan } from './containers.ts';
+import { mulberry32 } from '../random.ts';
 
 export interface SoakOptions {
   readonly orders: number;
@@ -156,18 +157,6 @@ export interface SoakReport {
   readonly check: InvariantReport;
 }
 
-/** A small seeded PRNG (mulberry32): the soak's own choices replay from its seed. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 function paymentMethodFor(r: number): Pick<ChargeRequest, 'paymentMethod' | 'customerId'> {
   if (r < 0.02) return { paymentMethod: 'pm_card_chargeDeclined', customerId: 'cus_soak' };
   if (r < 0.03) return { paymentMethod: 'pm_card_insufficientFunds', customerId: 'cus_soak' };
@@ -180,7 +169,7 @@ const POISON = ['not json', '{"orderId":"x","amount":-1}', '{"orderId":"has spac
 
 export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   const log = options.log ?? (() => {});
-  const random = prng(options.seed);
+  const random = mulberry32(options.seed);
   const started = performance.now();
   const runTag = randomUUID().slice(0, 6);
   const workDir = await mkdtemp(path.join(os.tmpdir(), 'charges-soak-'));
