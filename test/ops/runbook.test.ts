@@ -5,10 +5,10 @@ import { describe, expect, it } from 'vitest';
 import { ALARM_CATALOG } from '../../lib/alarm-catalog.ts';
 import { COMMAND_NAMES } from '../../lambdas/ops/parse.ts';
 
-const doc = readFileSync(path.resolve(import.meta.dirname, '../../docs/readme-sections/ops.md'), 'utf8');
+const doc = readFileSync(path.resolve(import.meta.dirname, '../../README.md'), 'utf8');
 const headings = [...doc.matchAll(/^#### (\w+) — /gm)].map((m) => m[1]);
 
-describe('docs/readme-sections/ops.md', () => {
+describe('README.md, the runbook and the ops command reference', () => {
   it('has one runbook entry per alarm, in the catalog’s order, each saying what it means, what to check and how to resolve', () => {
     expect(headings).toEqual(ALARM_CATALOG.map((alarm) => alarm.name));
     const sections = doc.split(/^#### /m).slice(1);
