@@ -176,7 +176,7 @@ function stayOpen(ctx: Context, failure: GatewayFailure, backoff: Backoff, statu
   };
 }
 
-function toReview(ctx: Context, reason: string, detail: Record<string, unknown>, failure?: GatewayFailure, externalId: string | null = null): Outcome {
+function toReview(reason: string, detail: Record<string, unknown>, failure?: GatewayFailure, externalId: string | null = null): Outcome {
   return {
     status: 'unknown',
     externalId,
@@ -208,9 +208,7 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
   if (pi.amount !== op.amount) mismatch.push('amount');
   if (pi.currency !== op.currency) mismatch.push('currency');
   if (mismatch.length > 0) {
-    return toReview(
-      ctx,
-      `PaymentIntent ${pi.id} does not match the operation (${mismatch.join(', ')}); not adopted`,
+    return toReview(`PaymentIntent ${pi.id} does not match the operation (${mismatch.join(', ')}); not adopted`,
       { ...detail, paymentIntent: { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency } },
     );
   }
@@ -221,9 +219,7 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
   }
   const age = op.claimedAt.getTime() - op.firstAttemptedAt.getTime();
   if (age >= ctx.policy.unsettledReviewAfterMs) {
-    return toReview(
-      ctx,
-      `PaymentIntent ${pi.id} is still ${pi.status} ${formatDuration(age)} after the first attempt`,
+    return toReview(`PaymentIntent ${pi.id} is still ${pi.status} ${formatDuration(age)} after the first attempt`,
       { ...detail, paymentIntentStatus: pi.status },
       undefined,
       pi.id,
@@ -258,9 +254,7 @@ export function decideCreate(ctx: Context, result: GatewayResult<PaymentIntentVi
       // Refused before execution (bad customer, bad parameters): nothing was charged. Final.
       return { status: 'failed', externalId: null, reviewReason: null, retryAfterMs: null, ...failureFields(failure), detail: failureDetail(failure) };
     case FailureKind.idempotencyMisuse:
-      return toReview(
-        ctx,
-        `Stripe rejected the idempotency key ${idempotencyKey(ctx.op.id, ctx.op.keyGeneration)} as reused with other parameters: a bug in key use (${failure.message.slice(0, 200)})`,
+      return toReview(`Stripe rejected the idempotency key ${idempotencyKey(ctx.op.id, ctx.op.keyGeneration)} as reused with other parameters: a bug in key use (${failure.message.slice(0, 200)})`,
         {},
         failure,
       );
@@ -275,7 +269,7 @@ export function decideRetrieve(ctx: Context, paymentIntentId: string, result: Ga
   if (result.ok) return fromPaymentIntent(ctx, result.value);
   const failure = result.failure;
   if (failure.kind === FailureKind.notFound || failure.kind === FailureKind.invalidRequest || failure.kind === FailureKind.idempotencyMisuse) {
-    return toReview(ctx, `retrieving PaymentIntent ${paymentIntentId} failed: ${failure.errorClass} ${failure.code ?? ''}`.trim(), {}, failure, paymentIntentId);
+    return toReview(`retrieving PaymentIntent ${paymentIntentId} failed: ${failure.errorClass} ${failure.code ?? ''}`.trim(), {}, failure, paymentIntentId);
   }
   // A read changes nothing at Stripe: whatever went wrong, the status stays as it was.
   return transientFailure(ctx, failure, ctx.op.status);
@@ -298,9 +292,7 @@ export function decideSearch(ctx: Context, result: GatewayResult<PaymentIntentVi
     hits.length === 0
       ? 'found no PaymentIntent (not proof that none exists)'
       : `found ${hits.length} PaymentIntents (${hits.map((pi) => `${pi.id} ${pi.status}`).join(', ')})`;
-  return toReview(
-    ctx,
-    `key window expired (first attempt ${since}, window ${formatDuration(ctx.policy.keyWindowMs)}); Search by metadata.operation_id ${what}`,
+  return toReview(`key window expired (first attempt ${since}, window ${formatDuration(ctx.policy.keyWindowMs)}); Search by metadata.operation_id ${what}`,
     { searchHits: hitsEvidence(hits) },
   );
 }
@@ -315,9 +307,7 @@ export function decideEarlySearch(ctx: Context, result: GatewayResult<PaymentInt
   const hits = result.value;
   if (hits.length === 0) return 'create';
   if (hits.length === 1) return fromPaymentIntent(ctx, hits[0]!, { searchHits: hitsEvidence(hits), earlySearch: true });
-  return toReview(
-    ctx,
-    `Search found ${hits.length} PaymentIntents for one operation inside its key window (${hits.map((pi) => `${pi.id} ${pi.status}`).join(', ')})`,
+  return toReview(`Search found ${hits.length} PaymentIntents for one operation inside its key window (${hits.map((pi) => `${pi.id} ${pi.status}`).join(', ')})`,
     { searchHits: hitsEvidence(hits), earlySearch: true },
   );
 }

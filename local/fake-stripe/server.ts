@@ -428,7 +428,7 @@ class FakeStripeServer implements FakeStripe {
       return this.#send(x, 409, errors.idempotencyInUse(key));
     }
     if (lookup.kind === 'replay') {
-      await this.#park(x, facts);
+      await this.#park(facts);
       if (this.#stale(x)) return this.#drop(x);
       this.#counters.replays += 1;
       x.record.replayed = true;
@@ -442,7 +442,7 @@ class FakeStripeServer implements FakeStripe {
 
     // From here on the key is in flight: a concurrent request with it gets 409 until we store.
     const entry = key === null ? null : this.#keys.lock(key, params, Date.now());
-    await this.#park(x, facts);
+    await this.#park(facts);
     await this.#payLatency(x);
     if (this.#stale(x)) {
       if (entry !== null) this.#keys.abandon(entry);
@@ -501,7 +501,7 @@ class FakeStripeServer implements FakeStripe {
     x.record.paymentIntentId = id;
     const fault = this.#chooseFault(x, facts, 'execute', null);
     if (fault !== null && faultStage(fault.kind, 'retrieve') === 'gate') return this.#gateFault(x, fault.kind);
-    await this.#park(x, facts);
+    await this.#park(facts);
     await this.#payLatency(x);
     if (this.#stale(x)) return this.#drop(x);
     // Read after the hold and the latency: a test may settle() while the request is parked.
@@ -545,7 +545,7 @@ class FakeStripeServer implements FakeStripe {
     const fault = this.#chooseFault(x, facts, rejection === null ? 'execute' : 'rejected', null);
     if (fault !== null && faultStage(fault.kind, 'search') === 'gate') return this.#gateFault(x, fault.kind);
     if (rejection !== null) return this.#rejectParams(x, rejection);
-    await this.#park(x, facts);
+    await this.#park(facts);
     await this.#payLatency(x);
     if (this.#stale(x)) return this.#drop(x);
     // Visibility is judged when the answer is made, so a lagging PaymentIntent can appear mid-retry.
@@ -682,7 +682,7 @@ class FakeStripeServer implements FakeStripe {
     }
   }
 
-  async #park(x: Exchange, facts: RequestFacts): Promise<void> {
+  async #park(facts: RequestFacts): Promise<void> {
     const hold = this.#holds.find((h) => matches(h.match, facts));
     if (hold === undefined) return;
     hold.taken = true;
