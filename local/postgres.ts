@@ -135,6 +135,25 @@ export async function startEmbeddedPostgres(options: StartOptions): Promise<Embe
   };
 }
 
+/** Wait until the server answers a query (after a restart or a crash's recovery). */
+export async function waitForPostgres(url: string, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2_000 });
+    client.on('error', () => {});
+    try {
+      await client.connect();
+      await client.query('SELECT 1');
+      await client.end();
+      return;
+    } catch (error) {
+      await client.end().catch(() => {});
+      if (Date.now() > deadline) throw new Error('PostgreSQL did not come back', { cause: error });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+}
+
 /** Create a database (idempotent). Identifiers cannot be bound parameters, so the name is checked. */
 export async function createDatabase(adminUrl: string, name: string, template?: string): Promise<void> {
   const ident = /^[a-z_][a-z0-9_]{0,62}$/;

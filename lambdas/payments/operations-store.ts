@@ -3,6 +3,7 @@
 // Stripe call (request + claim) and one after it (outcome + audit event + outbox row).
 // Values are always bound parameters; batches travel as one jsonb array parameter.
 import { prepared, type Db } from './db.ts';
+import type { Outcome, Step } from './decisions.ts';
 import type { ChargeInput, ClaimedOperation, Operation, OperationStatus } from './types.ts';
 
 /** Raw row shape of to_jsonb(payment_operations). */
@@ -238,21 +239,13 @@ export async function claimDue(db: Db, limit: number, leaseToken: string, leaseM
 }
 
 /** One outcome to write. `release` gives the lease back without an attempt (not started for lack of time). */
-export interface OutcomeWrite {
+export interface OutcomeWrite extends Outcome {
   readonly operationId: string;
   readonly leaseToken: string;
   readonly action: 'record' | 'release';
-  readonly step: 'create' | 'retrieve' | 'search' | 'early_search' | null;
+  readonly step: Step['kind'] | null;
   readonly fromStatus: OperationStatus;
   readonly keyGeneration: number;
-  readonly status: OperationStatus;
-  readonly externalId: string | null;
-  readonly reviewReason: string | null;
-  readonly retryAfterMs: number | null;
-  readonly error: string | null;
-  readonly errorClass: string | null;
-  readonly errorCode: string | null;
-  readonly detail: Readonly<Record<string, unknown>>;
 }
 
 export interface OutcomeEventRow {

@@ -27,6 +27,7 @@ import type { FakeStripeStats, FaultProfileName } from '../fake-stripe/server.ts
 import { checkInvariants, formatReport, type InvariantReport } from '../invariants.ts';
 import { describeTimeLapse, keyPruneAfterMsFor, queuedGroups, startPipeline, type Pipeline, type TimeLapse } from '../pipeline.ts';
 import { ContainerPool, KILL_POINTS, type ContainerCounters, type KillKind, type KillPlan } from './containers.ts';
+import { waitForPostgres } from '../postgres.ts';
 import { mulberry32 } from '../random.ts';
 
 export interface SoakOptions {
@@ -307,21 +308,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   }
   const pgStats = { restarts: 0, crashes: 0, postmasterKills: 0, backendKills: 0, downtimeMs: 0 };
   const admin = () => new pg.Client({ connectionString: postgres.adminUrl, connectionTimeoutMillis: 2000 });
-  const waitUntilUp = async () => {
-    for (;;) {
-      const c = admin();
-      c.on('error', () => {});
-      try {
-        await c.connect();
-        await c.query('SELECT 1');
-        await c.end();
-        return;
-      } catch {
-        await c.end().catch(() => {});
-        await sleep(100);
-      }
-    }
-  };
+  const waitUntilUp = () => waitForPostgres(postgres.adminUrl, 10 * 60_000);
   const pgFault = async (kind: 'restart' | 'crash') => {
     const t = performance.now();
     if (kind === 'restart') {

@@ -16,7 +16,7 @@ import path from 'node:path';
 import { rm } from 'node:fs/promises';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../../local/postgres.ts';
+import { startEmbeddedPostgres, waitForPostgres, type EmbeddedPostgresHandle } from '../../local/postgres.ts';
 
 let server: EmbeddedPostgresHandle | null = null;
 let dataDir = '';
@@ -36,22 +36,7 @@ afterEach(async () => {
 const within = <T>(ms: number, work: Promise<T>) =>
   Promise.race([work.then(() => 'done' as const), new Promise<'hung'>((resolve) => setTimeout(() => resolve('hung'), ms))]);
 
-async function waitUntilUp(url: string): Promise<void> {
-  for (let i = 0; i < 100; i++) {
-    const c = new pg.Client({ connectionString: url });
-    c.on('error', () => {});
-    try {
-      await c.connect();
-      await c.query('SELECT 1');
-      await c.end();
-      return;
-    } catch {
-      await c.end().catch(() => {});
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  }
-  throw new Error('server did not come back');
-}
+const waitUntilUp = (url: string) => waitForPostgres(url, 10_000);
 
 describe('local/postgres.ts under crashes', () => {
   it('restart() after kill() brings the server back (it must not wait for an exit that already happened)', { timeout: 60_000 }, async () => {
