@@ -13,6 +13,7 @@ import { ChargeEngine } from '../lambdas/payments/engine.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 import { startStripe, type StripeHarness } from './support/stripe.ts';
+import { chargeOrder } from './support/orders.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
@@ -40,14 +41,7 @@ const publisher = () =>
     { busName: 'charge-outcomes', source: 'payments.charges' },
   );
 const engine = () => new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5 });
-const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => ({
-  orderId: `order-${randomUUID()}`,
-  amount: 1250,
-  currency: 'eur',
-  customerId: 'cus_outbox',
-  paymentMethod: 'pm_card_visa',
-  ...overrides,
-});
+const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => chargeOrder({ amount: 1250, customerId: 'cus_outbox', ...overrides });
 async function outboxRows(operationId: string) {
   const { rows } = await db.pool.query('SELECT * FROM outcome_events WHERE operation_id = $1 ORDER BY created_at', [operationId]);
   return rows;

@@ -22,6 +22,7 @@ import { startLocalSqs, type LocalSqs } from '../../local/sqs.ts';
 import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import { deliverOnce, type QueueRef, type SqsHandler } from '../support/sqs-event.ts';
 import { startStripe, type StripeHarness } from '../support/stripe.ts';
+import { chargeOrder } from '../support/orders.ts';
 
 let server: EmbeddedPostgresHandle;
 let dataDir: string;
@@ -77,14 +78,7 @@ afterAll(async () => {
 beforeEach(startServer, 60_000);
 afterEach(stopServer);
 
-const order = (overrides: Partial<ChargeRequest> = {}): ChargeRequest => ({
-  orderId: `order-${randomUUID()}`,
-  amount: 2500,
-  currency: 'usd',
-  customerId: 'cus_outage',
-  paymentMethod: 'pm_card_visa',
-  ...overrides,
-});
+const order = (overrides: Partial<ChargeRequest> = {}): ChargeRequest => chargeOrder({ amount: 2500, currency: 'usd', customerId: 'cus_outage', ...overrides });
 const succeededAtStripe = (orderId: string) => stripe.fake.paymentIntents({ orderId }).filter((pi) => pi.status === 'succeeded');
 
 describe('the database stops during a batch', () => {

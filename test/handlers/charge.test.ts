@@ -16,6 +16,7 @@ import { startLocalSqs, type LocalSqs } from '../../local/sqs.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { deliverOnce, lambdaContext, receiveMessages, settleBatch, toSqsEvent, type QueueRef, type SqsHandler } from '../support/sqs-event.ts';
 import { startStripe, type StripeHarness } from '../support/stripe.ts';
+import { chargeOrder } from '../support/orders.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
@@ -59,14 +60,7 @@ beforeEach(() => {
   bus.reset();
 });
 
-const order = (overrides: Partial<ChargeRequest> = {}): ChargeRequest => ({
-  orderId: `order-${randomUUID()}`,
-  amount: 1999,
-  currency: 'eur',
-  customerId: 'cus_test',
-  paymentMethod: 'pm_card_visa',
-  ...overrides,
-});
+const order = (overrides: Partial<ChargeRequest> = {}): ChargeRequest => chargeOrder(overrides);
 
 /** A message a producer would not send through the client: a poison body, or a resend after the 5-minute dedup window. */
 async function sendRaw(body: string, groupId: string, dedupId = randomUUID()): Promise<void> {

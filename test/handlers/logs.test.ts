@@ -13,6 +13,7 @@ import { startLocalSqs, type LocalSqs } from '../../local/sqs.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { deliverOnce, lambdaContext, type QueueRef, type SqsHandler } from '../support/sqs-event.ts';
 import { startStripe, type StripeHarness } from '../support/stripe.ts';
+import { chargeOrder } from '../support/orders.ts';
 
 const SECRET_KEY = 'sk_test_LOGSCAN_9f8e7d6c5b4a';
 const POISON_MARKER = 'POISON-MARKER-31337';
@@ -77,14 +78,7 @@ async function capture<T>(work: () => Promise<T>): Promise<{ result: T; lines: s
   }
 }
 
-const order = (overrides: Partial<ChargeRequest> = {}): ChargeRequest => ({
-  orderId: `order-${randomUUID()}`,
-  amount: 4200,
-  currency: 'eur',
-  customerId: 'cus_logscan',
-  paymentMethod: 'pm_logscanSuccess4242',
-  ...overrides,
-});
+const order = (overrides: Partial<ChargeRequest> = {}): ChargeRequest => chargeOrder({ amount: 4200, customerId: 'cus_logscan', paymentMethod: 'pm_logscanSuccess4242', ...overrides });
 
 function forbidden(line: string): string[] {
   const found: string[] = [];

@@ -14,6 +14,7 @@ import { startFakeEventBridge, type FakeEventBridge } from '../../local/fake-eve
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { lambdaContext } from '../support/sqs-event.ts';
 import { startStripe, type StripeHarness } from '../support/stripe.ts';
+import { chargeOrder } from '../support/orders.ts';
 
 type ReconcileHandler = (event: unknown, context: ReturnType<typeof lambdaContext>) => Promise<ReconcileSummary>;
 
@@ -61,14 +62,7 @@ afterEach(async () => {
   await db.drop();
 });
 
-const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => ({
-  orderId: `order-${randomUUID()}`,
-  amount: 1500,
-  currency: 'eur',
-  customerId: 'cus_reconcile',
-  paymentMethod: 'pm_card_visa',
-  ...overrides,
-});
+const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => chargeOrder({ amount: 1500, customerId: 'cus_reconcile', ...overrides });
 
 /** n operations recorded and due, never attempted (as the charge handler leaves them when out of time). */
 async function dueOperations(n: number, overrides: Partial<ChargeInput> = {}): Promise<string[]> {

@@ -1,6 +1,5 @@
 // Shared by the ops tests: the CLI run in-process against a test database and the fake Stripe, and
 // the scenarios that put an operation into review through the REAL engine (never hand-written rows).
-import { randomUUID } from 'node:crypto';
 import { idempotencyKey } from '../../lambdas/payments/decisions.ts';
 import { ChargeEngine, type EngineOptions } from '../../lambdas/payments/engine.ts';
 import type { ChargeInput } from '../../lambdas/payments/types.ts';
@@ -8,6 +7,7 @@ import { main } from '../../lambdas/ops/cli.ts';
 import type { OpsResponse, ResultOf } from '../../lambdas/ops/commands.ts';
 import type { TestDatabase } from '../support/db.ts';
 import type { StripeHarness } from '../support/stripe.ts';
+import { chargeOrder } from '../support/orders.ts';
 
 export interface CliRun {
   readonly code: number;
@@ -55,14 +55,7 @@ export function resultOf<K extends keyof ResultOf>(response: OpsResponse, comman
   return response.result as ResultOf[K];
 }
 
-export const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => ({
-  orderId: `order-${randomUUID()}`,
-  amount: 1999,
-  currency: 'eur',
-  customerId: 'cus_test',
-  paymentMethod: 'pm_card_visa',
-  ...overrides,
-});
+export const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => chargeOrder(overrides);
 
 export function engine(h: Harness, options: Partial<EngineOptions> = {}): ChargeEngine {
   return new ChargeEngine({ db: h.db.pool, gateway: h.stripe.gateway, actor: 'test-engine', random: () => 0.5, ...options });

@@ -20,6 +20,7 @@ import { startLocalSqs, type LocalSqs } from '../../local/sqs.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { deliverOnce, type QueueRef, type SqsHandler } from '../support/sqs-event.ts';
 import { startStripe, type StripeHarness } from '../support/stripe.ts';
+import { chargeOrder } from '../support/orders.ts';
 
 const APP = 'charge-under-test';
 
@@ -63,14 +64,7 @@ beforeEach(async () => {
   await resetResources();
 });
 
-const order = (overrides: Partial<ChargeRequest> = {}): ChargeRequest => ({
-  orderId: `dbf-${randomUUID()}`,
-  amount: 4200,
-  currency: 'eur',
-  customerId: 'cus_db_faults',
-  paymentMethod: 'pm_card_visa',
-  ...overrides,
-});
+const order = (overrides: Partial<ChargeRequest> = {}): ChargeRequest => chargeOrder({ orderId: `dbf-${randomUUID()}`, amount: 4200, customerId: 'cus_db_faults', ...overrides });
 
 async function sendRaw(body: string, groupId: string): Promise<void> {
   await sqs.client.send(new SendMessageCommand({ QueueUrl: sqs.queueUrl, MessageBody: body, MessageGroupId: groupId, MessageDeduplicationId: randomUUID() }));
