@@ -16,7 +16,7 @@
 import type { Db } from './db.ts';
 import { DEFAULT_POLICY, statusOfPaymentIntent } from './decisions.ts';
 import type { GatewayResult } from './gateway.ts';
-import { outboxInsertSql, toOperation } from './operations-store.ts';
+import { outboxInsertSql, REISSUE_SET, toOperation } from './operations-store.ts';
 import type { Operation, OperationStatus, PaymentIntentView } from './types.ts';
 
 type OperationRow = Parameters<typeof toOperation>[0];
@@ -209,7 +209,7 @@ export function chargingPaymentIntents(evidence: StripeEvidence): PaymentIntentE
 }
 
 const OUTCOME_ACTIONS = new Set(['outcome_recorded', 'outcome_discarded', 'lease_released']);
-const NON_SENDING_STEPS = new Set(['retrieve', 'search']);
+const NON_SENDING_STEPS = new Set(['retrieve', 'search', 'list']);
 
 /**
  * The latest moment a request that may have created a PaymentIntent with this operation's key was
@@ -552,16 +552,7 @@ export async function reissueInReview(db: Db, write: ReissueWrite): Promise<Oper
   const { fence } = write;
   const { rows } = await db.query<{ op: OperationRow; audit: AuditRow }>(
     `WITH upd AS (
-       UPDATE payment_operations AS p SET
-         key_generation     = p.key_generation + 1,
-         status             = 'pending',
-         review_reason      = NULL,
-         first_attempted_at = NULL,
-         external_id        = NULL,
-         last_error         = NULL,
-         last_error_class   = NULL,
-         next_attempt_at    = now(),
-         updated_at         = now()
+       UPDATE payment_operations AS p SET ${REISSUE_SET}
         WHERE ${FENCE}
        RETURNING p.*, old.external_id AS previous_external_id
      ),

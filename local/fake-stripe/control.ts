@@ -9,7 +9,7 @@ class ControlError extends Error {
   override name = 'ControlError';
 }
 
-const ENDPOINTS: readonly Endpoint[] = ['create', 'retrieve', 'search'];
+const ENDPOINTS: readonly Endpoint[] = ['create', 'retrieve', 'search', 'list'];
 const SETTLE_STATUSES: readonly SettleStatus[] = ['succeeded', 'canceled', 'requires_payment_method'];
 
 function isRecord(value: unknown): value is Record<string, unknown> {
@@ -39,7 +39,7 @@ function parseMatch(value: unknown): FaultMatch {
   }
   const match: { -readonly [K in keyof FaultMatch]: FaultMatch[K] } = {};
   if (endpoint !== undefined) match.endpoint = endpoint as Endpoint;
-  for (const name of ['operationId', 'orderId', 'idempotencyKey', 'paymentIntentId'] as const) {
+  for (const name of ['operationId', 'orderId', 'idempotencyKey', 'paymentIntentId', 'customerId'] as const) {
     const field = optionalString(value, name);
     if (field !== undefined) match[name] = field;
   }

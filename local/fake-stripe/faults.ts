@@ -57,7 +57,7 @@ const FAULT_STAGE = {
 export type FaultStage = (typeof FAULT_STAGE)[FaultKind];
 
 export function faultStage(kind: FaultKind, endpoint: Endpoint): FaultStage {
-  // A retrieve or search commits nothing: a "500 after commit" there is simply a 500 instead of the answer.
+  // A retrieve, search or list commits nothing: a "500 after commit" there is simply a 500 instead of the answer.
   if (endpoint !== 'create' && kind === 'error_500_after_commit') return 'answer';
   return FAULT_STAGE[kind];
 }
@@ -129,6 +129,8 @@ export interface RequestFacts {
   readonly orderId: string | null;
   readonly idempotencyKey: string | null;
   readonly paymentIntentId: string | null;
+  /** The create's `customer`, or a list's `customer` filter. */
+  readonly customerId?: string | null;
 }
 
 export function matches(match: FaultMatch, facts: RequestFacts): boolean {
@@ -137,7 +139,8 @@ export function matches(match: FaultMatch, facts: RequestFacts): boolean {
     (match.operationId === undefined || match.operationId === facts.operationId) &&
     (match.orderId === undefined || match.orderId === facts.orderId) &&
     (match.idempotencyKey === undefined || match.idempotencyKey === facts.idempotencyKey) &&
-    (match.paymentIntentId === undefined || match.paymentIntentId === facts.paymentIntentId)
+    (match.paymentIntentId === undefined || match.paymentIntentId === facts.paymentIntentId) &&
+    (match.customerId === undefined || match.customerId === facts.customerId)
   );
 }
 

@@ -42,7 +42,7 @@ export type FaultKind = (typeof FAULT_KINDS)[number];
 
 export type FaultRates = Partial<Record<FaultKind, number>>;
 
-export type Endpoint = 'create' | 'retrieve' | 'search';
+export type Endpoint = 'create' | 'retrieve' | 'search' | 'list';
 
 /** Which requests a scripted fault or a hold() applies to. Every given field must match; {} matches all. */
 export interface FaultMatch {
@@ -54,6 +54,8 @@ export interface FaultMatch {
   readonly idempotencyKey?: string;
   /** The retrieved PaymentIntent, or the one a replayed create answers with. */
   readonly paymentIntentId?: string;
+  /** The `customer` of a create or the `customer` filter of a list. */
+  readonly customerId?: string;
 }
 
 export interface FakeStripeOptions {

@@ -189,6 +189,7 @@ describe('the model catches broken engines', () => {
       createPaymentIntent: (request) => real.createPaymentIntent({ ...request, idempotencyKey: `fresh-${randomUUID()}` }),
       retrievePaymentIntent: (id) => real.retrievePaymentIntent(id),
       searchPaymentIntents: (request) => real.searchPaymentIntents(request),
+      listPaymentIntents: (request) => real.listPaymentIntents(request),
     }));
     expect(await findsCounterexample(broken, 300)).not.toBeNull();
   });
@@ -201,6 +202,7 @@ describe('the model catches broken engines', () => {
       },
       retrievePaymentIntent: (id) => real.retrievePaymentIntent(id),
       searchPaymentIntents: (request) => real.searchPaymentIntents(request),
+      listPaymentIntents: (request) => real.listPaymentIntents(request),
     }));
     expect(await findsCounterexample(broken, 300)).not.toBeNull();
   });

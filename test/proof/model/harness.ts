@@ -16,6 +16,8 @@ import { ChargeEngine } from '../../../lambdas/payments/engine.ts';
 import type {
   CreatePaymentIntentRequest,
   GatewayResult,
+  ListAnswer,
+  ListRequest,
   PaymentGateway,
   SearchPaymentIntentsRequest,
 } from '../../../lambdas/payments/gateway.ts';
@@ -136,11 +138,16 @@ type GatewayMode =
   | { readonly kind: 'normal' };
 
 /** Where one gateway call goes at Stripe: what the fake's hold() must match to park exactly it. */
-type Target = { readonly create: CreatePaymentIntentRequest } | { readonly retrieve: string } | { readonly search: SearchPaymentIntentsRequest };
+type Target =
+  | { readonly create: CreatePaymentIntentRequest }
+  | { readonly retrieve: string }
+  | { readonly search: SearchPaymentIntentsRequest }
+  | { readonly list: ListRequest };
 
 function holdMatch(target: Target): FaultMatch {
   if ('create' in target) return { endpoint: 'create', idempotencyKey: target.create.idempotencyKey };
   if ('retrieve' in target) return { endpoint: 'retrieve', paymentIntentId: target.retrieve };
+  if ('list' in target) return { endpoint: 'list', ...(target.list.scope.customer ? { customerId: target.list.scope.customer } : {}) };
   return { endpoint: 'search', operationId: target.search.operationId };
 }
 
@@ -192,6 +199,10 @@ class ModelGateway implements PaymentGateway {
 
   searchPaymentIntents(request: SearchPaymentIntentsRequest): Promise<GatewayResult<PaymentIntentView[]>> {
     return this.#call({ search: request }, () => this.#real.searchPaymentIntents(request));
+  }
+
+  listPaymentIntents(request: ListRequest): Promise<GatewayResult<ListAnswer<PaymentIntentView>>> {
+    return this.#call({ list: request }, () => this.#real.listPaymentIntents(request));
   }
 
   #die(): never {
