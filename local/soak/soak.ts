@@ -158,12 +158,17 @@ export interface SoakReport {
   readonly check: InvariantReport;
 }
 
-function paymentMethodFor(r: number): Pick<ChargeRequest, 'paymentMethod' | 'customerId'> {
-  if (r < 0.02) return { paymentMethod: 'pm_card_chargeDeclined', customerId: 'cus_soak' };
-  if (r < 0.03) return { paymentMethod: 'pm_card_insufficientFunds', customerId: 'cus_soak' };
-  if (r < 0.04) return { paymentMethod: 'pm_fake_processing', customerId: 'cus_soak' };
+/**
+ * A thousand customers, as in a real shop: the List evidence asks for ONE customer's PaymentIntents in
+ * a send window, which is a handful, not the whole soak's.
+ */
+function paymentMethodFor(r: number, i: number): Pick<ChargeRequest, 'paymentMethod' | 'customerId'> {
+  const customerId = `cus_soak_${i % 1000}`;
+  if (r < 0.02) return { paymentMethod: 'pm_card_chargeDeclined', customerId };
+  if (r < 0.03) return { paymentMethod: 'pm_card_insufficientFunds', customerId };
+  if (r < 0.04) return { paymentMethod: 'pm_fake_processing', customerId };
   if (r < 0.045) return { paymentMethod: 'pm_card_visa', customerId: 'cus_missing' }; // refused before execution: failed, no charge
-  return { paymentMethod: 'pm_card_visa', customerId: 'cus_soak' };
+  return { paymentMethod: 'pm_card_visa', customerId };
 }
 
 const POISON = ['not json', '{"orderId":"x","amount":-1}', '{"orderId":"has space","amount":1,"currency":"eur","customerId":"cus_x","paymentMethod":"pm_x"}', '[]', '{"amount":1e309}'];
@@ -245,7 +250,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   const sentOrderIds: string[] = [];
   const sends = { originals: 0, duplicatesSameDedupId: 0, duplicatesNewDedupId: 0, conflicts: 0, poison: 0, total: 0 };
   for (let i = 0; i < options.orders; i++) {
-    const request: ChargeRequest = { orderId: `soak-${runTag}-${i}`, amount: 100 + Math.floor(random() * 99_900), currency: 'eur', ...paymentMethodFor(random()) };
+    const request: ChargeRequest = { orderId: `soak-${runTag}-${i}`, amount: 100 + Math.floor(random() * 99_900), currency: 'eur', ...paymentMethodFor(random(), i) };
     const message = chargeRequestMessage(request);
     sentOrderIds.push(request.orderId);
     entries.push({ Id: 'x', ...message });
