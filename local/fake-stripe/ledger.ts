@@ -22,7 +22,7 @@ interface Entry {
   pi: PaymentIntentJson;
   /** Creation order; search pages are cursors over it. */
   readonly seq: number;
-  readonly createdAtMs: number;
+  createdAtMs: number;
   readonly idempotencyKey: string | null;
 }
 
@@ -64,6 +64,14 @@ export class Ledger {
     this.#seq += 1;
     this.#byId.set(id, { pi, seq: this.#seq, createdAtMs: nowMs, idempotencyKey });
     return pi;
+  }
+
+  /** Every PaymentIntent `ms` older (tests that move time forward). */
+  age(ms: number): void {
+    for (const entry of this.#byId.values()) {
+      entry.createdAtMs -= ms;
+      entry.pi = { ...entry.pi, created: Math.floor(entry.createdAtMs / 1000) };
+    }
   }
 
   get(id: string): PaymentIntentJson | null {

@@ -250,6 +250,10 @@ class FakeStripeServer implements FakeStripe {
     this.#ledger.settle(paymentIntentId, status);
   }
 
+  ageRecords(ms: number): void {
+    this.#ledger.age(nonNegative('ms', ms));
+  }
+
   hold(match: FaultMatch): HoldHandle {
     const hold: Hold = {
       match: { ...match },

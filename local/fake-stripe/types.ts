@@ -210,6 +210,12 @@ export interface FakeStripe {
   pruneKeys(filter?: { readonly olderThanMs?: number; readonly idempotencyKey?: string }): number;
   settle(paymentIntentId: string, status: SettleStatus): void;
   /**
+   * Make every PaymentIntent `ms` older (`created` and the bookkeeping time): a test that moves time
+   * forward for the product's records must move Stripe's with them, or a List by `created` would
+   * see a world where our sends happened long before Stripe's objects.
+   */
+  ageRecords(ms: number): void;
+  /**
    * Park the next matching /v1 request before it is processed, until release(). An executing create
    * parks after taking its key (a concurrent request with the key meets 409), a replay before its
    * answer, a retrieve or search before it reads. Requests refused earlier (auth, 429, parameter

@@ -114,6 +114,13 @@ export const MODEL_POLICY = {
 
 const KILLED = 'model: worker killed';
 
+/** '16 minutes' → ms, for the few intervals the model moves time by. */
+function intervalMs(interval: string): number {
+  const m = /^(\d+) (minutes|hours|days)$/.exec(interval);
+  if (!m) throw new Error(`model: unknown interval ${interval}`);
+  return Number(m[1]) * { minutes: 60_000, hours: HOUR, days: DAY }[m[2] as 'minutes' | 'hours' | 'days'];
+}
+
 class WorkerKilled extends Error {
   override readonly name = 'WorkerKilled';
   constructor() {
@@ -325,6 +332,9 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
    * (`interval` is one of this file's constants; the run id is generated here: no input in the SQL.)
    */
   const shiftTime = async (interval: string) => {
+    // Every shift is longer than the List settle delay, which stands for the longest a request may be
+    // worked on at Stripe after it was sent: nothing is still in flight once that much time passed.
+    await parking.releaseAll();
     await scoped(
       `UPDATE payment_operations SET first_attempted_at = first_attempted_at - '${interval}'::interval
         WHERE order_id = ANY($1) AND first_attempted_at IS NOT NULL AND status IN ('pending', 'unknown')`,
@@ -339,6 +349,8 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
         FROM payment_operations p
        WHERE p.id = e.operation_id AND p.order_id LIKE '${runId}-%';
       ALTER TABLE payment_operation_events ENABLE TRIGGER payment_operation_events_append_only;`);
+    // …and Stripe's: its PaymentIntents were created that much earlier too (List filters on `created`).
+    fake.ageRecords(intervalMs(interval));
   };
   const expireLeases = () =>
     scoped(
