@@ -4,9 +4,11 @@
 // the operation is due by the database's clock: nothing here asserts on time, only on order.
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { chargeOutcomeDetailSchema } from '../lambdas/events/contract.ts';
 import { DEFAULT_POLICY, idempotencyKey, type EnginePolicy } from '../lambdas/payments/decisions.ts';
 import { ChargeEngine, type EngineOptions, type Execution } from '../lambdas/payments/engine.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
+import { RequestRateLimiter } from '../lambdas/reconcile/rate-limiter.ts';
 import { sdkAttemptsWhenConnectionCloses } from '../local/fake-stripe/faults.ts';
 import { checkInvariants } from '../local/invariants.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
@@ -116,6 +118,7 @@ describe('List evidence inside the key window', () => {
       ['Charge Reissued', 'reissued', 'absence_proven'],
       ['Charge Succeeded', 'succeeded', null],
     ]);
+    for (const event of await outbox(id)) expect(chargeOutcomeDetailSchema.safeParse(event.payload).success).toBe(true);
     await invariantsHold([input.orderId]);
   });
 
@@ -191,8 +194,10 @@ describe('List evidence inside the key window', () => {
       });
       expect(other.ok).toBe(true);
     }
+    // The reconciler's own limiter (sweep.ts passes limiter.acquire as beforeCall).
+    const limiter = new RequestRateLimiter({ requestsPerSecond: 1_000, searchesPerSecond: 1_000 });
     const pagesAsked: string[] = [];
-    const counted = engine({ sameKeyResends: 0 }, { beforeCall: (step) => (pagesAsked.push(step), true) });
+    const counted = engine({ sameKeyResends: 0 }, { beforeCall: (step) => (pagesAsked.push(step), limiter.acquire(step, Number.POSITIVE_INFINITY)) });
     const executions = await drive(counted, id);
     expect(steps(executions)).toEqual(['list']);
     expect((await row(id))).toMatchObject({ status: 'succeeded', key_generation: 0 });
@@ -201,6 +206,7 @@ describe('List evidence inside the key window', () => {
     expect(lists[1]!.path).toBe('/v1/payment_intents');
     // Both pages were counted against the request budget (item 5: List calls are in the rate budget).
     expect(pagesAsked).toEqual(['list', 'list']);
+    expect(limiter.granted).toBe(2);
     const recorded = (await trail(id)).filter((x) => x.step === 'list').at(-1);
     expect(recorded.detail.list).toMatchObject({ pages: 2, objects: 151, complete: true });
   });
