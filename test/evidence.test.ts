@@ -8,6 +8,7 @@ import { chargeOutcomeDetailSchema } from '../lambdas/events/contract.ts';
 import { DEFAULT_POLICY, idempotencyKey, type EnginePolicy } from '../lambdas/payments/decisions.ts';
 import { ChargeEngine, type EngineOptions, type Execution } from '../lambdas/payments/engine.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
+import { knownPaymentIntentIds, loadOperationHistory } from '../lambdas/payments/review.ts';
 import { RequestRateLimiter } from '../lambdas/reconcile/rate-limiter.ts';
 import { sdkAttemptsWhenConnectionCloses } from '../local/fake-stripe/faults.ts';
 import { checkInvariants } from '../local/invariants.ts';
@@ -157,6 +158,9 @@ describe('List evidence inside the key window', () => {
     expect(r.review_reason).toMatch(/List of the customer's PaymentIntents found 2 objects for one operation/);
     const last = (await trail(id)).at(-1);
     expect(last.detail.listHits).toHaveLength(2);
+    // The operator's `review show` retrieves what List found (review.ts knownPaymentIntentIds).
+    const history = (await loadOperationHistory(db.pool, { operationId: id }))!;
+    expect(knownPaymentIntentIds(history.operation, history.events).sort()).toEqual(stripe.fake.paymentIntents({ orderId: input.orderId }).map((p) => p.id).sort());
   });
 
   it('a PaymentIntent of the order with another amount → review, not adopted', async () => {

@@ -60,7 +60,7 @@ export interface StripeEvidence {
   readonly checkedAt: string;
 }
 
-/** Every PaymentIntent id the operation's row and audit trail mention (external_id, search hits, mismatches). */
+/** Every PaymentIntent id the operation's row and audit trail mention (external_id, search and list hits, mismatches). */
 export function knownPaymentIntentIds(op: Operation, events: readonly AuditEvent[]): string[] {
   const ids = new Set<string>();
   const add = (value: unknown) => {
@@ -69,8 +69,10 @@ export function knownPaymentIntentIds(op: Operation, events: readonly AuditEvent
   add(op.externalId);
   for (const event of events) {
     add(event.externalId);
-    const detail = event.detail as { searchHits?: unknown; paymentIntent?: { id?: unknown }; evidence?: { paymentIntents?: unknown } };
+    const detail = event.detail as { searchHits?: unknown; listHits?: unknown; paymentIntent?: { id?: unknown }; evidence?: { paymentIntents?: unknown } };
     if (Array.isArray(detail.searchHits)) for (const hit of detail.searchHits) add((hit as { id?: unknown }).id);
+    // What the engine's List found and would not adopt (several, or a mismatch).
+    if (Array.isArray(detail.listHits)) for (const hit of detail.listHits) add((hit as { id?: unknown }).id);
     add(detail.paymentIntent?.id);
     // Earlier operator look-ups: what they found is retrieved again (its status may have moved).
     if (Array.isArray(detail.evidence?.paymentIntents)) for (const pi of detail.evidence.paymentIntents) add((pi as { id?: unknown }).id);
