@@ -160,17 +160,16 @@ export function listApiTruth(stripe: Stripe, runStartedAt: Date, label: string):
       }
     },
     async refunds(orderIds) {
-      const pis = await truth.paymentIntents(orderIds);
-      if (pis === null) return null;
-      const ours = new Map(pis.map((pi) => [pi.id, pi]));
       const out: RefundRecord[] = [];
       try {
         const gte = Math.floor(runStartedAt.getTime() / 1000) - 60;
-        // Refunds are made after their charge, so "created since the run began" covers this run's.
-        for await (const r of stripe.refunds.list({ created: { gte }, limit: 100 })) {
-          const piId = typeof r.payment_intent === 'string' ? r.payment_intent : (r.payment_intent?.id ?? null);
-          const pi = piId === null ? undefined : ours.get(piId);
-          if (pi === undefined || piId === null) continue;
+        // Refunds come after their charge, so "created since the run began" covers this run's. The
+        // order is the refunded PaymentIntent's (expanded), whatever the refund's own metadata says.
+        const listed = stripe.refunds.list({ created: { gte }, limit: 100, expand: ['data.payment_intent'] });
+        for await (const r of listed) {
+          const pi = typeof r.payment_intent === 'object' ? r.payment_intent : null;
+          const orderId = pi?.metadata?.order_id;
+          if (pi === null || orderId === undefined || (orderIds && !orderIds.has(orderId))) continue;
           out.push({
             id: r.id,
             object: 'refund',
@@ -182,7 +181,7 @@ export function listApiTruth(stripe: Stripe, runStartedAt: Date, label: string):
             failure_balance_transaction: null,
             failure_reason: r.failure_reason ?? null,
             metadata: { ...r.metadata },
-            payment_intent: piId,
+            payment_intent: pi.id,
             pending_reason: null,
             reason: (r.reason as RefundReason | null) ?? null,
             receipt_number: null,
@@ -191,7 +190,7 @@ export function listApiTruth(stripe: Stripe, runStartedAt: Date, label: string):
             transfer_reversal: null,
             idempotencyKey: null,
             createdAtMs: r.created * 1000,
-            paymentIntentOrderId: pi.metadata.order_id ?? null,
+            paymentIntentOrderId: orderId,
             paymentIntentOperationId: pi.metadata.operation_id ?? null,
           });
         }

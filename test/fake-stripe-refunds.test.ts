@@ -11,7 +11,7 @@ import {
   type RefundRecord,
   type RequestRecord,
 } from '../local/fake-stripe/server.ts';
-import { controlApiTruth, fakeTruth, netChargedByOrder } from '../local/stripe-truth.ts';
+import { controlApiTruth, fakeTruth, listApiTruth, netChargedByOrder } from '../local/stripe-truth.ts';
 
 type Ctx = TestContext;
 
@@ -37,7 +37,7 @@ let counter = 0;
 async function charged(
   stripe: Stripe,
   overrides: Partial<Stripe.PaymentIntentCreateParams> & { order?: string } = {},
-): Promise<Stripe.PaymentIntent> {
+): Promise<Stripe.Response<Stripe.PaymentIntent>> {
   const n = ++counter;
   const { order, ...params } = overrides;
   return stripe.paymentIntents.create(
@@ -516,6 +516,23 @@ describe.concurrent('fake Stripe Refunds through stripe-node', () => {
       expect((await stripe.refunds.list({ charge: chargeIdOf(pi.id) })).data).toHaveLength(5);
     });
 
+    test('list filters by created and expands data.payment_intent; other expansions are refused', async (ctx) => {
+      const { expect } = ctx;
+      const fake = await fakeFor(ctx);
+      const stripe = sdk(fake);
+      const pi = await charged(stripe);
+      const refund = await stripe.refunds.create(refundParams(pi, { amount: 3 }));
+      const now = refund.created;
+      expect((await stripe.refunds.list({ created: { gte: now } })).data).toHaveLength(1);
+      expect((await stripe.refunds.list({ created: { gt: now } })).data).toHaveLength(0);
+      expect((await stripe.refunds.list({ created: { lte: now - 1 } })).data).toHaveLength(0);
+      expect((await stripe.refunds.list({ created: now })).data).toHaveLength(1);
+      const expanded = await stripe.refunds.list({ payment_intent: pi.id, expand: ['data.payment_intent'] });
+      expect(expanded.data[0]?.payment_intent).toMatchObject({ id: pi.id, object: 'payment_intent', metadata: pi.metadata });
+      expect(await rejection(stripe.refunds.list({ expand: ['data.charge'] }))).toMatchObject({ statusCode: 400, param: 'expand[0]' });
+      expect(await rejection(stripe.refunds.list({ colour: 'red' } as Stripe.RefundListParams))).toMatchObject({ code: 'parameter_unknown' });
+    });
+
     test('list is real time (no Search lag), and refuses an unknown PaymentIntent, cursor or limit', async (ctx) => {
       const { expect } = ctx;
       const fake = await fakeFor(ctx, { searchLagMs: 60_000 });
@@ -572,6 +589,23 @@ describe.concurrent('fake Stripe Refunds through stripe-node', () => {
       expect(net.has('order-declined')).toBe(false);
       expect(fake.refunds({ orderId: 'order-dup' }).map((r) => r.payment_intent)).toEqual([dup2.id]);
       expect(dup1.id).not.toBe(dup2.id);
+    });
+
+    test('the List-API truth (what real Stripe offers) finds this run’s refunds by the refunded PaymentIntent’s order', async (ctx) => {
+      const { expect } = ctx;
+      const fake = await fakeFor(ctx);
+      const stripe = sdk(fake);
+      const mine = await charged(stripe, { order: 'order-mine' });
+      const theirs = await charged(stripe, { order: 'order-theirs' });
+      // The refund's own metadata may say anything (a Dashboard refund has none): the PaymentIntent decides.
+      const a = await stripe.refunds.create({ payment_intent: mine.id, amount: 10 });
+      await stripe.refunds.create({ payment_intent: theirs.id, amount: 20, metadata: { order_id: 'order-mine' } });
+      const truth = listApiTruth(stripe, new Date(Date.now() - 5_000), 'the fake, as if it were Stripe');
+      const found = await truth.refunds(new Set(['order-mine']));
+      expect(found?.map((r) => [r.id, r.payment_intent, r.paymentIntentOrderId, r.amount])).toEqual([[a.id, mine.id, 'order-mine', 10]]);
+      expect(await truth.refunds()).toHaveLength(2);
+      // Nothing created since a minute after now: the window is honoured.
+      expect(await listApiTruth(stripe, new Date(Date.now() + 120_000), 'later').refunds()).toEqual([]);
     });
 
     test('the truth adapters and the /__fake/ control API carry refunds; settle_refund; reset forgets them', async (ctx) => {

@@ -2,7 +2,10 @@
 import { createHash } from 'node:crypto';
 import { FAULT_KINDS, type Endpoint, type FaultKind, type FaultMatch, type FaultRates } from './types.ts';
 
-/** Named fault profiles for the CLI, `npm start` and the soak. Rates are per create request. */
+/**
+ * Named fault profiles for the CLI, `npm start` and the soak. Rates are per create request (PaymentIntent
+ * or Refund; a `decline` drawn for a refund create is dropped, so refunds see slightly fewer faults).
+ */
 export const FAULT_PROFILES = {
   none: {},
   flaky: {

@@ -249,6 +249,49 @@ export interface ListQuery {
   readonly limit: number;
   readonly startingAfter: string | null;
   readonly endingBefore: string | null;
+  /** `created[gt|gte|lt|lte]` (Unix seconds); `created=N` is gte and lte N. */
+  readonly created: { readonly gt?: number; readonly gte?: number; readonly lt?: number; readonly lte?: number };
+  /** `expand[]=data.payment_intent`: each refund's payment_intent as the PaymentIntent object. */
+  readonly expandPaymentIntent: boolean;
+}
+
+const LIST_PARAMS = new Set(['payment_intent', 'charge', 'limit', 'starting_after', 'ending_before']);
+
+function parseListQuery(query: URLSearchParams): ListQuery {
+  const created: { gt?: number; gte?: number; lt?: number; lte?: number } = {};
+  let expandPaymentIntent = false;
+  for (const [name, value] of query) {
+    const range = /^created(?:\[(gt|gte|lt|lte)\])?$/.exec(name);
+    if (range !== null) {
+      if (!/^\d+$/.test(value)) invalid(`Invalid integer: ${value}`, 'parameter_invalid_integer', name);
+      const bound = range[1] as 'gt' | 'gte' | 'lt' | 'lte' | undefined;
+      if (bound === undefined) created.gte = created.lte = Number(value);
+      else created[bound] = Number(value);
+    } else if (/^expand(?:\[\d*\])?$/.test(name)) {
+      // Refusing what is not modelled beats answering an id where the caller expects an object.
+      if (value !== 'data.payment_intent') {
+        invalid(`The fake Stripe server can only expand data.payment_intent on this list, not ${value}.`, 'parameter_invalid_string', name);
+      }
+      expandPaymentIntent = true;
+    } else if (!LIST_PARAMS.has(name)) {
+      invalid(`Received unknown parameter: ${name}`, 'parameter_unknown', name);
+    }
+  }
+  const limitText = query.get('limit');
+  const limit = limitText === null || limitText === '' ? LIST_DEFAULT_LIMIT : Number(limitText);
+  if (!Number.isInteger(limit) || limit < 1 || limit > LIST_MAX_LIMIT) {
+    invalid(`Invalid limit: must be an integer between 1 and ${LIST_MAX_LIMIT}`, 'parameter_invalid_integer', 'limit');
+  }
+  const startingAfter = query.get('starting_after') || null;
+  const endingBefore = query.get('ending_before') || null;
+  if (startingAfter !== null && endingBefore !== null) {
+    invalid('You may only specify one of these parameters: starting_after, ending_before.', 'parameter_invalid_string', 'ending_before');
+  }
+  const named = query.get('payment_intent') || null;
+  const charge = query.get('charge') || null;
+  // An unknown charge id maps to no PaymentIntent, which list() answers with resource_missing.
+  const paymentIntentId = named ?? (charge === null ? null : (paymentIntentIdOfCharge(charge) ?? charge));
+  return { paymentIntentId, limit, startingAfter, endingBefore, created, expandPaymentIntent };
 }
 
 export interface Answer {
@@ -410,32 +453,12 @@ export class RefundApi {
 
   /** Malformed query parameters: refused before anything is read. */
   parseListQuery(query: URLSearchParams): { readonly ok: true; readonly query: ListQuery } | { readonly ok: false; readonly error: ErrorEnvelope } {
-    for (const name of query.keys()) {
-      if (!['payment_intent', 'charge', 'limit', 'starting_after', 'ending_before'].includes(name) && !name.startsWith('expand')) {
-        return { ok: false, error: errors.invalidRequest(`Received unknown parameter: ${name}`, 'parameter_unknown', name) };
-      }
+    try {
+      return { ok: true, query: parseListQuery(query) };
+    } catch (error) {
+      if (error instanceof InvalidParam) return { ok: false, error: error.envelope };
+      throw error;
     }
-    const limitText = query.get('limit');
-    const limit = limitText === null || limitText === '' ? LIST_DEFAULT_LIMIT : Number(limitText);
-    if (!Number.isInteger(limit) || limit < 1 || limit > LIST_MAX_LIMIT) {
-      return {
-        ok: false,
-        error: errors.invalidRequest(`Invalid limit: must be an integer between 1 and ${LIST_MAX_LIMIT}`, 'parameter_invalid_integer', 'limit'),
-      };
-    }
-    const startingAfter = query.get('starting_after') || null;
-    const endingBefore = query.get('ending_before') || null;
-    if (startingAfter !== null && endingBefore !== null) {
-      return {
-        ok: false,
-        error: errors.invalidRequest('You may only specify one of these parameters: starting_after, ending_before.', 'parameter_invalid_string', 'ending_before'),
-      };
-    }
-    const named = query.get('payment_intent') || null;
-    const charge = query.get('charge') || null;
-    // An unknown charge id maps to no PaymentIntent, which list() answers with resource_missing.
-    const paymentIntentId = named ?? (charge === null ? null : (paymentIntentIdOfCharge(charge) ?? charge));
-    return { ok: true, query: { paymentIntentId, limit, startingAfter, endingBefore } };
   }
 
   listFacts(query: ListQuery | null): RefundReadFacts {
@@ -454,7 +477,11 @@ export class RefundApi {
     if (query.paymentIntentId !== null && this.#paymentIntent(query.paymentIntentId) === null) {
       return refused(errors.resourceMissing('payment_intent', query.paymentIntentId, 'payment_intent'));
     }
-    const all = this.book.newestFirst(query.paymentIntentId);
+    const { gt, gte, lt, lte } = query.created;
+    const all = this.book
+      .newestFirst(query.paymentIntentId)
+      .filter((r) => (gt === undefined || r.created > gt) && (gte === undefined || r.created >= gte))
+      .filter((r) => (lt === undefined || r.created < lt) && (lte === undefined || r.created <= lte));
     let page: RefundJson[];
     let hasMore: boolean;
     const cursor = query.startingAfter ?? query.endingBefore;
@@ -476,7 +503,10 @@ export class RefundApi {
         hasMore = at - query.limit > 0;
       }
     }
-    return { status: 200, body: JSON.stringify({ object: 'list', url: '/v1/refunds', has_more: hasMore, data: page }) };
+    const data = query.expandPaymentIntent
+      ? page.map((r) => ({ ...r, payment_intent: this.#paymentIntent(r.payment_intent) ?? r.payment_intent }))
+      : page;
+    return { status: 200, body: JSON.stringify({ object: 'list', url: '/v1/refunds', has_more: hasMore, data }) };
   }
 
   // ----------------------------------------------------------------------------------------- later

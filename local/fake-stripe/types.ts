@@ -222,7 +222,7 @@ export interface FakeStripe {
   settle(paymentIntentId: string, status: SettleStatus): void;
   /**
    * Park the next matching /v1 request before it is processed, until release(). An executing create
-   * parks after taking its key (a concurrent request with the key meets 409), a replay before its
+   * (PaymentIntent or Refund) parks after taking its key (a concurrent request with the key meets 409), a replay before its
    * answer, a retrieve or search before it reads. Requests refused earlier (auth, 429, parameter
    * mismatch, 409, validation) are not parked.
    */
