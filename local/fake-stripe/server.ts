@@ -6,7 +6,7 @@
 //   auth ─ rate limit ─ [gate faults: 429/401/403] ─ idempotency lookup ─ validation ─ lock key
 //     ─ hold() ─ latency ─ EXECUTE (+ commit faults) ─ store answer for the key ─ deliver (+ answer faults)
 // Everything before "lock key" leaves no trace at Stripe; everything after it does, whatever the
-// caller hears.
+// caller hears. A refund create (refunds.ts) lives the very same life: #idempotentPost with a PostKind.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';

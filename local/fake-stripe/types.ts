@@ -18,7 +18,7 @@ export const FAULT_KINDS = [
   'hang',
   /** Card declined: PaymentIntent created in requires_payment_method, 402 card_error cached. */
   'decline',
-  /** PaymentIntent created with status 'processing' (settles later). */
+  /** PaymentIntent created with status 'processing' (settles later); on a refund create: the Refund is 'pending'. */
   'processing',
   /** authentication_error; nothing executed or cached. */
   'unauthorized_401',
