@@ -96,6 +96,15 @@ describe('choosing the step of an ambiguous operation (AMBIGUOUS_RESOLUTION=auto
     expect(chooseStep(op({ claimedAt: at(5_000 + 2 * MIN) }), DEFAULT_POLICY, history({ sameKeySends: 3 }))).toEqual({ kind: 'list' });
   });
 
+  it('a key that replays Stripe’s 500 is not re-sent: List as soon as the send settled', () => {
+    expect(chooseStep(op({ claimedAt: at(5_000 + 2 * MIN) }), DEFAULT_POLICY, history({ sameKeySends: 1, keyReplaysError: true }))).toEqual({ kind: 'list' });
+    const answer = { ok: false as const, failure: { kind: FailureKind.ambiguous, errorClass: 'StripeAPIError', httpStatus: 500, message: 'x' } };
+    expect(decideCreate(ctx({ status: 'pending' }, null), answer).retryAfterMs).toBe(DEFAULT_POLICY.listSettleMs);
+    // A proxy's 502 is not stored with the key: the same key may still reach Stripe.
+    const proxy = { ok: false as const, failure: { kind: FailureKind.ambiguous, errorClass: 'UnexpectedResponse', httpStatus: 502, message: 'x' } };
+    expect(decideCreate(ctx({ status: 'pending' }, null), proxy).retryAfterMs).toBeLessThan(DEFAULT_POLICY.listSettleMs);
+  });
+
   it('once absence was proven, never sends under that key again: List again', () => {
     expect(chooseStep(op({ claimedAt: at(20 * MIN) }), DEFAULT_POLICY, history({ sameKeySends: 0, proofs: [at(3 * MIN)] }))).toEqual({ kind: 'list' });
   });
@@ -275,7 +284,9 @@ describe('reading the evidence back from the audit trail (summarizeEvidence)', (
       ev('attempt_started', 20 * MIN), // this claim: it has sent nothing yet
     ];
     const h = summarizeEvidence(op({ claimedAt: at(20 * MIN) }), events, policy);
-    expect(h).toMatchObject({ sameKeySends: 2, lastSendAt: at(4_000), firstSendAt: at(0), proofs: [at(3 * MIN)], autoReissues: 0 });
+    expect(h).toMatchObject({ sameKeySends: 2, lastSendAt: at(4_000), firstSendAt: at(0), proofs: [at(3 * MIN)], autoReissues: 0, keyReplaysError: false });
+    const replayed = summarizeEvidence(op(), [ev('attempt_started', 0), { ...ev('outcome_recorded', 1_000, 'create', { httpStatus: 500 }), errorClass: 'StripeAPIError' }, ev('attempt_started', 5_000)], policy);
+    expect(replayed.keyReplaysError).toBe(true);
   });
 
   it('a claim without an outcome may have been sending until its lease ran out; proofs before that do not count', () => {

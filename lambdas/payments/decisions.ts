@@ -137,6 +137,12 @@ export interface EvidenceHistory {
   readonly lastSendAt: Date | null;
   /** Creates recorded under the current key generation. */
   readonly sameKeySends: number;
+  /**
+   * The last create under the current generation was answered by Stripe with a 500, which the key
+   * replays for its life ("including 500 errors", Stripe's idempotency docs): re-sending it teaches
+   * nothing, so List is asked without the same-key re-sends.
+   */
+  readonly keyReplaysError?: boolean;
   /** Absences proven by List under the current generation AFTER the last send, oldest first. */
   readonly proofs: readonly Date[];
   /** Automatic re-issues so far (all generations). */
@@ -170,7 +176,7 @@ export function chooseStep(op: ClaimedOperation, policy: EnginePolicy = DEFAULT_
   if (!inWindow) return { kind: 'list' };
   if (op.status !== 'unknown') return { kind: 'create' };
   // A lost answer is replayed by a re-send with the same key: the cheapest evidence, tried first.
-  if (history.proofs.length === 0 && history.sameKeySends <= policy.sameKeyResends) return { kind: 'create' };
+  if (history.proofs.length === 0 && !history.keyReplaysError && history.sameKeySends <= policy.sameKeyResends) return { kind: 'create' };
   // Then no more sends: List, once whatever the last send may have started at Stripe has settled.
   const listFrom = (history.lastSendAt?.getTime() ?? Number.NEGATIVE_INFINITY) + policy.listSettleMs;
   if (op.claimedAt.getTime() < listFrom) return { kind: 'wait', untilMs: listFrom };
@@ -317,6 +323,11 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
   };
 }
 
+/** Stripe's own 500 (not a proxy's): stored with the key and replayed to every re-send of it. */
+export function isReplayedError(failure: GatewayFailure): boolean {
+  return failure.kind === FailureKind.ambiguous && failure.errorClass === 'StripeAPIError' && failure.httpStatus === 500;
+}
+
 /** The answer to a create sent with the operation's key. */
 export function decideCreate(ctx: Context, result: GatewayResult<PaymentIntentView>): Outcome {
   if (result.ok) return fromPaymentIntent(ctx, result.value);
@@ -346,7 +357,8 @@ export function decideCreate(ctx: Context, result: GatewayResult<PaymentIntentVi
       const outcome = transientFailure(ctx, failure, 'unknown');
       // The last same-key send of the List path: the next claim is List's, due once the send settled.
       const sends = (ctx.history?.sameKeySends ?? 0) + 1;
-      if (failure.kind === FailureKind.ambiguous && ctx.policy.ambiguousResolution === 'auto' && sends > ctx.policy.sameKeyResends && !ctx.history?.listUnavailable) {
+      const lastSend = sends > ctx.policy.sameKeyResends || isReplayedError(failure);
+      if (failure.kind === FailureKind.ambiguous && ctx.policy.ambiguousResolution === 'auto' && lastSend && !ctx.history?.listUnavailable) {
         return { ...outcome, retryAfterMs: Math.max(outcome.retryAfterMs ?? 0, ctx.policy.listSettleMs) };
       }
       return outcome;

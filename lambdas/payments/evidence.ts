@@ -10,7 +10,7 @@ import type { EnginePolicy, EvidenceHistory } from './decisions.ts';
 import { lastPossibleSendAt, type AuditEvent } from './review.ts';
 import type { ClaimedOperation } from './types.ts';
 
-export type EvidenceEvent = Pick<AuditEvent, 'action' | 'step' | 'occurredAt' | 'keyGeneration' | 'detail'>;
+export type EvidenceEvent = Pick<AuditEvent, 'action' | 'step' | 'occurredAt' | 'keyGeneration' | 'detail'> & { readonly errorClass?: string | null };
 
 const SENDING_STEPS = new Set(['create', 'early_search']);
 const OUTCOMES = new Set(['outcome_recorded', 'outcome_discarded']);
@@ -32,13 +32,18 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
   let autoReissues = 0;
   let listUnavailable = false;
   let permanentSearchFailures = 0;
+  let keyReplaysError = false;
   const proofs: Date[] = [];
   for (const event of trail) {
     if (event.action === 'attempt_started' && firstSendAt === null) firstSendAt = new Date(event.occurredAt);
     if (event.action === 'auto_reissued') autoReissues++;
     if (!OUTCOMES.has(event.action) || !current(event)) continue;
     const detail = event.detail as { absenceProven?: unknown; provenAt?: unknown; listUnavailable?: unknown; searchFailure?: unknown };
-    if (event.step !== null && SENDING_STEPS.has(event.step)) sameKeySends++;
+    if (event.step !== null && SENDING_STEPS.has(event.step)) {
+      sameKeySends++;
+      const answer = event.detail as { httpStatus?: unknown };
+      keyReplaysError = event.action === 'outcome_recorded' && event.errorClass === 'StripeAPIError' && answer.httpStatus === 500;
+    }
     if (event.action !== 'outcome_recorded') continue;
     if (event.step === 'list' && detail.listUnavailable === true) listUnavailable = true;
     if ((event.step === 'search' || event.step === 'early_search') && detail.searchFailure === 'permanent') permanentSearchFailures++;
@@ -49,5 +54,5 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
     }
   }
   proofs.sort((a, b) => a.getTime() - b.getTime());
-  return { firstSendAt, lastSendAt, sameKeySends, proofs, autoReissues, listUnavailable, permanentSearchFailures };
+  return { firstSendAt, lastSendAt, sameKeySends, keyReplaysError, proofs, autoReissues, listUnavailable, permanentSearchFailures };
 }

@@ -515,10 +515,10 @@ export async function reissueAfterProof(db: Db, writes: readonly ReissueWrite[],
 export async function loadEvidenceEvents(db: Db, operationIds: readonly string[]): Promise<Map<string, EvidenceEvent[]>> {
   const result = new Map<string, EvidenceEvent[]>(operationIds.map((id) => [id, []]));
   if (operationIds.length === 0) return result;
-  const { rows } = await prepared<{ operation_id: string; action: string; step: string | null; occurred_at: Date; key_generation: number | null; detail: Record<string, unknown> }>(
+  const { rows } = await prepared<{ operation_id: string; action: string; step: string | null; occurred_at: Date; key_generation: number | null; error_class: string | null; detail: Record<string, unknown> }>(
     db,
     'payments.load_evidence_events',
-    `SELECT operation_id, action, step, occurred_at, key_generation, detail
+    `SELECT operation_id, action, step, occurred_at, key_generation, error_class, detail
        FROM payment_operation_events WHERE operation_id = ANY($1::uuid[]) ORDER BY operation_id, id`,
     [operationIds],
   );
@@ -528,6 +528,7 @@ export async function loadEvidenceEvents(db: Db, operationIds: readonly string[]
       step: row.step,
       occurredAt: new Date(row.occurred_at).toISOString(),
       keyGeneration: row.key_generation,
+      errorClass: row.error_class,
       detail: row.detail ?? {},
     });
   }
