@@ -210,6 +210,8 @@ describe('may the machine re-issue now? (judgeAutoReissue)', () => {
     expect(judgeAutoReissue(o, history({ lastSendAt: at(0), proofs: [at(2 * MIN)] }), at(15 * MIN))).toEqual({ kind: 'reissue' });
     // Proofs made before the last send do not count.
     expect(judgeAutoReissue(o, history({ lastSendAt: at(10 * MIN), proofs: [at(2 * MIN)] }), at(25 * MIN))).toMatchObject({ kind: 'prove_again' });
+    // A "proof" no later than the last send (clocks) is none: a finite next time, never a re-issue.
+    expect(judgeAutoReissue(o, history({ lastSendAt: at(10 * MIN), proofs: [] }), at(10 * MIN))).toEqual({ kind: 'prove_again', nextProofAt: at(12 * MIN).getTime() });
   });
   it('never after the key window, never beyond MAX_AUTO_REISSUES, never with the switch on review', () => {
     const ready = history({ lastSendAt: at(0), proofs: [at(2 * MIN)] });

@@ -545,6 +545,8 @@ export function judgeAutoReissue(op: ClaimedOperation, history: EvidenceHistory,
   const now = provenAt.getTime();
   const lastSend = history.lastSendAt?.getTime() ?? Number.NEGATIVE_INFINITY;
   const proofs = [...history.proofs.map((d) => d.getTime()), now].filter((t) => t > lastSend);
+  // No proof after the last send (a list cannot be asked that early, but a clock may say so): start over.
+  if (proofs.length === 0) return { kind: 'prove_again', nextProofAt: Math.max(lastSend + policy.listSettleMs, now + 1) };
   const first = Math.min(...proofs);
   if (now - first >= policy.proofSpacingMs && now - lastSend >= policy.reissueAfterLastSendMs) return { kind: 'reissue' };
   return { kind: 'prove_again', nextProofAt: Math.max(first + policy.proofSpacingMs, lastSend + policy.reissueAfterLastSendMs, now + 1) };
