@@ -326,12 +326,16 @@ export async function recordOutcomes(
                               ELSE now() + o.retry_after_ms * interval '1 millisecond'
                             END,
          settled_at       = CASE WHEN o.action = 'record' AND o.status IN ('succeeded', 'failed') THEN now() END,
+         -- The number of the outbox row this write produces (the same condition as the outcome CTE below).
+         event_sequence   = p.event_sequence
+                            + CASE WHEN o.action = 'record' AND (o.status IN ('succeeded', 'failed') OR o.review_reason IS NOT NULL)
+                                   THEN 1 ELSE 0 END,
          lease_token      = NULL,
          lease_until      = NULL,
          updated_at       = now()
          FROM o
         WHERE p.id = o.id AND p.lease_token = o.lease_token AND p.status IN ('pending', 'unknown')
-       RETURNING p.id, p.order_id, p.status, p.external_id, p.review_reason, p.amount, p.currency
+       RETURNING p.id, p.order_id, p.status, p.external_id, p.review_reason, p.amount, p.currency, p.event_sequence
      ),
      audit AS (
        INSERT INTO payment_operation_events
@@ -377,8 +381,10 @@ export async function recordOutcomes(
  * review (the engine's recordOutcomes, the operator's resolution), so the event contract
  * (lambdas/events/contract.ts) is written in one place. `source` is a CTE of the calling statement —
  * a constant, never input — with id, order_id, status, review_reason, amount, currency, external_id,
- * failure_code, event_id and occurred_at; `leaseParam` is the bound parameter of the publish lease
- * in milliseconds (NULL: no lease, the relay's sweep publishes it).
+ * failure_code, event_id, occurred_at and event_sequence (the operation's counter, already advanced
+ * by the calling statement's UPDATE of the row: migrations/004_event_sequence.sql); `leaseParam` is
+ * the bound parameter of the publish lease in milliseconds (NULL: no lease, the relay's sweep
+ * publishes it).
  */
 export function outboxInsertSql(source: string, leaseParam: string): string {
   return `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, publish_lease_until)
@@ -396,7 +402,8 @@ export function outboxInsertSql(source: string, leaseParam: string): string {
                 'currency', currency,
                 'externalId', external_id,
                 'reason', coalesce(review_reason, CASE WHEN status = 'failed' THEN failure_code END),
-                'occurredAt', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
+                'occurredAt', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                'sequence', event_sequence),
               now() + ${leaseParam}::bigint * interval '1 millisecond'
          FROM ${source}`;
 }

@@ -499,6 +499,7 @@ export async function resolveInReview(db: Db, write: ResolveWrite): Promise<Oper
          review_reason   = NULL,
          next_attempt_at = NULL,
          settled_at      = now(),
+         event_sequence  = p.event_sequence + 1,
          updated_at      = now()
         WHERE ${FENCE}
        RETURNING p.*
