@@ -126,14 +126,16 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
   // ── 2. Rejects first: if their write fails, the later records of their groups must not run ahead.
   const invalid = parsed.filter((p) => p.reject);
   if (invalid.length > 0) {
-    try {
-      await recordRejectedMessages(db, invalid.map((p) => p.reject!));
-      for (const p of invalid) {
+    // Per reject: one that cannot be written fails alone, never the others of the batch.
+    const written = await recordRejectedMessages(db, invalid.map((p) => p.reject!));
+    for (const p of invalid) {
+      const error = written.failed.get(p.record.messageId);
+      if (error === undefined) {
         report(p, { orderId: p.reject!.orderId ?? null, operationId: null, fate: { kind: 'rejected', reasonCode: p.reject!.reasonCode, operationId: null } });
+      } else {
+        log.error('could not record a rejected message', { messageId: p.record.messageId, ...describeError(error) });
+        report(p, { orderId: p.reject!.orderId ?? null, operationId: null, fate: { kind: 'not_recorded', what: 'reject' } }, true);
       }
-    } catch (error) {
-      log.error('could not record rejected messages', describeError(error));
-      for (const p of invalid) report(p, { orderId: p.reject!.orderId ?? null, operationId: null, fate: { kind: 'not_recorded', what: 'reject' } }, true);
     }
   }
 
@@ -211,14 +213,15 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
       operationId,
       rawBody: p.record.body ?? '',
     }));
-    try {
-      await recordRejectedMessages(db, rejects);
-      for (const { p, operationId } of conflicts) {
+    const written = await recordRejectedMessages(db, rejects);
+    for (const { p, operationId } of conflicts) {
+      const error = written.failed.get(p.record.messageId);
+      if (error === undefined) {
         report(p, { orderId: p.input!.orderId, operationId, fate: { kind: 'rejected', reasonCode: RejectReason.orderConflict, operationId } });
+      } else {
+        log.error('could not record a conflicting order', { messageId: p.record.messageId, ...describeError(error) });
+        report(p, { orderId: p.input!.orderId, operationId, fate: { kind: 'not_recorded', what: 'reject' } }, true);
       }
-    } catch (error) {
-      log.error('could not record conflicting orders', describeError(error));
-      for (const { p, operationId } of conflicts) report(p, { orderId: p.input!.orderId, operationId, fate: { kind: 'not_recorded', what: 'reject' } }, true);
     }
   }
 
