@@ -81,7 +81,7 @@ const CLAIMABLE = `
 
 const ATTEMPT_STARTED_EVENT = `
   SELECT c.id, $4::text, 'attempt_started', c.status, c.status, c.key_generation,
-         jsonb_build_object('attempt', c.attempts + 1, 'leaseUntil', c.lease_until)
+         jsonb_build_object('attempt', c.attempts + 1, 'leaseUntil', c.lease_until, 'leaseToken', c.lease_token)
     FROM claimed c`;
 
 export type RequestSource = 'inserted' | 'claimed' | 'existing';
@@ -149,7 +149,7 @@ export async function requestAndClaim(
        SELECT id, $4::text, 'requested', NULL, status, key_generation, '{}'::jsonb FROM inserted
        UNION ALL
        SELECT id, $4::text, 'attempt_started', status, status, key_generation,
-              jsonb_build_object('attempt', attempts + 1, 'leaseUntil', lease_until)
+              jsonb_build_object('attempt', attempts + 1, 'leaseUntil', lease_until, 'leaseToken', lease_token)
          FROM inserted WHERE lease_token IS NOT NULL
        UNION ALL ${ATTEMPT_STARTED_EVENT}
      )
@@ -347,6 +347,9 @@ export async function recordOutcomes(
               o.step, o.from_status, u.status, o.error_class, o.error_code, coalesce(o.external_id, u.external_id),
               o.key_generation,
               coalesce(o.detail, '{}'::jsonb)
+                -- The claim this outcome belongs to (its attempt_started carries the same token):
+                -- a zombie's late write is paired with its own claim, not with the next one.
+                || jsonb_build_object('leaseToken', o.lease_token)
                 || CASE WHEN o.review_reason IS NOT NULL THEN jsonb_build_object('reviewReason', o.review_reason) ELSE '{}'::jsonb END
                 || CASE WHEN u.id IS NULL THEN jsonb_build_object('discardedStatus', o.status) ELSE '{}'::jsonb END
          FROM o LEFT JOIN upd u ON u.id = o.id
