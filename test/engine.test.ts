@@ -286,6 +286,30 @@ describe('beyond the seed', () => {
     expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(0);
   });
 
+  it.each([
+    ['rate_limited_429', 'StripeRateLimitError'],
+    ['unauthorized_401', 'StripeAuthenticationError'],
+    ['permission_403', 'StripePermissionError'],
+  ] as const)("an SDK retry hides a first attempt that charged (answer lost, the retry gets %s) → unknown, never 'pending'", async (fault, errorClass) => {
+    const id = await engine().requestCharge(order());
+    // Attempt 1 executes and its connection closes before the answer; stripe-node retries a closed
+    // connection once even with maxNetworkRetries 0 (fake-stripe/faults.ts); attempt 2 meets the fault.
+    stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'lost_response_after_commit');
+    stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, fault);
+    const first = await engine().executeCharge(id);
+    expect(createsFor(id)).toHaveLength(2); // two HTTP attempts in one SDK call
+    expect(succeededAtStripe(id)).toHaveLength(1); // …and the first one charged
+    expect(first.status).toBe('unknown');
+    const r = await row(id);
+    expect(r).toMatchObject({ status: 'unknown', last_error_class: errorClass });
+    const outcome = (await events(id)).find((e) => e.action === 'outcome_recorded');
+    expect(outcome.detail).toMatchObject({ httpAttempts: 2 });
+    // The ambiguous path settles it under the same key: the replay of attempt 1's success.
+    await makeDue(id);
+    expect(await engine().executeCharge(id)).toMatchObject({ status: 'succeeded', step: 'create' });
+    expect(succeededAtStripe(id)).toHaveLength(1);
+  });
+
   it('idempotency_error → review with the key named, never swallowed', async () => {
     const input = order();
     const id = await engine().requestCharge(input);
