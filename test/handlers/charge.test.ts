@@ -441,6 +441,32 @@ describe('the FIFO group rule (hand-built batches of really received messages)',
 });
 
 describe('remaining time', () => {
+  it('the lease bounds the calls too: none starts after lease − worst-case call, the rest is released, open and due', async () => {
+    const requests = [order(), order(), order()];
+    await sendChargeRequests(sqs.client, sqs.queueUrl, requests);
+    const messages = await receiveMessages(queue, 3);
+    // Lease 1.5 s, worst-case call 1 s: calls may start during the first 0.5 s only. The first call
+    // is held past that window, so with one call at a time the two others must not start (they
+    // could not finish inside the lease that fences them) — plenty of invocation time left.
+    const first = stripe.fake.hold({ endpoint: 'create' });
+    const batch = processChargeBatch(
+      toSqsEvent(messages, queue).Records,
+      deps(db.pool, { concurrency: 1, policy: { leaseMs: 1_500 }, worstCallMs: 1_000, minTimeToCallMs: 1_000 }),
+      plenty,
+    );
+    await first.arrived;
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    first.release();
+    const result = await batch;
+    await settleBatch(queue, messages, result.response);
+
+    expect(result.response.batchItemFailures).toEqual([]);
+    expect(creates()).toHaveLength(1);
+    const released = result.records.filter((r) => r.fate.kind === 'processed' && r.fate.disposition === 'released');
+    expect(released).toHaveLength(2);
+    for (const r of released) expect(await operationOf(r.orderId!)).toMatchObject({ status: 'pending', lease_token: null });
+  });
+
   it('time running out mid-batch → the calls not started are released, open and due', async () => {
     const requests = [order(), order(), order()];
     await sendChargeRequests(sqs.client, sqs.queueUrl, requests);
