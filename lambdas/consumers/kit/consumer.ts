@@ -1,0 +1,231 @@
+// createOutcomeConsumer: the kit's core. A batch of SQS records (fed by an EventBridge rule on the
+// pipeline's bus) in; per record, one of three phases, and a partial batch response out:
+//
+//   read    body → EventBridge envelope → detail (poison when unreadable: recorded, acknowledged)
+//   admit   one statement: inbox dedup + newest-sequence-wins + claim (inbox-store.ts)
+//   apply   run the effect under the consumer's policy and settle its answer (fenced by the lease)
+//
+// A record is reported in batchItemFailures only when running it again later is what the policy
+// wants (an ambiguous answer under idempotent / at-least-once, a definite "not executed"), when
+// another invocation holds its lease, or when the inbox itself could not be reached. Everything
+// else — done, duplicate, stale, poison, abandoned, failed — is acknowledged: recorded, explained,
+// never looping to the DLQ.
+import { randomUUID } from 'node:crypto';
+import { z } from 'zod';
+import type { Db } from '../../payments/db.ts';
+import { describeError, type LogSink, silentLog } from '../../runtime/observability.ts';
+import { parseRecordBody } from './envelope.ts';
+import { ConsumerConfigError, EffectFailure, failureOf } from './errors.ts';
+import { admit, recordPoison, settle, type Admission, type Settlement } from './inbox-store.ts';
+import { orderKey } from './ordering.ts';
+import { isPolicy, type BatchCounts, type ConsumerPolicy, type Effect, type OutcomeEvent, type QueueRecord, type RecordResult } from './types.ts';
+
+export interface OutcomeConsumerOptions<D> {
+  /** Names the consumer everywhere: inbox rows, idempotency keys, logs, metrics. `^[a-z][a-z0-9-]{0,62}$`. */
+  readonly name: string;
+  readonly db: Db;
+  readonly policy: ConsumerPolicy;
+  readonly effect: Effect<D>;
+  /** The detail-types this consumer subscribed to (its rule's pattern); anything else is poison. */
+  readonly detailTypes: readonly string[];
+  /** Accepted envelope sources. @default any (the rule's pattern chose already) */
+  readonly sources?: readonly string[];
+  /** The consumer's view of `detail` (eventId / operationId / sequence are checked by the kit). @default any object */
+  readonly detailSchema?: z.ZodType<D>;
+  /**
+   * How long a claim keeps other deliveries off an event. Must outlast one invocation (the function
+   * timeout), and stay below the queue's visibility timeout so that the delivery after a crash finds
+   * it expired. @default 90 000 (a 60 s function, 6 min visibility)
+   */
+  readonly leaseMs?: number;
+  /** Records worked at once within a batch. @default 4 */
+  readonly concurrency?: number;
+  readonly log?: LogSink;
+}
+
+export interface BatchResult {
+  readonly response: { readonly batchItemFailures: { readonly itemIdentifier: string }[] };
+  readonly results: readonly RecordResult[];
+  readonly counts: BatchCounts;
+}
+
+export interface OutcomeConsumer {
+  readonly name: string;
+  readonly policy: ConsumerPolicy;
+  readonly detailTypes: readonly string[];
+  processBatch(records: readonly QueueRecord[]): Promise<BatchResult>;
+}
+
+const NAME = /^[a-z][a-z0-9-]{0,62}$/;
+
+export function createOutcomeConsumer<D = Record<string, unknown>>(options: OutcomeConsumerOptions<D>): OutcomeConsumer {
+  const { name, policy, db, effect } = options;
+  const problems: string[] = [];
+  if (!NAME.test(name)) problems.push(`name must match ${NAME} (it is part of idempotency keys and metric dimensions), got ${JSON.stringify(name)}`);
+  if (!isPolicy(policy)) problems.push(`policy must be idempotent, at-least-once or at-most-once, got ${JSON.stringify(policy)}`);
+  if (options.detailTypes.length === 0) problems.push('detailTypes must name at least one detail-type (the rule pattern of this consumer)');
+  const leaseMs = options.leaseMs ?? 90_000;
+  if (!Number.isInteger(leaseMs) || leaseMs < 1_000) problems.push(`leaseMs must be an integer ≥ 1000, got ${leaseMs}`);
+  const concurrency = options.concurrency ?? 4;
+  if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 50) problems.push(`concurrency must be an integer in [1, 50], got ${concurrency}`);
+  if (problems.length > 0) throw new ConsumerConfigError(`invalid outcome consumer configuration:\n  - ${problems.join('\n  - ')}`);
+
+  const log = options.log ?? silentLog;
+  const tag = { consumer: name, policy };
+  const expectations = {
+    detailTypes: options.detailTypes,
+    ...(options.sources ? { sources: options.sources } : {}),
+    detailSchema: (options.detailSchema ?? z.record(z.string(), z.unknown())) as z.ZodType<D>,
+  };
+
+  // ── phase 3: apply ─────────────────────────────────────────────────────────────────────────
+  async function apply(record: QueueRecord, event: OutcomeEvent<D>, admission: Admission, leaseToken: string): Promise<RecordResult> {
+    const rowPolicy = admission.policy;
+    const base = { messageId: record.messageId, eventId: event.eventId, effectCalls: 1 };
+    // Re-run of an attempt whose answer was never recorded (a crash, a lost lease): the promise
+    // the policy makes is kept right here — idempotent re-sends the same key, at-least-once re-sends.
+    const recovered = admission.previousState === 'attempting';
+    const key = { consumer: name, eventId: event.eventId, leaseToken };
+    let settlement: Settlement;
+    let outcome: RecordResult['outcome'];
+    try {
+      const result = await effect(event, {
+        consumer: name,
+        policy: rowPolicy,
+        idempotencyKey: rowPolicy === 'idempotent' ? `${name}:${event.eventId}` : undefined,
+        attempt: admission.attempts,
+      });
+      settlement = { to: 'done', result: result ?? null };
+      outcome = 'done';
+    } catch (error) {
+      const failure = failureOf(error);
+      const message = describeError(error).errorMessage;
+      if (failure === EffectFailure.rejected) {
+        settlement = { to: 'failed', error: message };
+        outcome = 'failed';
+      } else if (failure === EffectFailure.notExecuted) {
+        settlement = { to: 'pending', error: message };
+        outcome = 'not_executed';
+      } else if (rowPolicy === 'at-most-once') {
+        // It may have happened: running it again could duplicate. The accepted miss.
+        settlement = { to: 'abandoned', error: `ambiguous: ${message}` };
+        outcome = 'abandoned';
+      } else {
+        settlement = { to: 'retry', error: `ambiguous: ${message}` };
+        outcome = 'retry';
+      }
+    }
+    let settled: boolean;
+    try {
+      settled = await settle(db, key, settlement);
+    } catch (error) {
+      // The effect's answer is known but not recorded. The row still says "attempting" with our
+      // lease: exactly the crash case, and the next delivery treats it so (per the row's policy).
+      log.error('effect answered but its record failed; the next delivery decides by the policy', { ...tag, eventId: event.eventId, outcome, ...describeError(error) });
+      return { ...base, outcome: 'not_recorded', acknowledged: false, recovered, error: describeError(error).errorMessage };
+    }
+    if (!settled) {
+      // Our lease ran out and another delivery claimed the event: its record is the one that counts.
+      log.warn('lease lost before the answer was recorded; the newer attempt decides', { ...tag, eventId: event.eventId, outcome });
+    }
+    const acknowledged = outcome === 'done' || outcome === 'abandoned' || outcome === 'failed';
+    const line = { ...tag, eventId: event.eventId, operationId: event.operationId, detailType: event.detailType, attempt: admission.attempts, outcome, ...(recovered ? { recovered } : {}) };
+    if (outcome === 'done') log.info('effect done', line);
+    else if (outcome === 'abandoned' || outcome === 'failed') log.error(`effect ${outcome}`, { ...line, error: 'error' in settlement ? settlement.error : undefined });
+    else log.warn(`effect will run again (${outcome})`, { ...line, error: 'error' in settlement ? settlement.error : undefined });
+    return { ...base, outcome, acknowledged, recovered, ...('error' in settlement ? { error: settlement.error } : {}) };
+  }
+
+  // ── one record: read → admit → apply ───────────────────────────────────────────────────────
+  async function processRecord(record: QueueRecord): Promise<RecordResult> {
+    const parsed = parseRecordBody(record.body, expectations);
+    if (!parsed.ok) {
+      try {
+        await recordPoison(db, { consumer: name, messageId: record.messageId, reason: parsed.reason, body: record.body });
+      } catch (error) {
+        log.error('poison event could not be recorded; it goes back to the queue', { ...tag, messageId: record.messageId, ...describeError(error) });
+        return { messageId: record.messageId, outcome: 'not_recorded', acknowledged: false, effectCalls: 0, error: describeError(error).errorMessage };
+      }
+      log.error('poison event recorded and acknowledged', { ...tag, messageId: record.messageId, reason: parsed.reason });
+      return { messageId: record.messageId, outcome: 'poison', acknowledged: true, effectCalls: 0, error: parsed.reason };
+    }
+    const event = parsed.event;
+    const leaseToken = randomUUID();
+    let admission: Admission;
+    try {
+      admission = await admit(db, {
+        consumer: name,
+        eventId: event.eventId,
+        operationId: event.operationId,
+        sequence: event.sequence,
+        orderKey: orderKey(event.sequence),
+        detailType: event.detailType,
+        policy,
+        detail: event.detail,
+        leaseToken,
+        leaseMs,
+      });
+    } catch (error) {
+      log.error('inbox unreachable; the record goes back to the queue', { ...tag, eventId: event.eventId, ...describeError(error) });
+      return { messageId: record.messageId, eventId: event.eventId, outcome: 'not_recorded', acknowledged: false, effectCalls: 0, error: describeError(error).errorMessage };
+    }
+    const skip = (outcome: RecordResult['outcome'], acknowledged: boolean): RecordResult => {
+      log.info(`event ${outcome}`, { ...tag, eventId: event.eventId, operationId: event.operationId, sequence: event.sequence, state: admission.state, deliveries: admission.deliveries });
+      return { messageId: record.messageId, eventId: event.eventId, outcome, acknowledged, effectCalls: 0 };
+    };
+    if (admission.claimed) return apply(record, event, admission, leaseToken);
+    if (admission.state === 'attempting') return skip('busy', false);
+    if (admission.state === 'stale') return skip(admission.previousState === null || admission.previousState !== 'stale' ? 'stale' : 'duplicate', true);
+    if (admission.state === 'abandoned' && admission.previousState === 'attempting') {
+      log.error('effect abandoned: an earlier attempt never recorded its answer', { ...tag, eventId: event.eventId });
+      return { messageId: record.messageId, eventId: event.eventId, outcome: 'abandoned', acknowledged: true, effectCalls: 0 };
+    }
+    return skip('duplicate', true);
+  }
+
+  return {
+    name,
+    policy,
+    detailTypes: [...options.detailTypes],
+    async processBatch(records) {
+      const results = await mapLimit(records, concurrency, processRecord);
+      return {
+        response: { batchItemFailures: results.filter((r) => !r.acknowledged).map((r) => ({ itemIdentifier: r.messageId })) },
+        results,
+        counts: countResults(results),
+      };
+    },
+  };
+}
+
+export function countResults(results: readonly RecordResult[]): BatchCounts {
+  const n = (outcome: RecordResult['outcome']) => results.filter((r) => r.outcome === outcome).length;
+  return {
+    records: results.length,
+    done: n('done'),
+    duplicates: n('duplicate'),
+    stale: n('stale'),
+    poison: n('poison'),
+    retries: n('retry'),
+    notExecuted: n('not_executed'),
+    abandoned: n('abandoned'),
+    failed: n('failed'),
+    busy: n('busy'),
+    notRecorded: n('not_recorded'),
+    effectCalls: results.reduce((sum, r) => sum + r.effectCalls, 0),
+    recovered: results.filter((r) => r.recovered).length,
+  };
+}
+
+async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out = new Array<R>(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return out;
+}
