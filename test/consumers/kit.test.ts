@@ -57,17 +57,14 @@ describe('the inbox absorbs duplicate deliveries', () => {
     expect(await inboxRow(db.pool, consumer.name, event.eventId)).toMatchObject({ state: 'done', attempts: 1, deliveries: 3, policy: 'at-least-once' });
   });
 
-  it('lets only one of two copies in the same batch run; the other waits (reported) and is then a duplicate', async () => {
+  it('works two copies of one event in the same batch one after the other: one effect, one duplicate, nothing reported', async () => {
     const consumer = notifier('at-least-once');
     const event = outcomeEvent();
-    const copies = [delivery(event), delivery(event)];
-    const batch = await consumer.processBatch(copies);
-    expect(batch.results.map((r) => r.outcome).sort()).toEqual(['busy', 'done']);
-    const busy = batch.results.find((r) => r.outcome === 'busy')!;
-    expect(batch.response.batchItemFailures).toEqual([{ itemIdentifier: busy.messageId }]);
-    const redelivered = await consumer.processBatch([copies.find((c) => c.messageId === busy.messageId)!]);
-    expect(redelivered.results[0]?.outcome).toBe('duplicate');
-    expect(plain.sent()).toHaveLength(1);
+    const other = outcomeEvent();
+    const batch = await consumer.processBatch([delivery(event), delivery(other), delivery(event)]);
+    expect(batch.results.map((r) => r.outcome)).toEqual(['done', 'done', 'duplicate']);
+    expect(batch.response.batchItemFailures).toEqual([]);
+    expect(plain.sent()).toHaveLength(2);
   });
 });
 

@@ -14,7 +14,7 @@ import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import type { Db } from '../../payments/db.ts';
 import { describeError, type LogSink, silentLog } from '../../runtime/observability.ts';
-import { parseRecordBody } from './envelope.ts';
+import { parseRecordBody, type ParsedRecord } from './envelope.ts';
 import { ConsumerConfigError, EffectFailure, failureOf } from './errors.ts';
 import { admit, recordPoison, settle, type Admission, type Settlement } from './inbox-store.ts';
 import { orderKey } from './ordering.ts';
@@ -137,8 +137,7 @@ export function createOutcomeConsumer<D = Record<string, unknown>>(options: Outc
   }
 
   // ── one record: read → admit → apply ───────────────────────────────────────────────────────
-  async function processRecord(record: QueueRecord): Promise<RecordResult> {
-    const parsed = parseRecordBody(record.body, expectations);
+  async function processRecord(record: QueueRecord, parsed: ParsedRecord<D>): Promise<RecordResult> {
     if (!parsed.ok) {
       try {
         await recordPoison(db, { consumer: name, messageId: record.messageId, reason: parsed.reason, body: record.body });
@@ -188,7 +187,19 @@ export function createOutcomeConsumer<D = Record<string, unknown>>(options: Outc
     policy,
     detailTypes: [...options.detailTypes],
     async processBatch(records) {
-      const results = await mapLimit(records, concurrency, processRecord);
+      // Copies of one event in one batch (EventBridge and the outbox both re-send) are worked one
+      // after the other, so the second finds the first's record (a duplicate) instead of its live
+      // lease (busy, and one more delivery for nothing). Different events run concurrently.
+      const parsed = records.map((record) => parseRecordBody(record.body, expectations));
+      const groups = new Map<string, number[]>();
+      parsed.forEach((p, i) => {
+        const key = p.ok ? `event:${p.event.eventId}` : `message:${records[i]!.messageId}:${i}`;
+        groups.set(key, [...(groups.get(key) ?? []), i]);
+      });
+      const results = new Array<RecordResult>(records.length);
+      await mapLimit([...groups.values()], concurrency, async (indexes) => {
+        for (const i of indexes) results[i] = await processRecord(records[i]!, parsed[i]!);
+      });
       return {
         response: { batchItemFailures: results.filter((r) => !r.acknowledged).map((r) => ({ itemIdentifier: r.messageId })) },
         results,
