@@ -10,24 +10,10 @@ import middy from '@middy/core';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { describeError } from '../../runtime/observability.ts';
 import type { OutcomeConsumer } from './consumer.ts';
+import { CONSUMER_METRICS } from './metrics.ts';
 import type { BatchCounts } from './types.ts';
 
-/** Metric names (namespace: the function's POWERTOOLS_METRICS_NAMESPACE; dimensions service, consumer, policy). */
-export const CONSUMER_METRICS = {
-  records: 'ConsumerRecords',
-  done: 'EffectsDone',
-  duplicates: 'DuplicatesAbsorbed',
-  stale: 'StaleEventsIgnored',
-  poison: 'PoisonEvents',
-  retries: 'EffectRetries',
-  notExecuted: 'EffectsNotExecuted',
-  abandoned: 'EffectsAbandoned',
-  failed: 'EffectsFailed',
-  busy: 'RecordsBusy',
-  notRecorded: 'RecordsNotRecorded',
-  effectCalls: 'EffectCalls',
-  recovered: 'EffectsRecovered',
-} as const satisfies Record<keyof BatchCounts, string>;
+export { CONSUMER_METRICS } from './metrics.ts';
 
 export function publishConsumerCounts(metrics: Metrics, counts: BatchCounts): void {
   for (const [key, name] of Object.entries(CONSUMER_METRICS) as [keyof BatchCounts, string][]) {

@@ -3,7 +3,7 @@
 // own (DATABASE_URL / DB_SECRET_ARN, DB_* — lambdas/runtime/config.ts); everything else is here.
 import { ConsumerConfigError } from '../kit/errors.ts';
 import { isPolicy, POLICIES, type ConsumerPolicy } from '../kit/types.ts';
-import { DEFAULT_RECEIPTS_POLICY } from './notifier.ts';
+import { DEFAULT_RECEIPTS_POLICY } from './contract.ts';
 
 export interface ReceiptsConfig {
   readonly policy: ConsumerPolicy;

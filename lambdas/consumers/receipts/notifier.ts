@@ -14,10 +14,10 @@ import { createOutcomeConsumer, type OutcomeConsumer } from '../kit/consumer.ts'
 import { ConsumerConfigError } from '../kit/errors.ts';
 import { kitMigrations, type MigrationSet } from '../kit/migrations.ts';
 import type { ConsumerPolicy, Effect } from '../kit/types.ts';
+import { DEFAULT_RECEIPTS_POLICY, RECEIPT_DETAIL_TYPES } from './contract.ts';
 import type { EmailProvider } from './email-provider.ts';
 
-export const RECEIPT_DETAIL_TYPES = ['Charge Succeeded', 'Refund Succeeded'] as const;
-export const DEFAULT_RECEIPTS_POLICY: ConsumerPolicy = 'at-least-once';
+export { DEFAULT_RECEIPTS_POLICY, RECEIPT_DETAIL_TYPES } from './contract.ts';
 
 /** What a receipt needs of the detail (lambdas/events/contract.ts; a refund's detail is assumed to carry the same). */
 export const receiptDetailSchema = z.looseObject({
