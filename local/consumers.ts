@@ -255,6 +255,7 @@ export function formatConsumerLedger(entries: readonly ConsumerLedgerEntry[], st
     ['duplicates absorbed', ...entries.map((e) => String(e.outcomes.duplicates))],
     ['stale ignored', ...entries.map((e) => String(e.outcomes.stale))],
     ['retried (ambiguous/429)', ...entries.map((e) => String(e.outcomes.retries + e.outcomes.notExecuted))],
+    ['busy (lease held, again)', ...entries.map((e) => String(e.outcomes.busy))],
     ['abandoned', ...entries.map((e) => String(e.inbox.abandoned))],
     ['effect calls', ...entries.map((e) => String(e.effectCalls))],
     ['receipts sent', ...entries.map((e) => String(e.receiptsSent))],

@@ -2,6 +2,8 @@
 // -c receiptNotifier=true): queue + DLQ, a rule on the pipeline's bus with the consumer's pattern,
 // the function with a partial-batch event source, the alarms of CONSUMER_ALARM_CATALOG, and
 // cdk-nag AwsSolutions clean.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import * as cdk from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
@@ -13,6 +15,7 @@ import { CONSUMER_ALARM_CATALOG } from '../../lib/alarm-catalog.ts';
 import { ChargePipelineStack, stackNameFor } from '../../lib/charge-pipeline-stack.ts';
 import { DeploymentSettingsError, settingsFromContext } from '../../lib/config.ts';
 import { addReceiptNotifier, OutcomeConsumer, receiptNotifierFromContext } from '../../lib/outcome-consumer.ts';
+import { PROJECT_ROOT } from '../../lib/pipeline-function.ts';
 import { type CfnResource, logicalId, newApp, ofType, removeSynthOutput } from './support.ts';
 
 afterAll(removeSynthOutput);
@@ -126,6 +129,16 @@ describe('the receipt notifier as an OutcomeConsumer', () => {
     const report = new AwsSolutionsChecks(withReceipts.app).validateScope(withReceipts.app);
     const findings = report.violations.flatMap((v) => v.violatingResources.map((r) => `${v.ruleName} at ${r.constructPath}`));
     expect(findings).toEqual([]);
+  });
+});
+
+describe('docs/deploy.md', () => {
+  it('lists every consumer alarm with its meaning', () => {
+    const doc = readFileSync(path.join(PROJECT_ROOT, 'docs/deploy.md'), 'utf8');
+    for (const { name, meaning } of CONSUMER_ALARM_CATALOG) {
+      expect(doc, name).toContain(`| \`${name}\` |`);
+      expect(doc, name).toContain(meaning);
+    }
   });
 });
 
