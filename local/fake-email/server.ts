@@ -79,6 +79,8 @@ export interface FakeEmail {
   stats(): FakeEmailStats;
   /** The next `times` requests (matching `match`, default all) get this fault. */
   injectFault(kind: EmailFaultKind, options?: { times?: number; match?: (r: EmailRequestView) => boolean }): void;
+  /** Forget every idempotency key (standing for the provider pruning keys after their 24 h). */
+  forgetKeys(): void;
   reset(): void;
   close(): Promise<void>;
 }
@@ -235,6 +237,9 @@ export async function startFakeEmail(options: FakeEmailOptions = {}): Promise<Fa
     stats: () => ({ requests, sent: sent.length, replays, faults: { ...faults }, rejected }),
     injectFault(kind, o = {}) {
       scripted.push({ kind, left: o.times ?? 1, ...(o.match ? { match: o.match } : {}) });
+    },
+    forgetKeys() {
+      keys = new Map();
     },
     reset() {
       sent = [];

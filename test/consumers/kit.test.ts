@@ -173,6 +173,20 @@ describe('each policy keeps its promise when the answer is lost', () => {
     expect(await acceptedSends(db.pool, event.eventId)).toBe(1);
   });
 
+  it('idempotent: a retry after the provider’s key lifetime is made, flagged and counted — the provider may act twice', async () => {
+    const consumer = notifier('idempotent');
+    const event = outcomeEvent();
+    keyed.injectFault('lostResponse');
+    expect((await consumer.processBatch([delivery(event)])).results[0]?.outcome).toBe('retry');
+    // A day later: the provider pruned the key (Resend: 24 h), and the kit knows the first attempt's age.
+    await db.pool.query(`UPDATE outcome_consumer.inbox SET first_attempted_at = now() - interval '25 hours' WHERE consumer = $1`, [consumer.name]);
+    keyed.forgetKeys();
+    const late = await consumer.processBatch([delivery(event, 2)]);
+    expect(late.results[0]).toMatchObject({ outcome: 'done', keyExpired: true });
+    expect(late.counts.keyExpired).toBe(1);
+    expect(keyed.sent()).toHaveLength(2); // the duplicate the key could no longer prevent
+  });
+
   it('at-most-once: an ambiguous answer is given up and acknowledged; a 500 before sending is the accepted miss', async () => {
     const consumer = notifier('at-most-once');
     const sentButLost = outcomeEvent();

@@ -38,6 +38,13 @@ export interface OutcomeConsumerOptions<D> {
    * it expired. @default 90 000 (a 60 s function, 6 min visibility)
    */
   readonly leaseMs?: number;
+  /**
+   * idempotent only: how long the provider keeps an idempotency key. An attempt later than this after
+   * the first one may meet a forgotten key and act twice (the seed's §8: "a key does not make it safe
+   * days later"); it is still made — a receipt sent twice is better than none — but logged, counted
+   * (IdempotencyKeyLifetimeExceeded) and marked on the result. @default 23 h (Resend keeps keys 24 h)
+   */
+  readonly keyLifetimeMs?: number;
   /** Records worked at once within a batch. @default 4 */
   readonly concurrency?: number;
   readonly log?: LogSink;
@@ -66,6 +73,8 @@ export function createOutcomeConsumer<D = Record<string, unknown>>(options: Outc
   if (options.detailTypes.length === 0) problems.push('detailTypes must name at least one detail-type (the rule pattern of this consumer)');
   const leaseMs = options.leaseMs ?? 90_000;
   if (!Number.isInteger(leaseMs) || leaseMs < 1_000) problems.push(`leaseMs must be an integer ≥ 1000, got ${leaseMs}`);
+  const keyLifetimeMs = options.keyLifetimeMs ?? 23 * 3_600_000;
+  if (!Number.isInteger(keyLifetimeMs) || keyLifetimeMs < 1) problems.push(`keyLifetimeMs must be a positive integer, got ${keyLifetimeMs}`);
   const concurrency = options.concurrency ?? 4;
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 50) problems.push(`concurrency must be an integer in [1, 50], got ${concurrency}`);
   if (problems.length > 0) throw new ConsumerConfigError(`invalid outcome consumer configuration:\n  - ${problems.join('\n  - ')}`);
@@ -86,6 +95,10 @@ export function createOutcomeConsumer<D = Record<string, unknown>>(options: Outc
     // the policy makes is kept right here — idempotent re-sends the same key, at-least-once re-sends.
     const recovered = admission.previousState === 'attempting';
     const key = { consumer: name, eventId: event.eventId, leaseToken };
+    const keyExpired = rowPolicy === 'idempotent' && admission.firstAttemptedAt !== null && Date.now() - admission.firstAttemptedAt.getTime() > keyLifetimeMs;
+    if (keyExpired) {
+      log.warn('idempotency key lifetime passed: the provider may have forgotten the key, a duplicate is possible', { ...tag, eventId: event.eventId, firstAttemptedAt: admission.firstAttemptedAt?.toISOString() });
+    }
     let settlement: Settlement;
     let outcome: RecordResult['outcome'];
     try {
@@ -133,7 +146,7 @@ export function createOutcomeConsumer<D = Record<string, unknown>>(options: Outc
     if (outcome === 'done') log.info('effect done', line);
     else if (outcome === 'abandoned' || outcome === 'failed') log.error(`effect ${outcome}`, { ...line, error: 'error' in settlement ? settlement.error : undefined });
     else log.warn(`effect will run again (${outcome})`, { ...line, error: 'error' in settlement ? settlement.error : undefined });
-    return { ...base, outcome, acknowledged, recovered, ...('error' in settlement ? { error: settlement.error } : {}) };
+    return { ...base, outcome, acknowledged, recovered, ...(keyExpired ? { keyExpired } : {}), ...('error' in settlement ? { error: settlement.error } : {}) };
   }
 
   // ── one record: read → admit → apply ───────────────────────────────────────────────────────
@@ -225,6 +238,7 @@ export function countResults(results: readonly RecordResult[]): BatchCounts {
     notRecorded: n('not_recorded'),
     effectCalls: results.reduce((sum, r) => sum + r.effectCalls, 0),
     recovered: results.filter((r) => r.recovered).length,
+    keyExpired: results.filter((r) => r.keyExpired).length,
   };
 }
 

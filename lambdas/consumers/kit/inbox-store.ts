@@ -45,6 +45,8 @@ export interface Admission {
   readonly deliveries: number;
   /** The policy recorded on the row (the one its first delivery was admitted under). */
   readonly policy: ConsumerPolicy;
+  /** When the first attempt was claimed: the start of the provider's key lifetime. */
+  readonly firstAttemptedAt: Date | null;
 }
 
 // The claim on an existing row: open (attempting or pending), not leased by a live worker, not an
@@ -94,8 +96,9 @@ const ADMIT_SQL = `
       WHEN i.state = 'attempting' AND i.lease_until <= now() AND i.policy = 'at-most-once'
         THEN 'interrupted: an attempt was started and its answer never recorded; at-most-once does not run it again'
       ELSE i.last_error END
+  -- RETURNING old.* is PostgreSQL 18 (the version this project runs everywhere, RDS included).
   RETURNING i.state, old.state AS previous_state, (i.lease_token IS NOT DISTINCT FROM $9::uuid AND i.state = 'attempting') AS claimed,
-            i.attempts, i.deliveries, i.policy`;
+            i.attempts, i.deliveries, i.policy, i.first_attempted_at`;
 
 /** Record the arrival of an event and decide, in one statement, what this delivery must do. */
 export async function admit(db: Db, input: AdmitInput): Promise<Admission> {
@@ -106,6 +109,7 @@ export async function admit(db: Db, input: AdmitInput): Promise<Admission> {
     attempts: number;
     deliveries: number;
     policy: ConsumerPolicy;
+    first_attempted_at: Date | null;
   }>({
     name: 'outcome-consumer-admit',
     text: ADMIT_SQL,
@@ -131,6 +135,7 @@ export async function admit(db: Db, input: AdmitInput): Promise<Admission> {
     attempts: row.attempts,
     deliveries: row.deliveries,
     policy: row.policy,
+    firstAttemptedAt: row.first_attempted_at,
   };
 }
 

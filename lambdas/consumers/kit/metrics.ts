@@ -16,4 +16,5 @@ export const CONSUMER_METRICS = {
   notRecorded: 'RecordsNotRecorded',
   effectCalls: 'EffectCalls',
   recovered: 'EffectsRecovered',
+  keyExpired: 'IdempotencyKeyLifetimeExceeded',
 } as const satisfies Record<keyof BatchCounts, string>;

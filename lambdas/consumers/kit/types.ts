@@ -87,6 +87,8 @@ export interface RecordResult {
   readonly effectCalls: number;
   /** A re-run after an attempt whose answer never got recorded (a crash, a lost lease). */
   readonly recovered?: boolean;
+  /** idempotent: this attempt came after the provider's key lifetime (a duplicate is possible). */
+  readonly keyExpired?: boolean;
   readonly error?: string;
 }
 
@@ -105,4 +107,6 @@ export interface BatchCounts {
   readonly effectCalls: number;
   /** Effects run again after an attempt that left no record of its answer. */
   readonly recovered: number;
+  /** idempotent attempts made after the provider may have forgotten the key. */
+  readonly keyExpired: number;
 }

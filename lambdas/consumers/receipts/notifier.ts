@@ -54,6 +54,8 @@ export interface ReceiptNotifierOptions {
   readonly from: string;
   readonly recipient: RecipientLookup;
   readonly leaseMs?: number;
+  /** idempotent only: the provider's key lifetime (kit default 23 h, under Resend's 24 h). */
+  readonly keyLifetimeMs?: number;
   readonly concurrency?: number;
   readonly log?: LogSink;
 }
@@ -118,6 +120,7 @@ export function createReceiptNotifier(options: ReceiptNotifierOptions): OutcomeC
     detailTypes: RECEIPT_DETAIL_TYPES,
     detailSchema: receiptDetailSchema,
     ...(options.leaseMs !== undefined ? { leaseMs: options.leaseMs } : {}),
+    ...(options.keyLifetimeMs !== undefined ? { keyLifetimeMs: options.keyLifetimeMs } : {}),
     ...(options.concurrency !== undefined ? { concurrency: options.concurrency } : {}),
     ...(options.log ? { log: options.log } : {}),
   });
