@@ -251,7 +251,7 @@ async function runOnce(
   registerPipeline(pipeline);
   const st = ui.style;
   // The outcome consumers (docs/events.md): the receipt notifier on this run's bus, once per policy.
-  const consumers = args.consumers && !args.serve ? await startLocalConsumers({ pipeline, faults: pipeline.faults, seed: args.seed, log: (line) => logLines.push(`${new Date().toISOString()} ${line}`) }) : null;
+  const consumers = args.consumers ? await startLocalConsumers({ pipeline, faults: pipeline.faults, seed: args.seed, log: (line) => logLines.push(`${new Date().toISOString()} ${line}`) }) : null;
   try {
     const e = pipeline.environment;
     ui.write(
