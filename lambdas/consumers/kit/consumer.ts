@@ -99,8 +99,7 @@ export function createOutcomeConsumer<D = Record<string, unknown>>(options: Outc
     if (keyExpired) {
       log.warn('idempotency key lifetime passed: the provider may have forgotten the key, a duplicate is possible', { ...tag, eventId: event.eventId, firstAttemptedAt: admission.firstAttemptedAt?.toISOString() });
     }
-    let settlement: Settlement;
-    let outcome: RecordResult['outcome'];
+    let answer: Answer;
     try {
       const result = await effect(event, {
         consumer: name,
@@ -108,26 +107,11 @@ export function createOutcomeConsumer<D = Record<string, unknown>>(options: Outc
         idempotencyKey: rowPolicy === 'idempotent' ? `${name}:${event.eventId}` : undefined,
         attempt: admission.attempts,
       });
-      settlement = { to: 'done', result: result ?? null };
-      outcome = 'done';
+      answer = { outcome: 'done', settlement: { to: 'done', result: result ?? null } };
     } catch (error) {
-      const failure = failureOf(error);
-      const message = describeError(error).errorMessage;
-      if (failure === EffectFailure.rejected) {
-        settlement = { to: 'failed', error: message };
-        outcome = 'failed';
-      } else if (failure === EffectFailure.notExecuted) {
-        settlement = { to: 'pending', error: message };
-        outcome = 'not_executed';
-      } else if (rowPolicy === 'at-most-once') {
-        // It may have happened: running it again could duplicate. The accepted miss.
-        settlement = { to: 'abandoned', error: `ambiguous: ${message}` };
-        outcome = 'abandoned';
-      } else {
-        settlement = { to: 'retry', error: `ambiguous: ${message}` };
-        outcome = 'retry';
-      }
+      answer = settlementForFailure(rowPolicy, error);
     }
+    const { settlement, outcome } = answer;
     let settled: boolean;
     try {
       settled = await settle(db, key, settlement);
@@ -187,7 +171,7 @@ export function createOutcomeConsumer<D = Record<string, unknown>>(options: Outc
     };
     if (admission.claimed) return apply(record, event, admission, leaseToken);
     if (admission.state === 'attempting') return skip('busy', false);
-    if (admission.state === 'stale') return skip(admission.previousState === null || admission.previousState !== 'stale' ? 'stale' : 'duplicate', true);
+    if (admission.state === 'stale') return skip(admission.previousState === 'stale' ? 'duplicate' : 'stale', true);
     if (admission.state === 'abandoned' && admission.previousState === 'attempting') {
       log.error('effect abandoned: an earlier attempt never recorded its answer', { ...tag, eventId: event.eventId });
       return { messageId: record.messageId, eventId: event.eventId, outcome: 'abandoned', acknowledged: true, effectCalls: 0 };
@@ -220,6 +204,27 @@ export function createOutcomeConsumer<D = Record<string, unknown>>(options: Outc
       };
     },
   };
+}
+
+type Answer = { readonly outcome: RecordResult['outcome']; readonly settlement: Settlement };
+
+/**
+ * What a failed effect comes to under a policy — the whole per-effect choice in one pure decision:
+ *
+ *   | what the error proves    | idempotent | at-least-once | at-most-once |
+ *   |--------------------------|------------|---------------|--------------|
+ *   | rejected (a 400)         | failed     | failed        | failed       |
+ *   | not executed (429, …)    | pending, retried under every policy         |
+ *   | ambiguous (5xx, timeout) | retry (same key) | retry   | abandoned    |
+ */
+export function settlementForFailure(policy: ConsumerPolicy, error: unknown): Answer {
+  const failure = failureOf(error);
+  const message = describeError(error).errorMessage;
+  if (failure === EffectFailure.rejected) return { outcome: 'failed', settlement: { to: 'failed', error: message } };
+  if (failure === EffectFailure.notExecuted) return { outcome: 'not_executed', settlement: { to: 'pending', error: message } };
+  // It may have happened: under at-most-once, running it again could duplicate — the accepted miss.
+  if (policy === 'at-most-once') return { outcome: 'abandoned', settlement: { to: 'abandoned', error: `ambiguous: ${message}` } };
+  return { outcome: 'retry', settlement: { to: 'retry', error: `ambiguous: ${message}` } };
 }
 
 export function countResults(results: readonly RecordResult[]): BatchCounts {
