@@ -342,8 +342,10 @@ export function addReceiptNotifier(scope: Construct, pipeline: ChargePipeline, s
   const emailSecret = settings.emailSecretArn
     ? secretsmanager.Secret.fromSecretCompleteArn(scope, 'ReceiptsEmailSecret', settings.emailSecretArn)
     : new secretsmanager.Secret(scope, 'ReceiptsEmailSecret', {
-        description: 'E-mail API key of the receipt notifier: put the key as the SecretString',
-        secretStringValue: cdk.SecretValue.unsafePlainText(''),
+        description: 'E-mail API key of the receipt notifier: put the key as the SecretString (or JSON {"apiKey": "..."})',
+        // Created empty, as the Stripe secret is: the notifier refuses to start ("the e-mail API key
+        // secret is empty") and every event waits on its queue until an operator puts the key.
+        secretObjectValue: { apiKey: cdk.SecretValue.unsafePlainText('') },
         removalPolicy: cdk.RemovalPolicy.RETAIN,
       });
   if (!settings.emailSecretArn) {

@@ -9,7 +9,9 @@ import { createLogger, createMetrics, describeError } from '../../runtime/observ
 import { loadConfig } from '../../runtime/config.ts';
 import { databaseClientConfig } from '../../runtime/database.ts';
 import { getPool, getSecretString } from '../../runtime/resources.ts';
+import { forgetSecrets } from '../../runtime/secrets.ts';
 import type { OutcomeConsumer } from '../kit/consumer.ts';
+import { ConsumerConfigError } from '../kit/errors.ts';
 import { createConsumerHandler } from '../kit/lambda.ts';
 import { migrateConsumer } from '../kit/migrations.ts';
 import { loadReceiptsConfig } from './config.ts';
@@ -19,6 +21,17 @@ import { createReceiptNotifier, receiptMigrations, templateRecipient } from './n
 export const logger = createLogger();
 export const metrics = createMetrics();
 
+/** The secret holds the key, or JSON {"apiKey": "…"} (the stack creates it so, empty). */
+async function emailKeyFromSecret(arn: string, region: string | undefined): Promise<string> {
+  const raw = (await getSecretString(arn, region)).trim();
+  const key = raw.startsWith('{') ? ((JSON.parse(raw) as { apiKey?: unknown }).apiKey ?? '') : raw;
+  if (typeof key !== 'string' || key === '') {
+    forgetSecrets(arn); // read it again next time: an operator is about to put the key
+    throw new ConsumerConfigError('the e-mail API key secret is empty: put the key into it (docs/deploy.md, The receipt notifier)');
+  }
+  return key;
+}
+
 async function setup(): Promise<OutcomeConsumer> {
   const receipts = loadReceiptsConfig(process.env);
   const runtime = loadConfig(process.env);
@@ -26,7 +39,7 @@ async function setup(): Promise<OutcomeConsumer> {
     await migrateConsumer(await databaseClientConfig(runtime), receiptMigrations(), (line) => logger.info(line));
   }
   const db = await getPool(runtime, (error) => logger.warn('idle database connection lost', describeError(error)));
-  const apiKey = receipts.email.apiKey ?? (await getSecretString(receipts.email.apiKeySecretArn!, runtime.region)).trim();
+  const apiKey = receipts.email.apiKey ?? (await emailKeyFromSecret(receipts.email.apiKeySecretArn!, runtime.region));
   return createReceiptNotifier({
     db,
     provider: new HttpEmailProvider({ apiBase: receipts.email.apiBase, apiKey, idempotencyKeys: receipts.email.idempotencyKeys, timeoutMs: receipts.email.timeoutMs }),
