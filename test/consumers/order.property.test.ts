@@ -7,7 +7,7 @@
 //     (at-most-once);
 //   - idempotent: exactly one receipt per done event; at-least-once: at least one, more only after
 //     an ambiguous fault that came after the send; at-most-once: never two;
-//   - the head of each operation is its highest sequence.
+//   - the head of each operation is its highest sequence (an unnumbered event counts as older than all).
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -34,6 +34,7 @@ afterAll(async () => {
 const scenario: fc.Arbitrary<Scenario> = fc.record({
   // events per operation (sequences 1..k)
   operations: fc.array(fc.integer({ min: 1, max: 3 }), { minLength: 1, maxLength: 4 }),
+  legacy: fc.array(fc.boolean(), { minLength: 4, maxLength: 4 }),
   // extra deliveries, as indexes into the event list (wrapped)
   duplicates: fc.array(fc.nat(), { maxLength: 8 }),
   // a shuffle key per delivery
@@ -45,6 +46,8 @@ const scenario: fc.Arbitrary<Scenario> = fc.record({
 
 interface Scenario {
   readonly operations: number[];
+  /** Per operation: also an unnumbered event (a producer before sequences), written first. */
+  readonly legacy: boolean[];
   readonly duplicates: number[];
   readonly order: number[];
   readonly batchSizes: number[];
@@ -59,8 +62,12 @@ async function check(policy: ConsumerPolicy, s: Scenario): Promise<void> {
   fake.reset();
   const name = `prop-${policy}-${run}`;
   const events: TestEvent[] = [];
-  for (const count of s.operations) {
+  for (const [o, count] of s.operations.entries()) {
     const operationId = randomUUID();
+    if (s.legacy[o]) {
+      const eventId = randomUUID();
+      events.push({ eventId, operationId, detailType: 'Charge Succeeded', orderId: `o-${eventId.slice(0, 12)}`, amount: 50 });
+    }
     for (let seq = 1; seq <= count; seq++) {
       const eventId = randomUUID();
       events.push({ eventId, operationId, sequence: seq, detailType: seq === 1 ? 'Charge Succeeded' : 'Refund Succeeded', orderId: `o-${eventId.slice(0, 12)}`, amount: 100 * seq });
@@ -117,20 +124,22 @@ async function check(policy: ConsumerPolicy, s: Scenario): Promise<void> {
   const state = new Map(rows.map((r) => [r.event_id, r.state]));
   const sentBySubject = new Map<string, number>();
   for (const m of fake.sent()) sentBySubject.set(m.subject, (sentBySubject.get(m.subject) ?? 0) + 1);
-  const sends = (e: TestEvent) => sentBySubject.get(`${e.sequence === 1 ? 'Receipt' : 'Refund'} for order ${e.orderId}`) ?? 0;
+  const subjectOf = (e: TestEvent) => `${e.detailType === 'Charge Succeeded' ? 'Receipt' : 'Refund'} for order ${e.orderId}`;
+  const sends = (e: TestEvent) => sentBySubject.get(subjectOf(e)) ?? 0;
+  const key = (e: TestEvent) => e.sequence ?? -1; // kit/ordering.ts: unnumbered is older than any number
 
   for (const e of events) {
     const siblings = events.filter((o) => o.operationId === e.operationId);
-    const newerFirst = siblings.some((o) => o.sequence! > e.sequence! && firstSeen.indexOf(o.eventId) < firstSeen.indexOf(e.eventId));
-    const newest = siblings.every((o) => o.sequence! <= e.sequence!);
+    const newerFirst = siblings.some((o) => key(o) > key(e) && firstSeen.indexOf(o.eventId) < firstSeen.indexOf(e.eventId));
+    const newest = siblings.every((o) => key(o) <= key(e));
     const st = state.get(e.eventId);
     if (newerFirst) {
-      expect(st, `event seq ${e.sequence} admitted after a newer one`).toBe('stale');
+      expect(st, `event seq ${e.sequence ?? 'none'} admitted after a newer one`).toBe('stale');
       expect(sends(e)).toBe(0);
       continue;
     }
     if (newest) expect(policy === 'at-most-once' ? ['done', 'abandoned'] : ['done']).toContain(st);
-    const subject = `${e.sequence === 1 ? 'Receipt' : 'Refund'} for order ${e.orderId}`;
+    const subject = subjectOf(e);
     if (st === 'done') {
       if (policy === 'idempotent') expect(sends(e)).toBe(1);
       if (policy === 'at-least-once') expect(sends(e)).toBeGreaterThanOrEqual(1);
@@ -142,7 +151,7 @@ async function check(policy: ConsumerPolicy, s: Scenario): Promise<void> {
   }
   const heads = await db.pool.query<{ operation_id: string; sequence: string }>('SELECT operation_id::text, sequence FROM outcome_consumer.operation_heads WHERE consumer = $1', [name]);
   for (const h of heads.rows) {
-    expect(Number(h.sequence)).toBe(Math.max(...events.filter((e) => e.operationId === h.operation_id).map((e) => e.sequence!)));
+    expect(Number(h.sequence)).toBe(Math.max(...events.filter((e) => e.operationId === h.operation_id).map(key)));
   }
 }
 

@@ -6,7 +6,8 @@
 // its operation; an older one arriving later is recorded as `stale` and acknowledged. Re-deliveries
 // of the applied event have an equal key and are deduplicated by the inbox, not by this rule.
 //
-// Events without a sequence (v1 producers, before numbering existed) get the key -1:
+// Events without a sequence (published before migrations/004_event_sequence.sql numbered them, or
+// replayed from the archive of that time) get the key -1:
 //   - An outbox row's payload is frozen when its outcome is recorded, so an unnumbered event
 //     describes a fact recorded BEFORE any numbered event of the same operation: ranking it below
 //     all of them is its true order, not a guess. A late re-send of it after a numbered event has
