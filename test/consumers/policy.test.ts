@@ -37,3 +37,18 @@ describe('orderKey', () => {
     expect(orderKey(null)).toBeLessThan(orderKey(0));
   });
 });
+
+describe('the kit core', () => {
+  it('is plain TypeScript: no runtime import of Lambda, middy, Powertools or the CDK (type-only imports are erased)', async () => {
+    const { readFileSync } = await import('node:fs');
+    const path = await import('node:path');
+    const dir = path.resolve(import.meta.dirname, '../../lambdas/consumers/kit');
+    for (const file of ['consumer.ts', 'envelope.ts', 'errors.ts', 'inbox-store.ts', 'metrics.ts', 'migrations.ts', 'ordering.ts', 'types.ts', 'index.ts']) {
+      const source = readFileSync(path.join(dir, file), 'utf8');
+      const runtimeImports = [...source.matchAll(/^(?:import|export) (?!type )[^;]*? from '([^']+)'/gms)].map((m) => m[1]!);
+      for (const spec of runtimeImports) {
+        expect(spec, `${file} imports ${spec}`).not.toMatch(/aws-lambda|@middy|@aws-lambda-powertools|aws-cdk-lib|observability\.ts|\/lambda\.ts/);
+      }
+    }
+  });
+});

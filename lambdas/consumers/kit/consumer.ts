@@ -13,7 +13,8 @@
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import type { Db } from '../../payments/db.ts';
-import { describeError, type LogSink, silentLog } from '../../runtime/observability.ts';
+import type { LogSink } from '../../runtime/observability.ts';
+import { describeError } from '../../runtime/redact.ts';
 import { parseRecordBody, type ParsedRecord } from './envelope.ts';
 import { ConsumerConfigError, EffectFailure, failureOf } from './errors.ts';
 import { admit, recordPoison, settle, type Admission, type Settlement } from './inbox-store.ts';
@@ -64,6 +65,7 @@ export interface OutcomeConsumer {
 }
 
 const NAME = /^[a-z][a-z0-9-]{0,62}$/;
+const SILENT: LogSink = { debug() {}, info() {}, warn() {}, error() {} };
 
 export function createOutcomeConsumer<D = Record<string, unknown>>(options: OutcomeConsumerOptions<D>): OutcomeConsumer {
   const { name, policy, db, effect } = options;
@@ -79,7 +81,7 @@ export function createOutcomeConsumer<D = Record<string, unknown>>(options: Outc
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 50) problems.push(`concurrency must be an integer in [1, 50], got ${concurrency}`);
   if (problems.length > 0) throw new ConsumerConfigError(`invalid outcome consumer configuration:\n  - ${problems.join('\n  - ')}`);
 
-  const log = options.log ?? silentLog;
+  const log = options.log ?? SILENT;
   const tag = { consumer: name, policy };
   const expectations = {
     detailTypes: options.detailTypes,
