@@ -105,6 +105,27 @@ describe('the newest sequence per operation wins', () => {
     expect(plain.sent().map((m) => m.subject)).toEqual([`Refund for order ${charge.orderId}`]);
   });
 
+  it('decides ten events of one operation admitted at the same moment one after the other: the newest is applied, none twice', async () => {
+    const consumer = createReceiptNotifier({
+      db: db.pool,
+      name: 't-concurrent-heads',
+      provider: new HttpEmailProvider({ apiBase: plain.url, apiKey: 're_test', idempotencyKeys: false }),
+      from: 'receipts@shop.example',
+      recipient: templateRecipient('c+{orderId}@example.com'),
+      concurrency: 10,
+    });
+    const first = outcomeEvent({ sequence: 1 });
+    const events = [first, ...Array.from({ length: 9 }, (_, i) => outcomeEvent({ operationId: first.operationId, orderId: `${first.orderId}-${i + 2}`, detailType: 'Refund Succeeded', sequence: i + 2 }))];
+    const batch = await consumer.processBatch(events.reverse().map((e) => delivery(e)));
+    expect(batch.response.batchItemFailures).toEqual([]);
+    const { rows } = await db.pool.query<{ sequence: string; state: string }>('SELECT sequence, state FROM outcome_consumer.inbox WHERE consumer = $1 ORDER BY sequence', [consumer.name]);
+    expect(rows.find((r) => r.sequence === '10')?.state).toBe('done');
+    expect(rows.every((r) => r.state === 'done' || r.state === 'stale')).toBe(true);
+    expect(plain.sent()).toHaveLength(rows.filter((r) => r.state === 'done').length);
+    const head = await db.pool.query('SELECT sequence FROM outcome_consumer.operation_heads WHERE consumer = $1', [consumer.name]);
+    expect(head.rows).toEqual([{ sequence: '10' }]);
+  });
+
   it('treats an event without a sequence (a v1 producer) as older than every numbered one', async () => {
     const consumer = notifier('at-least-once');
     const legacy = outcomeEvent(); // no sequence
