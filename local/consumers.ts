@@ -52,7 +52,14 @@ export interface LocalConsumersOptions {
   readonly duplicateRate?: number;
   readonly holdRate?: number;
   readonly log?: (line: string) => void;
+  /**
+   * Short by default, so that retries happen within a demo; always function timeout < lease < the
+   * queue's visibility timeout, as deployed. Tests on a loaded machine give more room.
+   */
+  readonly timing?: { readonly functionTimeoutMs: number; readonly leaseMs: number; readonly visibilitySeconds: number; readonly emailTimeoutMs: number };
 }
+
+const DEMO_TIMING = { functionTimeoutMs: 2_500, leaseMs: 3_000, visibilitySeconds: 4, emailTimeoutMs: 2_000 } as const;
 
 interface Instance {
   readonly name: string;
@@ -103,6 +110,10 @@ export async function startLocalConsumers(options: LocalConsumersOptions): Promi
   await migrateConsumer(p.databaseUrl, receiptMigrations());
   const quiet = options.faults === 'none';
   const rates = options.faults ? EMAIL_FAULTS[options.faults] : null;
+  const timing = options.timing ?? DEMO_TIMING;
+  if (!(timing.emailTimeoutMs < timing.functionTimeoutMs && timing.functionTimeoutMs < timing.leaseMs && timing.leaseMs < timing.visibilitySeconds * 1000)) {
+    throw new Error('startLocalConsumers: timing must keep e-mail timeout < function timeout < lease < visibility timeout');
+  }
   const instances: Instance[] = [];
   const cleanups: (() => Promise<unknown>)[] = [];
   try {
@@ -114,17 +125,16 @@ export async function startLocalConsumers(options: LocalConsumersOptions): Promi
       pool.on('error', (error) => options.log?.(`${spec.name} pool: ${error.message}`));
       cleanups.push(() => pool.end());
       const db = countingDb(pool);
-      // Short visibility and lease, so that retries happen within a demo: lease < visibility, as deployed.
-      const queue = await createStandardQueue(p.sqs.client, `${spec.name}-events`, 4);
+      const queue = await createStandardQueue(p.sqs.client, `${spec.name}-events`, timing.visibilitySeconds);
       const results: RecordResult[] = [];
       const consumer = createReceiptNotifier({
         db,
         name: spec.name,
         policy: spec.policy,
-        provider: new HttpEmailProvider({ apiBase: email.url, apiKey: 're_local', idempotencyKeys: spec.idempotency, timeoutMs: 2_000 }),
+        provider: new HttpEmailProvider({ apiBase: email.url, apiKey: 're_local', idempotencyKeys: spec.idempotency, timeoutMs: timing.emailTimeoutMs }),
         from: 'receipts@shop.example',
         recipient: templateRecipient('customer+{orderId}@example.com'),
-        leaseMs: 3_000,
+        leaseMs: timing.leaseMs,
       });
       const counted = {
         ...consumer,
@@ -148,7 +158,7 @@ export async function startLocalConsumers(options: LocalConsumersOptions): Promi
         region: p.region,
         handler: (event) => handler(event),
         functionName: spec.name,
-        functionTimeoutMs: 2_500,
+        functionTimeoutMs: timing.functionTimeoutMs,
         batchSize: 10,
         concurrency: 2,
         waitTimeSeconds: 1,

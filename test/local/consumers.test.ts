@@ -21,12 +21,21 @@ describe('the receipt notifier on the local bus, once per policy', () => {
       logLevel: 'SILENT',
       metricsDisabled: true,
     });
-    const consumers = await startLocalConsumers({ pipeline, faults: 'chaos', seed: 7, duplicateRate: 0.2, holdRate: 0.1 });
+    // Generous timeouts: on a loaded machine a timeout would be an ambiguous answer the faults did not
+    // inject, and the exact relations below count injected faults.
+    const consumers = await startLocalConsumers({
+      pipeline,
+      faults: 'chaos',
+      seed: 7,
+      duplicateRate: 0.2,
+      holdRate: 0.1,
+      timing: { emailTimeoutMs: 8_000, functionTimeoutMs: 9_000, leaseMs: 9_500, visibilitySeconds: 10 },
+    });
     try {
       const workload = buildWorkload({ orders: 50, duplicates: 0.2, seed: 7, tag: 'e2e-consumers', processing: false });
       const run = await runWorkload(pipeline, workload, { timeoutMs: 60_000 });
       expect(run.outcome).toBe('settled');
-      expect(await consumers.drain(30_000)).toBe(true);
+      expect(await consumers.drain(90_000)).toBe(true); // a few retry rounds of one visibility timeout each
       const ledger = await consumers.ledger();
       const by = Object.fromEntries(ledger.map((e) => [e.policy, e]));
       const succeeded = run.ledger.operations.succeeded;
@@ -48,5 +57,5 @@ describe('the receipt notifier on the local bus, once per policy', () => {
       await consumers.stop();
       await pipeline.stop();
     }
-  }, 110_000);
+  }, 170_000);
 });
