@@ -99,5 +99,5 @@ describe('a consumer process killed between its effect and the record of it', ()
       if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       await fake.close();
     }
-  });
+  }, 60_000); // a tsx child process starts slowly on a loaded machine
 });
