@@ -59,6 +59,9 @@ export class ChargePipelineStack extends cdk.Stack {
         : undefined,
       alarmEmail: s.alarmEmail,
       dashboardName: `${this.stackName}-${cdk.Aws.REGION}`,
+      // One pipeline per stack here: the stack name names it (metrics dimension, alarm names).
+      pipelineName: this.stackName,
+      alarmNamePrefix: `${this.stackName}-`,
       logLevel: s.logLevel as PipelineLogLevel | undefined,
     });
 
