@@ -306,7 +306,7 @@ export class ChargePipeline extends Construct {
       }
       const endpointEnv = {
         DB_HOST: existing.endpoint.hostname,
-        DB_PORT: cdk.Token.asString(port),
+        DB_PORT: cdk.Tokenization.stringifyNumber(port),
         DB_NAME: existing.databaseName ?? DATABASE_NAME,
       };
       databaseEnv = { DB_SECRET_ARN: this.databaseSecret.secretArn, ...endpointEnv };
