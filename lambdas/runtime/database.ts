@@ -83,7 +83,7 @@ export async function databaseClientConfig(config: RuntimeConfig): Promise<pg.Cl
     statement_timeout: db.statementTimeoutMs,
     application_name: db.applicationName,
   };
-  if (db.url) return { ...common, connectionString: db.url, ssl: sslOptions(config, db.host ?? hostOfUrl(db.url)) };
+  if (db.url) return { ...common, connectionString: db.url, ssl: sslOptions(config, hostOfUrl(db.url)) };
   const arn = db.secretArn!;
   const secret = await readSecret(arn, config);
   // DB_HOST / DB_PORT / DB_NAME win over the secret: an RDS Proxy or cluster endpoint, or a secret
