@@ -193,6 +193,14 @@ describe('functions', () => {
       expect(env(name).NODE_EXTRA_CA_CERTS).toBeUndefined();
     });
 
+    it('give migrate the application secret, whose password it sets on the data-only role, and nobody else the owner\'s', () => {
+      expect(env('migrate')).toMatchObject({ DB_APP_SECRET_ARN: { Ref: logicalId(pipeline.applicationDatabaseSecret) } });
+      for (const name of ['charge', 'reconcile', 'ops'] as const) {
+        expect(env(name).DB_APP_SECRET_ARN, name).toBeUndefined();
+        expect(JSON.stringify(env(name)), name).not.toContain(logicalId(pipeline.databaseSecret));
+      }
+    });
+
     it('give the charge, reconcile and ops functions the Stripe secret, the bus and a pool size', () => {
       for (const name of ['charge', 'reconcile', 'ops'] as const) {
         expect(env(name)).toMatchObject({
