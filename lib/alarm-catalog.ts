@@ -15,10 +15,20 @@ export interface AlarmDescription {
   readonly meaning: string;
   /** The metric(s) the alarm watches. */
   readonly metrics: readonly AlarmMetricRef[];
+  /**
+   * Built only with an RDS instance to watch: the construct's own, or existingDatabase.instanceIdentifier.
+   * @default false (always built)
+   */
+  readonly needsDatabaseInstance?: boolean;
 }
 
 const SQS = 'AWS/SQS';
 const LAMBDA = 'AWS/Lambda';
+const RDS = 'AWS/RDS';
+/**
+ * The functions' own metrics: the instance's metricsNamespace (default PIPELINE.metricsNamespace),
+ * always with the dimensions service and pipeline = the instance's pipelineName (pipelineMetrics).
+ */
 const APP = PIPELINE.metricsNamespace;
 
 export const ALARM_CATALOG = [
@@ -106,6 +116,27 @@ export const ALARM_CATALOG = [
     meaning:
       'An outcome event has waited in the outbox longer than the threshold: PutEvents is failing and downstream services are not being told.',
     metrics: [{ namespace: APP, metricName: METRICS.oldestUnpublishedEventAgeSeconds }],
+  },
+  {
+    name: 'DatabaseFreeStorageLow',
+    meaning:
+      'The database has less than 2 GiB of free storage: autoscaling did not keep up or reached its ceiling; when it is full every charge fails to be recorded.',
+    metrics: [{ namespace: RDS, metricName: 'FreeStorageSpace' }],
+    needsDatabaseInstance: true,
+  },
+  {
+    name: 'DatabaseCpuCreditsLow',
+    meaning:
+      'The burstable database instance is running out of CPU credits: at 0 it is throttled to its baseline and every charge and sweep slows down.',
+    metrics: [{ namespace: RDS, metricName: 'CPUCreditBalance' }],
+    needsDatabaseInstance: true,
+  },
+  {
+    name: 'DatabaseConnectionsHigh',
+    meaning:
+      'The database has more connections than the threshold: containers or another client are near max_connections, after which new connections (and charges) are refused.',
+    metrics: [{ namespace: RDS, metricName: 'DatabaseConnections' }],
+    needsDatabaseInstance: true,
   },
 ] as const satisfies readonly AlarmDescription[];
 

@@ -30,7 +30,7 @@ import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import { CONSUMER_ALARM_CATALOG, CONSUMER_METRICS_NAMESPACE, type ConsumerAlarmName } from './alarm-catalog.ts';
 import type { ChargePipeline } from './charge-pipeline.ts';
 import { DeploymentSettingsError } from './config.ts';
-import { LAMBDA_CA_BUNDLE, PROJECT_ROOT, type PipelineLogLevel } from './pipeline-function.ts';
+import { LAMBDA_RDS_CA_BUNDLE, PROJECT_ROOT, RDS_CA_BUNDLE_SOURCE, type PipelineLogLevel } from './pipeline-function.ts';
 
 /** Where the consumer's migration folders are copied in its bundle (CONSUMER_MIGRATIONS_DIR). */
 export const LAMBDA_CONSUMER_MIGRATIONS_DIR = '/var/task/consumer-migrations';
@@ -176,9 +176,10 @@ export class OutcomeConsumer extends Construct {
       logGroup,
       environment: {
         NODE_OPTIONS: '--enable-source-maps',
-        NODE_EXTRA_CA_CERTS: LAMBDA_CA_BUNDLE,
         DB_SECRET_ARN: props.databaseSecret.secretArn,
+        // verify-full against the RDS CA bundle copied into the asset, as the pipeline's functions do.
         DB_SSL: 'verify-full',
+        DB_SSL_CA_FILE: LAMBDA_RDS_CA_BUNDLE,
         DB_POOL_MAX: '2',
         POWERTOOLS_SERVICE_NAME: props.consumerName,
         POWERTOOLS_METRICS_NAMESPACE: this.metricsNamespace,
@@ -201,10 +202,13 @@ export class OutcomeConsumer extends Construct {
         commandHooks: {
           beforeBundling: () => [],
           beforeInstall: () => [],
-          afterBundling: (_inputDir: string, outputDir: string) =>
-            Object.entries(migrations).map(
+          afterBundling: (inputDir: string, outputDir: string) => [
+            `mkdir -p "${path.join(outputDir, path.dirname(path.relative('/var/task', LAMBDA_RDS_CA_BUNDLE)))}"`,
+            `cp "${path.join(inputDir, RDS_CA_BUNDLE_SOURCE)}" "${path.join(outputDir, path.relative('/var/task', LAMBDA_RDS_CA_BUNDLE))}"`,
+            ...Object.entries(migrations).map(
               ([name, dir]) => `mkdir -p "${path.join(outputDir, 'consumer-migrations')}" && cp -R "${dir}" "${path.join(outputDir, 'consumer-migrations', name)}"`,
             ),
+          ],
         },
       },
     });
@@ -373,6 +377,8 @@ export function addReceiptNotifier(scope: Construct, pipeline: ChargePipeline, s
       ...(settings.from ? { RECEIPTS_FROM: settings.from } : {}),
     },
     alarmTopic: pipeline.alarmTopic,
+    // The pipeline instance's own namespace: two stacks in one account never mix their consumers' metrics.
+    metricsNamespace: pipeline.metricsNamespace,
   });
   emailSecret.grantRead(consumer.function);
   return { consumer, emailSecret };

@@ -18,11 +18,17 @@ export function createLogger(): Logger {
   return new Logger({ serviceName: blank(process.env.POWERTOOLS_SERVICE_NAME) ?? PIPELINE.serviceName });
 }
 
-/** Namespace and service dimension as the CDK alarms expect them (lib/observability.ts). */
-export function createMetrics(): Metrics {
+/**
+ * Namespace and dimensions as the CDK alarms expect them (lib/observability.ts, pipelineMetrics):
+ * service, plus pipeline = PIPELINE_NAME when the stack sets it, so that two pipelines in one account
+ * and region publish distinct metrics (locally unset: service only).
+ */
+export function createMetrics(env: Readonly<Record<string, string | undefined>> = process.env): Metrics {
+  const pipelineName = blank(env.PIPELINE_NAME);
   return new Metrics({
-    namespace: blank(process.env.POWERTOOLS_METRICS_NAMESPACE) ?? PIPELINE.metricsNamespace,
-    serviceName: blank(process.env.POWERTOOLS_SERVICE_NAME) ?? PIPELINE.serviceName,
+    namespace: blank(env.POWERTOOLS_METRICS_NAMESPACE) ?? PIPELINE.metricsNamespace,
+    serviceName: blank(env.POWERTOOLS_SERVICE_NAME) ?? PIPELINE.serviceName,
+    ...(pipelineName ? { defaultDimensions: { pipeline: pipelineName } } : {}),
   });
 }
 

@@ -94,8 +94,12 @@ describe('the receipt notifier as an OutcomeConsumer', () => {
       EMAIL_PROVIDER_IDEMPOTENCY: 'false',
       CONSUMER_MIGRATIONS_DIR: '/var/task/consumer-migrations',
       POWERTOOLS_SERVICE_NAME: 'receipts',
-      POWERTOOLS_METRICS_NAMESPACE: 'OutcomeConsumers',
+      // the pipeline instance's namespace: two stacks never mix their consumers' metrics
+      POWERTOOLS_METRICS_NAMESPACE: withReceipts.stack.pipeline.metricsNamespace,
       DB_SSL: 'verify-full',
+      DB_SSL_CA_FILE: '/var/task/rds-ca/global-bundle.pem',
+      // the owner's secret: the notifier applies its own schemas' migrations (docs/decisions.md)
+      DB_SECRET_ARN: { Ref: logicalId(withReceipts.stack.pipeline.databaseSecret as secretsmanager.Secret) },
     });
     const [[, mapping]] = ofType(withReceipts.resources, 'AWS::Lambda::EventSourceMapping').filter(
       ([, m]) => JSON.stringify(m.Properties!.EventSourceArn).includes(logicalId(consumer.queue)),
@@ -114,7 +118,7 @@ describe('the receipt notifier as an OutcomeConsumer', () => {
       expect(alarm!.AlarmActions).toEqual([topic]);
     }
     expect(alarms.get('ChargePipeline-dev-receipts-ConsumerEffectsAbandoned')).toMatchObject({
-      Namespace: 'OutcomeConsumers',
+      Namespace: withReceipts.stack.pipeline.metricsNamespace,
       MetricName: 'EffectsAbandoned',
       Statistic: 'Sum',
       Threshold: 0,
