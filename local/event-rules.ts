@@ -94,7 +94,8 @@ export class LocalEventRules {
 
   /** Forward everything accepted so far (and what was held back). Serialised: one flush at a time. */
   flush(): Promise<void> {
-    this.#running = this.#running.then(() => this.#forward());
+    // A failed flush (SQS unreachable) must not stop the next one: its events are re-read from the cursor.
+    this.#running = this.#running.catch(() => {}).then(() => this.#forward());
     return this.#running;
   }
 
@@ -113,9 +114,7 @@ export class LocalEventRules {
   }
 
   async #forward(): Promise<void> {
-    const events = this.#o.bus.events();
-    const fresh = events.slice(this.#cursor);
-    this.#cursor = events.length;
+    const fresh = this.#o.bus.events().slice(this.#cursor);
     for (const event of fresh) {
       for (const rule of this.#o.rules) {
         if (!matches(rule.pattern, event)) continue;
@@ -136,6 +135,9 @@ export class LocalEventRules {
         // Whatever was held goes out after a later event: delivered out of order.
         for (const late of held.splice(0)) await this.#send(rule, late);
       }
+      // Past this event only once every rule has it (a send that threw leaves it for the next flush;
+      // a rule that already got it then gets it twice — EventBridge's at-least-once, too).
+      this.#cursor += 1;
     }
   }
 }
