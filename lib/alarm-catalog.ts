@@ -147,3 +147,48 @@ export function describeAlarm(name: AlarmName): AlarmDescription {
   if (!found) throw new Error(`unknown alarm ${name}`);
   return found;
 }
+
+// ── Outcome consumers (lib/outcome-consumer.ts) ──────────────────────────────────────────────────
+// Every OutcomeConsumer builds these, named `${prefix}${consumerName}-${name}`; docs/runbook.md has
+// one section per entry, after the pipeline's. Their app metrics carry the dimensions service,
+// consumer and policy (lambdas/consumers/kit/lambda.ts).
+const CONSUMER = 'OutcomeConsumers';
+
+export const CONSUMER_ALARM_CATALOG = [
+  {
+    name: 'ConsumerDeadLetterQueueNotEmpty',
+    meaning:
+      "An outcome event reached the consumer's DLQ: EventBridge could not deliver it, or the consumer could not record it after maxReceiveCount receives; its effect has not run. Fix, then redrive (the inbox absorbs repeats).",
+    metrics: [{ namespace: SQS, metricName: 'ApproximateNumberOfMessagesVisible' }],
+  },
+  {
+    name: 'ConsumerOldestEventTooOld',
+    meaning: "The oldest outcome event has waited on the consumer's queue longer than the threshold: the consumer is failing or falling behind.",
+    metrics: [{ namespace: SQS, metricName: 'ApproximateAgeOfOldestMessage' }],
+  },
+  {
+    name: 'ConsumerFunctionErrors',
+    meaning: 'The consumer function crashed or timed out: its batch is delivered again (the inbox decides per policy what a repeat does).',
+    metrics: [{ namespace: LAMBDA, metricName: 'Errors' }],
+  },
+  {
+    name: 'ConsumerPoisonEvents',
+    meaning: 'A message on the consumer queue was not an outcome event the consumer can read; it was recorded in outcome_consumer.poison_events and acknowledged.',
+    metrics: [{ namespace: CONSUMER, metricName: 'PoisonEvents' }],
+  },
+  {
+    name: 'ConsumerEffectsAbandoned',
+    meaning: 'An at-most-once effect met an ambiguous answer or an interrupted attempt and was given up: it may not have happened (the miss this policy accepts).',
+    metrics: [{ namespace: CONSUMER, metricName: 'EffectsAbandoned' }],
+  },
+  {
+    name: 'ConsumerEffectsFailed',
+    meaning: "The consumer's provider refused an effect for good (a 4xx no retry can fix): recorded as failed, not retried.",
+    metrics: [{ namespace: CONSUMER, metricName: 'EffectsFailed' }],
+  },
+] as const satisfies readonly AlarmDescription[];
+
+export type ConsumerAlarmName = (typeof CONSUMER_ALARM_CATALOG)[number]['name'];
+
+/** The default metrics namespace of outcome consumers (OutcomeConsumerProps.metricsNamespace). */
+export const CONSUMER_METRICS_NAMESPACE = CONSUMER;

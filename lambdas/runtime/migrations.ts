@@ -36,6 +36,12 @@ export interface MigrateOptions {
   readonly lockTimeoutMs?: number;
   /** Set this password on APPLICATION_ROLE and let it log in (AWS: from the application secret). */
   readonly applicationRolePassword?: string;
+  /**
+   * Where applied files are recorded. A second set of migrations (an outcome consumer's, in its own
+   * schema) keeps its own record, so neither set ever sees the other's files as "missing". A
+   * schema-qualified name creates its schema first. @default 'schema_migrations' (the pipeline's)
+   */
+  readonly trackingTable?: string;
 }
 
 const LOCK_NOT_AVAILABLE = '55P03';
@@ -57,6 +63,8 @@ export function scramVerifier(password: string, salt: Buffer = randomBytes(16), 
 /** Arbitrary but fixed: the advisory lock every migrator of this schema takes. */
 const MIGRATION_LOCK_KEY = 727_001_001;
 const FILE_NAME = /^\d{3,}_[a-z0-9_]+\.sql$/;
+/** `schema_migrations` or `some_schema.schema_migrations`: an identifier, never input. */
+const TRACKING_TABLE = /^(?:([a-z_][a-z0-9_]{0,62})\.)?[a-z_][a-z0-9_]{0,62}$/;
 
 export function defaultMigrationsDir(): string {
   return process.env.MIGRATIONS_DIR ?? path.resolve(process.cwd(), 'migrations');
@@ -79,6 +87,9 @@ export async function migrate(
   log: (line: string) => void = () => {},
   options: MigrateOptions = {},
 ): Promise<MigrationResult> {
+  const table = options.trackingTable ?? 'schema_migrations';
+  const match = TRACKING_TABLE.exec(table);
+  if (!match) throw new MigrationError(`tracking table must be [schema.]name in lowercase identifiers, got ${JSON.stringify(table)}`);
   const statementTimeoutMs = options.statementTimeoutMs ?? 240_000;
   const lockTimeoutMs = options.lockTimeoutMs ?? 5_000;
   const client = new pg.Client(typeof connection === 'string' ? { connectionString: connection } : connection);
@@ -88,14 +99,16 @@ export async function migrate(
     await client.query(`SELECT set_config('statement_timeout', $1, false)`, [`${statementTimeoutMs}ms`]);
     await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
     try {
+      // The name is checked above against an identifier pattern: no input reaches this SQL.
+      if (match[1]) await client.query(`CREATE SCHEMA IF NOT EXISTS ${match[1]}`);
       await client.query(`
-        CREATE TABLE IF NOT EXISTS schema_migrations (
+        CREATE TABLE IF NOT EXISTS ${table} (
           name       text PRIMARY KEY,
           checksum   text NOT NULL,
           applied_at timestamptz NOT NULL DEFAULT now()
         )`);
       const { rows } = await client.query<{ name: string; checksum: string }>(
-        'SELECT name, checksum FROM schema_migrations ORDER BY name',
+        `SELECT name, checksum FROM ${table} ORDER BY name`,
       );
       const byName = new Map(files.map((file) => [file.name, file]));
       for (const row of rows) {
@@ -119,7 +132,7 @@ export async function migrate(
         try {
           await client.query(`SELECT set_config('lock_timeout', $1, true)`, [`${lockTimeoutMs}ms`]);
           await client.query(file.sql);
-          await client.query('INSERT INTO schema_migrations (name, checksum) VALUES ($1, $2)', [file.name, file.checksum]);
+          await client.query(`INSERT INTO ${table} (name, checksum) VALUES ($1, $2)`, [file.name, file.checksum]);
           await client.query('COMMIT');
         } catch (error) {
           await client.query('ROLLBACK');
