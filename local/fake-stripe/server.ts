@@ -13,7 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { handleControl } from './control.ts';
 import { faultStage, FaultPlan, matches, type ChosenFault, type RequestFacts, type RequestPhase } from './faults.ts';
 import { IdempotencyStore, type Lookup, type StoredResponse } from './idempotency.ts';
-import { Ledger } from './ledger.ts';
+import { Ledger, type CreatedRange } from './ledger.ts';
 import { RefundApi, type Answer, type RefundParams } from './refunds.ts';
 import {
   FAULT_KINDS,
@@ -109,7 +109,7 @@ interface Counters {
 
 function freshCounters(): Counters {
   return {
-    requests: { create: 0, retrieve: 0, search: 0, refund_create: 0, refund_retrieve: 0, refund_list: 0, other: 0 },
+    requests: { create: 0, retrieve: 0, search: 0, list: 0, refund_create: 0, refund_retrieve: 0, refund_list: 0, other: 0 },
     answers: {},
     createsExecuted: 0,
     refundCreatesExecuted: 0,
@@ -147,6 +147,7 @@ class TokenBucket {
 type Route =
   | { readonly endpoint: 'create' }
   | { readonly endpoint: 'search' }
+  | { readonly endpoint: 'list' }
   | { readonly endpoint: 'retrieve'; readonly id: string }
   | { readonly endpoint: 'refund_create' }
   | { readonly endpoint: 'refund_list' }
@@ -156,6 +157,7 @@ function route(method: string, pathname: string): Route | null {
   const refund = refundRoute(method, pathname);
   if (refund !== null) return refund;
   if (pathname === '/v1/payment_intents' && method === 'POST') return { endpoint: 'create' };
+  if (pathname === '/v1/payment_intents' && method === 'GET') return { endpoint: 'list' };
   if (pathname === '/v1/payment_intents/search' && method === 'GET') return { endpoint: 'search' };
   const m = /^\/v1\/payment_intents\/([^/]+)$/.exec(pathname);
   if (m !== null && method === 'GET') return { endpoint: 'retrieve', id: decodeURIComponent(m[1] ?? '') };
@@ -285,6 +287,10 @@ class FakeStripeServer implements FakeStripe {
 
   settle(paymentIntentId: string, status: SettleStatus): void {
     this.#ledger.settle(paymentIntentId, status);
+  }
+
+  ageRecords(ms: number): void {
+    this.#ledger.age(nonNegative('ms', ms));
   }
 
   hold(match: FaultMatch): HoldHandle {
@@ -418,6 +424,8 @@ class FakeStripeServer implements FakeStripe {
         return this.#retrieve(x, matched.id);
       case 'search':
         return this.#search(x, url.searchParams);
+      case 'list':
+        return this.#list(x, url.searchParams);
       case 'refund_create':
         return this.#idempotentPost(x, bodyText, this.#refundCreate);
       case 'refund_retrieve':
@@ -658,6 +666,41 @@ class FakeStripeServer implements FakeStripe {
   }
 
   /**
+   * GET /v1/payment_intents, as Stripe documents it (docs.stripe.com/api/payment_intents/list and
+   * /api/pagination): `customer`, `created` as a Unix timestamp or a dictionary of gt / gte / lt / lte,
+   * `limit` 1-100 (default 10), `starting_after` an object id (the cursor); objects in reverse
+   * chronological order; `{ object: "list", url, has_more, data }`. Unlike Search it is real time —
+   * Stripe's Search docs: "For read-after-write flows that require immediate data availability, use
+   * the various list APIs … These APIs aren't subject to the availability delay" — so no search lag
+   * here. Faults (429 at the gate; 500, lost, hang in place of the answer) apply as to a retrieve.
+   */
+  async #list(x: Exchange, query: URLSearchParams): Promise<void> {
+    const customer = query.get('customer');
+    const facts: RequestFacts = {
+      endpoint: 'list',
+      operationId: null,
+      orderId: null,
+      idempotencyKey: x.record.idempotencyKey,
+      paymentIntentId: null,
+      customerId: customer,
+    };
+    const parsed = parseListQuery(query);
+    const fault = this.#chooseFault(x, facts, parsed.ok ? 'execute' : 'rejected', null);
+    if (fault !== null && faultStage(fault.kind, 'list') === 'gate') return this.#gateFault(x, fault.kind);
+    if (!parsed.ok) return this.#rejectParams(x, parsed.error);
+    await this.#park(facts);
+    await this.#payLatency(x);
+    if (this.#stale(x)) return this.#drop(x);
+    // Read after the hold and the latency, like Stripe answering at the moment it answers.
+    const result = this.#ledger.list({ customer, created: parsed.created }, parsed.limit, parsed.startingAfter);
+    if (result === null) {
+      return this.#rejectParams(x, errors.resourceMissing('payment_intent', parsed.startingAfter ?? '', 'starting_after'));
+    }
+    const body = { object: 'list', url: '/v1/payment_intents', has_more: result.hasMore, data: result.data };
+    return this.#deliver(x, 'list', 200, JSON.stringify(body), fault);
+  }
+
+  /**
    * A read (refund retrieve and list): facts → faults → hold → latency → the answer, made last so a
    * parked request sees what changed meanwhile. An ErrorEnvelope instead of `answer` is a validation
    * refusal (after gate faults, before any hold).
@@ -861,6 +904,44 @@ class FakeStripeServer implements FakeStripe {
     for (const timer of this.#settleTimers) clearTimeout(timer);
     this.#settleTimers.clear();
   }
+}
+
+const LIST_PARAMS = new Set(['customer', 'limit', 'starting_after', 'ending_before', 'created', 'created[gt]', 'created[gte]', 'created[lt]', 'created[lte]']);
+
+type ListQuery =
+  | { readonly ok: true; readonly created: CreatedRange; readonly limit: number; readonly startingAfter: string | null }
+  | { readonly ok: false; readonly error: ErrorEnvelope };
+
+/** The parameters of a list request; anything Stripe would refuse is a 400 before anything is read. */
+function parseListQuery(query: URLSearchParams): ListQuery {
+  const invalid = (message: string, param: string, code = 'parameter_invalid_integer'): ListQuery => ({
+    ok: false,
+    error: errors.invalidRequest(message, code, param),
+  });
+  for (const name of query.keys()) {
+    if (!LIST_PARAMS.has(name) && !name.startsWith('expand[')) return invalid(`Received unknown parameter: ${name}`, name, 'parameter_unknown');
+  }
+  if (query.has('ending_before')) return invalid('The fake Stripe server pages forward only (starting_after).', 'ending_before', 'parameter_unknown');
+  const limitText = query.get('limit');
+  const limit = limitText === null ? SEARCH_DEFAULT_LIMIT : Number(limitText);
+  if (!Number.isInteger(limit) || limit < 1 || limit > SEARCH_MAX_LIMIT) {
+    return invalid(`Invalid limit: must be an integer between 1 and ${SEARCH_MAX_LIMIT}`, 'limit');
+  }
+  const created: { gt?: number; gte?: number; lt?: number; lte?: number } = {};
+  const exact = query.get('created');
+  if (exact !== null) {
+    if (!/^\d+$/.test(exact)) return invalid('Invalid integer: created', 'created');
+    created.gte = Number(exact);
+    created.lte = Number(exact);
+  }
+  for (const bound of ['gt', 'gte', 'lt', 'lte'] as const) {
+    const text = query.get(`created[${bound}]`);
+    if (text === null) continue;
+    if (!/^\d+$/.test(text)) return invalid(`Invalid integer: created[${bound}]`, `created[${bound}]`);
+    created[bound] = Number(text);
+  }
+  const startingAfter = query.get('starting_after');
+  return { ok: true, created, limit, startingAfter: startingAfter === null || startingAfter === '' ? null : startingAfter };
 }
 
 class BodyTooLarge extends Error {

@@ -42,7 +42,7 @@ export type FaultKind = (typeof FAULT_KINDS)[number];
 
 export type FaultRates = Partial<Record<FaultKind, number>>;
 
-export type Endpoint = 'create' | 'retrieve' | 'search' | RefundEndpoint;
+export type Endpoint = 'create' | 'retrieve' | 'search' | 'list' | RefundEndpoint;
 /** The Refunds API (refunds.ts): POST /v1/refunds, GET /v1/refunds/:id, GET /v1/refunds. */
 export type RefundEndpoint = 'refund_create' | 'refund_retrieve' | 'refund_list';
 
@@ -58,6 +58,8 @@ export interface FaultMatch {
   readonly paymentIntentId?: string;
   /** The retrieved Refund, or the one a replayed refund create answers with. */
   readonly refundId?: string;
+  /** The `customer` filter of a PaymentIntent list. */
+  readonly customerId?: string;
 }
 
 export interface FakeStripeOptions {
@@ -220,6 +222,12 @@ export interface FakeStripe {
   /** Forget cached keys (stands for Stripe pruning keys after > 24 h). Keys still in flight stay. Returns how many. */
   pruneKeys(filter?: { readonly olderThanMs?: number; readonly idempotencyKey?: string }): number;
   settle(paymentIntentId: string, status: SettleStatus): void;
+  /**
+   * Make every PaymentIntent `ms` older (`created` and the bookkeeping time): a test that moves time
+   * forward for the product's records must move Stripe's with them, or a List by `created` would
+   * see a world where our sends happened long before Stripe's objects.
+   */
+  ageRecords(ms: number): void;
   /**
    * Park the next matching /v1 request before it is processed, until release(). An executing create
    * (PaymentIntent or Refund) parks after taking its key (a concurrent request with the key meets 409), a replay before its
