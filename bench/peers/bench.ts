@@ -1,6 +1,9 @@
 // bench:peers as a library (the CLI prints it; the test runs a small one): every contestant through
 // the same fault run and the same clean runs, and the limit.
+import { spawn } from 'node:child_process';
 import os from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
 import { naive } from './contestants/naive.ts';
 import { ours } from './contestants/ours.ts';
 import { powertools } from './contestants/powertools.ts';
@@ -10,6 +13,7 @@ import { runLimit, type LimitResult } from './limit.ts';
 import { BENCH_CLOCK, runContestant, type RunResult } from './run.ts';
 import { makeWorkload } from './schedule.ts';
 import { startBenchPostgres, startDynalite } from './stores.ts';
+import type { Verdict } from './truth.ts';
 
 export const CONTESTANTS: readonly Contestant[] = [ours, powertools, seed, naive];
 
@@ -45,10 +49,10 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     const faultRuns: RunResult[] = [];
     const cleanRuns: RunResult[] = [];
     const limits: LimitResult[] = [];
-    for (const contestant of chosen) {
-      log(`${contestant.id}: fault run, ${options.orders} orders, ${faultWorkload.sends.length} messages, seed ${options.seed}`);
-      const r = await runContestant({ ...common, contestant, workload: faultWorkload, faults: true, latencyMs: 0 });
-      log(`${contestant.id}: ${JSON.stringify(r.judgement.counts)} (traffic ${r.phasesMs.traffic} ms, quiet ${r.phasesMs.quiet} ms, recovery ${r.phasesMs.recovery} ms)`);
+    log(`fault runs, one process per contestant at once: ${options.orders} orders, ${faultWorkload.sends.length} messages, seed ${options.seed}`);
+    const results = await Promise.all(chosen.map((contestant) => faultRunInWorker(contestant.id, postgres.adminUrl, options, log)));
+    for (const r of results) {
+      log(`${r.contestant}: ${JSON.stringify(r.judgement.counts)} (traffic ${r.phasesMs.traffic} ms, quiet ${r.phasesMs.quiet} ms, recovery ${r.phasesMs.recovery} ms)`);
       faultRuns.push(r);
     }
     if (!options.faultRunOnly) {
@@ -76,6 +80,24 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     await dynamo.stop();
     await postgres.stop();
   }
+}
+
+/** A fault run in a child process (bench/peers/worker.ts); its stderr is the progress. */
+async function faultRunInWorker(id: Contestant['id'], adminUrl: string, options: BenchOptions, log: (line: string) => void): Promise<RunResult> {
+  const worker = path.join(import.meta.dirname, 'worker.ts');
+  const child = spawn(process.execPath, ['--import', 'tsx', worker, id, adminUrl, String(options.orders), String(options.seed), String(options.pollers)], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  createInterface({ input: child.stderr }).on('line', (line) => {
+    if (line.trim() !== '' && !line.startsWith('No application metrics')) log(line);
+  });
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  const last = stdout.trim().split('\n').at(-1);
+  if (code !== 0 || !last) throw new Error(`the ${id} fault run exited with ${code}`);
+  const parsed = JSON.parse(last) as RunResult & { judgement: { counts: RunResult['judgement']['counts']; byOrder: Record<string, Verdict> } };
+  return { ...parsed, judgement: { counts: parsed.judgement.counts, byOrder: new Map(Object.entries(parsed.judgement.byOrder)) } };
 }
 
 const fmt = (v: number | null | undefined, digits = 1) => (v === null || v === undefined ? '–' : Number.isInteger(v) ? String(v) : v.toFixed(digits));

@@ -21,6 +21,7 @@ export async function runLimit(adminUrl: string, workload: Workload, latencyMs: 
   const url = new URL(adminUrl);
   url.pathname = `/${name}`;
   const pool = new pg.Pool({ connectionString: url.toString(), max: pollers * 2, application_name: 'bench-limit' });
+  pool.on('error', () => {}); // an idle connection cut by the DROP DATABASE below
   const fake = await startFakeStripe({ latencyMs });
   const stripe = createStripeClient({ apiKey: 'sk_test_limit', apiBase: fake.url, timeoutMs: stripeTimeoutMs, maxNetworkRetries: 0 });
   let roundTrips = 0;

@@ -7,11 +7,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { startFakeStripe } from '../../local/fake-stripe/server.ts';
 import type { FakeStripe, FaultRates } from '../../local/fake-stripe/types.ts';
-import { keyPruneAfterMsFor, leaseMsFor, startPipeline, type TimeLapse } from '../../local/pipeline.ts';
+import { keyPruneAfterMsFor, leaseMsFor, queuedGroups, startPipeline, type TimeLapse } from '../../local/pipeline.ts';
 import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
 import type { Contestant, RunningContestant } from './contestant.ts';
 import { clientMeter, serverMeter } from './metering.ts';
-import { PEER_FAULT_RATES, type Workload } from './schedule.ts';
+import { makeWorkload, PEER_FAULT_RATES, type Workload } from './schedule.ts';
 import { judge, type Judgement } from './truth.ts';
 
 /**
@@ -88,6 +88,7 @@ export interface RunResult {
     readonly stripeRequests: number;
   };
   readonly phasesMs: { readonly traffic: number; readonly quiet: number; readonly recovery: number };
+  /** Orders with a message in the DLQ at the end. */
   readonly dlq: number;
 }
 
@@ -130,6 +131,7 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
     log: (line) => log(`  pipeline: ${line}`),
   });
   const admin = new pg.Pool({ connectionString: options.adminUrl, max: 2, application_name: 'local-runtime' });
+  admin.on('error', (error) => log(`  admin pool: ${error.message}`));
   const pruner = setInterval(() => fake.pruneKeys({ olderThanMs: keyPruneAfterMsFor(clock) }), 1_000);
   try {
     running = await contestant.start({
@@ -140,37 +142,58 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
       keyWindowMs: clock.keyWindowMs,
       dynamoEndpoint: options.dynamoEndpoint,
     });
+    const firstSentAt = new Map<string, number>();
+    const sendAll = async (w: Workload) => {
+      const byId = new Map(w.orders.map((o) => [o.orderId, o]));
+      for (let i = 0; i < w.sends.length; i += 10) {
+        const chunk = w.sends.slice(i, i + 10);
+        const now = Date.now();
+        for (const s of chunk) if (!firstSentAt.has(s.orderId)) firstSentAt.set(s.orderId, now);
+        await pipeline.sqs.client.send(
+          new SendMessageBatchCommand({
+            QueueUrl: pipeline.sqs.queueUrl,
+            Entries: chunk.map((s, j) => ({
+              Id: String(j),
+              MessageBody: JSON.stringify(byId.get(s.orderId)),
+              MessageGroupId: s.orderId,
+              // Duplicates that SQS's 5-minute deduplication does not catch (a resend later, another producer).
+              MessageDeduplicationId: `${s.orderId}:${s.copy}`,
+            })),
+          }),
+        );
+      }
+    };
+    const drained = async () => {
+      const s = await pipeline.snapshot();
+      return s.queue.waiting === 0 && s.queue.inFlight === 0 && s.eventSource.inFlight === 0;
+    };
+    const allFinal = async (ids: readonly string[], timeoutMs: number) => {
+      const deadline = Date.now() + timeoutMs;
+      while (Date.now() < deadline) {
+        const beliefs = await running!.beliefs(ids);
+        if (ids.every((id) => beliefs.has(id) && beliefs.get(id)!.state !== 'open')) return;
+        await sleep(100);
+      }
+    };
+
+    // ── Warm-up (clean runs): connections opened, statements prepared, code compiled ─────────
+    if (!options.faults) {
+      const warm = makeWorkload(workload.seed + 1_000_003, (options.pollers ?? 8) * 10 * 2, { duplicates: false });
+      await sendAll(warm);
+      while (!(await drained())) await sleep(100);
+      await allFinal(warm.orders.map((o) => o.orderId), 30_000);
+      firstSentAt.clear();
+    }
     const server = serverMeter(admin, pipeline.databaseName);
     await server.start();
     const client = clientMeter();
     client.reset(pipeline.databaseName);
     const dynamoBase = options.dynamoRequests();
+    const stripeBase = fake.stats().requests.total;
 
     // ── Traffic ──────────────────────────────────────────────────────────────────────────────
-    const firstSentAt = new Map<string, number>();
-    const byId = new Map(workload.orders.map((o) => [o.orderId, o]));
     const t0 = Date.now();
-    for (let i = 0; i < workload.sends.length; i += 10) {
-      const chunk = workload.sends.slice(i, i + 10);
-      const now = Date.now();
-      for (const s of chunk) if (!firstSentAt.has(s.orderId)) firstSentAt.set(s.orderId, now);
-      await pipeline.sqs.client.send(
-        new SendMessageBatchCommand({
-          QueueUrl: pipeline.sqs.queueUrl,
-          Entries: chunk.map((s, j) => ({
-            Id: String(j),
-            MessageBody: JSON.stringify(byId.get(s.orderId)),
-            MessageGroupId: s.orderId,
-            // Duplicates that SQS's 5-minute deduplication does not catch (a resend later, another producer).
-            MessageDeduplicationId: `${s.orderId}:${s.copy}`,
-          })),
-        }),
-      );
-    }
-    const drained = async () => {
-      const s = await pipeline.snapshot();
-      return s.queue.waiting === 0 && s.queue.inFlight === 0 && s.eventSource.inFlight === 0;
-    };
+    await sendAll(workload);
     const progress = setInterval(() => {
       void pipeline.snapshot().then((s) =>
         log(`  ${contestant.id}: ${((Date.now() - t0) / 1000).toFixed(0)} s, queue ${s.queue.waiting}+${s.queue.inFlight} in flight, dlq ${s.queue.dlq}, stripe requests ${fake.stats().requests.total}`),
@@ -181,9 +204,11 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
       const tTraffic = Date.now();
 
       // ── Quiet: every key older than the window plus a lease, then pruned (as Stripe may) ────
+      // Only for a contestant with a recovery: without one, nothing happens after the queue is empty.
       let tQuiet = tTraffic;
       let tRecovery = tTraffic;
-      if (options.faults) {
+      const hasRecovery = contestant.id === 'ours' || running.reconcile !== null;
+      if (options.faults && hasRecovery) {
         const lastCreate = fake.requests().filter((r) => r.endpoint === 'create').at(-1)?.at ?? tTraffic;
         const pruneAt = lastCreate + keyPruneAfterMsFor(clock);
         if (options.quiet !== false && pruneAt > Date.now()) {
@@ -194,7 +219,7 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
         tQuiet = Date.now();
 
         // ── Recovery to quiescence: nothing open, or nothing changed for 3 reconcile periods ──
-        if (contestant.id === 'ours' || running.reconcile) {
+        {
           const deadline = Date.now() + (options.recoveryTimeoutMs ?? 60_000);
           let lastOpen = -1;
           let stableSince = Date.now();
@@ -211,14 +236,9 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
           }
         }
         tRecovery = Date.now();
-      } else {
+      } else if (!options.faults) {
         // A clean run ends when every order is final (the reconciler may finish a few).
-        const deadline = Date.now() + 60_000;
-        while (Date.now() < deadline) {
-          const beliefs = await running.beliefs(orderIds);
-          if ([...beliefs.values()].filter((b) => b.state !== 'open').length >= orderIds.length) break;
-          await sleep(100);
-        }
+        await allFinal(orderIds, 60_000);
         tQuiet = tRecovery = Date.now();
       }
 
@@ -239,7 +259,6 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
       const n = orderIds.length;
       const srv = await server.read();
       const pgStore = contestant.store === 'postgresql';
-      const snapshot = await pipeline.snapshot();
       return {
         contestant: contestant.id,
         title: contestant.title,
@@ -258,10 +277,10 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
           serverExecMs: pgStore && srv.statementsAvailable ? srv.execMs / n : null,
           walBytes: pgStore ? srv.walBytes / n : null,
           dynamoRequests: contestant.store === 'dynamodb' ? (options.dynamoRequests() - dynamoBase) / n : null,
-          stripeRequests: fake.stats().requests.total / n,
+          stripeRequests: (fake.stats().requests.total - stripeBase) / n,
         },
         phasesMs: { traffic: tTraffic - t0, quiet: tQuiet - tTraffic, recovery: tRecovery - tQuiet },
-        dlq: snapshot.queue.dlq,
+        dlq: new Set(queuedGroups(pipeline.sqs, 'dlq')).size,
       };
     } finally {
       clearInterval(progress);
