@@ -6,7 +6,7 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { naive } from './contestants/naive.ts';
 import { ours } from './contestants/ours.ts';
-import { powertools } from './contestants/powertools.ts';
+import { powertools, powertoolsDefault } from './contestants/powertools.ts';
 import { seed } from './contestants/seed.ts';
 import type { Contestant } from './contestant.ts';
 import { runLimit, type LimitResult } from './limit.ts';
@@ -15,7 +15,7 @@ import { makeWorkload } from './schedule.ts';
 import { startBenchPostgres, startDynalite } from './stores.ts';
 import type { Verdict } from './truth.ts';
 
-export const CONTESTANTS: readonly Contestant[] = [ours, powertools, seed, naive];
+export const CONTESTANTS: readonly Contestant[] = [ours, powertools, powertoolsDefault, seed, naive];
 
 export interface BenchOptions {
   readonly orders: number;

@@ -26,13 +26,15 @@ export interface RunningContestant {
   readonly reconcile?: ScheduledHandler | null;
   /** The store's view of every order it has a record of (orderIds: every order the bench sent). */
   beliefs(orderIds: readonly string[]): Promise<Map<string, Belief>>;
+  /** One line on the operations still open (diagnostics for the progress log). */
+  describeOpen?(): Promise<string>;
   /** DynamoDB requests so far, for the contestants that use it. */
   storeRequests?(): number;
   stop(): Promise<void>;
 }
 
 export interface Contestant {
-  readonly id: 'ours' | 'powertools' | 'seed' | 'naive';
+  readonly id: 'ours' | 'powertools' | 'powertools-default' | 'seed' | 'naive';
   readonly title: string;
   /** Its database work is PostgreSQL (WAL and statement counts apply). */
   readonly store: 'postgresql' | 'dynamodb';

@@ -1,7 +1,9 @@
 // One contestant, one run: the workload through fauxqs and the local event source into the
 // contestant's handler, against a fresh fake Stripe with the shared fault schedule; then quiet (the
 // key windows pass and the fake prunes keys, as Stripe may after 24 h), then the contestant's own
-// recovery to quiescence; then the fake's record judged against the contestant's store.
+// recovery to quiescence; then the fake's record judged against the contestant's store. Keys are
+// pruned only in the quiet: the whole traffic phase stands for less than Stripe's 24 hours (on this
+// clock an SQS redelivery is 10 s, a key window 50 s, and an order's duplicates come minutes apart).
 import { SendMessageBatchCommand } from '@aws-sdk/client-sqs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
@@ -29,7 +31,8 @@ export const BENCH_CLOCK: TimeLapse = {
   unsettledReviewAfterMs: 120_000,
   processingSettleMs: 2_000,
   reconcileEveryMs: 2_000,
-  retryBackoffScale: 0.05,
+  // Retries after 40 ms … 18 s instead of 2 s … 15 min.
+  retryBackoffScale: 0.02,
 };
 /** CHARGE_SAFETY_MARGIN_MS on this clock (the product's default is 5 s for a 60 s function). */
 const SAFETY_MARGIN_MS = 1_000;
@@ -53,7 +56,7 @@ export interface RunOptions {
   readonly clock?: TimeLapse;
   /** SQS receives before the DLQ. Default 5, as deployed. */
   readonly maxReceiveCount?: number;
-  /** Cap on the recovery phase. Default 60 s. */
+  /** Cap on the recovery phase. Default 120 s. */
   readonly recoveryTimeoutMs?: number;
   readonly log?: (line: string) => void;
   /** Fault rates of the schedule. Default PEER_FAULT_RATES. */
@@ -132,7 +135,6 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
   });
   const admin = new pg.Pool({ connectionString: options.adminUrl, max: 2, application_name: 'local-runtime' });
   admin.on('error', (error) => log(`  admin pool: ${error.message}`));
-  const pruner = setInterval(() => fake.pruneKeys({ olderThanMs: keyPruneAfterMsFor(clock) }), 1_000);
   try {
     running = await contestant.start({
       databaseUrl: pipeline.databaseUrl,
@@ -220,7 +222,7 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
 
         // ── Recovery to quiescence: nothing open, or nothing changed for 3 reconcile periods ──
         {
-          const deadline = Date.now() + (options.recoveryTimeoutMs ?? 60_000);
+          const deadline = Date.now() + (options.recoveryTimeoutMs ?? 120_000);
           let lastOpen = -1;
           let stableSince = Date.now();
           for (;;) {
@@ -231,7 +233,9 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
               lastOpen = open;
               stableSince = Date.now();
             }
-            if ((open === 0 && (await drained())) || Date.now() - stableSince > 3 * clock.reconcileEveryMs + 2_000 || Date.now() > deadline) break;
+            // Stable for longer than the longest retry delay of the clock (15 min × the backoff scale).
+            const stableMs = Math.max(3 * clock.reconcileEveryMs, 15 * 60_000 * clock.retryBackoffScale) + 5_000;
+            if ((open === 0 && (await drained())) || Date.now() - stableSince > stableMs || Date.now() > deadline) break;
             await sleep(500);
           }
         }
@@ -243,6 +247,7 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
       }
 
       // ── Judge ──────────────────────────────────────────────────────────────────────────────
+      if (running.describeOpen) log(`  ${contestant.id}: still open: ${await running.describeOpen()}`);
       await options.tamper?.(fake);
       const judged = [...orderIds, ...(options.judgeAlso ?? [])];
       const beliefs = await running.beliefs(judged);
@@ -286,7 +291,6 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
       clearInterval(progress);
     }
   } finally {
-    clearInterval(pruner);
     clientMeter().reset(null);
     // The fake first: a worker frozen by stall_after_commit gets its socket closed and finishes.
     await fake.close();

@@ -21,6 +21,15 @@ export const ours: Contestant = {
         }
         return out;
       },
+      async describeOpen() {
+        const { rows } = await ctx.observer.query<{ status: string; has_pi: boolean; leased: boolean; due_in_s: number | null; attempts: number; n: number }>(
+          `/* bench */ SELECT status, external_id IS NOT NULL AS has_pi, lease_until > now() AS leased,
+                  round(extract(epoch FROM next_attempt_at - now()))::int AS due_in_s, attempts, count(*)::int AS n
+             FROM payment_operations WHERE status IN ('pending', 'unknown') AND review_reason IS NULL
+            GROUP BY 1, 2, 3, 4, 5 ORDER BY n DESC LIMIT 8`,
+        );
+        return rows.length === 0 ? 'none' : rows.map((r) => `${r.n}× ${r.status}${r.has_pi ? ' (pi)' : ''}${r.leased ? ' leased' : ''} attempts ${r.attempts} due in ${r.due_in_s} s`).join('; ');
+      },
       async stop() {},
     };
   },
