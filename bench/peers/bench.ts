@@ -4,6 +4,7 @@ import { spawn } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
+import pg from 'pg';
 import { naive } from './contestants/naive.ts';
 import { ours } from './contestants/ours.ts';
 import { powertools, powertoolsDefault } from './contestants/powertools.ts';
@@ -56,6 +57,8 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
       faultRuns.push(r);
     }
     if (!options.faultRunOnly) {
+      // Let the server finish what the fault runs left (dropped databases, dirty buffers) first.
+      await settleServer(postgres.adminUrl);
       for (const latencyMs of options.latencies) {
         for (const contestant of chosen) {
           log(`${contestant.id}: clean run at ${latencyMs} ms`);
@@ -80,6 +83,17 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     await dynamo.stop();
     await postgres.stop();
   }
+}
+
+async function settleServer(adminUrl: string): Promise<void> {
+  const client = new pg.Client({ connectionString: adminUrl });
+  await client.connect();
+  try {
+    await client.query('CHECKPOINT');
+  } finally {
+    await client.end();
+  }
+  await new Promise((resolve) => setTimeout(resolve, 5_000));
 }
 
 /** A fault run in a child process (bench/peers/worker.ts); its stderr is the progress. */
