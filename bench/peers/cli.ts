@@ -29,5 +29,7 @@ if (bad.length > 0) throw new Error(`unknown contestant(s): ${bad.join(', ')} (k
 
 const started = Date.now();
 const report = await runBench({ orders, seed, latencies, contestants: ids, pollers, log: (line) => process.stderr.write(`[${((Date.now() - started) / 1000).toFixed(0)} s] ${line}\n`) });
-console.log(values.json ? JSON.stringify(report, null, 2) : renderReport(report));
+// JSON: the verdict of every order, as an object (a Map does not serialise).
+const replacer = (_key: string, value: unknown) => (value instanceof Map ? Object.fromEntries(value) : value);
+console.log(values.json ? JSON.stringify(report, replacer, 2) : renderReport(report));
 process.stderr.write(`bench:peers done in ${((Date.now() - started) / 1000).toFixed(0)} s\n`);

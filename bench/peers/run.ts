@@ -56,6 +56,8 @@ export interface RunOptions {
   readonly clock?: TimeLapse;
   /** SQS receives before the DLQ. Default 5, as deployed. */
   readonly maxReceiveCount?: number;
+  /** Cap on the traffic phase. Default 20 min. */
+  readonly trafficTimeoutMs?: number;
   /** Cap on the recovery phase. Default 120 s. */
   readonly recoveryTimeoutMs?: number;
   readonly log?: (line: string) => void;
@@ -202,7 +204,11 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
       );
     }, 5_000);
     try {
-      while (!(await drained())) await sleep(100);
+      // Bounded: a queue that never drains (a contestant stuck for good) ends the phase anyway,
+      // and what it left shows up as open or lost.
+      const trafficDeadline = Date.now() + (options.trafficTimeoutMs ?? 20 * 60_000);
+      while (!(await drained()) && Date.now() < trafficDeadline) await sleep(100);
+      if (Date.now() >= trafficDeadline) log(`  ${contestant.id}: the queue did not drain in time; judging what there is`);
       const tTraffic = Date.now();
 
       // ── Quiet: every key older than the window plus a lease, then pruned (as Stripe may) ────
