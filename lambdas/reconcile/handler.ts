@@ -4,14 +4,19 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
+import { randomUUID } from 'node:crypto';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import { worstCaseCallMs } from '../payments/call-budget.ts';
-import { loadConfig } from '../runtime/config.ts';
+import { assertCallBudget, ConfigError, loadConfig, type RuntimeConfig } from '../runtime/config.ts';
 import { clockFromContext, createLogger, createMetrics, describeError } from '../runtime/observability.ts';
 import { getEventPublisher, getPool, getStripeGateway } from '../runtime/resources.ts';
 import { METRICS, PIPELINE } from '../runtime/settings.ts';
+import { acquireSweepLease, releaseSweepLease } from './sweep-lease.ts';
 import { runReconcile, type ReconcileSummary } from './sweep.ts';
+
+/** A lease outlives its invocation's deadline by this much (clock skew between Lambda and the database). */
+const SWEEP_LEASE_MARGIN_MS = 5_000;
 
 export const logger = createLogger();
 export const metrics = createMetrics();
@@ -35,21 +40,55 @@ export class ReconcileError extends Error {
 }
 
 async function reconcile(event: ReconcileEvent | null | undefined, context: Context): Promise<ReconcileSummary> {
-  const config = loadConfig(process.env);
+  let config: RuntimeConfig;
+  try {
+    config = loadConfig(process.env);
+  } catch (error) {
+    if (error instanceof ConfigError) metrics.addMetric(METRICS.configurationRefused, MetricUnit.Count, 1);
+    throw error;
+  }
   const db = await getPool(config, (error) => logger.warn('idle database connection lost', describeError(error)));
-  // Without a Stripe key the sweep cannot run, but the outbox relay and the gauges still can — and
-  // must, or the gauge alarms go blind exactly when something is wrong. The run then throws.
-  // (getStripeGateway throws synchronously when no key is configured at all, hence the .then.)
-  const gateway = await Promise.resolve().then(() => getStripeGateway(config)).catch((error: unknown) => {
-    logger.error('Stripe key unavailable; no operation is settled this run', describeError(error));
-    return { unavailable: describeError(error) };
-  });
-  if (event?.scheduledTime) logger.appendKeys({ scheduledTime: event.scheduledTime });
   const clock = clockFromContext(context, PIPELINE.reconcileFunctionTimeoutSeconds * 1000);
+  // Without a Stripe key — or with a configuration under which no call could ever start (worst-case
+  // call + margin ≥ the function timeout, refused here) — the sweep cannot run, but the outbox relay
+  // and the gauges still can, and must, or the gauge alarms go blind exactly when something is
+  // wrong. The run then throws. (getStripeGateway throws synchronously when no key is configured.)
+  let refused = false;
+  const gateway = await Promise.resolve()
+    .then(() => {
+      try {
+        assertCallBudget(config, 'reconcile', Math.min(PIPELINE.reconcileFunctionTimeoutSeconds * 1000, clock.remainingMs()));
+      } catch (error) {
+        refused = true;
+        throw error;
+      }
+      return getStripeGateway(config);
+    })
+    .catch((error: unknown) => {
+      logger.error(refused ? 'configuration refused; no operation is settled this run' : 'Stripe key unavailable; no operation is settled this run', describeError(error));
+      return { unavailable: describeError(error) };
+    });
+  metrics.addMetric(METRICS.configurationRefused, MetricUnit.Count, refused ? 1 : 0);
+  if (event?.scheduledTime) logger.appendKeys({ scheduledTime: event.scheduledTime });
+  // One sweep at a time spends the Stripe budget (sweep-lease.ts): a run that overlaps a slow one
+  // relays the outbox and publishes the gauges, and leaves the operations to the lease holder.
+  const holder = context.awsRequestId || randomUUID();
+  // A database that cannot even give the lease fails the sweep the usual way, after the relay and
+  // the gauges were tried (runReconcile reports it): no Stripe call without the lease.
+  const lease = await acquireSweepLease(db, holder, clock.remainingMs() + SWEEP_LEASE_MARGIN_MS).catch((error: unknown) => {
+    logger.warn('could not take the sweep lease; no Stripe call this run', describeError(error));
+    return { acquired: false as const, failed: describeError(error) };
+  });
+  if (!lease.acquired && !('failed' in lease)) {
+    logger.info('another sweep holds the Stripe budget; this run relays and measures only', {
+      heldBy: 'heldBy' in lease ? lease.heldBy : undefined,
+      heldUntil: 'heldUntil' in lease ? lease.heldUntil?.toISOString() : undefined,
+    });
+  }
   const summary = await runReconcile(
     {
       db,
-      gateway: 'unavailable' in gateway ? null : gateway,
+      gateway: 'unavailable' in gateway || !lease.acquired ? null : gateway,
       publisher: getEventPublisher(config),
       log: logger,
       policy: config.policy,
@@ -65,7 +104,7 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
       },
     },
     clock,
-  );
+  ).finally(() => (lease.acquired ? releaseSweepLease(db, holder).catch(() => {}) : undefined));
 
   metrics.addMetric(METRICS.reconciledOperations, MetricUnit.Count, summary.reconciled);
   metrics.addMetric(METRICS.stripeAuthErrors, MetricUnit.Count, summary.stripeAuthErrors);
@@ -82,7 +121,11 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
   }
   const { errors, ...rest } = summary;
   logger.info('reconcile run done', { ...rest, errorCount: errors.length });
-  if ('unavailable' in gateway) throw new ReconcileError({ ...summary, errors: [`stripe: ${gateway.unavailable.errorName}: ${gateway.unavailable.errorMessage}`, ...errors] });
+  if ('failed' in lease) throw new ReconcileError({ ...summary, errors: [`sweep: no sweep lease: ${lease.failed.errorName}: ${lease.failed.errorMessage}`, ...errors] });
+  if ('unavailable' in gateway) {
+    const what = refused ? 'configuration' : 'stripe';
+    throw new ReconcileError({ ...summary, errors: [`${what}: ${gateway.unavailable.errorName}: ${gateway.unavailable.errorMessage}`, ...errors] });
+  }
   if (errors.length > 0) throw new ReconcileError(summary);
   return summary;
 }

@@ -68,7 +68,7 @@ describe('the default stack', () => {
   });
 
   it('uses the dev profile of cdk.json: single AZ, one NAT, no deletion protection, snapshot on delete', () => {
-    const db = dev.resources[logicalId(dev.pipeline.database)]!;
+    const db = dev.resources[logicalId(dev.pipeline.database!)]!;
     expect(db.Properties).toMatchObject({ MultiAZ: false, DeletionProtection: false, DBInstanceClass: 'db.t4g.micro' });
     expect(db.DeletionPolicy).toBe('Snapshot');
     expect(ofType(dev.resources, 'AWS::EC2::NatGateway')).toHaveLength(1);
@@ -76,7 +76,7 @@ describe('the default stack', () => {
 
   it('uses the prod profile when asked, and -c values win over it', () => {
     expect(prod.stack.stackName).toBe('ChargePipeline-prod');
-    const db = prod.resources[logicalId(prod.pipeline.database)]!;
+    const db = prod.resources[logicalId(prod.pipeline.database!)]!;
     expect(db.Properties).toMatchObject({ MultiAZ: true, DeletionProtection: true, DBInstanceClass: 'db.t4g.medium' });
     expect(ofType(prod.resources, 'AWS::EC2::NatGateway')).toHaveLength(1); // -c natGateways=1 over the profile's 2
     expect(ofType(prod.resources, 'AWS::Lambda::EventSourceMapping')[0]![1].Properties!.ScalingConfig).toEqual({ MaximumConcurrency: 20 });
@@ -87,7 +87,7 @@ describe('the default stack', () => {
   });
 
   it('imports a Stripe secret and an operator role by ARN', () => {
-    expect(ofType(prod.resources, 'AWS::SecretsManager::Secret')).toHaveLength(1); // the database's only
+    expect(ofType(prod.resources, 'AWS::SecretsManager::Secret')).toHaveLength(2); // the database's owner and application role only
     expect(prod.resources[logicalId(prod.pipeline.chargeFunction)]!.Properties!.Environment.Variables.STRIPE_SECRET_ARN).toBe(
       STRIPE_SECRET_ARN,
     );
