@@ -10,12 +10,19 @@ import { handlerEntry, PROJECT_ROOT } from '../../lib/pipeline-function.ts';
 const PEER_ONLY = ['@aws-lambda-powertools/batch', '@aws-lambda-powertools/idempotency', '@aws-sdk/client-dynamodb', '@aws-sdk/util-dynamodb', 'dynalite'];
 
 describe('bench:peers dependencies stay out of the Lambda bundles', () => {
-  test('they are devDependencies', () => {
-    const pkg = JSON.parse(readFileSync(path.join(PROJECT_ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string>; devDependencies: Record<string, string> };
+  test('they are devDependencies, and bench/ is not in the published package', () => {
+    const pkg = JSON.parse(readFileSync(path.join(PROJECT_ROOT, 'package.json'), 'utf8')) as {
+      dependencies?: Record<string, string>;
+      peerDependencies?: Record<string, string>;
+      devDependencies: Record<string, string>;
+      files?: string[];
+    };
     for (const name of PEER_ONLY) {
-      expect(pkg.dependencies[name], name).toBeUndefined();
+      expect(pkg.dependencies?.[name], name).toBeUndefined();
+      expect(pkg.peerDependencies?.[name], name).toBeUndefined();
       expect(pkg.devDependencies[name], name).toBeDefined();
     }
+    expect((pkg.files ?? []).filter((f) => f.startsWith('bench'))).toEqual([]);
   });
 
   test.each(['charge', 'reconcile', 'migrate', 'ops'] as const)('the %s bundle', async (handler) => {
