@@ -126,12 +126,16 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
     pollers: options.pollers ?? 8,
     batchSize: 10,
     chargeTimeoutMs: functionTimeoutMs,
+    // The reconciler's timeout on the same clock: it bounds the sweep lease (migration 003), so a
+    // sweep frozen by a crash holds the Stripe budget for seconds, as a crashed one holds it for the
+    // function's 2 minutes on AWS — not for 2 minutes of a clock on which a day lasts one.
+    reconcileTimeoutMs: functionTimeoutMs,
     visibilityTimeoutSeconds: Math.ceil(functionTimeoutMs / 1000) + 1,
     maxReceiveCount: options.maxReceiveCount ?? MAX_RECEIVE_COUNT,
     eventBridgeFaults: null,
     logLevel: 'SILENT',
     metricsDisabled: true,
-    env: { CHARGE_SAFETY_MARGIN_MS: String(SAFETY_MARGIN_MS) },
+    env: { CHARGE_SAFETY_MARGIN_MS: String(SAFETY_MARGIN_MS), RECONCILE_SAFETY_MARGIN_MS: String(SAFETY_MARGIN_MS) },
     ...(contestant.id === 'ours' ? {} : { handlers: delegate }),
     log: (line) => log(`  pipeline: ${line}`),
   });
