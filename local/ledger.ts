@@ -318,6 +318,7 @@ const FAULT_LABELS: Record<string, string> = {
   permission_403: '403',
   proxy_502_after_commit: '502 without error body',
   truncated_response_after_commit: 'truncated response',
+  stall_after_commit: 'stall (crash)',
 };
 
 const n = (value: number) => value.toLocaleString('en-US');

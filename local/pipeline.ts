@@ -143,6 +143,8 @@ export interface PipelineOptions {
   readonly stripeConcurrency?: number;
   /** Default PIPELINE.chargeFunctionTimeoutSeconds. */
   readonly chargeTimeoutMs?: number;
+  /** Default PIPELINE.reconcileFunctionTimeoutSeconds (a compressed clock may want it shorter). */
+  readonly reconcileTimeoutMs?: number;
   /** Default PIPELINE.visibilityTimeoutSeconds. */
   readonly visibilityTimeoutSeconds?: number;
   /** Default PIPELINE.maxReceiveCount. */
@@ -503,6 +505,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       intervalMs: reconcileEveryMs,
       functionName: 'reconcile',
       maxConcurrentRuns: maxReconcileRuns,
+      ...(options.reconcileTimeoutMs !== undefined ? { functionTimeoutMs: options.reconcileTimeoutMs } : {}),
       ...(options.onReconcile ? { onRun: options.onReconcile } : {}),
     });
     let pruner: NodeJS.Timeout | undefined;

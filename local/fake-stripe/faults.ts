@@ -56,6 +56,7 @@ const FAULT_STAGE = {
   permission_403: 'gate',
   proxy_502_after_commit: 'answer',
   truncated_response_after_commit: 'answer',
+  stall_after_commit: 'answer',
 } as const satisfies Record<FaultKind, 'gate' | 'commit' | 'answer'>;
 export type FaultStage = (typeof FAULT_STAGE)[FaultKind];
 

@@ -68,6 +68,8 @@ const SEARCH_MAX_LIMIT = 100;
  * that looks like a lost response but was never injected.
  */
 const KEEP_ALIVE_TIMEOUT_MS = 65_000;
+/** stall_after_commit: one byte of whitespace this often, well under any client's idle timeout. */
+const STALL_TRICKLE_MS = 250;
 
 export async function startFakeStripe(options: FakeStripeOptions = {}): Promise<FakeStripe> {
   const fake = new FakeStripeServer(options);
@@ -208,6 +210,7 @@ class FakeStripeServer implements FakeStripe {
   readonly #apiKeys: readonly string[] | null;
   readonly #bucket: TokenBucket | null;
   readonly #plan: FaultPlan;
+  readonly #faultKeyBy: 'idempotency_key' | 'order';
   readonly #keys = new IdempotencyStore();
   readonly #ledger = new Ledger();
   readonly #refunds: RefundApi;
@@ -230,6 +233,7 @@ class FakeStripeServer implements FakeStripe {
     this.#apiKeys = options.apiKeys ? [...options.apiKeys] : null;
     this.#bucket = options.rateLimit ? new TokenBucket(options.rateLimit.perSecond, Date.now()) : null;
     this.#plan = new FaultPlan(options.faults?.seed ?? 0, options.faults?.rates ?? {});
+    this.#faultKeyBy = options.faults?.keyBy ?? 'idempotency_key';
     this.#logLimit = options.requestLogLimit ?? 100_000;
     this.#refunds = new RefundApi((id) => this.#ledger.get(id), this.#processingSettleMs);
     this.#server = createServer((req, res) => this.#onRequest(req, res));
@@ -520,8 +524,10 @@ class FakeStripeServer implements FakeStripe {
     x.record.operationId = facts.operationId;
     x.record.paymentIntentId = facts.paymentIntentId;
     if (facts.refundId !== undefined) x.record.refundId = facts.refundId;
-    // Without a key, "the same request" for reproducible faults is the same parameters.
-    const fault = this.#chooseFault(x, facts, phase, key ?? `no-key:${params}`);
+    // Without a key, "the same request" for reproducible faults is the same parameters; keyed by
+    // order, it is the order, whatever key (or none) the caller sends.
+    const randomKey = this.#faultKeyBy === 'order' && facts.orderId !== null ? `order:${facts.orderId}` : (key ?? `no-key:${params}`);
+    const fault = this.#chooseFault(x, facts, phase, randomKey);
     if (fault !== null && faultStage(fault.kind, kind.endpoint) === 'gate') return this.#gateFault(x, fault.kind);
 
     if (lookup.kind === 'mismatch' && key !== null) {
@@ -778,6 +784,20 @@ class FakeStripeServer implements FakeStripe {
         // Keep the socket, say nothing. The client's timeout (or close()) ends it; nothing to clean here.
         this.#finish(x, 'hung');
         return;
+      case 'stall_after_commit': {
+        await this.#payLatency(x);
+        if (this.#stale(x)) return this.#drop(x);
+        x.res.writeHead(status, this.#headers(x, extraHeaders));
+        // Leading whitespace is valid JSON, so nothing is wrong with the body yet: it just never
+        // ends. close() destroys the socket, which stops the trickle.
+        const trickle = setInterval(() => {
+          if (x.res.destroyed || x.req.socket.destroyed) clearInterval(trickle);
+          else x.res.write(' ');
+        }, STALL_TRICKLE_MS);
+        x.req.socket.once('close', () => clearInterval(trickle));
+        this.#finish(x, 'hung');
+        return;
+      }
       case 'truncated_response_after_commit': {
         await this.#payLatency(x);
         if (this.#stale(x)) return this.#drop(x);

@@ -37,10 +37,20 @@ export const FAULT_KINDS = [
    * StripeConnectionError after exactly one HTTP attempt whatever maxNetworkRetries is.
    */
   'truncated_response_after_commit',
+  /**
+   * Charge executed and cached; status 200 and headers are sent, then the body never comes: one
+   * byte of whitespace at a time, often enough that no idle-socket timeout ever fires (stripe-node's
+   * `timeout` is one). The caller is frozen after Stripe acted and before it could write anything —
+   * what a worker killed at that moment leaves behind (bench:peers uses it as its crash).
+   */
+  'stall_after_commit',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 export type FaultRates = Partial<Record<FaultKind, number>>;
+
+/** What a random fault draw is keyed on: the Idempotency-Key of the create, or its metadata.order_id. */
+export type FaultKeyBy = 'idempotency_key' | 'order';
 
 export type Endpoint = 'create' | 'retrieve' | 'search' | 'list' | RefundEndpoint;
 /** The Refunds API (refunds.ts): POST /v1/refunds, GET /v1/refunds/:id, GET /v1/refunds. */
@@ -75,8 +85,12 @@ export interface FakeStripeOptions {
    * only via settle() / settleRefund().
    */
   readonly processingSettleMs?: number | null;
-  /** Random faults on creates, reproducible from the seed. Default: none. */
-  readonly faults?: { readonly seed: number; readonly rates: FaultRates };
+  /**
+   * Random faults on creates, reproducible from the seed. keyBy: what "the same request" is for the
+   * draw — the Idempotency-Key (default), or metadata.order_id, so that callers with different keys
+   * (or none) meet the same faults on the same orders (bench:peers). Default: none.
+   */
+  readonly faults?: { readonly seed: number; readonly rates: FaultRates; readonly keyBy?: FaultKeyBy };
   /** A token bucket over all /v1 requests (burst = one second's worth); beyond it: 429. Default: unlimited. */
   readonly rateLimit?: { readonly perSecond: number };
   /** Accepted bearer keys; default: any key starting with sk_test_. */

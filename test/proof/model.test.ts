@@ -87,7 +87,8 @@ const command: fc.Arbitrary<Command> = fc.oneof(
     arbitrary: fc.record({
       t: fc.constant('fault' as const),
       order: orderIndex,
-      kind: fc.constantFrom(...FAULT_KINDS),
+      // Not stall_after_commit: it freezes the caller for good (bench:peers' crash); the model's crashes are its own commands.
+      kind: fc.constantFrom(...FAULT_KINDS.filter((kind) => kind !== 'stall_after_commit')),
       times: fc.integer({ min: 1, max: 3 }),
       endpoint: fc.constantFrom('any' as const, 'create' as const, 'retrieve' as const, 'search' as const, 'list' as const),
     }),
