@@ -229,6 +229,10 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     // A killed container fails its batch; SQS shows the batch again after the visibility timeout.
     visibilityTimeoutSeconds: options.visibilityTimeoutSeconds,
     chargeTimeoutMs: 20_000,
+    // The reconciler's deadline bounds its sweep lease (lambdas/reconcile/sweep-lease.ts): a sweep
+    // SIGKILLed here holds the Stripe budget until that deadline, as a crashed one does on AWS for the
+    // function's 2 minutes. On the soak's compressed clock 2 real minutes would outlast quiescence.
+    reconcileTimeoutMs: 20_000,
     handlers: { charge, reconcile },
     logLevel: 'ERROR',
     metricsDisabled: true,
