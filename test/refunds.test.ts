@@ -2,8 +2,10 @@
 // SDK against the fake Stripe's Refunds API. Every row of the charge table, for refunds, then the
 // refund rules (in the database as well as in code), then the round trips.
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { chargeOutcomeDetailSchema, refundOutcomeDetailJsonSchema, refundOutcomeDetailSchema, RefundDetailType } from '../lambdas/events/contract.ts';
 import { countingDb } from '../lambdas/payments/db.ts';
 import { idempotencyKey } from '../lambdas/payments/decisions.ts';
 import { ChargeEngine, type EngineOptions } from '../lambdas/payments/engine.ts';
@@ -367,6 +369,24 @@ describe('refund rules, in code and in the database', () => {
     } finally {
       await Promise.all([poolA.end(), poolB.end()]);
     }
+  });
+});
+
+describe('refund events: the contract', () => {
+  it('every refund outcome row is a valid Refund detail (own operationId, own sequence, the refund named); a charge row is unchanged', async () => {
+    const { input, chargeId } = await chargedOrder();
+    const ok = await engine().processRefund(refundOf(input.orderId, { refundId: 'rf-ev', reason: 'duplicate' }));
+    const [event] = await outbox(ok.operationId!);
+    expect(event!.event_type).toBe(RefundDetailType.succeeded);
+    const detail = refundOutcomeDetailSchema.parse(event!.payload);
+    expect(detail).toMatchObject({ kind: 'refund', refundId: 'rf-ev', chargeOperationId: chargeId, refundReason: 'duplicate', sequence: 1, status: 'succeeded' });
+    const [charge] = await outbox(chargeId);
+    expect(charge!.payload).not.toHaveProperty('kind');
+    chargeOutcomeDetailSchema.parse(charge!.payload);
+  });
+
+  it('schemas/refund-outcome-detail.v1.json is the contract, regenerated', () => {
+    expect(JSON.parse(readFileSync('schemas/refund-outcome-detail.v1.json', 'utf8'))).toEqual(refundOutcomeDetailJsonSchema());
   });
 });
 

@@ -562,7 +562,11 @@ export function outboxInsertSql(source: string, leaseParam: string): string {
                 'externalId', external_id,
                 'reason', coalesce(review_reason, CASE WHEN status IN ('failed', 'pending') THEN failure_code END),
                 'occurredAt', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-                'sequence', event_sequence),
+                'sequence', event_sequence)
+              -- A refund's detail names the refund (refundOutcomeDetailSchema); a charge's is unchanged.
+              || coalesce((SELECT jsonb_build_object('kind', 'refund', 'refundId', k.refund_id,
+                                                     'chargeOperationId', k.parent_operation_id, 'refundReason', k.refund_reason)
+                             FROM payment_operations k WHERE k.id = ${source}.id AND k.kind = 'refund'), '{}'::jsonb),
               now() + ${leaseParam}::bigint * interval '1 millisecond'
          FROM ${source}`;
 }
