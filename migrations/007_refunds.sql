@@ -96,7 +96,7 @@ CREATE TRIGGER payment_operations_refund_guard
   FOR EACH ROW EXECUTE FUNCTION payment_operations_refund_guard();
 
 -- The audit trail learns the step of a refund settled without a Stripe call (its charge failed),
--- and the outbox the refund events.
+-- rejected_messages the refund reasons, and the outbox the refund events.
 CREATE FUNCTION pg_temp.widen_in_check(tbl regclass, col text, additions text[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -121,5 +121,9 @@ BEGIN
 END $$;
 
 SELECT pg_temp.widen_in_check('payment_operation_events', 'step', ARRAY['precondition']);
+-- A refund request that makes no refund operation is acknowledged and kept whole, with its reason:
+-- refund_conflict (the refund id exists with another amount or reason), refund_rejected (no charge,
+-- the charge failed, or more than was charged).
+SELECT pg_temp.widen_in_check('rejected_messages', 'reason_code', ARRAY['refund_conflict', 'refund_rejected']);
 SELECT pg_temp.widen_in_check('outcome_events', 'event_type', ARRAY['Refund Succeeded', 'Refund Failed', 'Refund Needs Review', 'Refund Reissued']);
 DROP FUNCTION pg_temp.widen_in_check(regclass, text, text[]);

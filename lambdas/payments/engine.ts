@@ -100,8 +100,10 @@ export interface RefundRequestResult {
   /** The refund operation; null when the request was rejected (nothing created, nothing sent). */
   readonly operationId: string | null;
   readonly rejection: RefundRejectedError | null;
-  /** Null for a rejection, when not asked to execute, or for a refund waiting for its charge. */
+  /** Null for a rejection, when not asked to execute, or when the outcome could not be recorded. */
   readonly execution: Execution | null;
+  /** The refund is durable but its outcome write failed (the reconciler settles it, same key). */
+  readonly outcomeNotRecorded?: unknown;
 }
 
 /** A concurrent refund of the same order committed first: the trigger of 007_refunds.sql said so. */
@@ -289,8 +291,13 @@ export class ChargeEngine {
       return { ...reject('refund_conflict', `refund ${input.refundId} of order ${input.orderId} already exists as operation ${op.id} with a different ${fields.join(', ')}`, op), operationId: op.id };
     }
     if (!row.claimed) return { input, operationId: op.id, rejection: null, execution: execute ? skipped(op) : null };
-    const [execution] = await this.#executeClaimed([row.claimed], options.canStart);
-    return { input, operationId: op.id, rejection: null, execution: execution! };
+    try {
+      const [execution] = await this.#executeClaimed([row.claimed], options.canStart);
+      return { input, operationId: op.id, rejection: null, execution: execution! };
+    } catch (cause) {
+      // Durable and claimed: the lease expires and the reconciler asks Stripe again with the same key.
+      return { input, operationId: op.id, rejection: null, execution: null, outcomeNotRecorded: cause };
+    }
   }
 
   /**
