@@ -32,6 +32,7 @@ import { OpsFunction } from './ops-function.ts';
 import { OutcomeEvents } from './outcome-events.ts';
 import { LAMBDA_CA_BUNDLE, type PipelineFunction, type PipelineLogLevel } from './pipeline-function.ts';
 import { Reconciler } from './reconciler.ts';
+import { StripeEvents, type StripeEventsInput } from './stripe-events.ts';
 import { validateChargePipelineProps } from './validation.ts';
 
 export interface ChargePipelineProps {
@@ -120,6 +121,23 @@ export interface ChargePipelineProps {
   /** Create the example consumer (a rule delivering every outcome to an SQS queue). @default true */
   readonly exampleConsumer?: boolean;
 
+  // ── Stripe events in (lib/stripe-events.ts) ───────────────────────────────────────────────────
+  /**
+   * How Stripe's events reach the inbox: 'webhook' (a Lambda Function URL; register it in the
+   * Dashboard), 'eventbridge' (a rule on Stripe's partner event bus, `stripePartnerEventBusName`) or
+   * 'none' (polling only: the reconciler retrieves open operations on its backoff).
+   * @default 'webhook'
+   */
+  readonly stripeEvents?: StripeEventsInput;
+  /** eventbridge: the partner event bus (= the partner event source name, aws.partner/stripe.com/…). */
+  readonly stripePartnerEventBusName?: string;
+  /** webhook: the endpoint signing secret. @default - a new secret created empty (operators paste the whsec_…) */
+  readonly stripeWebhookSecret?: secretsmanager.ISecret;
+  /** Reserved concurrency of the Stripe-events function. @default - unreserved */
+  readonly stripeEventsReservedConcurrency?: number;
+  /** StripeEventBacklogTooOld fires above this. @default Duration.minutes(10) */
+  readonly oldestStripeEventAgeAlarmThreshold?: cdk.Duration;
+
   // ── operators ────────────────────────────────────────────────────────────────────────────────
   /**
    * The role on-call people assume to run operator commands; the only principal the ops function's
@@ -167,6 +185,7 @@ export const CHARGE_PIPELINE_DEFAULTS = {
   oldestMessageAgeAlarmMinutes: 10,
   oldestOpenOperationAgeAlarmMinutes: 60,
   oldestUnpublishedEventAgeAlarmMinutes: 5,
+  oldestStripeEventAgeAlarmMinutes: 10,
   logLevel: 'INFO',
   opsFunctionTimeoutSeconds: 60,
 } as const;
@@ -188,6 +207,8 @@ export class ChargePipeline extends Construct {
   readonly migrateFunction: PipelineFunction;
   readonly migrationTrigger: triggers.Trigger;
   readonly opsFunction: PipelineFunction;
+  /** Stripe events in; undefined when `stripeEvents` is 'none'. */
+  readonly stripeEvents?: StripeEvents;
   readonly eventBus: events.EventBus;
   readonly eventArchive: events.Archive;
   readonly exampleConsumerQueue?: sqs.Queue;
@@ -317,6 +338,22 @@ export class ChargePipeline extends Construct {
     });
     this.opsFunction = ops.function;
 
+    const stripeEventsInput = props.stripeEvents ?? 'webhook';
+    if (stripeEventsInput !== 'none') {
+      this.stripeEvents = new StripeEvents(this, 'StripeEvents', {
+        ...placement,
+        ...common,
+        input: stripeEventsInput,
+        environment: pipelineEnv,
+        databaseSecret: this.databaseSecret,
+        stripeSecret: this.stripeSecret,
+        grantPutEvents: (grantee) => outcomes.grantPutEvents(grantee),
+        webhookSecret: props.stripeWebhookSecret,
+        partnerEventBusName: props.stripePartnerEventBusName,
+        reservedConcurrency: props.stripeEventsReservedConcurrency,
+      });
+    }
+
     // Least privilege: each function reads the secrets it uses and publishes to this bus only.
     this.databaseSecret.grantRead(this.migrateFunction);
     for (const fn of [this.chargeFunction, this.reconcileFunction, this.opsFunction]) {
@@ -334,6 +371,7 @@ export class ChargePipeline extends Construct {
       this.chargeFunction,
       this.reconcileFunction,
       this.opsFunction,
+      ...(this.stripeEvents ? [this.stripeEvents.function] : []),
     );
 
     const observability = new Observability(this, 'Observability', {
@@ -356,6 +394,12 @@ export class ChargePipeline extends Construct {
         props.oldestUnpublishedEventAgeAlarmThreshold ?? cdk.Duration.minutes(d.oldestUnpublishedEventAgeAlarmMinutes),
       dashboardName: props.dashboardName,
       removalPolicy,
+      stripeEvents: this.stripeEvents
+        ? {
+            function: this.stripeEvents.function,
+            oldestEventAgeThreshold: props.oldestStripeEventAgeAlarmThreshold ?? cdk.Duration.minutes(d.oldestStripeEventAgeAlarmMinutes),
+          }
+        : undefined,
     });
     this.alarmTopic = observability.alarmTopic;
     this.alarms = observability.alarms;

@@ -24,7 +24,7 @@ export const LAMBDA_MIGRATIONS_DIR = '/var/task/migrations';
  */
 export const LAMBDA_CA_BUNDLE = '/var/runtime/ca-cert.pem';
 
-export type PipelineHandler = 'charge' | 'reconcile' | 'migrate' | 'ops';
+export type PipelineHandler = 'charge' | 'reconcile' | 'migrate' | 'ops' | 'stripe-events';
 export type PipelineLogLevel = 'DEBUG' | 'INFO' | 'WARN' | 'ERROR';
 
 export interface PipelineFunctionProps {

@@ -5,6 +5,8 @@ import { ConfigError } from '../runtime/config.ts';
 import { forgetSecrets, getSecretString } from '../runtime/secrets.ts';
 
 export interface StripeEventsConfig {
+  /** Which door the function serves: a Function URL (webhook) or a partner-bus rule (eventbridge). */
+  readonly input: 'webhook' | 'eventbridge';
   /** Local: the endpoint's signing secret itself (whsec_…). */
   readonly webhookSecret: string | undefined;
   /** AWS: a Secrets Manager secret holding it (created empty by the stack; an operator fills it in). */
@@ -38,7 +40,10 @@ export function loadStripeEventsConfig(env: Env = process.env): StripeEventsConf
   if (source !== undefined && !source.startsWith('aws.partner/stripe.com/')) {
     throw new ConfigError(`STRIPE_PARTNER_EVENT_SOURCE must be a Stripe partner event source (aws.partner/stripe.com/…), got "${source}"`);
   }
+  const input = blank(env.STRIPE_EVENTS_INPUT) ?? 'webhook';
+  if (input !== 'webhook' && input !== 'eventbridge') throw new ConfigError(`STRIPE_EVENTS_INPUT must be webhook or eventbridge, got "${input}"`);
   return {
+    input,
     webhookSecret: secret,
     webhookSecretArn: blank(env.STRIPE_WEBHOOK_SECRET_ARN),
     maxBodyBytes,

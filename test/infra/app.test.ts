@@ -87,7 +87,10 @@ describe('the default stack', () => {
   });
 
   it('imports a Stripe secret and an operator role by ARN', () => {
-    expect(ofType(prod.resources, 'AWS::SecretsManager::Secret')).toHaveLength(1); // the database's only
+    // the database's and the webhook signing secret (created empty); no Stripe key secret
+    const secrets = ofType(prod.resources, 'AWS::SecretsManager::Secret').map(([id]) => id);
+    expect(secrets).toHaveLength(2);
+    expect(secrets).toContain(logicalId(prod.pipeline.stripeEvents!.webhookSecret as never));
     expect(prod.resources[logicalId(prod.pipeline.chargeFunction)]!.Properties!.Environment.Variables.STRIPE_SECRET_ARN).toBe(
       STRIPE_SECRET_ARN,
     );
