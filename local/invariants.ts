@@ -126,6 +126,7 @@ interface OutboxFacts {
 
 const FINAL_EVENT_TYPE: Partial<Record<OperationStatus, string>> = { succeeded: 'Charge Succeeded', failed: 'Charge Failed' };
 const REVIEW_EVENT_TYPE = 'Charge Needs Review';
+const AFTERMATH_EVENT_TYPES = new Set(['Charge Refunded', 'Charge Disputed', 'Charge Dispute Closed']);
 
 // One pass per table; the scope ($1, NULL = everything) is applied in SQL so a 10,000-order soak and a
 // 3-order model run cost what they should.
@@ -292,7 +293,8 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     // Outbox: exactly one final event for a final outcome (none for an open one), one review event per
     // entry into review, and every payload telling the truth about its operation.
     const events = outboxByOperation.get(op.id) ?? [];
-    const finals = events.filter((e) => e.event_type !== REVIEW_EVENT_TYPE);
+    // Refunds and disputes (Stripe events in) follow a final outcome; they are not one.
+    const finals = events.filter((e) => e.event_type !== REVIEW_EVENT_TYPE && !AFTERMATH_EVENT_TYPES.has(e.event_type));
     const reviews = events.filter((e) => e.event_type === REVIEW_EVENT_TYPE);
     const outbox: string[] = [];
     const wantFinal = FINAL_EVENT_TYPE[op.status];

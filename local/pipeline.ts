@@ -31,6 +31,7 @@ import { FAULT_PROFILES, startFakeStripe, type FakeStripe, type FakeStripeStats,
 import { createDatabase, startEmbeddedPostgres, type EmbeddedPostgresHandle } from './postgres.ts';
 import { LocalSchedule, type RunReport, type ScheduleCounters, type ScheduledHandler } from './scheduler.ts';
 import { startLocalSqs, type LocalSqs } from './sqs.ts';
+import { DEFAULT_DELIVERY_FAULTS, localWebhookSecret, startLocalWebhooks, type LocalWebhookOptions, type LocalWebhooks } from './stripe-events.ts';
 import { controlApiTruth, fakeTruth, listApiTruth, unavailableTruth, type StripeTruth } from './stripe-truth.ts';
 
 // ── The compressed clock ─────────────────────────────────────────────────────────────────────────
@@ -149,6 +150,12 @@ export interface PipelineOptions {
   readonly metricsDisabled?: boolean;
   /** More environment for the handlers (wins over everything above). */
   readonly env?: Readonly<Record<string, string>>;
+  /**
+   * Stripe events in: the fake Stripe delivers signed webhooks (with delivery faults matching the
+   * fault profile) to a local Function URL in front of the real stripe-events handler. null: polling
+   * only. Default: on with the fake Stripe, off otherwise (a real Stripe needs `stripe listen`).
+   */
+  readonly webhooks?: LocalWebhookOptions | null;
   /** Observers. */
   readonly onInvocation?: (report: InvocationReport) => void;
   readonly onReconcile?: (report: RunReport) => void;
@@ -282,6 +289,8 @@ export interface Pipeline {
   readonly faults: FaultProfileName | null;
   readonly seed: number | null;
   readonly eventBridge: FakeEventBridge;
+  /** Stripe events in (null: polling only). */
+  readonly webhooks: LocalWebhooks | null;
   readonly eventSource: SqsEventSource;
   readonly schedule: LocalSchedule;
   readonly timeLapse: TimeLapse | null;
@@ -419,6 +428,8 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
     const pollers = options.pollers ?? 8;
     const reconcileEveryMs = options.reconcileEveryMs ?? timeLapse?.reconcileEveryMs ?? 60_000;
     const maxReconcileRuns = 2;
+    const webhookOptions = options.webhooks !== undefined ? options.webhooks : fakeStripe ? { faults: faults && faults !== 'none' ? DEFAULT_DELIVERY_FAULTS : {}, seed: (seed ?? 1) + 2 } : null;
+    const webhookSecret = webhookOptions && fakeStripe ? localWebhookSecret() : null;
     const env: Record<string, string> = {
       DATABASE_URL: databaseUrl,
       // One module scope serves every local invocation (see the header): room for all of them.
@@ -434,6 +445,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       RECONCILE_SEARCH_MAX_RPS: options.stripe.kind === 'fake' ? '20' : '5',
       // Below the period, so that sweeps normally do not overlap (config.ts, RECONCILE_MAX_RUN_MS).
       RECONCILE_MAX_RUN_MS: String(Math.max(500, Math.floor(reconcileEveryMs * 0.8))),
+      ...(webhookSecret ? { STRIPE_WEBHOOK_SECRET: webhookSecret, STRIPE_EVENTS_INPUT: 'webhook' } : {}),
       POWERTOOLS_SERVICE_NAME: PIPELINE.serviceName,
       POWERTOOLS_METRICS_NAMESPACE: PIPELINE.metricsNamespace,
       POWERTOOLS_LOG_LEVEL: options.logLevel ?? 'INFO',
@@ -462,6 +474,12 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
     // Imported only now: the handlers' modules read part of their environment when they load.
     const chargeHandler = options.handlers?.charge ?? (await loadHandler<SqsHandler>('charge'));
     const reconcileHandler = options.handlers?.reconcile ?? (await loadHandler<ScheduledHandler>('reconcile'));
+    let webhooks: LocalWebhooks | null = null;
+    if (webhookSecret && fakeStripe && webhookOptions) {
+      const started = await startLocalWebhooks(fakeStripe, webhookSecret, webhookOptions);
+      webhooks = started;
+      cleanups.push(() => started.stop());
+    }
 
     // ── The event source, the schedule, Stripe's key pruning ─────────────────────────────────
     const eventSource = new SqsEventSource({
@@ -541,6 +559,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       faults,
       seed,
       eventBridge,
+      webhooks,
       eventSource,
       schedule,
       timeLapse,

@@ -237,7 +237,7 @@ export class StripeEventApplier {
     evidence: Record<string, unknown>,
     depth: number,
   ): Promise<Applied> {
-    const claim = await claimForEvent(this.#db, op.id, randomUUID(), this.#policy.leaseMs);
+    const claim = await claimForEvent(this.#db, op.id, randomUUID(), this.#policy.leaseMs, this.#actor, event.id);
     if (claim === null) return this.#finish(row, 'unknown_operation', null, `operation ${op.id} vanished`);
     if (claim.claimed === null) {
       if (claim.leaseUntil !== null) {

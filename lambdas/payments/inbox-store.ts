@@ -184,7 +184,7 @@ export type EventClaim =
  * worth acting on before the next scheduled retrieve. The key window starts here if it had not (it
  * cannot really be unset: Stripe knows the PaymentIntent, so it was sent).
  */
-export async function claimForEvent(db: Db, operationId: string, token: string, leaseMs: number): Promise<EventClaim | null> {
+export async function claimForEvent(db: Db, operationId: string, token: string, leaseMs: number, actor: string, stripeEventId: string): Promise<EventClaim | null> {
   const { rows } = await prepared<{ source: 'claimed' | 'existing'; op: Parameters<typeof toOperation>[0]; db_now: Date }>(
     db,
     'inbox.claim_operation',
@@ -198,12 +198,20 @@ export async function claimForEvent(db: Db, operationId: string, token: string, 
         WHERE p.id = $1::uuid AND p.status IN ('pending', 'unknown') AND p.review_reason IS NULL
           AND (p.lease_until IS NULL OR p.lease_until <= now())
        RETURNING p.*
+     ),
+     -- A claim is a claim: the audit trail shows it like the engine's (every claim ending —
+     -- recorded, discarded, released — has its attempt_started).
+     audit AS (
+       INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
+       SELECT c.id, $4::text, 'attempt_started', c.status, c.status, c.key_generation,
+              jsonb_build_object('attempt', c.attempts + 1, 'leaseUntil', c.lease_until, 'stripeEventId', $5::text)
+         FROM claimed c
      )
      SELECT 'claimed' AS source, to_jsonb(c) AS op, now() AS db_now FROM claimed c
      UNION ALL
      SELECT 'existing', to_jsonb(p), now() FROM payment_operations p
       WHERE p.id = $1::uuid AND NOT EXISTS (SELECT 1 FROM claimed)`,
-    [operationId, token, leaseMs],
+    [operationId, token, leaseMs, actor, stripeEventId],
   );
   const row = rows[0];
   if (!row) return null;

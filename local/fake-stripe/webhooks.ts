@@ -126,6 +126,8 @@ export interface DeliveryStats {
   readonly non2xx: number;
   /** Events given up on after maxAttempts (Stripe's three days): the reconciler's polling still settles. */
   readonly abandoned: number;
+  /** Deliveries still waiting (a delay, a retry) when the dispatcher was stopped. */
+  readonly unfinished: number;
   readonly pending: number;
 }
 
@@ -147,7 +149,8 @@ export class WebhookDispatcher {
   readonly #acknowledged = new Set<string>();
   #timer: NodeJS.Timeout | undefined;
   #stopped = false;
-  #stats = { eventsCreated: 0, attempts: 0, duplicatesSent: 0, lostAttempts: 0, retries: 0, forgedSent: 0, forgedRefused: 0, forgedAccepted: 0, non2xx: 0, abandoned: 0 };
+  #abort = new AbortController();
+  #stats = { eventsCreated: 0, attempts: 0, duplicatesSent: 0, lostAttempts: 0, retries: 0, forgedSent: 0, forgedRefused: 0, forgedAccepted: 0, non2xx: 0, abandoned: 0, unfinished: 0 };
 
   constructor(options: WebhookDispatcherOptions) {
     this.#fake = options.fake;
@@ -172,16 +175,28 @@ export class WebhookDispatcher {
   start(): void {
     if (this.#timer) return;
     this.#stopped = false;
+    if (this.#abort.signal.aborted) this.#abort = new AbortController();
     this.#timer = setInterval(() => this.poll(), this.#pollMs);
     this.#timer.unref();
   }
 
-  /** Stop watching; deliveries in flight finish (or give up) first. */
+  /** Stop watching; requests in flight finish, waiting retries are given up (counted as pending at the end). */
   async stop(): Promise<void> {
     this.#stopped = true;
     if (this.#timer) clearInterval(this.#timer);
     this.#timer = undefined;
+    this.#abort.abort();
     await this.drain();
+  }
+
+  /** false when stopped meanwhile. */
+  async #wait(ms: number): Promise<boolean> {
+    try {
+      await sleep(ms, undefined, { signal: this.#abort.signal });
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   /** Wait until every delivery started so far has been acknowledged or abandoned. */
@@ -271,14 +286,14 @@ export class WebhookDispatcher {
 
   async #deliver(event: StripeEventJson): Promise<void> {
     const payload = JSON.stringify(event, null, 2);
-    if (this.#random() < (this.#faults.delayed ?? 0)) await sleep(Math.round(this.#random() * (this.#faults.maxDelayMs ?? 200)));
+    if (this.#random() < (this.#faults.delayed ?? 0) && !(await this.#wait(Math.round(this.#random() * (this.#faults.maxDelayMs ?? 200))))) return this.#unfinished();
     for (let attempt = 1; attempt <= this.#maxAttempts; attempt++) {
       if (attempt > 1) {
         this.#stats.retries++;
-        await sleep(Math.max(1, Math.round(RETRY_SCHEDULE_MS[Math.min(attempt - 2, RETRY_SCHEDULE_MS.length - 1)]! * this.#retryScale)));
+        if (!(await this.#wait(Math.max(1, Math.round(RETRY_SCHEDULE_MS[Math.min(attempt - 2, RETRY_SCHEDULE_MS.length - 1)]! * this.#retryScale))))) return this.#unfinished();
       }
-      while (this.#endpoint === null && !this.#stopped) await sleep(this.#pollMs);
-      if (this.#endpoint === null) return;
+      while (this.#endpoint === null && !this.#stopped) if (!(await this.#wait(this.#pollMs))) return;
+      if (this.#endpoint === null || this.#stopped) return this.#unfinished();
       this.#stats.attempts++;
       if (attempt === 1 && this.#random() < (this.#faults.lost ?? 0)) {
         this.#stats.lostAttempts++;
@@ -294,6 +309,10 @@ export class WebhookDispatcher {
     this.#stats.abandoned++;
   }
 
+  #unfinished(): void {
+    this.#stats.unfinished++;
+  }
+
   /** A copy that must never be accepted: tampered after signing, signed with another secret, or replayed too late. */
   async #forge(event: StripeEventJson): Promise<void> {
     const payload = JSON.stringify(event, null, 2);
@@ -305,8 +324,8 @@ export class WebhookDispatcher {
         : pick === 1
           ? { body: payload, header: signStripePayload(payload, 'whsec_not_the_endpoint_secret', now) }
           : { body: payload, header: signStripePayload(payload, this.#secret, now - 3600) };
-    while (this.#endpoint === null && !this.#stopped) await sleep(this.#pollMs);
-    if (this.#endpoint === null) return;
+    while (this.#endpoint === null && !this.#stopped) if (!(await this.#wait(this.#pollMs))) return;
+    if (this.#endpoint === null || this.#stopped) return;
     const status = await this.#post(forged.body, forged.header);
     if (status >= 200 && status < 300) this.#stats.forgedAccepted++;
     else this.#stats.forgedRefused++;
