@@ -40,6 +40,7 @@ import {
   type ApplyOutcome,
   type InboxRow,
   type TransactionalDb,
+  WAITING_FOR_LEASE,
 } from './inbox-store.ts';
 import { recordOutcomes, type OutcomeEventRow, type OutcomeWrite } from './operations-store.ts';
 import type { ClaimedOperation, Operation } from './types.ts';
@@ -243,7 +244,7 @@ export class StripeEventApplier {
       if (claim.leaseUntil !== null) {
         // Another worker holds it and is talking to Stripe: its write comes first; the event is
         // judged against that write once the lease has ended (or is given back).
-        await deferEvent(this.#db, row, { until: claim.leaseUntil }, 'operation leased by another worker', op.id);
+        await deferEvent(this.#db, row, { until: claim.leaseUntil }, WAITING_FOR_LEASE, op.id);
         return this.#result(row, 'deferred', op.id, `waiting for the lease of operation ${op.id}`);
       }
       // Final or in review since we looked: decide again from what it is now.

@@ -81,16 +81,24 @@ export async function recordStripeEvent(
   return { inserted: row !== undefined, claimed: row && lease ? toRow(row) : null };
 }
 
+/** The reason stored on an event that waits for another worker's operation lease. */
+export const WAITING_FOR_LEASE = 'operation leased by another worker';
+
 /** The applier's page: unapplied rows that are due and nobody holds, oldest Stripe time first (SKIP LOCKED). */
 export async function claimDueEvents(db: Db, limit: number, token: string, leaseMs: number): Promise<InboxRow[]> {
   const { rows } = await prepared<InboxJson>(
     db,
     'inbox.claim_due',
     `WITH due AS (
-       SELECT event_id FROM stripe_events
-        WHERE applied_at IS NULL AND next_attempt_at <= now()
-          AND (apply_lease_until IS NULL OR apply_lease_until <= now())
-        ORDER BY next_attempt_at, stripe_created_at
+       SELECT e.event_id FROM stripe_events e
+        WHERE e.applied_at IS NULL
+          AND (e.apply_lease_until IS NULL OR e.apply_lease_until <= now())
+          -- Due by its schedule, or waiting for an operation's lease that has been given back
+          -- (the worker wrote its outcome): then at once, not when the lease would have ended.
+          AND (e.next_attempt_at <= now()
+               OR (e.last_error = $4 AND EXISTS (
+                     SELECT 1 FROM payment_operations p WHERE p.id = e.operation_id AND p.lease_token IS NULL)))
+        ORDER BY e.next_attempt_at, e.stripe_created_at
         LIMIT $1
         FOR UPDATE SKIP LOCKED
      )
@@ -98,7 +106,7 @@ export async function claimDueEvents(db: Db, limit: number, token: string, lease
         SET apply_lease_token = $2::uuid, apply_lease_until = now() + $3::bigint * interval '1 millisecond'
        FROM due WHERE e.event_id = due.event_id
      RETURNING e.event_id, e.event_type, e.object_id, e.source, e.received_at, e.attempts, e.payload, e.apply_lease_token, e.stripe_created_at`,
-    [limit, token, leaseMs],
+    [limit, token, leaseMs, WAITING_FOR_LEASE],
   );
   return rows.map(toRow);
 }
