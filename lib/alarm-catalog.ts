@@ -1,6 +1,6 @@
 // Every alarm the pipeline defines, with the one line an on-call person needs first: what it means
 // when it fires. The construct builds exactly these (a test checks both directions), and the
-// README runbook has one section per entry.
+// runbook (docs/runbook.md) has one section per entry.
 import { METRICS, PIPELINE } from '../lambdas/runtime/settings.ts';
 
 export interface AlarmMetricRef {

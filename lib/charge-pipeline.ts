@@ -78,7 +78,7 @@ export interface ChargePipelineProps {
    * The Secrets Manager secret holding the Stripe secret key: the key as SecretString, or JSON
    * `{"apiKey": "sk_…"}`. A secret encrypted with a customer managed key also needs kms:Decrypt
    * for the functions' roles (grant it on the key).
-   * @default - a new secret holding `{"apiKey": ""}`; operators put the key (see README, Deploy)
+   * @default - a new secret holding `{"apiKey": ""}`; operators put the key (see docs/deploy.md)
    */
   readonly stripeSecret?: secretsmanager.ISecret;
 
@@ -94,7 +94,7 @@ export interface ChargePipelineProps {
   /**
    * Maximum concurrent charge invocations (event source ScalingConfig.MaximumConcurrency, 2-1000).
    * Stripe calls in flight ≤ chargeMaxConcurrency × chargeStripeConcurrency; database connections
-   * ≈ chargeMaxConcurrency × databasePoolMax. See README, "How to scale it".
+   * ≈ chargeMaxConcurrency × databasePoolMax. See docs/deploy.md, "How to scale it".
    * @default 5
    */
   readonly chargeMaxConcurrency?: number;
@@ -213,7 +213,7 @@ export class ChargePipeline extends Construct {
   readonly eventArchive: events.Archive;
   readonly exampleConsumerQueue?: sqs.Queue;
   readonly alarmTopic: sns.ITopic;
-  /** Every alarm with its one-line meaning, in ALARM_CATALOG order (the README runbook covers each). */
+  /** Every alarm with its one-line meaning, in ALARM_CATALOG order (docs/runbook.md covers each). */
   readonly alarms: readonly PipelineAlarm[];
   readonly dashboard: cw.Dashboard;
   readonly metricsNamespace: string;

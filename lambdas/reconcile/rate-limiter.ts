@@ -7,7 +7,7 @@
 // 1/rate apart, so any one-second window holds at most rate + 1 of them, whatever the concurrency.
 //
 // Stripe's limits are per account and shared by every caller (the charge Lambdas too): this cap is
-// the reconciler's share, per running sweep. See README.md, The reconcile handler, for the numbers.
+// the reconciler's share, per running sweep. See docs/architecture.md, The reconcile handler, for the numbers.
 import type { Step } from '../payments/decisions.ts';
 
 export interface RateLimiterOptions {

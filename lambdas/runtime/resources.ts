@@ -51,7 +51,7 @@ export async function createConfiguredStripeClient(config: RuntimeConfig): Promi
   }
   if (!apiKey) {
     if (config.stripe.secretArn) forgetSecrets(config.stripe.secretArn);
-    throw new ConfigError('the Stripe secret is empty: put the key into it (see README, Deploy)');
+    throw new ConfigError('the Stripe secret is empty: put the key into it (see docs/deploy.md, Put the Stripe key)');
   }
   return createStripeClient({ apiKey, apiBase: config.stripe.apiBase, timeoutMs: config.stripe.timeoutMs, maxNetworkRetries: config.stripe.maxNetworkRetries });
 }

@@ -45,7 +45,7 @@ const { values } = parseArgs({
 });
 
 if (values.help) {
-  console.log(`npm run -s soak -- [options]   the chaos soak (README.md, How we know it works)
+  console.log(`npm run -s soak -- [options]   the chaos soak (docs/proofs.md)
   --orders N               orders to send (default 1000)
   --seed N                 the soak's choices and the fake Stripe's fault draws (default: random, printed)
   --json                   the report as JSON on stdout (progress stays on stderr)

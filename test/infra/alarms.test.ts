@@ -94,7 +94,7 @@ describe('the alarms', () => {
       EvaluationPeriods: 1,
       TreatMissingData: 'notBreaching',
     });
-    // the catalog names the same metric (what the README runbook is generated from)
+    // the catalog names the same metric (what docs/runbook.md is checked against)
     const catalog = ALARM_CATALOG.find((entry) => entry.name === name)!;
     expect(catalog.metrics).toEqual([{ namespace: expected.namespace, metricName: expected.metricName }]);
   });

@@ -46,9 +46,9 @@ const prod = synthDefaultApp({
   chargeMaxConcurrency: '20',
 });
 
-describe('README.md, deploy section', () => {
+describe('docs/deploy.md', () => {
   it('lists every alarm the stack defines, with its meaning', () => {
-    const doc = readFileSync(path.join(PROJECT_ROOT, 'README.md'), 'utf8');
+    const doc = readFileSync(path.join(PROJECT_ROOT, 'docs/deploy.md'), 'utf8');
     for (const { name, meaning } of ALARM_CATALOG) {
       expect(doc, name).toContain(`| \`${name}\` |`);
       expect(doc, name).toContain(meaning);

@@ -1,17 +1,20 @@
-// The runbook covers every alarm the stack defines, and the command reference every command.
+// The runbook (docs/runbook.md) covers every alarm the stack defines, and the ops tool's command
+// reference (docs/operations.md) every command.
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ALARM_CATALOG } from '../../lib/alarm-catalog.ts';
 import { COMMAND_NAMES } from '../../lambdas/ops/parse.ts';
 
-const doc = readFileSync(path.resolve(import.meta.dirname, '../../README.md'), 'utf8');
-const headings = [...doc.matchAll(/^#### (\w+) — /gm)].map((m) => m[1]);
+const docs = path.resolve(import.meta.dirname, '../../docs');
+const doc = readFileSync(path.join(docs, 'runbook.md'), 'utf8');
+const operations = readFileSync(path.join(docs, 'operations.md'), 'utf8');
+const headings = [...doc.matchAll(/^## (\w+) — /gm)].map((m) => m[1]);
 
-describe('README.md, the runbook and the ops command reference', () => {
+describe('docs/runbook.md and the ops command reference in docs/operations.md', () => {
   it('has one runbook entry per alarm, in the catalog’s order, each saying what it means, what to check and how to resolve', () => {
     expect(headings).toEqual(ALARM_CATALOG.map((alarm) => alarm.name));
-    const sections = doc.split(/^#### /m).slice(1);
+    const sections = doc.split(/^## (?=\w+ — )/m).slice(1);
     for (const section of sections) {
       const name = section.split(' ')[0];
       expect(section, name).toMatch(/\*\*Means/);
@@ -21,6 +24,6 @@ describe('README.md, the runbook and the ops command reference', () => {
   });
 
   it('documents every command', () => {
-    for (const name of COMMAND_NAMES) expect(doc, name).toContain(`\`${name}`);
+    for (const name of COMMAND_NAMES) expect(operations, name).toContain(`\`${name}`);
   });
 });

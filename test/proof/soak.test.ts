@@ -2,7 +2,7 @@
 // worker processes SIGKILLed at every step of an attempt, PostgreSQL restarted and crashed, Stripe and
 // EventBridge faults, duplicate and conflicting sends, poison bodies and keys pruned on a fast
 // time-lapse clock; then the faults stop, the reconciler settles everything, and the checker must find
-// nothing. The full run is `npm run soak -- --orders 10000` (README.md, How we know it works).
+// nothing. The full run is `npm run soak -- --orders 10000` (docs/proofs.md).
 //
 //   SOAK_ORDERS=300 npx vitest run test/proof/soak.test.ts
 import { describe, expect, it } from 'vitest';
