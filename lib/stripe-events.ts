@@ -77,7 +77,14 @@ export class StripeEvents extends Construct {
       throw new Error(`stripeEventsReservedConcurrency must be a positive integer, got ${props.reservedConcurrency}`);
     }
 
-    const environment: Record<string, string> = { ...props.environment, STRIPE_EVENTS_INPUT: props.input };
+    const environment: Record<string, string> = {
+      ...props.environment,
+      STRIPE_EVENTS_INPUT: props.input,
+      // The inline apply may retrieve the PaymentIntent once; Stripe waits for the answer, so the
+      // call is kept short (a slow Stripe only defers the event to the reconciler's sweep).
+      STRIPE_TIMEOUT_MS: '5000',
+      STRIPE_MAX_NETWORK_RETRIES: '0',
+    };
     if (props.input === 'webhook') {
       this.webhookSecret = props.webhookSecret ?? this.createWebhookSecret(props.removalPolicy);
       environment.STRIPE_WEBHOOK_SECRET_ARN = this.webhookSecret.secretArn;

@@ -152,6 +152,10 @@ describe('cdk-nag AwsSolutions', () => {
         exampleConsumer: false,
       })),
     ],
+    [
+      'the construct with Stripe events from an EventBridge partner bus',
+      synthPipeline({ stripeEvents: 'eventbridge', stripePartnerEventBusName: 'aws.partner/stripe.com/ed_test_61SZqWQdxLbHL7HgR16S' }),
+    ],
   ])('has no unacknowledged finding in %s', (_label, synthesized) => {
     expect(findings(synthesized.app)).toEqual([]);
   });

@@ -17,7 +17,13 @@ describe('stripeEvents: webhook (the default)', () => {
     const urls = ofType(resources, 'AWS::Lambda::Url');
     expect(urls).toHaveLength(1);
     expect(urls[0]![1].Properties).toMatchObject({ AuthType: 'NONE', InvokeMode: 'BUFFERED', TargetFunctionArn: { 'Fn::GetAtt': [fnId, 'Arn'] } });
-    expect(fn.Properties!.Environment.Variables).toMatchObject({ STRIPE_EVENTS_INPUT: 'webhook', STRIPE_WEBHOOK_SECRET_ARN: { Ref: logicalId(pipeline.stripeEvents!.webhookSecret as never) } });
+    expect(fn.Properties!.Environment.Variables).toMatchObject({
+      STRIPE_EVENTS_INPUT: 'webhook',
+      STRIPE_WEBHOOK_SECRET_ARN: { Ref: logicalId(pipeline.stripeEvents!.webhookSecret as never) },
+      // Stripe waits for the answer: the inline retrieve is one short attempt
+      STRIPE_TIMEOUT_MS: '5000',
+      STRIPE_MAX_NETWORK_RETRIES: '0',
+    });
     expect(fn.Properties).toMatchObject({ Runtime: 'nodejs24.x', Architectures: ['arm64'], Timeout: 30 });
   });
 

@@ -111,6 +111,31 @@ describe('the webhook Lambda and the reconciler', () => {
   });
 });
 
+describe('the EventBridge door of the same Lambda', () => {
+  it('STRIPE_EVENTS_INPUT=eventbridge: a partner event is recorded and applied; a Function URL request is refused', async () => {
+    process.env.STRIPE_EVENTS_INPUT = 'eventbridge';
+    process.env.STRIPE_EVENTS_APPLY_INLINE = 'true';
+    try {
+      stripe.fake.injectFault({}, 'processing');
+      const [r] = await new ChargeEngine({ db: db.pool, gateway: stripe.gateway }).processRequests([chargeOrder()]);
+      const op = (await findOperation(db.pool, r!.operationId))!;
+      stripe.fake.settle(op.externalId!, 'succeeded');
+      const event = piEvent(stripe.fake.paymentIntents({ operationId: op.id })[0]!);
+      const partner = { version: '0', id: 'e1', 'detail-type': event.type, source: 'aws.partner/stripe.com/ed_test_1', account: '1', time: '', region: 'us-east-1', resources: [], detail: event };
+      const result = await webhook(partner as never, lambdaContext(10_000, 'stripe-events'));
+      expect(result).toEqual({ result: 'recorded' });
+      expect(await inboxRow(db.pool, event.id)).toMatchObject({ source: 'eventbridge', outcome: 'settled' });
+      expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded' });
+      // The wrong door: a webhook delivery to a function configured for EventBridge is not recorded.
+      const refused = await capture(() => webhook(functionUrlEvent(delivery(piEvent(stripe.fake.paymentIntents()[0]!))), lambdaContext(10_000, 'stripe-events')));
+      expect(refused.result).toMatchObject({ statusCode: 503 });
+    } finally {
+      process.env.STRIPE_EVENTS_INPUT = 'webhook';
+      process.env.STRIPE_EVENTS_APPLY_INLINE = 'false';
+    }
+  });
+});
+
 describe('configuration', () => {
   it('refuses a signing secret that is not one, and bad bounds, with what to change', () => {
     expect(() => loadStripeEventsConfig({ STRIPE_WEBHOOK_SECRET: 'sk_test_oops' })).toThrow(ConfigError);
