@@ -354,3 +354,102 @@ export async function inboxGauges(db: Db): Promise<InboxGauges> {
     openUnrecordedCharges: r?.unrecorded ?? 0,
   };
 }
+
+// ── Findings, for the operator ───────────────────────────────────────────────────────────────────
+
+export interface FindingRow {
+  readonly id: number;
+  readonly kind: 'unrecorded_charge' | 'contradiction';
+  readonly paymentIntentId: string;
+  readonly eventId: string;
+  readonly operationId: string | null;
+  readonly claimedOperationId: string | null;
+  readonly orderId: string | null;
+  readonly amount: number | null;
+  readonly currency: string | null;
+  readonly status: string | null;
+  readonly reason: string;
+  readonly foundAt: string;
+  readonly resolvedAt: string | null;
+  readonly resolvedBy: string | null;
+  readonly resolution: string | null;
+}
+
+interface FindingJson {
+  id: number | string;
+  kind: FindingRow['kind'];
+  payment_intent_id: string;
+  event_id: string;
+  operation_id: string | null;
+  claimed_operation_id: string | null;
+  order_id: string | null;
+  amount: number | string | null;
+  currency: string | null;
+  status: string | null;
+  reason: string;
+  found_at: string;
+  resolved_at: string | null;
+  resolved_by: string | null;
+  resolution: string | null;
+}
+
+const toFinding = (r: FindingJson): FindingRow => ({
+  id: Number(r.id),
+  kind: r.kind,
+  paymentIntentId: r.payment_intent_id,
+  eventId: r.event_id,
+  operationId: r.operation_id,
+  claimedOperationId: r.claimed_operation_id,
+  orderId: r.order_id,
+  amount: r.amount === null ? null : Number(r.amount),
+  currency: r.currency,
+  status: r.status,
+  reason: r.reason,
+  foundAt: new Date(r.found_at).toISOString(),
+  resolvedAt: r.resolved_at === null ? null : new Date(r.resolved_at).toISOString(),
+  resolvedBy: r.resolved_by,
+  resolution: r.resolution,
+});
+
+export async function listFindings(
+  db: Db,
+  filter: { readonly includeResolved: boolean; readonly kind: FindingRow['kind'] | null; readonly limit: number },
+): Promise<{ asOf: string; total: number; findings: FindingRow[] }> {
+  const { rows } = await db.query<{ as_of: Date; total: number; items: FindingJson[] }>(
+    `WITH matching AS (
+       SELECT * FROM stripe_event_findings f
+        WHERE ($1::boolean OR f.resolved_at IS NULL) AND ($2::text IS NULL OR f.kind = $2::text)
+     )
+     SELECT now() AS as_of, (SELECT count(*)::int FROM matching) AS total,
+            coalesce((SELECT jsonb_agg(to_jsonb(m) ORDER BY m.found_at, m.id)
+                        FROM (SELECT * FROM matching ORDER BY found_at, id LIMIT $3) m), '[]'::jsonb) AS items`,
+    [filter.includeResolved, filter.kind, filter.limit],
+  );
+  const row = rows[0]!;
+  return { asOf: row.as_of.toISOString(), total: row.total, findings: row.items.map(toFinding) };
+}
+
+/**
+ * An operator closes a finding, saying what was done. Fenced on "still open": two operators never
+ * both resolve it. Null: no such finding; `alreadyResolved`: someone did first (nothing changed).
+ */
+export async function resolveFinding(
+  db: Db,
+  id: number,
+  actor: string,
+  resolution: string,
+): Promise<{ readonly finding: FindingRow; readonly alreadyResolved: boolean } | null> {
+  const { rows } = await db.query<{ changed: boolean; f: FindingJson }>(
+    `WITH upd AS (
+       UPDATE stripe_event_findings SET resolved_at = now(), resolved_by = $2, resolution = $3
+        WHERE id = $1 AND resolved_at IS NULL
+       RETURNING *
+     )
+     SELECT true AS changed, to_jsonb(u) AS f FROM upd u
+     UNION ALL
+     SELECT false, to_jsonb(f) FROM stripe_event_findings f WHERE f.id = $1 AND NOT EXISTS (SELECT 1 FROM upd)`,
+    [id, actor, resolution.slice(0, 2000)],
+  );
+  const row = rows[0];
+  return row ? { finding: toFinding(row.f), alreadyResolved: !row.changed } : null;
+}
