@@ -2,7 +2,7 @@
 // Stripe holds, what went out on the bus — and the invariants that compare them. The checks are
 // local/invariants.ts (checkInvariants) against the Stripe side's own record; this module gathers
 // the inputs, adds the run's counters, and prints the result as text or JSON.
-import { readStripeEventsLedger, type StripeEventsLedger } from './stripe-events.ts';
+import { readSettleLag, readStripeEventsLedger, type SettleLag, type StripeEventsLedger } from './stripe-events.ts';
 import type { Pipeline, PipelineSnapshot } from './pipeline.ts';
 import { queuedGroups } from './pipeline.ts';
 import { checkInvariants, type InvariantReport, type Violation } from './invariants.ts';
@@ -99,6 +99,8 @@ export interface Ledger {
   };
   /** Stripe events in (null: the run had no webhooks and no event was recorded). */
   readonly stripeEvents: StripeEventsLedger | null;
+  /** Stripe settled a processing PaymentIntent → its operation final (null: Stripe's side not watched). */
+  readonly settleLag: SettleLag | null;
   readonly timing: {
     readonly elapsedMs: number;
     /** First send → the last outcome (final or review): the pipeline's own time. */
@@ -264,6 +266,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
       warnings: report.warnings.map((w) => `${w.orderId}: ${w.detail}`),
     },
     stripeEvents: p.webhooks ? await readStripeEventsLedger(db, p.webhooks) : null,
+    settleLag: p.stripeObserver ? await readSettleLag(db, p.stripeObserver, p.webhooks ? 'webhooks' : 'polling') : null,
     timing: {
       elapsedMs: input.finishedAt.getTime() - p.startedAt.getTime(),
       processingMs,
@@ -411,6 +414,13 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
   if (inv.violations.length > 10) out.push(`      … and ${inv.violations.length - 10} more`);
   for (const w of inv.warnings.slice(0, 5)) out.push(`    ${style.yellow('!')} ${truncate(w, 130)}`);
   section('Time');
+  const lag = ledger.settleLag;
+  if (lag && lag.count > 0) {
+    out.push(
+      `    Stripe settled a processing PaymentIntent → operation final (${n(lag.count)}, ${lag.mode === 'webhooks' ? 'by events, polling as the fallback' : 'polling only'}): ` +
+        `p50 ${seconds(lag.p50Ms!)} · p95 ${seconds(lag.p95Ms!)} · max ${seconds(lag.maxMs!)}`,
+    );
+  }
   const rate = timing.chargesPerSecond !== null ? `${style.bold(`${n(timing.chargesPerSecond)} charges/s`)}` : 'n/a';
   out.push(`    elapsed ${seconds(timing.elapsedMs)} (start-up and shutdown included)`);
   if (timing.processingMs !== null) {

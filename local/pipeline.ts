@@ -31,7 +31,8 @@ import { FAULT_PROFILES, startFakeStripe, type FakeStripe, type FakeStripeStats,
 import { createDatabase, startEmbeddedPostgres, type EmbeddedPostgresHandle } from './postgres.ts';
 import { LocalSchedule, type RunReport, type ScheduleCounters, type ScheduledHandler } from './scheduler.ts';
 import { startLocalSqs, type LocalSqs } from './sqs.ts';
-import { DEFAULT_DELIVERY_FAULTS, localWebhookSecret, startLocalWebhooks, type LocalWebhookOptions, type LocalWebhooks } from './stripe-events.ts';
+import type { WebhookDispatcher } from './fake-stripe/webhooks.ts';
+import { DEFAULT_DELIVERY_FAULTS, localWebhookSecret, startLocalWebhooks, startStripeObserver, type LocalWebhookOptions, type LocalWebhooks } from './stripe-events.ts';
 import { controlApiTruth, fakeTruth, listApiTruth, unavailableTruth, type StripeTruth } from './stripe-truth.ts';
 
 // ── The compressed clock ─────────────────────────────────────────────────────────────────────────
@@ -291,6 +292,8 @@ export interface Pipeline {
   readonly eventBridge: FakeEventBridge;
   /** Stripe events in (null: polling only). */
   readonly webhooks: LocalWebhooks | null;
+  /** Watches the fake's ledger for settle times (the webhooks' dispatcher, or an observer when they are off). */
+  readonly stripeObserver: WebhookDispatcher | null;
   readonly eventSource: SqsEventSource;
   readonly schedule: LocalSchedule;
   readonly timeLapse: TimeLapse | null;
@@ -475,10 +478,16 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
     const chargeHandler = options.handlers?.charge ?? (await loadHandler<SqsHandler>('charge'));
     const reconcileHandler = options.handlers?.reconcile ?? (await loadHandler<ScheduledHandler>('reconcile'));
     let webhooks: LocalWebhooks | null = null;
+    let stripeObserver: WebhookDispatcher | null = null;
     if (webhookSecret && fakeStripe && webhookOptions) {
       const started = await startLocalWebhooks(fakeStripe, webhookSecret, webhookOptions);
       webhooks = started;
+      stripeObserver = started.dispatcher;
       cleanups.push(() => started.stop());
+    } else if (fakeStripe) {
+      const observer = startStripeObserver(fakeStripe);
+      stripeObserver = observer;
+      cleanups.push(() => observer.stop());
     }
 
     // ── The event source, the schedule, Stripe's key pruning ─────────────────────────────────
@@ -560,6 +569,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       seed,
       eventBridge,
       webhooks,
+      stripeObserver,
       eventSource,
       schedule,
       timeLapse,

@@ -94,6 +94,41 @@ export async function startLocalWebhooks(fake: FakeStripe, secret: string, optio
   };
 }
 
+/**
+ * Polling only: the same watcher, delivering nothing, so that the ledger can still say how long an
+ * operation took to learn that Stripe had settled its PaymentIntent.
+ */
+export function startStripeObserver(fake: FakeStripe): WebhookDispatcher {
+  const observer = new WebhookDispatcher({ fake, endpoint: null, secret: 'whsec_observer_only', deliver: false });
+  observer.start();
+  return observer;
+}
+
+export interface SettleLag {
+  /** How operations learnt it: events (with polling as the fallback) or polling only. */
+  readonly mode: 'webhooks' | 'polling';
+  /** PaymentIntents Stripe settled after leaving them processing / requiring action, whose operation is final. */
+  readonly count: number;
+  readonly p50Ms: number | null;
+  readonly p95Ms: number | null;
+  readonly maxMs: number | null;
+}
+
+/** Stripe settled a processing PaymentIntent → its operation final (settled_at), on this run's clock. */
+export async function readSettleLag(db: pg.Pool, observer: WebhookDispatcher, mode: SettleLag['mode']): Promise<SettleLag> {
+  const times = observer.settleTimes();
+  const ids = [...times.keys()];
+  const { rows } = ids.length
+    ? await db.query<{ external_id: string; settled_at: Date }>(
+        `SELECT external_id, settled_at FROM payment_operations WHERE external_id = ANY($1) AND settled_at IS NOT NULL`,
+        [ids],
+      )
+    : { rows: [] };
+  const lags = rows.map((r) => Math.max(0, r.settled_at.getTime() - times.get(r.external_id)!)).sort((a, b) => a - b);
+  const at = (p: number) => (lags.length ? lags[Math.min(lags.length - 1, Math.floor(p * lags.length))]! : null);
+  return { mode, count: lags.length, p50Ms: at(0.5), p95Ms: at(0.95), maxMs: lags.length ? lags[lags.length - 1]! : null };
+}
+
 // ── The ledger's view ────────────────────────────────────────────────────────────────────────────
 
 export interface StripeEventsLedger {

@@ -109,6 +109,8 @@ export interface WebhookDispatcherOptions {
    */
   readonly retryScale?: number;
   readonly maxAttempts?: number;
+  /** false: watch the ledger only (settle times for the ledger's figures), deliver nothing. Default true. */
+  readonly deliver?: boolean;
 }
 
 export interface DeliveryStats {
@@ -144,6 +146,9 @@ export class WebhookDispatcher {
   readonly #retryScale: number;
   readonly #maxAttempts: number;
   readonly #seen = new Map<string, string>();
+  readonly #deliverEvents: boolean;
+  /** When a PaymentIntent that was seen unsettled (processing, requires_action) was first seen settled. */
+  readonly #settledAt = new Map<string, number>();
   readonly #events: StripeEventJson[] = [];
   readonly #inFlight = new Set<Promise<void>>();
   readonly #acknowledged = new Set<string>();
@@ -161,6 +166,12 @@ export class WebhookDispatcher {
     this.#pollMs = options.pollMs ?? 50;
     this.#retryScale = options.retryScale ?? 1 / 3600;
     this.#maxAttempts = options.maxAttempts ?? RETRY_SCHEDULE_MS.length + 1;
+    this.#deliverEvents = options.deliver ?? true;
+  }
+
+  /** PaymentIntent id → when Stripe settled it (first seen final after being seen processing / requiring action). */
+  settleTimes(): ReadonlyMap<string, number> {
+    return this.#settledAt;
   }
 
   setEndpoint(url: string | null): void {
@@ -216,8 +227,11 @@ export class WebhookDispatcher {
   /** Look at the ledger once: an event for every new PaymentIntent status. */
   poll(): void {
     for (const pi of this.#fake.paymentIntents()) {
-      if (this.#seen.get(pi.id) === pi.status) continue;
+      const before = this.#seen.get(pi.id);
+      if (before === pi.status) continue;
       this.#seen.set(pi.id, pi.status);
+      if ((before === 'processing' || before === 'requires_action') && pi.status !== 'processing' && pi.status !== 'requires_action') this.#settledAt.set(pi.id, Date.now());
+      if (!this.#deliverEvents) continue;
       const type = paymentIntentEventType(pi.status);
       if (type) this.emit(makeStripeEvent(type, paymentIntentJson(pi)));
     }
