@@ -61,7 +61,7 @@ const stop = (): void => {
   stopping = true;
   const s = fake.stats();
   console.log(
-    `\nstopping: ${s.requests.total} requests, ${s.paymentIntents.total} PaymentIntents, double charges: ${s.doubleCharges}`,
+    `\nstopping: ${s.requests.total} requests, ${s.paymentIntents.total} PaymentIntents, ${s.refunds.total} Refunds, double charges: ${s.doubleCharges}`,
   );
   void fake.close().then(() => process.exit(0));
 };

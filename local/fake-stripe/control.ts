@@ -3,14 +3,15 @@
 // No authentication: the server only ever listens on 127.0.0.1.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { FAULT_PROFILES, isFaultKind, isFaultProfileName } from './faults.ts';
-import type { Endpoint, FakeStripe, FaultMatch, FaultRates, SettleStatus } from './types.ts';
+import type { Endpoint, FakeStripe, FaultMatch, FaultRates, RefundSettleStatus, SettleStatus } from './types.ts';
 
 class ControlError extends Error {
   override name = 'ControlError';
 }
 
-const ENDPOINTS: readonly Endpoint[] = ['create', 'retrieve', 'search'];
+const ENDPOINTS: readonly Endpoint[] = ['create', 'retrieve', 'search', 'refund_create', 'refund_retrieve', 'refund_list'];
 const SETTLE_STATUSES: readonly SettleStatus[] = ['succeeded', 'canceled', 'requires_payment_method'];
+const REFUND_SETTLE_STATUSES: readonly RefundSettleStatus[] = ['succeeded', 'failed', 'canceled'];
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
@@ -39,7 +40,7 @@ function parseMatch(value: unknown): FaultMatch {
   }
   const match: { -readonly [K in keyof FaultMatch]: FaultMatch[K] } = {};
   if (endpoint !== undefined) match.endpoint = endpoint as Endpoint;
-  for (const name of ['operationId', 'orderId', 'idempotencyKey', 'paymentIntentId'] as const) {
+  for (const name of ['operationId', 'orderId', 'idempotencyKey', 'paymentIntentId', 'refundId'] as const) {
     const field = optionalString(value, name);
     if (field !== undefined) match[name] = field;
   }
@@ -74,6 +75,12 @@ export async function handleControl(fake: FakeStripe, req: IncomingMessage, res:
         const operationId = url.searchParams.get('operation_id') ?? undefined;
         const orderId = url.searchParams.get('order_id') ?? undefined;
         return reply(res, 200, { data: fake.paymentIntents({ operationId, orderId }) });
+      }
+      case 'GET /__fake/refunds': {
+        const paymentIntentId = url.searchParams.get('payment_intent') ?? undefined;
+        const orderId = url.searchParams.get('order_id') ?? undefined;
+        const operationId = url.searchParams.get('operation_id') ?? undefined;
+        return reply(res, 200, { data: fake.refunds({ paymentIntentId, orderId, operationId }) });
       }
       case 'GET /__fake/stats':
         return reply(res, 200, fake.stats());
@@ -124,6 +131,16 @@ export async function handleControl(fake: FakeStripe, req: IncomingMessage, res:
           throw new ControlError(`status must be one of ${SETTLE_STATUSES.join(', ')}`);
         }
         fake.settle(paymentIntentId, status as SettleStatus);
+        return reply(res, 200, { ok: true });
+      }
+      case 'POST /__fake/settle_refund': {
+        const refundId = optionalString(body, 'refundId');
+        const status = optionalString(body, 'status');
+        if (refundId === undefined) throw new ControlError('refundId is required');
+        if (status === undefined || !(REFUND_SETTLE_STATUSES as readonly string[]).includes(status)) {
+          throw new ControlError(`status must be one of ${REFUND_SETTLE_STATUSES.join(', ')}`);
+        }
+        fake.settleRefund(refundId, status as RefundSettleStatus);
         return reply(res, 200, { ok: true });
       }
       case 'POST /__fake/reset':

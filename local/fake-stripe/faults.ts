@@ -2,7 +2,10 @@
 import { createHash } from 'node:crypto';
 import { FAULT_KINDS, type Endpoint, type FaultKind, type FaultMatch, type FaultRates } from './types.ts';
 
-/** Named fault profiles for the CLI, `npm start` and the soak. Rates are per create request. */
+/**
+ * Named fault profiles for the CLI, `npm start` and the soak. Rates are per create request (PaymentIntent
+ * or Refund; a `decline` drawn for a refund create is dropped, so refunds see slightly fewer faults).
+ */
 export const FAULT_PROFILES = {
   none: {},
   flaky: {
@@ -56,17 +59,29 @@ const FAULT_STAGE = {
 } as const satisfies Record<FaultKind, 'gate' | 'commit' | 'answer'>;
 export type FaultStage = (typeof FAULT_STAGE)[FaultKind];
 
+/** Endpoints that execute something under an idempotency key: PaymentIntent and Refund creates. */
+export function executes(endpoint: Endpoint): boolean {
+  return endpoint === 'create' || endpoint === 'refund_create';
+}
+
 export function faultStage(kind: FaultKind, endpoint: Endpoint): FaultStage {
-  // A retrieve or search commits nothing: a "500 after commit" there is simply a 500 instead of the answer.
-  if (endpoint !== 'create' && kind === 'error_500_after_commit') return 'answer';
+  // A retrieve, search or list commits nothing: a "500 after commit" there is simply a 500 instead of the answer.
+  if (!executes(endpoint) && kind === 'error_500_after_commit') return 'answer';
   return FAULT_STAGE[kind];
 }
 
-/** Faults that only mean something for a create (they shape what gets executed). */
+/**
+ * Faults that only mean something for a create (they shape what gets executed). A refund create takes
+ * `processing` (the refund is created `pending`) and the 500 before commit; a card decline has no
+ * meaning for a refund.
+ */
 const CREATE_ONLY: readonly FaultKind[] = ['error_500_before_commit', 'decline', 'processing'];
+const PAYMENT_INTENT_CREATE_ONLY: readonly FaultKind[] = ['decline'];
 
 export function faultCanTarget(kind: FaultKind, endpoint: Endpoint): boolean {
-  return endpoint === 'create' || !CREATE_ONLY.includes(kind);
+  if (endpoint === 'create') return true;
+  if (endpoint === 'refund_create') return !PAYMENT_INTENT_CREATE_ONLY.includes(kind);
+  return !CREATE_ONLY.includes(kind);
 }
 
 /**
@@ -129,6 +144,8 @@ export interface RequestFacts {
   readonly orderId: string | null;
   readonly idempotencyKey: string | null;
   readonly paymentIntentId: string | null;
+  /** Refund endpoints only. */
+  readonly refundId?: string | null;
 }
 
 export function matches(match: FaultMatch, facts: RequestFacts): boolean {
@@ -137,7 +154,8 @@ export function matches(match: FaultMatch, facts: RequestFacts): boolean {
     (match.operationId === undefined || match.operationId === facts.operationId) &&
     (match.orderId === undefined || match.orderId === facts.orderId) &&
     (match.idempotencyKey === undefined || match.idempotencyKey === facts.idempotencyKey) &&
-    (match.paymentIntentId === undefined || match.paymentIntentId === facts.paymentIntentId)
+    (match.paymentIntentId === undefined || match.paymentIntentId === facts.paymentIntentId) &&
+    (match.refundId === undefined || match.refundId === (facts.refundId ?? null))
   );
 }
 
@@ -188,18 +206,19 @@ export class FaultPlan {
     if (!isFaultKind(fault)) throw new RangeError(`unknown fault kind: ${String(fault)}`);
     if (!Number.isInteger(times) || times < 1) throw new RangeError(`times must be a positive integer, got ${times}`);
     if (match.endpoint !== undefined && !faultCanTarget(fault, match.endpoint)) {
-      throw new RangeError(`fault ${fault} only applies to creates, not to ${match.endpoint}`);
+      const which = PAYMENT_INTENT_CREATE_ONLY.includes(fault) ? 'creates of PaymentIntents' : 'creates';
+      throw new RangeError(`fault ${fault} only applies to ${which}, not to ${match.endpoint}`);
     }
     this.#scripted.push({ match: { ...match }, fault, remaining: times });
   }
 
   /**
    * Called once per /v1 request. `randomKey` is the idempotency key (or a parameter fingerprint for a
-   * create sent without one); random faults apply to creates only.
+   * create sent without one); random faults apply to creates (PaymentIntents and Refunds) only.
    */
   choose(facts: RequestFacts, phase: RequestPhase, randomKey: string | null): ChosenFault | null {
     let sighting = 0;
-    if (facts.endpoint === 'create' && randomKey !== null) {
+    if (executes(facts.endpoint) && randomKey !== null) {
       sighting = (this.#sightings.get(randomKey) ?? 0) + 1;
       this.#sightings.set(randomKey, sighting);
     }

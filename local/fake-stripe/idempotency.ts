@@ -16,8 +16,10 @@ export interface StoredResponse {
   readonly body: string;
   /** The Request-Id of the request that executed (sent back as Original-Request on replays). */
   readonly requestId: string;
-  /** The PaymentIntent the execution created, if any (for matching replays and bookkeeping). */
+  /** The PaymentIntent the execution created (for a refund: the one refunded), if any (for matching replays and bookkeeping). */
   readonly paymentIntentId: string | null;
+  /** The Refund the execution created, if any (refund creates only). */
+  readonly refundId?: string | null;
 }
 
 /** An in-flight or completed key; callers hold it between lock() and complete()/abandon(). */

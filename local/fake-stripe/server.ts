@@ -6,7 +6,7 @@
 //   auth ─ rate limit ─ [gate faults: 429/401/403] ─ idempotency lookup ─ validation ─ lock key
 //     ─ hold() ─ latency ─ EXECUTE (+ commit faults) ─ store answer for the key ─ deliver (+ answer faults)
 // Everything before "lock key" leaves no trace at Stripe; everything after it does, whatever the
-// caller hears.
+// caller hears. A refund create (refunds.ts) lives the very same life: #idempotentPost with a PostKind.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -14,6 +14,7 @@ import { handleControl } from './control.ts';
 import { faultStage, FaultPlan, matches, type ChosenFault, type RequestFacts, type RequestPhase } from './faults.ts';
 import { IdempotencyStore, type Lookup, type StoredResponse } from './idempotency.ts';
 import { Ledger } from './ledger.ts';
+import { RefundApi, type Answer, type RefundParams } from './refunds.ts';
 import {
   FAULT_KINDS,
   type Endpoint,
@@ -25,6 +26,9 @@ import {
   type FaultRates,
   type HoldHandle,
   type PaymentIntentRecord,
+  type RefundFilter,
+  type RefundRecord,
+  type RefundSettleStatus,
   type RequestOutcome,
   type RequestRecord,
   type SettleStatus,
@@ -94,6 +98,7 @@ interface Counters {
   requests: Record<Endpoint | 'other', number>;
   answers: Record<string, number>;
   createsExecuted: number;
+  refundCreatesExecuted: number;
   replays: number;
   idempotencyErrors: number;
   conflicts409: number;
@@ -104,9 +109,10 @@ interface Counters {
 
 function freshCounters(): Counters {
   return {
-    requests: { create: 0, retrieve: 0, search: 0, other: 0 },
+    requests: { create: 0, retrieve: 0, search: 0, refund_create: 0, refund_retrieve: 0, refund_list: 0, other: 0 },
     answers: {},
     createsExecuted: 0,
+    refundCreatesExecuted: 0,
     replays: 0,
     idempotencyErrors: 0,
     conflicts409: 0,
@@ -141,14 +147,44 @@ class TokenBucket {
 type Route =
   | { readonly endpoint: 'create' }
   | { readonly endpoint: 'search' }
-  | { readonly endpoint: 'retrieve'; readonly id: string };
+  | { readonly endpoint: 'retrieve'; readonly id: string }
+  | { readonly endpoint: 'refund_create' }
+  | { readonly endpoint: 'refund_list' }
+  | { readonly endpoint: 'refund_retrieve'; readonly id: string };
 
 function route(method: string, pathname: string): Route | null {
+  const refund = refundRoute(method, pathname);
+  if (refund !== null) return refund;
   if (pathname === '/v1/payment_intents' && method === 'POST') return { endpoint: 'create' };
   if (pathname === '/v1/payment_intents/search' && method === 'GET') return { endpoint: 'search' };
   const m = /^\/v1\/payment_intents\/([^/]+)$/.exec(pathname);
   if (m !== null && method === 'GET') return { endpoint: 'retrieve', id: decodeURIComponent(m[1] ?? '') };
   return null;
+}
+
+function refundRoute(method: string, pathname: string): Route | null {
+  if (pathname === '/v1/refunds') {
+    if (method === 'POST') return { endpoint: 'refund_create' };
+    if (method === 'GET') return { endpoint: 'refund_list' };
+    return null;
+  }
+  const m = /^\/v1\/refunds\/([^/]+)$/.exec(pathname);
+  if (m !== null && method === 'GET') return { endpoint: 'refund_retrieve', id: decodeURIComponent(m[1] ?? '') };
+  return null;
+}
+
+/**
+ * One idempotent POST endpoint, as the shared pipeline (#idempotentPost) sees it: PaymentIntent
+ * creates and Refund creates differ only in these four things.
+ */
+interface PostKind<P> {
+  readonly endpoint: 'create' | 'refund_create';
+  readonly path: string;
+  /** For fault matching and the request log, from the raw body (valid or not); `replayed` when the key has an answer. */
+  facts(body: FormObject, key: string | null, replayed: StoredResponse | null): RequestFacts;
+  validate(body: FormObject): { readonly ok: true; readonly params: P } | { readonly ok: false; readonly error: ErrorEnvelope };
+  /** The commit: runs once per key (or per request without one); its answer is stored for the key. */
+  execute(x: Exchange, params: P, fault: FaultKind | null): StoredResponse;
 }
 
 function nonNegative(name: string, value: number): number {
@@ -172,6 +208,7 @@ class FakeStripeServer implements FakeStripe {
   readonly #plan: FaultPlan;
   readonly #keys = new IdempotencyStore();
   readonly #ledger = new Ledger();
+  readonly #refunds: RefundApi;
   readonly #logLimit: number;
   #log: Mutable<RequestRecord>[] = [];
   #seq = 0;
@@ -192,6 +229,7 @@ class FakeStripeServer implements FakeStripe {
     this.#bucket = options.rateLimit ? new TokenBucket(options.rateLimit.perSecond, Date.now()) : null;
     this.#plan = new FaultPlan(options.faults?.seed ?? 0, options.faults?.rates ?? {});
     this.#logLimit = options.requestLogLimit ?? 100_000;
+    this.#refunds = new RefundApi((id) => this.#ledger.get(id), this.#processingSettleMs);
     this.#server = createServer((req, res) => this.#onRequest(req, res));
     this.#server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
   }
@@ -228,6 +266,7 @@ class FakeStripeServer implements FakeStripe {
       this.#holds = [];
       this.#parked.clear();
       this.#clearTimers();
+      this.#refunds.stopTimers();
       const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
       // Hanging and parked requests, and idle keep-alive sockets, would otherwise keep close() waiting.
       this.#server.closeAllConnections();
@@ -265,6 +304,14 @@ class FakeStripeServer implements FakeStripe {
     };
   }
 
+  refunds(filter: RefundFilter = {}): RefundRecord[] {
+    return this.#refunds.book.records(filter);
+  }
+
+  settleRefund(refundId: string, status: RefundSettleStatus): void {
+    this.#refunds.settle(refundId, status);
+  }
+
   paymentIntents(filter: { readonly operationId?: string; readonly orderId?: string } = {}): PaymentIntentRecord[] {
     return this.#ledger.records(filter);
   }
@@ -278,9 +325,11 @@ class FakeStripeServer implements FakeStripe {
     const requests = c.requests;
     const doubleChargedOperations = this.#ledger.doubleCharged('operation_id');
     return {
-      requests: { total: requests.create + requests.retrieve + requests.search + requests.other, ...requests },
+      requests: { total: Object.values(requests).reduce((a, b) => a + b, 0), ...requests },
       answers: { ...c.answers },
       createsExecuted: c.createsExecuted,
+      refundCreatesExecuted: c.refundCreatesExecuted,
+      refunds: { total: this.#refunds.book.size, byStatus: this.#refunds.book.countByStatus() },
       replays: c.replays,
       idempotencyErrors: c.idempotencyErrors,
       conflicts409: c.conflicts409,
@@ -311,6 +360,7 @@ class FakeStripeServer implements FakeStripe {
   reset(): void {
     this.#generation += 1;
     this.#ledger.clear();
+    this.#refunds.clear();
     this.#keys.clear();
     this.#plan.clear();
     this.#log = [];
@@ -368,6 +418,15 @@ class FakeStripeServer implements FakeStripe {
         return this.#retrieve(x, matched.id);
       case 'search':
         return this.#search(x, url.searchParams);
+      case 'refund_create':
+        return this.#idempotentPost(x, bodyText, this.#refundCreate);
+      case 'refund_retrieve':
+        return this.#read(x, 'refund_retrieve', this.#refunds.retrieveFacts(matched.id), () => this.#refunds.retrieve(matched.id));
+      case 'refund_list': {
+        const parsed = this.#refunds.parseListQuery(url.searchParams);
+        const facts = this.#refunds.listFacts(parsed.ok ? parsed.query : null);
+        return this.#read(x, 'refund_list', facts, parsed.ok ? () => this.#refunds.list(parsed.query) : parsed.error);
+      }
     }
   }
 
@@ -382,7 +441,50 @@ class FakeStripeServer implements FakeStripe {
 
   // -------------------------------------------------------------------------------------- endpoints
 
-  async #create(x: Exchange, bodyText: string): Promise<void> {
+  #create(x: Exchange, bodyText: string): Promise<void> {
+    return this.#idempotentPost(x, bodyText, this.#paymentIntentCreate);
+  }
+
+  readonly #paymentIntentCreate: PostKind<CreateParams> = {
+    endpoint: 'create',
+    path: '/v1/payment_intents',
+    facts: (body, key, replayed) => ({
+      endpoint: 'create',
+      operationId: metadataValue(body, 'operation_id'),
+      orderId: metadataValue(body, 'order_id'),
+      idempotencyKey: key,
+      paymentIntentId: replayed?.paymentIntentId ?? null,
+    }),
+    validate: validateCreate,
+    execute: (x, params, fault) => this.#execute(x, params, fault),
+  };
+
+  /** Refunds (refunds.ts) through the very same idempotency pipeline as PaymentIntent creates. */
+  readonly #refundCreate: PostKind<RefundParams> = {
+    endpoint: 'refund_create',
+    path: '/v1/refunds',
+    facts: (body, key, replayed) => ({ endpoint: 'refund_create', idempotencyKey: key, ...this.#refunds.createFacts(body, replayed) }),
+    validate: (body) => this.#refunds.validateCreate(body),
+    execute: (x, params, fault) => {
+      const commitFault =
+        fault === 'processing' || fault === 'error_500_before_commit' || fault === 'error_500_after_commit' ? fault : null;
+      const stored = this.#refunds.execute(params, commitFault, {
+        requestId: x.record.requestId,
+        idempotencyKey: x.record.idempotencyKey,
+        nowMs: Date.now(),
+      });
+      x.record.refundId = stored.refundId ?? null;
+      if (stored.refundId != null) this.#counters.refundCreatesExecuted += 1;
+      return stored;
+    },
+  };
+
+  /**
+   * The idempotency pipeline every create goes through (see the diagram in idempotency.ts): validate
+   * and look the key up, gate faults, mismatch → 400, in flight → 409, replay, or lock the key → hold →
+   * latency → execute → store → deliver.
+   */
+  async #idempotentPost<P>(x: Exchange, bodyText: string, kind: PostKind<P>): Promise<void> {
     let body: FormObject;
     try {
       body = decodeForm(bodyText);
@@ -397,27 +499,22 @@ class FakeStripeServer implements FakeStripe {
         errors.invalidRequest(`Idempotency-Key must be at most ${MAX_KEY_LENGTH} characters long.`, 'idempotency_key_too_long'),
       );
     }
-    const params = fingerprint('POST', '/v1/payment_intents', body);
+    const params = fingerprint('POST', kind.path, body);
     const lookup: Lookup | { readonly kind: 'none' } = key === null ? { kind: 'none' } : this.#keys.lookup(key, params);
-    const validated = validateCreate(body);
+    const validated = kind.validate(body);
     const phase: RequestPhase =
       lookup.kind === 'replay'
         ? 'replay'
         : lookup.kind === 'mismatch' || lookup.kind === 'in_flight' || !validated.ok
           ? 'rejected'
           : 'execute';
-    const facts: RequestFacts = {
-      endpoint: 'create',
-      operationId: metadataValue(body, 'operation_id'),
-      orderId: metadataValue(body, 'order_id'),
-      idempotencyKey: key,
-      paymentIntentId: lookup.kind === 'replay' ? lookup.response.paymentIntentId : null,
-    };
+    const facts = kind.facts(body, key, lookup.kind === 'replay' ? lookup.response : null);
     x.record.operationId = facts.operationId;
     x.record.paymentIntentId = facts.paymentIntentId;
+    if (facts.refundId !== undefined) x.record.refundId = facts.refundId;
     // Without a key, "the same request" for reproducible faults is the same parameters.
     const fault = this.#chooseFault(x, facts, phase, key ?? `no-key:${params}`);
-    if (fault !== null && faultStage(fault.kind, 'create') === 'gate') return this.#gateFault(x, fault.kind);
+    if (fault !== null && faultStage(fault.kind, kind.endpoint) === 'gate') return this.#gateFault(x, fault.kind);
 
     if (lookup.kind === 'mismatch' && key !== null) {
       this.#counters.idempotencyErrors += 1;
@@ -433,7 +530,7 @@ class FakeStripeServer implements FakeStripe {
       this.#counters.replays += 1;
       x.record.replayed = true;
       const stored = lookup.response;
-      return this.#deliver(x, 'create', stored.status, stored.body, fault, {
+      return this.#deliver(x, kind.endpoint, stored.status, stored.body, fault, {
         'Idempotent-Replayed': 'true',
         'Original-Request': stored.requestId,
       });
@@ -448,9 +545,9 @@ class FakeStripeServer implements FakeStripe {
       if (entry !== null) this.#keys.abandon(entry);
       return this.#drop(x);
     }
-    const stored = this.#execute(x, validated.params, fault?.kind ?? null);
+    const stored = kind.execute(x, validated.params, fault?.kind ?? null);
     if (entry !== null) this.#keys.complete(entry, stored);
-    return this.#deliver(x, 'create', stored.status, stored.body, fault);
+    return this.#deliver(x, kind.endpoint, stored.status, stored.body, fault);
   }
 
   /** Runs a create (the "commit"): makes the PaymentIntent and the answer stored for its key. */
@@ -558,6 +655,27 @@ class FakeStripeServer implements FakeStripe {
       next_page: result.nextBeforeSeq === null ? null : encodePage(result.nextBeforeSeq),
     };
     return this.#deliver(x, 'search', 200, JSON.stringify(body), fault);
+  }
+
+  /**
+   * A read (refund retrieve and list): facts → faults → hold → latency → the answer, made last so a
+   * parked request sees what changed meanwhile. An ErrorEnvelope instead of `answer` is a validation
+   * refusal (after gate faults, before any hold).
+   */
+  async #read(x: Exchange, endpoint: Endpoint, facts: Omit<RequestFacts, 'endpoint' | 'idempotencyKey'>, answer: (() => Answer) | ErrorEnvelope): Promise<void> {
+    const full: RequestFacts = { endpoint, idempotencyKey: x.record.idempotencyKey, ...facts };
+    x.record.operationId = full.operationId;
+    x.record.paymentIntentId = full.paymentIntentId;
+    x.record.refundId = full.refundId ?? null;
+    const rejection = typeof answer === 'function' ? null : answer;
+    const fault = this.#chooseFault(x, full, rejection === null ? 'execute' : 'rejected', null);
+    if (fault !== null && faultStage(fault.kind, endpoint) === 'gate') return this.#gateFault(x, fault.kind);
+    if (typeof answer !== 'function') return this.#rejectParams(x, answer);
+    await this.#park(full);
+    await this.#payLatency(x);
+    if (this.#stale(x)) return this.#drop(x);
+    const made = answer();
+    return this.#deliver(x, endpoint, made.status, made.body, fault);
   }
 
   // --------------------------------------------------------------------------------- fault helpers

@@ -18,7 +18,7 @@ export const FAULT_KINDS = [
   'hang',
   /** Card declined: PaymentIntent created in requires_payment_method, 402 card_error cached. */
   'decline',
-  /** PaymentIntent created with status 'processing' (settles later). */
+  /** PaymentIntent created with status 'processing' (settles later); on a refund create: the Refund is 'pending'. */
   'processing',
   /** authentication_error; nothing executed or cached. */
   'unauthorized_401',
@@ -42,7 +42,9 @@ export type FaultKind = (typeof FAULT_KINDS)[number];
 
 export type FaultRates = Partial<Record<FaultKind, number>>;
 
-export type Endpoint = 'create' | 'retrieve' | 'search';
+export type Endpoint = 'create' | 'retrieve' | 'search' | RefundEndpoint;
+/** The Refunds API (refunds.ts): POST /v1/refunds, GET /v1/refunds/:id, GET /v1/refunds. */
+export type RefundEndpoint = 'refund_create' | 'refund_retrieve' | 'refund_list';
 
 /** Which requests a scripted fault or a hold() applies to. Every given field must match; {} matches all. */
 export interface FaultMatch {
@@ -52,8 +54,10 @@ export interface FaultMatch {
   /** metadata.order_id, found the same way. */
   readonly orderId?: string;
   readonly idempotencyKey?: string;
-  /** The retrieved PaymentIntent, or the one a replayed create answers with. */
+  /** The retrieved PaymentIntent, or the one a replayed create answers with; for refunds, the refunded one. */
   readonly paymentIntentId?: string;
+  /** The retrieved Refund, or the one a replayed refund create answers with. */
+  readonly refundId?: string;
 }
 
 export interface FakeStripeOptions {
@@ -63,7 +67,11 @@ export interface FakeStripeOptions {
   readonly latencyMs?: number;
   /** A PaymentIntent becomes visible to Search only this long after creation. Default 0. */
   readonly searchLagMs?: number;
-  /** 'processing' PaymentIntents become 'succeeded' after this; null (default) = only via settle(). */
+  /**
+   * 'processing' PaymentIntents become 'succeeded' after this, and refunds move on by themselves
+   * ('pending' → 'succeeded'; a `pm_card_refundFail` refund 'succeeded' → 'failed'); null (default) =
+   * only via settle() / settleRefund().
+   */
   readonly processingSettleMs?: number | null;
   /** Random faults on creates, reproducible from the seed. Default: none. */
   readonly faults?: { readonly seed: number; readonly rates: FaultRates };
@@ -149,6 +157,8 @@ export interface RequestRecord {
   readonly idempotencyKey: string | null;
   readonly operationId: string | null;
   readonly paymentIntentId: string | null;
+  /** The Refund retrieved, created or replayed (refund endpoints only). */
+  readonly refundId?: string | null;
   /** The fault that was applied (a drawn random fault that could not apply is not listed). */
   readonly fault: FaultKind | null;
   readonly faultSource: 'scripted' | 'random' | null;
@@ -166,6 +176,9 @@ export interface FakeStripeStats {
   readonly answers: Readonly<Record<string, number>>;
   /** Creates that ran (each made a PaymentIntent, except error_500_before_commit which made none). */
   readonly createsExecuted: number;
+  /** Refund creates that ran (each made a Refund, except error_500_before_commit and refused ones: see refunds.ts). */
+  readonly refundCreatesExecuted: number;
+  readonly refunds: { readonly total: number; readonly byStatus: Readonly<Record<RefundStatus, number>> };
   readonly replays: number;
   /** Same key, different parameters (400 idempotency_error). */
   readonly idempotencyErrors: number;
@@ -209,11 +222,15 @@ export interface FakeStripe {
   settle(paymentIntentId: string, status: SettleStatus): void;
   /**
    * Park the next matching /v1 request before it is processed, until release(). An executing create
-   * parks after taking its key (a concurrent request with the key meets 409), a replay before its
+   * (PaymentIntent or Refund) parks after taking its key (a concurrent request with the key meets 409), a replay before its
    * answer, a retrieve or search before it reads. Requests refused earlier (auth, 429, parameter
    * mismatch, 409, validation) are not parked.
    */
   hold(match: FaultMatch): HoldHandle;
+  /** Ground truth: every Refund ever created, oldest first (`orderId` / `operationId` match the refunded PaymentIntent's metadata). */
+  refunds(filter?: RefundFilter): RefundRecord[];
+  /** What Stripe (or the card network) does to a refund later: see RefundSettleStatus. */
+  settleRefund(refundId: string, status: RefundSettleStatus): void;
   /** Ground truth: every PaymentIntent ever created, oldest first. */
   paymentIntents(filter?: { readonly operationId?: string; readonly orderId?: string }): PaymentIntentRecord[];
   /** Every /v1 request (up to requestLogLimit), oldest first; since = only those with seq > since. */
@@ -224,4 +241,59 @@ export interface FakeStripe {
   setSearchLag(ms: number): void;
   /** Forget everything (PaymentIntents, keys, logs, counters, scripted faults, pending holds); settings stay. */
   reset(): void;
+}
+
+// ------------------------------------------------------------------------------------------ refunds
+
+/** Stripe's Refund statuses (https://docs.stripe.com/api/refunds/object, `status`). */
+export const REFUND_STATUSES = ['pending', 'requires_action', 'succeeded', 'failed', 'canceled'] as const;
+export type RefundStatus = (typeof REFUND_STATUSES)[number];
+
+/**
+ * Where settleRefund() can take a refund: pending → succeeded | failed | canceled, and succeeded →
+ * failed (Stripe documents that a card refund can fail asynchronously after it first said succeeded).
+ */
+export type RefundSettleStatus = 'succeeded' | 'failed' | 'canceled';
+
+export type RefundReason = 'duplicate' | 'fraudulent' | 'requested_by_customer';
+
+/** The Refund as Stripe serialises it (https://docs.stripe.com/api/refunds/object, the subset modelled). */
+export interface RefundJson {
+  readonly id: string;
+  readonly object: 'refund';
+  readonly amount: number;
+  readonly balance_transaction: string | null;
+  /** The refunded PaymentIntent's charge (the fake derives `ch_…` from the PaymentIntent id). */
+  readonly charge: string;
+  /** Unix seconds. */
+  readonly created: number;
+  readonly currency: string;
+  readonly failure_balance_transaction: string | null;
+  readonly failure_reason: string | null;
+  readonly metadata: Readonly<Record<string, string>>;
+  readonly payment_intent: string;
+  /** Why a refund is pending (API 2025-04-30 and later); null unless status is pending. */
+  readonly pending_reason: 'processing' | 'insufficient_funds' | 'charge_pending' | null;
+  readonly reason: RefundReason | null;
+  readonly receipt_number: null;
+  readonly source_transfer_reversal: null;
+  readonly status: RefundStatus;
+  readonly transfer_reversal: null;
+}
+
+/** Ground truth about one Refund; the camelCase fields are the fake's bookkeeping, never on the wire. */
+export interface RefundRecord extends RefundJson {
+  readonly idempotencyKey: string | null;
+  readonly createdAtMs: number;
+  /** metadata.order_id / operation_id of the refunded PaymentIntent (whatever the refund's own metadata says). */
+  readonly paymentIntentOrderId: string | null;
+  readonly paymentIntentOperationId: string | null;
+}
+
+export interface RefundFilter {
+  readonly paymentIntentId?: string;
+  /** Matches the refunded PaymentIntent's metadata.order_id. */
+  readonly orderId?: string;
+  /** Matches the refund's own metadata.operation_id (the refund operation that sent it). */
+  readonly operationId?: string;
 }

@@ -107,7 +107,7 @@ export const errors = {
   unknownRoute: (method: string, path: string): ErrorEnvelope => ({
     error: {
       type: 'invalid_request_error',
-      message: `Unrecognized request URL (${method}: ${path}). The fake Stripe server models only create, retrieve and search of PaymentIntents.`,
+      message: `Unrecognized request URL (${method}: ${path}). The fake Stripe server models only create, retrieve and search of PaymentIntents, and create, retrieve and list of Refunds.`,
     },
   }),
   idempotencyMismatch: (key: string): ErrorEnvelope => ({
@@ -195,10 +195,10 @@ const KNOWN_CREATE_PARAMS = new Set([
 /** A customer id the fake treats as nonexistent, to exercise resource_missing. */
 export const MISSING_CUSTOMER = 'cus_missing';
 /** Stripe's ceiling for amount (eight digits). */
-const MAX_AMOUNT = 99_999_999;
+export const MAX_AMOUNT = 99_999_999;
 
-/** Thrown inside validateCreate only; carries the 400 to answer. */
-class InvalidParam extends Error {
+/** Thrown inside validateCreate (and the refund validation in refunds.ts); carries the 400 to answer. */
+export class InvalidParam extends Error {
   readonly envelope: ErrorEnvelope;
   constructor(envelope: ErrorEnvelope) {
     super(envelope.error.message);
@@ -206,11 +206,11 @@ class InvalidParam extends Error {
   }
 }
 
-function invalid(message: string, code: string, param: string): never {
+export function invalid(message: string, code: string, param: string): never {
   throw new InvalidParam(errors.invalidRequest(message, code, param));
 }
 
-function stringParam(body: FormObject, name: string): string | null {
+export function stringParam(body: FormObject, name: string): string | null {
   const value = body[name];
   if (value === undefined) return null;
   if (typeof value !== 'string') invalid(`Invalid ${name}: must be a string`, 'parameter_invalid_string', name);
@@ -270,6 +270,12 @@ function parseCreate(body: FormObject): CreateParams {
     invalid('You cannot confirm this PaymentIntent because it is missing a payment method.', 'parameter_missing', 'payment_method');
   }
 
+  const metadata = metadataParam(body);
+  return { amount, currency, customer, paymentMethod, confirm, offSession, metadata };
+}
+
+/** `metadata[...]` of a create body (PaymentIntents and Refunds take it alike). */
+export function metadataParam(body: FormObject): Record<string, string> {
   const metadata: Record<string, string> = {};
   const rawMetadata = body.metadata;
   if (typeof rawMetadata === 'string') {
@@ -283,8 +289,7 @@ function parseCreate(body: FormObject): CreateParams {
       if (value !== '') metadata[key] = value; // an empty value unsets the key
     }
   }
-
-  return { amount, currency, customer, paymentMethod, confirm, offSession, metadata };
+  return metadata;
 }
 
 /** metadata[key] of a raw body, valid or not — for matching faults and logging before validation. */
