@@ -146,6 +146,9 @@ export class WebhookDispatcher {
   readonly #retryScale: number;
   readonly #maxAttempts: number;
   readonly #seen = new Map<string, string>();
+  readonly #seenRefunds = new Set<string>();
+  /** Amount refunded so far per PaymentIntent, as the events told it. */
+  readonly #refunded = new Map<string, number>();
   readonly #deliverEvents: boolean;
   /** When a PaymentIntent that was seen unsettled (processing, requires_action) was first seen settled. */
   readonly #settledAt = new Map<string, number>();
@@ -224,8 +227,9 @@ export class WebhookDispatcher {
     return { ...this.#stats, acknowledged: this.#acknowledged.size, pending: this.#inFlight.size };
   }
 
-  /** Look at the ledger once: an event for every new PaymentIntent status. */
+  /** Look at the ledger once: an event for every new PaymentIntent status, and for every new Refund. */
   poll(): void {
+    this.#pollRefunds();
     for (const pi of this.#fake.paymentIntents()) {
       const before = this.#seen.get(pi.id);
       if (before === pi.status) continue;
@@ -237,7 +241,45 @@ export class WebhookDispatcher {
     }
   }
 
-  /** A refund made in the Dashboard: charge.refunded with the charge as it is after it. */
+  /**
+   * Refunds made through the fake's Refunds API (or its control API, standing for the Dashboard):
+   * "charge.refunded — occurs whenever a charge is refunded, including partial refunds", with the
+   * charge as it is after the refund and data.previous_attributes.amount_refunded before it. A refund
+   * that later fails or is canceled gives the money back to the charge; Stripe says so with
+   * charge.refund.updated, which this pipeline does not subscribe to (not modelled here).
+   */
+  #pollRefunds(): void {
+    const refunds = this.#fake.refunds();
+    for (const refund of refunds) {
+      if (this.#seenRefunds.has(refund.id)) continue;
+      this.#seenRefunds.add(refund.id);
+      if (refund.status === 'failed' || refund.status === 'canceled') continue;
+      const pi = this.#fake.paymentIntents().find((p) => p.id === refund.payment_intent);
+      if (!pi) continue;
+      const before = this.#refunded.get(pi.id) ?? 0;
+      const after = Math.min(pi.amount, before + refund.amount);
+      this.#refunded.set(pi.id, after);
+      if (this.#deliverEvents) this.emit(makeStripeEvent('charge.refunded', this.#charge(pi, after), { previousAttributes: { amount_refunded: before, refunded: before === pi.amount } }));
+    }
+  }
+
+  #charge(pi: PaymentIntentRecord, amountRefunded: number): Record<string, unknown> {
+    return {
+      id: chargeIdOf(pi.id),
+      object: 'charge',
+      amount: pi.amount,
+      amount_refunded: amountRefunded,
+      currency: pi.currency,
+      customer: pi.customer,
+      payment_intent: pi.id,
+      paid: true,
+      refunded: amountRefunded === pi.amount,
+      status: 'succeeded',
+      metadata: {},
+    };
+  }
+
+  /** A refund made in the Dashboard, given directly: charge.refunded with the charge as it is after it. */
   refund(paymentIntentId: string, amount?: number, alreadyRefunded = 0): StripeEventJson {
     const pi = this.#record(paymentIntentId);
     const refunded = Math.min(pi.amount, alreadyRefunded + (amount ?? pi.amount - alreadyRefunded));

@@ -8,6 +8,7 @@ import { ChargeEngine } from '../../lambdas/payments/engine.ts';
 import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
 import { inboxGauges } from '../../lambdas/payments/inbox-store.ts';
 import { claimById, findOperation, recordOutcomes } from '../../lambdas/payments/operations-store.ts';
+import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
 import { receivePartnerEvent, receiveWebhook, RejectCode } from '../../lambdas/stripe-events/receive.ts';
 import { makeStripeEvent, WebhookDispatcher, type StripeEventJson } from '../../local/fake-stripe/webhooks.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
@@ -217,6 +218,22 @@ describe('after the charge: refunds and disputes', () => {
     for (const e of events) expect(chargeAftermathDetailSchema.safeParse(e.payload).success).toBe(true);
     expect(events[0].payload).toMatchObject({ kind: 'refunded', chargeAmount: 5000, externalId: op.externalId, stripeEventId: partial.id });
     expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded' });
+  });
+
+  it('a refund made through Stripe\'s Refunds API (the real SDK, the fake) → charge.refunded → Charge Refunded', async () => {
+    const [r] = await engine().processRequests([chargeOrder({ amount: 4000 })]);
+    const op = (await findOperation(db.pool, r!.operationId))!;
+    const sdk = createStripeClient({ apiKey: 'sk_test_refunds', apiBase: stripe.fake.url, timeoutMs: 2_000, maxNetworkRetries: 0 });
+    await sdk.refunds.create({ payment_intent: op.externalId!, amount: 1000 }, { idempotencyKey: `refund-${op.id}` });
+    const dispatcher = new WebhookDispatcher({ fake: stripe.fake, endpoint: null, secret: SECRET });
+    dispatcher.poll();
+    const made = dispatcher.events().filter((e) => e.type === 'charge.refunded');
+    await dispatcher.stop();
+    expect(made).toHaveLength(1);
+    expect(made[0]!.data).toMatchObject({ object: { amount_refunded: 1000, payment_intent: op.externalId }, previous_attributes: { amount_refunded: 0 } });
+    expect(await deliver(made[0]!)).toMatchObject({ applied: { outcome: 'aftermath' } });
+    const [refunded] = (await outbox(op.id)).filter((e) => e.event_type === 'Charge Refunded');
+    expect(refunded.payload).toMatchObject({ amount: 1000, amountRefunded: 1000, chargeAmount: 4000 });
   });
 
   it('a dispute opened and closed → Charge Disputed, Charge Dispute Closed', async () => {
