@@ -348,7 +348,7 @@ export class WebhookDispatcher {
         this.#stats.retries++;
         if (!(await this.#wait(Math.max(1, Math.round(RETRY_SCHEDULE_MS[Math.min(attempt - 2, RETRY_SCHEDULE_MS.length - 1)]! * this.#retryScale))))) return this.#unfinished();
       }
-      while (this.#endpoint === null && !this.#stopped) if (!(await this.#wait(this.#pollMs))) return;
+      while (this.#endpoint === null && !this.#stopped) if (!(await this.#wait(this.#pollMs))) return this.#unfinished();
       if (this.#endpoint === null || this.#stopped) return this.#unfinished();
       this.#stats.attempts++;
       if (attempt === 1 && this.#random() < (this.#faults.lost ?? 0)) {
