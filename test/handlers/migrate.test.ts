@@ -63,9 +63,9 @@ async function tables(): Promise<string[]> {
 describe('migrate handler', () => {
   it('applies every migration of MIGRATIONS_DIR and says which; a second run applies nothing', async () => {
     const first = await handler({}, lambdaContext(60_000, 'migrate'));
-    expect(first.applied).toEqual(['001_payment_operations.sql', '002_outcome_events.sql']);
+    expect(first.applied).toEqual(['001_payment_operations.sql', '002_outcome_events.sql', '006_stripe_events.sql']);
     expect(first.alreadyApplied).toEqual([]);
-    expect(await tables()).toEqual(expect.arrayContaining(['payment_operations', 'rejected_messages', 'outcome_events', 'schema_migrations']));
+    expect(await tables()).toEqual(expect.arrayContaining(['payment_operations', 'rejected_messages', 'outcome_events', 'stripe_events', 'stripe_event_findings', 'schema_migrations']));
     const second = await handler({}, lambdaContext(60_000, 'migrate'));
     expect(second).toMatchObject({ applied: [], alreadyApplied: first.applied });
   });
