@@ -27,6 +27,19 @@ describe('stripeEvents: webhook (the default)', () => {
     expect(fn.Properties).toMatchObject({ Runtime: 'nodejs24.x', Architectures: ['arm64'], Timeout: 30 });
   });
 
+  it('the public may call the URL only: the one lambda:InvokeFunction for everyone is conditioned on InvokedViaFunctionUrl', () => {
+    const publicPermissions = ofType(resources, 'AWS::Lambda::Permission')
+      .map(([, p]) => p.Properties!)
+      .filter((p) => p.Principal === '*' && JSON.stringify(p.FunctionName).includes(fnId));
+    expect(publicPermissions).toHaveLength(2);
+    expect(publicPermissions).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ Action: 'lambda:InvokeFunctionUrl', FunctionUrlAuthType: 'NONE' }),
+        expect.objectContaining({ Action: 'lambda:InvokeFunction', InvokedViaFunctionUrl: true }),
+      ]),
+    );
+  });
+
   it('creates the signing secret empty: the whsec_… never passes through the template', () => {
     const secret = resources[logicalId(pipeline.stripeEvents!.webhookSecret as never)]!;
     expect(secret.Properties!.SecretString).toBe('{"secret":""}');
