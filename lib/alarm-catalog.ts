@@ -96,6 +96,12 @@ export const ALARM_CATALOG = [
     metrics: [{ namespace: APP, metricName: METRICS.idempotencyErrors }],
   },
   {
+    name: 'ConfigurationRefused',
+    meaning:
+      'The charge or reconcile function refused its configuration (e.g. a Stripe timeout under which no call could ever start inside the function timeout): no charge is attempted until it is fixed; requests are still recorded.',
+    metrics: [{ namespace: APP, metricName: METRICS.configurationRefused }],
+  },
+  {
     name: 'OutcomeEventsNotPublished',
     meaning:
       'An outcome event has waited in the outbox longer than the threshold: PutEvents is failing and downstream services are not being told.',

@@ -100,6 +100,15 @@ export interface ChargePipelineProps {
   readonly chargeMaxConcurrency?: number;
   /** Stripe calls in flight per charge invocation (CHARGE_CONCURRENCY), 1 to the batch size (10). @default 2 */
   readonly chargeStripeConcurrency?: number;
+  /**
+   * Per-attempt timeout of a Stripe call (STRIPE_TIMEOUT_MS of the charge, reconcile and ops
+   * functions). Refused when the worst-case call (timeout × (retries + 2) + the SDK's backoff) plus
+   * the 5 s safety margin does not fit in the charge (60 s) or reconcile (120 s) function timeout:
+   * no call could ever start. @default Duration.seconds(10)
+   */
+  readonly stripeTimeout?: cdk.Duration;
+  /** Retries inside one Stripe SDK call (STRIPE_MAX_NETWORK_RETRIES), 0-5. @default 1 */
+  readonly stripeMaxNetworkRetries?: number;
 
   // ── reconciler ───────────────────────────────────────────────────────────────────────────────
   /** @default PIPELINE.reconcileSchedule (rate(1 minute)) */
@@ -293,6 +302,8 @@ export class ChargePipeline extends Construct {
       STRIPE_SECRET_ARN: this.stripeSecret.secretArn,
       EVENT_BUS_NAME: this.eventBus.eventBusName,
       EVENT_SOURCE: eventSource,
+      ...(props.stripeTimeout ? { STRIPE_TIMEOUT_MS: String(props.stripeTimeout.toMilliseconds()) } : {}),
+      ...(props.stripeMaxNetworkRetries !== undefined ? { STRIPE_MAX_NETWORK_RETRIES: String(props.stripeMaxNetworkRetries) } : {}),
     };
 
     const migrations = new Migrations(this, 'Migrations', {

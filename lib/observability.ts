@@ -142,6 +142,7 @@ export class Observability extends Construct {
     add('RejectedMessages', app(METRICS.rejectedMessages, sum), 0);
     add('StripeAuthErrors', app(METRICS.stripeAuthErrors, sum), 0);
     add('StripeIdempotencyErrors', app(METRICS.idempotencyErrors, sum), 0);
+    add('ConfigurationRefused', app(METRICS.configurationRefused, sum), 0);
     add(
       'OutcomeEventsNotPublished',
       app(METRICS.oldestUnpublishedEventAgeSeconds, max),
@@ -274,6 +275,7 @@ export class Observability extends Construct {
           sum(METRICS.recordsNotDurable),
           sum(METRICS.stripeAuthErrors),
           sum(METRICS.idempotencyErrors),
+          sum(METRICS.configurationRefused),
         ],
       }),
     );

@@ -1,6 +1,7 @@
 // Props are checked before anything is built, and every problem is reported at once with the
 // value that was given and the range that is allowed.
 import * as cdk from 'aws-cdk-lib';
+import { callBudgetProblem } from '../lambdas/payments/call-budget.ts';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import type { ChargePipelineProps } from './charge-pipeline.ts';
 
@@ -20,6 +21,9 @@ export const LOG_LEVELS = ['DEBUG', 'INFO', 'WARN', 'ERROR'] as const;
 export const EVENT_SOURCE_MAX_CONCURRENCY = { min: 2, max: 1000 } as const;
 /** Stripe's documented defaults (live mode): searches per second, requests per second per account. */
 export const STRIPE_LIMITS = { searchPerSecond: 20, accountPerSecond: 100, paymentIntentCreatesPerSecond: 25 } as const;
+
+/** CHARGE_SAFETY_MARGIN_MS and RECONCILE_SAFETY_MARGIN_MS as the stack deploys them (the handlers' defaults). */
+const DEFAULT_SAFETY_MARGIN_MS = 5_000;
 
 const EMAIL = /^[^@\s]+@[^@\s]+\.[^@\s]+$/;
 const FIFO_QUEUE_NAME = /^[A-Za-z0-9_-]{1,75}\.fifo$/;
@@ -109,6 +113,23 @@ export function validateChargePipelineProps(props: ChargePipelineProps): void {
     PIPELINE.batchSize,
     ` (a batch holds at most ${PIPELINE.batchSize} records)`,
   );
+
+  // Stripe calls: the worst-case call plus the handlers' default margin (5 s) must fit in each
+  // calling function's timeout, or no call would ever start and every order would stay pending.
+  integerIn('stripeMaxNetworkRetries', props.stripeMaxNetworkRetries, 0, 5);
+  const stripeTimeout = props.stripeTimeout && !props.stripeTimeout.isUnresolved() ? props.stripeTimeout.toMilliseconds() : undefined;
+  if (stripeTimeout !== undefined) check(stripeTimeout >= 100, `stripeTimeout must be at least 100 ms, got ${props.stripeTimeout!.toHumanString()}`);
+  const retries = props.stripeMaxNetworkRetries;
+  if ((stripeTimeout ?? 100) >= 100 && (retries === undefined || (Number.isInteger(retries) && retries >= 0 && retries <= 5))) {
+    for (const [fn, seconds] of [['charge', PIPELINE.chargeFunctionTimeoutSeconds], ['reconcile', PIPELINE.reconcileFunctionTimeoutSeconds]] as const) {
+      const problem = callBudgetProblem(fn, seconds * 1000, {
+        ...(stripeTimeout !== undefined ? { timeoutMs: stripeTimeout } : {}),
+        ...(retries !== undefined ? { maxNetworkRetries: retries } : {}),
+        safetyMarginMs: DEFAULT_SAFETY_MARGIN_MS,
+      });
+      if (problem) problems.push(`stripeTimeout / stripeMaxNetworkRetries (deployed as STRIPE_TIMEOUT_MS / STRIPE_MAX_NETWORK_RETRIES): ${problem}`);
+    }
+  }
 
   // reconciler
   numberIn(

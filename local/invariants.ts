@@ -158,7 +158,8 @@ const OPERATIONS_SQL = `
 const OUTBOX_SQL = `
   SELECT e.event_id::text, e.operation_id::text, e.event_type, e.payload
     FROM outcome_events e JOIN payment_operations p ON p.id = e.operation_id
-   WHERE $1::text[] IS NULL OR p.order_id = ANY($1::text[])`;
+   WHERE $1::text[] IS NULL OR p.order_id = ANY($1::text[])
+   ORDER BY e.created_at, e.event_id`;
 
 const REJECTED_SQL = `
   SELECT order_id FROM rejected_messages
@@ -320,6 +321,11 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
         outbox.push(`'${REVIEW_EVENT_TYPE}' ${e.event_id} has status ${String(e.payload.status)} / reason ${String(e.payload.reason)}`);
       }
     }
+    // Sequence: 1, 2, … n in the order the events were written, so that the highest is the latest.
+    // (Refunds and disputes are facts about a final charge, not states of it: they carry no sequence.)
+    const stateEvents = events.filter((e) => !AFTERMATH_EVENT_TYPES.has(e.event_type));
+    const sequences = stateEvents.map((e) => e.payload.sequence);
+    if (sequences.some((n, i) => n !== i + 1)) outbox.push(`sequences [${sequences.map(String).join(', ')}] are not 1…${stateEvents.length} in write order`);
     if (outbox.length > 0) violate('outbox_mismatch', outbox.join('; '), op);
   }
 

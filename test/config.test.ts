@@ -2,7 +2,7 @@
 // weaken a guarantee (a key window past Stripe's retention, a lease shorter than one Stripe call).
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_POLICY } from '../lambdas/payments/decisions.ts';
-import { ConfigError, loadConfig } from '../lambdas/runtime/config.ts';
+import { assertCallBudget, ConfigError, loadConfig } from '../lambdas/runtime/config.ts';
 
 const base = { DATABASE_URL: 'postgres://u:p@127.0.0.1:5432/db' };
 
@@ -27,6 +27,20 @@ describe('loadConfig', () => {
   it('refuses a lease that a worst-case Stripe call could outlast', () => {
     expect(() => loadConfig({ ...base, LEASE_MS: '30000' })).toThrow(/LEASE_MS must exceed/);
     expect(() => loadConfig({ ...base, LEASE_MS: '5000', STRIPE_TIMEOUT_MS: '1000', STRIPE_MAX_NETWORK_RETRIES: '0' })).not.toThrow();
+  });
+
+  it('refuses a Stripe call budget under which a function could never start a call, naming the bound', () => {
+    const charge = (env: Record<string, string>) => () => assertCallBudget(loadConfig({ ...base, LEASE_MS: '600000', ...env }), 'charge', 60_000);
+    const reconcile = (env: Record<string, string>) => () => assertCallBudget(loadConfig({ ...base, LEASE_MS: '600000', ...env }), 'reconcile', 120_000);
+    expect(charge({})).not.toThrow(); // 10 s × (1 + 2) + 4 s + 5 s = 39 s < 60 s
+    expect(charge({ STRIPE_TIMEOUT_MS: '16999' })).not.toThrow();
+    expect(charge({ STRIPE_TIMEOUT_MS: '17000' })).toThrow(/charge function.*up to 55000 ms.*lower STRIPE_TIMEOUT_MS to at most 16999/);
+    expect(charge({ CHARGE_SAFETY_MARGIN_MS: '30000' })).toThrow(/CHARGE_SAFETY_MARGIN_MS=30000/);
+    expect(reconcile({ STRIPE_TIMEOUT_MS: '36999' })).not.toThrow();
+    expect(reconcile({ STRIPE_TIMEOUT_MS: '37000' })).toThrow(/reconcile function.*at most 36999/);
+    expect(reconcile({ STRIPE_TIMEOUT_MS: '37000' })).toThrow(ConfigError);
+    // A function timeout below the worst-case call (e.g. changed outside the construct).
+    expect(() => assertCallBudget(loadConfig(base), 'charge', 30_000)).toThrow(/30000 ms function timeout/);
   });
 
   it('RETRY_BACKOFF_SCALE scales every retry delay, base and cap', () => {

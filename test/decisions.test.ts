@@ -178,16 +178,26 @@ describe('DESIGN §4: reading the answer to a create', () => {
       externalId: null,
     });
   });
-  it.each<OperationStatus>(['pending', 'unknown'])('429 → not executed: %s stays %s, retried later', (status) => {
-    const o = decideCreate(ctx({ status }), fail(FailureKind.rateLimited, { httpStatus: 429 }));
+  it.each<OperationStatus>(['pending', 'unknown'])('429 on the sole HTTP attempt → not executed: %s stays %s, retried later', (status) => {
+    const o = decideCreate(ctx({ status }), fail(FailureKind.rateLimited, { httpStatus: 429, httpAttempts: 1 }));
     expect(o.status).toBe(status);
     expect(o.retryAfterMs).toBeGreaterThan(0);
     expect(o.reviewReason).toBeNull();
   });
-  it.each([FailureKind.authentication, FailureKind.permission])('%s → not executed: stays open with the long configuration backoff', (kind) => {
-    const o = decideCreate(ctx({ attempts: 0 }, () => 0), fail(kind));
+  it.each([FailureKind.authentication, FailureKind.permission])('%s on the sole HTTP attempt → not executed: stays open with the long configuration backoff', (kind) => {
+    const o = decideCreate(ctx({ attempts: 0 }, () => 0), fail(kind, { httpAttempts: 1 }));
     expect(o.status).toBe('pending');
     expect(o.retryAfterMs).toBe(DEFAULT_POLICY.backoff.configuration.baseMs / 2);
+  });
+  it.each([
+    [FailureKind.rateLimited, 2],
+    [FailureKind.authentication, 3],
+    [FailureKind.permission, 2],
+    [FailureKind.rateLimited, undefined],
+  ])('%s after %s HTTP attempts (or an adapter that cannot tell) → unknown: an earlier attempt may have executed', (kind, httpAttempts) => {
+    const o = decideCreate(ctx({ status: 'pending' }), fail(kind, httpAttempts === undefined ? {} : { httpAttempts }));
+    expect(o).toMatchObject({ status: 'unknown', reviewReason: null });
+    expect(o.retryAfterMs).toBeGreaterThan(0);
   });
   it('connection error / 500 / 409 → ambiguous: unknown, retried with the same key, never failed', () => {
     const o = decideCreate(ctx({ status: 'pending' }), fail(FailureKind.ambiguous, { errorClass: 'StripeConnectionError' }));

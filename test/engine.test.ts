@@ -8,6 +8,7 @@ import { idempotencyKey } from '../lambdas/payments/decisions.ts';
 import { ChargeEngine, type EngineOptions } from '../lambdas/payments/engine.ts';
 import { OrderConflictError } from '../lambdas/payments/errors.ts';
 import { recordOutcomes } from '../lambdas/payments/operations-store.ts';
+import { lastPossibleSendAt, loadOperationHistory } from '../lambdas/payments/review.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 import { startStripe, type StripeHarness } from './support/stripe.ts';
@@ -285,6 +286,30 @@ describe('beyond the seed', () => {
     expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(0);
   });
 
+  it.each([
+    ['rate_limited_429', 'StripeRateLimitError'],
+    ['unauthorized_401', 'StripeAuthenticationError'],
+    ['permission_403', 'StripePermissionError'],
+  ] as const)("an SDK retry hides a first attempt that charged (answer lost, the retry gets %s) → unknown, never 'pending'", async (fault, errorClass) => {
+    const id = await engine().requestCharge(order());
+    // Attempt 1 executes and its connection closes before the answer; stripe-node retries a closed
+    // connection once even with maxNetworkRetries 0 (fake-stripe/faults.ts); attempt 2 meets the fault.
+    stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'lost_response_after_commit');
+    stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, fault);
+    const first = await engine().executeCharge(id);
+    expect(createsFor(id)).toHaveLength(2); // two HTTP attempts in one SDK call
+    expect(succeededAtStripe(id)).toHaveLength(1); // …and the first one charged
+    expect(first.status).toBe('unknown');
+    const r = await row(id);
+    expect(r).toMatchObject({ status: 'unknown', last_error_class: errorClass });
+    const outcome = (await events(id)).find((e) => e.action === 'outcome_recorded');
+    expect(outcome.detail).toMatchObject({ httpAttempts: 2 });
+    // The ambiguous path settles it under the same key: the replay of attempt 1's success.
+    await makeDue(id);
+    expect(await engine().executeCharge(id)).toMatchObject({ status: 'succeeded', step: 'create' });
+    expect(succeededAtStripe(id)).toHaveLength(1);
+  });
+
   it('idempotency_error → review with the key named, never swallowed', async () => {
     const input = order();
     const id = await engine().requestCharge(input);
@@ -339,6 +364,28 @@ describe('beyond the seed', () => {
     expect(trail.filter((e) => e.action === 'outcome_recorded').map((e) => e.actor)).toEqual(['rescuer', 'rescuer']);
     expect(trail.find((e) => e.action === 'outcome_discarded')).toMatchObject({ actor: 'zombie', to_status: null });
     expect(succeededAtStripe(id)).toHaveLength(1);
+  });
+
+  it("the ops' last possible send is the zombie's own late outcome, not its lease end (claims paired by lease token)", async () => {
+    const leaseMs = 300;
+    const id = await engine().requestCharge(order());
+    const hold = stripe.fake.hold({ operationId: id, endpoint: 'create' });
+    const zombie = engine({ actor: 'zombie', policy: { leaseMs } }).executeCharge(id);
+    await hold.arrived;
+    // Its lease really runs out (no forged timestamps), then a rescuer claims and records.
+    await new Promise((resolve) => setTimeout(resolve, leaseMs + 100));
+    await makeDue(id);
+    expect(await engine({ actor: 'rescuer', policy: { leaseMs } }).executeCharge(id)).toMatchObject({ disposition: 'attempted' });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    hold.release();
+    expect((await zombie).disposition).toBe('discarded');
+    const history = await loadOperationHistory(db.pool, { operationId: id });
+    const discarded = history!.events.find((e) => e.action === 'outcome_discarded')!;
+    const claims = history!.events.filter((e) => e.action === 'attempt_started');
+    expect(claims.map((e) => typeof e.detail.leaseToken)).toEqual(['string', 'string']);
+    expect(discarded.detail.leaseToken).toBe(claims[0]!.detail.leaseToken);
+    // The zombie's request ran until its write was discarded: that is the last possible send.
+    expect(lastPossibleSendAt(history!.events, leaseMs)?.toISOString()).toBe(discarded.occurredAt);
   });
 
   it('a final state is never overwritten, even by a write that carries the right lease token', async () => {

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -66,6 +67,52 @@ describe('migrations runner', () => {
     const files = [file('001_slow.sql', 'SELECT pg_sleep(0.3); CREATE TABLE slow (x int)')];
     const results = await Promise.all([migrate(url, files), migrate(url, files)]);
     expect(results.map((r) => r.applied.length).sort()).toEqual([0, 1]);
+  });
+
+  it('004 numbers the events an outbox already holds: unpublished rows get their sequence, published ones stay as sent', async () => {
+    const url = await emptyDatabase('mig_sequence');
+    const files = await loadMigrations(path.resolve('migrations'));
+    const index = files.findIndex((f) => f.name === '004_event_sequence.sql');
+    expect(index).toBeGreaterThan(0);
+    await migrate(url, files.slice(0, index));
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      const { rows } = await client.query(
+        `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method, review_reason)
+         VALUES ('o-seq', 100, 'eur', 'cus_1', 'pm_card_visa', 'waiting') RETURNING id`,
+      );
+      const id = rows[0].id;
+      const event = async (createdAt: string, published: boolean) => {
+        const eventId = randomUUID();
+        await client.query(
+          `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, created_at, published_at)
+           VALUES ($1::uuid, $2, 'Charge Needs Review', jsonb_build_object('eventId', $1::text), $3, $4)`,
+          [eventId, id, createdAt, published ? createdAt : null],
+        );
+        return eventId;
+      };
+      const sent = await event('2026-11-30T10:00:00Z', true);
+      const waiting = await event('2026-11-30T11:00:00Z', false);
+      await migrate(url, files);
+      const { rows: events } = await client.query(`SELECT event_id, payload FROM outcome_events WHERE operation_id = $1`, [id]);
+      const sequenceOf = (eventId: string) => events.find((e) => e.event_id === eventId)!.payload.sequence;
+      expect({ sent: sequenceOf(sent), waiting: sequenceOf(waiting) }).toEqual({ sent: undefined, waiting: 2 });
+      const { rows: op } = await client.query(`SELECT event_sequence FROM payment_operations WHERE id = $1`, [id]);
+      expect(op[0].event_sequence).toBe(2); // the next event is number 3
+      // The guard is back on after the backfill, and a second event with the same number is refused.
+      await expect(client.query(`UPDATE outcome_events SET payload = payload || '{"x":1}' WHERE event_id = $1`, [waiting])).rejects.toThrow(/cannot change/);
+      const duplicate = randomUUID();
+      await expect(
+        client.query(
+          `INSERT INTO outcome_events (event_id, operation_id, event_type, payload)
+           VALUES ($1::uuid, $2, 'Charge Failed', jsonb_build_object('eventId', $1::text, 'sequence', 2))`,
+          [duplicate, id],
+        ),
+      ).rejects.toThrow(/outcome_events_operation_sequence/);
+    } finally {
+      await client.end();
+    }
   });
 
   it('reads only files named like 001_name.sql', async () => {

@@ -70,7 +70,7 @@ describe('the outbox row is written with the outcome it announces', () => {
 
     const succeededRows = await outboxRows(ok!.operationId);
     expect(succeededRows.map((r) => r.event_type)).toEqual([DetailType.succeeded]);
-    expect(succeededRows[0].payload).toMatchObject({ status: 'succeeded', orderId: ok!.input.orderId, amount: 1250, currency: 'eur', reason: null, version: 1 });
+    expect(succeededRows[0].payload).toMatchObject({ status: 'succeeded', orderId: ok!.input.orderId, amount: 1250, currency: 'eur', reason: null, version: 1, sequence: 1 });
     expect(succeededRows[0].payload.externalId).toMatch(/^pi_/);
     expect((await outboxRows(declined!.operationId)).map((r) => [r.event_type, r.payload.reason])).toEqual([[DetailType.failed, 'generic_decline']]);
     expect(await outboxRows(open!.operationId)).toEqual([]); // 429: still pending, nothing to announce

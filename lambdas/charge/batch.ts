@@ -9,7 +9,7 @@
 // status: the database is the only retry loop. Only what could not be made durable goes back to SQS.
 import type { SQSBatchResponse, SQSRecord } from 'aws-lambda';
 import type { Db } from '../payments/db.ts';
-import type { EnginePolicy } from '../payments/decisions.ts';
+import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
 import { ChargeEngine, type Execution, type RequestResult } from '../payments/engine.ts';
 import { OutcomesNotRecordedError } from '../payments/errors.ts';
 import type { PaymentGateway } from '../payments/gateway.ts';
@@ -30,6 +30,12 @@ export interface ChargeBatchDeps {
    * (timeout × attempts + SDK backoff) plus a safety margin for the outcome write.
    */
   readonly minTimeToCallMs: number;
+  /**
+   * Worst-case duration of one gateway call alone (worstCaseCallMs): no call starts later than the
+   * claim's lease minus this, so every call ends inside the lease that fences it (as the
+   * reconciler's do). Default minTimeToCallMs, which is never less.
+   */
+  readonly worstCallMs?: number;
   readonly log?: LogSink;
   readonly maxAmount?: number;
   /** Stripe calls in flight at once. */
@@ -126,14 +132,16 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
   // ── 2. Rejects first: if their write fails, the later records of their groups must not run ahead.
   const invalid = parsed.filter((p) => p.reject);
   if (invalid.length > 0) {
-    try {
-      await recordRejectedMessages(db, invalid.map((p) => p.reject!));
-      for (const p of invalid) {
+    // Per reject: one that cannot be written fails alone, never the others of the batch.
+    const written = await recordRejectedMessages(db, invalid.map((p) => p.reject!));
+    for (const p of invalid) {
+      const error = written.failed.get(p.record.messageId);
+      if (error === undefined) {
         report(p, { orderId: p.reject!.orderId ?? null, operationId: null, fate: { kind: 'rejected', reasonCode: p.reject!.reasonCode, operationId: null } });
+      } else {
+        log.error('could not record a rejected message', { messageId: p.record.messageId, ...describeError(error) });
+        report(p, { orderId: p.reject!.orderId ?? null, operationId: null, fate: { kind: 'not_recorded', what: 'reject' } }, true);
       }
-    } catch (error) {
-      log.error('could not record rejected messages', describeError(error));
-      for (const p of invalid) report(p, { orderId: p.reject!.orderId ?? null, operationId: null, fate: { kind: 'not_recorded', what: 'reject' } }, true);
     }
   }
 
@@ -159,7 +167,11 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
     });
     // A call started with less than minTimeToCallMs left could be cut off by the Lambda timeout; such
     // an operation is recorded unclaimed (or released) and due, for the reconciler.
-    const canStart = () => clock.remainingMs() > deps.minTimeToCallMs;
+    // And a call must end before the lease taken by the claim does, or another worker could claim the
+    // operation while this one still waits for Stripe (safe — same key, fenced write — but a 409 and
+    // a wasted call). The claims happen after this moment, so their leases end later than this bound.
+    const leaseLatestStart = Date.now() + (deps.policy?.leaseMs ?? DEFAULT_POLICY.leaseMs) - (deps.worstCallMs ?? deps.minTimeToCallMs);
+    const canStart = () => clock.remainingMs() > deps.minTimeToCallMs && Date.now() < leaseLatestStart;
     try {
       results = await engine.processRequests(valid.map((p) => p.input!), { canStart });
     } catch (error) {
@@ -211,14 +223,15 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
       operationId,
       rawBody: p.record.body ?? '',
     }));
-    try {
-      await recordRejectedMessages(db, rejects);
-      for (const { p, operationId } of conflicts) {
+    const written = await recordRejectedMessages(db, rejects);
+    for (const { p, operationId } of conflicts) {
+      const error = written.failed.get(p.record.messageId);
+      if (error === undefined) {
         report(p, { orderId: p.input!.orderId, operationId, fate: { kind: 'rejected', reasonCode: RejectReason.orderConflict, operationId } });
+      } else {
+        log.error('could not record a conflicting order', { messageId: p.record.messageId, ...describeError(error) });
+        report(p, { orderId: p.input!.orderId, operationId, fate: { kind: 'not_recorded', what: 'reject' } }, true);
       }
-    } catch (error) {
-      log.error('could not record conflicting orders', describeError(error));
-      for (const { p, operationId } of conflicts) report(p, { orderId: p.input!.orderId, operationId, fate: { kind: 'not_recorded', what: 'reject' } }, true);
     }
   }
 

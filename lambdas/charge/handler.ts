@@ -9,7 +9,7 @@ import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import type { Db } from '../payments/db.ts';
 import type { PaymentGateway } from '../payments/gateway.ts';
 import { worstCaseCallMs } from '../payments/call-budget.ts';
-import { loadConfig, type RuntimeConfig } from '../runtime/config.ts';
+import { assertCallBudget, ConfigError, loadConfig, type RuntimeConfig } from '../runtime/config.ts';
 import { clockFromContext, createLogger, createMetrics, describeError } from '../runtime/observability.ts';
 import { getEventPublisher, getPool, getStripeGateway } from '../runtime/resources.ts';
 import { METRICS, PIPELINE } from '../runtime/settings.ts';
@@ -37,26 +37,40 @@ async function chargeBatch(event: SQSEvent, context: Context): Promise<SQSBatchR
     // goes back to SQS (and to the DLQ after maxReceiveCount, whose alarm says "intake not recorded").
     logger.error('charge handler not ready; every record goes back to the queue', describeError(error));
     publishCounts({ ...ZERO_COUNTS, notDurable: records.length });
+    metrics.addMetric(METRICS.configurationRefused, MetricUnit.Count, error instanceof ConfigError ? 1 : 0);
     return { batchItemFailures: records.map((record) => ({ itemIdentifier: record.messageId })) };
   }
 
+  const clock = clockFromContext(context, PIPELINE.chargeFunctionTimeoutSeconds * 1000);
   let gateway: PaymentGateway = NO_GATEWAY;
   let minTimeToCallMs = Infinity;
   let stripeUnavailable = false;
+  let configurationRefused = false;
   try {
-    gateway = await getStripeGateway(config);
-    // No call starts unless it can finish (worst case) before the timeout, with a margin left for
-    // the outcome write: a call cut off by the timeout would leave an ambiguous operation behind.
-    minTimeToCallMs = worstCaseCallMs(config.stripe) + config.charge.safetyMarginMs;
+    // Refused when no call could ever start in this function (worst-case call + margin ≥ timeout):
+    // checked against the construct's timeout and against what this invocation really has. Loudly
+    // (log + ConfigurationRefused alarm); the requests are still made durable — unclaimed and due —
+    // so nothing is lost while the configuration is fixed.
+    assertCallBudget(config, 'charge', Math.min(PIPELINE.chargeFunctionTimeoutSeconds * 1000, clock.remainingMs()));
   } catch (error) {
-    // No Stripe key yet (the stack creates the secret empty) or Secrets Manager unreachable: the
-    // requests are still made durable — unclaimed and due — and the reconciler charges them once the
-    // key is there. Counted as a Stripe key problem so that its alarm fires.
-    stripeUnavailable = true;
-    logger.error('Stripe key unavailable; requests are recorded without a charge attempt', describeError(error));
+    configurationRefused = true;
+    logger.error('configuration refused; requests are recorded without a charge attempt', describeError(error));
+  }
+  if (!configurationRefused) {
+    try {
+      gateway = await getStripeGateway(config);
+      // No call starts unless it can finish (worst case) before the timeout, with a margin left for
+      // the outcome write: a call cut off by the timeout would leave an ambiguous operation behind.
+      minTimeToCallMs = worstCaseCallMs(config.stripe) + config.charge.safetyMarginMs;
+    } catch (error) {
+      // No Stripe key yet (the stack creates the secret empty) or Secrets Manager unreachable: the
+      // requests are still made durable — unclaimed and due — and the reconciler charges them once
+      // the key is there. Counted as a Stripe key problem so that its alarm fires.
+      stripeUnavailable = true;
+      logger.error('Stripe key unavailable; requests are recorded without a charge attempt', describeError(error));
+    }
   }
 
-  const clock = clockFromContext(context, PIPELINE.chargeFunctionTimeoutSeconds * 1000);
   const result = await processChargeBatch(
     records,
     {
@@ -68,11 +82,13 @@ async function chargeBatch(event: SQSEvent, context: Context): Promise<SQSBatchR
       concurrency: config.charge.concurrency,
       policy: config.policy,
       minTimeToCallMs,
+      worstCallMs: worstCaseCallMs(config.stripe),
     },
     clock,
   );
   const counts = { ...result.counts, stripeAuthErrors: result.counts.stripeAuthErrors + (stripeUnavailable ? 1 : 0) };
   publishCounts(counts);
+  metrics.addMetric(METRICS.configurationRefused, MetricUnit.Count, configurationRefused ? 1 : 0);
   logger.info('batch done', { records: records.length, failures: result.response.batchItemFailures.length, ...counts });
   return result.response;
 }

@@ -2,6 +2,7 @@
 // Delivery is at least once. Deduplicate on `detail.eventId`: it is the same on every re-send.
 // One source of truth: the zod schema below; the JSON Schema for consumers is generated from it
 // (schemas/charge-outcome-detail.v1.json, kept in sync by test/outbox.test.ts).
+// Delivery is not in order either: an operation's state is the event with the highest `sequence`.
 import { z } from 'zod';
 
 export const DEFAULT_EVENT_SOURCE = 'payments.charges';
@@ -27,6 +28,14 @@ export const chargeOutcomeDetailSchema = z
     externalId: z.string().nullable().describe('The Stripe PaymentIntent id, when one is known.'),
     reason: z.string().nullable().describe('Review reason (needs_review) or failure code (failed); null on success.'),
     occurredAt: z.iso.datetime().describe('When the outcome was recorded (ISO 8601, UTC).'),
+    // Added in v1 (additive: no field changed meaning) — docs/decisions.md, 2026-12-01.
+    sequence: z
+      .number()
+      .int()
+      .positive()
+      .describe(
+        "Position of this event among its operation's events (1, 2, 3 …), strictly increasing. Events can arrive out of order: apply the highest sequence seen per operationId, ignore lower ones.",
+      ),
   })
   .describe('detail of the Charge Succeeded / Charge Failed / Charge Needs Review events');
 
@@ -38,7 +47,9 @@ export function chargeOutcomeDetailJsonSchema(): Record<string, unknown> {
   return {
     $id: 'urn:payments.charges:charge-outcome-detail:v1',
     title: 'ChargeOutcomeDetail',
-    ...z.toJSONSchema(chargeOutcomeDetailSchema, { target: 'draft-2020-12' }),
+    // io 'input': no `additionalProperties: false`, so a validator built from this file keeps
+    // accepting events when a field is added (what "additive changes keep the version" promises).
+    ...z.toJSONSchema(chargeOutcomeDetailSchema, { target: 'draft-2020-12', io: 'input' }),
   };
 }
 

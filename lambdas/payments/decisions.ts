@@ -153,6 +153,7 @@ function failureDetail(failure: GatewayFailure): Record<string, unknown> {
   return {
     kind: failure.kind,
     ...(failure.httpStatus !== undefined ? { httpStatus: failure.httpStatus } : {}),
+    ...(failure.httpAttempts !== undefined ? { httpAttempts: failure.httpAttempts } : {}),
     ...(failure.requestId ? { requestId: failure.requestId } : {}),
   };
 }
@@ -187,14 +188,18 @@ function toReview(reason: string, detail: Record<string, unknown>, failure?: Gat
   };
 }
 
-/** A failure that teaches nothing about the operation itself (throttled, misconfigured, unreachable). */
-function transientFailure(ctx: Context, failure: GatewayFailure, ambiguousStatus: OperationStatus): Outcome {
+/**
+ * A failure that teaches nothing about the operation itself (throttled, misconfigured, unreachable).
+ * `notExecutedStatus`: the status after a 429 / 401 / 403 (the operation's own, unless that answer
+ * cannot prove nothing was executed).
+ */
+function transientFailure(ctx: Context, failure: GatewayFailure, ambiguousStatus: OperationStatus, notExecutedStatus: OperationStatus = ctx.op.status): Outcome {
   switch (failure.kind) {
     case FailureKind.rateLimited:
-      return stayOpen(ctx, failure, ctx.policy.backoff.rateLimited);
+      return stayOpen(ctx, failure, ctx.policy.backoff.rateLimited, notExecutedStatus);
     case FailureKind.authentication:
     case FailureKind.permission:
-      return stayOpen(ctx, failure, ctx.policy.backoff.configuration);
+      return stayOpen(ctx, failure, ctx.policy.backoff.configuration, notExecutedStatus);
     default:
       return stayOpen(ctx, failure, ctx.policy.backoff.ambiguous, ambiguousStatus);
   }
@@ -259,8 +264,11 @@ export function decideCreate(ctx: Context, result: GatewayResult<PaymentIntentVi
         failure,
       );
     default:
-      // Ambiguous → unknown, retried with the SAME key; 429 / 401 / 403 → not executed, status kept.
-      return transientFailure(ctx, failure, 'unknown');
+      // Ambiguous → unknown, retried with the SAME key. 429 / 401 / 403 come before Stripe's
+      // idempotency layer and prove only that THEIR attempt was not executed: status kept only when
+      // it was certainly the call's sole HTTP attempt; after an SDK retry an earlier attempt may have
+      // executed and lost its answer, so the operation is unknown (and the ambiguous path's evidence applies).
+      return transientFailure(ctx, failure, 'unknown', failure.httpAttempts === 1 ? ctx.op.status : 'unknown');
   }
 }
 

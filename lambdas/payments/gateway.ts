@@ -38,6 +38,12 @@ export interface GatewayFailure {
   readonly requestId?: string;
   /** A declined create still creates a PaymentIntent; its id is evidence worth keeping. */
   readonly paymentIntent?: PaymentIntentView;
+  /**
+   * HTTP attempts the SDK made for this one call (it retries connection errors, 409 and 5xx under the
+   * same key). A 429 / 401 / 403 proves only that ITS attempt was not executed: with more than one
+   * attempt an earlier one may have executed and lost its answer. Absent: the adapter cannot tell.
+   */
+  readonly httpAttempts?: number;
 }
 
 export type GatewayResult<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly failure: GatewayFailure };

@@ -212,7 +212,7 @@ export async function claimForEvent(db: Db, operationId: string, token: string, 
      audit AS (
        INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
        SELECT c.id, $4::text, 'attempt_started', c.status, c.status, c.key_generation,
-              jsonb_build_object('attempt', c.attempts + 1, 'leaseUntil', c.lease_until, 'stripeEventId', $5::text)
+              jsonb_build_object('attempt', c.attempts + 1, 'leaseUntil', c.lease_until, 'leaseToken', c.lease_token, 'stripeEventId', $5::text)
          FROM claimed c
      )
      SELECT 'claimed' AS source, to_jsonb(c) AS op, now() AS db_now FROM claimed c

@@ -60,15 +60,29 @@ export function parseChargeRequest(body: string, maxAmount: number = DEFAULT_MAX
     return { ok: false, code: 'invalid_body', reason: 'body could not be validated' };
   }
   if (result.success) return { ok: true, request: result.data };
-  const reason = result.error.issues
-    .slice(0, 5)
-    .map((issue) => `${issue.path.join('.') || '(body)'}: ${issue.message}`)
-    .join('; ');
+  const reason = result.error.issues.slice(0, 5).map(describeIssue).join('; ');
   const orderId =
     typeof json === 'object' && json !== null && typeof (json as { orderId?: unknown }).orderId === 'string'
       ? ((json as { orderId: string }).orderId.match(ORDER_ID) ? (json as { orderId: string }).orderId : undefined)
       : undefined;
   return { ok: false, code: 'invalid_body', reason, ...(orderId ? { orderId } : {}) };
+}
+
+const KNOWN_FIELDS: ReadonlySet<string> = new Set(chargeRequestSchema().keyof().options);
+
+/**
+ * One issue as the reason column and the logs may carry it: only the schema's own field names and
+ * the schema's own messages. An unknown key's name is producer-controlled text — it may hold a NUL
+ * or a lone surrogate (which PostgreSQL text cannot store), a secret, or a forged log line — so it
+ * is counted, never quoted (the key is in raw_body for whoever needs it).
+ */
+function describeIssue(issue: z.core.$ZodIssue): string {
+  const path = issue.path.map((part) => (typeof part === 'string' && KNOWN_FIELDS.has(part) ? part : '(field)')).join('.') || '(body)';
+  if (issue.code === 'unrecognized_keys') {
+    const n = issue.keys.length;
+    return `${path}: ${n} unknown field${n === 1 ? '' : 's'} (not named: a key is producer text; see raw_body)`;
+  }
+  return `${path}: ${issue.message}`;
 }
 
 /** DESIGN §8: MessageDeduplicationId = hex SHA-256 of `charge:{orderId}`; MessageGroupId = orderId. */

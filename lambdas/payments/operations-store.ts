@@ -81,7 +81,7 @@ const CLAIMABLE = `
 
 const ATTEMPT_STARTED_EVENT = `
   SELECT c.id, $4::text, 'attempt_started', c.status, c.status, c.key_generation,
-         jsonb_build_object('attempt', c.attempts + 1, 'leaseUntil', c.lease_until)
+         jsonb_build_object('attempt', c.attempts + 1, 'leaseUntil', c.lease_until, 'leaseToken', c.lease_token)
     FROM claimed c`;
 
 export type RequestSource = 'inserted' | 'claimed' | 'existing';
@@ -149,7 +149,7 @@ export async function requestAndClaim(
        SELECT id, $4::text, 'requested', NULL, status, key_generation, '{}'::jsonb FROM inserted
        UNION ALL
        SELECT id, $4::text, 'attempt_started', status, status, key_generation,
-              jsonb_build_object('attempt', attempts + 1, 'leaseUntil', lease_until)
+              jsonb_build_object('attempt', attempts + 1, 'leaseUntil', lease_until, 'leaseToken', lease_token)
          FROM inserted WHERE lease_token IS NOT NULL
        UNION ALL ${ATTEMPT_STARTED_EVENT}
      )
@@ -326,12 +326,16 @@ export async function recordOutcomes(
                               ELSE now() + o.retry_after_ms * interval '1 millisecond'
                             END,
          settled_at       = CASE WHEN o.action = 'record' AND o.status IN ('succeeded', 'failed') THEN now() END,
+         -- The number of the outbox row this write produces (the same condition as the outcome CTE below).
+         event_sequence   = p.event_sequence
+                            + CASE WHEN o.action = 'record' AND (o.status IN ('succeeded', 'failed') OR o.review_reason IS NOT NULL)
+                                   THEN 1 ELSE 0 END,
          lease_token      = NULL,
          lease_until      = NULL,
          updated_at       = now()
          FROM o
         WHERE p.id = o.id AND p.lease_token = o.lease_token AND p.status IN ('pending', 'unknown')
-       RETURNING p.id, p.order_id, p.status, p.external_id, p.review_reason, p.amount, p.currency
+       RETURNING p.id, p.order_id, p.status, p.external_id, p.review_reason, p.amount, p.currency, p.event_sequence
      ),
      audit AS (
        INSERT INTO payment_operation_events
@@ -343,6 +347,9 @@ export async function recordOutcomes(
               o.step, o.from_status, u.status, o.error_class, o.error_code, coalesce(o.external_id, u.external_id),
               o.key_generation,
               coalesce(o.detail, '{}'::jsonb)
+                -- The claim this outcome belongs to (its attempt_started carries the same token):
+                -- a zombie's late write is paired with its own claim, not with the next one.
+                || jsonb_build_object('leaseToken', o.lease_token)
                 || CASE WHEN o.review_reason IS NOT NULL THEN jsonb_build_object('reviewReason', o.review_reason) ELSE '{}'::jsonb END
                 || CASE WHEN u.id IS NULL THEN jsonb_build_object('discardedStatus', o.status) ELSE '{}'::jsonb END
          FROM o LEFT JOIN upd u ON u.id = o.id
@@ -377,8 +384,10 @@ export async function recordOutcomes(
  * review (the engine's recordOutcomes, the operator's resolution), so the event contract
  * (lambdas/events/contract.ts) is written in one place. `source` is a CTE of the calling statement —
  * a constant, never input — with id, order_id, status, review_reason, amount, currency, external_id,
- * failure_code, event_id and occurred_at; `leaseParam` is the bound parameter of the publish lease
- * in milliseconds (NULL: no lease, the relay's sweep publishes it).
+ * failure_code, event_id, occurred_at and event_sequence (the operation's counter, already advanced
+ * by the calling statement's UPDATE of the row: migrations/004_event_sequence.sql); `leaseParam` is
+ * the bound parameter of the publish lease in milliseconds (NULL: no lease, the relay's sweep
+ * publishes it).
  */
 export function outboxInsertSql(source: string, leaseParam: string): string {
   return `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, publish_lease_until)
@@ -396,7 +405,8 @@ export function outboxInsertSql(source: string, leaseParam: string): string {
                 'currency', currency,
                 'externalId', external_id,
                 'reason', coalesce(review_reason, CASE WHEN status = 'failed' THEN failure_code END),
-                'occurredAt', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
+                'occurredAt', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                'sequence', event_sequence),
               now() + ${leaseParam}::bigint * interval '1 millisecond'
          FROM ${source}`;
 }

@@ -1,6 +1,7 @@
 // All SQL of rejected_messages: messages the charge handler acknowledged without making (or while
 // refusing) an operation — not JSON, against the schema, or an order that conflicts with the one on
-// record (DESIGN §7). Kept whole so that nothing is silently lost; one round trip per batch.
+// record (DESIGN §7). Kept whole so that nothing is silently lost; one round trip per batch (one per
+// reject only when the batch statement fails).
 import { createHash } from 'node:crypto';
 import type { Db } from './db.ts';
 
@@ -27,52 +28,91 @@ export interface RejectedMessage {
 /** What goes into raw_body / body_sha256 for one received body. */
 export interface StoredBody {
   readonly text: string;
-  /** Hex SHA-256 of the body as received (UTF-8), before any replacement: the evidence of what came. */
+  /** Hex SHA-256 of the body as received (UTF-8): the evidence of what came. */
   readonly sha256: string;
-  /** True when characters PostgreSQL text cannot hold were replaced. */
-  readonly altered: boolean;
+  /**
+   * True when the body held characters PostgreSQL text cannot store: `text` is then the body as a
+   * JSON string literal (escapes \u0000, \ud800 …), and JSON.parse(text) gives back the exact body.
+   */
+  readonly escaped: boolean;
 }
 
 // PostgreSQL text cannot hold U+0000, and a lone UTF-16 surrogate has no UTF-8 form. SQS refuses both
-// in a body, but the local runtime, a test or a future source may not: a body we cannot store would
-// make the reject insert fail for ever and turn one poison message into a blocked message group.
+// in a body, but a JSON escape in the body (plain ASCII) becomes one in a parsed key, and the local
+// runtime, a test or a future source may deliver them raw: text we cannot store would make the reject
+// insert fail for ever and turn one poison message into a blocked message group.
 const UNSTORABLE = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+const UNSTORABLE_TEST = new RegExp(UNSTORABLE.source);
 
 export function storedBody(raw: string): StoredBody {
   const sha256 = createHash('sha256').update(raw, 'utf8').digest('hex');
-  const text = raw.replace(UNSTORABLE, '\uFFFD');
-  return { text, sha256, altered: text !== raw };
+  // Lossless: JSON.stringify escapes a NUL and a lone surrogate (well-formed JSON.stringify, ES2019).
+  if (UNSTORABLE_TEST.test(raw)) return { text: JSON.stringify(raw), sha256, escaped: true };
+  return { text: raw, sha256, escaped: false };
 }
 
-/**
- * Record every reject of a batch in ONE statement. ON CONFLICT (message_id) DO NOTHING: a message we
- * rejected but could not acknowledge (the function died after the insert) comes back and finds its row.
- * Returns the message ids that were new rows.
- */
-export async function recordRejectedMessages(db: Db, rejects: readonly RejectedMessage[]): Promise<Set<string>> {
-  if (rejects.length === 0) return new Set();
-  const payload = rejects.map((r) => {
-    const body = storedBody(r.rawBody);
-    return {
-      message_id: r.messageId,
-      reason_code: r.reasonCode,
-      reason: body.altered ? `${r.reason} (characters PostgreSQL cannot store were replaced by U+FFFD in raw_body; body_sha256 is of the original)` : r.reason,
-      order_id: r.orderId ?? null,
-      operation_id: r.operationId ?? null,
-      body_sha256: body.sha256,
-      raw_body: body.text,
-    };
-  });
-  const { rows } = await db.query<{ message_id: string }>(
-    `INSERT INTO rejected_messages (message_id, reason_code, reason, order_id, operation_id, body_sha256, raw_body)
+/** Any other text of a row (reason, ids): what PostgreSQL cannot store becomes U+FFFD, and it is bounded. */
+export function storableText(value: string, maxLength = 1_000): string {
+  const text = value.replace(UNSTORABLE, '\uFFFD');
+  return text.length > maxLength ? `${text.slice(0, maxLength)}…` : text;
+}
+
+const ESCAPED_NOTE = ' (raw_body is the body as a JSON string literal: it held characters PostgreSQL text cannot store; JSON.parse(raw_body) is the exact body, body_sha256 is of it)';
+
+function toRow(r: RejectedMessage) {
+  const body = storedBody(r.rawBody);
+  const reason = storableText(r.reason);
+  return {
+    message_id: storableText(r.messageId, 200),
+    reason_code: r.reasonCode,
+    reason: body.escaped ? `${reason}${ESCAPED_NOTE}` : reason,
+    order_id: r.orderId == null ? null : storableText(r.orderId, 200),
+    operation_id: r.operationId ?? null,
+    body_sha256: body.sha256,
+    raw_body: body.text,
+  };
+}
+
+export interface RejectWriteResult {
+  /** Durable now: a new row, or the row an earlier delivery of the same message wrote. */
+  readonly recorded: ReadonlySet<string>;
+  /** Message ids whose own row could not be written (with the error): SQS delivers them again. */
+  readonly failed: ReadonlyMap<string, unknown>;
+}
+
+const INSERT_REJECTS = `INSERT INTO rejected_messages (message_id, reason_code, reason, order_id, operation_id, body_sha256, raw_body)
      SELECT message_id, reason_code, reason, order_id, operation_id, body_sha256, raw_body
        FROM jsonb_to_recordset($1::jsonb)
          AS r(message_id text, reason_code text, reason text, order_id text, operation_id uuid, body_sha256 text, raw_body text)
-     ON CONFLICT (message_id) DO NOTHING
-     RETURNING message_id`,
-    [JSON.stringify(payload)],
-  );
-  return new Set(rows.map((row) => row.message_id));
+     ON CONFLICT (message_id) DO NOTHING`;
+
+/**
+ * Record every reject of a batch: ONE statement when all goes well. ON CONFLICT (message_id) DO
+ * NOTHING: a message we rejected but could not acknowledge (the function died after the insert)
+ * comes back and finds its row. Every text is made storable first; should the batch statement still
+ * fail, each reject is written on its own, so one row that cannot be written never takes the others
+ * with it (only that message goes back to SQS). Never throws.
+ */
+export async function recordRejectedMessages(db: Db, rejects: readonly RejectedMessage[]): Promise<RejectWriteResult> {
+  if (rejects.length === 0) return { recorded: new Set(), failed: new Map() };
+  const rows = rejects.map(toRow);
+  try {
+    await db.query(INSERT_REJECTS, [JSON.stringify(rows)]);
+    return { recorded: new Set(rejects.map((r) => r.messageId)), failed: new Map() };
+  } catch {
+    // Fall through: one row at a time.
+  }
+  const recorded = new Set<string>();
+  const failed = new Map<string, unknown>();
+  for (const [i, reject] of rejects.entries()) {
+    try {
+      await db.query(INSERT_REJECTS, [JSON.stringify([rows[i]])]);
+      recorded.add(reject.messageId);
+    } catch (error) {
+      failed.set(reject.messageId, error);
+    }
+  }
+  return { recorded, failed };
 }
 
 /** Rejected in the last `windowSeconds` (the reconciler's gauge). Reads rejected_messages_received. */

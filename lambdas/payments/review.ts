@@ -213,12 +213,16 @@ const NON_SENDING_STEPS = new Set(['retrieve', 'search']);
 
 /**
  * The latest moment a request that may have created a PaymentIntent with this operation's key was
- * still running, from the audit trail: the outcome of every claim whose step may send (create,
- * early_search), or — for a claim with no outcome (the worker died, or is a slow zombie) — the end of
- * its lease. Retrieve and search steps, and released leases, never create anything. Null: never sent.
+ * still running, from the audit trail. Every outcome written for a step that may send (create,
+ * early_search) — recorded, or discarded because its writer was a zombie whose lease had run out —
+ * ended a request at that moment. A claim with no outcome of its own (the worker died, or is a slow
+ * zombie still running) may have sent until the end of its lease. A claim's own outcome is the one
+ * carrying its lease token (never simply the next outcome row: a zombie's late write comes after
+ * the next claim's); trails written before tokens were recorded are paired by position. Retrieve and
+ * search steps, and released leases, never create anything. Null: never sent.
  */
 export function lastPossibleSendAt(
-  events: readonly Pick<AuditEvent, 'action' | 'step' | 'occurredAt'>[],
+  events: readonly Pick<AuditEvent, 'action' | 'step' | 'occurredAt' | 'detail'>[],
   leaseMs: number,
 ): Date | null {
   let last: number | null = null;
@@ -226,20 +230,31 @@ export function lastPossibleSendAt(
     if (last === null || ms > last) last = ms;
   };
   events.forEach((event, index) => {
-    if (event.action !== 'attempt_started') return;
-    let outcome: Pick<AuditEvent, 'action' | 'step' | 'occurredAt'> | undefined;
-    for (const next of events.slice(index + 1)) {
-      if (next.action === 'attempt_started') break;
-      if (OUTCOME_ACTIONS.has(next.action)) {
-        outcome = next;
-        break;
-      }
+    if (OUTCOME_ACTIONS.has(event.action)) {
+      if (event.action !== 'lease_released' && !(event.step !== null && NON_SENDING_STEPS.has(event.step))) consider(Date.parse(event.occurredAt));
+      return;
     }
-    if (outcome === undefined) consider(Date.parse(event.occurredAt) + leaseMs);
-    else if (outcome.action === 'lease_released' || (outcome.step !== null && NON_SENDING_STEPS.has(outcome.step))) return;
-    else consider(Date.parse(outcome.occurredAt));
+    if (event.action === 'attempt_started' && ownOutcome(events, index) === undefined) consider(Date.parse(event.occurredAt) + leaseMs);
   });
   return last === null ? null : new Date(last);
+}
+
+type TrailEvent = Pick<AuditEvent, 'action' | 'step' | 'occurredAt' | 'detail'>;
+const leaseTokenOf = (event: TrailEvent): string | null => (typeof event.detail?.leaseToken === 'string' ? event.detail.leaseToken : null);
+
+/** The outcome row of the claim at `index`: by lease token, or (older trails) the next outcome before the next claim. */
+function ownOutcome(events: readonly TrailEvent[], index: number): TrailEvent | undefined {
+  const token = leaseTokenOf(events[index]!);
+  for (const next of events.slice(index + 1)) {
+    if (token === null) {
+      if (next.action === 'attempt_started') return undefined;
+      if (OUTCOME_ACTIONS.has(next.action)) return next;
+    } else {
+      if (next.action === 'attempt_started' && leaseTokenOf(next) === token) return undefined;
+      if (OUTCOME_ACTIONS.has(next.action) && leaseTokenOf(next) === token) return next;
+    }
+  }
+  return undefined;
 }
 
 /**
@@ -499,6 +514,7 @@ export async function resolveInReview(db: Db, write: ResolveWrite): Promise<Oper
          review_reason   = NULL,
          next_attempt_at = NULL,
          settled_at      = now(),
+         event_sequence  = p.event_sequence + 1,
          updated_at      = now()
         WHERE ${FENCE}
        RETURNING p.*

@@ -121,14 +121,53 @@ function lastStatus(resource: unknown): number | undefined {
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
+/**
+ * Counts the HTTP attempts stripe-node makes per idempotency key. The SDK emits a `request` event on
+ * its client for every attempt, retries included (RequestSender.makeRequest in stripe@23.1.0, and
+ * stripe-node's README, "Request and response events"); a create's key is ours, so the events of one
+ * call can be told apart from the others'. Two calls with one key at once (a zombie and its rescuer
+ * in one process) share a count: they can only over-count, i.e. read a 429 as "may have executed".
+ */
+class AttemptCounter {
+  readonly #byKey = new Map<string, { calls: number; attempts: number }>();
+
+  constructor(stripe: Stripe) {
+    stripe.on('request', (event: Stripe.RequestEvent) => {
+      const entry = event.idempotency_key === undefined ? undefined : this.#byKey.get(event.idempotency_key);
+      if (entry) entry.attempts += 1;
+    });
+  }
+
+  async count<T>(key: string, call: () => Promise<T>): Promise<{ value: T; attempts: number }> {
+    const entry = this.#byKey.get(key) ?? { calls: 0, attempts: 0 };
+    this.#byKey.set(key, entry);
+    entry.calls += 1;
+    const before = entry.attempts;
+    try {
+      const value = await call();
+      return { value, attempts: entry.attempts - before };
+    } finally {
+      entry.calls -= 1;
+      if (entry.calls === 0) this.#byKey.delete(key);
+    }
+  }
+}
+
 export class StripeGateway implements PaymentGateway {
   readonly #stripe: Stripe;
+  readonly #attempts: AttemptCounter;
 
   constructor(stripe: Stripe) {
     this.#stripe = stripe;
+    this.#attempts = new AttemptCounter(stripe);
   }
 
   async createPaymentIntent(request: CreatePaymentIntentRequest): Promise<GatewayResult<PaymentIntentView>> {
+    const { value, attempts } = await this.#attempts.count(request.idempotencyKey, () => this.#create(request));
+    return value.ok ? value : { ok: false, failure: { ...value.failure, httpAttempts: attempts } };
+  }
+
+  async #create(request: CreatePaymentIntentRequest): Promise<GatewayResult<PaymentIntentView>> {
     try {
       const pi = await this.#stripe.paymentIntents.create(
         {

@@ -7,7 +7,7 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import { worstCaseCallMs } from '../payments/call-budget.ts';
-import { loadConfig } from '../runtime/config.ts';
+import { assertCallBudget, ConfigError, loadConfig, type RuntimeConfig } from '../runtime/config.ts';
 import { clockFromContext, createLogger, createMetrics, describeError } from '../runtime/observability.ts';
 import { getEventPublisher, getPool, getStripeGateway } from '../runtime/resources.ts';
 import { METRICS, PIPELINE } from '../runtime/settings.ts';
@@ -35,17 +35,36 @@ export class ReconcileError extends Error {
 }
 
 async function reconcile(event: ReconcileEvent | null | undefined, context: Context): Promise<ReconcileSummary> {
-  const config = loadConfig(process.env);
+  let config: RuntimeConfig;
+  try {
+    config = loadConfig(process.env);
+  } catch (error) {
+    if (error instanceof ConfigError) metrics.addMetric(METRICS.configurationRefused, MetricUnit.Count, 1);
+    throw error;
+  }
   const db = await getPool(config, (error) => logger.warn('idle database connection lost', describeError(error)));
-  // Without a Stripe key the sweep cannot run, but the outbox relay and the gauges still can — and
-  // must, or the gauge alarms go blind exactly when something is wrong. The run then throws.
-  // (getStripeGateway throws synchronously when no key is configured at all, hence the .then.)
-  const gateway = await Promise.resolve().then(() => getStripeGateway(config)).catch((error: unknown) => {
-    logger.error('Stripe key unavailable; no operation is settled this run', describeError(error));
-    return { unavailable: describeError(error) };
-  });
-  if (event?.scheduledTime) logger.appendKeys({ scheduledTime: event.scheduledTime });
   const clock = clockFromContext(context, PIPELINE.reconcileFunctionTimeoutSeconds * 1000);
+  // Without a Stripe key — or with a configuration under which no call could ever start (worst-case
+  // call + margin ≥ the function timeout, refused here) — the sweep cannot run, but the outbox relay
+  // and the gauges still can, and must, or the gauge alarms go blind exactly when something is
+  // wrong. The run then throws. (getStripeGateway throws synchronously when no key is configured.)
+  let refused = false;
+  const gateway = await Promise.resolve()
+    .then(() => {
+      try {
+        assertCallBudget(config, 'reconcile', Math.min(PIPELINE.reconcileFunctionTimeoutSeconds * 1000, clock.remainingMs()));
+      } catch (error) {
+        refused = true;
+        throw error;
+      }
+      return getStripeGateway(config);
+    })
+    .catch((error: unknown) => {
+      logger.error(refused ? 'configuration refused; no operation is settled this run' : 'Stripe key unavailable; no operation is settled this run', describeError(error));
+      return { unavailable: describeError(error) };
+    });
+  metrics.addMetric(METRICS.configurationRefused, MetricUnit.Count, refused ? 1 : 0);
+  if (event?.scheduledTime) logger.appendKeys({ scheduledTime: event.scheduledTime });
   const summary = await runReconcile(
     {
       db,
@@ -95,7 +114,10 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
   }
   const { errors, ...rest } = summary;
   logger.info('reconcile run done', { ...rest, errorCount: errors.length });
-  if ('unavailable' in gateway) throw new ReconcileError({ ...summary, errors: [`stripe: ${gateway.unavailable.errorName}: ${gateway.unavailable.errorMessage}`, ...errors] });
+  if ('unavailable' in gateway) {
+    const what = refused ? 'configuration' : 'stripe';
+    throw new ReconcileError({ ...summary, errors: [`${what}: ${gateway.unavailable.errorName}: ${gateway.unavailable.errorMessage}`, ...errors] });
+  }
   if (errors.length > 0) throw new ReconcileError(summary);
   return summary;
 }

@@ -1,7 +1,7 @@
 // Configuration from the environment (DESIGN §8): DATABASE_URL / STRIPE_SECRET_KEY locally,
 // Secrets Manager ARNs on AWS. Parsed once, validated with clear messages, no secret ever logged.
 import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
-import { worstCaseCallMs } from '../payments/call-budget.ts';
+import { callBudgetProblem, worstCaseCallMs, type CallingFunction } from '../payments/call-budget.ts';
 import { PIPELINE } from './settings.ts';
 
 export interface RuntimeConfig {
@@ -167,4 +167,18 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
 /** Require Stripe credentials only where Stripe is called (the migrate function needs none). */
 export function assertStripeConfigured(config: RuntimeConfig): void {
   if (!config.stripe.apiKey && !config.stripe.secretArn) throw new ConfigError('set STRIPE_SECRET_KEY (local) or STRIPE_SECRET_ARN (AWS)');
+}
+
+/**
+ * Refuse a configuration under which the function could never start a Stripe call (the worst-case
+ * call and the safety margin do not fit in its timeout): every order would stay pending, silently.
+ * Handlers check it at start against their function timeout, and again per invocation against the
+ * time Lambda actually gives (a timeout changed outside the construct).
+ */
+export function assertCallBudget(config: RuntimeConfig, fn: CallingFunction, functionTimeoutMs: number): void {
+  const problem = callBudgetProblem(fn, functionTimeoutMs, {
+    ...config.stripe,
+    safetyMarginMs: fn === 'charge' ? config.charge.safetyMarginMs : config.reconcile.safetyMarginMs,
+  });
+  if (problem) throw new ConfigError(problem);
 }

@@ -29,6 +29,8 @@ export const METRICS = {
   recordsNotDurable: 'RecordsNotDurable',
   stripeAuthErrors: 'StripeAuthErrors',
   idempotencyErrors: 'StripeIdempotencyErrors',
+  /** Charge or reconcile: the configuration was refused at start (e.g. no Stripe call could ever start). */
+  configurationRefused: 'ConfigurationRefused',
   // reconciler gauges, one value per run
   openPending: 'OpenOperationsPending',
   openUnknown: 'OpenOperationsUnknown',

@@ -14,7 +14,7 @@ import type { ChargeRequest } from '../../lambdas/payments/message.ts';
 import { startFakeEventBridge, type FakeEventBridge } from '../../local/fake-eventbridge/server.ts';
 import { startLocalSqs, type LocalSqs } from '../../local/sqs.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
-import { deliverOnce, lambdaContext, receiveMessages, settleBatch, toSqsEvent, type QueueRef, type SqsHandler } from '../support/sqs-event.ts';
+import { deliverOnce, lambdaContext, receiveMessages, settleBatch, toSqsEvent, toSqsRecord, type QueueRef, type SqsHandler } from '../support/sqs-event.ts';
 import { startStripe, type StripeHarness } from '../support/stripe.ts';
 import { chargeOrder } from '../support/orders.ts';
 
@@ -338,6 +338,71 @@ describe('the FIFO group rule (hand-built batches of really received messages)',
     expect(succeededAtStripe(other.orderId)).toHaveLength(1);
   });
 
+  it('an unknown key named with a NUL or a lone surrogate: every reject of the batch is recorded, the key never reaches a reason or a log, and its group goes on', async () => {
+    const n = order();
+    const m = order();
+    // JSON escapes (plain ASCII, so SQS takes them) that JSON.parse turns into a NUL and a lone
+    // surrogate in a key name — text PostgreSQL cannot store, controlled by the producer.
+    const withKey = (r: ChargeRequest, key: string) => chargeRequestMessage(r).MessageBody.replace(/}$/, `,"${key}":1}`);
+    const nulKey = withKey(n, 'evil\\u0000key');
+    const surrogateKey = withKey(m, 'evil\\ud800key');
+    await sendRaw(nulKey, n.orderId);
+    await sendRaw(chargeRequestMessage(n).MessageBody, n.orderId); // the same group, behind the poison
+    await sendRaw(surrogateKey, m.orderId);
+    await sendRaw('{"amount": -1}', `plain-${randomUUID()}`); // an ordinary reject in the same batch
+    const messages = await receiveInQueueOrder(4);
+
+    const lines: string[] = [];
+    const capture = (level: string) => (message: string, ...attributes: Record<string, unknown>[]) => lines.push(JSON.stringify({ level, message, attributes }));
+    const log = { debug: capture('debug'), info: capture('info'), warn: capture('warn'), error: capture('error') };
+    const result = await processChargeBatch(toSqsEvent(messages, queue).Records, deps(db.pool, { log }), plenty);
+
+    expect(result.response.batchItemFailures).toEqual([]);
+    expect(result.records.map((r) => r.fate.kind)).toEqual(['rejected', 'processed', 'rejected', 'rejected']);
+    expect(succeededAtStripe(n.orderId)).toHaveLength(1);
+    const { rows } = await db.pool.query(
+      'SELECT message_id, reason, raw_body, body_sha256 FROM rejected_messages WHERE message_id = ANY($1) ORDER BY id',
+      [[0, 2, 3].map((i) => messages[i]!.MessageId)],
+    );
+    expect(rows).toHaveLength(3);
+    for (const row of rows) expect(row.reason).not.toMatch(/evil/);
+    expect(rows.find((r) => r.message_id === messages[0]!.MessageId)!.reason).toMatch(/unknown field/);
+    // The body is kept exactly as received (its escapes are plain text).
+    expect(rows.find((r) => r.message_id === messages[0]!.MessageId)!.raw_body).toBe(nulKey);
+    expect(rows.find((r) => r.message_id === messages[2]!.MessageId)!.raw_body).toBe(surrogateKey);
+    expect(lines.join('\n')).not.toMatch(/evil/);
+  });
+
+  it('a reject row the database refuses fails alone: the batch insert falls back to one row at a time', async () => {
+    const p = order();
+    await sendRaw('{"refused-by-test": true}', p.orderId); // the row a constraint will refuse
+    await sendRaw(chargeRequestMessage(p).MessageBody, p.orderId); // behind it in its group
+    await sendRaw('not json', `ok-${randomUUID()}`);
+    await sendRaw('{"amount": 0}', `ok-${randomUUID()}`);
+    const messages = await receiveInQueueOrder(4);
+    await db.pool.query(`ALTER TABLE rejected_messages ADD CONSTRAINT test_refuse CHECK (raw_body NOT LIKE '%refused-by-test%')`);
+    try {
+      const result = await processChargeBatch(toSqsEvent(messages, queue).Records, deps(db.pool), plenty);
+      expect(result.response.batchItemFailures).toEqual(ids(messages, 0, 1));
+      expect(result.records.map((r) => r.fate.kind)).toEqual(['not_recorded', 'held_back', 'rejected', 'rejected']);
+      const { rows } = await db.pool.query('SELECT message_id FROM rejected_messages WHERE message_id = ANY($1)', [messages.map((m) => m.MessageId)]);
+      expect(rows.map((r) => r.message_id).sort()).toEqual([messages[2]!.MessageId, messages[3]!.MessageId].sort());
+    } finally {
+      await db.pool.query('ALTER TABLE rejected_messages DROP CONSTRAINT test_refuse');
+    }
+  });
+
+  it('a body holding a raw NUL and a lone surrogate (not via SQS: the local runtime, a future source) is stored losslessly, escaped', async () => {
+    const raw = `{"orderId":"x\u0000y","k":"\ud800"}`; // the characters themselves, not JSON escapes
+    expect(raw).toContain('\u0000');
+    const record = toSqsRecord({ MessageId: `raw-${randomUUID()}`, ReceiptHandle: 'hand-made', Body: raw, Attributes: { MessageGroupId: `raw-${randomUUID()}` } }, queue);
+    const result = await processChargeBatch([record], deps(db.pool), plenty);
+    expect(result.response.batchItemFailures).toEqual([]);
+    const { rows } = await db.pool.query('SELECT reason, raw_body FROM rejected_messages WHERE message_id = $1', [record.messageId]);
+    expect(JSON.parse(rows[0].raw_body)).toBe(raw);
+    expect(rows[0].reason).toMatch(/JSON string literal/);
+  });
+
   it('the batch statement itself fails → every valid record fails, and the rejects behind them in their groups too', async () => {
     const e = order();
     const f = order();
@@ -376,6 +441,32 @@ describe('the FIFO group rule (hand-built batches of really received messages)',
 });
 
 describe('remaining time', () => {
+  it('the lease bounds the calls too: none starts after lease − worst-case call, the rest is released, open and due', async () => {
+    const requests = [order(), order(), order()];
+    await sendChargeRequests(sqs.client, sqs.queueUrl, requests);
+    const messages = await receiveMessages(queue, 3);
+    // Lease 1.5 s, worst-case call 1 s: calls may start during the first 0.5 s only. The first call
+    // is held past that window, so with one call at a time the two others must not start (they
+    // could not finish inside the lease that fences them) — plenty of invocation time left.
+    const first = stripe.fake.hold({ endpoint: 'create' });
+    const batch = processChargeBatch(
+      toSqsEvent(messages, queue).Records,
+      deps(db.pool, { concurrency: 1, policy: { leaseMs: 1_500 }, worstCallMs: 1_000, minTimeToCallMs: 1_000 }),
+      plenty,
+    );
+    await first.arrived;
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    first.release();
+    const result = await batch;
+    await settleBatch(queue, messages, result.response);
+
+    expect(result.response.batchItemFailures).toEqual([]);
+    expect(creates()).toHaveLength(1);
+    const released = result.records.filter((r) => r.fate.kind === 'processed' && r.fate.disposition === 'released');
+    expect(released).toHaveLength(2);
+    for (const r of released) expect(await operationOf(r.orderId!)).toMatchObject({ status: 'pending', lease_token: null });
+  });
+
   it('time running out mid-batch → the calls not started are released, open and due', async () => {
     const requests = [order(), order(), order()];
     await sendChargeRequests(sqs.client, sqs.queueUrl, requests);

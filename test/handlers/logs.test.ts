@@ -135,9 +135,9 @@ describe('log lines of the real handlers', () => {
     expect(directive.Dimensions).toEqual([['service']]);
     expect(emf[0]!.service).toBe(PIPELINE.serviceName);
     expect(directive.Metrics.map((m) => m.Name).sort()).toEqual(
-      [METRICS.chargeSucceeded, METRICS.chargeFailed, METRICS.chargeLeftOpen, METRICS.rejectedMessages, METRICS.recordsNotDurable, METRICS.stripeAuthErrors, METRICS.idempotencyErrors].sort(),
+      [METRICS.chargeSucceeded, METRICS.chargeFailed, METRICS.chargeLeftOpen, METRICS.rejectedMessages, METRICS.recordsNotDurable, METRICS.stripeAuthErrors, METRICS.idempotencyErrors, METRICS.configurationRefused].sort(),
     );
-    expect(emf[0]).toMatchObject({ ChargeSucceeded: 1, ChargeFailed: 1, ChargeLeftOpen: 0, RejectedMessages: 2, RecordsNotDurable: 0, StripeAuthErrors: 0, StripeIdempotencyErrors: 0 });
+    expect(emf[0]).toMatchObject({ ChargeSucceeded: 1, ChargeFailed: 1, ChargeLeftOpen: 0, RejectedMessages: 2, RecordsNotDurable: 0, StripeAuthErrors: 0, StripeIdempotencyErrors: 0, ConfigurationRefused: 0 });
   });
 
   it('a Stripe key that Stripe refuses: StripeAuthErrors counted, the key never printed', async () => {
@@ -160,6 +160,34 @@ describe('log lines of the real handlers', () => {
     }
   });
 
+  it('a Stripe timeout under which no call could ever start is refused with the fix, counted in ConfigurationRefused, and nothing is lost', async () => {
+    // 17 s per attempt, 1 retry: one call may take 3 × 17 + 4 = 55 s, + 5 s margin = the whole 60 s.
+    Object.assign(process.env, { STRIPE_TIMEOUT_MS: '17000', STRIPE_MAX_NETWORK_RETRIES: '1' });
+    try {
+      const r = order();
+      await sendChargeRequests(sqs.client, sqs.queueUrl, [r]);
+      const before = stripe.fake.requests().length;
+      const { result, lines } = await capture(() => deliverOnce(queue, charge));
+      expect(result.response).toEqual({ batchItemFailures: [] }); // recorded, due, for when it is fixed
+      expect(stripe.fake.requests()).toHaveLength(before);
+      const parsed = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+      const refusal = parsed.find((l) => l.level === 'ERROR' && String(l.message).includes('configuration refused'))!;
+      expect(refusal.errorMessage).toMatch(/no Stripe call can ever start in the charge function.*lower STRIPE_TIMEOUT_MS to at most 16999/);
+      expect(parsed.find((l) => l._aws)).toMatchObject({ ConfigurationRefused: 1 });
+      const { rows } = await db.pool.query('SELECT status, attempts FROM payment_operations WHERE order_id = $1', [r.orderId]);
+      expect(rows[0]).toMatchObject({ status: 'pending', attempts: 0 });
+
+      // The reconciler refuses it too (37 s is its bound), still publishes its gauges, and fails the run.
+      process.env.STRIPE_TIMEOUT_MS = '37000';
+      const run = await capture(() => reconcile({}, lambdaContext(120_000, 'reconcile')).then(() => null, (error: unknown) => error));
+      expect(String(run.result)).toMatch(/configuration: ConfigError: no Stripe call can ever start in the reconcile function/);
+      expect(run.lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l._aws)).toMatchObject({ ConfigurationRefused: 1, ReviewQueueSize: expect.any(Number) });
+    } finally {
+      Object.assign(process.env, { STRIPE_TIMEOUT_MS: '2000', STRIPE_MAX_NETWORK_RETRIES: '0' });
+      await resetResources();
+    }
+  });
+
   it('reconciler: the gauges go out as EMF with the alarm names, and no line carries a secret', async () => {
     const { result, lines } = await capture(() => reconcile({ source: 'aws.scheduler', scheduledTime: new Date().toISOString() }, lambdaContext(60_000, 'reconcile')));
     expect(result).toMatchObject({ stoppedBecause: expect.any(String) });
@@ -172,6 +200,7 @@ describe('log lines of the real handlers', () => {
         METRICS.reconciledOperations,
         METRICS.stripeAuthErrors,
         METRICS.idempotencyErrors,
+        METRICS.configurationRefused,
         METRICS.openPending,
         METRICS.openUnknown,
         METRICS.oldestOpenAgeSeconds,

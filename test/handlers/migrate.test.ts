@@ -63,7 +63,7 @@ async function tables(): Promise<string[]> {
 describe('migrate handler', () => {
   it('applies every migration of MIGRATIONS_DIR and says which; a second run applies nothing', async () => {
     const first = await handler({}, lambdaContext(60_000, 'migrate'));
-    expect(first.applied).toEqual(['001_payment_operations.sql', '002_outcome_events.sql', '006_stripe_events.sql']);
+    expect(first.applied).toEqual(['001_payment_operations.sql', '002_outcome_events.sql', '004_event_sequence.sql', '006_stripe_events.sql']);
     expect(first.alreadyApplied).toEqual([]);
     expect(await tables()).toEqual(expect.arrayContaining(['payment_operations', 'rejected_messages', 'outcome_events', 'stripe_events', 'stripe_event_findings', 'schema_migrations']));
     const second = await handler({}, lambdaContext(60_000, 'migrate'));
@@ -112,7 +112,7 @@ describe('npm run migrate (lambdas/runtime/migrate-cli.ts)', () => {
   it('applies with DATABASE_URL (exit 0); exit 1 with a clear message without it or on failure, never the password', async () => {
     const ok = await cli({ DATABASE_URL: url, MIGRATIONS_DIR: undefined });
     expect(ok.code).toBe(0);
-    expect(ok.stdout).toMatch(/applied 001_payment_operations\.sql, 002_outcome_events\.sql/);
+    expect(ok.stdout).toMatch(/applied 001_payment_operations\.sql, 002_outcome_events\.sql, 004_event_sequence\.sql/);
 
     const missing = await cli({ DATABASE_URL: '' });
     expect(missing.code).toBe(1);

@@ -53,6 +53,7 @@ const EXPECTED: Record<Exclude<AlarmName, 'ReconcilerNotRunning'>, Expected> = {
   RejectedMessages: { namespace: 'ChargePipeline', metricName: METRICS.rejectedMessages, dimensions: service, statistic: 'Sum', threshold: 0 },
   StripeAuthErrors: { namespace: 'ChargePipeline', metricName: METRICS.stripeAuthErrors, dimensions: service, statistic: 'Sum', threshold: 0 },
   StripeIdempotencyErrors: { namespace: 'ChargePipeline', metricName: METRICS.idempotencyErrors, dimensions: service, statistic: 'Sum', threshold: 0 },
+  ConfigurationRefused: { namespace: 'ChargePipeline', metricName: METRICS.configurationRefused, dimensions: service, statistic: 'Sum', threshold: 0 },
   OutcomeEventsNotPublished: {
     namespace: 'ChargePipeline',
     metricName: METRICS.oldestUnpublishedEventAgeSeconds,

@@ -216,13 +216,18 @@ describe('functions', () => {
         reconcileConcurrency: 16,
         databasePoolMax: 4,
         logLevel: 'DEBUG',
+        stripeTimeout: cdk.Duration.seconds(8),
+        stripeMaxNetworkRetries: 2,
       });
       const vars = (f: cdk.Resource) => configured.resources[logicalId(f)]!.Properties!.Environment.Variables;
       expect(vars(configured.pipeline.chargeFunction)).toMatchObject({
         CHARGE_CONCURRENCY: '10',
         DB_POOL_MAX: '4',
         POWERTOOLS_LOG_LEVEL: 'DEBUG',
+        STRIPE_TIMEOUT_MS: '8000',
+        STRIPE_MAX_NETWORK_RETRIES: '2',
       });
+      expect(vars(configured.pipeline.reconcileFunction)).toMatchObject({ STRIPE_TIMEOUT_MS: '8000', STRIPE_MAX_NETWORK_RETRIES: '2' });
       expect(vars(configured.pipeline.reconcileFunction)).toMatchObject({
         RECONCILE_MAX_RPS: '40',
         RECONCILE_SEARCH_MAX_RPS: '15',

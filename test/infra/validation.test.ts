@@ -50,6 +50,10 @@ describe('ChargePipeline props validation', () => {
     ['a 10-second alarm threshold', { oldestMessageAgeAlarmThreshold: cdk.Duration.seconds(10) }, /oldestMessageAgeAlarmThreshold must be at least 1 minute, got 10 seconds/],
     ['an archive kept 0 days', { eventArchiveRetention: cdk.Duration.hours(1) }, /eventArchiveRetention must be at least 1 day/],
     ['an unknown log level', { logLevel: 'TRACE' as 'INFO' }, /logLevel must be one of DEBUG, INFO, WARN, ERROR, got 'TRACE'/],
+    ['a Stripe timeout no charge call could fit (17 s × 3 + 4 s + 5 s = 60 s)', { stripeTimeout: cdk.Duration.seconds(17) }, /stripeTimeout .*no Stripe call can ever start in the charge function.*at most 16999/],
+    ['a Stripe timeout no reconcile call could fit', { stripeTimeout: cdk.Duration.seconds(40) }, /no Stripe call can ever start in the reconcile function/],
+    ['too many SDK retries for the charge function', { stripeMaxNetworkRetries: 5, stripeTimeout: cdk.Duration.seconds(8) }, /charge function.*up to 68000 ms/],
+    ['six SDK retries', { stripeMaxNetworkRetries: 6 }, /stripeMaxNetworkRetries must be an integer from 0 to 5, got 6/],
   ])('rejects %s', (_label, props, message) => {
     const problems = problemsOf(props);
     expect(problems.some((problem) => message.test(problem)), problems.join('\n')).toBe(true);
@@ -80,6 +84,8 @@ describe('ChargePipeline props validation', () => {
         backupRetention: cdk.Duration.days(35),
         oldestMessageAgeAlarmThreshold: cdk.Duration.minutes(1),
         alarmEmail: 'payments-oncall+alarms@example.com',
+        stripeTimeout: cdk.Duration.millis(16_999), // 3 × 16.999 + 4 + 5 s < 60 s
+        stripeMaxNetworkRetries: 1,
       }),
     ).not.toThrow();
   });

@@ -57,6 +57,9 @@ const ev = (action: string, minutes: number, step: string | null = null): AuditE
   detail: {},
 });
 
+const claim = (minutes: number, leaseToken: string): AuditEvent => ({ ...ev('attempt_started', minutes), detail: { leaseToken } });
+const outcome = (action: string, minutes: number, step: string, leaseToken: string): AuditEvent => ({ ...ev(action, minutes, step), detail: { leaseToken } });
+
 const pi = (status: string, overrides: Partial<PaymentIntentEvidence> = {}): PaymentIntentEvidence => ({
   id: `pi_${status}`,
   status,
@@ -107,6 +110,28 @@ describe('lastPossibleSendAt', () => {
   it('a discarded outcome still ended a send', () => {
     const events = [ev('attempt_started', 0), ev('outcome_discarded', 5, 'create')];
     expect(lastPossibleSendAt(events, lease)?.toISOString()).toBe(at(5));
+  });
+
+  it("a zombie's late outcome_discarded is its own claim's end, after the next claim's outcome", () => {
+    // Claim a (lease 2 min) hangs; its lease runs out, b claims at 3 and records at 4; a's request
+    // comes back at 9 and its write is discarded. a's request ran until 9, not until its lease end (2).
+    const short = 2 * 60_000;
+    const events = [
+      claim(0, 'a'),
+      claim(3, 'b'),
+      outcome('outcome_recorded', 4, 'create', 'b'),
+      outcome('outcome_discarded', 9, 'create', 'a'),
+    ];
+    expect(lastPossibleSendAt(events, short)?.toISOString()).toBe(at(9));
+  });
+
+  it("a claim is paired with its own outcome, not with the next outcome row (a zombie's write in between)", () => {
+    // a's discarded write (at 4) lands between b's claim (3) and b's outcome (10): b ran until 10.
+    const short = 2 * 60_000;
+    const events = [claim(0, 'a'), claim(3, 'b'), outcome('outcome_discarded', 4, 'create', 'a'), outcome('outcome_recorded', 10, 'create', 'b')];
+    expect(lastPossibleSendAt(events, short)?.toISOString()).toBe(at(10));
+    // and b still running (no outcome yet): its lease end, not a's discarded write.
+    expect(lastPossibleSendAt(events.slice(0, 3), short)?.getTime()).toBe(Date.parse(at(3)) + short);
   });
 
   it('never claimed → null', () => {

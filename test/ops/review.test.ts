@@ -184,6 +184,8 @@ describe('review resolve --as succeeded', () => {
       reason: null,
     });
     expect(succeeded!.published_at).toBeNull();
+    // The operator's event comes after the engine's in the operation's sequence (consumers apply the highest).
+    expect([needsReview!.payload.sequence, succeeded!.payload.sequence]).toEqual([1, 2]);
 
     // Final now: the engine never touches it again, and neither can an operator.
     expect((await engine(h).executeCharge(id)).disposition).toBe('skipped');
@@ -319,6 +321,11 @@ describe('review reissue', () => {
     await engine(h).reconcileDue(100);
     expect(createKeys(h, id).filter((k) => k === oldKey)).toHaveLength(1);
     expect(h.stripe.fake.stats().doubleChargedOperations).not.toContain(id);
+    // One sequence across generations: the review of generation 0, then the success of generation 1.
+    expect((await outboxRows(h, id)).map((r) => [r.event_type, r.payload.sequence])).toEqual([
+      ['Charge Needs Review', 1],
+      ['Charge Succeeded', 2],
+    ]);
   });
 
   it('is refused while a PaymentIntent of the operation is succeeded', async () => {

@@ -234,13 +234,31 @@ describe('checkInvariants detects every kind of broken promise', () => {
     expectKind(await w.check(), 'audit_mismatch', w.paidId);
   });
 
+  it('outbox_mismatch: an operation whose event sequences are not 1…n in write order', async () => {
+    const w = await healthyWorld();
+    // An open operation whose review event is numbered 2 with no 1 before it.
+    const orderId = `inv-seq-${randomUUID()}`;
+    const open = await db.pool.query<{ id: string }>(
+      `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method, status, review_reason, event_sequence)
+       VALUES ($1, 100, 'eur', 'cus_test', 'pm_card_visa', 'unknown', 'forged', 2) RETURNING id`,
+      [orderId],
+    );
+    const eventId = randomUUID();
+    await db.pool.query(
+      `INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1::uuid, $2::uuid, 'Charge Needs Review', jsonb_build_object('eventId', $1::text, 'operationId', $2::text, 'status', 'needs_review', 'reason', 'forged', 'sequence', 2))`,
+      [eventId, open.rows[0]!.id],
+    );
+    const report = await w.check({ orderIds: [orderId] });
+    expect(report.violations.find((v) => v.kind === 'outbox_mismatch' && v.operationId === open.rows[0]!.id)?.detail).toMatch(/sequences \[2\]/);
+  });
+
   it('outbox_mismatch: a final outcome without its event, or with a second one that contradicts it', async () => {
     const w = await healthyWorld();
     const { rows } = await db.pool.query<{ payload: Record<string, unknown> }>(`SELECT payload FROM outcome_events WHERE operation_id = $1`, [w.paidId]);
     const eventId = randomUUID();
     await db.pool.query(
       `INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1, $2, 'Charge Failed', $3)`,
-      [eventId, w.paidId, JSON.stringify({ ...rows[0]!.payload, eventId, status: 'failed' })],
+      [eventId, w.paidId, JSON.stringify({ ...rows[0]!.payload, eventId, status: 'failed', sequence: 2 })],
     );
     expectKind(await w.check(), 'outbox_mismatch', w.paidId);
 

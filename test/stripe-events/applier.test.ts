@@ -9,6 +9,7 @@ import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
 import { inboxGauges } from '../../lambdas/payments/inbox-store.ts';
 import { claimById, findOperation, recordOutcomes } from '../../lambdas/payments/operations-store.ts';
 import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
+import { checkInvariants } from '../../local/invariants.ts';
 import { receivePartnerEvent, receiveWebhook, RejectCode } from '../../lambdas/stripe-events/receive.ts';
 import { makeStripeEvent, WebhookDispatcher, type StripeEventJson } from '../../local/fake-stripe/webhooks.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
@@ -217,7 +218,11 @@ describe('after the charge: refunds and disputes', () => {
     expect(events.map((e) => [e.payload.amount, e.payload.amountRefunded])).toEqual([[1500, 1500], [3500, 5000]]);
     for (const e of events) expect(chargeAftermathDetailSchema.safeParse(e.payload).success).toBe(true);
     expect(events[0].payload).toMatchObject({ kind: 'refunded', chargeAmount: 5000, externalId: op.externalId, stripeEventId: partial.id });
+    expect(events[0].payload.sequence).toBeUndefined();
     expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded' });
+    // The invariant checker agrees: one final outcome event (sequence 1), the refunds beside it.
+    const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), sentOrderIds: [op.orderId], orderIds: [op.orderId], requireQuiescent: true });
+    expect(report.violations).toEqual([]);
   });
 
   it('a refund made through Stripe\'s Refunds API (the real SDK, the fake) → charge.refunded → Charge Refunded', async () => {
