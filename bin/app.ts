@@ -12,11 +12,15 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import { ChargePipelineStack, stackNameFor } from '../lib/charge-pipeline-stack.ts';
 import { type DeploymentSettings, DeploymentSettingsError, settingsFromContext } from '../lib/config.ts';
+import { addReceiptNotifier, receiptNotifierFromContext, type ReceiptNotifierSettings } from '../lib/outcome-consumer.ts';
 
 const app = new cdk.App();
 let settings: DeploymentSettings;
+// Optional: the receipt notifier, the first outcome consumer (-c receiptNotifier=true; docs/events.md).
+let receipts: ReceiptNotifierSettings | null;
 try {
   settings = settingsFromContext((key) => app.node.tryGetContext(key));
+  receipts = receiptNotifierFromContext((key) => app.node.tryGetContext(key));
 } catch (error) {
   // A typo in a -c value is the operator's to fix: say which, without a stack trace around it.
   if (!(error instanceof DeploymentSettingsError)) throw error;
@@ -24,9 +28,10 @@ try {
   process.exit(1);
 }
 
-new ChargePipelineStack(app, stackNameFor(settings.environment), {
+const stack = new ChargePipelineStack(app, stackNameFor(settings.environment), {
   settings,
   tags: { application: PIPELINE.serviceName, environment: settings.environment },
 });
+if (receipts) addReceiptNotifier(stack, stack.pipeline, receipts);
 
 cdk.Validations.of(app).addPlugins(new AwsSolutionsChecks(app));

@@ -15,10 +15,20 @@ export interface AlarmDescription {
   readonly meaning: string;
   /** The metric(s) the alarm watches. */
   readonly metrics: readonly AlarmMetricRef[];
+  /**
+   * Built only with an RDS instance to watch: the construct's own, or existingDatabase.instanceIdentifier.
+   * @default false (always built)
+   */
+  readonly needsDatabaseInstance?: boolean;
 }
 
 const SQS = 'AWS/SQS';
 const LAMBDA = 'AWS/Lambda';
+const RDS = 'AWS/RDS';
+/**
+ * The functions' own metrics: the instance's metricsNamespace (default PIPELINE.metricsNamespace),
+ * always with the dimensions service and pipeline = the instance's pipelineName (pipelineMetrics).
+ */
 const APP = PIPELINE.metricsNamespace;
 
 export const ALARM_CATALOG = [
@@ -137,6 +147,27 @@ export const ALARM_CATALOG = [
       'Stripe reported a PaymentIntent carrying our metadata for an operation the ledger does not have: money may have moved that the ledger does not know of.',
     metrics: [{ namespace: APP, metricName: METRICS.openUnrecordedCharges }],
   },
+  {
+    name: 'DatabaseFreeStorageLow',
+    meaning:
+      'The database has less than 2 GiB of free storage: autoscaling did not keep up or reached its ceiling; when it is full every charge fails to be recorded.',
+    metrics: [{ namespace: RDS, metricName: 'FreeStorageSpace' }],
+    needsDatabaseInstance: true,
+  },
+  {
+    name: 'DatabaseCpuCreditsLow',
+    meaning:
+      'The burstable database instance is running out of CPU credits: at 0 it is throttled to its baseline and every charge and sweep slows down.',
+    metrics: [{ namespace: RDS, metricName: 'CPUCreditBalance' }],
+    needsDatabaseInstance: true,
+  },
+  {
+    name: 'DatabaseConnectionsHigh',
+    meaning:
+      'The database has more connections than the threshold: containers or another client are near max_connections, after which new connections (and charges) are refused.',
+    metrics: [{ namespace: RDS, metricName: 'DatabaseConnections' }],
+    needsDatabaseInstance: true,
+  },
 ] as const satisfies readonly AlarmDescription[];
 
 export type AlarmName = (typeof ALARM_CATALOG)[number]['name'];
@@ -146,3 +177,48 @@ export function describeAlarm(name: AlarmName): AlarmDescription {
   if (!found) throw new Error(`unknown alarm ${name}`);
   return found;
 }
+
+// ── Outcome consumers (lib/outcome-consumer.ts) ──────────────────────────────────────────────────
+// Every OutcomeConsumer builds these, named `${prefix}${consumerName}-${name}`; docs/runbook.md has
+// one section per entry, after the pipeline's. Their app metrics carry the dimensions service,
+// consumer and policy (lambdas/consumers/kit/lambda.ts).
+const CONSUMER = 'OutcomeConsumers';
+
+export const CONSUMER_ALARM_CATALOG = [
+  {
+    name: 'ConsumerDeadLetterQueueNotEmpty',
+    meaning:
+      "An outcome event reached the consumer's DLQ: EventBridge could not deliver it, or the consumer could not record it after maxReceiveCount receives; its effect has not run. Fix, then redrive (the inbox absorbs repeats).",
+    metrics: [{ namespace: SQS, metricName: 'ApproximateNumberOfMessagesVisible' }],
+  },
+  {
+    name: 'ConsumerOldestEventTooOld',
+    meaning: "The oldest outcome event has waited on the consumer's queue longer than the threshold: the consumer is failing or falling behind.",
+    metrics: [{ namespace: SQS, metricName: 'ApproximateAgeOfOldestMessage' }],
+  },
+  {
+    name: 'ConsumerFunctionErrors',
+    meaning: 'The consumer function crashed or timed out: its batch is delivered again (the inbox decides per policy what a repeat does).',
+    metrics: [{ namespace: LAMBDA, metricName: 'Errors' }],
+  },
+  {
+    name: 'ConsumerPoisonEvents',
+    meaning: 'A message on the consumer queue was not an outcome event the consumer can read; it was recorded in outcome_consumer.poison_events and acknowledged.',
+    metrics: [{ namespace: CONSUMER, metricName: 'PoisonEvents' }],
+  },
+  {
+    name: 'ConsumerEffectsAbandoned',
+    meaning: 'An at-most-once effect met an ambiguous answer or an interrupted attempt and was given up: it may not have happened (the miss this policy accepts).',
+    metrics: [{ namespace: CONSUMER, metricName: 'EffectsAbandoned' }],
+  },
+  {
+    name: 'ConsumerEffectsFailed',
+    meaning: "The consumer's provider refused an effect for good (a 4xx no retry can fix): recorded as failed, not retried.",
+    metrics: [{ namespace: CONSUMER, metricName: 'EffectsFailed' }],
+  },
+] as const satisfies readonly AlarmDescription[];
+
+export type ConsumerAlarmName = (typeof CONSUMER_ALARM_CATALOG)[number]['name'];
+
+/** The default metrics namespace of outcome consumers (OutcomeConsumerProps.metricsNamespace). */
+export const CONSUMER_METRICS_NAMESPACE = CONSUMER;

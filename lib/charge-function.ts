@@ -7,6 +7,7 @@ import * as sources from 'aws-cdk-lib/aws-lambda-event-sources';
 import type * as logs from 'aws-cdk-lib/aws-logs';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
+import type { PipelineMetrics } from './observability.ts';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import { PipelineFunction, type PipelineLogLevel } from './pipeline-function.ts';
 
@@ -22,7 +23,9 @@ export interface ChargeFunctionProps {
   readonly stripeConcurrency: number;
   readonly timeout: cdk.Duration;
   readonly logLevel: PipelineLogLevel;
-  readonly metricsNamespace: string;
+  readonly metrics: PipelineMetrics;
+  /** Where the function runs. @default PRIVATE_WITH_EGRESS subnets */
+  readonly vpcSubnets?: ec2.SubnetSelection;
   readonly logRetention: logs.RetentionDays;
   readonly removalPolicy: cdk.RemovalPolicy;
 }
@@ -42,7 +45,8 @@ export class ChargeFunction extends Construct {
       memorySize: 512,
       environment: { ...props.environment, CHARGE_CONCURRENCY: String(props.stripeConcurrency) },
       logLevel: props.logLevel,
-      metricsNamespace: props.metricsNamespace,
+      metrics: props.metrics,
+      vpcSubnets: props.vpcSubnets,
       logRetention: props.logRetention,
       removalPolicy: props.removalPolicy,
     });

@@ -59,6 +59,9 @@ export class ChargePipelineStack extends cdk.Stack {
         : undefined,
       alarmEmail: s.alarmEmail,
       dashboardName: `${this.stackName}-${cdk.Aws.REGION}`,
+      // One pipeline per stack here: the stack name names it (metrics dimension, alarm names).
+      pipelineName: this.stackName,
+      alarmNamePrefix: `${this.stackName}-`,
       logLevel: s.logLevel as PipelineLogLevel | undefined,
     });
 
@@ -68,7 +71,8 @@ export class ChargePipelineStack extends cdk.Stack {
     output('QueueUrl', p.queue.queueUrl, 'Charge requests go here (npm run produce -- --queue-url ...)');
     output('DeadLetterQueueUrl', p.deadLetterQueue.queueUrl, 'Requests that could not be recorded; redrive after a fix');
     output('StripeSecretArn', p.stripeSecret.secretArn, 'Put the Stripe secret key here');
-    output('DatabaseSecretArn', p.databaseSecret.secretArn, 'Generated database credentials');
+    output('DatabaseSecretArn', p.databaseSecret.secretArn, 'Database owner credentials (the migrate function only; rotated)');
+    output('ApplicationDatabaseSecretArn', p.applicationDatabaseSecret.secretArn, 'Application role credentials (charge, reconcile, ops; rotated)');
     output('EventBusName', p.eventBus.eventBusName, 'Outcome events (source ' + PIPELINE.eventSource + ')');
     output('OpsFunctionName', p.opsFunction.functionName, 'Operator commands: aws lambda invoke / npm run ops -- --lambda');
     output('MigrateFunctionName', p.migrateFunction.functionName, 'Applies the migrations (runs on every deploy that changes them)');

@@ -14,7 +14,7 @@ import type * as events from 'aws-cdk-lib/aws-events';
 import type * as iam from 'aws-cdk-lib/aws-iam';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
-import type * as rds from 'aws-cdk-lib/aws-rds';
+import * as rds from 'aws-cdk-lib/aws-rds';
 import * as scheduler from 'aws-cdk-lib/aws-scheduler';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import type * as sns from 'aws-cdk-lib/aws-sns';
@@ -24,13 +24,13 @@ import { Construct } from 'constructs';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import { ChargeFunction } from './charge-function.ts';
 import { ChargeQueue } from './charge-queue.ts';
-import { Database } from './database.ts';
+import { DATABASE_NAME, Database } from './database.ts';
 import { Migrations } from './migrations.ts';
 import { Network } from './network.ts';
-import { Observability, type PipelineAlarm, type PipelineMetricName, pipelineMetric } from './observability.ts';
+import { Observability, type PipelineAlarm, type PipelineMetricName, type PipelineMetrics, pipelineMetric, pipelineMetrics } from './observability.ts';
 import { OpsFunction } from './ops-function.ts';
 import { OutcomeEvents } from './outcome-events.ts';
-import { LAMBDA_CA_BUNDLE, type PipelineFunction, type PipelineLogLevel } from './pipeline-function.ts';
+import type { PipelineLogLevel } from './pipeline-function.ts';
 import { Reconciler } from './reconciler.ts';
 import { StripeEvents, type StripeEventsInput } from './stripe-events.ts';
 import { validateChargePipelineProps } from './validation.ts';
@@ -49,6 +49,16 @@ export interface ChargePipelineProps {
    * @default 1
    */
   readonly natGateways?: number;
+  /** The functions' subnets (they need a route to Stripe on the internet). @default PRIVATE_WITH_EGRESS subnets */
+  readonly functionSubnets?: ec2.SubnetSelection;
+  /** The database's subnets, in at least two AZs. Not with existingDatabase. @default PRIVATE_ISOLATED subnets */
+  readonly databaseSubnets?: ec2.SubnetSelection;
+  /**
+   * The functions' security group. The construct adds its egress rules (HTTPS, PostgreSQL to the
+   * database), so it must be mutable.
+   * @default - a new group with no other egress
+   */
+  readonly functionsSecurityGroup?: ec2.ISecurityGroup;
 
   // ── database ─────────────────────────────────────────────────────────────────────────────────
   /** @default t4g.micro (db.t4g.micro) */
@@ -72,6 +82,23 @@ export interface ChargePipelineProps {
   readonly deletionProtection?: boolean;
   /** Connections per function container (DB_POOL_MAX). @default 2 */
   readonly databasePoolMax?: number;
+  /**
+   * The owner credentials of the database the construct creates (JSON with username and password),
+   * instead of generated ones. Not with existingDatabase.
+   * @default - generated into a new secret
+   */
+  readonly databaseSecret?: secretsmanager.ISecret;
+  /** Rotation interval of the database secrets the construct creates (owner and application role). @default Duration.days(30) */
+  readonly databaseSecretRotation?: cdk.Duration;
+  /**
+   * Use this database (an instance, a cluster's writer or an RDS Proxy endpoint) instead of creating
+   * one. The construct then creates no database, no owner secret and no rotation; the migrate
+   * function creates the application role in it.
+   * @default - a new RDS PostgreSQL instance
+   */
+  readonly existingDatabase?: ExistingDatabase;
+  /** DatabaseConnectionsHigh fires above this many connections. @default 80 (of about 110 on db.t4g.micro) */
+  readonly databaseConnectionsAlarmThreshold?: number;
 
   // ── Stripe ───────────────────────────────────────────────────────────────────────────────────
   /**
@@ -161,7 +188,16 @@ export interface ChargePipelineProps {
   readonly alarmEmail?: string;
   /** Send alarms to this topic instead of a new one. @default - a new topic encrypted with a new KMS key */
   readonly alarmTopic?: sns.ITopic;
-  /** Prefix of every CloudWatch alarm name. @default `${stackName}-` */
+  /**
+   * This instance's name: the `pipeline` dimension of every metric its functions publish (so that
+   * two pipelines in one account and region never read each other's metrics) and the default alarm
+   * name prefix. 1-64 letters, digits, '-', '_' or '.'.
+   * @default - unique per construct instance: its stack name and construct path, with a hash
+   */
+  readonly pipelineName?: string;
+  /** CloudWatch namespace of the functions' metrics. @default PIPELINE.metricsNamespace ('ChargePipeline') */
+  readonly metricsNamespace?: string;
+  /** Prefix of every CloudWatch alarm name. @default `${pipelineName}-` */
   readonly alarmNamePrefix?: string;
   /** OldestMessageTooOld fires above this. @default Duration.minutes(10) */
   readonly oldestMessageAgeAlarmThreshold?: cdk.Duration;
@@ -175,6 +211,26 @@ export interface ChargePipelineProps {
   readonly logLevel?: PipelineLogLevel;
   /** Retention of the functions', database's and flow logs' log groups. @default RetentionDays.THREE_MONTHS */
   readonly logRetention?: logs.RetentionDays;
+}
+
+/** A database the pipeline uses instead of creating one (ChargePipelineProps.existingDatabase). */
+export interface ExistingDatabase {
+  /** The endpoint the functions connect to (DB_HOST, DB_PORT): an instance, a cluster writer, an RDS Proxy. */
+  readonly endpoint: rds.Endpoint;
+  /**
+   * Owner credentials, JSON with username and password (an RDS-generated secret fits): the migrate
+   * function only. The owner must be able to create tables and a role (CREATEROLE).
+   */
+  readonly secret: secretsmanager.ISecret;
+  /** The database (DB_NAME). @default 'charges' */
+  readonly databaseName?: string;
+  /**
+   * The database's security groups: the construct allows the functions in on the endpoint's port.
+   * @default - none; the functions may reach the VPC's CIDR on that port and you allow them in yourself
+   */
+  readonly connections?: ec2.IConnectable;
+  /** DBInstanceIdentifier for the storage, CPU credit and connection alarms. @default - no database alarms */
+  readonly instanceIdentifier?: string;
 }
 
 export const CHARGE_PIPELINE_DEFAULTS = {
@@ -197,34 +253,43 @@ export const CHARGE_PIPELINE_DEFAULTS = {
   oldestStripeEventAgeAlarmMinutes: 10,
   logLevel: 'INFO',
   opsFunctionTimeoutSeconds: 60,
+  databaseSecretRotationDays: 30,
+  databaseConnectionsAlarmThreshold: 80,
 } as const;
 
 export class ChargePipeline extends Construct {
   readonly vpc: ec2.IVpc;
   /** The functions' security group (HTTPS out, PostgreSQL to the database). */
   readonly functionsSecurityGroup: ec2.ISecurityGroup;
-  readonly database: rds.DatabaseInstance;
-  /** The generated database credentials (JSON with host, port, username, password, dbname). */
+  /** The database instance the construct created (undefined with existingDatabase). */
+  readonly database?: rds.IDatabaseInstance;
+  /** The owner's credentials (JSON with host, port, username, password, dbname): the migrate function only. */
   readonly databaseSecret: secretsmanager.ISecret;
+  /** The data-only application role's credentials: charge, reconcile, ops and stripe-events connect with these. */
+  readonly applicationDatabaseSecret: secretsmanager.ISecret;
   readonly stripeSecret: secretsmanager.ISecret;
-  readonly queue: sqs.Queue;
-  readonly deadLetterQueue: sqs.Queue;
-  readonly chargeFunction: PipelineFunction;
-  readonly chargeEventSourceMapping: lambda.EventSourceMapping;
-  readonly reconcileFunction: PipelineFunction;
-  readonly reconcileSchedule: scheduler.Schedule;
-  readonly migrateFunction: PipelineFunction;
+  readonly queue: sqs.IQueue;
+  readonly deadLetterQueue: sqs.IQueue;
+  readonly chargeFunction: lambda.IFunction;
+  readonly chargeEventSourceMapping: lambda.IEventSourceMapping;
+  readonly reconcileFunction: lambda.IFunction;
+  readonly reconcileSchedule: scheduler.ISchedule;
+  readonly migrateFunction: lambda.IFunction;
   readonly migrationTrigger: triggers.Trigger;
-  readonly opsFunction: PipelineFunction;
+  readonly opsFunction: lambda.IFunction;
   /** Stripe events in; undefined when `stripeEvents` is 'none'. */
   readonly stripeEvents?: StripeEvents;
-  readonly eventBus: events.EventBus;
+  readonly eventBus: events.IEventBus;
   readonly eventArchive: events.Archive;
-  readonly exampleConsumerQueue?: sqs.Queue;
+  readonly exampleConsumerQueue?: sqs.IQueue;
   readonly alarmTopic: sns.ITopic;
   /** Every alarm with its one-line meaning, in ALARM_CATALOG order (docs/runbook.md covers each). */
   readonly alarms: readonly PipelineAlarm[];
   readonly dashboard: cw.Dashboard;
+  /** This instance's name (the `pipeline` metric dimension). */
+  readonly pipelineName: string;
+  /** Where this instance's own metrics live: namespace + dimensions (see pipelineMetrics). */
+  readonly metrics: PipelineMetrics;
   readonly metricsNamespace: string;
 
   constructor(scope: Construct, id: string, props: ChargePipelineProps = {}) {
@@ -236,12 +301,16 @@ export class ChargePipeline extends Construct {
     const logRetention = props.logRetention ?? logs.RetentionDays.THREE_MONTHS;
     const logLevel = props.logLevel ?? d.logLevel;
     const eventSource = props.eventSource ?? PIPELINE.eventSource;
-    this.metricsNamespace = PIPELINE.metricsNamespace;
-    const common = { logLevel, metricsNamespace: this.metricsNamespace, logRetention, removalPolicy };
+    // Unique per instance by default: the stack name (unique per account and region) and the path.
+    this.pipelineName = props.pipelineName ?? cdk.Names.uniqueResourceName(this, { maxLength: 64, separator: '-' });
+    this.metricsNamespace = props.metricsNamespace ?? PIPELINE.metricsNamespace;
+    this.metrics = pipelineMetrics(this.metricsNamespace, this.pipelineName);
+    const common = { logLevel, metrics: this.metrics, logRetention, removalPolicy, vpcSubnets: props.functionSubnets };
 
     const network = new Network(this, 'Network', {
       vpc: props.vpc,
       natGateways: props.natGateways ?? d.natGateways,
+      functionsSecurityGroup: props.functionsSecurityGroup,
       logRetention,
       removalPolicy,
     });
@@ -249,27 +318,65 @@ export class ChargePipeline extends Construct {
     this.functionsSecurityGroup = network.functionsSecurityGroup;
     const placement = { vpc: this.vpc, securityGroup: network.functionsSecurityGroup };
 
-    const database = new Database(this, 'Database', {
-      vpc: this.vpc,
-      clientSecurityGroup: network.functionsSecurityGroup,
-      instanceType: props.databaseInstanceType ?? new ec2.InstanceType(d.databaseInstanceType),
-      multiAz: props.multiAz ?? d.multiAz,
-      allocatedStorageGiB: props.databaseAllocatedStorageGiB ?? d.databaseAllocatedStorageGiB,
-      maxAllocatedStorageGiB: props.databaseMaxAllocatedStorageGiB ?? d.databaseMaxAllocatedStorageGiB,
-      backupRetention: props.backupRetention ?? cdk.Duration.days(d.backupRetentionDays),
-      deletionProtection: props.deletionProtection ?? removalPolicy !== cdk.RemovalPolicy.DESTROY,
-      removalPolicy,
-      logRetention,
-    });
-    this.database = database.instance;
-    this.databaseSecret = database.secret;
+    // The database: created here, or the one the user brings. What the functions read comes out of it.
+    let databaseEnv: Record<string, string>;
+    let applicationEnv: Record<string, string>;
+    let databaseReady: Construct[];
+    let rotations: Construct[] = [];
+    let databaseInstanceIdentifier: string | undefined;
+    const existing = props.existingDatabase;
+    if (existing) {
+      this.databaseSecret = existing.secret;
+      this.applicationDatabaseSecret = this.createApplicationSecret(removalPolicy);
+      const port = existing.endpoint.port;
+      if (existing.connections) {
+        existing.connections.connections.allowFrom(this.functionsSecurityGroup, ec2.Port.tcp(port), 'PostgreSQL from the charge pipeline functions');
+      } else {
+        this.functionsSecurityGroup.addEgressRule(ec2.Peer.ipv4(this.vpc.vpcCidrBlock), ec2.Port.tcp(port), 'PostgreSQL to the charge pipeline database');
+      }
+      const endpointEnv = {
+        DB_HOST: existing.endpoint.hostname,
+        DB_PORT: cdk.Tokenization.stringifyNumber(port),
+        DB_NAME: existing.databaseName ?? DATABASE_NAME,
+      };
+      databaseEnv = { DB_SECRET_ARN: this.databaseSecret.secretArn, ...endpointEnv };
+      applicationEnv = { DB_SECRET_ARN: this.applicationDatabaseSecret.secretArn, ...endpointEnv };
+      databaseReady = [];
+      databaseInstanceIdentifier = existing.instanceIdentifier;
+    } else {
+      const database = new Database(this, 'Database', {
+        vpc: this.vpc,
+        subnets: props.databaseSubnets,
+        clientSecurityGroup: network.functionsSecurityGroup,
+        instanceType: props.databaseInstanceType ?? new ec2.InstanceType(d.databaseInstanceType),
+        multiAz: props.multiAz ?? d.multiAz,
+        allocatedStorageGiB: props.databaseAllocatedStorageGiB ?? d.databaseAllocatedStorageGiB,
+        maxAllocatedStorageGiB: props.databaseMaxAllocatedStorageGiB ?? d.databaseMaxAllocatedStorageGiB,
+        backupRetention: props.backupRetention ?? cdk.Duration.days(d.backupRetentionDays),
+        deletionProtection: props.deletionProtection ?? removalPolicy !== cdk.RemovalPolicy.DESTROY,
+        removalPolicy,
+        logRetention,
+        ownerSecret: props.databaseSecret,
+        rotationInterval: props.databaseSecretRotation ?? cdk.Duration.days(d.databaseSecretRotationDays),
+        rotationSubnets: props.functionSubnets,
+      });
+      this.database = database.instance;
+      this.databaseSecret = database.secret;
+      this.applicationDatabaseSecret = database.applicationSecret;
+      databaseEnv = { DB_SECRET_ARN: this.databaseSecret.secretArn };
+      applicationEnv = { DB_SECRET_ARN: this.applicationDatabaseSecret.secretArn };
+      databaseReady = database.readyForClients;
+      rotations = database.rotations;
+      databaseInstanceIdentifier = database.instance.instanceIdentifier;
+    }
 
     this.stripeSecret = props.stripeSecret ?? this.createStripeSecret(removalPolicy);
 
     const chargeTimeout = cdk.Duration.seconds(PIPELINE.chargeFunctionTimeoutSeconds);
+    // No physical names unless given: CloudFormation generates unique ones (FIFO ones end in .fifo).
     const intake = new ChargeQueue(this, 'Intake', {
-      queueName: props.queueName ?? PIPELINE.queueName,
-      deadLetterQueueName: props.deadLetterQueueName ?? PIPELINE.dlqName,
+      queueName: props.queueName,
+      deadLetterQueueName: props.deadLetterQueueName,
       maxReceiveCount: props.maxReceiveCount ?? PIPELINE.maxReceiveCount,
       visibilityTimeout: cdk.Duration.seconds(
         Math.max(PIPELINE.visibilityTimeoutSeconds, 6 * PIPELINE.chargeFunctionTimeoutSeconds),
@@ -280,7 +387,7 @@ export class ChargePipeline extends Construct {
     this.deadLetterQueue = intake.deadLetterQueue;
 
     const outcomes = new OutcomeEvents(this, 'OutcomeEvents', {
-      eventBusName: props.eventBusName ?? PIPELINE.eventBusName,
+      eventBusName: props.eventBusName,
       eventSource,
       archiveRetention: props.eventArchiveRetention ?? cdk.Duration.days(d.eventArchiveRetentionDays),
       exampleConsumer: props.exampleConsumer ?? true,
@@ -290,14 +397,12 @@ export class ChargePipeline extends Construct {
     this.exampleConsumerQueue = outcomes.exampleConsumerQueue;
 
     // What the functions read. Secrets are referenced by ARN and fetched at run time: no secret
-    // value is ever in the template or the function configuration.
-    const databaseEnv = {
-      DB_SECRET_ARN: this.databaseSecret.secretArn,
-      DB_SSL: 'verify-full',
-      NODE_EXTRA_CA_CERTS: LAMBDA_CA_BUNDLE,
-    };
+    // value is ever in the template or the function configuration. TLS: verify-full against the
+    // RDS CA bundle in the asset (DB_SSL_CA_FILE, set by PipelineFunction).
+    const tls = { DB_SSL: 'verify-full' };
     const pipelineEnv = {
-      ...databaseEnv,
+      ...applicationEnv,
+      ...tls,
       DB_POOL_MAX: String(props.databasePoolMax ?? d.databasePoolMax),
       STRIPE_SECRET_ARN: this.stripeSecret.secretArn,
       EVENT_BUS_NAME: this.eventBus.eventBusName,
@@ -309,8 +414,10 @@ export class ChargePipeline extends Construct {
     const migrations = new Migrations(this, 'Migrations', {
       ...placement,
       ...common,
-      environment: databaseEnv,
-      after: [database],
+      environment: { ...databaseEnv, ...tls, DB_APP_SECRET_ARN: this.applicationDatabaseSecret.secretArn },
+      // The database, and the security-group rules that let the function reach it (the egress rule
+      // lives on the functions' group): a first migration run before them would time out.
+      after: [...databaseReady, network.functionsSecurityGroup],
     });
     this.migrateFunction = migrations.function;
     this.migrationTrigger = migrations.trigger;
@@ -356,7 +463,7 @@ export class ChargePipeline extends Construct {
         ...common,
         input: stripeEventsInput,
         environment: pipelineEnv,
-        databaseSecret: this.databaseSecret,
+        applicationDatabaseSecret: this.applicationDatabaseSecret,
         stripeSecret: this.stripeSecret,
         grantPutEvents: (grantee) => outcomes.grantPutEvents(grantee),
         webhookSecret: props.stripeWebhookSecret,
@@ -365,10 +472,12 @@ export class ChargePipeline extends Construct {
       });
     }
 
-    // Least privilege: each function reads the secrets it uses and publishes to this bus only.
+    // Least privilege: migrate reads the owner's secret and the application secret (to set the
+    // role's password); the others read the application secret only, and publish to this bus only.
     this.databaseSecret.grantRead(this.migrateFunction);
+    this.applicationDatabaseSecret.grantRead(this.migrateFunction);
     for (const fn of [this.chargeFunction, this.reconcileFunction, this.opsFunction]) {
-      this.databaseSecret.grantRead(fn);
+      this.applicationDatabaseSecret.grantRead(fn);
       this.stripeSecret.grantRead(fn);
       outcomes.grantPutEvents(fn);
     }
@@ -376,27 +485,30 @@ export class ChargePipeline extends Construct {
     // Nothing takes traffic before the schema is there: on the first deploy the event source
     // mapping and the schedule are created only after the migrations succeeded; on later deploys
     // the functions' new code lands only after the new migrations ran (expand first, then code).
+    // The secret rotations start only once the role exists and has its password.
     migrations.runBefore(
-      this.chargeEventSourceMapping,
-      this.reconcileSchedule,
-      this.chargeFunction,
-      this.reconcileFunction,
-      this.opsFunction,
+      charge.eventSourceMapping,
+      reconciler.schedule,
+      charge.function,
+      reconciler.function,
+      ops.function,
       ...(this.stripeEvents ? [this.stripeEvents.function] : []),
+      ...rotations,
     );
 
     const observability = new Observability(this, 'Observability', {
-      metricsNamespace: this.metricsNamespace,
+      metrics: this.metrics,
       queue: this.queue,
       deadLetterQueue: this.deadLetterQueue,
       chargeFunction: this.chargeFunction,
       reconcileFunction: this.reconcileFunction,
-      database: this.database,
+      databaseInstanceIdentifier,
+      databaseConnectionsThreshold: props.databaseConnectionsAlarmThreshold ?? d.databaseConnectionsAlarmThreshold,
       eventBus: this.eventBus,
       exampleConsumerRule: outcomes.exampleConsumerRule,
       alarmTopic: props.alarmTopic,
       alarmEmail: props.alarmEmail,
-      alarmNamePrefix: props.alarmNamePrefix ?? `${cdk.Stack.of(this).stackName}-`,
+      alarmNamePrefix: props.alarmNamePrefix ?? `${this.pipelineName}-`,
       oldestMessageAgeThreshold:
         props.oldestMessageAgeAlarmThreshold ?? cdk.Duration.minutes(d.oldestMessageAgeAlarmMinutes),
       oldestOpenOperationAgeThreshold:
@@ -415,6 +527,26 @@ export class ChargePipeline extends Construct {
     this.alarmTopic = observability.alarmTopic;
     this.alarms = observability.alarms;
     this.dashboard = observability.dashboard;
+  }
+
+  /** The application role's secret for a database the construct did not create (no host: DB_HOST has it). */
+  private createApplicationSecret(removalPolicy: cdk.RemovalPolicy): secretsmanager.Secret {
+    const secret = new secretsmanager.Secret(this, 'ApplicationDatabaseSecret', {
+      description: 'Charge pipeline: the application role (charges_app) password; the migrate function sets it on the role',
+      generateSecretString: {
+        secretStringTemplate: JSON.stringify({ username: 'charges_app' }),
+        generateStringKey: 'password',
+        passwordLength: 32,
+        excludePunctuation: true,
+      },
+      removalPolicy: removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
+    });
+    cdk.Validations.of(secret).acknowledge({
+      id: 'AwsSolutions-SMG4',
+      reason:
+        'The database is not the construct\'s, so no rotation target is known; the migrate function re-applies this secret\'s password on every run, so rotating it is: put a new password, then invoke the migrate function.',
+    });
+    return secret;
   }
 
   private createStripeSecret(removalPolicy: cdk.RemovalPolicy): secretsmanager.Secret {
@@ -455,9 +587,9 @@ export class ChargePipeline extends Construct {
     return this.eventBus.grantPutEventsTo(grantee);
   }
 
-  /** Any metric the functions publish (EMF, dimension service = PIPELINE.serviceName). */
+  /** Any metric this instance's functions publish (EMF; namespace and dimensions of `metrics`). */
   metric(metricName: PipelineMetricName, props?: cw.MetricOptions): cw.Metric {
-    return pipelineMetric(this.metricsNamespace, metricName, props);
+    return pipelineMetric(this.metrics, metricName, props);
   }
 
   /** Operations waiting for a human (gauge, published by every sweep). */

@@ -1,15 +1,21 @@
 // The database: RDS PostgreSQL 18 in isolated subnets, storage encrypted, TLS required by the server
-// (rds.force_ssl) and verified by the clients, credentials generated into Secrets Manager.
+// (rds.force_ssl) and verified by the clients. Two logins, each in its own Secrets Manager secret,
+// both rotated: the owner (the master user, used by the migrate function only) and the data-only
+// application role (migrations/003_application_role.sql) that charge, reconcile and ops use.
 import * as cdk from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as logs from 'aws-cdk-lib/aws-logs';
 import * as rds from 'aws-cdk-lib/aws-rds';
-import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct } from 'constructs';
 
 export const DATABASE_PORT = 5432;
 export const DATABASE_NAME = 'charges';
 export const DATABASE_USER = 'charges';
+/** The application role (lambdas/runtime/migrations.ts APPLICATION_ROLE). */
+export const APPLICATION_USER = 'charges_app';
+/** The engine: the major version only, so RDS picks (and auto-upgrades) the current minor. */
+export const DATABASE_ENGINE_VERSION = rds.PostgresEngineVersion.VER_18;
 
 /** The id aws-cdk-lib gives its LogRetention singleton function (logs.LogRetention). */
 const LOG_RETENTION_SINGLETON_ID = 'LogRetentionaae0aa3c5b4d4f87b02d85b201efdd8a';
@@ -26,18 +32,38 @@ export interface DatabaseProps {
   readonly deletionProtection: boolean;
   readonly removalPolicy: cdk.RemovalPolicy;
   readonly logRetention: logs.RetentionDays;
+  /** The instance's subnets. @default PRIVATE_ISOLATED */
+  readonly subnets?: ec2.SubnetSelection;
+  /** Owner credentials to use (JSON with username and password). @default - generated */
+  readonly ownerSecret?: secretsmanager.ISecret;
+  /** Both secrets are rotated this often. */
+  readonly rotationInterval: cdk.Duration;
+  /** Where the rotation functions run (they need Secrets Manager and the database). */
+  readonly rotationSubnets?: ec2.SubnetSelection;
 }
 
 export class Database extends Construct {
   readonly instance: rds.DatabaseInstance;
-  /** JSON: host, port, username, password, dbname, engine, dbInstanceIdentifier. */
+  /** The owner's credentials, JSON: host, port, username, password, dbname, engine. Migrate only. */
   readonly secret: secretsmanager.ISecret;
+  /** The application role's credentials (same shape), used by charge, reconcile and ops. */
+  readonly applicationSecret: secretsmanager.ISecret;
+  /**
+   * The rotation of each secret and its schedule (a child of the secret's attachment): created only
+   * after the migrations ran, since the role needs its password before anything rotates it.
+   */
+  readonly rotations: Construct[];
+  /**
+   * What a first migration needs in place: the instance and the ingress rule on its security group.
+   * Not the whole construct: the rotations in it wait for the migrations.
+   */
+  readonly readyForClients: Construct[];
   readonly securityGroup: ec2.SecurityGroup;
   readonly parameterGroup: rds.ParameterGroup;
 
   constructor(scope: Construct, id: string, props: DatabaseProps) {
     super(scope, id);
-    const engine = rds.DatabaseInstanceEngine.postgres({ version: rds.PostgresEngineVersion.VER_18_3 });
+    const engine = rds.DatabaseInstanceEngine.postgres({ version: DATABASE_ENGINE_VERSION });
 
     this.securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
       vpc: props.vpc,
@@ -49,6 +75,8 @@ export class Database extends Construct {
       ec2.Port.tcp(DATABASE_PORT),
       'PostgreSQL from the pipeline functions',
     );
+    // The rule just added (the rotations add theirs later, and those wait for the migrations).
+    const functionsIngress = this.securityGroup.node.children.filter((child) => child instanceof ec2.CfnSecurityGroupIngress);
     props.clientSecurityGroup.addEgressRule(
       this.securityGroup,
       ec2.Port.tcp(DATABASE_PORT),
@@ -62,20 +90,23 @@ export class Database extends Construct {
     });
 
     // The instance's own generated secret has no dbname; the functions read it from the secret.
-    const credentials = new rds.DatabaseSecret(this, 'Credentials', {
-      username: DATABASE_USER,
-      dbname: DATABASE_NAME,
-    });
-    // A snapshot outliving the stack is of little use without the password that opens it.
-    credentials.applyRemovalPolicy(
-      props.removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
-    );
+    const retainSecrets =
+      props.removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN;
+    let credentials: secretsmanager.ISecret;
+    if (props.ownerSecret) {
+      credentials = props.ownerSecret;
+    } else {
+      const generated = new rds.DatabaseSecret(this, 'Credentials', { username: DATABASE_USER, dbname: DATABASE_NAME });
+      // A snapshot outliving the stack is of little use without the password that opens it.
+      generated.applyRemovalPolicy(retainSecrets);
+      credentials = generated;
+    }
 
     this.instance = new rds.DatabaseInstance(this, 'Instance', {
       engine,
       instanceType: props.instanceType,
       vpc: props.vpc,
-      vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
+      vpcSubnets: props.subnets ?? { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
       securityGroups: [this.securityGroup],
       port: DATABASE_PORT,
       databaseName: DATABASE_NAME,
@@ -98,12 +129,42 @@ export class Database extends Construct {
       cloudwatchLogsRetention: props.logRetention,
     });
     this.secret = this.instance.secret ?? credentials;
+    this.readyForClients = [this.instance.node.defaultChild as Construct, ...functionsIngress];
+    // (the secrets' attachments too, but not the constructs: the rotation schedules are their children)
 
-    cdk.Validations.of(credentials).acknowledge({
-      id: 'AwsSolutions-SMG4',
-      reason:
-        'Rotation is left off because the functions keep pooled connections per container and read the password at cold start, so a rotation would fail new connections until containers recycle.',
+    // The application role's login: the migrate function sets this password on the role (as a SCRAM
+    // verifier) and the functions connect with it. attach() adds host, port, engine and dbname.
+    const application = new rds.DatabaseSecret(this, 'ApplicationCredentials', {
+      username: APPLICATION_USER,
+      dbname: DATABASE_NAME,
     });
+    application.applyRemovalPolicy(retainSecrets);
+    this.applicationSecret = application.attach(this.instance);
+    for (const secret of [this.secret, this.applicationSecret]) {
+      const attachment = secret.node.defaultChild;
+      if (attachment) this.readyForClients.push(attachment as Construct);
+    }
+
+    // Single-user rotation of both: a rotation changes the password in the database, then in the
+    // secret; a function whose new connection is refused in between re-reads the secret once
+    // (lambdas/runtime/database.ts), and open connections are not affected.
+    const rotationSubnets = props.rotationSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS };
+    this.rotations = [
+      this.instance.addRotationSingleUser({ automaticallyAfter: props.rotationInterval, vpcSubnets: rotationSubnets }),
+      new secretsmanager.SecretRotation(this, 'ApplicationRotation', {
+        application: secretsmanager.SecretRotationApplication.POSTGRES_ROTATION_SINGLE_USER,
+        secret: this.applicationSecret,
+        target: this.instance,
+        vpc: props.vpc,
+        vpcSubnets: rotationSubnets,
+        automaticallyAfter: props.rotationInterval,
+      }),
+    ];
+    for (const secret of [this.secret, this.applicationSecret]) {
+      const schedule = secret.node.tryFindChild('RotationSchedule');
+      if (schedule) this.rotations.push(schedule as Construct);
+    }
+
     cdk.Validations.of(this.instance).acknowledge({
       id: 'AwsSolutions-RDS11',
       reason:

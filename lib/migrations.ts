@@ -6,6 +6,7 @@ import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as logs from 'aws-cdk-lib/aws-logs';
 import * as triggers from 'aws-cdk-lib/triggers';
 import { Construct } from 'constructs';
+import type { PipelineMetrics } from './observability.ts';
 import { LAMBDA_MIGRATIONS_DIR, PipelineFunction, type PipelineLogLevel } from './pipeline-function.ts';
 
 export interface MigrationsProps {
@@ -16,7 +17,9 @@ export interface MigrationsProps {
   /** What must exist before migrating: the database and its secret. */
   readonly after: Construct[];
   readonly logLevel: PipelineLogLevel;
-  readonly metricsNamespace: string;
+  readonly metrics: PipelineMetrics;
+  /** Where the function runs. @default PRIVATE_WITH_EGRESS subnets */
+  readonly vpcSubnets?: ec2.SubnetSelection;
   readonly logRetention: logs.RetentionDays;
   readonly removalPolicy: cdk.RemovalPolicy;
 }
@@ -38,7 +41,8 @@ export class Migrations extends Construct {
       memorySize: 256,
       environment: { ...props.environment, MIGRATIONS_DIR: LAMBDA_MIGRATIONS_DIR },
       logLevel: props.logLevel,
-      metricsNamespace: props.metricsNamespace,
+      metrics: props.metrics,
+      vpcSubnets: props.vpcSubnets,
       logRetention: props.logRetention,
       removalPolicy: props.removalPolicy,
       copyMigrations: true,

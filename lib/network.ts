@@ -10,6 +10,8 @@ export interface NetworkProps {
   readonly vpc?: ec2.IVpc;
   /** NAT gateways of a new VPC (1 = cheapest, 2 = one per AZ, survives an AZ outage). */
   readonly natGateways: number;
+  /** Use this group for the functions instead of creating one (it gets the egress rules below). */
+  readonly functionsSecurityGroup?: ec2.ISecurityGroup;
   readonly logRetention: logs.RetentionDays;
   readonly removalPolicy: cdk.RemovalPolicy;
 }
@@ -17,7 +19,7 @@ export interface NetworkProps {
 export class Network extends Construct {
   readonly vpc: ec2.IVpc;
   /** The functions' security group: HTTPS out (through NAT) and PostgreSQL to the database, nothing else. */
-  readonly functionsSecurityGroup: ec2.SecurityGroup;
+  readonly functionsSecurityGroup: ec2.ISecurityGroup;
 
   constructor(scope: Construct, id: string, props: NetworkProps) {
     super(scope, id);
@@ -47,11 +49,13 @@ export class Network extends Construct {
       this.vpc = vpc;
     }
 
-    this.functionsSecurityGroup = new ec2.SecurityGroup(this, 'FunctionsSecurityGroup', {
-      vpc: this.vpc,
-      description: 'Charge pipeline functions: HTTPS out, PostgreSQL to the database',
-      allowAllOutbound: false,
-    });
+    this.functionsSecurityGroup =
+      props.functionsSecurityGroup ??
+      new ec2.SecurityGroup(this, 'FunctionsSecurityGroup', {
+        vpc: this.vpc,
+        description: 'Charge pipeline functions: HTTPS out, PostgreSQL to the database',
+        allowAllOutbound: false,
+      });
     // Stripe, Secrets Manager and EventBridge are HTTPS endpoints reached through the NAT gateway.
     this.functionsSecurityGroup.addEgressRule(
       ec2.Peer.anyIpv4(),

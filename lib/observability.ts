@@ -7,7 +7,6 @@ import type * as events from 'aws-cdk-lib/aws-events';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
-import type * as rds from 'aws-cdk-lib/aws-rds';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import * as subscriptions from 'aws-cdk-lib/aws-sns-subscriptions';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
@@ -17,12 +16,29 @@ import { type AlarmName, describeAlarm } from './alarm-catalog.ts';
 
 export type PipelineMetricName = (typeof METRICS)[keyof typeof METRICS];
 
-/** A metric the functions publish as EMF: namespace + dimension service = PIPELINE.serviceName. */
-export function pipelineMetric(namespace: string, metricName: PipelineMetricName, props: cw.MetricOptions = {}): cw.Metric {
+/**
+ * Where one pipeline instance's own metrics live: its namespace and the dimensions every metric it
+ * publishes carries (service, and pipeline = the instance's name, added by the functions from
+ * PIPELINE_NAME). Two instances in one account and region never share a metric, so one's alarms
+ * never fire on the other's data. Anything that alarms on or graphs the functions' EMF metrics takes
+ * this, never a namespace string.
+ */
+export interface PipelineMetrics {
+  readonly namespace: string;
+  readonly dimensionsMap: Readonly<Record<string, string>>;
+}
+
+/** The metrics identity of the instance named `pipelineName` publishing under `namespace`. */
+export function pipelineMetrics(namespace: string, pipelineName: string): PipelineMetrics {
+  return { namespace, dimensionsMap: { service: PIPELINE.serviceName, pipeline: pipelineName } };
+}
+
+/** A metric the functions publish as EMF, of the instance `metrics` identifies. */
+export function pipelineMetric(metrics: PipelineMetrics, metricName: PipelineMetricName, props: cw.MetricOptions = {}): cw.Metric {
   return new cw.Metric({
-    namespace,
+    namespace: metrics.namespace,
     metricName,
-    dimensionsMap: { service: PIPELINE.serviceName },
+    dimensionsMap: { ...metrics.dimensionsMap },
     period: cdk.Duration.minutes(5),
     ...props,
   });
@@ -36,12 +52,14 @@ export interface PipelineAlarm {
 }
 
 export interface ObservabilityProps {
-  readonly metricsNamespace: string;
+  readonly metrics: PipelineMetrics;
   readonly queue: sqs.IQueue;
   readonly deadLetterQueue: sqs.IQueue;
   readonly chargeFunction: lambda.IFunction;
   readonly reconcileFunction: lambda.IFunction;
-  readonly database: rds.DatabaseInstance;
+  /** The RDS instance behind the database alarms; undefined: no database alarms (a brought database). */
+  readonly databaseInstanceIdentifier?: string;
+  readonly databaseConnectionsThreshold: number;
   readonly eventBus: events.IEventBus;
   readonly exampleConsumerRule?: events.IRule;
   readonly alarmTopic?: sns.ITopic;
@@ -58,6 +76,14 @@ export interface ObservabilityProps {
 
 const FIVE_MINUTES = cdk.Duration.minutes(5);
 
+/**
+ * Thresholds of the database alarms. Storage autoscaling adds space when 10 % is left, at most every
+ * 6 hours, and never past its ceiling: 2 GiB left means it did not (or cannot) keep up. A burstable
+ * instance (db.t4g) throttles to its baseline CPU at 0 credits; 20 is hours of warning on a micro
+ * (an instance class without credits publishes no CPUCreditBalance: missing data, no alarm).
+ */
+export const DATABASE_ALARMS = { freeStorageBytes: 2 * 1024 ** 3, cpuCreditBalance: 20 } as const;
+
 export class Observability extends Construct {
   readonly alarmTopic: sns.ITopic;
   readonly alarms: readonly PipelineAlarm[];
@@ -71,7 +97,7 @@ export class Observability extends Construct {
     }
 
     const app = (name: PipelineMetricName, options: cw.MetricOptions = {}) =>
-      pipelineMetric(props.metricsNamespace, name, options);
+      pipelineMetric(props.metrics, name, options);
     const sum = { statistic: cw.Stats.SUM, period: FIVE_MINUTES };
     const max = { statistic: cw.Stats.MAXIMUM, period: FIVE_MINUTES };
     const alarms: PipelineAlarm[] = [];
@@ -157,6 +183,21 @@ export class Observability extends Construct {
       add('StripeEventContradiction', app(METRICS.openContradictions, max), 0);
       add('UnrecordedCharge', app(METRICS.openUnrecordedCharges, max), 0);
     }
+    // The database (when it is the construct's, or its instance identifier is known)
+    if (props.databaseInstanceIdentifier) {
+      const rdsMetric = (metricName: string, statistic: string) =>
+        new cw.Metric({
+          namespace: 'AWS/RDS',
+          metricName,
+          dimensionsMap: { DBInstanceIdentifier: props.databaseInstanceIdentifier! },
+          statistic,
+          period: FIVE_MINUTES,
+        });
+      const below = { comparisonOperator: cw.ComparisonOperator.LESS_THAN_THRESHOLD };
+      add('DatabaseFreeStorageLow', rdsMetric('FreeStorageSpace', cw.Stats.MINIMUM), DATABASE_ALARMS.freeStorageBytes, below);
+      add('DatabaseCpuCreditsLow', rdsMetric('CPUCreditBalance', cw.Stats.MINIMUM), DATABASE_ALARMS.cpuCreditBalance, below);
+      add('DatabaseConnectionsHigh', rdsMetric('DatabaseConnections', cw.Stats.MAXIMUM), props.databaseConnectionsThreshold);
+    }
     this.alarms = alarms;
 
     this.dashboard = this.createDashboard(props, app);
@@ -177,6 +218,8 @@ export class Observability extends Construct {
         principals: [new iam.ServicePrincipal('cloudwatch.amazonaws.com')],
         actions: ['kms:Decrypt', 'kms:GenerateDataKey*'],
         resources: ['*'],
+        // This account's alarms only (confused deputy), as on the topic policy below.
+        conditions: { StringEquals: { 'aws:SourceAccount': cdk.Stack.of(this).account } },
       }),
     );
     const topic = new sns.Topic(this, 'AlarmTopic', {
@@ -325,7 +368,7 @@ export class Observability extends Construct {
       new cw.Metric({
         namespace: 'AWS/RDS',
         metricName,
-        dimensionsMap: { DBInstanceIdentifier: props.database.instanceIdentifier },
+        dimensionsMap: { DBInstanceIdentifier: props.databaseInstanceIdentifier ?? '' },
         statistic: cw.Stats.MAXIMUM,
         period: cdk.Duration.minutes(1),
         label,
@@ -350,20 +393,22 @@ export class Observability extends Construct {
         }),
       );
     }
-    dashboard.addWidgets(
-      new cw.GraphWidget({
-        title: 'Database: connections and CPU',
-        width,
-        left: [databaseMetric('DatabaseConnections', 'connections')],
-        right: [databaseMetric('CPUUtilization', 'CPU %')],
-      }),
-      new cw.GraphWidget({
-        title: 'Database: free storage (bytes)',
-        width,
-        left: [databaseMetric('FreeStorageSpace', 'free storage')],
-      }),
-      ...eventWidgets,
-    );
+    const databaseWidgets: cw.IWidget[] = props.databaseInstanceIdentifier
+      ? [
+          new cw.GraphWidget({
+            title: 'Database: connections and CPU',
+            width,
+            left: [databaseMetric('DatabaseConnections', 'connections')],
+            right: [databaseMetric('CPUUtilization', 'CPU %'), databaseMetric('CPUCreditBalance', 'CPU credits')],
+          }),
+          new cw.GraphWidget({
+            title: 'Database: free storage (bytes)',
+            width,
+            left: [databaseMetric('FreeStorageSpace', 'free storage')],
+          }),
+        ]
+      : [];
+    if (databaseWidgets.length + eventWidgets.length > 0) dashboard.addWidgets(...databaseWidgets, ...eventWidgets);
     return dashboard;
   }
 }

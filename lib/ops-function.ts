@@ -6,6 +6,7 @@ import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
+import type { PipelineMetrics } from './observability.ts';
 import { PipelineFunction, type PipelineLogLevel } from './pipeline-function.ts';
 
 export interface OpsFunctionProps {
@@ -16,10 +17,18 @@ export interface OpsFunctionProps {
   readonly operatorRole?: iam.IRole;
   readonly timeout: cdk.Duration;
   readonly logLevel: PipelineLogLevel;
-  readonly metricsNamespace: string;
+  readonly metrics: PipelineMetrics;
+  /** Where the function runs. @default PRIVATE_WITH_EGRESS subnets */
+  readonly vpcSubnets?: ec2.SubnetSelection;
   readonly logRetention: logs.RetentionDays;
   readonly removalPolicy: cdk.RemovalPolicy;
 }
+
+/**
+ * Reserved (and so maximum) concurrency of the ops function: operator commands are run by people, a
+ * few at a time; a loop invoking it must not take database connections from the charge path.
+ */
+export const OPS_FUNCTION_CONCURRENCY = 2;
 
 export class OpsFunction extends Construct {
   readonly function: PipelineFunction;
@@ -35,11 +44,13 @@ export class OpsFunction extends Construct {
       memorySize: 256,
       environment: props.environment,
       logLevel: props.logLevel,
-      metricsNamespace: props.metricsNamespace,
+      metrics: props.metrics,
+      vpcSubnets: props.vpcSubnets,
       logRetention: props.logRetention,
       removalPolicy: props.removalPolicy,
       // An operator command is run once, by a person who sees its result; never replayed.
       asyncRetryAttempts: 0,
+      reservedConcurrentExecutions: OPS_FUNCTION_CONCURRENCY,
     });
     if (props.operatorRole) {
       // A resource-based permission for that role's ARN: nothing is attached to the role itself,

@@ -12,7 +12,8 @@ import { Construct } from 'constructs';
 export const OUTCOME_DETAIL_TYPES = ['Charge Succeeded', 'Charge Failed', 'Charge Needs Review'] as const;
 
 export interface OutcomeEventsProps {
-  readonly eventBusName: string;
+  /** @default - a name unique to the construct instance */
+  readonly eventBusName?: string;
   readonly eventSource: string;
   readonly archiveRetention: cdk.Duration;
   readonly exampleConsumer: boolean;
@@ -31,7 +32,7 @@ export class OutcomeEvents extends Construct {
     super(scope, id);
     this.eventSource = props.eventSource;
     this.eventBus = new events.EventBus(this, 'Bus', {
-      eventBusName: props.eventBusName,
+      eventBusName: props.eventBusName ?? cdk.Names.uniqueResourceName(this, { maxLength: 256, separator: '-' }),
       description: 'Charge pipeline outcome events (Charge Succeeded / Failed / Needs Review)',
     });
     this.archive = this.eventBus.archive('Archive', {

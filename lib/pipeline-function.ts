@@ -1,14 +1,18 @@
 // One way to build every Lambda of the pipeline: Node 24 on ARM64, bundled by the local esbuild
 // (no Docker) into an ES module with source maps, in the private subnets, with its own log group.
+// Installed from the npm package, the same bundles come pre-built inside it (lambda-assets/, made by
+// scripts/prebundle-lambdas.ts at `npm pack`): the consumer needs neither these sources nor esbuild.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import * as cdk from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import type { Construct } from 'constructs';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
+import type { PipelineMetrics } from './observability.ts';
 
 /** The repository root: `lambdas/`, `migrations/` and `package-lock.json` live here. */
 export const PROJECT_ROOT = path.resolve(import.meta.dirname, '..');
@@ -17,14 +21,23 @@ export const PROJECT_ROOT = path.resolve(import.meta.dirname, '..');
 export const LAMBDA_MIGRATIONS_DIR = '/var/task/migrations';
 
 /**
- * The Amazon CA bundle shipped in the managed Node.js runtimes. From Node.js 20 on, Lambda no longer
- * loads it by default ("CA certificate loading", Lambda developer guide, Building with Node.js):
- * without NODE_EXTRA_CA_CERTS pointing here, `verify-full` against RDS fails with
- * "unable to get local issuer certificate". It only helps a client that does not pass its own `ca`.
+ * The Amazon RDS CA bundle the repository ships (lambdas/runtime/rds-ca/, see its README for where it
+ * came from), copied into every function's asset and passed to `pg` as `ssl.ca` (DB_SSL_CA_FILE).
+ * The runtime's own /var/runtime/ca-cert.pem is not relied on: reports against the Lambda base
+ * images say it lacks the rds-ca-rsa2048-g1 generation, which would fail the first deploy's migration.
  */
-export const LAMBDA_CA_BUNDLE = '/var/runtime/ca-cert.pem';
+export const RDS_CA_BUNDLE_SOURCE = 'lambdas/runtime/rds-ca/global-bundle.pem';
+export const LAMBDA_RDS_CA_BUNDLE = '/var/task/rds-ca/global-bundle.pem';
 
-export type PipelineHandler = 'charge' | 'reconcile' | 'migrate' | 'ops' | 'stripe-events';
+/**
+ * Pre-built bundles, one folder per handler, beside the compiled construct in the npm package
+ * (dist/lambda-assets/<handler>/index.mjs). Absent in the repository: there the sources are bundled.
+ */
+export const PREBUILT_ASSETS_DIR = path.resolve(import.meta.dirname, '..', 'lambda-assets');
+
+/** Every handler folder under lambdas/ that becomes a function (and a pre-built bundle in the package). */
+export const PIPELINE_HANDLERS = ['charge', 'reconcile', 'migrate', 'ops', 'stripe-events'] as const;
+export type PipelineHandler = (typeof PIPELINE_HANDLERS)[number];
 export type PipelineLogLevel = 'DEBUG' | 'INFO' | 'WARN' | 'ERROR';
 
 export interface PipelineFunctionProps {
@@ -38,9 +51,14 @@ export interface PipelineFunctionProps {
   /** Variables specific to this function; the common ones are added here. */
   readonly environment: Record<string, string>;
   readonly logLevel: PipelineLogLevel;
-  readonly metricsNamespace: string;
+  /** The instance's metrics identity (pipelineMetrics): POWERTOOLS_METRICS_NAMESPACE and PIPELINE_NAME. */
+  readonly metrics: PipelineMetrics;
   readonly logRetention: logs.RetentionDays;
   readonly removalPolicy: cdk.RemovalPolicy;
+  /** Where the function runs. @default PRIVATE_WITH_EGRESS subnets of the VPC */
+  readonly vpcSubnets?: ec2.SubnetSelection;
+  /** Reserved concurrency (also the maximum). @default - unreserved */
+  readonly reservedConcurrentExecutions?: number;
   /** Copy the repository's `migrations/` folder into the asset (the migrate function). */
   readonly copyMigrations?: boolean;
   /** Retries of a failed asynchronous invocation (scheduled functions). @default Lambda's default (2) */
@@ -62,19 +80,32 @@ export class PipelineFunction extends nodejs.NodejsFunction {
   constructor(scope: Construct, id: string, props: PipelineFunctionProps) {
     super(scope, id, pipelineFunctionProps(scope, id, props));
     if (this.role) {
-      cdk.Validations.of(this.role).acknowledge(
-        {
-          id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
-          reason: 'The AWS managed basic execution policy only lets the function write its own CloudWatch logs.',
-        },
-        {
-          id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole]',
-          reason:
-            'The AWS managed VPC access policy holds exactly the network-interface actions Lambda needs to run in the VPC, which only work on Resource *.',
-        },
-      );
+      cdk.Validations.of(this.role).acknowledge({
+        id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole]',
+        reason:
+          'The AWS managed VPC access policy is the one Lambda documents for a function in a VPC, holding the network-interface actions (which only work on Resource *) and the CloudWatch Logs writes, and it is the only managed policy on the role.',
+      });
     }
   }
+}
+
+/**
+ * The function's own role. Created here rather than by Lambda so that it carries only the VPC access
+ * policy: AWSLambdaBasicExecutionRole, which Lambda would add beside it, grants nothing the VPC access
+ * policy does not (logs:CreateLogGroup/CreateLogStream/PutLogEvents on every log group).
+ */
+function functionRole(scope: Construct, id: string, description: string): iam.Role {
+  return new iam.Role(scope, `${id}Role`, {
+    description: `Execution role of: ${description}`.slice(0, 1000),
+    assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+    managedPolicies: [iam.ManagedPolicy.fromAwsManagedPolicyName('service-role/AWSLambdaVPCAccessExecutionRole')],
+  });
+}
+
+/** The pre-built bundle of `handler` when running from the npm package, else undefined. */
+export function prebuiltCode(handler: PipelineHandler): lambda.Code | undefined {
+  const dir = path.join(PREBUILT_ASSETS_DIR, handler);
+  return existsSync(path.join(dir, 'index.mjs')) ? lambda.Code.fromAsset(dir) : undefined;
 }
 
 function pipelineFunctionProps(scope: Construct, id: string, props: PipelineFunctionProps): nodejs.NodejsFunctionProps {
@@ -83,9 +114,10 @@ function pipelineFunctionProps(scope: Construct, id: string, props: PipelineFunc
   // a handler exists, so only then the code is a stub; a real synth always bundles the real file.
   const bundlingSkipped = !cdk.Stack.of(scope).bundlingRequired;
   const code =
-    bundlingSkipped && !existsSync(entry)
+    prebuiltCode(props.handler) ??
+    (bundlingSkipped && !existsSync(entry)
       ? lambda.Code.fromInline(`// ${path.relative(PROJECT_ROOT, entry)}: bundling skipped`)
-      : undefined;
+      : undefined);
 
   const logGroup = new logs.LogGroup(scope, `${id}Logs`, {
     retention: props.logRetention,
@@ -104,15 +136,19 @@ function pipelineFunctionProps(scope: Construct, id: string, props: PipelineFunc
     memorySize: props.memorySize,
     timeout: props.timeout,
     vpc: props.vpc,
-    vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+    vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
     securityGroups: [props.securityGroup],
+    role: functionRole(scope, id, props.description),
+    reservedConcurrentExecutions: props.reservedConcurrentExecutions,
     logGroup,
     retryAttempts: props.asyncRetryAttempts,
     maxEventAge: props.asyncMaxEventAge,
     environment: {
       NODE_OPTIONS: '--enable-source-maps',
       POWERTOOLS_SERVICE_NAME: PIPELINE.serviceName,
-      POWERTOOLS_METRICS_NAMESPACE: props.metricsNamespace,
+      POWERTOOLS_METRICS_NAMESPACE: props.metrics.namespace,
+      PIPELINE_NAME: props.metrics.dimensionsMap.pipeline ?? '',
+      DB_SSL_CA_FILE: LAMBDA_RDS_CA_BUNDLE,
       POWERTOOLS_LOG_LEVEL: props.logLevel,
       ...props.environment,
     },
@@ -129,16 +165,21 @@ function pipelineFunctionProps(scope: Construct, id: string, props: PipelineFunc
       // pg-native is an optional native add-on pg only loads when asked to.
       externalModules: ['pg-native'],
       logLevel: nodejs.LogLevel.WARNING,
-      commandHooks: props.copyMigrations ? copyMigrationsHooks : undefined,
+      commandHooks: copyFilesHooks(props.copyMigrations ?? false),
     },
   };
 }
 
-const copyMigrationsHooks: nodejs.ICommandHooks = {
-  beforeBundling: () => [],
-  beforeInstall: () => [],
-  // inputDir is the project root for local bundling; the function reads MIGRATIONS_DIR.
-  afterBundling: (inputDir: string, outputDir: string) => [
-    `cp -R "${path.join(inputDir, 'migrations')}" "${path.join(outputDir, 'migrations')}"`,
-  ],
-};
+/** Files the bundle needs beside index.mjs: the RDS CA bundle (every function), the SQL (migrate). */
+function copyFilesHooks(copyMigrations: boolean): nodejs.ICommandHooks {
+  return {
+    beforeBundling: () => [],
+    beforeInstall: () => [],
+    // inputDir is the project root for local bundling; the functions read DB_SSL_CA_FILE and MIGRATIONS_DIR.
+    afterBundling: (inputDir: string, outputDir: string) => [
+      `mkdir -p "${path.join(outputDir, path.dirname(path.relative('/var/task', LAMBDA_RDS_CA_BUNDLE)))}"`,
+      `cp "${path.join(inputDir, RDS_CA_BUNDLE_SOURCE)}" "${path.join(outputDir, path.relative('/var/task', LAMBDA_RDS_CA_BUNDLE))}"`,
+      ...(copyMigrations ? [`cp -R "${path.join(inputDir, 'migrations')}" "${path.join(outputDir, 'migrations')}"`] : []),
+    ],
+  };
+}

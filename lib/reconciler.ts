@@ -8,6 +8,7 @@ import type * as logs from 'aws-cdk-lib/aws-logs';
 import * as scheduler from 'aws-cdk-lib/aws-scheduler';
 import * as targets from 'aws-cdk-lib/aws-scheduler-targets';
 import { Construct } from 'constructs';
+import type { PipelineMetrics } from './observability.ts';
 import { PipelineFunction, type PipelineLogLevel } from './pipeline-function.ts';
 
 export interface ReconcilerProps {
@@ -20,7 +21,9 @@ export interface ReconcilerProps {
   readonly concurrency: number;
   readonly timeout: cdk.Duration;
   readonly logLevel: PipelineLogLevel;
-  readonly metricsNamespace: string;
+  readonly metrics: PipelineMetrics;
+  /** Where the function runs. @default PRIVATE_WITH_EGRESS subnets */
+  readonly vpcSubnets?: ec2.SubnetSelection;
   readonly logRetention: logs.RetentionDays;
   readonly removalPolicy: cdk.RemovalPolicy;
 }
@@ -56,7 +59,8 @@ export class Reconciler extends Construct {
         RECONCILE_CONCURRENCY: String(props.concurrency),
       },
       logLevel: props.logLevel,
-      metricsNamespace: props.metricsNamespace,
+      metrics: props.metrics,
+      vpcSubnets: props.vpcSubnets,
       logRetention: props.logRetention,
       removalPolicy: props.removalPolicy,
       asyncRetryAttempts: 0,

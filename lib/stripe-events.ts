@@ -21,7 +21,8 @@ import type * as logs from 'aws-cdk-lib/aws-logs';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { SUBSCRIBED_EVENT_TYPES } from '../lambdas/payments/event-decisions.ts';
+import { SUBSCRIBED_EVENT_TYPES } from '../lambdas/payments/stripe-event-types.ts';
+import type { PipelineMetrics } from './observability.ts';
 import { PipelineFunction, type PipelineLogLevel } from './pipeline-function.ts';
 
 export type StripeEventsInput = 'webhook' | 'eventbridge' | 'none';
@@ -32,7 +33,8 @@ export interface StripeEventsProps {
   readonly securityGroup: ec2.ISecurityGroup;
   /** What every pipeline function reads (database, Stripe key, bus). */
   readonly environment: Record<string, string>;
-  readonly databaseSecret: secretsmanager.ISecret;
+  /** The data-only application role's secret (DB_SECRET_ARN of `environment`), never the owner's. */
+  readonly applicationDatabaseSecret: secretsmanager.ISecret;
   readonly stripeSecret: secretsmanager.ISecret;
   /** Lets the function publish the outcome events its applies write (refunds, disputes, settles). */
   readonly grantPutEvents: (grantee: iam.IGrantable) => iam.Grant;
@@ -50,7 +52,10 @@ export interface StripeEventsProps {
   /** Caps the function's concurrency (a flood of forged requests, database connections). @default - unreserved */
   readonly reservedConcurrency?: number;
   readonly logLevel: PipelineLogLevel;
-  readonly metricsNamespace: string;
+  /** The instance's metrics identity (pipelineMetrics): its alarms read this instance's metrics only. */
+  readonly metrics: PipelineMetrics;
+  /** Where the function runs. @default PRIVATE_WITH_EGRESS subnets */
+  readonly vpcSubnets?: ec2.SubnetSelection;
   readonly logRetention: logs.RetentionDays;
   readonly removalPolicy: cdk.RemovalPolicy;
 }
@@ -102,7 +107,8 @@ export class StripeEvents extends Construct {
       memorySize: 512,
       environment,
       logLevel: props.logLevel,
-      metricsNamespace: props.metricsNamespace,
+      metrics: props.metrics,
+      vpcSubnets: props.vpcSubnets,
       logRetention: props.logRetention,
       removalPolicy: props.removalPolicy,
       ...(props.input === 'eventbridge' ? { asyncRetryAttempts: 2, asyncMaxEventAge: cdk.Duration.hours(6) } : { asyncRetryAttempts: 0 }),
@@ -111,8 +117,8 @@ export class StripeEvents extends Construct {
       (this.function.node.defaultChild as lambda.CfnFunction).reservedConcurrentExecutions = props.reservedConcurrency;
     }
 
-    // Least privilege: the database and Stripe secrets, the signing secret, PutEvents on the outcome bus.
-    props.databaseSecret.grantRead(this.function);
+    // Least privilege: the application role's and Stripe's secrets, the signing secret, PutEvents on the outcome bus.
+    props.applicationDatabaseSecret.grantRead(this.function);
     props.stripeSecret.grantRead(this.function);
     this.webhookSecret?.grantRead(this.function);
     props.grantPutEvents(this.function);

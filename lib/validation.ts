@@ -1,6 +1,7 @@
 // Props are checked before anything is built, and every problem is reported at once with the
 // value that was given and the range that is allowed.
 import * as cdk from 'aws-cdk-lib';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { callBudgetProblem } from '../lambdas/payments/call-budget.ts';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import type { ChargePipelineProps } from './charge-pipeline.ts';
@@ -175,5 +176,100 @@ export function validateChargePipelineProps(props: ChargePipelineProps): void {
     );
   }
 
+  problems.push(...embeddingProblems(props));
+
   if (problems.length > 0) throw new ChargePipelinePropsError(problems);
+}
+
+const PIPELINE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+const METRICS_NAMESPACE = /^[A-Za-z0-9_.\-/#:]{1,255}$/;
+const DATABASE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/** Props that build the database: meaningless (and so refused) with existingDatabase. */
+const OWN_DATABASE_PROPS = [
+  'databaseInstanceType',
+  'multiAz',
+  'databaseAllocatedStorageGiB',
+  'databaseMaxAllocatedStorageGiB',
+  'backupRetention',
+  'deletionProtection',
+  'databaseSubnets',
+  'databaseSecret',
+  'databaseSecretRotation',
+] as const satisfies readonly (keyof ChargePipelineProps)[];
+
+/**
+ * Embedding in someone else's network and database: the names, and subnets that exist. A VPC that
+ * lacks the subnets asked for fails here with what to pass, instead of deep in CDK.
+ */
+function embeddingProblems(props: ChargePipelineProps): string[] {
+  const problems: string[] = [];
+  if (props.pipelineName !== undefined && !cdk.Token.isUnresolved(props.pipelineName) && !PIPELINE_NAME.test(props.pipelineName)) {
+    problems.push(`pipelineName must be 1-64 letters, digits, '-', '_' or '.', starting with a letter or digit, got '${props.pipelineName}'`);
+  }
+  if (props.metricsNamespace !== undefined && !cdk.Token.isUnresolved(props.metricsNamespace)) {
+    if (!METRICS_NAMESPACE.test(props.metricsNamespace) || props.metricsNamespace.startsWith('AWS/')) {
+      problems.push(`metricsNamespace must be 1-255 of letters, digits and . - _ / # : and not start with 'AWS/', got '${props.metricsNamespace}'`);
+    }
+  }
+
+  const existing = props.existingDatabase;
+  if (existing) {
+    for (const key of OWN_DATABASE_PROPS) {
+      if (props[key] !== undefined) problems.push(`${key} configures the database the construct creates; it cannot be combined with existingDatabase`);
+    }
+    const name = existing.databaseName;
+    if (name !== undefined && !cdk.Token.isUnresolved(name) && !DATABASE_NAME.test(name)) {
+      problems.push(`existingDatabase.databaseName must be a PostgreSQL identifier (lowercase letters, digits, _), got '${name}'`);
+    }
+  }
+
+  if (!props.vpc) {
+    for (const key of ['functionSubnets', 'databaseSubnets', 'functionsSecurityGroup'] as const) {
+      if (props[key] !== undefined) problems.push(`${key} refers to the VPC you bring; set vpc too (the VPC the construct creates has its own)`);
+    }
+    if (props.existingDatabase) problems.push('existingDatabase needs vpc: the VPC the database is reachable in');
+    return problems;
+  }
+  const subnets = (
+    label: string,
+    selection: ec2.SubnetSelection,
+    fix: string,
+  ): ec2.SelectedSubnets | undefined => {
+    try {
+      return props.vpc!.selectSubnets(selection);
+    } catch (error) {
+      problems.push(`${label}: the vpc has no subnets matching ${describeSelection(selection)} (${firstLine(error)}); ${fix}`);
+      return undefined;
+    }
+  };
+  const functions = subnets(
+    'functionSubnets',
+    props.functionSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+    'pass functionSubnets selecting private subnets with a route to the internet (a NAT gateway): the functions call Stripe',
+  );
+  if (functions && functions.subnets.length === 0) problems.push('functionSubnets selects no subnet of the vpc');
+  if (!existing) {
+    const database = subnets(
+      'databaseSubnets',
+      props.databaseSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
+      'pass databaseSubnets selecting private subnets in at least two availability zones, or existingDatabase',
+    );
+    const zones = database?.availabilityZones.filter((zone) => !cdk.Token.isUnresolved(zone));
+    if (database && zones && zones.length === database.availabilityZones.length && new Set(zones).size < 2) {
+      problems.push(`databaseSubnets must span at least two availability zones (an RDS subnet group needs them), got ${new Set(zones).size}`);
+    }
+  }
+  return problems;
+}
+
+function describeSelection(selection: ec2.SubnetSelection): string {
+  if (selection.subnetType) return selection.subnetType;
+  if (selection.subnetGroupName) return `subnet group '${selection.subnetGroupName}'`;
+  if (selection.subnets) return `${selection.subnets.length} given subnets`;
+  return 'the selection';
+}
+
+function firstLine(error: unknown): string {
+  return String((error as Error).message ?? error).split('\n')[0]!;
 }

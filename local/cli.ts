@@ -9,6 +9,7 @@ import { createWriteStream, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { formatConsumerLedger, startLocalConsumers, type ConsumerLedgerEntry } from './consumers.ts';
 import { buildWorkload, runWorkload, type Workload } from './demo.ts';
 import { isFaultProfileName, type FaultProfileName } from './fake-stripe/server.ts';
 import { ANSI, formatLedger, PLAIN, plural, seconds, type Ledger, type RunOutcome } from './ledger.ts';
@@ -66,6 +67,8 @@ Running:
   --fresh                 delete the PostgreSQL data folder first (a new cluster)
   --data-dir <path>       PostgreSQL data folder (default .local/postgres; logs go next to it)
   --log-level <level>     the handlers' POWERTOOLS_LOG_LEVEL (default INFO; logs go to .local/logs/)
+  --no-consumers          do not run the receipt notifier on the local bus (it runs once per
+                          policy by default: at-least-once, idempotent, at-most-once)
 
 Output:
   --json                  the ledger as JSON on stdout (progress on stderr)
@@ -98,6 +101,7 @@ interface Args {
   compare: boolean;
   /** The fake Stripe delivers signed webhooks (Stripe events in); false: polling only. */
   webhooks: boolean;
+  consumers: boolean;
 }
 
 class UsageError extends Error {
@@ -125,6 +129,7 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
       json: { type: 'boolean' },
       'compare-one-at-a-time': { type: 'boolean' },
       'no-webhooks': { type: 'boolean' },
+      'no-consumers': { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -166,6 +171,7 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
     json: values.json ?? false,
     compare: values['compare-one-at-a-time'] ?? false,
     webhooks: !values['no-webhooks'],
+    consumers: !values['no-consumers'],
   };
 }
 
@@ -204,6 +210,8 @@ function captureHandlerOutput(file: string): () => Promise<void> {
 interface RunResult {
   readonly ledger: Ledger;
   readonly outcome: RunOutcome;
+  /** The receipt notifier per policy (null: --no-consumers). */
+  readonly consumers: ConsumerLedgerEntry[] | null;
 }
 
 function stripeSetup(args: Args): StripeSetup {
@@ -248,6 +256,8 @@ async function runOnce(
   });
   registerPipeline(pipeline);
   const st = ui.style;
+  // The outcome consumers (docs/events.md): the receipt notifier on this run's bus, once per policy.
+  const consumers = args.consumers ? await startLocalConsumers({ pipeline, faults: pipeline.faults, seed: args.seed, log: (line) => logLines.push(`${new Date().toISOString()} ${line}`) }) : null;
   try {
     const e = pipeline.environment;
     ui.write(
@@ -312,9 +322,15 @@ async function runOnce(
       );
     }
     for (const line of logLines.slice(-5)) ui.write(st.dim(`note: ${line}\n`));
-    return { ledger: run.ledger, outcome: run.outcome };
+    let consumerLedger: ConsumerLedgerEntry[] | null = null;
+    if (consumers) {
+      if (!(await consumers.drain(30_000))) ui.write(st.red('outcome consumers: queues not empty after 30 s; their figures are partial\n'));
+      consumerLedger = await consumers.ledger();
+    }
+    return { ledger: run.ledger, outcome: run.outcome, consumers: consumerLedger };
   } finally {
     registerPipeline(null);
+    await consumers?.stop();
     await pipeline.stop();
   }
 }
@@ -402,9 +418,10 @@ export async function main(argv: readonly string[]): Promise<number> {
       const out = comparison
         ? { ...ledger, comparison: { oneAtATime: comparison.ledger, batchedChargesPerSecond: ledger.timing.chargesPerSecond, oneAtATimeChargesPerSecond: comparison.ledger.timing.chargesPerSecond, ratio: comparison.ratio } }
         : ledger;
-      realStdout(`${JSON.stringify(out, null, 2)}\n`);
+      realStdout(`${JSON.stringify(main.consumers ? { ...out, consumers: main.consumers } : out, null, 2)}\n`);
     } else {
       realStdout(`\n${formatLedger(ledger, ui.style)}\n`);
+      if (main.consumers) realStdout(`\n${formatConsumerLedger(main.consumers, ui.style)}\n`);
       if (comparison) {
         const c = comparison.ledger;
         realStdout(

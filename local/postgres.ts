@@ -30,6 +30,8 @@ export interface StartOptions {
   persistent?: boolean;
   port?: number;
   onLog?: (line: string) => void;
+  /** More `-c name=value` settings (e.g. ssl=on with a test certificate). */
+  extraFlags?: readonly string[];
 }
 
 const USER = 'postgres';
@@ -168,6 +170,7 @@ export async function startEmbeddedPostgres(options: StartOptions): Promise<Embe
         // that, and test/proof/postgres-crash.test.ts keeps it from coming back).
         '-c', 'fsync=off',
         '-c', 'full_page_writes=off',
+        ...(options.extraFlags ?? []),
       ],
     });
 

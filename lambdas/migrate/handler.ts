@@ -5,8 +5,9 @@
 // under an advisory lock (runtime/migrations.ts), so a re-run or two at once are harmless.
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
-import { loadConfig } from '../runtime/config.ts';
-import { defaultMigrationsDir, loadMigrations, migrate, type MigrationResult } from '../runtime/migrations.ts';
+import { loadConfig, type RuntimeConfig } from '../runtime/config.ts';
+import { getSecretString } from '../runtime/secrets.ts';
+import { APPLICATION_ROLE, defaultMigrationsDir, loadMigrations, migrate, type MigrationResult } from '../runtime/migrations.ts';
 import { createLogger, describeError } from '../runtime/observability.ts';
 import { databaseClientConfig } from '../runtime/database.ts';
 
@@ -23,13 +24,28 @@ async function applyMigrations(): Promise<MigrateResult> {
     const files = await loadMigrations(migrationsDir);
     if (files.length === 0) throw new Error(`no migration files in ${migrationsDir}: the asset was built without them`);
     // One client, not the pool: the advisory lock is per session and the run is a one-off.
-    const result = await migrate(await databaseClientConfig(config), files, (line) => logger.info(line));
+    const result = await migrate(await databaseClientConfig(config), files, (line) => logger.info(line), {
+      statementTimeoutMs: config.database.migrationStatementTimeoutMs,
+      lockTimeoutMs: config.database.migrationLockTimeoutMs,
+      applicationRolePassword: await applicationRolePassword(config),
+    });
     logger.info('migrations done', { applied: result.applied, alreadyApplied: result.alreadyApplied.length, migrationsDir });
     return { ...result, migrationsDir };
   } catch (error) {
     logger.error('migrations failed', { ...describeError(error), migrationsDir });
     throw error;
   }
+}
+
+/** AWS: the password of the application secret (DB_APP_SECRET_ARN), which migrate sets on the role. */
+async function applicationRolePassword(config: RuntimeConfig): Promise<string | undefined> {
+  const arn = config.database.appSecretArn;
+  if (!arn) return undefined;
+  const secret = JSON.parse(await getSecretString(arn, config.region)) as { username?: string; password?: string };
+  if (secret.username !== APPLICATION_ROLE || !secret.password) {
+    throw new Error(`the application secret ${arn} must hold username "${APPLICATION_ROLE}" and a password`);
+  }
+  return secret.password;
 }
 
 export const handler = middy(applyMigrations).use(injectLambdaContext(logger, { resetKeys: true, logEvent: false }));

@@ -14,18 +14,8 @@
 import { z } from 'zod';
 import type { Operation, PaymentIntentView } from './types.ts';
 
-/** The events the endpoint is subscribed to (the stack output lists exactly these). */
-export const SUBSCRIBED_EVENT_TYPES = [
-  'payment_intent.succeeded',
-  'payment_intent.payment_failed',
-  'payment_intent.canceled',
-  'payment_intent.processing',
-  'payment_intent.requires_action',
-  'charge.refunded',
-  'charge.dispute.created',
-  'charge.dispute.closed',
-] as const;
-export type SubscribedEventType = (typeof SUBSCRIBED_EVENT_TYPES)[number];
+// The subscribed types live in a dependency-free module the construct imports (the npm package).
+export { SUBSCRIBED_EVENT_TYPES, type SubscribedEventType } from './stripe-event-types.ts';
 
 // ── Reading an event ─────────────────────────────────────────────────────────────────────────────
 

@@ -4,6 +4,7 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
+import { randomUUID } from 'node:crypto';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import { worstCaseCallMs } from '../payments/call-budget.ts';
@@ -11,7 +12,11 @@ import { assertCallBudget, ConfigError, loadConfig, type RuntimeConfig } from '.
 import { clockFromContext, createLogger, createMetrics, describeError } from '../runtime/observability.ts';
 import { getEventPublisher, getPool, getStripeGateway } from '../runtime/resources.ts';
 import { METRICS, PIPELINE } from '../runtime/settings.ts';
+import { acquireSweepLease, releaseSweepLease } from './sweep-lease.ts';
 import { runReconcile, type ReconcileSummary } from './sweep.ts';
+
+/** A lease outlives its invocation's deadline by this much (clock skew between Lambda and the database). */
+const SWEEP_LEASE_MARGIN_MS = 5_000;
 
 export const logger = createLogger();
 export const metrics = createMetrics();
@@ -65,10 +70,25 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
     });
   metrics.addMetric(METRICS.configurationRefused, MetricUnit.Count, refused ? 1 : 0);
   if (event?.scheduledTime) logger.appendKeys({ scheduledTime: event.scheduledTime });
+  // One sweep at a time spends the Stripe budget (sweep-lease.ts): a run that overlaps a slow one
+  // relays the outbox and publishes the gauges, and leaves the operations to the lease holder.
+  const holder = context.awsRequestId || randomUUID();
+  // A database that cannot even give the lease fails the sweep the usual way, after the relay and
+  // the gauges were tried (runReconcile reports it): no Stripe call without the lease.
+  const lease = await acquireSweepLease(db, holder, clock.remainingMs() + SWEEP_LEASE_MARGIN_MS).catch((error: unknown) => {
+    logger.warn('could not take the sweep lease; no Stripe call this run', describeError(error));
+    return { acquired: false as const, failed: describeError(error) };
+  });
+  if (!lease.acquired && !('failed' in lease)) {
+    logger.info('another sweep holds the Stripe budget; this run relays and measures only', {
+      heldBy: 'heldBy' in lease ? lease.heldBy : undefined,
+      heldUntil: 'heldUntil' in lease ? lease.heldUntil?.toISOString() : undefined,
+    });
+  }
   const summary = await runReconcile(
     {
       db,
-      gateway: 'unavailable' in gateway ? null : gateway,
+      gateway: 'unavailable' in gateway || !lease.acquired ? null : gateway,
       publisher: getEventPublisher(config),
       log: logger,
       policy: config.policy,
@@ -85,7 +105,7 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
       inboxDb: db,
     },
     clock,
-  );
+  ).finally(() => (lease.acquired ? releaseSweepLease(db, holder).catch(() => {}) : undefined));
 
   metrics.addMetric(METRICS.reconciledOperations, MetricUnit.Count, summary.reconciled);
   metrics.addMetric(METRICS.stripeAuthErrors, MetricUnit.Count, summary.stripeAuthErrors);
@@ -114,6 +134,7 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
   }
   const { errors, ...rest } = summary;
   logger.info('reconcile run done', { ...rest, errorCount: errors.length });
+  if ('failed' in lease) throw new ReconcileError({ ...summary, errors: [`sweep: no sweep lease: ${lease.failed.errorName}: ${lease.failed.errorMessage}`, ...errors] });
   if ('unavailable' in gateway) {
     const what = refused ? 'configuration' : 'stripe';
     throw new ReconcileError({ ...summary, errors: [`${what}: ${gateway.unavailable.errorName}: ${gateway.unavailable.errorMessage}`, ...errors] });

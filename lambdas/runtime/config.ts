@@ -10,13 +10,24 @@ export interface RuntimeConfig {
     readonly url: string | undefined;
     /** AWS: the RDS-generated secret (JSON with host, port, username, password, dbname). */
     readonly secretArn: string | undefined;
-    /** off (local), require (encrypt, no verification), verify-full (encrypt and verify the RDS CA). */
+    /** AWS, migrate only: the application role's secret, whose password migrate sets on the role. */
+    readonly appSecretArn: string | undefined;
+    /** Override the secret's host / port / dbname (an RDS Proxy or cluster endpoint, a credentials-only secret). */
+    readonly host: string | undefined;
+    readonly port: number | undefined;
+    readonly name: string | undefined;
+    /** off (local), require (encrypt, no verification), verify-full (encrypt, verify the CA and the host name). */
     readonly ssl: 'off' | 'require' | 'verify-full';
+    /** verify-full: the PEM bundle of CAs to trust (the RDS bundle on AWS); unset: Node's default roots. */
+    readonly caFile: string | undefined;
     /** Connections per container. A Lambda container serves one invocation at a time. */
     readonly poolMax: number;
     readonly statementTimeoutMs: number;
     readonly connectTimeoutMs: number;
     readonly applicationName: string;
+    /** The migrate path's own limits (DB_STATEMENT_TIMEOUT_MS is the charge path's). */
+    readonly migrationStatementTimeoutMs: number;
+    readonly migrationLockTimeoutMs: number;
   };
   readonly stripe: {
     readonly apiKey: string | undefined;
@@ -113,11 +124,22 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
     database: {
       url: blank(env.DATABASE_URL),
       secretArn: blank(env.DB_SECRET_ARN),
+      appSecretArn: blank(env.DB_APP_SECRET_ARN),
+      host: blank(env.DB_HOST),
+      port: blank(env.DB_PORT) === undefined ? undefined : integer(env, 'DB_PORT', 5432, 1, 65535),
+      name: blank(env.DB_NAME),
       ssl: oneOf(env, 'DB_SSL', ['off', 'require', 'verify-full'], blank(env.DB_SECRET_ARN) ? 'verify-full' : 'off'),
+      caFile: blank(env.DB_SSL_CA_FILE),
       poolMax: integer(env, 'DB_POOL_MAX', 2, 1, 100),
       statementTimeoutMs: integer(env, 'DB_STATEMENT_TIMEOUT_MS', 10_000, 100),
       connectTimeoutMs: integer(env, 'DB_CONNECT_TIMEOUT_MS', 5_000, 100),
       applicationName: blank(env.DB_APPLICATION_NAME) ?? blank(env.AWS_LAMBDA_FUNCTION_NAME) ?? 'charge-pipeline',
+      // 0 = none. The default stays under the migrate function's 5 min timeout; an index build that
+      // needs longer belongs in a CONCURRENTLY migration run by hand (docs/deploy.md).
+      migrationStatementTimeoutMs: integer(env, 'MIGRATE_STATEMENT_TIMEOUT_MS', 240_000, 0, 3_600_000),
+      // A DDL lock waits behind a long transaction and, while it waits, blocks every charge that
+      // touches the table: give up quickly and fail the deploy instead (it is safe to re-run).
+      migrationLockTimeoutMs: integer(env, 'MIGRATE_LOCK_TIMEOUT_MS', 5_000, 1, 600_000),
     },
     stripe: {
       apiKey: blank(env.STRIPE_SECRET_KEY),

@@ -1,16 +1,78 @@
-// How to reach the database: a URL locally, the RDS-generated secret on AWS, with TLS and timeouts.
+// How to reach the database: a URL locally, a Secrets Manager secret on AWS, with TLS and timeouts.
 // Used by the pool (resources.ts) and by the migrate function's single client; its own module so that
 // the migrate bundle carries no Stripe or EventBridge client.
-import type pg from 'pg';
+//
+// TLS on AWS is verify-full against the RDS CA bundle the repository ships (DB_SSL_CA_FILE, see
+// rds-ca/README.md): the server certificate must chain to one of those CAs and name the host we
+// connected to (tls.checkServerIdentity against `servername`). Nothing depends on the CAs of the
+// Lambda runtime image.
+//
+// The password is read from the secret for every new connection (pg calls `password` per connect),
+// from the container's cache; when the server refuses it (a rotation changed it), the pool forgets
+// the cached secret and connects once more with a fresh read (CredentialRefreshingPool).
+import { readFileSync } from 'node:fs';
+import net from 'node:net';
+import pg from 'pg';
 import { ConfigError, type RuntimeConfig } from './config.ts';
-import { getSecretString } from './secrets.ts';
+import { forgetSecrets, getSecretString } from './secrets.ts';
 
 interface RdsSecret {
-  host: string;
+  host?: string;
   port?: number | string;
   username: string;
   password: string;
   dbname?: string;
+}
+
+/** PostgreSQL's invalid_password: the server refused the password (or the user does not exist). */
+export const INVALID_PASSWORD = '28P01';
+
+export function isAuthenticationFailure(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && (error as { code?: unknown }).code === INVALID_PASSWORD;
+}
+
+const caCache = new Map<string, string>();
+
+/** The PEM bundle of DB_SSL_CA_FILE, read once per container; a missing file is a configuration error. */
+export function readCaBundle(file: string): string {
+  let pem = caCache.get(file);
+  if (pem === undefined) {
+    try {
+      pem = readFileSync(file, 'utf8');
+    } catch (error) {
+      throw new ConfigError(`DB_SSL_CA_FILE ${file} cannot be read (${(error as Error).message})`);
+    }
+    if (!pem.includes('-----BEGIN CERTIFICATE-----')) throw new ConfigError(`DB_SSL_CA_FILE ${file} holds no PEM certificate`);
+    caCache.set(file, pem);
+  }
+  return pem;
+}
+
+/** The `ssl` option for the configured mode; `host` is the name the certificate must carry. */
+export function sslOptions(config: RuntimeConfig, host: string | undefined): pg.ClientConfig['ssl'] {
+  const db = config.database;
+  if (db.ssl === 'off') return undefined;
+  if (db.ssl === 'require') return { rejectUnauthorized: false };
+  return {
+    rejectUnauthorized: true,
+    ...(db.caFile ? { ca: readCaBundle(db.caFile) } : {}),
+    // SNI and the identity check use the host name (pg also sets this; never for an IP, RFC 6066).
+    ...(host && net.isIP(host) === 0 ? { servername: host } : {}),
+  };
+}
+
+function hostOfUrl(url: string): string | undefined {
+  try {
+    return new URL(url).hostname || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+async function readSecret(arn: string, config: RuntimeConfig): Promise<RdsSecret> {
+  const secret = JSON.parse(await getSecretString(arn, config.region)) as RdsSecret;
+  if (!secret.username || !secret.password) throw new ConfigError(`the database secret ${arn} lacks username or password`);
+  return secret;
 }
 
 /** Client settings for the configured database; getPool adds the pool settings. */
@@ -20,19 +82,58 @@ export async function databaseClientConfig(config: RuntimeConfig): Promise<pg.Cl
     connectionTimeoutMillis: db.connectTimeoutMs,
     statement_timeout: db.statementTimeoutMs,
     application_name: db.applicationName,
-    // verify-full: the server certificate must chain to a trusted CA — on Lambda, the RDS CA bundle
-    // the runtime loads when NODE_EXTRA_CA_CERTS=/var/runtime/ca-cert.pem — and match the host.
-    ...(db.ssl === 'off' ? {} : { ssl: { rejectUnauthorized: db.ssl === 'verify-full' } }),
   };
-  if (db.url) return { ...common, connectionString: db.url };
-  const secret = JSON.parse(await getSecretString(db.secretArn!, config.region)) as RdsSecret;
-  if (!secret.host || !secret.username || !secret.password) throw new ConfigError('the database secret lacks host, username or password');
+  if (db.url) return { ...common, connectionString: db.url, ssl: sslOptions(config, hostOfUrl(db.url)) };
+  const arn = db.secretArn!;
+  const secret = await readSecret(arn, config);
+  // DB_HOST / DB_PORT / DB_NAME win over the secret: an RDS Proxy or cluster endpoint, or a secret
+  // that only holds a user's credentials (the application role's).
+  const host = db.host ?? secret.host;
+  if (!host) throw new ConfigError(`the database secret ${arn} has no host and DB_HOST is not set`);
   return {
     ...common,
-    host: secret.host,
-    port: Number(secret.port ?? 5432),
+    host,
+    port: db.port ?? Number(secret.port ?? 5432),
     user: secret.username,
-    password: secret.password,
-    database: secret.dbname ?? 'postgres',
+    // Read per connection, from the cache: after forgetDatabaseSecret() the next one reads it anew.
+    password: async () => (await readSecret(arn, config)).password,
+    database: db.name ?? secret.dbname ?? 'postgres',
+    ssl: sslOptions(config, host),
   };
+}
+
+/** Forget the cached database secret, so that the next connection reads the current password. */
+export function forgetDatabaseSecret(config: RuntimeConfig): void {
+  if (config.database.secretArn) forgetSecrets(config.database.secretArn);
+}
+
+type ConnectCallback = (error: Error | undefined, client: pg.PoolClient | undefined, done: (release?: unknown) => void) => void;
+
+/**
+ * A pool that survives a password rotation: a connection refused with invalid_password makes it call
+ * `refresh` (forget the cached secret) and connect once more. Once: a password that is still wrong
+ * after a fresh read is a real failure, reported as such.
+ */
+export class CredentialRefreshingPool extends pg.Pool {
+  private readonly refresh: () => void;
+
+  constructor(config: pg.PoolConfig, refresh: () => void) {
+    super(config);
+    this.refresh = refresh;
+  }
+
+  override connect(): Promise<pg.PoolClient>;
+  override connect(callback: ConnectCallback): void;
+  override connect(callback?: ConnectCallback): Promise<pg.PoolClient> | void {
+    const attempt = super.connect().catch((error: unknown) => {
+      if (!isAuthenticationFailure(error)) throw error;
+      this.refresh();
+      return super.connect();
+    });
+    if (!callback) return attempt;
+    attempt.then(
+      (client) => callback(undefined, client, (release) => client.release(release as Error | boolean | undefined)),
+      (error: Error) => callback(error, undefined, () => {}),
+    );
+  }
 }

@@ -18,11 +18,17 @@ export function createLogger(): Logger {
   return new Logger({ serviceName: blank(process.env.POWERTOOLS_SERVICE_NAME) ?? PIPELINE.serviceName });
 }
 
-/** Namespace and service dimension as the CDK alarms expect them (lib/observability.ts). */
-export function createMetrics(): Metrics {
+/**
+ * Namespace and dimensions as the CDK alarms expect them (lib/observability.ts, pipelineMetrics):
+ * service, plus pipeline = PIPELINE_NAME when the stack sets it, so that two pipelines in one account
+ * and region publish distinct metrics (locally unset: service only).
+ */
+export function createMetrics(env: Readonly<Record<string, string | undefined>> = process.env): Metrics {
+  const pipelineName = blank(env.PIPELINE_NAME);
   return new Metrics({
-    namespace: blank(process.env.POWERTOOLS_METRICS_NAMESPACE) ?? PIPELINE.metricsNamespace,
-    serviceName: blank(process.env.POWERTOOLS_SERVICE_NAME) ?? PIPELINE.serviceName,
+    namespace: blank(env.POWERTOOLS_METRICS_NAMESPACE) ?? PIPELINE.metricsNamespace,
+    serviceName: blank(env.POWERTOOLS_SERVICE_NAME) ?? PIPELINE.serviceName,
+    ...(pipelineName ? { defaultDimensions: { pipeline: pipelineName } } : {}),
   });
 }
 
@@ -36,31 +42,8 @@ export interface LogSink {
 
 export const silentLog: LogSink = { debug() {}, info() {}, warn() {}, error() {} };
 
-// Stripe keys (secret, restricted, publishable; live and test), PaymentMethod ids, client secrets,
-// and the password of a URL. A Stripe "No such PaymentMethod: 'pm_…'" message carries an id, and a
-// connection error may carry the URL it tried.
-const SECRETS: readonly [RegExp, string][] = [
-  [/\b(sk|rk|pk)_(live|test)_[A-Za-z0-9]+/g, '$1_$2_[redacted]'],
-  [/\bpm_[A-Za-z0-9_]+/g, 'pm_[redacted]'],
-  [/\b(pi|seti)_[A-Za-z0-9]+_secret_[A-Za-z0-9]+/g, '[redacted client secret]'],
-  [/(\/\/[^:/@\s]+:)[^@\s]+@/g, '$1[redacted]@'],
-];
-
-export function redact(text: string): string {
-  return SECRETS.reduce((out, [pattern, replacement]) => out.replace(pattern, replacement), text);
-}
-
-/** What may be logged about an error: its class, its code, and a redacted, bounded message. */
-export function describeError(error: unknown): { errorName: string; errorCode?: string; errorMessage: string } {
-  const e = typeof error === 'object' && error !== null ? (error as { name?: unknown; code?: unknown; message?: unknown }) : {};
-  const name = typeof e.name === 'string' ? e.name : 'Error';
-  const message = typeof e.message === 'string' ? e.message : String(error);
-  return {
-    errorName: name,
-    ...(typeof e.code === 'string' || typeof e.code === 'number' ? { errorCode: String(e.code) } : {}),
-    errorMessage: redact(message).slice(0, 500),
-  };
-}
+// Moved to redact.ts (no Powertools there, so that plain domain code can use them); re-exported.
+export { describeError, redact } from './redact.ts';
 
 /** The invocation's clock: how much time Lambda leaves us. */
 export interface InvocationClock {

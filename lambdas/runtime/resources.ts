@@ -7,7 +7,7 @@ import type Stripe from 'stripe';
 import { EventBridgePublisher, type EventPublisher } from '../events/outbox.ts';
 import { createStripeClient, StripeGateway } from '../payments/stripe-gateway.ts';
 import { assertStripeConfigured, ConfigError, type RuntimeConfig } from './config.ts';
-import { databaseClientConfig } from './database.ts';
+import { CredentialRefreshingPool, databaseClientConfig, forgetDatabaseSecret } from './database.ts';
 import { forgetSecrets, getSecretString } from './secrets.ts';
 
 export { getSecretString } from './secrets.ts';
@@ -26,7 +26,7 @@ let pool: Promise<pg.Pool> | undefined;
 export function getPool(config: RuntimeConfig, onIdleError: (error: Error) => void = () => {}): Promise<pg.Pool> {
   if (!pool) {
     pool = poolConfig(config).then((settings) => {
-      const created = new pg.Pool(settings);
+      const created = new CredentialRefreshingPool(settings, () => forgetDatabaseSecret(config));
       created.on('error', onIdleError);
       return created;
     });

@@ -1,23 +1,31 @@
 import * as cdk from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import { afterAll, describe, expect, it } from 'vitest';
 import { METRICS, PIPELINE } from '../../lambdas/runtime/settings.ts';
 import { ALARM_CATALOG, type AlarmName } from '../../lib/alarm-catalog.ts';
-import { type CfnResource, logicalId, ofType, removeSynthOutput, synthPipeline } from './support.ts';
+import { ChargePipeline } from '../../lib/charge-pipeline.ts';
+import { type CfnResource, logicalId, newApp, ofType, removeSynthOutput, synthPipeline } from './support.ts';
 
 afterAll(removeSynthOutput);
 
-const { pipeline, resources, stack } = synthPipeline();
+const { pipeline, resources } = synthPipeline();
 const alarms = ofType(resources, 'AWS::CloudWatch::Alarm');
 const byName = new Map(alarms.map(([, alarm]) => [alarm.Properties!.AlarmName as string, alarm]));
 const alarm = (name: AlarmName): CfnResource => {
-  const found = byName.get(`${stack.stackName}-${name}`);
+  const found = byName.get(`${pipeline.pipelineName}-${name}`);
   if (!found) throw new Error(`no alarm ${name}`);
   return found;
 };
-const service = [{ Name: 'service', Value: PIPELINE.serviceName }];
-const fnDimension = (fn: cdk.Resource) => [{ Name: 'FunctionName', Value: { Ref: logicalId(fn) } }];
-const queueDimension = (queue: cdk.Resource) => [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [logicalId(queue), 'QueueName'] } }];
+// Every metric of the functions carries this instance's pipeline name: no other pipeline's data.
+const service = [
+  { Name: 'pipeline', Value: pipeline.pipelineName },
+  { Name: 'service', Value: PIPELINE.serviceName },
+];
+const dbDimension = () => [{ Name: 'DBInstanceIdentifier', Value: { Ref: logicalId(pipeline.database!) } }];
+const fnDimension = (fn: cdk.IResource) => [{ Name: 'FunctionName', Value: { Ref: logicalId(fn) } }];
+const queueDimension = (queue: cdk.IResource) => [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [logicalId(queue), 'QueueName'] } }];
 
 interface Expected {
   namespace: string;
@@ -66,12 +74,35 @@ const EXPECTED: Record<Exclude<AlarmName, 'ReconcilerNotRunning'>, Expected> = {
   StripeEventBacklogTooOld: { namespace: 'ChargePipeline', metricName: METRICS.oldestInboxEventAgeSeconds, dimensions: service, statistic: 'Maximum', threshold: 600 },
   StripeEventContradiction: { namespace: 'ChargePipeline', metricName: METRICS.openContradictions, dimensions: service, statistic: 'Maximum', threshold: 0 },
   UnrecordedCharge: { namespace: 'ChargePipeline', metricName: METRICS.openUnrecordedCharges, dimensions: service, statistic: 'Maximum', threshold: 0 },
+  DatabaseFreeStorageLow: {
+    namespace: 'AWS/RDS',
+    metricName: 'FreeStorageSpace',
+    dimensions: dbDimension(),
+    statistic: 'Minimum',
+    threshold: 2 * 1024 ** 3,
+    comparison: 'LessThanThreshold',
+  },
+  DatabaseCpuCreditsLow: {
+    namespace: 'AWS/RDS',
+    metricName: 'CPUCreditBalance',
+    dimensions: dbDimension(),
+    statistic: 'Minimum',
+    threshold: 20,
+    comparison: 'LessThanThreshold',
+  },
+  DatabaseConnectionsHigh: {
+    namespace: 'AWS/RDS',
+    metricName: 'DatabaseConnections',
+    dimensions: dbDimension(),
+    statistic: 'Maximum',
+    threshold: 80,
+  },
 };
 
 describe('the alarms', () => {
   it('are exactly the catalog: every catalog entry has one alarm, and there is no other', () => {
     expect(pipeline.alarms.map((entry) => entry.name)).toEqual(ALARM_CATALOG.map((entry) => entry.name));
-    expect([...byName.keys()].sort()).toEqual(ALARM_CATALOG.map((entry) => `${stack.stackName}-${entry.name}`).sort());
+    expect([...byName.keys()].sort()).toEqual(ALARM_CATALOG.map((entry) => `${pipeline.pipelineName}-${entry.name}`).sort());
   });
 
   it('carry their one-line meaning as the alarm description', () => {
@@ -91,7 +122,7 @@ describe('the alarms', () => {
       Statistic: expected.statistic,
       Period: 300,
       Threshold: expected.threshold,
-      ComparisonOperator: 'GreaterThanThreshold',
+      ComparisonOperator: expected.comparison ?? 'GreaterThanThreshold',
       EvaluationPeriods: 1,
       TreatMissingData: 'notBreaching',
     });
@@ -155,7 +186,12 @@ describe('the alarm topic', () => {
     const keyId = topic.Properties!.KmsMasterKeyId['Fn::GetAtt'][0] as string;
     expect(resources[keyId]!.Properties).toMatchObject({ EnableKeyRotation: true });
     expect(resources[keyId]!.Properties!.KeyPolicy.Statement).toContainEqual(
-      expect.objectContaining({ Principal: { Service: 'cloudwatch.amazonaws.com' }, Action: ['kms:Decrypt', 'kms:GenerateDataKey*'] }),
+      expect.objectContaining({
+        Principal: { Service: 'cloudwatch.amazonaws.com' },
+        Action: ['kms:Decrypt', 'kms:GenerateDataKey*'],
+        // this account's alarms only (confused deputy)
+        Condition: { StringEquals: { 'aws:SourceAccount': { Ref: 'AWS::AccountId' } } },
+      }),
     );
     const [[, policy]] = ofType(resources, 'AWS::SNS::TopicPolicy') as [[string, CfnResource]];
     expect(policy.Properties!.Topics).toEqual([{ Ref: topicId }]);
@@ -204,6 +240,67 @@ describe('the dashboard', () => {
     for (const name of Object.values(METRICS)) expect(shown, name).toContain(name);
     for (const name of ['ApproximateAgeOfOldestMessage', 'ApproximateNumberOfMessagesVisible', 'Invocations', 'Errors', 'Throttles', 'Duration', 'DatabaseConnections', 'FreeStorageSpace']) {
       expect(shown, name).toContain(name);
+    }
+  });
+});
+
+describe('two pipelines in one stack', () => {
+  const app = newApp();
+  const shared = new cdk.Stack(app, 'Shared');
+  const vpc = new ec2.Vpc(shared, 'Vpc', { maxAzs: 2, natGateways: 1, subnetConfiguration: [
+    { name: 'public', subnetType: ec2.SubnetType.PUBLIC },
+    { name: 'functions', subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+    { name: 'database', subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
+  ] });
+  const dev = new ChargePipeline(shared, 'Dev', { vpc });
+  const prod = new ChargePipeline(shared, 'Prod', { vpc });
+  const twoResources = Template.fromStack(shared).toJSON().Resources as Record<string, CfnResource>;
+  const alarmsOf = (p: ChargePipeline) =>
+    p.alarms.map(({ alarm: a }) => twoResources[logicalId(a)]!.Properties!);
+
+  it('publish and alarm on their own metrics: every app-metric alarm names its own pipeline', () => {
+    expect(dev.pipelineName).not.toBe(prod.pipelineName);
+    for (const p of [dev, prod]) {
+      const dimensions = alarmsOf(p).flatMap((a) => [
+        ...(a.Namespace === PIPELINE.metricsNamespace ? [a.Dimensions] : []),
+        ...((a.Metrics ?? []) as any[]).filter((m) => m.MetricStat?.Metric.Namespace === PIPELINE.metricsNamespace).map((m) => m.MetricStat.Metric.Dimensions),
+      ]);
+      expect(dimensions.length).toBeGreaterThan(0);
+      for (const d of dimensions) expect(d).toContainEqual({ Name: 'pipeline', Value: p.pipelineName });
+    }
+  });
+
+  it('have alarms of distinct names, and functions that publish under their own pipeline name', () => {
+    const names = [dev, prod].flatMap((p) => alarmsOf(p).map((a) => a.AlarmName as string));
+    expect(new Set(names).size).toBe(names.length);
+    for (const p of [dev, prod]) {
+      const env = twoResources[logicalId(p.chargeFunction)]!.Properties!.Environment.Variables;
+      expect(env.PIPELINE_NAME).toBe(p.pipelineName);
+    }
+  });
+
+  it('take a namespace of their own when asked', () => {
+    const custom = synthPipeline({ metricsNamespace: 'Payments/Charges', pipelineName: 'payments-eu' });
+    const review = custom.pipeline.alarms.find((a) => a.name === 'ReviewQueueNotEmpty')!;
+    expect(custom.resources[logicalId(review.alarm)]!.Properties).toMatchObject({
+      AlarmName: 'payments-eu-ReviewQueueNotEmpty',
+      Namespace: 'Payments/Charges',
+      Dimensions: [{ Name: 'pipeline', Value: 'payments-eu' }, { Name: 'service', Value: PIPELINE.serviceName }],
+    });
+    expect(custom.pipeline.metricReviewQueueSize().dimensions).toEqual({ service: PIPELINE.serviceName, pipeline: 'payments-eu' });
+  });
+
+  it('have no physical name in common', () => {
+    const NAMES = ['QueueName', 'Name', 'AlarmName', 'DashboardName', 'TopicName', 'FunctionName', 'RoleName', 'ScheduleName', 'LogGroupName'];
+    const seen = new Map<string, string>();
+    for (const [id, r] of Object.entries(twoResources)) {
+      for (const key of NAMES) {
+        const value = r.Properties?.[key];
+        if (typeof value !== 'string') continue;
+        const name = `${r.Type}:${value}`;
+        expect(seen.get(name), `${id} and ${seen.get(name)} are both named ${value}`).toBeUndefined();
+        seen.set(name, id);
+      }
     }
   });
 });

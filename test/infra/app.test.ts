@@ -68,7 +68,7 @@ describe('the default stack', () => {
   });
 
   it('uses the dev profile of cdk.json: single AZ, one NAT, no deletion protection, snapshot on delete', () => {
-    const db = dev.resources[logicalId(dev.pipeline.database)]!;
+    const db = dev.resources[logicalId(dev.pipeline.database!)]!;
     expect(db.Properties).toMatchObject({ MultiAZ: false, DeletionProtection: false, DBInstanceClass: 'db.t4g.micro' });
     expect(db.DeletionPolicy).toBe('Snapshot');
     expect(ofType(dev.resources, 'AWS::EC2::NatGateway')).toHaveLength(1);
@@ -76,7 +76,7 @@ describe('the default stack', () => {
 
   it('uses the prod profile when asked, and -c values win over it', () => {
     expect(prod.stack.stackName).toBe('ChargePipeline-prod');
-    const db = prod.resources[logicalId(prod.pipeline.database)]!;
+    const db = prod.resources[logicalId(prod.pipeline.database!)]!;
     expect(db.Properties).toMatchObject({ MultiAZ: true, DeletionProtection: true, DBInstanceClass: 'db.t4g.medium' });
     expect(ofType(prod.resources, 'AWS::EC2::NatGateway')).toHaveLength(1); // -c natGateways=1 over the profile's 2
     expect(ofType(prod.resources, 'AWS::Lambda::EventSourceMapping')[0]![1].Properties!.ScalingConfig).toEqual({ MaximumConcurrency: 20 });
@@ -87,9 +87,9 @@ describe('the default stack', () => {
   });
 
   it('imports a Stripe secret and an operator role by ARN', () => {
-    // the database's and the webhook signing secret (created empty); no Stripe key secret
+    // the database's owner and application role, and the webhook signing secret (created empty); no Stripe key secret
     const secrets = ofType(prod.resources, 'AWS::SecretsManager::Secret').map(([id]) => id);
-    expect(secrets).toHaveLength(2);
+    expect(secrets).toHaveLength(3);
     expect(secrets).toContain(logicalId(prod.pipeline.stripeEvents!.webhookSecret as never));
     expect(prod.resources[logicalId(prod.pipeline.chargeFunction)]!.Properties!.Environment.Variables.STRIPE_SECRET_ARN).toBe(
       STRIPE_SECRET_ARN,

@@ -4,7 +4,7 @@
 // throws when it cannot (what fails the deploy). Skipped while the handler does not exist.
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -14,8 +14,9 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createDatabase } from '../../local/postgres.ts';
-import { handlerEntry, LAMBDA_MIGRATIONS_DIR, PipelineFunction, PROJECT_ROOT } from '../../lib/pipeline-function.ts';
+import { handlerEntry, LAMBDA_MIGRATIONS_DIR, PipelineFunction, PROJECT_ROOT, RDS_CA_BUNDLE_SOURCE } from '../../lib/pipeline-function.ts';
 import { newApp, removeSynthOutput } from './support.ts';
+import { pipelineMetrics } from '../../lib/observability.ts';
 
 const migrationFiles = readdirSync(path.join(PROJECT_ROOT, 'migrations')).filter((name) => name.endsWith('.sql')).sort();
 let bundle: string | undefined;
@@ -33,7 +34,7 @@ function bundleMigrateFunction(): string {
     memorySize: 256,
     environment: {},
     logLevel: 'ERROR',
-    metricsNamespace: 'Test',
+    metrics: pipelineMetrics('Test', 'bundling-test'),
     logRetention: logs.RetentionDays.ONE_DAY,
     removalPolicy: cdk.RemovalPolicy.DESTROY,
     copyMigrations: true,
@@ -85,7 +86,8 @@ describe.skipIf(!enabled)('the bundled migrate function (local esbuild, no Docke
   afterAll(removeSynthOutput);
 
   it('is an ES module with a source map and the migrations next to it', () => {
-    expect(readdirSync(bundle!)).toEqual(expect.arrayContaining(['index.mjs', 'index.mjs.map', 'migrations']));
+    expect(readdirSync(bundle!)).toEqual(expect.arrayContaining(['index.mjs', 'index.mjs.map', 'migrations', 'rds-ca']));
+    expect(readFileSync(path.join(bundle!, 'rds-ca', 'global-bundle.pem'), 'utf8')).toBe(readFileSync(path.join(PROJECT_ROOT, RDS_CA_BUNDLE_SOURCE), 'utf8'));
     expect(readdirSync(path.join(bundle!, 'migrations')).sort()).toEqual(migrationFiles);
     expect(LAMBDA_MIGRATIONS_DIR).toBe('/var/task/migrations');
   });

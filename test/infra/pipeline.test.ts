@@ -10,7 +10,7 @@ import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { afterAll, describe, expect, it } from 'vitest';
 import { PIPELINE } from '../../lambdas/runtime/settings.ts';
 import { OUTCOME_DETAIL_TYPES } from '../../lib/outcome-events.ts';
-import { LAMBDA_CA_BUNDLE, LAMBDA_MIGRATIONS_DIR } from '../../lib/pipeline-function.ts';
+import { LAMBDA_MIGRATIONS_DIR, LAMBDA_RDS_CA_BUNDLE } from '../../lib/pipeline-function.ts';
 import {
   asArray,
   type CfnResource,
@@ -35,8 +35,9 @@ describe('intake', () => {
     const chargeFn = resources[logicalId(pipeline.chargeFunction)]!;
 
     it('is FIFO, deduplicated by the producers ids, in high-throughput mode, encrypted', () => {
+      // no physical name unless given: two pipelines in one stack or account never collide
+      expect(queue.Properties!.QueueName).toBeUndefined();
       expect(queue.Properties).toMatchObject({
-        QueueName: PIPELINE.queueName,
         FifoQueue: true,
         ContentBasedDeduplication: false,
         DeduplicationScope: 'messageGroup',
@@ -57,8 +58,8 @@ describe('intake', () => {
         deadLetterTargetArn: { 'Fn::GetAtt': [logicalId(pipeline.deadLetterQueue), 'Arn'] },
         maxReceiveCount: PIPELINE.maxReceiveCount,
       });
+      expect(dlq.Properties!.QueueName).toBeUndefined();
       expect(dlq.Properties).toMatchObject({
-        QueueName: PIPELINE.dlqName,
         FifoQueue: true,
         SqsManagedSseEnabled: true,
         MessageRetentionPeriod: 14 * 24 * 3600,
@@ -179,14 +180,26 @@ describe('functions', () => {
 
     it.each(Object.keys(ours) as (keyof typeof ours)[])('%s verifies the database certificate and maps its stack traces', (name) => {
       expect(env(name)).toMatchObject({
-        DB_SECRET_ARN: { Ref: expect.stringMatching(/DatabaseCredentialsAttachment/) },
+        // migrate connects as the owner; the others as the data-only application role
+        DB_SECRET_ARN: { Ref: expect.stringMatching(name === 'migrate' ? /DatabaseCredentialsAttachment/ : /ApplicationCredentialsAttachment/) },
         DB_SSL: 'verify-full',
-        NODE_EXTRA_CA_CERTS: LAMBDA_CA_BUNDLE,
+        DB_SSL_CA_FILE: LAMBDA_RDS_CA_BUNDLE,
         NODE_OPTIONS: '--enable-source-maps',
         POWERTOOLS_SERVICE_NAME: PIPELINE.serviceName,
         POWERTOOLS_METRICS_NAMESPACE: PIPELINE.metricsNamespace,
+        PIPELINE_NAME: pipeline.pipelineName,
         POWERTOOLS_LOG_LEVEL: 'INFO',
       });
+      // the runtime image's CA file is not relied on any more (it lacks rds-ca-rsa2048-g1)
+      expect(env(name).NODE_EXTRA_CA_CERTS).toBeUndefined();
+    });
+
+    it('give migrate the application secret, whose password it sets on the data-only role, and nobody else the owner\'s', () => {
+      expect(env('migrate')).toMatchObject({ DB_APP_SECRET_ARN: { Ref: logicalId(pipeline.applicationDatabaseSecret) } });
+      for (const name of ['charge', 'reconcile', 'ops'] as const) {
+        expect(env(name).DB_APP_SECRET_ARN, name).toBeUndefined();
+        expect(JSON.stringify(env(name)), name).not.toContain(logicalId(pipeline.databaseSecret));
+      }
     });
 
     it('give the charge, reconcile and ops functions the Stripe secret, the bus and a pool size', () => {
@@ -219,7 +232,7 @@ describe('functions', () => {
         stripeTimeout: cdk.Duration.seconds(8),
         stripeMaxNetworkRetries: 2,
       });
-      const vars = (f: cdk.Resource) => configured.resources[logicalId(f)]!.Properties!.Environment.Variables;
+      const vars = (f: cdk.IResource) => configured.resources[logicalId(f)]!.Properties!.Environment.Variables;
       expect(vars(configured.pipeline.chargeFunction)).toMatchObject({
         CHARGE_CONCURRENCY: '10',
         DB_POOL_MAX: '4',
@@ -244,6 +257,20 @@ describe('functions', () => {
           expect.objectContaining({ FunctionName: { Ref: logicalId(ours[name]) }, MaximumRetryAttempts: 0 }),
         );
       }
+    });
+
+    it('run with a role that carries only the VPC access policy (the basic execution policy is redundant beside it)', () => {
+      for (const name of Object.keys(ours) as (keyof typeof ours)[]) {
+        const role = resources[fn(name).Properties!.Role['Fn::GetAtt'][0] as string]!;
+        const managed = JSON.stringify(role.Properties!.ManagedPolicyArns);
+        expect(managed, name).toContain('service-role/AWSLambdaVPCAccessExecutionRole');
+        expect(managed, name).not.toContain('AWSLambdaBasicExecutionRole');
+        expect(role.Properties!.ManagedPolicyArns, name).toHaveLength(1);
+      }
+    });
+
+    it('bound the ops function\'s concurrency: an operator loop cannot take the charge path\'s connections', () => {
+      expect(fn('ops').Properties!.ReservedConcurrentExecutions).toBe(2);
     });
 
     it('write to their own log groups with a retention', () => {
@@ -369,7 +396,10 @@ describe('outcome events', () => {
 
   describe('outcome events', () => {
     it('go to a custom bus', () => {
-      expect(resources[busId]).toMatchObject({ Type: 'AWS::Events::EventBus', Properties: { Name: PIPELINE.eventBusName } });
+      // a bus must have a name: by default one unique to the construct instance (stack + path)
+      expect(resources[busId]).toMatchObject({ Type: 'AWS::Events::EventBus', Properties: { Name: expect.stringMatching(/^EmbeddingStack-Charges-OutcomeEvents-.+/) } });
+      const named = synthPipeline({ eventBusName: 'payments-outcomes' });
+      expect(named.resources[logicalId(named.pipeline.eventBus)]!.Properties!.Name).toBe('payments-outcomes');
     });
 
     it('are archived for replay with a retention period', () => {
@@ -467,7 +497,7 @@ describe('ops function', () => {
       ).toEqual([]);
     });
 
-    it('reads both secrets and publishes on the bus, like the reconciler', () => {
+    it('reads the application role\'s secret and the Stripe secret and publishes on the bus, like the reconciler', () => {
       const { pipeline, resources } = base;
       const role = logicalId(pipeline.opsFunction.role!);
       const statements = policyStatements(resources)
@@ -478,7 +508,7 @@ describe('ops function', () => {
           Action: ['secretsmanager:DescribeSecret', 'secretsmanager:GetSecretValue'],
           Effect: 'Allow',
           Resource: [
-            { Ref: logicalId(pipeline.databaseSecret.node.scope!.node.findChild('Attachment')) },
+            { Ref: logicalId(pipeline.applicationDatabaseSecret) },
             { Ref: logicalId(pipeline.stripeSecret.node.defaultChild!) },
           ],
         },
@@ -508,11 +538,31 @@ describe('deploy order', () => {
       });
     });
 
-    it('run after the database, its secret and its network rules exist', () => {
+    it('run after the database, its secrets and its network rules exist', () => {
       const after = dependsOn(trigger);
-      expect(after).toContain(logicalId(pipeline.database));
-      expect(after).toContain(logicalId(pipeline.databaseSecret.node.scope!.node.findChild('Attachment')));
-      expect(after).toContain(logicalId(pipeline.database.node.scope!.node.findChild('Parameters')));
+      expect(after).toContain(logicalId(pipeline.database!));
+      expect(after).toContain(logicalId(pipeline.databaseSecret));
+      expect(after).toContain(logicalId(pipeline.applicationDatabaseSecret));
+      // both halves of the functions -> database path: the database's ingress rule and the
+      // functions' egress rule (which lives on the functions' security group, outside Database)
+      const rules = (type: string) =>
+        ofType(resources, type)
+          .filter(([, r]) => JSON.stringify(r.Properties).includes(logicalId(pipeline.functionsSecurityGroup)) && r.Properties!.FromPort === 5432)
+          .map(([id]) => id);
+      expect(rules('AWS::EC2::SecurityGroupEgress')).toHaveLength(1);
+      expect(rules('AWS::EC2::SecurityGroupIngress')).toHaveLength(1);
+      for (const id of [...rules('AWS::EC2::SecurityGroupEgress'), ...rules('AWS::EC2::SecurityGroupIngress')]) expect(after).toContain(id);
+    });
+
+    it('start rotating the database secrets only after the migrations gave the application role its password', () => {
+      const schedules = ofType(resources, 'AWS::SecretsManager::RotationSchedule');
+      expect(schedules).toHaveLength(2);
+      for (const [id, schedule] of schedules) {
+        expect(dependsOn(schedule), id).toContain(triggerId);
+        expect(schedule.Properties!.RotationRules).toMatchObject({ ScheduleExpression: 'rate(30 days)' });
+      }
+      const rotated = schedules.map(([, s]) => s.Properties!.SecretId.Ref).sort();
+      expect(rotated).toEqual([logicalId(pipeline.databaseSecret), logicalId(pipeline.applicationDatabaseSecret)].sort());
     });
 
     it('run before the event source mapping and the schedule exist: nothing takes traffic on a schema that is not there', () => {
@@ -543,13 +593,14 @@ describe('deploy order', () => {
 
 describe('database and network', () => {
   const { pipeline, resources } = base;
-  const instance = resources[logicalId(pipeline.database)]!;
+  const instance = resources[logicalId(pipeline.database!)]!;
 
   describe('the database', () => {
-    it('is PostgreSQL 18.3 with encrypted storage, not public, backed up, protected and snapshotted on delete', () => {
+    it('is PostgreSQL 18 (major version only, so minor upgrades never become a downgrade) with encrypted storage, not public, backed up, protected and snapshotted on delete', () => {
       expect(instance.Properties).toMatchObject({
         Engine: 'postgres',
-        EngineVersion: '18.3',
+        EngineVersion: '18',
+        AutoMinorVersionUpgrade: true,
         DBInstanceClass: 'db.t4g.micro',
         StorageEncrypted: true,
         StorageType: 'gp3',
@@ -599,7 +650,7 @@ describe('database and network', () => {
       const [[, attachment]] = ofType(resources, 'AWS::SecretsManager::SecretTargetAttachment') as [[string, CfnResource]];
       expect(attachment.Properties).toMatchObject({
         SecretId: { Ref: secretId },
-        TargetId: { Ref: logicalId(pipeline.database) },
+        TargetId: { Ref: logicalId(pipeline.database!) },
         TargetType: 'AWS::RDS::DBInstance',
       });
     });
@@ -611,17 +662,17 @@ describe('database and network', () => {
         removalPolicy: cdk.RemovalPolicy.RETAIN,
         backupRetention: cdk.Duration.days(35),
       });
-      expect(prodLike.resources[logicalId(prodLike.pipeline.database)]).toMatchObject({
+      expect(prodLike.resources[logicalId(prodLike.pipeline.database!)]).toMatchObject({
         Properties: { MultiAZ: true, DBInstanceClass: 'db.r7g.large', DeletionProtection: true, BackupRetentionPeriod: 35 },
         DeletionPolicy: 'Retain',
       });
       const throwaway = synthPipeline({ removalPolicy: cdk.RemovalPolicy.DESTROY });
-      expect(throwaway.resources[logicalId(throwaway.pipeline.database)]).toMatchObject({
+      expect(throwaway.resources[logicalId(throwaway.pipeline.database!)]).toMatchObject({
         Properties: { DeletionProtection: false },
         DeletionPolicy: 'Delete',
       });
       const dev = synthPipeline({ deletionProtection: false });
-      expect(dev.resources[logicalId(dev.pipeline.database)]).toMatchObject({
+      expect(dev.resources[logicalId(dev.pipeline.database!)]).toMatchObject({
         Properties: { DeletionProtection: false },
         DeletionPolicy: 'Snapshot',
       });
@@ -641,9 +692,18 @@ describe('database and network', () => {
         ),
       ];
       const toDatabase = ingress.filter((rule) => JSON.stringify(rule.GroupId) === JSON.stringify(groupId(databaseSg)));
-      expect(toDatabase).toEqual([
-        expect.objectContaining({ IpProtocol: 'tcp', FromPort: 5432, ToPort: 5432, SourceSecurityGroupId: groupId(functionsSg) }),
-      ]);
+      // the functions, and the two secret-rotation functions (on the instance's port)
+      const rotationSgs = ofType(resources, 'AWS::EC2::SecurityGroup')
+        .filter(([id]) => /RotationSingleUserSecurityGroup|ApplicationRotationSecurityGroup/.test(id))
+        .map(([id]) => id);
+      expect(rotationSgs).toHaveLength(2);
+      expect(toDatabase).toEqual(
+        expect.arrayContaining([
+          expect.objectContaining({ IpProtocol: 'tcp', FromPort: 5432, ToPort: 5432, SourceSecurityGroupId: groupId(functionsSg) }),
+          ...rotationSgs.map((id) => expect.objectContaining({ IpProtocol: 'tcp', SourceSecurityGroupId: groupId(id) })),
+        ]),
+      );
+      expect(toDatabase).toHaveLength(3);
       const toFunctions = ingress.filter((rule) => JSON.stringify(rule.GroupId) === JSON.stringify(groupId(functionsSg)));
       expect(toFunctions).toEqual([]);
       // the database opens no connection of its own

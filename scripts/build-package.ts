@@ -1,0 +1,79 @@
+// Builds what `npm pack` ships (the prepack step): the construct compiled to ES modules with
+// declarations (dist/lib, and the settings it shares with the functions), and every function's
+// bundle pre-built (dist/lambda-assets/<handler>/), so that a CDK app installing the package needs
+// neither this repository's sources nor esbuild to synthesize.
+//
+// The bundles are made by synthesizing the very PipelineFunction the construct uses, from source, with
+// bundling on, and copying its asset folders: the package carries exactly what `cdk synth` bundles
+// here (same esbuild options, the RDS CA bundle, the migrations beside the migrate function).
+import { execFileSync } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import * as cdk from 'aws-cdk-lib';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import { pipelineMetrics } from '../lib/observability.ts';
+import { PIPELINE_HANDLERS, PipelineFunction, PROJECT_ROOT } from '../lib/pipeline-function.ts';
+
+const DIST = path.join(PROJECT_ROOT, 'dist');
+const ASSETS = path.join(DIST, 'lambda-assets');
+
+function compile(): void {
+  rmSync(DIST, { recursive: true, force: true });
+  execFileSync(process.execPath, [path.join(PROJECT_ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.lib.json'], {
+    cwd: PROJECT_ROOT,
+    stdio: ['ignore', 2, 2],
+  });
+  // rewriteRelativeImportExtensions rewrites the .js files' imports; the declarations keep './x.ts',
+  // which a consumer's TypeScript (without allowImportingTsExtensions) does not resolve.
+  for (const entry of readdirSync(DIST, { recursive: true, withFileTypes: true })) {
+    if (!entry.isFile() || !entry.name.endsWith('.d.ts')) continue;
+    const file = path.join(entry.parentPath, entry.name);
+    writeFileSync(file, readFileSync(file, 'utf8').replace(/(from\s+['"]\.{1,2}\/[^'"]+?)\.ts(['"])/g, '$1.js$2'));
+  }
+}
+
+function bundle(): void {
+  const outdir = mkdtempSync(path.join(os.tmpdir(), 'cdk.out-package-'));
+  try {
+    const app = new cdk.App({ outdir, context: { 'aws:cdk:enable-asset-metadata': true } });
+    const stack = new cdk.Stack(app, 'PackageBundles');
+    const vpc = new ec2.Vpc(stack, 'Vpc', { maxAzs: 2, natGateways: 1 });
+    const securityGroup = new ec2.SecurityGroup(stack, 'Sg', { vpc });
+    const functions = PIPELINE_HANDLERS.map((handler) => ({
+      handler,
+      fn: new PipelineFunction(stack, handler, {
+        handler,
+        description: `package bundle: ${handler}`,
+        vpc,
+        securityGroup,
+        timeout: cdk.Duration.minutes(1),
+        memorySize: 256,
+        environment: {},
+        logLevel: 'INFO',
+        metrics: pipelineMetrics('Bundle', 'bundle'),
+        logRetention: logs.RetentionDays.ONE_DAY,
+        removalPolicy: cdk.RemovalPolicy.DESTROY,
+        copyMigrations: handler === 'migrate',
+      }),
+    }));
+    app.synth();
+    const template = JSON.parse(readFileSync(path.join(outdir, 'PackageBundles.template.json'), 'utf8')) as {
+      Resources: Record<string, { Metadata?: Record<string, string> }>;
+    };
+    mkdirSync(ASSETS, { recursive: true });
+    for (const { handler, fn } of functions) {
+      const id = stack.getLogicalId(fn.node.defaultChild as cdk.CfnElement);
+      const asset = template.Resources[id]?.Metadata?.['aws:asset:path'];
+      if (!asset || !existsSync(path.join(outdir, asset, 'index.mjs'))) throw new Error(`no bundle for ${handler}`);
+      cpSync(path.join(outdir, asset), path.join(ASSETS, handler), { recursive: true });
+      console.error(`bundled ${handler}: ${readdirSync(path.join(ASSETS, handler)).join(', ')}`);
+    }
+  } finally {
+    rmSync(outdir, { recursive: true, force: true });
+  }
+}
+
+compile();
+bundle();

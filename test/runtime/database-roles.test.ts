@@ -1,0 +1,194 @@
+// The database's two logins and the migrate path's own limits, on real PostgreSQL 18:
+//   - the application role (migrations/003_application_role.sql) can run the pipeline — the engine
+//     records, charges and settles, the reconciler sweeps — with DML only, and cannot run DDL;
+//   - migrate sets the role's password as a SCRAM verifier, and the role then logs in with it;
+//   - a pool re-reads a rotated password once when the server refuses the old one;
+//   - migrations take their own statement and lock timeouts, not the charge path's.
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { ChargeEngine } from '../../lambdas/payments/engine.ts';
+import { CredentialRefreshingPool, INVALID_PASSWORD } from '../../lambdas/runtime/database.ts';
+import { APPLICATION_ROLE, loadMigrations, migrate, MigrationError, scramVerifier, type MigrationFile } from '../../lambdas/runtime/migrations.ts';
+import { runReconcile } from '../../lambdas/reconcile/sweep.ts';
+import { createDatabase } from '../../local/postgres.ts';
+import { databaseUrl } from '../support/db.ts';
+import { chargeOrder } from '../support/orders.ts';
+import { startStripe, type StripeHarness } from '../support/stripe.ts';
+
+const PASSWORD = `app-${randomBytes(12).toString('hex')}`;
+let name: string;
+let ownerUrl: string;
+let appUrl: string;
+let app: pg.Pool;
+let stripe: StripeHarness;
+
+beforeAll(async () => {
+  name = `roles_${randomBytes(4).toString('hex')}`;
+  await createDatabase(inject('pgAdminUrl'), name);
+  ownerUrl = databaseUrl(name);
+  // What the migrate function does on AWS: the migrations, then the password from the app secret.
+  await migrate(ownerUrl, await loadMigrations('migrations'), () => {}, { applicationRolePassword: PASSWORD });
+  const url = new URL(ownerUrl);
+  url.username = APPLICATION_ROLE;
+  url.password = PASSWORD;
+  appUrl = url.toString();
+  app = new pg.Pool({ connectionString: appUrl, max: 4 });
+  stripe = await startStripe();
+});
+
+afterAll(async () => {
+  await app?.end();
+  await stripe?.close();
+  const admin = new pg.Client({ connectionString: inject('pgAdminUrl') });
+  await admin.connect();
+  await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  await admin.end();
+});
+
+describe('the application role', () => {
+  it('logs in with the password migrate set, stored as a SCRAM verifier (never the password itself)', async () => {
+    const { rows } = await app.query<{ user: string }>('SELECT current_user AS user');
+    expect(rows[0]!.user).toBe(APPLICATION_ROLE);
+    const owner = new pg.Client({ connectionString: ownerUrl });
+    await owner.connect();
+    const stored = await owner.query<{ rolpassword: string; rolcanlogin: boolean }>('SELECT rolpassword, rolcanlogin FROM pg_authid WHERE rolname = $1', [APPLICATION_ROLE]);
+    await owner.end();
+    expect(stored.rows[0]!.rolcanlogin).toBe(true);
+    expect(stored.rows[0]!.rolpassword).toMatch(/^SCRAM-SHA-256\$4096:/);
+    expect(stored.rows[0]!.rolpassword).not.toContain(PASSWORD);
+  });
+
+  it('runs the pipeline with DML only: records, charges, settles and sweeps', async () => {
+    const engine = new ChargeEngine({ db: app, gateway: stripe.gateway, actor: 'test', random: () => 0.5 });
+    const id = await engine.requestCharge(chargeOrder());
+    const execution = await engine.executeCharge(id);
+    expect(execution).toBeDefined();
+    const { rows } = await app.query<{ status: string }>('SELECT status FROM payment_operations WHERE id = $1', [id]);
+    expect(rows[0]!.status).toBe('succeeded');
+    await runReconcile(
+      {
+        db: app,
+        gateway: stripe.gateway,
+        publisher: null,
+        settings: { maxRequestsPerSecond: 100, maxSearchesPerSecond: 10, concurrency: 2, pageSize: 10, minTimeToCallMs: 1_000, safetyMarginMs: 500, maxRunMs: 0, rejectedWindowSeconds: 300 },
+      },
+      { remainingMs: () => 60_000 },
+    );
+  });
+
+  it.each([
+    ['create a table', 'CREATE TABLE intruder (x int)', /permission denied for schema public/],
+    ['alter a pipeline table', 'ALTER TABLE payment_operations ADD COLUMN x int', /must be owner of table payment_operations/],
+    ['drop a pipeline table', 'DROP TABLE outcome_events', /must be owner of table outcome_events/],
+    ['truncate', 'TRUNCATE rejected_messages', /permission denied for table rejected_messages/],
+    ['drop a trigger (the append-only guard)', 'DROP TRIGGER payment_operation_events_append_only ON payment_operation_events', /must be owner/],
+    ['read or rewrite the migrations record', 'SELECT * FROM schema_migrations', /permission denied for table schema_migrations/],
+    ['create a role', 'CREATE ROLE intruder', /permission denied to create role/],
+    ['create a function', 'CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$', /permission denied for schema public/],
+  ])('cannot %s', async (_label, sql, error) => {
+    await expect(app.query(sql)).rejects.toThrow(error);
+  });
+});
+
+describe('a rotated password', () => {
+  const role = `rot_${randomBytes(4).toString('hex')}`;
+  let owner: pg.Client;
+  beforeAll(async () => {
+    owner = new pg.Client({ connectionString: ownerUrl });
+    await owner.connect();
+    await owner.query(`CREATE ROLE ${role} LOGIN PASSWORD '${scramVerifier('first-password-0001')}'`);
+  });
+  afterAll(async () => {
+    await owner.query(`DROP ROLE IF EXISTS ${role}`);
+    await owner.end();
+  });
+
+  /** A pool as getPool builds it: the password read per connection from a (cached) secret. */
+  function poolWith(secret: { cached: string; current: string }, reads: { n: number }) {
+    const url = new URL(ownerUrl);
+    return new CredentialRefreshingPool(
+      { host: url.hostname, port: Number(url.port), database: name, user: role, password: async () => secret.cached, max: 2 },
+      () => {
+        reads.n += 1;
+        secret.cached = secret.current; // forgetting the cache makes the next read fetch the current value
+      },
+    );
+  }
+
+  it('is read again, once, when the server refuses the cached one: the query succeeds', async () => {
+    const secret = { cached: 'first-password-0001', current: 'second-password-0002' };
+    const reads = { n: 0 };
+    // the rotation: new password in the database and in the secret; the container still caches the old
+    await owner.query(`ALTER ROLE ${role} PASSWORD '${scramVerifier(secret.current)}'`);
+    const pool = poolWith(secret, reads);
+    try {
+      const { rows } = await pool.query<{ user: string }>('SELECT current_user AS user');
+      expect(rows[0]!.user).toBe(role);
+      expect(reads.n).toBe(1);
+      // later connections use the fresh password without another read
+      const client = await pool.connect();
+      client.release();
+      expect(reads.n).toBe(1);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('fails as an authentication error after that one re-read if the password is still wrong', async () => {
+    const secret = { cached: 'wrong-password-0003', current: 'still-wrong-0004' };
+    const reads = { n: 0 };
+    const pool = poolWith(secret, reads);
+    try {
+      await expect(pool.query('SELECT 1')).rejects.toMatchObject({ code: INVALID_PASSWORD });
+      expect(reads.n).toBe(1);
+    } finally {
+      await pool.end();
+    }
+  });
+});
+
+describe('the migrate path\'s limits', () => {
+  const file = (n: string, sql: string): MigrationFile => ({ name: n, sql, checksum: `sum-${sql}` });
+
+  it('does not inherit the charge path\'s statement timeout', async () => {
+    const db = `mig_slow_${randomBytes(4).toString('hex')}`;
+    await createDatabase(inject('pgAdminUrl'), db);
+    // the functions' client config carries statement_timeout = DB_STATEMENT_TIMEOUT_MS (here 100 ms)
+    const result = await migrate({ connectionString: databaseUrl(db), statement_timeout: 100 }, [file('001_slow.sql', 'SELECT pg_sleep(0.5)')]);
+    expect(result.applied).toEqual(['001_slow.sql']);
+  });
+
+  it('stops a statement at its own limit, saying which limit and what to do', async () => {
+    const db = `mig_limit_${randomBytes(4).toString('hex')}`;
+    await createDatabase(inject('pgAdminUrl'), db);
+    const run = migrate(databaseUrl(db), [file('001_long.sql', 'SELECT pg_sleep(5)')], () => {}, { statementTimeoutMs: 200 });
+    await expect(run).rejects.toThrow(MigrationError);
+    await expect(run).rejects.toThrow(/MIGRATE_STATEMENT_TIMEOUT_MS \(200 ms\).*nothing of it was applied/);
+  });
+
+  it('gives up on a lock held by a long transaction instead of queueing (and blocking the charge path) behind it', async () => {
+    const db = `mig_lock_${randomBytes(4).toString('hex')}`;
+    await createDatabase(inject('pgAdminUrl'), db);
+    await migrate(databaseUrl(db), [file('001_t.sql', 'CREATE TABLE t (x int)')]);
+    const longTransaction = new pg.Client({ connectionString: databaseUrl(db) });
+    await longTransaction.connect();
+    try {
+      await longTransaction.query('BEGIN');
+      await longTransaction.query('SELECT * FROM t'); // holds ACCESS SHARE until it ends
+      const run = migrate(databaseUrl(db), [file('001_t.sql', 'CREATE TABLE t (x int)'), file('002_alter.sql', 'ALTER TABLE t ADD COLUMN y int')], () => {}, {
+        lockTimeoutMs: 200,
+      });
+      await expect(run).rejects.toThrow(/002_alter.sql failed: .*MIGRATE_LOCK_TIMEOUT_MS \(200 ms\).*re-run the deploy/);
+      // and nothing of it stayed: the transaction still reads t as it was, the file is not recorded
+      const admin = new pg.Client({ connectionString: databaseUrl(db) });
+      await admin.connect();
+      const recorded = await admin.query('SELECT name FROM schema_migrations ORDER BY name');
+      await admin.end();
+      expect(recorded.rows.map((r) => r.name)).toEqual(['001_t.sql']);
+    } finally {
+      await longTransaction.query('ROLLBACK').catch(() => {});
+      await longTransaction.end();
+    }
+  });
+});
