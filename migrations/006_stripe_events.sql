@@ -133,8 +133,10 @@ BEGIN
          || replace(definition, 'ARRAY[', 'ARRAY[''Charge Refunded''::text, ''Charge Disputed''::text, ''Charge Dispute Closed''::text, ');
   END IF;
 
-  -- The application role (migration 003, if it exists by now) reads and writes the new tables.
-  IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'charge_app') THEN
-    GRANT SELECT, INSERT, UPDATE ON stripe_events, stripe_event_findings TO charge_app;
-  END IF;
 END $$;
+
+-- The application role (charges_app, migration 003) records and applies events and resolves findings.
+-- 003's default privileges already gave it DML on these tables; said explicitly here, and narrowed:
+-- nothing deletes from the inbox or its findings (stripe_events_guard refuses it anyway).
+GRANT SELECT, INSERT, UPDATE ON stripe_events, stripe_event_findings TO charges_app;
+REVOKE DELETE, TRUNCATE ON stripe_events, stripe_event_findings FROM charges_app;
