@@ -99,7 +99,7 @@ export class StripeEvents extends Construct {
 
     this.function = new PipelineFunction(this, 'Function', {
       handler: 'stripe-events',
-      description: `Charge pipeline: Stripe events in (${props.input}) → transactional inbox → applier`,
+      description: `Charge pipeline: Stripe events in (${props.input}) -> transactional inbox -> applier`, // ASCII: the IAM role description repeats it
       vpc: props.vpc,
       securityGroup: props.securityGroup,
       // Verify, one insert, an inline apply that may retrieve once (bounded by STRIPE_TIMEOUT_MS).

@@ -196,7 +196,7 @@ describe('functions', () => {
 
     it('give migrate the application secret, whose password it sets on the data-only role, and nobody else the owner\'s', () => {
       expect(env('migrate')).toMatchObject({ DB_APP_SECRET_ARN: { Ref: logicalId(pipeline.applicationDatabaseSecret) } });
-      for (const name of ['charge', 'reconcile', 'ops'] as const) {
+      for (const name of ['charge', 'reconcile', 'ops', 'stripe-events'] as const) {
         expect(env(name).DB_APP_SECRET_ARN, name).toBeUndefined();
         expect(JSON.stringify(env(name)), name).not.toContain(logicalId(pipeline.databaseSecret));
       }

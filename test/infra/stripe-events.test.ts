@@ -54,6 +54,25 @@ describe('stripeEvents: webhook (the default)', () => {
     expect([...new Set(readers)]).toEqual([logicalId(pipeline.stripeEvents!.function.role!)]);
   });
 
+  it('reads the application role\'s secret (never the owner\'s), the Stripe key and the signing secret, and publishes on the bus', () => {
+    const role = logicalId(pipeline.stripeEvents!.function.role!);
+    const statements = policyStatements(resources)
+      .filter(({ owner }) => JSON.stringify(resources[owner]!.Properties!.Roles ?? []).includes(role))
+      .map(({ statement }) => statement);
+    const read = statements.filter((s) => JSON.stringify(s.Action).includes('secretsmanager:GetSecretValue')).flatMap((s) => asArray(s.Resource));
+    expect(read).toEqual(
+      expect.arrayContaining([
+        { Ref: logicalId(pipeline.applicationDatabaseSecret) },
+        { Ref: logicalId(pipeline.stripeSecret.node.defaultChild!) },
+        { Ref: logicalId(pipeline.stripeEvents!.webhookSecret as never) },
+      ]),
+    );
+    expect(read).toHaveLength(3);
+    expect(JSON.stringify(statements)).not.toContain(logicalId(pipeline.databaseSecret));
+    expect(fn.Properties!.Environment.Variables.DB_SECRET_ARN).toEqual({ Ref: logicalId(pipeline.applicationDatabaseSecret) });
+    expect(statements).toContainEqual({ Action: 'events:PutEvents', Effect: 'Allow', Resource: { 'Fn::GetAtt': [logicalId(pipeline.eventBus), 'Arn'] } });
+  });
+
   it('outputs the endpoint URL and exactly the events to subscribe to', () => {
     const outputs = template.toJSON().Outputs as Record<string, { Value: unknown; Description: string }>;
     const url = Object.entries(outputs).find(([id]) => id.includes('WebhookUrl'));
