@@ -5,6 +5,7 @@
 // checker run after a chaos soak, a property-model run or `npm start` proves (or refutes):
 //
 //   nothing charged twice   — at most one succeeded PaymentIntent per order
+//   no unsafe re-issue      — no new key generation while an older one's PaymentIntent is or may become a charge
 //   nothing lost            — every sent order has an operation, a rejected_messages row, or is in the DLQ
 //   nothing wrongly failed  — no operation `failed` while a succeeded PaymentIntent exists for it
 //   nothing falsely paid    — no operation `succeeded` without the succeeded PaymentIntent it names
@@ -36,6 +37,12 @@ export const VIOLATION_KINDS = [
   'audit_mismatch',
   /** The outbox disagrees with the outcome: missing, extra, or with another status / payload. */
   'outbox_mismatch',
+  /**
+   * A re-issue (automatic or an operator's) under key generation n while a PaymentIntent of an earlier
+   * generation is succeeded or may still charge: the double charge a re-issue can cause, caught even
+   * before the second charge succeeds.
+   */
+  'unsafe_reissue',
 ] as const;
 export type ViolationKind = (typeof VIOLATION_KINDS)[number];
 
@@ -115,6 +122,8 @@ interface OperationFacts {
   operator_resolved: number;
   review_entries: number;
   last_to_status: string | null;
+  key_generation: number;
+  auto_reissues: number;
 }
 
 interface OutboxFacts {
@@ -127,6 +136,9 @@ interface OutboxFacts {
 const FINAL_EVENT_TYPE: Partial<Record<OperationStatus, string>> = { succeeded: 'Charge Succeeded', failed: 'Charge Failed' };
 const REVIEW_EVENT_TYPE = 'Charge Needs Review';
 const AFTERMATH_EVENT_TYPES = new Set(['Charge Refunded', 'Charge Disputed', 'Charge Dispute Closed']);
+const REISSUE_EVENT_TYPE = 'Charge Reissued';
+/** PaymentIntent statuses that are no charge and can never become one (review.ts chargingPaymentIntents). */
+const HARMLESS: readonly PaymentIntentStatus[] = ['canceled', 'requires_payment_method'];
 
 // One pass per table; the scope ($1, NULL = everything) is applied in SQL so a 10,000-order soak and a
 // 3-order model run cost what they should.
@@ -142,6 +154,7 @@ const OPERATIONS_SQL = `
            count(*) FILTER (WHERE e.action = 'outcome_discarded')::int AS discarded,
            count(*) FILTER (WHERE e.action = 'lease_released')::int    AS released,
            count(*) FILTER (WHERE e.action = 'operator_resolved')::int AS operator_resolved,
+           count(*) FILTER (WHERE e.action = 'auto_reissued')::int     AS auto_reissues,
            count(*) FILTER (WHERE e.action = 'outcome_recorded' AND e.detail ? 'reviewReason')::int AS review_entries,
            (array_agg(e.to_status ORDER BY e.id DESC)
               FILTER (WHERE e.action IN ('outcome_recorded', 'operator_resolved')))[1] AS last_to_status
@@ -152,7 +165,8 @@ const OPERATIONS_SQL = `
          coalesce(a.requested, 0) AS requested, coalesce(a.started, 0) AS started,
          coalesce(a.recorded, 0) AS recorded, coalesce(a.discarded, 0) AS discarded,
          coalesce(a.released, 0) AS released, coalesce(a.operator_resolved, 0) AS operator_resolved,
-         coalesce(a.review_entries, 0) AS review_entries, a.last_to_status
+         coalesce(a.review_entries, 0) AS review_entries, a.last_to_status,
+         s.key_generation, coalesce(a.auto_reissues, 0) AS auto_reissues
     FROM scope s LEFT JOIN audit a ON a.operation_id = s.id`;
 
 const OUTBOX_SQL = `
@@ -205,6 +219,14 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     if (pis.length < 2) continue;
     const op = byOrder.get(orderId) ?? null;
     violate('double_charge', `${pis.length} succeeded PaymentIntents: ${pis.map((pi) => `${pi.id} (key ${pi.idempotencyKey ?? 'none'})`).join(', ')}`, op, orderId);
+  }
+
+  // ── No unsafe re-issue ───────────────────────────────────────────────────────────────────────
+  for (const pi of paymentIntents) {
+    const op = ownerOf(pi);
+    const generation = Number(pi.metadata.key_generation ?? 'NaN');
+    if (op === null || !Number.isInteger(generation) || generation >= op.key_generation || HARMLESS.includes(pi.status)) continue;
+    violate('unsafe_reissue', `re-issued to key generation ${op.key_generation} while PaymentIntent ${pi.id} of generation ${generation} is ${pi.status}`, op);
   }
 
   // ── Nothing lost ─────────────────────────────────────────────────────────────────────────────
@@ -294,8 +316,9 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     // Outbox: exactly one final event for a final outcome (none for an open one), one review event per
     // entry into review, and every payload telling the truth about its operation.
     const events = outboxByOperation.get(op.id) ?? [];
-    // Refunds and disputes (Stripe events in) follow a final outcome; they are not one.
-    const finals = events.filter((e) => e.event_type !== REVIEW_EVENT_TYPE && !AFTERMATH_EVENT_TYPES.has(e.event_type));
+    // Refunds and disputes (Stripe events in) follow a final outcome; they are not one. Nor is a re-issue.
+    const finals = events.filter((e) => e.event_type !== REVIEW_EVENT_TYPE && e.event_type !== REISSUE_EVENT_TYPE && !AFTERMATH_EVENT_TYPES.has(e.event_type));
+    const reissues = events.filter((e) => e.event_type === REISSUE_EVENT_TYPE);
     const reviews = events.filter((e) => e.event_type === REVIEW_EVENT_TYPE);
     const outbox: string[] = [];
     const wantFinal = FINAL_EVENT_TYPE[op.status];
@@ -314,6 +337,12 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       if ((p.externalId ?? null) !== op.external_id) wrong.push(`externalId ${String(p.externalId)} ≠ ${op.external_id}`);
       if (p.eventId !== e.event_id) wrong.push('eventId');
       if (wrong.length > 0) outbox.push(`'${e.event_type}' ${e.event_id} disagrees on ${wrong.join(', ')}`);
+    }
+    if (reissues.length !== op.auto_reissues) outbox.push(`${op.auto_reissues} automatic re-issues but ${reissues.length} '${REISSUE_EVENT_TYPE}' events`);
+    for (const e of reissues) {
+      if (e.payload.status !== 'reissued' || e.payload.operationId !== op.id || e.payload.externalId !== null) {
+        outbox.push(`'${REISSUE_EVENT_TYPE}' ${e.event_id} has status ${String(e.payload.status)} / externalId ${String(e.payload.externalId)}`);
+      }
     }
     if (reviews.length !== op.review_entries) outbox.push(`${op.review_entries} entries into review but ${reviews.length} '${REVIEW_EVENT_TYPE}' events`);
     for (const e of reviews) {

@@ -284,7 +284,7 @@ function stripeFigures(description: string, available: boolean, report: Invarian
     available,
     paymentIntents: available ? report.paymentIntents.total : null,
     paymentIntentsByStatus: available ? { ...report.paymentIntents.byStatus } : null,
-    requests: stats ? { total: stats.requests.total, create: stats.requests.create, retrieve: stats.requests.retrieve, search: stats.requests.search } : null,
+    requests: stats ? { total: stats.requests.total, create: stats.requests.create, retrieve: stats.requests.retrieve, search: stats.requests.search, list: stats.requests.list ?? 0 } : null,
     faultsInjected: stats ? Object.values(stats.faults).reduce((a, b) => a + b, 0) : null,
     faultsByKind,
     keysPruned: stats ? stats.keysPruned : null,
@@ -325,6 +325,7 @@ const FAULT_LABELS: Record<string, string> = {
   permission_403: '403',
   proxy_502_after_commit: '502 without error body',
   truncated_response_after_commit: 'truncated response',
+  stall_after_commit: 'stall (crash)',
 };
 
 const n = (value: number) => value.toLocaleString('en-US');
@@ -383,7 +384,7 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
   } else {
     row('PaymentIntents', 'n/a', 'this Stripe cannot be read back: double charges are not checked');
   }
-  if (stripe.requests) row('requests', stripe.requests.total ?? 0, list({ create: stripe.requests.create ?? 0, retrieve: stripe.requests.retrieve ?? 0, search: stripe.requests.search ?? 0 }));
+  if (stripe.requests) row('requests', stripe.requests.total ?? 0, list({ create: stripe.requests.create ?? 0, retrieve: stripe.requests.retrieve ?? 0, search: stripe.requests.search ?? 0, list: stripe.requests.list ?? 0 }));
   if (stripe.faultsInjected !== null) row('faults injected', stripe.faultsInjected, list(stripe.faultsByKind ?? {}, (k) => FAULT_LABELS[k] ?? k));
   if (stripe.keysPruned) row('idempotency keys pruned', stripe.keysPruned, 'forgotten by "Stripe" (time-lapse), never re-sent');
   section(`Events — EventBridge bus ${events.bus}`);

@@ -61,6 +61,18 @@ export interface TimeLapse {
   readonly reconcileEveryMs: number;
   /** RETRY_BACKOFF_SCALE: every retry delay multiplied by this. Real: 1 (2 s … 15 min for ambiguous answers). */
   readonly retryBackoffScale: number;
+  /** LIST_SETTLE_MS. Real: 2 min. Default: the Stripe timeout + 0.5 s (config.ts wants ≥ STRIPE_TIMEOUT_MS). */
+  readonly listSettleMs?: number;
+  /** ABSENCE_PROOF_SPACING_MS. Real: 10 min. Default: the settle delay. */
+  readonly proofSpacingMs?: number;
+  /** REISSUE_AFTER_LAST_SEND_MS. Real: 15 min. Default: twice the settle delay. */
+  readonly reissueAfterLastSendMs?: number;
+}
+
+/** The List evidence timings of a time-lapse, in the real order: settle ≤ re-issue delay, all inside the key window. */
+export function evidenceTimingsFor(t: TimeLapse): { listSettleMs: number; proofSpacingMs: number; reissueAfterLastSendMs: number } {
+  const listSettleMs = t.listSettleMs ?? t.stripeTimeoutMs + 500;
+  return { listSettleMs, proofSpacingMs: t.proofSpacingMs ?? listSettleMs, reissueAfterLastSendMs: t.reissueAfterLastSendMs ?? 2 * listSettleMs };
 }
 
 export const DEMO_TIME_LAPSE: TimeLapse = {
@@ -133,6 +145,8 @@ export interface PipelineOptions {
   readonly stripeConcurrency?: number;
   /** Default PIPELINE.chargeFunctionTimeoutSeconds. */
   readonly chargeTimeoutMs?: number;
+  /** Default PIPELINE.reconcileFunctionTimeoutSeconds (a compressed clock may want it shorter). */
+  readonly reconcileTimeoutMs?: number;
   /** Default PIPELINE.visibilityTimeoutSeconds. */
   readonly visibilityTimeoutSeconds?: number;
   /** Default PIPELINE.maxReceiveCount. */
@@ -460,6 +474,12 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
             LEASE_MS: String(leaseMsFor(timeLapse)),
             UNSETTLED_REVIEW_AFTER_MS: String(timeLapse.unsettledReviewAfterMs),
             RETRY_BACKOFF_SCALE: String(timeLapse.retryBackoffScale),
+            LIST_SETTLE_MS: String(evidenceTimingsFor(timeLapse).listSettleMs),
+            ABSENCE_PROOF_SPACING_MS: String(evidenceTimingsFor(timeLapse).proofSpacingMs),
+            REISSUE_AFTER_LAST_SEND_MS: String(evidenceTimingsFor(timeLapse).reissueAfterLastSendMs),
+            // The list's created range is in whole seconds anyway; Stripe's 5 min margin would cover a
+            // compressed run's whole history.
+            LIST_WINDOW_MARGIN_MS: '1000',
             STRIPE_TIMEOUT_MS: String(timeLapse.stripeTimeoutMs),
             STRIPE_MAX_NETWORK_RETRIES: String(timeLapse.stripeMaxNetworkRetries),
           }
@@ -512,6 +532,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       intervalMs: reconcileEveryMs,
       functionName: 'reconcile',
       maxConcurrentRuns: maxReconcileRuns,
+      ...(options.reconcileTimeoutMs !== undefined ? { functionTimeoutMs: options.reconcileTimeoutMs } : {}),
       ...(options.onReconcile ? { onRun: options.onReconcile } : {}),
     });
     let pruner: NodeJS.Timeout | undefined;

@@ -10,53 +10,17 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { startFakeStripe } from '../local/fake-stripe/server.ts';
 import { createDatabase, startEmbeddedPostgres } from '../local/postgres.ts';
-import { countingDb, type Db } from '../lambdas/payments/db.ts';
-import { idempotencyKey } from '../lambdas/payments/decisions.ts';
+import { countingDb } from '../lambdas/payments/db.ts';
 import { ChargeEngine } from '../lambdas/payments/engine.ts';
 import { createStripeClient, StripeGateway } from '../lambdas/payments/stripe-gateway.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
+import { seedStyleCharge } from './seed-port.ts';
 import { loadMigrations, migrate } from '../lambdas/runtime/migrations.ts';
 
 const { values: args } = parseArgs({ options: { charges: { type: 'string', default: '2000' }, json: { type: 'boolean', default: false } } });
 const N = Number(args.charges);
 
 const order = (): ChargeInput => ({ orderId: `bench-${randomUUID()}`, amount: 1999, currency: 'eur', customerId: 'cus_bench', paymentMethod: 'pm_card_visa' });
-
-/** The seed's §5 algorithm, statement for statement (request_charge, _load, _mark_attempt_started, _record). */
-async function seedStyleCharge(db: Db, gateway: StripeGateway, input: ChargeInput): Promise<string> {
-  const inserted = await db.query<{ id: string }>(
-    `INSERT INTO payment_operations (order_id, kind, amount, currency, customer_id, payment_method)
-     VALUES ($1, 'charge', $2, $3, $4, $5) ON CONFLICT (order_id, kind) DO NOTHING RETURNING id`,
-    [input.orderId, input.amount, input.currency, input.customerId, input.paymentMethod],
-  );
-  let id = inserted.rows[0]?.id;
-  if (!id) id = (await db.query<{ id: string }>(`SELECT id FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`, [input.orderId])).rows[0]!.id;
-  const op = (
-    await db.query<{ status: string }>(
-      `SELECT status, external_id, (first_attempted_at IS NULL OR first_attempted_at > now() - interval '23 hours') AS within FROM payment_operations WHERE id = $1`,
-      [id],
-    )
-  ).rows[0]!;
-  if (op.status === 'succeeded' || op.status === 'failed') return op.status;
-  await db.query('UPDATE payment_operations SET first_attempted_at = coalesce(first_attempted_at, now()) WHERE id = $1', [id]);
-  const result = await gateway.createPaymentIntent({
-    idempotencyKey: idempotencyKey(id, 0),
-    amount: input.amount,
-    currency: input.currency,
-    customerId: input.customerId,
-    paymentMethod: input.paymentMethod,
-    metadata: { operation_id: id, order_id: input.orderId, key_generation: '0' },
-  });
-  const status = result.ok && result.value.status === 'succeeded' ? 'succeeded' : 'unknown';
-  await db.query(
-    `UPDATE payment_operations SET status = $2, external_id = $3, attempts = attempts + 1, updated_at = now(),
-            settled_at = CASE WHEN $2 IN ('succeeded', 'failed') THEN now() END,
-            next_attempt_at = CASE WHEN $2 IN ('succeeded', 'failed') THEN NULL ELSE next_attempt_at END
-      WHERE id = $1 AND status IN ('pending', 'unknown')`,
-    [id, status, result.ok ? result.value.id : null],
-  );
-  return status;
-}
 
 async function main() {
   const server = await startEmbeddedPostgres({ dataDir: path.join(os.tmpdir(), `bench-engine-${process.pid}`) });
@@ -96,9 +60,27 @@ async function main() {
       const seconds = (performance.now() - t0) / 1000;
       return { label, charges: N, seconds: Math.round(seconds * 100) / 100, perSecond: Math.round(N / seconds) };
     };
-    const sequential = await timed('processRequests, one order at a time', async () => {
-      for (let i = 0; i < N; i++) await engine.processRequests([order()]);
-    });
+    // One order at a time, ours against the seed's port: warmed up alike and interleaved in ten
+    // rounds, so that neither meets a colder process, a smaller table or a quieter machine than the
+    // other (run one after the other, whichever ran first lost ~10-25 % on this 2-CPU machine).
+    const WARM_UP = 200;
+    for (let i = 0; i < WARM_UP; i++) {
+      await engine.processRequests([order()]);
+      await seedStyleCharge(pool, gateway, order());
+    }
+    const elapsed = { ours: 0, seed: 0 };
+    const ROUNDS = 10;
+    for (let round = 0; round < ROUNDS; round++) {
+      const size = Math.floor(N / ROUNDS) + (round < N % ROUNDS ? 1 : 0);
+      let t0 = performance.now();
+      for (let i = 0; i < size; i++) await engine.processRequests([order()]);
+      elapsed.ours += performance.now() - t0;
+      t0 = performance.now();
+      for (let i = 0; i < size; i++) await seedStyleCharge(pool, gateway, order());
+      elapsed.seed += performance.now() - t0;
+    }
+    const interleaved = (label: string, ms: number) => ({ label, charges: N, seconds: Math.round(ms / 10) / 100, perSecond: Math.round(N / (ms / 1000)) });
+    const sequential = interleaved('processRequests, one order at a time', elapsed.ours);
     const batched = await timed('processRequests, batches of 10 (Stripe calls concurrent)', async () => {
       for (let i = 0; i < N; i += 10) await engine.processRequests(Array.from({ length: Math.min(10, N - i) }, order));
     });
@@ -114,9 +96,7 @@ async function main() {
         }),
       );
     });
-    const seedSequential = await timed('the seed’s algorithm, one order at a time', async () => {
-      for (let i = 0; i < N; i++) await seedStyleCharge(pool, gateway, order());
-    });
+    const seedSequential = interleaved('the seed’s algorithm, one order at a time (interleaved with ours)', elapsed.seed);
 
     const doubleCharges = stripeFake.stats().doubleCharges;
     const report = {

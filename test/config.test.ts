@@ -21,7 +21,31 @@ describe('loadConfig', () => {
 
   it('refuses a key window longer than 23 h: Stripe may have pruned the key by then', () => {
     expect(() => loadConfig({ ...base, KEY_WINDOW_MS: String(24 * 3_600_000) })).toThrow(/KEY_WINDOW_MS/);
-    expect(loadConfig({ ...base, KEY_WINDOW_MS: '20000' }).policy.keyWindowMs).toBe(20_000);
+    expect(loadConfig({ ...base, KEY_WINDOW_MS: '20000', AMBIGUOUS_RESOLUTION: 'review' }).policy.keyWindowMs).toBe(20_000);
+  });
+
+  it('reads the List evidence settings, and refuses timings that cannot work', () => {
+    const { policy } = loadConfig(base);
+    expect(policy).toMatchObject({
+      ambiguousResolution: 'auto',
+      sameKeyResends: 2,
+      listSettleMs: 120_000,
+      listWindowMarginMs: 300_000,
+      proofSpacingMs: 600_000,
+      reissueAfterLastSendMs: 900_000,
+      maxAutoReissues: 2,
+      maxSearchFailures: 3,
+    });
+    expect(loadConfig({ ...base, AMBIGUOUS_RESOLUTION: 'review', MAX_AUTO_REISSUES: '0' }).policy).toMatchObject({ ambiguousResolution: 'review', maxAutoReissues: 0 });
+    expect(() => loadConfig({ ...base, AMBIGUOUS_RESOLUTION: 'sometimes' })).toThrow(/AMBIGUOUS_RESOLUTION must be one of auto, review, got "sometimes"/);
+    expect(() => loadConfig({ ...base, MAX_AUTO_REISSUES: '-1' })).toThrow(/MAX_AUTO_REISSUES must be an integer/);
+    expect(() => loadConfig({ ...base, MAX_SEARCH_FAILURES: '0' })).toThrow(/MAX_SEARCH_FAILURES must be an integer in \[1, 100\]/);
+    // A list sooner than a request may still run at Stripe proves nothing.
+    expect(() => loadConfig({ ...base, LIST_SETTLE_MS: '5000' })).toThrow(/LIST_SETTLE_MS \(5000\) must be at least STRIPE_TIMEOUT_MS \(10000\)/);
+    expect(() => loadConfig({ ...base, REISSUE_AFTER_LAST_SEND_MS: '60000' })).toThrow(/REISSUE_AFTER_LAST_SEND_MS \(60000\) must be at least LIST_SETTLE_MS/);
+    // Proofs that cannot fit in the key window would silently never re-issue: refused, with the way out.
+    expect(() => loadConfig({ ...base, KEY_WINDOW_MS: '600000' })).toThrow(/must be below KEY_WINDOW_MS \(600000\).*AMBIGUOUS_RESOLUTION=review/);
+    expect(() => loadConfig({ ...base, KEY_WINDOW_MS: '600000', AMBIGUOUS_RESOLUTION: 'review' })).not.toThrow();
   });
 
   it('refuses a lease that a worst-case Stripe call could outlast', () => {

@@ -31,6 +31,8 @@ const engine = (options: Partial<EngineOptions> = {}) =>
   new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5, ...options });
 
 const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => chargeOrder(overrides);
+/** AMBIGUOUS_RESOLUTION=review: the Search path these tests describe (List evidence: test/evidence.test.ts). */
+const SEARCH_PATH: Partial<EngineOptions> = { policy: { ambiguousResolution: 'review' } };
 
 async function row(id: string) {
   const { rows } = await db.pool.query('SELECT * FROM payment_operations WHERE id = $1', [id]);
@@ -106,13 +108,13 @@ describe('the seed’s test table (§6)', () => {
   });
 
   it('key window expired and the key pruned → settled by search without any create, one charge', async () => {
-    const id = await engine().requestCharge(order());
+    const id = await engine(SEARCH_PATH).requestCharge(order());
     stripe.fake.injectFault({ operationId: id }, 'truncated_response_after_commit');
-    expect((await engine().executeCharge(id)).status).toBe('unknown');
+    expect((await engine(SEARCH_PATH).executeCharge(id)).status).toBe('unknown');
     expect(stripe.fake.pruneKeys()).toBeGreaterThan(0);
     await sentAgo(id, '24 hours');
     const before = createsFor(id).length;
-    const result = await engine().executeCharge(id);
+    const result = await engine(SEARCH_PATH).executeCharge(id);
     expect(result).toMatchObject({ status: 'succeeded', step: 'search' });
     expect(createsFor(id).length).toBe(before); // no create after the window
     expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(1);
@@ -146,30 +148,30 @@ describe('the seed’s test table (§6)', () => {
   });
 
   it('search after the window finds requires_payment_method → failed, not success', async () => {
-    const id = await engine().requestCharge(order({ paymentMethod: 'pm_card_chargeDeclined' }));
+    const id = await engine(SEARCH_PATH).requestCharge(order({ paymentMethod: 'pm_card_chargeDeclined' }));
     // The decline happened at Stripe, but its answer never arrived: we only know "unknown".
     stripe.fake.injectFault({ operationId: id }, 'truncated_response_after_commit');
-    expect((await engine().executeCharge(id)).status).toBe('unknown');
+    expect((await engine(SEARCH_PATH).executeCharge(id)).status).toBe('unknown');
     stripe.fake.pruneKeys();
     await sentAgo(id, '24 hours');
-    expect(await engine().executeCharge(id)).toMatchObject({ status: 'failed', step: 'search' });
+    expect(await engine(SEARCH_PATH).executeCharge(id)).toMatchObject({ status: 'failed', step: 'search' });
     expect((await row(id)).external_id).toBe(stripe.fake.paymentIntents({ operationId: id })[0]!.id);
   });
 
   it('search after the window finds nothing → stays unknown, with a review reason', async () => {
-    const id = await engine().requestCharge(order());
+    const id = await engine(SEARCH_PATH).requestCharge(order());
     stripe.fake.injectFault({ operationId: id }, 'error_500_before_commit'); // nothing was executed
-    expect((await engine().executeCharge(id)).status).toBe('unknown');
+    expect((await engine(SEARCH_PATH).executeCharge(id)).status).toBe('unknown');
     stripe.fake.pruneKeys();
     await sentAgo(id, '24 hours');
-    const result = await engine().executeCharge(id);
+    const result = await engine(SEARCH_PATH).executeCharge(id);
     expect(result.status).toBe('unknown');
     const r = await row(id);
     expect(r.review_reason).toMatch(/key window expired.*found no PaymentIntent/);
     expect(r.next_attempt_at).toBeNull();
     // In review, the reconciler leaves it alone: no more calls.
     const calls = stripe.fake.requests().length;
-    expect(await engine().reconcileDue(100)).toEqual([]);
+    expect(await engine(SEARCH_PATH).reconcileDue(100)).toEqual([]);
     expect(stripe.fake.requests().length).toBe(calls);
   });
 
@@ -224,28 +226,28 @@ describe('beyond the seed', () => {
   });
 
   it('500 after commit: the replayed 500 hides a charge; early search inside the window adopts it', async () => {
-    const id = await engine().requestCharge(order());
+    const id = await engine(SEARCH_PATH).requestCharge(order());
     stripe.fake.injectFault({ operationId: id }, 'error_500_after_commit');
-    expect((await engine().executeCharge(id)).status).toBe('unknown');
+    expect((await engine(SEARCH_PATH).executeCharge(id)).status).toBe('unknown');
     await makeDue(id);
-    expect((await engine().executeCharge(id)).status).toBe('unknown'); // the same key replays the 500
+    expect((await engine(SEARCH_PATH).executeCharge(id)).status).toBe('unknown'); // the same key replays the 500
     await sentAgo(id, '11 minutes');
-    const result = await engine().executeCharge(id);
+    const result = await engine(SEARCH_PATH).executeCharge(id);
     expect(result).toMatchObject({ status: 'succeeded', step: 'early_search' });
     expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(1);
     expect(createsFor(id)).toHaveLength(2);
   });
 
   it('early search finding nothing goes on with a create under the same key', async () => {
-    const id = await engine().requestCharge(order());
+    const id = await engine(SEARCH_PATH).requestCharge(order());
     stripe.fake.injectFault({ operationId: id }, 'rate_limited_429');
     stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'truncated_response_after_commit');
-    await engine().executeCharge(id); // 429: pending
+    await engine(SEARCH_PATH).executeCharge(id); // 429: pending
     await makeDue(id);
-    expect((await engine().executeCharge(id)).status).toBe('unknown');
+    expect((await engine(SEARCH_PATH).executeCharge(id)).status).toBe('unknown');
     stripe.fake.setSearchLag(60_000); // Search cannot see it yet: "not found" proves nothing
     await sentAgo(id, '11 minutes');
-    const result = await engine().executeCharge(id);
+    const result = await engine(SEARCH_PATH).executeCharge(id);
     stripe.fake.setSearchLag(0);
     expect(result).toMatchObject({ status: 'succeeded', step: 'early_search' });
     expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(1);
@@ -434,16 +436,16 @@ describe('beyond the seed', () => {
   });
 
   it('an audit event for every attempt, and a claim event before every call', async () => {
-    const id = await engine().requestCharge(order());
+    const id = await engine(SEARCH_PATH).requestCharge(order());
     stripe.fake.injectFault({ operationId: id }, 'rate_limited_429');
     stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'error_500_after_commit');
     // 429, then a 500 after commit replayed twice: all four leave the operation open.
     for (let i = 0; i < 4; i++) {
-      expect((await engine().executeCharge(id)).status).not.toBe('succeeded');
+      expect((await engine(SEARCH_PATH).executeCharge(id)).status).not.toBe('succeeded');
       await makeDue(id);
     }
     await sentAgo(id, '11 minutes');
-    expect((await engine().executeCharge(id)).step).toBe('early_search');
+    expect((await engine(SEARCH_PATH).executeCharge(id)).step).toBe('early_search');
     const r = await row(id);
     expect(r.status).toBe('succeeded');
     const trail = await events(id);

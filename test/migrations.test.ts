@@ -123,6 +123,41 @@ describe('migrations runner', () => {
   });
 });
 
+describe('005_list_evidence widens the CHECK lists it touches, keeping what other migrations added', () => {
+  it('adds list / auto_reissued / Charge Reissued and keeps a value a migration before it added', async () => {
+    const url = await emptyDatabase('mig_widen');
+    const all = await loadMigrations(path.resolve('migrations'));
+    const before = all.filter((f) => f.name < '005');
+    // Stands for another branch's migration (003/004) that widened the action list first.
+    const other = file('004_other.sql', `
+      ALTER TABLE payment_operation_events DROP CONSTRAINT payment_operation_events_action_check;
+      ALTER TABLE payment_operation_events ADD CONSTRAINT payment_operation_events_action_check CHECK (action IN (
+        'requested', 'attempt_started', 'outcome_recorded', 'outcome_discarded', 'lease_released',
+        'operator_resolved', 'operator_reissued', 'operator_note', 'stripe_event_applied'))`);
+    await migrate(url, [...before, other, ...all.filter((f) => f.name >= '005')]);
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      const { rows } = await client.query(`INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method) VALUES ('o-widen', 1, 'eur', 'cus_1', 'pm_1') RETURNING id`);
+      const id = rows[0].id;
+      const event = (action: string, step: string | null) =>
+        client.query(`INSERT INTO payment_operation_events (operation_id, actor, action, step) VALUES ($1, 'test', $2, $3)`, [id, action, step]);
+      await event('auto_reissued', null);
+      await event('outcome_recorded', 'list');
+      await event('stripe_event_applied', null); // the other migration's value survived
+      await event('outcome_recorded', 'early_search');
+      await expect(event('made_up', null)).rejects.toThrow(/payment_operation_events_action_check/);
+      await expect(event('outcome_recorded', 'guess')).rejects.toThrow(/payment_operation_events_step_check/);
+      const outbox = (eventId: string, type: string) =>
+        client.query(`INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1, $2, $3, $4::jsonb)`, [eventId, id, type, JSON.stringify({ eventId })]);
+      await outbox('01930000-0000-7000-8000-000000000001', 'Charge Reissued');
+      await expect(outbox('01930000-0000-7000-8000-000000000002', 'Charge Maybe')).rejects.toThrow(/outcome_events_event_type_check/);
+    } finally {
+      await client.end();
+    }
+  });
+});
+
 describe('schema constraints live in the database', () => {
   let db: TestDatabase;
   beforeAll(async () => {

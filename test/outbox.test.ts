@@ -76,7 +76,7 @@ describe('the outbox row is written with the outcome it announces', () => {
     expect(await outboxRows(open!.operationId)).toEqual([]); // 429: still pending, nothing to announce
     const reviewRows = await outboxRows(review);
     expect(reviewRows.map((r) => r.event_type)).toEqual([DetailType.needsReview]);
-    expect(reviewRows[0].payload.reason).toMatch(/key window expired/);
+    expect(reviewRows[0].payload.reason).toMatch(/List proves that no PaymentIntent exists.*key window \(23 h\) has passed/);
     // Every payload honours the published contract, and eventId is the row's key.
     for (const row of [...succeededRows, ...reviewRows]) {
       expect(chargeOutcomeDetailSchema.parse(row.payload).eventId).toBe(row.event_id);

@@ -23,6 +23,7 @@ const NO_GATEWAY: PaymentGateway = {
   createPaymentIntent: () => Promise.reject(new Error('Stripe is not configured')),
   retrievePaymentIntent: () => Promise.reject(new Error('Stripe is not configured')),
   searchPaymentIntents: () => Promise.reject(new Error('Stripe is not configured')),
+  listPaymentIntents: () => Promise.reject(new Error('Stripe is not configured')),
 };
 
 async function chargeBatch(event: SQSEvent, context: Context): Promise<SQSBatchResponse> {

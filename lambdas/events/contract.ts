@@ -11,6 +11,11 @@ export const DetailType = {
   succeeded: 'Charge Succeeded',
   failed: 'Charge Failed',
   needsReview: 'Charge Needs Review',
+  /**
+   * Not an outcome yet: the engine proved by List that nothing was charged and re-issued the charge
+   * under a new key generation; a Charge Succeeded / Failed / Needs Review follows for the order.
+   */
+  reissued: 'Charge Reissued',
 } as const;
 export type DetailType = (typeof DetailType)[keyof typeof DetailType];
 
@@ -22,11 +27,11 @@ export const chargeOutcomeDetailSchema = z
     eventId: z.uuid().describe('Stable id of this event, the same on every re-send: deduplicate on it.'),
     operationId: z.uuid().describe('The payment operation (one per order).'),
     orderId: z.string().min(1).max(128),
-    status: z.enum(['succeeded', 'failed', 'needs_review']),
+    status: z.enum(['succeeded', 'failed', 'needs_review', 'reissued']),
     amount: z.number().int().positive().describe('Minor units (cents).'),
     currency: z.string().regex(/^[a-z]{3}$/),
     externalId: z.string().nullable().describe('The Stripe PaymentIntent id, when one is known.'),
-    reason: z.string().nullable().describe('Review reason (needs_review) or failure code (failed); null on success.'),
+    reason: z.string().nullable().describe('Review reason (needs_review), failure code (failed) or re-issue code (reissued: absence_proven); null on success.'),
     occurredAt: z.iso.datetime().describe('When the outcome was recorded (ISO 8601, UTC).'),
     // Added in v1 (additive: no field changed meaning) — docs/decisions.md, 2026-12-01.
     sequence: z
@@ -37,7 +42,7 @@ export const chargeOutcomeDetailSchema = z
         "Position of this event among its operation's events (1, 2, 3 …), strictly increasing. Events can arrive out of order: apply the highest sequence seen per operationId, ignore lower ones.",
       ),
   })
-  .describe('detail of the Charge Succeeded / Charge Failed / Charge Needs Review events');
+  .describe('detail of the Charge Succeeded / Charge Failed / Charge Needs Review / Charge Reissued events');
 
 /** `detail` of every outcome event. */
 export type ChargeOutcomeDetail = z.infer<typeof chargeOutcomeDetailSchema>;
@@ -55,6 +60,7 @@ export function chargeOutcomeDetailJsonSchema(): Record<string, unknown> {
 
 /** The detail-type that announces a status. */
 export function detailTypeOf(status: ChargeOutcomeDetail['status']): DetailType {
+  if (status === 'reissued') return DetailType.reissued;
   return status === 'succeeded' ? DetailType.succeeded : status === 'failed' ? DetailType.failed : DetailType.needsReview;
 }
 

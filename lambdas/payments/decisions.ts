@@ -1,7 +1,7 @@
 // The life of an operation as pure decisions: derive the key, judge the key window, choose the next
 // step, read the answer, schedule the next attempt. No I/O here — every branch is tested exhaustively
 // in test/decisions.test.ts, and the engine is thin I/O around these functions.
-import { FailureKind, type GatewayFailure, type GatewayResult } from './gateway.ts';
+import { FailureKind, type GatewayFailure, type GatewayResult, type ListAnswer } from './gateway.ts';
 import type { ClaimedOperation, OperationStatus, PaymentIntentView } from './types.ts';
 
 export interface Backoff {
@@ -28,6 +28,30 @@ export interface EnginePolicy {
   readonly earlySearchAfterMs: number;
   /** A PaymentIntent still processing / requiring action this long after the first send goes to a human. */
   readonly unsettledReviewAfterMs: number;
+  /**
+   * AMBIGUOUS_RESOLUTION. `auto`: an ambiguous create without a PaymentIntent id is settled by List
+   * evidence (real time), and re-issued under a new key generation once List proved twice that
+   * nothing exists. `review`: the path before List — retries with the same key, an early Search,
+   * then Search after the key window and a human for anything Search cannot show.
+   */
+  readonly ambiguousResolution: 'auto' | 'review';
+  /** Same-key re-sends of an ambiguous create (a lost answer is replayed at once) before List is asked instead. */
+  readonly sameKeyResends: number;
+  /** List is asked no sooner than this after the last send: covers Stripe-side processing of an in-flight request. */
+  readonly listSettleMs: number;
+  /** The list's `created` range is the send window widened by this on each side (clocks, processing). */
+  readonly listWindowMarginMs: number;
+  /** A re-issue needs two proofs of absence at least this far apart… */
+  readonly proofSpacingMs: number;
+  /** …the second at least this long after the last send. */
+  readonly reissueAfterLastSendMs: number;
+  /** Automatic re-issues per operation; once spent, a further proven absence goes to a human. */
+  readonly maxAutoReissues: number;
+  /**
+   * Search failures that do not pass by themselves (400 unsupported query, 403 key without Search,
+   * 404) before the operation goes to a human with the reason, instead of retrying forever.
+   */
+  readonly maxSearchFailures: number;
   readonly backoff: {
     /** Ambiguous answers: retry with the same key. */
     readonly ambiguous: Backoff;
@@ -49,6 +73,14 @@ export const DEFAULT_POLICY: EnginePolicy = {
   leaseMs: 2 * MINUTE,
   earlySearchAfterMs: 10 * MINUTE,
   unsettledReviewAfterMs: 7 * 24 * HOUR,
+  ambiguousResolution: 'auto',
+  sameKeyResends: 2,
+  listSettleMs: 2 * MINUTE,
+  listWindowMarginMs: 5 * MINUTE,
+  proofSpacingMs: 10 * MINUTE,
+  reissueAfterLastSendMs: 15 * MINUTE,
+  maxAutoReissues: 2,
+  maxSearchFailures: 3,
   backoff: {
     ambiguous: { baseMs: 2 * SECOND, capMs: 15 * MINUTE },
     rateLimited: { baseMs: 5 * SECOND, capMs: 5 * MINUTE },
@@ -88,17 +120,67 @@ export type Step =
   /** After the window: never create; Search decides or a human does. */
   | { readonly kind: 'search' }
   /** Inside the window, ambiguous for a while: adopt exactly one hit, else create with the same key. */
-  | { readonly kind: 'early_search' };
+  | { readonly kind: 'early_search' }
+  /** Real-time List of the customer's PaymentIntents in the send window: adopt, review, or prove absence. */
+  | { readonly kind: 'list' }
+  /** No call: the settle delay since the last send has not passed; due again at `untilMs` (database clock). */
+  | { readonly kind: 'wait'; readonly untilMs: number };
 
-export function chooseStep(op: ClaimedOperation, policy: EnginePolicy = DEFAULT_POLICY): Step {
+/**
+ * What the audit trail says about an ambiguous operation, summarised for the decisions
+ * (lambdas/payments/evidence.ts reads it from payment_operation_events). Plain data.
+ */
+export interface EvidenceHistory {
+  /** Earliest moment a request for this operation may have been sent (any key generation). */
+  readonly firstSendAt: Date | null;
+  /** Latest moment a request that may have created a PaymentIntent was still running (any generation). */
+  readonly lastSendAt: Date | null;
+  /** Creates recorded under the current key generation. */
+  readonly sameKeySends: number;
+  /**
+   * The last create under the current generation was answered by Stripe with a 500, which the key
+   * replays for its life ("including 500 errors", Stripe's idempotency docs): re-sending it teaches
+   * nothing, so List is asked without the same-key re-sends.
+   */
+  readonly keyReplaysError?: boolean;
+  /** Absences proven by List under the current generation AFTER the last send, oldest first. */
+  readonly proofs: readonly Date[];
+  /** Automatic re-issues so far (all generations). */
+  readonly autoReissues: number;
+  /** List failed in a way that does not pass (400 / 403 / 404) under the current generation. */
+  readonly listUnavailable: boolean;
+  /** Searches that failed that way under the current generation. */
+  readonly permanentSearchFailures: number;
+}
+
+/** Whether chooseStep needs the audit trail for this claim (only ambiguous operations do: a rare, extra read). */
+export function needsEvidence(op: ClaimedOperation, policy: EnginePolicy = DEFAULT_POLICY): boolean {
+  if (op.externalId !== null) return false;
+  return op.status === 'unknown' || !withinKeyWindow(op.firstAttemptedAt, op.claimedAt, policy);
+}
+
+export function chooseStep(op: ClaimedOperation, policy: EnginePolicy = DEFAULT_POLICY, history: EvidenceHistory | null = null): Step {
   // Stripe already made it: a re-send would only replay the first answer, so read the current state.
   if (op.externalId !== null) return { kind: 'retrieve', paymentIntentId: op.externalId };
-  // The claim set first_attempted_at, so "pending" here may still mean "sent, then crashed".
-  if (!withinKeyWindow(op.firstAttemptedAt, op.claimedAt, policy)) return { kind: 'search' };
-  if (op.status === 'unknown' && op.claimedAt.getTime() - op.firstAttemptedAt.getTime() >= policy.earlySearchAfterMs) {
-    return { kind: 'early_search' };
+  const inWindow = withinKeyWindow(op.firstAttemptedAt, op.claimedAt, policy);
+  // List cannot answer (or is switched off): the Search path.
+  if (policy.ambiguousResolution === 'review' || history === null || history.listUnavailable) {
+    // The claim set first_attempted_at, so "pending" here may still mean "sent, then crashed".
+    if (!inWindow) return { kind: 'search' };
+    if (op.status === 'unknown' && op.claimedAt.getTime() - op.firstAttemptedAt.getTime() >= policy.earlySearchAfterMs) {
+      return { kind: 'early_search' };
+    }
+    return { kind: 'create' };
   }
-  return { kind: 'create' };
+  // After the window List is the evidence (real time); nothing is sent under the old key.
+  if (!inWindow) return { kind: 'list' };
+  if (op.status !== 'unknown') return { kind: 'create' };
+  // A lost answer is replayed by a re-send with the same key: the cheapest evidence, tried first.
+  if (history.proofs.length === 0 && !history.keyReplaysError && history.sameKeySends <= policy.sameKeyResends) return { kind: 'create' };
+  // Then no more sends: List, once whatever the last send may have started at Stripe has settled.
+  const listFrom = (history.lastSendAt?.getTime() ?? Number.NEGATIVE_INFINITY) + policy.listSettleMs;
+  if (op.claimedAt.getTime() < listFrom) return { kind: 'wait', untilMs: listFrom };
+  return { kind: 'list' };
 }
 
 // ── Reading answers ──────────────────────────────────────────────────────────────────────────────
@@ -124,6 +206,11 @@ export interface Outcome {
   readonly errorCode: string | null;
   /** Evidence for the audit trail (search hits, HTTP status, request id). Never secrets. */
   readonly detail: Readonly<Record<string, unknown>>;
+  /**
+   * True: absence is proven enough (judgeAutoReissue) — the write re-issues the operation under
+   * key_generation + 1 (pending, due now), audited as `auto_reissued` and announced as an event.
+   */
+  readonly reissue?: boolean;
 }
 
 /** Exponential backoff with "equal jitter": at least half the step, capped. attempt ≥ 1. */
@@ -137,6 +224,8 @@ interface Context {
   readonly op: ClaimedOperation;
   readonly policy: EnginePolicy;
   readonly random: () => number;
+  /** The audit trail's evidence, when chooseStep needed it (needsEvidence). */
+  readonly history?: EvidenceHistory | null;
 }
 
 const MAX_ERROR_TEXT = 500;
@@ -239,6 +328,11 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
   };
 }
 
+/** Stripe's own 500 (not a proxy's): stored with the key and replayed to every re-send of it. */
+export function isReplayedError(failure: GatewayFailure): boolean {
+  return failure.kind === FailureKind.ambiguous && failure.errorClass === 'StripeAPIError' && failure.httpStatus === 500;
+}
+
 /** The answer to a create sent with the operation's key. */
 export function decideCreate(ctx: Context, result: GatewayResult<PaymentIntentView>): Outcome {
   if (result.ok) return fromPaymentIntent(ctx, result.value);
@@ -263,12 +357,20 @@ export function decideCreate(ctx: Context, result: GatewayResult<PaymentIntentVi
         {},
         failure,
       );
-    default:
+    default: {
       // Ambiguous → unknown, retried with the SAME key. 429 / 401 / 403 come before Stripe's
       // idempotency layer and prove only that THEIR attempt was not executed: status kept only when
       // it was certainly the call's sole HTTP attempt; after an SDK retry an earlier attempt may have
       // executed and lost its answer, so the operation is unknown (and the ambiguous path's evidence applies).
-      return transientFailure(ctx, failure, 'unknown', failure.httpAttempts === 1 ? ctx.op.status : 'unknown');
+      const outcome = transientFailure(ctx, failure, 'unknown', failure.httpAttempts === 1 ? ctx.op.status : 'unknown');
+      // The last same-key send of the List path: the next claim is List's, due once the send settled.
+      const sends = (ctx.history?.sameKeySends ?? 0) + 1;
+      const lastSend = sends > ctx.policy.sameKeyResends || isReplayedError(failure);
+      if (failure.kind === FailureKind.ambiguous && ctx.policy.ambiguousResolution === 'auto' && lastSend && !ctx.history?.listUnavailable) {
+        return { ...outcome, retryAfterMs: Math.max(outcome.retryAfterMs ?? 0, ctx.policy.listSettleMs) };
+      }
+      return outcome;
+    }
   }
 }
 
@@ -288,19 +390,46 @@ function hitsEvidence(hits: readonly PaymentIntentView[]) {
 }
 
 /**
+ * A failure of a read that will not pass by itself: 400 (a query this account cannot run, Search not
+ * offered in its country), 403 (a restricted key without the permission), 404. Retrying the same read
+ * teaches nothing; a bounded number of them sends the operation to a human with the reason.
+ */
+export function isPermanentReadFailure(failure: GatewayFailure): boolean {
+  return failure.kind === FailureKind.invalidRequest || failure.kind === FailureKind.notFound || failure.kind === FailureKind.permission;
+}
+
+/**
  * After the key window: a create could execute anew, so Search decides. Exactly one hit is adopted
  * and settled by its status (found ≠ paid); zero or several go to a human with the evidence.
+ * A Search that fails permanently is retried at most maxSearchFailures times, then a human is asked
+ * why — never an open operation with no reason, retried forever.
  */
 export function decideSearch(ctx: Context, result: GatewayResult<PaymentIntentView[]>): Outcome {
-  if (!result.ok) return transientFailure(ctx, result.failure, ctx.op.status);
-  const hits = result.value;
   const since = ctx.op.firstAttemptedAt.toISOString();
+  const expired = `key window expired (first attempt ${since}, window ${formatDuration(ctx.policy.keyWindowMs)})`;
+  if (!result.ok) {
+    const failure = result.failure;
+    if (!isPermanentReadFailure(failure)) return transientFailure(ctx, failure, ctx.op.status);
+    const failures = (ctx.history?.permanentSearchFailures ?? 0) + 1;
+    const evidence = { searchFailure: 'permanent', searchFailures: failures };
+    if (failures >= ctx.policy.maxSearchFailures) {
+      const list = ctx.history?.listUnavailable ? '; List is unavailable too' : '';
+      return toReview(`${expired}; Search failed ${failures} times and will not pass by itself (${failure.errorClass} ${failure.httpStatus ?? ''} ${failure.code ?? ''}`.trimEnd() +
+        `): check the key's permissions and whether Search is offered to this account${list}`,
+        evidence,
+        failure,
+      );
+    }
+    const open = stayOpen(ctx, failure, ctx.policy.backoff.configuration);
+    return { ...open, detail: { ...open.detail, ...evidence } };
+  }
+  const hits = result.value;
   if (hits.length === 1) return fromPaymentIntent(ctx, hits[0]!, { searchHits: hitsEvidence(hits) });
   const what =
     hits.length === 0
       ? 'found no PaymentIntent (not proof that none exists)'
       : `found ${hits.length} PaymentIntents (${hits.map((pi) => `${pi.id} ${pi.status}`).join(', ')})`;
-  return toReview(`key window expired (first attempt ${since}, window ${formatDuration(ctx.policy.keyWindowMs)}); Search by metadata.operation_id ${what}`,
+  return toReview(`${expired}; Search by metadata.operation_id ${what}`,
     { searchHits: hitsEvidence(hits) },
   );
 }
@@ -318,6 +447,211 @@ export function decideEarlySearch(ctx: Context, result: GatewayResult<PaymentInt
   return toReview(`Search found ${hits.length} PaymentIntents for one operation inside its key window (${hits.map((pi) => `${pi.id} ${pi.status}`).join(', ')})`,
     { searchHits: hitsEvidence(hits), earlySearch: true },
   );
+}
+
+// ── List evidence (real time) ────────────────────────────────────────────────────────────────────
+//
+// One step for every kind: list the objects a kind's list endpoint holds for the business effect's
+// scope in its send window, then judge them by data the kind supplies (a ListSubject): which metadata
+// names the effect, which fields must match. Charges: GET /v1/payment_intents?customer=…, matched
+// on metadata.operation_id, amount, currency, customer. A refund kind supplies its own subject.
+
+/** An object of a list, reduced to what the judgement compares. */
+export interface ListedObject {
+  readonly id: string;
+  readonly status: string;
+  readonly metadata: Readonly<Record<string, string>>;
+  readonly fields: Readonly<Record<string, string | number | null | undefined>>;
+}
+
+export interface ListSubject {
+  /** The metadata key that names the effect's owner (operation_id): only its own object is adoptable. */
+  readonly ownerKey: string;
+  /** metadata values that relate an object to this effect (operation_id, order_id): any one suffices. */
+  readonly relatedBy: Readonly<Record<string, string>>;
+  /** Fields an adoptable object must carry exactly. */
+  readonly expected: Readonly<Record<string, string | number>>;
+}
+
+export type ListVerdict =
+  | { readonly kind: 'adopt'; readonly object: ListedObject }
+  /** Several related objects, or one that does not match: a human decides, nothing is adopted. */
+  | { readonly kind: 'contradiction'; readonly reason: string; readonly related: readonly ListedObject[] }
+  /** The list was read to its end and nothing in it relates to the effect. */
+  | { readonly kind: 'absent' }
+  /** The list was not read to its end: it proves nothing. */
+  | { readonly kind: 'incomplete'; readonly pages: number };
+
+/** Pure and kind-agnostic: what a complete real-time list says about one effect. */
+export function judgeList(subject: ListSubject, answer: ListAnswer<ListedObject>): ListVerdict {
+  const related = answer.items.filter((o) => Object.entries(subject.relatedBy).some(([key, value]) => o.metadata[key] === value));
+  if (related.length === 1) {
+    const only = related[0]!;
+    const mismatch = [
+      ...(only.metadata[subject.ownerKey] !== subject.relatedBy[subject.ownerKey] ? [`metadata.${subject.ownerKey}`] : []),
+      ...Object.entries(subject.expected).filter(([field, value]) => only.fields[field] !== value).map(([field]) => field),
+    ];
+    if (mismatch.length === 0) return { kind: 'adopt', object: only };
+    return { kind: 'contradiction', reason: `${only.id} does not match the operation (${mismatch.join(', ')}); not adopted`, related };
+  }
+  if (related.length > 1) {
+    return { kind: 'contradiction', reason: `${related.length} objects for one operation (${related.map((o) => `${o.id} ${o.status}`).join(', ')}); none adopted`, related };
+  }
+  if (!answer.complete) return { kind: 'incomplete', pages: answer.pages };
+  return { kind: 'absent' };
+}
+
+/** The charge kind's subject and objects. */
+export function chargeListSubject(op: Pick<ClaimedOperation, 'id' | 'orderId' | 'amount' | 'currency' | 'customerId'>): ListSubject {
+  return {
+    ownerKey: 'operation_id',
+    relatedBy: { operation_id: op.id, order_id: op.orderId },
+    expected: { amount: op.amount, currency: op.currency, customer: op.customerId },
+  };
+}
+
+export function paymentIntentListed(pi: PaymentIntentView): ListedObject {
+  return { id: pi.id, status: pi.status, metadata: pi.metadata, fields: { amount: pi.amount, currency: pi.currency, customer: pi.customer } };
+}
+
+/** The list's `created` range in Unix seconds: the send window widened by the margin, rounded outwards. */
+export interface ListWindow {
+  readonly createdGte: number;
+  readonly createdLte: number;
+}
+
+export function listWindow(op: ClaimedOperation, history: EvidenceHistory | null, policy: EnginePolicy = DEFAULT_POLICY): ListWindow {
+  const first = Math.min(op.firstAttemptedAt.getTime(), history?.firstSendAt?.getTime() ?? Number.POSITIVE_INFINITY);
+  // Never sent as far as the trail knows: up to the claim, which is later than any send.
+  const last = history?.lastSendAt?.getTime() ?? op.claimedAt.getTime();
+  return {
+    createdGte: Math.floor((first - policy.listWindowMarginMs) / 1000),
+    createdLte: Math.ceil((Math.max(first, last) + policy.listWindowMarginMs) / 1000),
+  };
+}
+
+export type ReissueVerdict =
+  | { readonly kind: 'reissue' }
+  /** Not yet: the next list is due at `nextProofAt` (database clock, ms). */
+  | { readonly kind: 'prove_again'; readonly nextProofAt: number }
+  | { readonly kind: 'review'; readonly reason: string };
+
+/**
+ * "May the machine re-issue now?", from the proofs of absence in the audit trail plus the one just
+ * made. The operator's rules (review.ts: nothing that is or may become a charge, late enough after
+ * the last send) made strict for a machine: two proofs at least proofSpacingMs apart, the second at
+ * least reissueAfterLastSendMs after the last send, inside the key window, at most maxAutoReissues.
+ */
+export function judgeAutoReissue(op: ClaimedOperation, history: EvidenceHistory, provenAt: Date, policy: EnginePolicy = DEFAULT_POLICY): ReissueVerdict {
+  if (policy.ambiguousResolution !== 'auto') return { kind: 'review', reason: 'AMBIGUOUS_RESOLUTION=review: a human decides every re-issue' };
+  if (!withinKeyWindow(op.firstAttemptedAt, provenAt, policy)) {
+    return { kind: 'review', reason: `the key window (${formatDuration(policy.keyWindowMs)}) has passed: the machine re-issues only inside it` };
+  }
+  if (history.autoReissues >= policy.maxAutoReissues) {
+    return { kind: 'review', reason: `already re-issued automatically ${history.autoReissues} time(s), the most allowed (MAX_AUTO_REISSUES)` };
+  }
+  const now = provenAt.getTime();
+  const lastSend = history.lastSendAt?.getTime() ?? Number.NEGATIVE_INFINITY;
+  const proofs = [...history.proofs.map((d) => d.getTime()), now].filter((t) => t > lastSend);
+  // No proof after the last send (a list cannot be asked that early, but a clock may say so): start over.
+  if (proofs.length === 0) return { kind: 'prove_again', nextProofAt: Math.max(lastSend + policy.listSettleMs, now + 1) };
+  const first = Math.min(...proofs);
+  if (now - first >= policy.proofSpacingMs && now - lastSend >= policy.reissueAfterLastSendMs) return { kind: 'reissue' };
+  return { kind: 'prove_again', nextProofAt: Math.max(first + policy.proofSpacingMs, lastSend + policy.reissueAfterLastSendMs, now + 1) };
+}
+
+function listEvidence(answer: ListAnswer<unknown> | null, window: ListWindow, scope: Readonly<Record<string, string>>) {
+  return {
+    list: {
+      scope,
+      createdGte: window.createdGte,
+      createdLte: window.createdLte,
+      ...(answer ? { pages: answer.pages, requestIds: answer.requestIds, objects: answer.items.length, complete: answer.complete } : {}),
+    },
+  };
+}
+
+/**
+ * The answer to the List step. A failed list is never absence: a transient failure is retried, one
+ * that will not pass marks List unavailable (the next claim takes the Search path). A complete list:
+ * exactly one matching PaymentIntent is adopted (List is real time, so its status is current);
+ * several or a mismatch go to a human; none is absence proven at the claim's time — re-issued when
+ * judgeAutoReissue allows, proven again later otherwise, a human after the window.
+ */
+export function decideList(ctx: Context, window: ListWindow, result: GatewayResult<ListAnswer<PaymentIntentView>>): Outcome {
+  const { op, policy } = ctx;
+  const scope = { customer: op.customerId };
+  if (!result.ok) {
+    const failure = result.failure;
+    const outcome = transientFailure(ctx, failure, op.status);
+    const unavailable = isPermanentReadFailure(failure) ? { listUnavailable: true } : {};
+    return { ...outcome, detail: { ...outcome.detail, ...listEvidence(null, window, scope), ...unavailable } };
+  }
+  const answer = result.value;
+  const evidence = listEvidence(answer, window, scope);
+  const verdict = judgeList(chargeListSubject(op), { ...answer, items: answer.items.map(paymentIntentListed) });
+  switch (verdict.kind) {
+    case 'adopt':
+      return fromPaymentIntent(ctx, answer.items.find((pi) => pi.id === verdict.object.id)!, evidence);
+    case 'contradiction':
+      return toReview(`List of the customer's PaymentIntents found ${verdict.reason}`, { ...evidence, listHits: verdict.related.map((o) => ({ id: o.id, status: o.status, ...o.fields })) });
+    case 'incomplete':
+      if (answer.pages >= MAX_LIST_PAGES_FOR_PROOF) {
+        return toReview(`List of the customer's PaymentIntents has more than ${answer.pages} pages in the send window: absence cannot be shown`, evidence);
+      }
+      // Stopped for lack of request budget: nothing learnt, ask again soon.
+      return { ...stayOpenQuietly(ctx), detail: evidence };
+  }
+  const provenAt = op.claimedAt;
+  const proof = { ...evidence, absenceProven: true, provenAt: provenAt.toISOString() };
+  const history = ctx.history ?? EMPTY_HISTORY;
+  const judged = judgeAutoReissue(op, history, provenAt, policy);
+  switch (judged.kind) {
+    case 'reissue':
+      return {
+        status: 'pending',
+        externalId: null,
+        reviewReason: null,
+        retryAfterMs: 0,
+        error: null,
+        errorClass: null,
+        errorCode: null,
+        detail: { ...proof, proofs: [...history.proofs.map((d) => d.toISOString()), provenAt.toISOString()], lastSendAt: history.lastSendAt?.toISOString() ?? null },
+        reissue: true,
+      };
+    case 'prove_again':
+      return { status: op.status, externalId: null, reviewReason: null, retryAfterMs: Math.max(0, judged.nextProofAt - provenAt.getTime()), error: null, errorClass: null, errorCode: null, detail: proof };
+    case 'review':
+      return toReview(`List proves that no PaymentIntent exists for this operation (${provenAt.toISOString()}), but it is not re-issued automatically: ${judged.reason}; ` +
+        'if nothing else is known, `review reissue` authorises a new key', proof);
+  }
+}
+
+/** The List gateway's page cap (stripe-gateway.ts MAX_LIST_PAGES): a list stopped there cannot show absence. */
+export const MAX_LIST_PAGES_FOR_PROOF = 20;
+
+const EMPTY_HISTORY: EvidenceHistory = {
+  firstSendAt: null,
+  lastSendAt: null,
+  sameKeySends: 0,
+  proofs: [],
+  autoReissues: 0,
+  listUnavailable: false,
+  permanentSearchFailures: 0,
+};
+
+/** Nothing learnt and nothing wrong (a list stopped for budget): the same status, soon again. */
+function stayOpenQuietly(ctx: Context): Outcome {
+  return {
+    status: ctx.op.status,
+    externalId: null,
+    reviewReason: null,
+    retryAfterMs: backoffDelay(1, ctx.policy.backoff.rateLimited, ctx.random),
+    error: null,
+    errorClass: null,
+    errorCode: null,
+    detail: {},
+  };
 }
 
 export type DecisionContext = Context;

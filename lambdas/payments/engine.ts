@@ -12,26 +12,34 @@ import {
   chooseStep,
   decideCreate,
   decideEarlySearch,
+  decideList,
   decideRetrieve,
   decideSearch,
   DEFAULT_POLICY,
   idempotencyKey,
+  listWindow,
+  needsEvidence,
   paymentIntentMetadata,
   type DecisionContext,
   type EnginePolicy,
+  type EvidenceHistory,
   type Outcome,
   type Step,
 } from './decisions.ts';
+import { summarizeEvidence } from './evidence.ts';
 import { OperationNotFoundError, OrderConflictError, OutcomesNotRecordedError } from './errors.ts';
 import { FailureKind, type GatewayResult, type PaymentGateway } from './gateway.ts';
 import {
   claimById,
   claimDue,
+  loadEvidenceEvents,
   recordOutcomes,
+  reissueAfterProof,
   requestAndClaim,
   type OutcomeEventRow,
   type OutcomeWrite,
   type RecordResult,
+  type ReissueWrite,
   type RequestRow,
 } from './operations-store.ts';
 import type { ChargeInput, ClaimedOperation, Operation, OperationStatus, PaymentIntentView } from './types.ts';
@@ -63,9 +71,11 @@ export interface Execution {
   /**
    * attempted: Stripe was called and the outcome written; discarded: Stripe was called but the lease
    * was lost, so the outcome was not written; released: not started for lack of time or budget;
-   * skipped: not claimable (final, in review, leased by someone else, or not due yet).
+   * deferred: claimed, but its List may not be asked before the settle delay since the last send
+   * ends, so it was given back, due then; skipped: not claimable (final, in review, leased by
+   * someone else, or not due yet).
    */
-  readonly disposition: 'attempted' | 'discarded' | 'released' | 'skipped';
+  readonly disposition: 'attempted' | 'discarded' | 'released' | 'deferred' | 'skipped';
   readonly step?: Step['kind'];
   readonly outcome?: Outcome;
   readonly reviewReason?: string | null;
@@ -224,38 +234,45 @@ export class ChargeEngine {
 
   /** Attempt each claimed operation (bounded concurrency), then record all outcomes in one round trip. */
   async #executeClaimed(claimed: readonly ClaimedOperation[], canStart?: () => boolean): Promise<Execution[]> {
-    const attempts = await mapBounded(claimed, this.#concurrency, (op) => this.#attempt(op, canStart));
-    const writes: OutcomeWrite[] = attempts.map(({ op, step, outcome }) =>
-      outcome === null
-        ? {
-            operationId: op.id,
-            leaseToken: op.leaseToken,
-            action: 'release',
-            step: null,
-            fromStatus: op.status,
-            keyGeneration: op.keyGeneration,
-            status: op.status,
-            externalId: null,
-            reviewReason: null,
-            retryAfterMs: null,
-            error: null,
-            errorClass: null,
-            errorCode: null,
-            detail: { reason: 'not started: no time or request budget left' },
-          }
-        : {
-            operationId: op.id,
-            leaseToken: op.leaseToken,
-            action: 'record',
-            step: step!,
-            fromStatus: op.status,
-            keyGeneration: op.keyGeneration,
-            ...outcome,
-          },
-    );
-    const recorded = new Map<string, RecordResult>((await recordOutcomes(this.#db, writes, this.#actor, this.#publishLeaseMs)).map((r) => [r.operationId, r]));
-    return attempts.map(({ op, step, outcome }) => {
+    const histories = await this.#evidence(claimed);
+    const attempts = await mapBounded(claimed, this.#concurrency, (op) => this.#attempt(op, histories.get(op.id) ?? null, canStart));
+    const release = (op: ClaimedOperation, retryAfterMs: number | null, reason: string): OutcomeWrite => ({
+      operationId: op.id,
+      leaseToken: op.leaseToken,
+      action: 'release',
+      step: null,
+      fromStatus: op.status,
+      keyGeneration: op.keyGeneration,
+      status: op.status,
+      externalId: null,
+      reviewReason: null,
+      retryAfterMs,
+      error: null,
+      errorClass: null,
+      errorCode: null,
+      detail: { reason },
+    });
+    const writes: OutcomeWrite[] = [];
+    const reissues: ReissueWrite[] = [];
+    for (const { op, step, outcome, waitUntilMs } of attempts) {
+      if (waitUntilMs !== undefined) {
+        writes.push(release(op, Math.max(0, waitUntilMs - op.claimedAt.getTime()), `List waits for the settle delay after the last send, until ${new Date(waitUntilMs).toISOString()}`));
+      } else if (outcome === null) {
+        writes.push(release(op, null, 'not started: no time or request budget left'));
+      } else if (outcome.reissue) {
+        reissues.push({ operationId: op.id, leaseToken: op.leaseToken, fromStatus: op.status, keyGeneration: op.keyGeneration, detail: outcome.detail });
+      } else {
+        writes.push({ operationId: op.id, leaseToken: op.leaseToken, action: 'record', step: step!, fromStatus: op.status, keyGeneration: op.keyGeneration, ...outcome });
+      }
+    }
+    const [recordedRows, reissuedRows] = await Promise.all([
+      recordOutcomes(this.#db, writes, this.#actor, this.#publishLeaseMs),
+      reissueAfterProof(this.#db, reissues, this.#actor, this.#publishLeaseMs),
+    ]);
+    const recorded = new Map<string, RecordResult>([...recordedRows, ...reissuedRows].map((r) => [r.operationId, r]));
+    return attempts.map(({ op, step, outcome, waitUntilMs }) => {
       const result = recorded.get(op.id);
+      if (waitUntilMs !== undefined) return { operationId: op.id, status: result?.status ?? op.status, disposition: 'deferred' as const, step: 'wait' as const };
       if (outcome === null) return { operationId: op.id, status: result?.status ?? op.status, disposition: 'released' as const };
       if (!result?.applied) return { operationId: op.id, status: op.status, disposition: 'discarded' as const, step: step!, outcome };
       return {
@@ -270,10 +287,25 @@ export class ChargeEngine {
     });
   }
 
+  /** The audit-trail evidence of the claimed operations that need it (ambiguous ones only): one read. */
+  async #evidence(claimed: readonly ClaimedOperation[]): Promise<Map<string, EvidenceHistory>> {
+    const needing = claimed.filter((op) => needsEvidence(op, this.#policy));
+    const histories = new Map<string, EvidenceHistory>();
+    if (needing.length === 0) return histories;
+    const events = await loadEvidenceEvents(this.#db, needing.map((op) => op.id));
+    for (const op of needing) histories.set(op.id, summarizeEvidence(op, events.get(op.id) ?? [], this.#policy));
+    return histories;
+  }
+
   /** One attempt: choose the step, make the call(s), decide the outcome. Null: not started. */
-  async #attempt(op: ClaimedOperation, canStart?: () => boolean): Promise<{ op: ClaimedOperation; step: Step['kind'] | null; outcome: Outcome | null }> {
-    const ctx: DecisionContext = { op, policy: this.#policy, random: this.#random };
-    const step = chooseStep(op, this.#policy);
+  async #attempt(
+    op: ClaimedOperation,
+    history: EvidenceHistory | null,
+    canStart?: () => boolean,
+  ): Promise<{ op: ClaimedOperation; step: Step['kind'] | null; outcome: Outcome | null; waitUntilMs?: number }> {
+    const ctx: DecisionContext = { op, policy: this.#policy, random: this.#random, history };
+    const step = chooseStep(op, this.#policy, history);
+    if (step.kind === 'wait') return { op, step: step.kind, outcome: null, waitUntilMs: step.untilMs };
     const mayCall = async (kind: Step['kind']) => (canStart?.() ?? true) && ((await this.#beforeCall?.(kind)) ?? true);
     if (!(await mayCall(step.kind))) return { op, step: null, outcome: null };
     switch (step.kind) {
@@ -281,6 +313,12 @@ export class ChargeEngine {
         return { op, step: step.kind, outcome: decideRetrieve(ctx, step.paymentIntentId, await guard(() => this.#gateway.retrievePaymentIntent(step.paymentIntentId))) };
       case 'search':
         return { op, step: step.kind, outcome: decideSearch(ctx, await guard(() => this.#gateway.searchPaymentIntents({ operationId: op.id, keyGeneration: op.keyGeneration }))) };
+      case 'list': {
+        // Every page after the first is one more request against the same budget.
+        const window = listWindow(op, history, this.#policy);
+        const answer = await guard(() => this.#gateway.listPaymentIntents({ scope: { customer: op.customerId }, ...window, beforePage: () => mayCall('list') }));
+        return { op, step: step.kind, outcome: decideList(ctx, window, answer) };
+      }
       case 'early_search': {
         const decided = decideEarlySearch(ctx, await guard(() => this.#gateway.searchPaymentIntents({ operationId: op.id, keyGeneration: op.keyGeneration })));
         if (decided !== 'create') return { op, step: step.kind, outcome: decided };

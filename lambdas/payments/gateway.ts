@@ -63,9 +63,38 @@ export interface SearchPaymentIntentsRequest {
   readonly keyGeneration: number;
 }
 
+/**
+ * A real-time list of the objects a kind's list endpoint holds in a scope and a `created` range
+ * (charges: `GET /v1/payment_intents?customer=…`; refunds, later: `GET /v1/refunds?payment_intent=…`).
+ * Every page is read, newest first; `complete: false` when the adapter stopped before the last page
+ * (page cap or no request budget left): then absence is not shown.
+ */
+export interface ListRequest {
+  /** The list's filter, e.g. { customer: 'cus_…' }. */
+  readonly scope: Readonly<Record<string, string>>;
+  /** Unix seconds, inclusive (Stripe's `created[gte]` / `created[lte]`). */
+  readonly createdGte: number;
+  readonly createdLte: number;
+  /**
+   * Asked before every page after the first (each page is one request against the rate budget);
+   * false stops the list there, incomplete.
+   */
+  readonly beforePage?: () => Promise<boolean> | boolean;
+}
+
+export interface ListAnswer<T> {
+  readonly items: readonly T[];
+  readonly pages: number;
+  /** Stripe's Request-Id of every page: the audit trail's proof that the list was asked. */
+  readonly requestIds: readonly string[];
+  readonly complete: boolean;
+}
+
 export interface PaymentGateway {
   createPaymentIntent(request: CreatePaymentIntentRequest): Promise<GatewayResult<PaymentIntentView>>;
   retrievePaymentIntent(id: string): Promise<GatewayResult<PaymentIntentView>>;
   /** Not real time: "nothing found" proves nothing for a recent PaymentIntent. */
   searchPaymentIntents(request: SearchPaymentIntentsRequest): Promise<GatewayResult<PaymentIntentView[]>>;
+  /** Real time: the customer's PaymentIntents created in the range (scope: { customer }). */
+  listPaymentIntents(request: ListRequest): Promise<GatewayResult<ListAnswer<PaymentIntentView>>>;
 }

@@ -4,6 +4,7 @@
 // Values are always bound parameters; batches travel as one jsonb array parameter.
 import { prepared, type Db } from './db.ts';
 import type { Outcome, Step } from './decisions.ts';
+import type { EvidenceEvent } from './evidence.ts';
 import type { ChargeInput, ClaimedOperation, Operation, OperationStatus } from './types.ts';
 
 /** Raw row shape of to_jsonb(payment_operations). */
@@ -238,7 +239,10 @@ export async function claimDue(db: Db, limit: number, leaseToken: string, leaseM
   return rows.map((row) => toClaimed(row.op, row.db_now));
 }
 
-/** One outcome to write. `release` gives the lease back without an attempt (not started for lack of time). */
+/**
+ * One outcome to write. `release` gives the lease back without an attempt (not started for lack of
+ * time, or a List that must wait for the settle delay: then due again after retryAfterMs).
+ */
 export interface OutcomeWrite extends Outcome {
   readonly operationId: string;
   readonly leaseToken: string;
@@ -321,7 +325,7 @@ export async function recordOutcomes(
          last_error_class = CASE WHEN o.action = 'record' THEN o.error_class ELSE p.last_error_class END,
          review_reason    = CASE WHEN o.action = 'record' THEN o.review_reason ELSE p.review_reason END,
          next_attempt_at  = CASE
-                              WHEN o.action = 'release' THEN now()
+                              WHEN o.action = 'release' THEN now() + coalesce(o.retry_after_ms, 0) * interval '1 millisecond'
                               WHEN o.status IN ('succeeded', 'failed') OR o.review_reason IS NOT NULL THEN NULL
                               ELSE now() + o.retry_after_ms * interval '1 millisecond'
                             END,
@@ -380,8 +384,9 @@ export async function recordOutcomes(
 }
 
 /**
- * The outbox row of an outcome, shared by every statement that settles an operation or sends it to
- * review (the engine's recordOutcomes, the operator's resolution), so the event contract
+ * The outbox row of an outcome, shared by every statement that settles an operation, sends it to
+ * review or re-issues it automatically (a `pending` source row: 'Charge Reissued', reason =
+ * failure_code), so the event contract
  * (lambdas/events/contract.ts) is written in one place. `source` is a CTE of the calling statement —
  * a constant, never input — with id, order_id, status, review_reason, amount, currency, external_id,
  * failure_code, event_id, occurred_at and event_sequence (the operation's counter, already advanced
@@ -394,21 +399,153 @@ export function outboxInsertSql(source: string, leaseParam: string): string {
        SELECT event_id, id,
               CASE WHEN review_reason IS NOT NULL THEN 'Charge Needs Review'
                    WHEN status = 'succeeded' THEN 'Charge Succeeded'
+                   WHEN status = 'pending' THEN 'Charge Reissued'
                    ELSE 'Charge Failed' END,
               jsonb_build_object(
                 'version', 1,
                 'eventId', event_id,
                 'operationId', id,
                 'orderId', order_id,
-                'status', CASE WHEN review_reason IS NOT NULL THEN 'needs_review' ELSE status END,
+                'status', CASE WHEN review_reason IS NOT NULL THEN 'needs_review' WHEN status = 'pending' THEN 'reissued' ELSE status END,
                 'amount', amount,
                 'currency', currency,
                 'externalId', external_id,
-                'reason', coalesce(review_reason, CASE WHEN status = 'failed' THEN failure_code END),
+                'reason', coalesce(review_reason, CASE WHEN status IN ('failed', 'pending') THEN failure_code END),
                 'occurredAt', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
                 'sequence', event_sequence),
               now() + ${leaseParam}::bigint * interval '1 millisecond'
          FROM ${source}`;
+}
+
+/**
+ * A re-issue under key generation + 1: back to pending, out of review, due now, the key window and the
+ * external id started over — the engine's next claim creates with `payment-op:{id}:g{n+1}` and never
+ * sends the old key again. Shared by the operator's `review reissue` (review.ts) and the engine's
+ * automatic re-issue (reissueAfterProof), so both mean exactly the same thing.
+ */
+export const REISSUE_SET = `
+         key_generation     = p.key_generation + 1,
+         status             = 'pending',
+         review_reason      = NULL,
+         first_attempted_at = NULL,
+         external_id        = NULL,
+         last_error         = NULL,
+         last_error_class   = NULL,
+         next_attempt_at    = now(),
+         updated_at         = now()`;
+
+/** The `reason` of a 'Charge Reissued' event (a code, like a decline code). */
+export const AUTO_REISSUE_REASON = 'absence_proven';
+
+/** The List proof that allowed an automatic re-issue, for reissueAfterProof. */
+export interface ReissueWrite {
+  readonly operationId: string;
+  readonly leaseToken: string;
+  readonly fromStatus: OperationStatus;
+  readonly keyGeneration: number;
+  /** The list's evidence (window, pages, request ids, the proofs): the outcome's and the re-issue's detail. */
+  readonly detail: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * The engine's automatic re-issue after absence was proven (decisions.ts judgeAutoReissue), ONE
+ * statement per batch: fenced like every outcome (lease token, open, not in review, same generation);
+ * the List step's outcome_recorded row (the proof), then an `auto_reissued` row under the new
+ * generation, and a 'Charge Reissued' outbox row leased to the caller. A lost fence writes only
+ * outcome_discarded, as in recordOutcomes.
+ */
+export async function reissueAfterProof(db: Db, writes: readonly ReissueWrite[], actor: string, publishLeaseMs: number): Promise<RecordResult[]> {
+  if (writes.length === 0) return [];
+  const payload = writes.map((w) => ({
+    id: w.operationId,
+    lease_token: w.leaseToken,
+    from_status: w.fromStatus,
+    key_generation: w.keyGeneration,
+    detail: w.detail,
+  }));
+  const { rows } = await prepared<{
+    id: string;
+    applied: boolean;
+    status: OperationStatus | null;
+    event_id: string | null;
+    event_type: string | null;
+    event_payload: Record<string, unknown> | null;
+  }>(
+    db,
+    'payments.reissue_after_proof',
+    `WITH o AS (
+       SELECT * FROM jsonb_to_recordset($1::jsonb) AS o(id uuid, lease_token uuid, from_status text, key_generation int, detail jsonb)
+     ),
+     upd AS (
+       UPDATE payment_operations AS p SET ${REISSUE_SET},
+         attempts       = p.attempts + 1,
+         -- The number of the 'Charge Reissued' outbox row this write produces (004_event_sequence.sql).
+         event_sequence = p.event_sequence + 1,
+         lease_token    = NULL,
+         lease_until    = NULL
+         FROM o
+        WHERE p.id = o.id AND p.lease_token = o.lease_token AND p.status IN ('pending', 'unknown')
+          AND p.review_reason IS NULL AND p.key_generation = o.key_generation
+       RETURNING p.id, p.order_id, p.status, p.external_id, p.review_reason, p.amount, p.currency, p.key_generation, p.event_sequence
+     ),
+     audit AS (
+       INSERT INTO payment_operation_events (operation_id, actor, action, step, from_status, to_status, key_generation, detail)
+       SELECT id, $2::text, action, step, from_status, to_status, key_generation, detail FROM (
+         SELECT o.id, 1 AS ord, CASE WHEN u.id IS NULL THEN 'outcome_discarded' ELSE 'outcome_recorded' END AS action,
+                'list' AS step, o.from_status, u.status AS to_status, o.key_generation,
+                o.detail || jsonb_build_object('leaseToken', o.lease_token)
+                  || CASE WHEN u.id IS NULL THEN jsonb_build_object('discardedStatus', 'pending') ELSE '{}'::jsonb END AS detail
+           FROM o LEFT JOIN upd u ON u.id = o.id
+         UNION ALL
+         SELECT u.id, 2, 'auto_reissued', NULL, o.from_status, u.status, u.key_generation,
+                jsonb_build_object('fromGeneration', o.key_generation, 'toGeneration', u.key_generation) || o.detail
+           FROM upd u JOIN o ON o.id = u.id
+       ) x ORDER BY id, ord
+     ),
+     outcome AS (
+       SELECT u.*, $4::text AS failure_code, uuidv7() AS event_id, now() AS occurred_at FROM upd u
+     ),
+     outbox AS (
+       ${outboxInsertSql('outcome', '$3')}
+       RETURNING event_id, operation_id, event_type, payload
+     )
+     SELECT o.id, u.id IS NOT NULL AS applied, u.status, e.event_id, e.event_type, e.payload AS event_payload
+       FROM o LEFT JOIN upd u ON u.id = o.id LEFT JOIN outbox e ON e.operation_id = o.id`,
+    [JSON.stringify(payload), actor, publishLeaseMs, AUTO_REISSUE_REASON],
+  );
+  return rows.map((row) => ({
+    operationId: row.id,
+    applied: row.applied,
+    status: row.status,
+    event:
+      row.event_id && row.event_type && row.event_payload
+        ? { eventId: row.event_id, operationId: row.id, eventType: row.event_type, payload: row.event_payload }
+        : null,
+  }));
+}
+
+/** The audit trails of some operations, oldest first: what the engine's evidence is read from. */
+export async function loadEvidenceEvents(db: Db, operationIds: readonly string[]): Promise<Map<string, EvidenceEvent[]>> {
+  const result = new Map<string, EvidenceEvent[]>(operationIds.map((id) => [id, []]));
+  if (operationIds.length === 0) return result;
+  const { rows } = await prepared<{ operation_id: string; action: string; step: string | null; occurred_at: Date; key_generation: number | null; error_class: string | null; detail: Record<string, unknown> }>(
+    db,
+    'payments.load_evidence_events',
+    `SELECT operation_id, action, step, occurred_at, key_generation, error_class, detail
+       FROM payment_operation_events WHERE operation_id = ANY($1::uuid[]) ORDER BY operation_id, id`,
+    [operationIds],
+  );
+  for (const row of rows) {
+    result.get(row.operation_id)?.push({
+      action: row.action,
+      step: row.step,
+      occurredAt: new Date(row.occurred_at).toISOString(),
+      keyGeneration: row.key_generation,
+      errorClass: row.error_class,
+      detail: row.detail ?? {},
+    });
+  }
+  return result;
 }
 
 export async function findOperation(db: Db, operationId: string): Promise<Operation | null> {

@@ -16,7 +16,7 @@
 import type { Db } from './db.ts';
 import { DEFAULT_POLICY, statusOfPaymentIntent } from './decisions.ts';
 import type { GatewayResult } from './gateway.ts';
-import { outboxInsertSql, toOperation } from './operations-store.ts';
+import { outboxInsertSql, REISSUE_SET, toOperation } from './operations-store.ts';
 import type { Operation, OperationStatus, PaymentIntentView } from './types.ts';
 
 type OperationRow = Parameters<typeof toOperation>[0];
@@ -60,7 +60,7 @@ export interface StripeEvidence {
   readonly checkedAt: string;
 }
 
-/** Every PaymentIntent id the operation's row and audit trail mention (external_id, search hits, mismatches). */
+/** Every PaymentIntent id the operation's row and audit trail mention (external_id, search and list hits, mismatches). */
 export function knownPaymentIntentIds(op: Operation, events: readonly AuditEvent[]): string[] {
   const ids = new Set<string>();
   const add = (value: unknown) => {
@@ -69,8 +69,10 @@ export function knownPaymentIntentIds(op: Operation, events: readonly AuditEvent
   add(op.externalId);
   for (const event of events) {
     add(event.externalId);
-    const detail = event.detail as { searchHits?: unknown; paymentIntent?: { id?: unknown }; evidence?: { paymentIntents?: unknown } };
+    const detail = event.detail as { searchHits?: unknown; listHits?: unknown; paymentIntent?: { id?: unknown }; evidence?: { paymentIntents?: unknown } };
     if (Array.isArray(detail.searchHits)) for (const hit of detail.searchHits) add((hit as { id?: unknown }).id);
+    // What the engine's List found and would not adopt (several, or a mismatch).
+    if (Array.isArray(detail.listHits)) for (const hit of detail.listHits) add((hit as { id?: unknown }).id);
     add(detail.paymentIntent?.id);
     // Earlier operator look-ups: what they found is retrieved again (its status may have moved).
     if (Array.isArray(detail.evidence?.paymentIntents)) for (const pi of detail.evidence.paymentIntents) add((pi as { id?: unknown }).id);
@@ -209,7 +211,7 @@ export function chargingPaymentIntents(evidence: StripeEvidence): PaymentIntentE
 }
 
 const OUTCOME_ACTIONS = new Set(['outcome_recorded', 'outcome_discarded', 'lease_released']);
-const NON_SENDING_STEPS = new Set(['retrieve', 'search']);
+const NON_SENDING_STEPS = new Set(['retrieve', 'search', 'list']);
 
 /**
  * The latest moment a request that may have created a PaymentIntent with this operation's key was
@@ -568,16 +570,7 @@ export async function reissueInReview(db: Db, write: ReissueWrite): Promise<Oper
   const { fence } = write;
   const { rows } = await db.query<{ op: OperationRow; audit: AuditRow }>(
     `WITH upd AS (
-       UPDATE payment_operations AS p SET
-         key_generation     = p.key_generation + 1,
-         status             = 'pending',
-         review_reason      = NULL,
-         first_attempted_at = NULL,
-         external_id        = NULL,
-         last_error         = NULL,
-         last_error_class   = NULL,
-         next_attempt_at    = now(),
-         updated_at         = now()
+       UPDATE payment_operations AS p SET ${REISSUE_SET}
         WHERE ${FENCE}
        RETURNING p.*, old.external_id AS previous_external_id
      ),

@@ -2,7 +2,17 @@
 // and retries, and the error mapping of DESIGN §4. It never throws: every outcome is a value.
 import Stripe from 'stripe';
 import { DEFAULT_STRIPE_MAX_NETWORK_RETRIES, DEFAULT_STRIPE_TIMEOUT_MS } from './call-budget.ts';
-import { FailureKind, type CreatePaymentIntentRequest, type GatewayFailure, type GatewayResult, type PaymentGateway, type SearchPaymentIntentsRequest } from './gateway.ts';
+import { MAX_LIST_PAGES_FOR_PROOF } from './decisions.ts';
+import {
+  FailureKind,
+  type CreatePaymentIntentRequest,
+  type GatewayFailure,
+  type GatewayResult,
+  type ListAnswer,
+  type ListRequest,
+  type PaymentGateway,
+  type SearchPaymentIntentsRequest,
+} from './gateway.ts';
 import type { PaymentIntentView } from './types.ts';
 
 export interface StripeClientOptions {
@@ -36,7 +46,7 @@ export function createStripeClient(options: StripeClientOptions): Stripe {
   return new Stripe(options.apiKey, config);
 }
 
-type Call = 'create' | 'retrieve' | 'search';
+type Call = 'create' | 'retrieve' | 'search' | 'list';
 
 interface StripeErrorLike {
   type?: unknown;
@@ -93,7 +103,14 @@ function toView(raw: unknown): PaymentIntentView | undefined {
   if (typeof pi.metadata === 'object' && pi.metadata !== null) {
     for (const [key, value] of Object.entries(pi.metadata)) if (typeof value === 'string') metadata[key] = value;
   }
-  return { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency, metadata };
+  return {
+    id: pi.id,
+    status: pi.status,
+    amount: pi.amount,
+    currency: pi.currency,
+    metadata,
+    ...(typeof pi.customer === 'string' || pi.customer === null ? { customer: pi.customer } : {}),
+  };
 }
 
 /**
@@ -118,6 +135,12 @@ function lastStatus(resource: unknown): number | undefined {
   const status = (resource as { lastResponse?: { statusCode?: unknown } } | null)?.lastResponse?.statusCode;
   return typeof status === 'number' ? status : undefined;
 }
+
+/**
+ * One customer's PaymentIntents in one operation's send window: normally a handful. 20 pages (2,000
+ * PaymentIntents) is far beyond that; past it the list is incomplete and proves nothing.
+ */
+export const MAX_LIST_PAGES = MAX_LIST_PAGES_FOR_PROOF;
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -221,6 +244,49 @@ export class StripeGateway implements PaymentGateway {
       return { ok: true, value: found };
     } catch (error) {
       return { ok: false, failure: classifyStripeError(error, 'search') };
+    }
+  }
+
+  /**
+   * GET /v1/payment_intents?customer=…&created[gte]=…&created[lte]=…&limit=100, every page
+   * (`has_more`, `starting_after` = the last id of the page; newest first: docs.stripe.com/api/pagination).
+   * Real time, unlike Search. Stops, incomplete, at MAX_LIST_PAGES or when beforePage says no.
+   */
+  async listPaymentIntents(request: ListRequest): Promise<GatewayResult<ListAnswer<PaymentIntentView>>> {
+    const customer = request.scope.customer;
+    if (customer === undefined) throw new Error('listPaymentIntents needs scope.customer');
+    const items: PaymentIntentView[] = [];
+    const requestIds: string[] = [];
+    let startingAfter: string | undefined;
+    try {
+      for (let pages = 0; ; pages++) {
+        if (pages === MAX_LIST_PAGES || (pages > 0 && !((await request.beforePage?.()) ?? true))) {
+          return { ok: true, value: { items, pages, requestIds, complete: false } };
+        }
+        const page = await this.#stripe.paymentIntents.list({
+          customer,
+          created: { gte: request.createdGte, lte: request.createdLte },
+          limit: 100,
+          ...(startingAfter ? { starting_after: startingAfter } : {}),
+        });
+        const status = lastStatus(page);
+        if (status !== undefined && (status < 200 || status >= 300)) return unexpected(status, `HTTP ${status} answered without an error body`);
+        if (!Array.isArray(page.data) || typeof page.has_more !== 'boolean') return unexpected(status, 'list answer has no data / has_more');
+        const requestId = (page as { lastResponse?: { requestId?: unknown } }).lastResponse?.requestId;
+        if (typeof requestId === 'string') requestIds.push(requestId);
+        for (const item of page.data) {
+          const view = toView(item);
+          // An item we cannot read could be the one we look for: the list proves nothing then.
+          if (!view) return unexpected(status, 'list answer holds an object that is not a PaymentIntent');
+          items.push(view);
+        }
+        const last = page.data[page.data.length - 1];
+        if (!page.has_more) return { ok: true, value: { items, pages: pages + 1, requestIds, complete: true } };
+        if (!last?.id) return unexpected(status, 'list answer says has_more but has no last id');
+        startingAfter = last.id;
+      }
+    } catch (error) {
+      return { ok: false, failure: classifyStripeError(error, 'list') };
     }
   }
 }

@@ -53,4 +53,6 @@ export interface PaymentIntentView {
   readonly amount: number;
   readonly currency: string;
   readonly metadata: Readonly<Record<string, string>>;
+  /** The customer it belongs to, when the answer said (List evidence compares it). */
+  readonly customer?: string | null;
 }

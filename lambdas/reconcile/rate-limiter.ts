@@ -11,7 +11,7 @@
 import type { Step } from '../payments/decisions.ts';
 
 export interface RateLimiterOptions {
-  /** Every Stripe request: creates, retrieves, searches. */
+  /** Every Stripe request: creates, retrieves, searches, and each page of a List. */
   readonly requestsPerSecond: number;
   /** Search requests (steps search and early_search), also counted in requestsPerSecond. */
   readonly searchesPerSecond: number;

@@ -270,7 +270,7 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     claimed,
     byOutcome,
     released: byOutcome.released ?? 0,
-    reconciled: claimed - (byOutcome.released ?? 0) - (byOutcome.skipped ?? 0) - (byOutcome.discarded ?? 0),
+    reconciled: claimed - (byOutcome.released ?? 0) - (byOutcome.deferred ?? 0) - (byOutcome.skipped ?? 0) - (byOutcome.discarded ?? 0),
     pages,
     stripeRequests: limiter.granted,
     stripeAuthErrors,

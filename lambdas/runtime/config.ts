@@ -173,6 +173,14 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
       leaseMs: integer(env, 'LEASE_MS', DEFAULT_POLICY.leaseMs, 1_000),
       unsettledReviewAfterMs: integer(env, 'UNSETTLED_REVIEW_AFTER_MS', DEFAULT_POLICY.unsettledReviewAfterMs, 1_000),
       backoff: scaledBackoff(number(env, 'RETRY_BACKOFF_SCALE', 1, 0.001), env),
+      ambiguousResolution: oneOf<EnginePolicy['ambiguousResolution']>(env, 'AMBIGUOUS_RESOLUTION', ['auto', 'review'], DEFAULT_POLICY.ambiguousResolution),
+      sameKeyResends: integer(env, 'SAME_KEY_RESENDS', DEFAULT_POLICY.sameKeyResends, 0, 10),
+      listSettleMs: integer(env, 'LIST_SETTLE_MS', DEFAULT_POLICY.listSettleMs, 0),
+      listWindowMarginMs: integer(env, 'LIST_WINDOW_MARGIN_MS', DEFAULT_POLICY.listWindowMarginMs, 1_000),
+      proofSpacingMs: integer(env, 'ABSENCE_PROOF_SPACING_MS', DEFAULT_POLICY.proofSpacingMs, 1),
+      reissueAfterLastSendMs: integer(env, 'REISSUE_AFTER_LAST_SEND_MS', DEFAULT_POLICY.reissueAfterLastSendMs, 1),
+      maxAutoReissues: integer(env, 'MAX_AUTO_REISSUES', DEFAULT_POLICY.maxAutoReissues, 0, 10),
+      maxSearchFailures: integer(env, 'MAX_SEARCH_FAILURES', DEFAULT_POLICY.maxSearchFailures, 1, 100),
     },
     region: blank(env.AWS_REGION),
   };
@@ -183,7 +191,29 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
   if ((config.policy.leaseMs ?? DEFAULT_POLICY.leaseMs) <= worstCall) {
     throw new ConfigError(`LEASE_MS must exceed the worst-case Stripe call (${worstCall} ms for STRIPE_TIMEOUT_MS × retries)`);
   }
+  checkEvidencePolicy(config.policy, config.stripe.timeoutMs);
   return config;
+}
+
+/**
+ * The List evidence timings only mean something in this order: a list no sooner than a call could
+ * still be running at Stripe (≥ STRIPE_TIMEOUT_MS), the re-issue no sooner than the first list, and
+ * all of it inside the key window — else no machine re-issue could ever happen, silently.
+ */
+function checkEvidencePolicy(policy: Partial<EnginePolicy>, stripeTimeoutMs: number): void {
+  const p = { ...DEFAULT_POLICY, ...policy };
+  if (p.listSettleMs < stripeTimeoutMs) {
+    throw new ConfigError(`LIST_SETTLE_MS (${p.listSettleMs}) must be at least STRIPE_TIMEOUT_MS (${stripeTimeoutMs}): a request may still be running at Stripe that long after it was sent`);
+  }
+  if (p.reissueAfterLastSendMs < p.listSettleMs) {
+    throw new ConfigError(`REISSUE_AFTER_LAST_SEND_MS (${p.reissueAfterLastSendMs}) must be at least LIST_SETTLE_MS (${p.listSettleMs}): a re-issue rests on lists made after the settle delay`);
+  }
+  if (p.ambiguousResolution === 'auto' && p.reissueAfterLastSendMs + p.proofSpacingMs >= p.keyWindowMs) {
+    throw new ConfigError(
+      `REISSUE_AFTER_LAST_SEND_MS + ABSENCE_PROOF_SPACING_MS (${p.reissueAfterLastSendMs + p.proofSpacingMs}) must be below KEY_WINDOW_MS (${p.keyWindowMs}): ` +
+        'the proofs of absence must fit inside the key window, or set AMBIGUOUS_RESOLUTION=review',
+    );
+  }
 }
 
 /** Require Stripe credentials only where Stripe is called (the migrate function needs none). */

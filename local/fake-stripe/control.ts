@@ -9,7 +9,7 @@ class ControlError extends Error {
   override name = 'ControlError';
 }
 
-const ENDPOINTS: readonly Endpoint[] = ['create', 'retrieve', 'search', 'refund_create', 'refund_retrieve', 'refund_list'];
+const ENDPOINTS: readonly Endpoint[] = ['create', 'retrieve', 'search', 'list', 'refund_create', 'refund_retrieve', 'refund_list'];
 const SETTLE_STATUSES: readonly SettleStatus[] = ['succeeded', 'canceled', 'requires_payment_method'];
 const REFUND_SETTLE_STATUSES: readonly RefundSettleStatus[] = ['succeeded', 'failed', 'canceled'];
 
@@ -40,7 +40,7 @@ function parseMatch(value: unknown): FaultMatch {
   }
   const match: { -readonly [K in keyof FaultMatch]: FaultMatch[K] } = {};
   if (endpoint !== undefined) match.endpoint = endpoint as Endpoint;
-  for (const name of ['operationId', 'orderId', 'idempotencyKey', 'paymentIntentId', 'refundId'] as const) {
+  for (const name of ['operationId', 'orderId', 'idempotencyKey', 'paymentIntentId', 'refundId', 'customerId'] as const) {
     const field = optionalString(value, name);
     if (field !== undefined) match[name] = field;
   }

@@ -56,6 +56,7 @@ const FAULT_STAGE = {
   permission_403: 'gate',
   proxy_502_after_commit: 'answer',
   truncated_response_after_commit: 'answer',
+  stall_after_commit: 'answer',
 } as const satisfies Record<FaultKind, 'gate' | 'commit' | 'answer'>;
 export type FaultStage = (typeof FAULT_STAGE)[FaultKind];
 
@@ -146,6 +147,8 @@ export interface RequestFacts {
   readonly paymentIntentId: string | null;
   /** Refund endpoints only. */
   readonly refundId?: string | null;
+  /** A PaymentIntent list's `customer` filter. */
+  readonly customerId?: string | null;
 }
 
 export function matches(match: FaultMatch, facts: RequestFacts): boolean {
@@ -155,7 +158,8 @@ export function matches(match: FaultMatch, facts: RequestFacts): boolean {
     (match.orderId === undefined || match.orderId === facts.orderId) &&
     (match.idempotencyKey === undefined || match.idempotencyKey === facts.idempotencyKey) &&
     (match.paymentIntentId === undefined || match.paymentIntentId === facts.paymentIntentId) &&
-    (match.refundId === undefined || match.refundId === (facts.refundId ?? null))
+    (match.refundId === undefined || match.refundId === (facts.refundId ?? null)) &&
+    (match.customerId === undefined || match.customerId === (facts.customerId ?? null))
   );
 }
 

@@ -10,11 +10,19 @@ import {
 } from './types.ts';
 import { clauseMatches, randomId, type CardOutcome, type CreateParams, type SearchClause } from './wire.ts';
 
+/** A `created` filter of a list request, in Unix seconds; every given bound must hold. */
+export interface CreatedRange {
+  readonly gt?: number;
+  readonly gte?: number;
+  readonly lt?: number;
+  readonly lte?: number;
+}
+
 interface Entry {
   pi: PaymentIntentJson;
   /** Creation order; search pages are cursors over it. */
   readonly seq: number;
-  readonly createdAtMs: number;
+  createdAtMs: number;
   readonly idempotencyKey: string | null;
 }
 
@@ -58,6 +66,14 @@ export class Ledger {
     return pi;
   }
 
+  /** Every PaymentIntent `ms` older (tests that move time forward). */
+  age(ms: number): void {
+    for (const entry of this.#byId.values()) {
+      entry.createdAtMs -= ms;
+      entry.pi = { ...entry.pi, created: Math.floor(entry.createdAtMs / 1000) };
+    }
+  }
+
   get(id: string): PaymentIntentJson | null {
     return this.#byId.get(id)?.pi ?? null;
   }
@@ -99,6 +115,29 @@ export class Ledger {
       data: page.map((e) => e.pi),
       nextBeforeSeq: hits.length > limit && last !== undefined ? last.seq : null,
     };
+  }
+
+  /**
+   * GET /v1/payment_intents: real time (no lag, unlike search), newest first — by `created`, then by
+   * creation order within one second — filtered by customer and a `created` range (Unix seconds),
+   * continuing after the PaymentIntent `startingAfter`. Null: no such PaymentIntent for the cursor.
+   */
+  list(
+    filter: { readonly customer: string | null; readonly created: CreatedRange },
+    limit: number,
+    startingAfter: string | null,
+  ): { data: PaymentIntentJson[]; hasMore: boolean } | null {
+    const newestFirst = (a: Entry, b: Entry) => b.pi.created - a.pi.created || b.seq - a.seq;
+    const cursor = startingAfter === null ? null : this.#byId.get(startingAfter);
+    if (cursor === undefined) return null;
+    const { gt, gte, lt, lte } = filter.created;
+    const hits = [...this.#byId.values()]
+      .filter((e) => filter.customer === null || e.pi.customer === filter.customer)
+      .filter((e) => (gt === undefined || e.pi.created > gt) && (gte === undefined || e.pi.created >= gte))
+      .filter((e) => (lt === undefined || e.pi.created < lt) && (lte === undefined || e.pi.created <= lte))
+      .filter((e) => cursor === null || newestFirst(cursor, e) < 0)
+      .sort(newestFirst);
+    return { data: hits.slice(0, limit).map((e) => e.pi), hasMore: hits.length > limit };
   }
 
   records(filter: { readonly operationId?: string; readonly orderId?: string } = {}): PaymentIntentRecord[] {

@@ -13,7 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { handleControl } from './control.ts';
 import { faultStage, FaultPlan, matches, type ChosenFault, type RequestFacts, type RequestPhase } from './faults.ts';
 import { IdempotencyStore, type Lookup, type StoredResponse } from './idempotency.ts';
-import { Ledger } from './ledger.ts';
+import { Ledger, type CreatedRange } from './ledger.ts';
 import { RefundApi, type Answer, type RefundParams } from './refunds.ts';
 import {
   FAULT_KINDS,
@@ -68,6 +68,8 @@ const SEARCH_MAX_LIMIT = 100;
  * that looks like a lost response but was never injected.
  */
 const KEEP_ALIVE_TIMEOUT_MS = 65_000;
+/** stall_after_commit: one byte of whitespace this often, well under any client's idle timeout. */
+const STALL_TRICKLE_MS = 250;
 
 export async function startFakeStripe(options: FakeStripeOptions = {}): Promise<FakeStripe> {
   const fake = new FakeStripeServer(options);
@@ -109,7 +111,7 @@ interface Counters {
 
 function freshCounters(): Counters {
   return {
-    requests: { create: 0, retrieve: 0, search: 0, refund_create: 0, refund_retrieve: 0, refund_list: 0, other: 0 },
+    requests: { create: 0, retrieve: 0, search: 0, list: 0, refund_create: 0, refund_retrieve: 0, refund_list: 0, other: 0 },
     answers: {},
     createsExecuted: 0,
     refundCreatesExecuted: 0,
@@ -147,6 +149,7 @@ class TokenBucket {
 type Route =
   | { readonly endpoint: 'create' }
   | { readonly endpoint: 'search' }
+  | { readonly endpoint: 'list' }
   | { readonly endpoint: 'retrieve'; readonly id: string }
   | { readonly endpoint: 'refund_create' }
   | { readonly endpoint: 'refund_list' }
@@ -156,6 +159,7 @@ function route(method: string, pathname: string): Route | null {
   const refund = refundRoute(method, pathname);
   if (refund !== null) return refund;
   if (pathname === '/v1/payment_intents' && method === 'POST') return { endpoint: 'create' };
+  if (pathname === '/v1/payment_intents' && method === 'GET') return { endpoint: 'list' };
   if (pathname === '/v1/payment_intents/search' && method === 'GET') return { endpoint: 'search' };
   const m = /^\/v1\/payment_intents\/([^/]+)$/.exec(pathname);
   if (m !== null && method === 'GET') return { endpoint: 'retrieve', id: decodeURIComponent(m[1] ?? '') };
@@ -206,6 +210,7 @@ class FakeStripeServer implements FakeStripe {
   readonly #apiKeys: readonly string[] | null;
   readonly #bucket: TokenBucket | null;
   readonly #plan: FaultPlan;
+  readonly #faultKeyBy: 'idempotency_key' | 'order';
   readonly #keys = new IdempotencyStore();
   readonly #ledger = new Ledger();
   readonly #refunds: RefundApi;
@@ -228,6 +233,7 @@ class FakeStripeServer implements FakeStripe {
     this.#apiKeys = options.apiKeys ? [...options.apiKeys] : null;
     this.#bucket = options.rateLimit ? new TokenBucket(options.rateLimit.perSecond, Date.now()) : null;
     this.#plan = new FaultPlan(options.faults?.seed ?? 0, options.faults?.rates ?? {});
+    this.#faultKeyBy = options.faults?.keyBy ?? 'idempotency_key';
     this.#logLimit = options.requestLogLimit ?? 100_000;
     this.#refunds = new RefundApi((id) => this.#ledger.get(id), this.#processingSettleMs);
     this.#server = createServer((req, res) => this.#onRequest(req, res));
@@ -285,6 +291,10 @@ class FakeStripeServer implements FakeStripe {
 
   settle(paymentIntentId: string, status: SettleStatus): void {
     this.#ledger.settle(paymentIntentId, status);
+  }
+
+  ageRecords(ms: number): void {
+    this.#ledger.age(nonNegative('ms', ms));
   }
 
   hold(match: FaultMatch): HoldHandle {
@@ -418,6 +428,8 @@ class FakeStripeServer implements FakeStripe {
         return this.#retrieve(x, matched.id);
       case 'search':
         return this.#search(x, url.searchParams);
+      case 'list':
+        return this.#list(x, url.searchParams);
       case 'refund_create':
         return this.#idempotentPost(x, bodyText, this.#refundCreate);
       case 'refund_retrieve':
@@ -512,8 +524,10 @@ class FakeStripeServer implements FakeStripe {
     x.record.operationId = facts.operationId;
     x.record.paymentIntentId = facts.paymentIntentId;
     if (facts.refundId !== undefined) x.record.refundId = facts.refundId;
-    // Without a key, "the same request" for reproducible faults is the same parameters.
-    const fault = this.#chooseFault(x, facts, phase, key ?? `no-key:${params}`);
+    // Without a key, "the same request" for reproducible faults is the same parameters; keyed by
+    // order, it is the order, whatever key (or none) the caller sends.
+    const randomKey = this.#faultKeyBy === 'order' && facts.orderId !== null ? `order:${facts.orderId}` : (key ?? `no-key:${params}`);
+    const fault = this.#chooseFault(x, facts, phase, randomKey);
     if (fault !== null && faultStage(fault.kind, kind.endpoint) === 'gate') return this.#gateFault(x, fault.kind);
 
     if (lookup.kind === 'mismatch' && key !== null) {
@@ -658,6 +672,41 @@ class FakeStripeServer implements FakeStripe {
   }
 
   /**
+   * GET /v1/payment_intents, as Stripe documents it (docs.stripe.com/api/payment_intents/list and
+   * /api/pagination): `customer`, `created` as a Unix timestamp or a dictionary of gt / gte / lt / lte,
+   * `limit` 1-100 (default 10), `starting_after` an object id (the cursor); objects in reverse
+   * chronological order; `{ object: "list", url, has_more, data }`. Unlike Search it is real time —
+   * Stripe's Search docs: "For read-after-write flows that require immediate data availability, use
+   * the various list APIs … These APIs aren't subject to the availability delay" — so no search lag
+   * here. Faults (429 at the gate; 500, lost, hang in place of the answer) apply as to a retrieve.
+   */
+  async #list(x: Exchange, query: URLSearchParams): Promise<void> {
+    const customer = query.get('customer');
+    const facts: RequestFacts = {
+      endpoint: 'list',
+      operationId: null,
+      orderId: null,
+      idempotencyKey: x.record.idempotencyKey,
+      paymentIntentId: null,
+      customerId: customer,
+    };
+    const parsed = parseListQuery(query);
+    const fault = this.#chooseFault(x, facts, parsed.ok ? 'execute' : 'rejected', null);
+    if (fault !== null && faultStage(fault.kind, 'list') === 'gate') return this.#gateFault(x, fault.kind);
+    if (!parsed.ok) return this.#rejectParams(x, parsed.error);
+    await this.#park(facts);
+    await this.#payLatency(x);
+    if (this.#stale(x)) return this.#drop(x);
+    // Read after the hold and the latency, like Stripe answering at the moment it answers.
+    const result = this.#ledger.list({ customer, created: parsed.created }, parsed.limit, parsed.startingAfter);
+    if (result === null) {
+      return this.#rejectParams(x, errors.resourceMissing('payment_intent', parsed.startingAfter ?? '', 'starting_after'));
+    }
+    const body = { object: 'list', url: '/v1/payment_intents', has_more: result.hasMore, data: result.data };
+    return this.#deliver(x, 'list', 200, JSON.stringify(body), fault);
+  }
+
+  /**
    * A read (refund retrieve and list): facts → faults → hold → latency → the answer, made last so a
    * parked request sees what changed meanwhile. An ErrorEnvelope instead of `answer` is a validation
    * refusal (after gate faults, before any hold).
@@ -735,6 +784,20 @@ class FakeStripeServer implements FakeStripe {
         // Keep the socket, say nothing. The client's timeout (or close()) ends it; nothing to clean here.
         this.#finish(x, 'hung');
         return;
+      case 'stall_after_commit': {
+        await this.#payLatency(x);
+        if (this.#stale(x)) return this.#drop(x);
+        x.res.writeHead(status, this.#headers(x, extraHeaders));
+        // Leading whitespace is valid JSON, so nothing is wrong with the body yet: it just never
+        // ends. close() destroys the socket, which stops the trickle.
+        const trickle = setInterval(() => {
+          if (x.res.destroyed || x.req.socket.destroyed) clearInterval(trickle);
+          else x.res.write(' ');
+        }, STALL_TRICKLE_MS);
+        x.req.socket.once('close', () => clearInterval(trickle));
+        this.#finish(x, 'hung');
+        return;
+      }
       case 'truncated_response_after_commit': {
         await this.#payLatency(x);
         if (this.#stale(x)) return this.#drop(x);
@@ -861,6 +924,44 @@ class FakeStripeServer implements FakeStripe {
     for (const timer of this.#settleTimers) clearTimeout(timer);
     this.#settleTimers.clear();
   }
+}
+
+const LIST_PARAMS = new Set(['customer', 'limit', 'starting_after', 'ending_before', 'created', 'created[gt]', 'created[gte]', 'created[lt]', 'created[lte]']);
+
+type ListQuery =
+  | { readonly ok: true; readonly created: CreatedRange; readonly limit: number; readonly startingAfter: string | null }
+  | { readonly ok: false; readonly error: ErrorEnvelope };
+
+/** The parameters of a list request; anything Stripe would refuse is a 400 before anything is read. */
+function parseListQuery(query: URLSearchParams): ListQuery {
+  const invalid = (message: string, param: string, code = 'parameter_invalid_integer'): ListQuery => ({
+    ok: false,
+    error: errors.invalidRequest(message, code, param),
+  });
+  for (const name of query.keys()) {
+    if (!LIST_PARAMS.has(name) && !name.startsWith('expand[')) return invalid(`Received unknown parameter: ${name}`, name, 'parameter_unknown');
+  }
+  if (query.has('ending_before')) return invalid('The fake Stripe server pages forward only (starting_after).', 'ending_before', 'parameter_unknown');
+  const limitText = query.get('limit');
+  const limit = limitText === null ? SEARCH_DEFAULT_LIMIT : Number(limitText);
+  if (!Number.isInteger(limit) || limit < 1 || limit > SEARCH_MAX_LIMIT) {
+    return invalid(`Invalid limit: must be an integer between 1 and ${SEARCH_MAX_LIMIT}`, 'limit');
+  }
+  const created: { gt?: number; gte?: number; lt?: number; lte?: number } = {};
+  const exact = query.get('created');
+  if (exact !== null) {
+    if (!/^\d+$/.test(exact)) return invalid('Invalid integer: created', 'created');
+    created.gte = Number(exact);
+    created.lte = Number(exact);
+  }
+  for (const bound of ['gt', 'gte', 'lt', 'lte'] as const) {
+    const text = query.get(`created[${bound}]`);
+    if (text === null) continue;
+    if (!/^\d+$/.test(text)) return invalid(`Invalid integer: created[${bound}]`, `created[${bound}]`);
+    created[bound] = Number(text);
+  }
+  const startingAfter = query.get('starting_after');
+  return { ok: true, created, limit, startingAfter: startingAfter === null || startingAfter === '' ? null : startingAfter };
 }
 
 class BodyTooLarge extends Error {

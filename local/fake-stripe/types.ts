@@ -37,12 +37,22 @@ export const FAULT_KINDS = [
    * StripeConnectionError after exactly one HTTP attempt whatever maxNetworkRetries is.
    */
   'truncated_response_after_commit',
+  /**
+   * Charge executed and cached; status 200 and headers are sent, then the body never comes: one
+   * byte of whitespace at a time, often enough that no idle-socket timeout ever fires (stripe-node's
+   * `timeout` is one). The caller is frozen after Stripe acted and before it could write anything —
+   * what a worker killed at that moment leaves behind (bench:peers uses it as its crash).
+   */
+  'stall_after_commit',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 export type FaultRates = Partial<Record<FaultKind, number>>;
 
-export type Endpoint = 'create' | 'retrieve' | 'search' | RefundEndpoint;
+/** What a random fault draw is keyed on: the Idempotency-Key of the create, or its metadata.order_id. */
+export type FaultKeyBy = 'idempotency_key' | 'order';
+
+export type Endpoint = 'create' | 'retrieve' | 'search' | 'list' | RefundEndpoint;
 /** The Refunds API (refunds.ts): POST /v1/refunds, GET /v1/refunds/:id, GET /v1/refunds. */
 export type RefundEndpoint = 'refund_create' | 'refund_retrieve' | 'refund_list';
 
@@ -58,6 +68,8 @@ export interface FaultMatch {
   readonly paymentIntentId?: string;
   /** The retrieved Refund, or the one a replayed refund create answers with. */
   readonly refundId?: string;
+  /** The `customer` filter of a PaymentIntent list. */
+  readonly customerId?: string;
 }
 
 export interface FakeStripeOptions {
@@ -73,8 +85,12 @@ export interface FakeStripeOptions {
    * only via settle() / settleRefund().
    */
   readonly processingSettleMs?: number | null;
-  /** Random faults on creates, reproducible from the seed. Default: none. */
-  readonly faults?: { readonly seed: number; readonly rates: FaultRates };
+  /**
+   * Random faults on creates, reproducible from the seed. keyBy: what "the same request" is for the
+   * draw — the Idempotency-Key (default), or metadata.order_id, so that callers with different keys
+   * (or none) meet the same faults on the same orders (bench:peers). Default: none.
+   */
+  readonly faults?: { readonly seed: number; readonly rates: FaultRates; readonly keyBy?: FaultKeyBy };
   /** A token bucket over all /v1 requests (burst = one second's worth); beyond it: 429. Default: unlimited. */
   readonly rateLimit?: { readonly perSecond: number };
   /** Accepted bearer keys; default: any key starting with sk_test_. */
@@ -220,6 +236,12 @@ export interface FakeStripe {
   /** Forget cached keys (stands for Stripe pruning keys after > 24 h). Keys still in flight stay. Returns how many. */
   pruneKeys(filter?: { readonly olderThanMs?: number; readonly idempotencyKey?: string }): number;
   settle(paymentIntentId: string, status: SettleStatus): void;
+  /**
+   * Make every PaymentIntent `ms` older (`created` and the bookkeeping time): a test that moves time
+   * forward for the product's records must move Stripe's with them, or a List by `created` would
+   * see a world where our sends happened long before Stripe's objects.
+   */
+  ageRecords(ms: number): void;
   /**
    * Park the next matching /v1 request before it is processed, until release(). An executing create
    * (PaymentIntent or Refund) parks after taking its key (a concurrent request with the key meets 409), a replay before its

@@ -107,7 +107,7 @@ export const errors = {
   unknownRoute: (method: string, path: string): ErrorEnvelope => ({
     error: {
       type: 'invalid_request_error',
-      message: `Unrecognized request URL (${method}: ${path}). The fake Stripe server models only create, retrieve and search of PaymentIntents, and create, retrieve and list of Refunds.`,
+      message: `Unrecognized request URL (${method}: ${path}). The fake Stripe server models only create, retrieve, list and search of PaymentIntents, and create, retrieve and list of Refunds.`,
     },
   }),
   idempotencyMismatch: (key: string): ErrorEnvelope => ({

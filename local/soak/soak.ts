@@ -164,15 +164,42 @@ export interface SoakReport {
   readonly reviewReasons: Readonly<Record<string, number>>;
   /** Stripe events in (null: polling only). */
   readonly stripeEvents: StripeEventsLedger | null;
+  /** The List evidence path (issue 13): what it cost and how fast it settled what only it can settle. */
+  readonly evidence: SoakEvidence;
   readonly check: InvariantReport;
 }
 
-function paymentMethodFor(r: number): Pick<ChargeRequest, 'paymentMethod' | 'customerId'> {
-  if (r < 0.02) return { paymentMethod: 'pm_card_chargeDeclined', customerId: 'cus_soak' };
-  if (r < 0.03) return { paymentMethod: 'pm_card_insufficientFunds', customerId: 'cus_soak' };
-  if (r < 0.04) return { paymentMethod: 'pm_fake_processing', customerId: 'cus_soak' };
+export interface SoakEvidence {
+  readonly listRequests: number;
+  readonly autoReissues: number;
+  /** Every Stripe request of the run per operation that ended succeeded or failed. */
+  readonly requestsPerSettledOperation: number;
+  /** Operations whose create met a 500 before Stripe executed it (replayed for the key's life). */
+  readonly fiveHundredBeforeCommit: {
+    readonly operations: number;
+    readonly final: number;
+    readonly inReview: number;
+    /** From the first send to the final state, in this run's compressed time (ms). */
+    readonly firstSendToFinalMs: { readonly p50: number | null; readonly p90: number | null; readonly max: number | null };
+  };
+}
+
+function percentile(sorted: readonly number[], p: number): number | null {
+  if (sorted.length === 0) return null;
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
+}
+
+/**
+ * A thousand customers, as in a real shop: the List evidence asks for ONE customer's PaymentIntents in
+ * a send window, which is a handful, not the whole soak's.
+ */
+function paymentMethodFor(r: number, i: number): Pick<ChargeRequest, 'paymentMethod' | 'customerId'> {
+  const customerId = `cus_soak_${i % 1000}`;
+  if (r < 0.02) return { paymentMethod: 'pm_card_chargeDeclined', customerId };
+  if (r < 0.03) return { paymentMethod: 'pm_card_insufficientFunds', customerId };
+  if (r < 0.04) return { paymentMethod: 'pm_fake_processing', customerId };
   if (r < 0.045) return { paymentMethod: 'pm_card_visa', customerId: 'cus_missing' }; // refused before execution: failed, no charge
-  return { paymentMethod: 'pm_card_visa', customerId: 'cus_soak' };
+  return { paymentMethod: 'pm_card_visa', customerId };
 }
 
 const POISON = ['not json', '{"orderId":"x","amount":-1}', '{"orderId":"has space","amount":1,"currency":"eur","customerId":"cus_x","paymentMethod":"pm_x"}', '[]', '{"amount":1e309}'];
@@ -212,6 +239,10 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     // A killed container fails its batch; SQS shows the batch again after the visibility timeout.
     visibilityTimeoutSeconds: options.visibilityTimeoutSeconds,
     chargeTimeoutMs: 20_000,
+    // The reconciler's deadline bounds its sweep lease (lambdas/reconcile/sweep-lease.ts): a sweep
+    // SIGKILLed here holds the Stripe budget until that deadline, as a crashed one does on AWS for the
+    // function's 2 minutes. On the soak's compressed clock 2 real minutes would outlast quiescence.
+    reconcileTimeoutMs: 20_000,
     handlers: { charge, reconcile },
     logLevel: 'ERROR',
     metricsDisabled: true,
@@ -255,7 +286,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   const sentOrderIds: string[] = [];
   const sends = { originals: 0, duplicatesSameDedupId: 0, duplicatesNewDedupId: 0, conflicts: 0, poison: 0, total: 0 };
   for (let i = 0; i < options.orders; i++) {
-    const request: ChargeRequest = { orderId: `soak-${runTag}-${i}`, amount: 100 + Math.floor(random() * 99_900), currency: 'eur', ...paymentMethodFor(random()) };
+    const request: ChargeRequest = { orderId: `soak-${runTag}-${i}`, amount: 100 + Math.floor(random() * 99_900), currency: 'eur', ...paymentMethodFor(random(), i) };
     const message = chargeRequestMessage(request);
     sentOrderIds.push(request.orderId);
     entries.push({ Id: 'x', ...message });
@@ -444,6 +475,30 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       .slice(0, 160);
     reviewReasons[reason] = (reviewReasons[reason] ?? 0) + 1;
   }
+  // ── The List evidence figures ──────────────────────────────────────────────────────────────
+  const met500 = [...new Set(fake.requests().filter((r) => r.fault === 'error_500_before_commit' && r.operationId !== null).map((r) => r.operationId!))];
+  const { rows: evidenceRows } = await pipeline.db.query<{ status: string; review: boolean; ms: number | null }>(
+    `SELECT p.status, p.review_reason IS NOT NULL AS review,
+            (extract(epoch FROM p.settled_at - min(e.occurred_at)) * 1000)::float8 AS ms
+       FROM payment_operations p JOIN payment_operation_events e ON e.operation_id = p.id AND e.action = 'attempt_started'
+      WHERE p.id = ANY($1::uuid[])
+      GROUP BY p.id`,
+    [met500],
+  );
+  const toFinal = evidenceRows.flatMap((r) => (r.ms === null ? [] : [Math.round(r.ms)])).sort((a, b) => a - b);
+  const { rows: reissueRows } = await pipeline.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM payment_operation_events WHERE action = 'auto_reissued'`);
+  const settledOperations = check.byStatus.succeeded + check.byStatus.failed;
+  const evidence: SoakEvidence = {
+    listRequests: fake.stats().requests.list,
+    autoReissues: reissueRows[0]?.n ?? 0,
+    requestsPerSettledOperation: settledOperations === 0 ? 0 : Math.round((fake.stats().requests.total / settledOperations) * 100) / 100,
+    fiveHundredBeforeCommit: {
+      operations: met500.length,
+      final: toFinal.length,
+      inReview: evidenceRows.filter((r) => r.review).length,
+      firstSendToFinalMs: { p50: percentile(toFinal, 50), p90: percentile(toFinal, 90), max: toFinal.at(-1) ?? null },
+    },
+  };
   const eventBridgeFaults: Record<string, number> = {};
   for (const call of pipeline.eventBridge.calls()) {
     if (call.outcome === 'accepted' || call.outcome === 'rejected') continue;
@@ -488,6 +543,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     queue: { left, dlq: dlqOrderIds.length },
     reviewReasons,
     stripeEvents: pipeline.webhooks ? await readStripeEventsLedger(pipeline.db, pipeline.webhooks).catch(() => null) : null,
+    evidence,
     check,
   };
   await p.charge.stop();
@@ -520,6 +576,8 @@ export function formatSoakReport(r: SoakReport): string {
             `forged ${r.stripeEvents.delivery?.forgedSent ?? 0} (accepted ${r.stripeEvents.delivery?.forgedAccepted ?? 0}); findings ${list(r.stripeEvents.findings)}; final via ${list(r.stripeEvents.finalVia)}`,
         ]
       : ['  Stripe events: off (polling only)']),
+    `  List evidence: ${r.evidence.listRequests} list requests, ${r.evidence.autoReissues} automatic re-issues; ${r.evidence.requestsPerSettledOperation} Stripe requests per settled operation`,
+    `  500 before commit: ${r.evidence.fiveHundredBeforeCommit.operations} operations, ${r.evidence.fiveHundredBeforeCommit.final} final, ${r.evidence.fiveHundredBeforeCommit.inReview} in review; first send → final p50 ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.p50)}, p90 ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.p90)}, max ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.max)} (compressed time)`,
     ...formatReport(r.check).split('\n').map((line) => `  ${line}`),
     ...Object.entries(r.reviewReasons).map(([reason, n]) => `    review ×${n}: ${reason}`),
   ].join('\n');

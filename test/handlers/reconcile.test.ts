@@ -139,8 +139,12 @@ describe('rate cap and time budget (the exported handler, configured by environm
       `UPDATE payment_operations SET status = 'unknown', first_attempted_at = now() - interval '24 hours', next_attempt_at = now() WHERE id = ANY($1)`,
       [old],
     );
+    // The Search path (AMBIGUOUS_RESOLUTION=review): with List evidence these would be list requests.
+    process.env.AMBIGUOUS_RESOLUTION = 'review';
     const started = Date.now();
-    const summary = await handler({ source: 'aws.scheduler', scheduledTime: new Date().toISOString() }, lambdaContext(60_000, 'reconcile'));
+    const summary = await handler({ source: 'aws.scheduler', scheduledTime: new Date().toISOString() }, lambdaContext(60_000, 'reconcile')).finally(
+      () => delete process.env.AMBIGUOUS_RESOLUTION,
+    );
     const elapsed = Date.now() - started;
 
     expect(summary.claimed).toBe(38);

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../lambdas/runtime/config.ts';
 import { parseCliArgs } from '../../local/cli.ts';
 import { buildWorkload, type SendStep } from '../../local/demo.ts';
-import { DEMO_TIME_LAPSE, describeTimeLapse, keyPruneAfterMsFor, leaseMsFor, type TimeLapse } from '../../local/pipeline.ts';
+import { DEMO_TIME_LAPSE, describeTimeLapse, evidenceTimingsFor, keyPruneAfterMsFor, leaseMsFor, type TimeLapse } from '../../local/pipeline.ts';
 import { TEST_TIME_LAPSE } from './support.ts';
 
 describe('buildWorkload', () => {
@@ -81,6 +81,9 @@ describe.each([
         STRIPE_TIMEOUT_MS: String(t.stripeTimeoutMs),
         STRIPE_MAX_NETWORK_RETRIES: String(t.stripeMaxNetworkRetries),
         UNSETTLED_REVIEW_AFTER_MS: String(t.unsettledReviewAfterMs),
+        LIST_SETTLE_MS: String(evidenceTimingsFor(t).listSettleMs),
+        ABSENCE_PROOF_SPACING_MS: String(evidenceTimingsFor(t).proofSpacingMs),
+        REISSUE_AFTER_LAST_SEND_MS: String(evidenceTimingsFor(t).reissueAfterLastSendMs),
       }),
     ).not.toThrow();
   });

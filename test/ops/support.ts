@@ -75,7 +75,8 @@ export async function reviewReason(h: Harness, id: string): Promise<string | nul
  * for the key's life), the key was pruned, the window expired, Search found nothing → review.
  */
 export async function intoReviewNothingCharged(h: Harness, input: ChargeInput = order()): Promise<string> {
-  const e = engine(h);
+  // The Search path (AMBIGUOUS_RESOLUTION=review): with List evidence the machine would re-issue itself.
+  const e = engine(h, { policy: { ambiguousResolution: 'review' } });
   const id = await e.requestCharge(input);
   h.stripe.fake.injectFault({ operationId: id }, 'error_500_before_commit');
   await e.executeCharge(id);
@@ -91,7 +92,8 @@ export async function intoReviewNothingCharged(h: Harness, input: ChargeInput = 
  * window expired Search lagged behind and found nothing → review, while a succeeded PaymentIntent exists.
  */
 export async function intoReviewChargedUnseen(h: Harness, input: ChargeInput = order()): Promise<{ id: string; paymentIntentId: string }> {
-  const e = engine(h);
+  // The Search path (AMBIGUOUS_RESOLUTION=review): List, being real time, would have found the charge.
+  const e = engine(h, { policy: { ambiguousResolution: 'review' } });
   const id = await e.requestCharge(input);
   h.stripe.fake.injectFault({ operationId: id }, 'truncated_response_after_commit');
   await e.executeCharge(id);

@@ -34,6 +34,11 @@ beforeAll(async () => {
     STRIPE_MAX_NETWORK_RETRIES: '0',
     KEY_WINDOW_MS: String(KEY_WINDOW_MS),
     EARLY_SEARCH_AFTER_MS: '3000',
+    // The List evidence timings, compressed like the rest (local/pipeline.ts evidenceTimingsFor).
+    LIST_SETTLE_MS: '1500',
+    ABSENCE_PROOF_SPACING_MS: '1500',
+    REISSUE_AFTER_LAST_SEND_MS: '3000',
+    LIST_WINDOW_MARGIN_MS: '1000',
     LEASE_MS: '9000',
     CHARGE_SAFETY_MARGIN_MS: '0',
     RECONCILE_SAFETY_MARGIN_MS: '0',

@@ -2,6 +2,7 @@
 // must be reported, with its operation; the healthy states around it must pass. A checker that cannot
 // fail proves nothing about the soak or the model that rely on it.
 import { randomUUID } from 'node:crypto';
+import { reissueInReview } from '../../lambdas/payments/review.ts';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ChargeEngine } from '../../lambdas/payments/engine.ts';
 import type { ChargeInput } from '../../lambdas/payments/types.ts';
@@ -160,6 +161,23 @@ describe('checkInvariants detects every kind of broken promise', () => {
     const naive = await stripe.gateway.createPaymentIntent({ ...w.paid, idempotencyKey: `naive-${randomUUID()}`, metadata });
     expect(naive.ok).toBe(true);
     expectKind(await w.check(), 'double_charge', w.paidId);
+  });
+
+  it('unsafe_reissue: a new key generation while an older generation’s PaymentIntent may still charge', async () => {
+    const w = await healthyWorld();
+    const [op] = (await db.pool.query('SELECT * FROM payment_operations WHERE id = $1', [w.reviewId])).rows;
+    const reissued = await reissueInReview(db.pool, {
+      fence: { operationId: w.reviewId, status: op.status, reviewReason: op.review_reason, keyGeneration: 0 },
+      actor: 'operator:test',
+      detail: {},
+    });
+    expect(reissued?.operation.keyGeneration).toBe(1);
+    const older = fakeSucceededPi({ status: 'processing', metadata: { operation_id: w.reviewId, order_id: w.orders[3]!, key_generation: '0' } });
+    const report = await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), older] });
+    expectKind(report, 'unsafe_reissue', w.reviewId);
+    // A declined older generation is no charge and can never become one: no violation.
+    const harmless = { ...older, status: 'requires_payment_method' as const };
+    expect(kinds(await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), harmless] }))).not.toContain('unsafe_reissue');
   });
 
   it('lost_order: sent, but nowhere', async () => {

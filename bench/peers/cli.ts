@@ -1,0 +1,35 @@
+// npm run bench:peers [-- --orders 2000 --seed 42 --latency 0,50 --contestants ours,powertools,seed,naive --json]
+// Figures, not assertions. Progress on stderr, the tables (or JSON) on stdout.
+import { parseArgs } from 'node:util';
+import { CONTESTANTS, renderReport, runBench } from './bench.ts';
+import type { Contestant } from './contestant.ts';
+
+const { values } = parseArgs({
+  options: {
+    orders: { type: 'string', default: '2000' },
+    seed: { type: 'string', default: '42' },
+    latency: { type: 'string', default: '0,50' },
+    contestants: { type: 'string', default: CONTESTANTS.map((c) => c.id).join(',') },
+    pollers: { type: 'string', default: '8' },
+    json: { type: 'boolean', default: false },
+  },
+});
+const orders = Number(values.orders);
+const seed = Number(values.seed);
+const pollers = Number(values.pollers);
+const latencies = values.latency.split(',').map(Number);
+const ids = values.contestants.split(',') as Contestant['id'][];
+const known = new Set(CONTESTANTS.map((c) => c.id));
+const bad = ids.filter((id) => !known.has(id));
+if (!Number.isInteger(orders) || orders < 1 || orders > 100_000) throw new Error(`--orders must be an integer in 1..100000, got ${values.orders}`);
+if (!Number.isInteger(seed)) throw new Error(`--seed must be an integer, got ${values.seed}`);
+if (!Number.isInteger(pollers) || pollers < 1 || pollers > 64) throw new Error(`--pollers must be an integer in 1..64, got ${values.pollers}`);
+if (latencies.some((l) => !Number.isFinite(l) || l < 0)) throw new Error(`--latency must be non-negative numbers, got ${values.latency}`);
+if (bad.length > 0) throw new Error(`unknown contestant(s): ${bad.join(', ')} (known: ${[...known].join(', ')})`);
+
+const started = Date.now();
+const report = await runBench({ orders, seed, latencies, contestants: ids, pollers, log: (line) => process.stderr.write(`[${((Date.now() - started) / 1000).toFixed(0)} s] ${line}\n`) });
+// JSON: the verdict of every order, as an object (a Map does not serialise).
+const replacer = (_key: string, value: unknown) => (value instanceof Map ? Object.fromEntries(value) : value);
+console.log(values.json ? JSON.stringify(report, replacer, 2) : renderReport(report));
+process.stderr.write(`bench:peers done in ${((Date.now() - started) / 1000).toFixed(0)} s\n`);

@@ -1,0 +1,311 @@
+// One contestant, one run: the workload through fauxqs and the local event source into the
+// contestant's handler, against a fresh fake Stripe with the shared fault schedule; then quiet (the
+// key windows pass and the fake prunes keys, as Stripe may after 24 h), then the contestant's own
+// recovery to quiescence; then the fake's record judged against the contestant's store. Keys are
+// pruned only in the quiet: the whole traffic phase stands for less than Stripe's 24 hours (on this
+// clock an SQS redelivery is 10 s, a key window 50 s, and an order's duplicates come minutes apart).
+import { SendMessageBatchCommand } from '@aws-sdk/client-sqs';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { startFakeStripe } from '../../local/fake-stripe/server.ts';
+import type { FakeStripe, FaultRates } from '../../local/fake-stripe/types.ts';
+import { keyPruneAfterMsFor, leaseMsFor, queuedGroups, startPipeline, type TimeLapse } from '../../local/pipeline.ts';
+import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
+import type { Contestant, RunningContestant } from './contestant.ts';
+import { clientMeter, serverMeter } from './metering.ts';
+import { makeWorkload, PEER_FAULT_RATES, type Workload } from './schedule.ts';
+import { judge, type Judgement } from './truth.ts';
+
+/**
+ * The compressed clock every contestant runs on. Chosen so that the ORDER of the real durations
+ * holds: one SDK call < the function timeout < the visibility timeout; all of SQS's redeliveries
+ * (maxReceiveCount × visibility) < the key window < Stripe's key pruning. Real: 10 s calls, 60 s
+ * function, 360 s visibility, 23 h window, ≥ 24 h pruning.
+ */
+export const BENCH_CLOCK: TimeLapse = {
+  keyWindowMs: 50_000,
+  earlySearchAfterMs: 3_000,
+  searchLagMs: 1_000,
+  stripeTimeoutMs: 2_000,
+  stripeMaxNetworkRetries: 0,
+  unsettledReviewAfterMs: 120_000,
+  processingSettleMs: 2_000,
+  reconcileEveryMs: 2_000,
+  // Retries after 40 ms … 18 s instead of 2 s … 15 min.
+  retryBackoffScale: 0.02,
+};
+/** CHARGE_SAFETY_MARGIN_MS on this clock (the product's default is 5 s for a 60 s function). */
+const SAFETY_MARGIN_MS = 1_000;
+const MAX_RECEIVE_COUNT = 5;
+
+export function functionTimeoutMsFor(clock: TimeLapse): number {
+  // The charge handler starts no call it could not finish (worst case + margin): room for one, plus a second.
+  return leaseMsFor(clock) + SAFETY_MARGIN_MS + 1_000;
+}
+
+export interface RunOptions {
+  readonly adminUrl: string;
+  readonly dynamoEndpoint: string;
+  readonly dynamoRequests: () => number;
+  readonly contestant: Contestant;
+  readonly workload: Workload;
+  /** The shared seeded fault schedule (and the crash); false: a clean run (throughput). */
+  readonly faults: boolean;
+  readonly latencyMs: number;
+  readonly pollers?: number;
+  readonly clock?: TimeLapse;
+  /** SQS receives before the DLQ. Default 5, as deployed. */
+  readonly maxReceiveCount?: number;
+  /** Cap on the traffic phase. Default 20 min. */
+  readonly trafficTimeoutMs?: number;
+  /** Cap on the recovery phase. Default 120 s. */
+  readonly recoveryTimeoutMs?: number;
+  readonly log?: (line: string) => void;
+  /** Fault rates of the schedule. Default PEER_FAULT_RATES. */
+  readonly rates?: FaultRates;
+  /** Wait for the key windows to pass and prune before recovery. Default true (with faults). */
+  readonly quiet?: boolean;
+  /** Plant something at the fake Stripe before judging (tests of the checker). */
+  readonly tamper?: (fake: FakeStripe) => Promise<void>;
+  /** Orders to judge that were never sent (a planted lost order). */
+  readonly judgeAlso?: readonly string[];
+}
+
+export interface RunResult {
+  readonly contestant: Contestant['id'];
+  readonly title: string;
+  readonly faults: boolean;
+  readonly latencyMs: number;
+  readonly orders: number;
+  readonly messages: number;
+  readonly judgement: Judgement;
+  /** Orders that reached a final state per second, from the first send to the last final state. */
+  readonly chargesPerSecond: number;
+  readonly p50Ms: number | null;
+  readonly p99Ms: number | null;
+  readonly perOrder: {
+    readonly dbRoundTrips: number | null;
+    readonly dbClientMs: number | null;
+    readonly serverStatements: number | null;
+    readonly serverExecMs: number | null;
+    readonly walBytes: number | null;
+    readonly dynamoRequests: number | null;
+    readonly stripeRequests: number;
+  };
+  readonly phasesMs: { readonly traffic: number; readonly quiet: number; readonly recovery: number };
+  /** Orders with a message in the DLQ at the end. */
+  readonly dlq: number;
+}
+
+const percentile = (sorted: readonly number[], p: number): number | null =>
+  sorted.length === 0 ? null : sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
+
+export async function runContestant(options: RunOptions): Promise<RunResult> {
+  const clock = options.clock ?? BENCH_CLOCK;
+  const log = options.log ?? (() => {});
+  const { contestant, workload } = options;
+  const orderIds = workload.orders.map((o) => o.orderId);
+  const fake = await startFakeStripe({
+    latencyMs: options.latencyMs,
+    searchLagMs: clock.searchLagMs,
+    processingSettleMs: clock.processingSettleMs,
+    ...(options.faults ? { faults: { seed: workload.seed, rates: options.rates ?? PEER_FAULT_RATES, keyBy: 'order' as const } } : {}),
+  });
+  let running: RunningContestant | null = null;
+  const delegate = {
+    charge: (event: Parameters<NonNullable<RunningContestant['charge']>>[0], context: Parameters<NonNullable<RunningContestant['charge']>>[1]) =>
+      running!.charge!(event, context),
+    reconcile: async (event: Parameters<NonNullable<RunningContestant['reconcile']>>[0], context: Parameters<NonNullable<RunningContestant['reconcile']>>[1]) =>
+      running?.reconcile ? running.reconcile(event, context) : { recovery: 'none' },
+  };
+  const functionTimeoutMs = functionTimeoutMsFor(clock);
+  const pipeline = await startPipeline({
+    postgres: { kind: 'server', adminUrl: options.adminUrl },
+    stripe: { kind: 'external', secretKey: 'sk_test_bench_peers', apiBase: fake.url },
+    timeLapse: clock,
+    pollers: options.pollers ?? 8,
+    batchSize: 10,
+    chargeTimeoutMs: functionTimeoutMs,
+    // The reconciler's timeout on the same clock: it bounds the sweep lease (migration 003), so a
+    // sweep frozen by a crash holds the Stripe budget for seconds, as a crashed one holds it for the
+    // function's 2 minutes on AWS — not for 2 minutes of a clock on which a day lasts one.
+    reconcileTimeoutMs: functionTimeoutMs,
+    visibilityTimeoutSeconds: Math.ceil(functionTimeoutMs / 1000) + 1,
+    maxReceiveCount: options.maxReceiveCount ?? MAX_RECEIVE_COUNT,
+    eventBridgeFaults: null,
+    logLevel: 'SILENT',
+    metricsDisabled: true,
+    env: { CHARGE_SAFETY_MARGIN_MS: String(SAFETY_MARGIN_MS), RECONCILE_SAFETY_MARGIN_MS: String(SAFETY_MARGIN_MS) },
+    ...(contestant.id === 'ours' ? {} : { handlers: delegate }),
+    log: (line) => log(`  pipeline: ${line}`),
+  });
+  const admin = new pg.Pool({ connectionString: options.adminUrl, max: 2, application_name: 'local-runtime' });
+  admin.on('error', (error) => log(`  admin pool: ${error.message}`));
+  try {
+    running = await contestant.start({
+      databaseUrl: pipeline.databaseUrl,
+      observer: pipeline.db,
+      stripe: () =>
+        createStripeClient({ apiKey: 'sk_test_bench_peers', apiBase: fake.url, timeoutMs: clock.stripeTimeoutMs, maxNetworkRetries: clock.stripeMaxNetworkRetries }),
+      keyWindowMs: clock.keyWindowMs,
+      dynamoEndpoint: options.dynamoEndpoint,
+    });
+    const firstSentAt = new Map<string, number>();
+    const sendAll = async (w: Workload) => {
+      const byId = new Map(w.orders.map((o) => [o.orderId, o]));
+      for (let i = 0; i < w.sends.length; i += 10) {
+        const chunk = w.sends.slice(i, i + 10);
+        const now = Date.now();
+        for (const s of chunk) if (!firstSentAt.has(s.orderId)) firstSentAt.set(s.orderId, now);
+        await pipeline.sqs.client.send(
+          new SendMessageBatchCommand({
+            QueueUrl: pipeline.sqs.queueUrl,
+            Entries: chunk.map((s, j) => ({
+              Id: String(j),
+              MessageBody: JSON.stringify(byId.get(s.orderId)),
+              MessageGroupId: s.orderId,
+              // Duplicates that SQS's 5-minute deduplication does not catch (a resend later, another producer).
+              MessageDeduplicationId: `${s.orderId}:${s.copy}`,
+            })),
+          }),
+        );
+      }
+    };
+    const drained = async () => {
+      const s = await pipeline.snapshot();
+      return s.queue.waiting === 0 && s.queue.inFlight === 0 && s.eventSource.inFlight === 0;
+    };
+    const allFinal = async (ids: readonly string[], timeoutMs: number) => {
+      const deadline = Date.now() + timeoutMs;
+      while (Date.now() < deadline) {
+        const beliefs = await running!.beliefs(ids);
+        if (ids.every((id) => beliefs.has(id) && beliefs.get(id)!.state !== 'open')) return;
+        await sleep(100);
+      }
+    };
+
+    // ── Warm-up (clean runs): connections opened, statements prepared, code compiled ─────────
+    if (!options.faults) {
+      const warm = makeWorkload(workload.seed + 1_000_003, (options.pollers ?? 8) * 10 * 2, { duplicates: false });
+      await sendAll(warm);
+      while (!(await drained())) await sleep(100);
+      await allFinal(warm.orders.map((o) => o.orderId), 30_000);
+      firstSentAt.clear();
+    }
+    const server = serverMeter(admin, pipeline.databaseName);
+    await server.start();
+    const client = clientMeter();
+    client.reset(pipeline.databaseName);
+    const dynamoBase = options.dynamoRequests();
+    const stripeBase = fake.stats().requests.total;
+
+    // ── Traffic ──────────────────────────────────────────────────────────────────────────────
+    const t0 = Date.now();
+    await sendAll(workload);
+    const progress = setInterval(() => {
+      void pipeline.snapshot().then((s) =>
+        log(`  ${contestant.id}: ${((Date.now() - t0) / 1000).toFixed(0)} s, queue ${s.queue.waiting}+${s.queue.inFlight} in flight, dlq ${s.queue.dlq}, stripe requests ${fake.stats().requests.total}`),
+      );
+    }, 5_000);
+    try {
+      // Bounded: a queue that never drains (a contestant stuck for good) ends the phase anyway,
+      // and what it left shows up as open or lost.
+      const trafficDeadline = Date.now() + (options.trafficTimeoutMs ?? 20 * 60_000);
+      while (!(await drained()) && Date.now() < trafficDeadline) await sleep(100);
+      if (Date.now() >= trafficDeadline) log(`  ${contestant.id}: the queue did not drain in time; judging what there is`);
+      const tTraffic = Date.now();
+
+      // ── Quiet: every key older than the window plus a lease, then pruned (as Stripe may) ────
+      // Only for a contestant with a recovery: without one, nothing happens after the queue is empty.
+      let tQuiet = tTraffic;
+      let tRecovery = tTraffic;
+      const hasRecovery = contestant.id === 'ours' || running.reconcile !== null;
+      if (options.faults && hasRecovery) {
+        const lastCreate = fake.requests().filter((r) => r.endpoint === 'create').at(-1)?.at ?? tTraffic;
+        const pruneAt = lastCreate + keyPruneAfterMsFor(clock);
+        if (options.quiet !== false && pruneAt > Date.now()) {
+          log(`  ${contestant.id}: quiet for ${((pruneAt - Date.now()) / 1000).toFixed(0)} s (key windows pass, then Stripe may prune)`);
+          await sleep(pruneAt - Date.now());
+        }
+        if (options.quiet !== false) fake.pruneKeys();
+        tQuiet = Date.now();
+
+        // ── Recovery to quiescence: nothing open, or nothing changed for 3 reconcile periods ──
+        {
+          const deadline = Date.now() + (options.recoveryTimeoutMs ?? 120_000);
+          let lastOpen = -1;
+          let stableSince = Date.now();
+          for (;;) {
+            const beliefs = await running.beliefs(orderIds);
+            const open = [...beliefs.values()].filter((b) => b.state === 'open').length;
+            if (open !== lastOpen) {
+              log(`  ${contestant.id}: recovery, ${open} open`);
+              lastOpen = open;
+              stableSince = Date.now();
+            }
+            // Stable for longer than the longest retry delay of the clock (15 min × the backoff scale).
+            const stableMs = Math.max(3 * clock.reconcileEveryMs, 15 * 60_000 * clock.retryBackoffScale) + 5_000;
+            if ((open === 0 && (await drained())) || Date.now() - stableSince > stableMs || Date.now() > deadline) break;
+            await sleep(500);
+          }
+        }
+        tRecovery = Date.now();
+      } else if (!options.faults) {
+        // A clean run ends when every order is final (the reconciler may finish a few).
+        await allFinal(orderIds, 60_000);
+        tQuiet = tRecovery = Date.now();
+      }
+
+      // ── Judge ──────────────────────────────────────────────────────────────────────────────
+      if (running.describeOpen) log(`  ${contestant.id}: still open: ${await running.describeOpen()}`);
+      await options.tamper?.(fake);
+      const judged = [...orderIds, ...(options.judgeAlso ?? [])];
+      const beliefs = await running.beliefs(judged);
+      const judgement = judge(judged, fake.paymentIntents(), beliefs);
+      const latencies: number[] = [];
+      let lastFinal = t0;
+      for (const [orderId, b] of beliefs) {
+        if (b.finishedAtMs === null || !firstSentAt.has(orderId)) continue;
+        latencies.push(b.finishedAtMs - firstSentAt.get(orderId)!);
+        lastFinal = Math.max(lastFinal, b.finishedAtMs);
+      }
+      latencies.sort((a, b) => a - b);
+      const finals = latencies.length;
+      const n = orderIds.length;
+      const srv = await server.read();
+      const pgStore = contestant.store === 'postgresql';
+      return {
+        contestant: contestant.id,
+        title: contestant.title,
+        faults: options.faults,
+        latencyMs: options.latencyMs,
+        orders: n,
+        messages: workload.sends.length,
+        judgement,
+        chargesPerSecond: Math.round(finals / Math.max(0.001, (lastFinal - t0) / 1000)),
+        p50Ms: percentile(latencies, 50),
+        p99Ms: percentile(latencies, 99),
+        perOrder: {
+          dbRoundTrips: pgStore ? client.count / n : null,
+          dbClientMs: pgStore ? client.wallMs / n : null,
+          serverStatements: pgStore && srv.statementsAvailable ? srv.statements / n : null,
+          serverExecMs: pgStore && srv.statementsAvailable ? srv.execMs / n : null,
+          walBytes: pgStore ? srv.walBytes / n : null,
+          dynamoRequests: contestant.store === 'dynamodb' ? (options.dynamoRequests() - dynamoBase) / n : null,
+          stripeRequests: (fake.stats().requests.total - stripeBase) / n,
+        },
+        phasesMs: { traffic: tTraffic - t0, quiet: tQuiet - tTraffic, recovery: tRecovery - tQuiet },
+        dlq: new Set(queuedGroups(pipeline.sqs, 'dlq')).size,
+      };
+    } finally {
+      clearInterval(progress);
+    }
+  } finally {
+    clientMeter().reset(null);
+    // The fake first: a worker frozen by stall_after_commit gets its socket closed and finishes.
+    await fake.close();
+    await running?.stop();
+    await pipeline.stop();
+    await admin.end();
+  }
+}

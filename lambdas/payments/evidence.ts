@@ -1,0 +1,58 @@
+// The evidence an ambiguous operation has gathered, read from its audit trail (payment_operation_events):
+// when it may last have been sent, how often under its current key, which absences List proved and
+// when, whether List or Search cannot answer for it. Proofs are not stored anywhere else: the trail is
+// the record an auditor reads, so the engine decides from exactly what the auditor sees.
+//
+// Pure (the read is loadEvidenceEvents in operations-store.ts). Separate from decisions.ts only because
+// it reuses the operator's reading of the trail (review.ts lastPossibleSendAt), which itself imports
+// decisions.ts.
+import type { EnginePolicy, EvidenceHistory } from './decisions.ts';
+import { lastPossibleSendAt, type AuditEvent } from './review.ts';
+import type { ClaimedOperation } from './types.ts';
+
+export type EvidenceEvent = Pick<AuditEvent, 'action' | 'step' | 'occurredAt' | 'keyGeneration' | 'detail'> & { readonly errorClass?: string | null };
+
+const SENDING_STEPS = new Set(['create', 'early_search']);
+const OUTCOMES = new Set(['outcome_recorded', 'outcome_discarded']);
+
+/**
+ * `events` is the operation's trail in order, read AFTER this worker's claim: the last
+ * attempt_started is this claim's own, which has not sent anything yet, and is left out.
+ */
+export function summarizeEvidence(op: ClaimedOperation, events: readonly EvidenceEvent[], policy: Pick<EnginePolicy, 'leaseMs'>): EvidenceHistory {
+  let own = -1;
+  events.forEach((event, index) => {
+    if (event.action === 'attempt_started') own = index;
+  });
+  const trail = own === -1 ? events : events.filter((_, index) => index !== own);
+  const lastSendAt = lastPossibleSendAt(trail, policy.leaseMs);
+  const current = (event: EvidenceEvent) => event.keyGeneration === op.keyGeneration;
+  let firstSendAt: Date | null = null;
+  let sameKeySends = 0;
+  let autoReissues = 0;
+  let listUnavailable = false;
+  let permanentSearchFailures = 0;
+  let keyReplaysError = false;
+  const proofs: Date[] = [];
+  for (const event of trail) {
+    if (event.action === 'attempt_started' && firstSendAt === null) firstSendAt = new Date(event.occurredAt);
+    if (event.action === 'auto_reissued') autoReissues++;
+    if (!OUTCOMES.has(event.action) || !current(event)) continue;
+    const detail = event.detail as { absenceProven?: unknown; provenAt?: unknown; listUnavailable?: unknown; searchFailure?: unknown };
+    if (event.step !== null && SENDING_STEPS.has(event.step)) {
+      sameKeySends++;
+      const answer = event.detail as { httpStatus?: unknown };
+      keyReplaysError = event.action === 'outcome_recorded' && event.errorClass === 'StripeAPIError' && answer.httpStatus === 500;
+    }
+    if (event.action !== 'outcome_recorded') continue;
+    if (event.step === 'list' && detail.listUnavailable === true) listUnavailable = true;
+    if ((event.step === 'search' || event.step === 'early_search') && detail.searchFailure === 'permanent') permanentSearchFailures++;
+    if (event.step === 'list' && detail.absenceProven === true && typeof detail.provenAt === 'string') {
+      const at = new Date(detail.provenAt);
+      // A proof made before a later send proves nothing about what that send did.
+      if (!Number.isNaN(at.getTime()) && (lastSendAt === null || at.getTime() > lastSendAt.getTime())) proofs.push(at);
+    }
+  }
+  proofs.sort((a, b) => a.getTime() - b.getTime());
+  return { firstSendAt, lastSendAt, sameKeySends, keyReplaysError, proofs, autoReissues, listUnavailable, permanentSearchFailures };
+}

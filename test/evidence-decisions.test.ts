@@ -1,0 +1,320 @@
+// The List evidence decisions, pure and exhaustive (no I/O): which step an ambiguous operation takes,
+// what a list proves, when the machine may re-issue, how a Search that keeps failing ends, and how the
+// audit trail is read back into evidence.
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  chargeListSubject,
+  chooseStep,
+  decideCreate,
+  decideList,
+  decideSearch,
+  DEFAULT_POLICY,
+  judgeAutoReissue,
+  judgeList,
+  listWindow,
+  needsEvidence,
+  type DecisionContext,
+  type EnginePolicy,
+  type EvidenceHistory,
+  type ListedObject,
+} from '../lambdas/payments/decisions.ts';
+import { summarizeEvidence, type EvidenceEvent } from '../lambdas/payments/evidence.ts';
+import { FailureKind, type GatewayFailure, type ListAnswer } from '../lambdas/payments/gateway.ts';
+import type { ClaimedOperation, PaymentIntentView } from '../lambdas/payments/types.ts';
+
+const MIN = 60_000;
+const HOUR = 60 * MIN;
+const OP_ID = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
+const T0 = new Date('2026-11-29T09:00:00Z');
+const at = (ms: number) => new Date(T0.getTime() + ms);
+
+function op(overrides: Partial<ClaimedOperation> = {}): ClaimedOperation {
+  return {
+    id: OP_ID,
+    orderId: 'order-1',
+    amount: 1999,
+    currency: 'eur',
+    customerId: 'cus_1',
+    paymentMethod: 'pm_card_visa',
+    status: 'unknown',
+    externalId: null,
+    attempts: 1,
+    firstAttemptedAt: T0,
+    lastError: null,
+    lastErrorClass: null,
+    leaseToken: 'lease',
+    leaseUntil: at(2 * MIN),
+    nextAttemptAt: T0,
+    reviewReason: null,
+    keyGeneration: 0,
+    createdAt: T0,
+    updatedAt: T0,
+    settledAt: null,
+    claimedAt: T0,
+    ...overrides,
+  };
+}
+
+const history = (overrides: Partial<EvidenceHistory> = {}): EvidenceHistory => ({
+  firstSendAt: T0,
+  lastSendAt: at(5_000),
+  sameKeySends: 3,
+  proofs: [],
+  autoReissues: 0,
+  listUnavailable: false,
+  permanentSearchFailures: 0,
+  ...overrides,
+});
+
+const ctx = (o: Partial<ClaimedOperation>, h: EvidenceHistory | null, policy: EnginePolicy = DEFAULT_POLICY): DecisionContext => ({ op: op(o), policy, random: () => 0.5, history: h });
+
+const pi = (overrides: Partial<PaymentIntentView> = {}): PaymentIntentView => ({
+  id: 'pi_1',
+  status: 'succeeded',
+  amount: 1999,
+  currency: 'eur',
+  customer: 'cus_1',
+  metadata: { operation_id: OP_ID, order_id: 'order-1', key_generation: '0' },
+  ...overrides,
+});
+const listed = (items: PaymentIntentView[], complete = true): ListAnswer<PaymentIntentView> => ({ items, pages: 1, requestIds: ['req_1'], complete });
+const failure = (kind: GatewayFailure['kind'], httpStatus?: number): GatewayFailure => ({ kind, errorClass: 'StripeX', message: 'x', ...(httpStatus ? { httpStatus } : {}) });
+
+describe('choosing the step of an ambiguous operation (AMBIGUOUS_RESOLUTION=auto)', () => {
+  it('needs the audit trail only for ambiguous operations without a PaymentIntent id, or after the window', () => {
+    expect(needsEvidence(op({ status: 'pending' }))).toBe(false);
+    expect(needsEvidence(op({ status: 'unknown' }))).toBe(true);
+    expect(needsEvidence(op({ status: 'unknown', externalId: 'pi_1' }))).toBe(false);
+    expect(needsEvidence(op({ status: 'pending', claimedAt: at(24 * HOUR) }))).toBe(true);
+  });
+
+  it('re-sends the same key sameKeyResends times (a lost answer is replayed), then lists once the last send settled', () => {
+    expect(chooseStep(op(), DEFAULT_POLICY, history({ sameKeySends: 1 }))).toEqual({ kind: 'create' });
+    expect(chooseStep(op(), DEFAULT_POLICY, history({ sameKeySends: 2 }))).toEqual({ kind: 'create' });
+    expect(chooseStep(op({ claimedAt: at(30_000) }), DEFAULT_POLICY, history({ sameKeySends: 3 }))).toEqual({ kind: 'wait', untilMs: at(5_000 + 2 * MIN).getTime() });
+    expect(chooseStep(op({ claimedAt: at(5_000 + 2 * MIN) }), DEFAULT_POLICY, history({ sameKeySends: 3 }))).toEqual({ kind: 'list' });
+  });
+
+  it('a key that replays Stripe’s 500 is not re-sent: List as soon as the send settled', () => {
+    expect(chooseStep(op({ claimedAt: at(5_000 + 2 * MIN) }), DEFAULT_POLICY, history({ sameKeySends: 1, keyReplaysError: true }))).toEqual({ kind: 'list' });
+    const answer = { ok: false as const, failure: { kind: FailureKind.ambiguous, errorClass: 'StripeAPIError', httpStatus: 500, message: 'x' } };
+    expect(decideCreate(ctx({ status: 'pending' }, null), answer).retryAfterMs).toBe(DEFAULT_POLICY.listSettleMs);
+    // A proxy's 502 is not stored with the key: the same key may still reach Stripe.
+    const proxy = { ok: false as const, failure: { kind: FailureKind.ambiguous, errorClass: 'UnexpectedResponse', httpStatus: 502, message: 'x' } };
+    expect(decideCreate(ctx({ status: 'pending' }, null), proxy).retryAfterMs).toBeLessThan(DEFAULT_POLICY.listSettleMs);
+  });
+
+  it('once absence was proven, never sends under that key again: List again', () => {
+    expect(chooseStep(op({ claimedAt: at(20 * MIN) }), DEFAULT_POLICY, history({ sameKeySends: 0, proofs: [at(3 * MIN)] }))).toEqual({ kind: 'list' });
+  });
+
+  it('a pending operation inside the window is simply created; a PaymentIntent id is retrieved', () => {
+    expect(chooseStep(op({ status: 'pending' }), DEFAULT_POLICY, null)).toEqual({ kind: 'create' });
+    expect(chooseStep(op({ externalId: 'pi_9' }), DEFAULT_POLICY, history())).toEqual({ kind: 'retrieve', paymentIntentId: 'pi_9' });
+  });
+
+  it('after the window List is the evidence; when List cannot answer, Search; with the switch on review, today’s steps', () => {
+    const late = op({ claimedAt: at(24 * HOUR) });
+    expect(chooseStep(late, DEFAULT_POLICY, history())).toEqual({ kind: 'list' });
+    expect(chooseStep(late, DEFAULT_POLICY, history({ listUnavailable: true }))).toEqual({ kind: 'search' });
+    const review = { ...DEFAULT_POLICY, ambiguousResolution: 'review' as const };
+    expect(chooseStep(late, review, history())).toEqual({ kind: 'search' });
+    expect(chooseStep(op({ claimedAt: at(11 * MIN) }), review, history())).toEqual({ kind: 'early_search' });
+    expect(chooseStep(op({ claimedAt: at(1 * MIN) }), review, history())).toEqual({ kind: 'create' });
+  });
+
+  it('property: in auto mode nothing is ever created after the window, whatever the evidence', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 23 * HOUR, max: 30 * 24 * HOUR }), fc.nat({ max: 10 }), fc.boolean(), (age, sends, unavailable) => {
+        const step = chooseStep(op({ claimedAt: at(age) }), DEFAULT_POLICY, history({ sameKeySends: sends, listUnavailable: unavailable }));
+        expect(step.kind === 'list' || step.kind === 'search').toBe(true);
+      }),
+    );
+  });
+
+  it('the last same-key send that ends ambiguous schedules the next claim at the settle delay (List is due then)', () => {
+    const last = decideCreate(ctx({}, history({ sameKeySends: 2 })), { ok: false, failure: failure(FailureKind.ambiguous, 500) });
+    expect(last.retryAfterMs).toBe(DEFAULT_POLICY.listSettleMs);
+    const earlier = decideCreate(ctx({}, history({ sameKeySends: 0 })), { ok: false, failure: failure(FailureKind.ambiguous, 500) });
+    expect(earlier.retryAfterMs).toBeLessThan(DEFAULT_POLICY.listSettleMs);
+  });
+});
+
+describe('what a list proves (judgeList, kind-agnostic)', () => {
+  const subject = chargeListSubject(op());
+  const obj = (o: Partial<ListedObject> = {}): ListedObject => ({ id: 'pi_1', status: 'succeeded', metadata: { operation_id: OP_ID }, fields: { amount: 1999, currency: 'eur', customer: 'cus_1' }, ...o });
+  const answer = (items: ListedObject[], complete = true) => ({ items, pages: 1, requestIds: [], complete });
+
+  it('adopts exactly one object of the operation that matches on every expected field', () => {
+    expect(judgeList(subject, answer([obj()]))).toEqual({ kind: 'adopt', object: obj() });
+  });
+  it('never adopts a mismatch (amount, currency, customer) or one that names only the order', () => {
+    for (const field of ['amount', 'currency', 'customer'] as const) {
+      const wrong = obj({ fields: { ...obj().fields, [field]: field === 'amount' ? 1 : 'other' } });
+      expect(judgeList(subject, answer([wrong]))).toMatchObject({ kind: 'contradiction', reason: expect.stringContaining(field) });
+    }
+    expect(judgeList(subject, answer([obj({ metadata: { order_id: 'order-1' } })]))).toMatchObject({ kind: 'contradiction', reason: expect.stringContaining('metadata.operation_id') });
+  });
+  it('several related objects are a contradiction, even when the list is incomplete', () => {
+    expect(judgeList(subject, answer([obj(), obj({ id: 'pi_2' })], false))).toMatchObject({ kind: 'contradiction', related: [expect.anything(), expect.anything()] });
+  });
+  it('unrelated objects are ignored; an empty complete list is absence, an incomplete one proves nothing', () => {
+    const stranger = obj({ id: 'pi_x', metadata: { operation_id: 'someone-else', order_id: 'order-2' } });
+    expect(judgeList(subject, answer([stranger]))).toEqual({ kind: 'absent' });
+    expect(judgeList(subject, answer([stranger], false))).toEqual({ kind: 'incomplete', pages: 1 });
+  });
+});
+
+describe('the List step’s outcome (decideList)', () => {
+  const window = { createdGte: 0, createdLte: 1 };
+  it('a failed list is never absence: 429 / 5xx / lost keep the status and retry', () => {
+    for (const kind of [FailureKind.rateLimited, FailureKind.ambiguous, FailureKind.authentication]) {
+      const outcome = decideList(ctx({}, history()), window, { ok: false, failure: failure(kind) });
+      expect(outcome).toMatchObject({ status: 'unknown', reviewReason: null });
+      expect(outcome.retryAfterMs).toBeGreaterThan(0);
+      expect(outcome.detail.absenceProven).toBeUndefined();
+      expect(outcome.reissue).toBeUndefined();
+    }
+  });
+  it('a list that will not pass (400 / 403 / 404) marks List unavailable', () => {
+    for (const kind of [FailureKind.invalidRequest, FailureKind.permission, FailureKind.notFound]) {
+      expect(decideList(ctx({}, history()), window, { ok: false, failure: failure(kind) }).detail.listUnavailable).toBe(true);
+    }
+  });
+  it('adopts the one match by its status (found ≠ paid)', () => {
+    expect(decideList(ctx({}, history()), window, { ok: true, value: listed([pi()]) })).toMatchObject({ status: 'succeeded', externalId: 'pi_1' });
+    expect(decideList(ctx({}, history()), window, { ok: true, value: listed([pi({ status: 'requires_payment_method' })]) })).toMatchObject({ status: 'failed', externalId: 'pi_1' });
+    expect(decideList(ctx({}, history()), window, { ok: true, value: listed([pi({ status: 'processing' })]) })).toMatchObject({ status: 'unknown', externalId: 'pi_1', reviewReason: null });
+  });
+  it('the first proof of absence schedules the second; the second, late enough, re-issues', () => {
+    const first = decideList(ctx({ claimedAt: at(3 * MIN) }, history()), window, { ok: true, value: listed([]) });
+    expect(first).toMatchObject({ status: 'unknown', reviewReason: null, detail: { absenceProven: true, provenAt: at(3 * MIN).toISOString() } });
+    // max(first proof + 10 min, last send + 15 min) − now
+    expect(first.retryAfterMs).toBe(5_000 + 15 * MIN - 3 * MIN);
+    const second = decideList(ctx({ claimedAt: at(5_000 + 15 * MIN) }, history({ proofs: [at(3 * MIN)] })), window, { ok: true, value: listed([]) });
+    expect(second).toMatchObject({ status: 'pending', reissue: true, reviewReason: null, externalId: null });
+  });
+  it('a list cut by the page cap cannot show absence: review', () => {
+    const outcome = decideList(ctx({}, history()), window, { ok: true, value: { items: [], pages: 20, requestIds: [], complete: false } });
+    expect(outcome.reviewReason).toMatch(/more than 20 pages/);
+  });
+});
+
+describe('may the machine re-issue now? (judgeAutoReissue)', () => {
+  const o = op();
+  it('needs two proofs at least proofSpacingMs apart, the second at least reissueAfterLastSendMs after the last send', () => {
+    const h = history({ lastSendAt: at(0) });
+    expect(judgeAutoReissue(o, h, at(2 * MIN))).toEqual({ kind: 'prove_again', nextProofAt: at(15 * MIN).getTime() });
+    expect(judgeAutoReissue(o, history({ lastSendAt: at(0), proofs: [at(2 * MIN)] }), at(11 * MIN))).toEqual({ kind: 'prove_again', nextProofAt: at(15 * MIN).getTime() });
+    expect(judgeAutoReissue(o, history({ lastSendAt: at(0), proofs: [at(2 * MIN)] }), at(15 * MIN))).toEqual({ kind: 'reissue' });
+    // Proofs made before the last send do not count.
+    expect(judgeAutoReissue(o, history({ lastSendAt: at(10 * MIN), proofs: [at(2 * MIN)] }), at(25 * MIN))).toMatchObject({ kind: 'prove_again' });
+    // A "proof" no later than the last send (clocks) is none: a finite next time, never a re-issue.
+    expect(judgeAutoReissue(o, history({ lastSendAt: at(10 * MIN), proofs: [] }), at(10 * MIN))).toEqual({ kind: 'prove_again', nextProofAt: at(12 * MIN).getTime() });
+  });
+  it('never after the key window, never beyond MAX_AUTO_REISSUES, never with the switch on review', () => {
+    const ready = history({ lastSendAt: at(0), proofs: [at(2 * MIN)] });
+    expect(judgeAutoReissue(o, ready, at(23 * HOUR))).toMatchObject({ kind: 'review', reason: expect.stringContaining('key window') });
+    expect(judgeAutoReissue(o, { ...ready, autoReissues: 2 }, at(20 * MIN))).toMatchObject({ kind: 'review', reason: expect.stringContaining('MAX_AUTO_REISSUES') });
+    expect(judgeAutoReissue(o, ready, at(20 * MIN), { ...DEFAULT_POLICY, ambiguousResolution: 'review' })).toMatchObject({ kind: 'review' });
+  });
+  it('property: a re-issue always rests on two proofs spaced apart, after the last send, inside the window', () => {
+    fc.assert(
+      fc.property(fc.array(fc.nat({ max: 30 * HOUR }), { maxLength: 4 }), fc.nat({ max: 30 * HOUR }), fc.nat({ max: 30 * HOUR }), (proofs, lastSend, now) => {
+        const h = history({ lastSendAt: at(lastSend), proofs: proofs.map(at) });
+        const verdict = judgeAutoReissue(o, h, at(now));
+        if (verdict.kind !== 'reissue') return;
+        const after = proofs.filter((p) => p > lastSend);
+        expect(now - lastSend).toBeGreaterThanOrEqual(DEFAULT_POLICY.reissueAfterLastSendMs);
+        expect(now).toBeLessThan(DEFAULT_POLICY.keyWindowMs);
+        expect(after.some((p) => now - p >= DEFAULT_POLICY.proofSpacingMs)).toBe(true);
+      }),
+    );
+  });
+});
+
+describe('the list window', () => {
+  it('spans the first send − margin to the last send + margin, in whole seconds rounded outwards', () => {
+    const w = listWindow(op({ firstAttemptedAt: at(500) }), history({ firstSendAt: at(500), lastSendAt: at(90_500) }));
+    expect(w.createdGte).toBe(Math.floor((T0.getTime() + 500 - 5 * MIN) / 1000));
+    expect(w.createdLte).toBe(Math.ceil((T0.getTime() + 90_500 + 5 * MIN) / 1000));
+  });
+  it('starts at the earliest send of any key generation', () => {
+    const w = listWindow(op({ firstAttemptedAt: at(HOUR), keyGeneration: 1 }), history({ firstSendAt: at(0), lastSendAt: at(HOUR) }));
+    expect(w.createdGte).toBe(Math.floor((T0.getTime() - 5 * MIN) / 1000));
+  });
+});
+
+describe('a Search that keeps failing after the window (the defect)', () => {
+  const late = { claimedAt: at(24 * HOUR) };
+  it('400 / 403 / 404 are counted and end in review with the reason after maxSearchFailures', () => {
+    for (const kind of [FailureKind.invalidRequest, FailureKind.permission, FailureKind.notFound]) {
+      const first = decideSearch(ctx(late, history({ permanentSearchFailures: 0 })), { ok: false, failure: failure(kind, 403) });
+      expect(first).toMatchObject({ reviewReason: null, detail: { searchFailure: 'permanent', searchFailures: 1 } });
+      const last = decideSearch(ctx(late, history({ permanentSearchFailures: 2 })), { ok: false, failure: failure(kind, 403) });
+      expect(last.reviewReason).toMatch(/Search failed 3 times and will not pass by itself/);
+      expect(last.retryAfterMs).toBeNull();
+    }
+  });
+  it('a transient failure (429, 5xx) is retried and not counted', () => {
+    const outcome = decideSearch(ctx(late, history({ permanentSearchFailures: 2 })), { ok: false, failure: failure(FailureKind.ambiguous, 500) });
+    expect(outcome).toMatchObject({ reviewReason: null });
+    expect(outcome.detail.searchFailure).toBeUndefined();
+  });
+});
+
+describe('reading the evidence back from the audit trail (summarizeEvidence)', () => {
+  const ev = (action: string, ms: number, step: string | null = null, detail: Record<string, unknown> = {}, keyGeneration = 0): EvidenceEvent => ({
+    action,
+    step,
+    occurredAt: at(ms).toISOString(),
+    keyGeneration,
+    detail,
+  });
+  const policy = { leaseMs: 2 * MIN };
+
+  it('counts same-key sends, keeps proofs made after the last send, and leaves out this claim', () => {
+    const events = [
+      ev('requested', 0),
+      ev('attempt_started', 0),
+      ev('outcome_recorded', 1_000, 'create'),
+      ev('attempt_started', 3_000),
+      ev('outcome_recorded', 4_000, 'create'),
+      ev('attempt_started', 3 * MIN),
+      ev('outcome_recorded', 3 * MIN + 100, 'list', { absenceProven: true, provenAt: at(3 * MIN).toISOString() }),
+      ev('attempt_started', 20 * MIN), // this claim: it has sent nothing yet
+    ];
+    const h = summarizeEvidence(op({ claimedAt: at(20 * MIN) }), events, policy);
+    expect(h).toMatchObject({ sameKeySends: 2, lastSendAt: at(4_000), firstSendAt: at(0), proofs: [at(3 * MIN)], autoReissues: 0, keyReplaysError: false });
+    const replayed = summarizeEvidence(op(), [ev('attempt_started', 0), { ...ev('outcome_recorded', 1_000, 'create', { httpStatus: 500 }), errorClass: 'StripeAPIError' }, ev('attempt_started', 5_000)], policy);
+    expect(replayed.keyReplaysError).toBe(true);
+  });
+
+  it('a claim without an outcome may have been sending until its lease ran out; proofs before that do not count', () => {
+    const events = [
+      ev('attempt_started', 0),
+      ev('outcome_recorded', 1_000, 'create'),
+      ev('attempt_started', 2 * MIN), // a worker that died in flight
+      ev('attempt_started', 3 * MIN),
+      ev('outcome_recorded', 3 * MIN, 'list', { absenceProven: true, provenAt: at(3 * MIN).toISOString() }),
+      ev('attempt_started', 10 * MIN),
+    ];
+    const h = summarizeEvidence(op({ claimedAt: at(10 * MIN) }), events, policy);
+    expect(h.lastSendAt).toEqual(at(4 * MIN));
+    expect(h.proofs).toEqual([]);
+  });
+
+  it('reads List unavailability, permanent Search failures and re-issues, per key generation', () => {
+    const events = [
+      ev('attempt_started', 0),
+      ev('outcome_recorded', 1, 'list', { listUnavailable: true }),
+      ev('auto_reissued', 2, null, {}, 1),
+      ev('attempt_started', 3, null, {}, 1),
+      ev('outcome_recorded', 4, 'search', { searchFailure: 'permanent' }, 1),
+      ev('attempt_started', 5, null, {}, 1),
+    ];
+    const h = summarizeEvidence(op({ keyGeneration: 1 }), events, policy);
+    expect(h).toMatchObject({ listUnavailable: false, permanentSearchFailures: 1, autoReissues: 1 });
+  });
+});
