@@ -102,38 +102,43 @@ CREATE INDEX stripe_event_findings_open ON stripe_event_findings (found_at) WHER
 -- The audit trail learns one more action: an event that was applied to, or seen for, an operation
 -- without being an attempt (a refund, a dispute, a stale or contradicting event). Settling events are
 -- written by the engine's own outcome write and appear as 'outcome_recorded' with the event in detail.
--- The CHECK is extended in place from its current definition, so that other migrations that extend
--- the same list (in any order) keep their values.
-DO $$
+-- The CHECKs are widened in place from their current definition, so that other migrations that
+-- widen the same lists (in any order) keep their values. The catalog shows a list in either form,
+-- depending on how its last writer wrote it: ARRAY['a'::text, …] (001/002) or '{a,"b c"}'::text[]
+-- (005's widen_in_check); both are read, and the list is written back in the ARRAY[…] form.
+CREATE FUNCTION pg_temp.check_values_006(def text) RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE
+    WHEN def ~ '''\{[^'']*\}''::text\[\]' THEN (regexp_match(def, '''(\{[^'']*\})''::text\[\]'))[1]::text[]
+    ELSE ARRAY(SELECT (regexp_matches(def, '''([^'']*)''', 'g'))[1])
+  END
+$$;
+
+CREATE FUNCTION pg_temp.widen_check_006(p_table regclass, p_constraint text, p_column text, p_additions text[]) RETURNS void
+LANGUAGE plpgsql AS $$
 DECLARE
   definition text;
+  allowed text[];
 BEGIN
-  SELECT pg_get_constraintdef(oid) INTO definition
-    FROM pg_constraint
-   WHERE conrelid = 'payment_operation_events'::regclass AND conname = 'payment_operation_events_action_check';
-  IF definition IS NULL OR position('ARRAY[' IN definition) = 0 THEN
-    RAISE EXCEPTION 'payment_operation_events_action_check not found in the expected form: %', definition;
+  SELECT pg_get_constraintdef(c.oid) INTO definition
+    FROM pg_constraint c
+   WHERE c.conrelid = p_table AND c.conname = p_constraint;
+  allowed := pg_temp.check_values_006(coalesce(definition, ''));
+  IF definition IS NULL OR position('= ANY' IN definition) = 0 OR cardinality(allowed) = 0 THEN
+    RAISE EXCEPTION '% not found in the expected form: %', p_constraint, definition;
   END IF;
-  IF position('''stripe_event''' IN definition) = 0 THEN
-    ALTER TABLE payment_operation_events DROP CONSTRAINT payment_operation_events_action_check;
-    EXECUTE 'ALTER TABLE payment_operation_events ADD CONSTRAINT payment_operation_events_action_check '
-         || replace(definition, 'ARRAY[', 'ARRAY[''stripe_event''::text, ');
-  END IF;
-
-  -- The outbox carries what happened to a charge after it settled (contract.ts, ChargeAftermath).
-  SELECT pg_get_constraintdef(oid) INTO definition
-    FROM pg_constraint
-   WHERE conrelid = 'outcome_events'::regclass AND conname = 'outcome_events_event_type_check';
-  IF definition IS NULL OR position('ARRAY[' IN definition) = 0 THEN
-    RAISE EXCEPTION 'outcome_events_event_type_check not found in the expected form: %', definition;
-  END IF;
-  IF position('''Charge Refunded''' IN definition) = 0 THEN
-    ALTER TABLE outcome_events DROP CONSTRAINT outcome_events_event_type_check;
-    EXECUTE 'ALTER TABLE outcome_events ADD CONSTRAINT outcome_events_event_type_check '
-         || replace(definition, 'ARRAY[', 'ARRAY[''Charge Refunded''::text, ''Charge Disputed''::text, ''Charge Dispute Closed''::text, ');
-  END IF;
-
+  SELECT array_agg(DISTINCT v ORDER BY v) INTO allowed FROM (SELECT unnest(allowed) AS v UNION SELECT unnest(p_additions)) x;
+  EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', p_table, p_constraint);
+  EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I = ANY (ARRAY[%s]::text[]))', p_table, p_constraint, p_column,
+                 (SELECT string_agg(quote_literal(v), ', ') FROM unnest(allowed) AS v));
 END $$;
+
+SELECT pg_temp.widen_check_006('payment_operation_events', 'payment_operation_events_action_check', 'action', ARRAY['stripe_event']);
+-- The outbox carries what happened to a charge after it settled (contract.ts, ChargeAftermath).
+SELECT pg_temp.widen_check_006('outcome_events', 'outcome_events_event_type_check', 'event_type',
+                               ARRAY['Charge Refunded', 'Charge Disputed', 'Charge Dispute Closed']);
+DROP FUNCTION pg_temp.widen_check_006(regclass, text, text, text[]);
+DROP FUNCTION pg_temp.check_values_006(text);
 
 -- The application role (charges_app, migration 003) records and applies events and resolves findings.
 -- 003's default privileges already gave it DML on these tables; said explicitly here, and narrowed:
