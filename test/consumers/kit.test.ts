@@ -179,7 +179,7 @@ describe('aftermath events are facts: deduplicated by eventId, applied each, nev
 
   it('the kit knows the facts by detail-type: exactly the three aftermath types; the outcome types stay states', () => {
     expect([...FACT_DETAIL_TYPES].sort()).toEqual(['Charge Dispute Closed', 'Charge Disputed', 'Charge Refunded']);
-    for (const state of ['Charge Succeeded', 'Charge Failed', 'Charge Needs Review', 'Refund Succeeded']) expect(orderingOf(state)).toBe('state');
+    for (const state of ['Charge Succeeded', 'Charge Failed', 'Charge Needs Review', 'Charge Reissued', 'Refund Succeeded']) expect(orderingOf(state)).toBe('state');
   });
 
   it('a refund arriving AFTER the final state event is applied exactly once (not stale), however often it is delivered', async () => {
@@ -249,7 +249,8 @@ describe('aftermath events are facts: deduplicated by eventId, applied each, nev
     const numbered = outcomeEvent({ sequence: 1 });
     const legacy = outcomeEvent({ operationId: numbered.operationId, orderId: numbered.orderId, detailType: 'Charge Needs Review' }); // no sequence
     const refund = aftermath(numbered.operationId, AftermathDetailType.refunded);
-    await consumer.processBatch([delivery(numbered), deliver(refund.body)]);
+    await consumer.processBatch([delivery(numbered)]);
+    await consumer.processBatch([deliver(refund.body)]);
     expect((await consumer.processBatch([delivery(legacy)])).results.map((r) => r.outcome)).toEqual(['stale']);
     expect(applied.map((e) => e.detailType)).toEqual(['Charge Succeeded', 'Charge Refunded']);
     expect(await inboxRow(db.pool, consumer.name, legacy.eventId)).toMatchObject({ state: 'stale', attempts: 0 });
