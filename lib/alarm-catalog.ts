@@ -118,6 +118,36 @@ export const ALARM_CATALOG = [
     metrics: [{ namespace: APP, metricName: METRICS.oldestUnpublishedEventAgeSeconds }],
   },
   {
+    name: 'StripeWebhookRejected',
+    meaning:
+      'A delivery to the Stripe-events endpoint was refused (bad or missing signature, stale timestamp, oversize or not an event): a secret mismatch, or someone forging events. Nothing was recorded.',
+    metrics: [{ namespace: APP, metricName: METRICS.stripeWebhookRejected }],
+  },
+  {
+    name: 'StripeWebhookUnavailable',
+    meaning:
+      'A Stripe event could not be recorded (no signing secret yet, database unreachable) and was answered 503: Stripe retries it for up to three days.',
+    metrics: [{ namespace: APP, metricName: METRICS.stripeWebhookUnavailable }],
+  },
+  {
+    name: 'StripeEventBacklogTooOld',
+    meaning:
+      'A recorded Stripe event has waited in the inbox longer than the threshold without being applied: the reconciler is not running, Stripe is unreachable, or an event keeps failing.',
+    metrics: [{ namespace: APP, metricName: METRICS.oldestInboxEventAgeSeconds }],
+  },
+  {
+    name: 'StripeEventContradiction',
+    meaning:
+      'A Stripe event contradicts a final operation (money moved for a failed one, a second succeeded PaymentIntent for an order): the state was not rewritten; a human must explain it.',
+    metrics: [{ namespace: APP, metricName: METRICS.openContradictions }],
+  },
+  {
+    name: 'UnrecordedCharge',
+    meaning:
+      'Stripe reported a PaymentIntent carrying our metadata for an operation the ledger does not have: money may have moved that the ledger does not know of.',
+    metrics: [{ namespace: APP, metricName: METRICS.openUnrecordedCharges }],
+  },
+  {
     name: 'DatabaseFreeStorageLow',
     meaning:
       'The database has less than 2 GiB of free storage: autoscaling did not keep up or reached its ceiling; when it is full every charge fails to be recorded.',

@@ -32,6 +32,7 @@ import { OpsFunction } from './ops-function.ts';
 import { OutcomeEvents } from './outcome-events.ts';
 import type { PipelineLogLevel } from './pipeline-function.ts';
 import { Reconciler } from './reconciler.ts';
+import { StripeEvents, type StripeEventsInput } from './stripe-events.ts';
 import { validateChargePipelineProps } from './validation.ts';
 
 export interface ChargePipelineProps {
@@ -156,6 +157,23 @@ export interface ChargePipelineProps {
   /** Create the example consumer (a rule delivering every outcome to an SQS queue). @default true */
   readonly exampleConsumer?: boolean;
 
+  // ── Stripe events in (lib/stripe-events.ts) ───────────────────────────────────────────────────
+  /**
+   * How Stripe's events reach the inbox: 'webhook' (a Lambda Function URL; register it in the
+   * Dashboard), 'eventbridge' (a rule on Stripe's partner event bus, `stripePartnerEventBusName`) or
+   * 'none' (polling only: the reconciler retrieves open operations on its backoff).
+   * @default 'webhook'
+   */
+  readonly stripeEvents?: StripeEventsInput;
+  /** eventbridge: the partner event bus (= the partner event source name, aws.partner/stripe.com/…). */
+  readonly stripePartnerEventBusName?: string;
+  /** webhook: the endpoint signing secret. @default - a new secret created empty (operators paste the whsec_…) */
+  readonly stripeWebhookSecret?: secretsmanager.ISecret;
+  /** Reserved concurrency of the Stripe-events function. @default - unreserved */
+  readonly stripeEventsReservedConcurrency?: number;
+  /** StripeEventBacklogTooOld fires above this. @default Duration.minutes(10) */
+  readonly oldestStripeEventAgeAlarmThreshold?: cdk.Duration;
+
   // ── operators ────────────────────────────────────────────────────────────────────────────────
   /**
    * The role on-call people assume to run operator commands; the only principal the ops function's
@@ -232,6 +250,7 @@ export const CHARGE_PIPELINE_DEFAULTS = {
   oldestMessageAgeAlarmMinutes: 10,
   oldestOpenOperationAgeAlarmMinutes: 60,
   oldestUnpublishedEventAgeAlarmMinutes: 5,
+  oldestStripeEventAgeAlarmMinutes: 10,
   logLevel: 'INFO',
   opsFunctionTimeoutSeconds: 60,
   databaseSecretRotationDays: 30,
@@ -246,7 +265,7 @@ export class ChargePipeline extends Construct {
   readonly database?: rds.IDatabaseInstance;
   /** The owner's credentials (JSON with host, port, username, password, dbname): the migrate function only. */
   readonly databaseSecret: secretsmanager.ISecret;
-  /** The data-only application role's credentials: charge, reconcile and ops connect with these. */
+  /** The data-only application role's credentials: charge, reconcile, ops and stripe-events connect with these. */
   readonly applicationDatabaseSecret: secretsmanager.ISecret;
   readonly stripeSecret: secretsmanager.ISecret;
   readonly queue: sqs.IQueue;
@@ -258,6 +277,8 @@ export class ChargePipeline extends Construct {
   readonly migrateFunction: lambda.IFunction;
   readonly migrationTrigger: triggers.Trigger;
   readonly opsFunction: lambda.IFunction;
+  /** Stripe events in; undefined when `stripeEvents` is 'none'. */
+  readonly stripeEvents?: StripeEvents;
   readonly eventBus: events.IEventBus;
   readonly eventArchive: events.Archive;
   readonly exampleConsumerQueue?: sqs.IQueue;
@@ -435,6 +456,22 @@ export class ChargePipeline extends Construct {
     });
     this.opsFunction = ops.function;
 
+    const stripeEventsInput = props.stripeEvents ?? 'webhook';
+    if (stripeEventsInput !== 'none') {
+      this.stripeEvents = new StripeEvents(this, 'StripeEvents', {
+        ...placement,
+        ...common,
+        input: stripeEventsInput,
+        environment: pipelineEnv,
+        applicationDatabaseSecret: this.applicationDatabaseSecret,
+        stripeSecret: this.stripeSecret,
+        grantPutEvents: (grantee) => outcomes.grantPutEvents(grantee),
+        webhookSecret: props.stripeWebhookSecret,
+        partnerEventBusName: props.stripePartnerEventBusName,
+        reservedConcurrency: props.stripeEventsReservedConcurrency,
+      });
+    }
+
     // Least privilege: migrate reads the owner's secret and the application secret (to set the
     // role's password); the others read the application secret only, and publish to this bus only.
     this.databaseSecret.grantRead(this.migrateFunction);
@@ -455,6 +492,7 @@ export class ChargePipeline extends Construct {
       charge.function,
       reconciler.function,
       ops.function,
+      ...(this.stripeEvents ? [this.stripeEvents.function] : []),
       ...rotations,
     );
 
@@ -479,6 +517,12 @@ export class ChargePipeline extends Construct {
         props.oldestUnpublishedEventAgeAlarmThreshold ?? cdk.Duration.minutes(d.oldestUnpublishedEventAgeAlarmMinutes),
       dashboardName: props.dashboardName,
       removalPolicy,
+      stripeEvents: this.stripeEvents
+        ? {
+            function: this.stripeEvents.function,
+            oldestEventAgeThreshold: props.oldestStripeEventAgeAlarmThreshold ?? cdk.Duration.minutes(d.oldestStripeEventAgeAlarmMinutes),
+          }
+        : undefined,
     });
     this.alarmTopic = observability.alarmTopic;
     this.alarms = observability.alarms;

@@ -27,4 +27,5 @@ export {
 export { OUTCOME_DETAIL_TYPES, OutcomeEvents, type OutcomeEventsProps } from './outcome-events.ts';
 export { PIPELINE_HANDLERS, PipelineFunction, type PipelineHandler, type PipelineLogLevel } from './pipeline-function.ts';
 export { Reconciler, type ReconcilerProps, SWEEP_RETRY } from './reconciler.ts';
+export { StripeEvents, type StripeEventsInput, type StripeEventsProps } from './stripe-events.ts';
 export { ChargePipelinePropsError } from './validation.ts';

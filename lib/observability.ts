@@ -70,6 +70,8 @@ export interface ObservabilityProps {
   readonly oldestUnpublishedEventAgeThreshold: cdk.Duration;
   readonly dashboardName?: string;
   readonly removalPolicy: cdk.RemovalPolicy;
+  /** Stripe events in (lib/stripe-events.ts): its alarms and dashboard row. */
+  readonly stripeEvents?: { readonly function: lambda.IFunction; readonly oldestEventAgeThreshold: cdk.Duration };
 }
 
 const FIVE_MINUTES = cdk.Duration.minutes(5);
@@ -172,6 +174,15 @@ export class Observability extends Construct {
       app(METRICS.oldestUnpublishedEventAgeSeconds, max),
       props.oldestUnpublishedEventAgeThreshold.toSeconds(),
     );
+    // Stripe events in: refused deliveries, deliveries Stripe must retry, a stuck inbox, and what
+    // the events showed that the ledger cannot explain (open findings keep their gauge up).
+    if (props.stripeEvents) {
+      add('StripeWebhookRejected', app(METRICS.stripeWebhookRejected, sum), 0);
+      add('StripeWebhookUnavailable', app(METRICS.stripeWebhookUnavailable, sum), 0);
+      add('StripeEventBacklogTooOld', app(METRICS.oldestInboxEventAgeSeconds, max), props.stripeEvents.oldestEventAgeThreshold.toSeconds());
+      add('StripeEventContradiction', app(METRICS.openContradictions, max), 0);
+      add('UnrecordedCharge', app(METRICS.openUnrecordedCharges, max), 0);
+    }
     // The database (when it is the construct's, or its instance identifier is known)
     if (props.databaseInstanceIdentifier) {
       const rdsMetric = (metricName: string, statistic: string) =>
@@ -326,6 +337,31 @@ export class Observability extends Construct {
         title: 'Outbox and rejected messages',
         width,
         left: [gauge(METRICS.unpublishedEvents), gauge(METRICS.rejectedLastPeriod)],
+      }),
+    );
+    dashboard.addWidgets(
+      new cw.GraphWidget({
+        title: 'Stripe events in (per minute)',
+        width,
+        left: [
+          sum(METRICS.stripeEventsReceived),
+          sum(METRICS.stripeEventDuplicates),
+          sum(METRICS.stripeEventsApplied),
+          sum(METRICS.stripeWebhookRejected),
+          sum(METRICS.stripeWebhookUnavailable),
+        ],
+        ...(props.stripeEvents ? { right: [props.stripeEvents.function.metricErrors({ label: 'function errors', period: cdk.Duration.minutes(1) })] } : {}),
+      }),
+      new cw.GraphWidget({
+        title: 'Stripe event inbox: backlog and oldest (s)',
+        width,
+        left: [gauge(METRICS.inboxBacklog)],
+        right: [gauge(METRICS.oldestInboxEventAgeSeconds)],
+      }),
+      new cw.GraphWidget({
+        title: 'Contradictions and unrecorded charges (should stay at 0)',
+        width,
+        left: [gauge(METRICS.openContradictions), gauge(METRICS.openUnrecordedCharges), sum(METRICS.stripeEventContradictions), sum(METRICS.unrecordedCharges)],
       }),
     );
     const databaseMetric = (metricName: string, label: string) =>

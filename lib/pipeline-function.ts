@@ -36,7 +36,7 @@ export const LAMBDA_RDS_CA_BUNDLE = '/var/task/rds-ca/global-bundle.pem';
 export const PREBUILT_ASSETS_DIR = path.resolve(import.meta.dirname, '..', 'lambda-assets');
 
 /** Every handler folder under lambdas/ that becomes a function (and a pre-built bundle in the package). */
-export const PIPELINE_HANDLERS = ['charge', 'reconcile', 'migrate', 'ops'] as const;
+export const PIPELINE_HANDLERS = ['charge', 'reconcile', 'migrate', 'ops', 'stripe-events'] as const;
 export type PipelineHandler = (typeof PIPELINE_HANDLERS)[number];
 export type PipelineLogLevel = 'DEBUG' | 'INFO' | 'WARN' | 'ERROR';
 

@@ -62,6 +62,7 @@ Running:
   --pollers <n>           concurrent charge invocations (default 8)
   --batch-size <n>        records per invocation, 1-10 (default 10)
   --timeout <s>           give up if not settled by then (default 90 + 0.02 × orders)
+  --no-webhooks           polling only: the fake Stripe sends no signed webhooks (Stripe events in)
   --no-time-lapse         production durations (23 h key window, …): a fault may take a day
   --fresh                 delete the PostgreSQL data folder first (a new cluster)
   --data-dir <path>       PostgreSQL data folder (default .local/postgres; logs go next to it)
@@ -98,6 +99,8 @@ interface Args {
   logLevel: 'DEBUG' | 'INFO' | 'WARN' | 'ERROR' | 'SILENT';
   json: boolean;
   compare: boolean;
+  /** The fake Stripe delivers signed webhooks (Stripe events in); false: polling only. */
+  webhooks: boolean;
   consumers: boolean;
 }
 
@@ -125,6 +128,7 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
       'log-level': { type: 'string' },
       json: { type: 'boolean' },
       'compare-one-at-a-time': { type: 'boolean' },
+      'no-webhooks': { type: 'boolean' },
       'no-consumers': { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -166,6 +170,7 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
     logLevel: logLevel as Args['logLevel'],
     json: values.json ?? false,
     compare: values['compare-one-at-a-time'] ?? false,
+    webhooks: !values['no-webhooks'],
     consumers: !values['no-consumers'],
   };
 }
@@ -246,6 +251,7 @@ async function runOnce(
     logLevel: args.logLevel,
     ...(sqsPort !== undefined ? { sqsPort } : {}),
     log: (line) => logLines.push(line),
+    ...(args.webhooks ? {} : { webhooks: null }),
     ...overrides,
   });
   registerPipeline(pipeline);

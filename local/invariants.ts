@@ -135,6 +135,7 @@ interface OutboxFacts {
 
 const FINAL_EVENT_TYPE: Partial<Record<OperationStatus, string>> = { succeeded: 'Charge Succeeded', failed: 'Charge Failed' };
 const REVIEW_EVENT_TYPE = 'Charge Needs Review';
+const AFTERMATH_EVENT_TYPES = new Set(['Charge Refunded', 'Charge Disputed', 'Charge Dispute Closed']);
 const REISSUE_EVENT_TYPE = 'Charge Reissued';
 /** PaymentIntent statuses that are no charge and can never become one (review.ts chargingPaymentIntents). */
 const HARMLESS: readonly PaymentIntentStatus[] = ['canceled', 'requires_payment_method'];
@@ -315,7 +316,8 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     // Outbox: exactly one final event for a final outcome (none for an open one), one review event per
     // entry into review, and every payload telling the truth about its operation.
     const events = outboxByOperation.get(op.id) ?? [];
-    const finals = events.filter((e) => e.event_type !== REVIEW_EVENT_TYPE && e.event_type !== REISSUE_EVENT_TYPE);
+    // Refunds and disputes (Stripe events in) follow a final outcome; they are not one. Nor is a re-issue.
+    const finals = events.filter((e) => e.event_type !== REVIEW_EVENT_TYPE && e.event_type !== REISSUE_EVENT_TYPE && !AFTERMATH_EVENT_TYPES.has(e.event_type));
     const reissues = events.filter((e) => e.event_type === REISSUE_EVENT_TYPE);
     const reviews = events.filter((e) => e.event_type === REVIEW_EVENT_TYPE);
     const outbox: string[] = [];
@@ -349,8 +351,10 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       }
     }
     // Sequence: 1, 2, … n in the order the events were written, so that the highest is the latest.
-    const sequences = events.map((e) => e.payload.sequence);
-    if (sequences.some((n, i) => n !== i + 1)) outbox.push(`sequences [${sequences.map(String).join(', ')}] are not 1…${events.length} in write order`);
+    // (Refunds and disputes are facts about a final charge, not states of it: they carry no sequence.)
+    const stateEvents = events.filter((e) => !AFTERMATH_EVENT_TYPES.has(e.event_type));
+    const sequences = stateEvents.map((e) => e.payload.sequence);
+    if (sequences.some((n, i) => n !== i + 1)) outbox.push(`sequences [${sequences.map(String).join(', ')}] are not 1…${stateEvents.length} in write order`);
     if (outbox.length > 0) violate('outbox_mismatch', outbox.join('; '), op);
   }
 

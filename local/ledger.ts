@@ -2,6 +2,7 @@
 // Stripe holds, what went out on the bus — and the invariants that compare them. The checks are
 // local/invariants.ts (checkInvariants) against the Stripe side's own record; this module gathers
 // the inputs, adds the run's counters, and prints the result as text or JSON.
+import { readSettleLag, readStripeEventsLedger, type SettleLag, type StripeEventsLedger } from './stripe-events.ts';
 import type { Pipeline, PipelineSnapshot } from './pipeline.ts';
 import { queuedGroups } from './pipeline.ts';
 import { checkInvariants, type InvariantReport, type Violation } from './invariants.ts';
@@ -96,6 +97,10 @@ export interface Ledger {
     readonly violations: readonly Violation[];
     readonly warnings: readonly string[];
   };
+  /** Stripe events in (null: the run had no webhooks and no event was recorded). */
+  readonly stripeEvents: StripeEventsLedger | null;
+  /** Stripe settled a processing PaymentIntent → its operation final (null: Stripe's side not watched). */
+  readonly settleLag: SettleLag | null;
   readonly timing: {
     readonly elapsedMs: number;
     /** First send → the last outcome (final or review): the pipeline's own time. */
@@ -260,6 +265,8 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
       violations,
       warnings: report.warnings.map((w) => `${w.orderId}: ${w.detail}`),
     },
+    stripeEvents: p.webhooks ? await readStripeEventsLedger(db, p.webhooks) : null,
+    settleLag: p.stripeObserver ? await readSettleLag(db, p.stripeObserver, p.webhooks ? 'webhooks' : 'polling') : null,
     timing: {
       elapsedMs: input.finishedAt.getTime() - p.startedAt.getTime(),
       processingMs,
@@ -382,6 +389,20 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
   if (stripe.keysPruned) row('idempotency keys pruned', stripe.keysPruned, 'forgotten by "Stripe" (time-lapse), never re-sent');
   section(`Events — EventBridge bus ${events.bus}`);
   row('published', events.published, [list(events.byType), `re-sent ${n(events.resent)}`, `unpublished ${n(events.unpublished)}`].filter(Boolean).join(' · '));
+  const se = ledger.stripeEvents;
+  if (se) {
+    section('Stripe events in — signed webhooks from the fake Stripe');
+    const d = se.delivery;
+    if (d) {
+      row('events made by Stripe', d.eventsCreated, list({ 'delivered (2xx)': d.acknowledged, 'sent twice': d.duplicatesSent, 'lost, retried': d.lostAttempts, retries: d.retries, 'still waiting': d.unfinished + d.pending }));
+      row('forged deliveries', d.forgedSent, `refused ${n(d.forgedRefused)} · ${d.forgedAccepted ? style.red(`ACCEPTED ${n(d.forgedAccepted)}`) : 'accepted 0'}`);
+    }
+    row('recorded in the inbox', se.received, list({ applied: se.applied, 'duplicates absorbed': se.duplicates, 'rejected (400)': se.rejected, backlog: se.backlog }));
+    if (se.applied) row('applied', se.applied, list(se.appliedByOutcome), 6);
+    const findings = Object.values(se.findings).reduce((a, b) => a + b, 0);
+    if (findings) row('findings', findings, style.yellow(list(se.findings)), 6);
+    row('final state reached by', Object.values(se.finalVia).reduce((a, b) => a + b, 0), list(se.finalVia));
+  }
   section('Invariants');
   const mark = (ok: boolean) => (ok ? style.green('✔') : style.red('✘'));
   if (inv.doubleCharges === null) row(`${style.yellow('?')} double charges`, 'n/a', 'must be 0 — not checkable against this Stripe');
@@ -394,6 +415,13 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
   if (inv.violations.length > 10) out.push(`      … and ${inv.violations.length - 10} more`);
   for (const w of inv.warnings.slice(0, 5)) out.push(`    ${style.yellow('!')} ${truncate(w, 130)}`);
   section('Time');
+  const lag = ledger.settleLag;
+  if (lag && lag.count > 0) {
+    out.push(
+      `    Stripe settled a processing PaymentIntent → operation final (${n(lag.count)}, ${lag.mode === 'webhooks' ? 'by events, polling as the fallback' : 'polling only'}): ` +
+        `p50 ${seconds(lag.p50Ms!)} · p95 ${seconds(lag.p95Ms!)} · max ${seconds(lag.maxMs!)}`,
+    );
+  }
   const rate = timing.chargesPerSecond !== null ? `${style.bold(`${n(timing.chargesPerSecond)} charges/s`)}` : 'n/a';
   out.push(`    elapsed ${seconds(timing.elapsedMs)} (start-up and shutdown included)`);
   if (timing.processingMs !== null) {

@@ -31,6 +31,8 @@ import { FAULT_PROFILES, startFakeStripe, type FakeStripe, type FakeStripeStats,
 import { createDatabase, startEmbeddedPostgres, type EmbeddedPostgresHandle } from './postgres.ts';
 import { LocalSchedule, type RunReport, type ScheduleCounters, type ScheduledHandler } from './scheduler.ts';
 import { startLocalSqs, type LocalSqs } from './sqs.ts';
+import type { WebhookDispatcher } from './fake-stripe/webhooks.ts';
+import { DEFAULT_DELIVERY_FAULTS, localWebhookSecret, startLocalWebhooks, startStripeObserver, type LocalWebhookOptions, type LocalWebhooks } from './stripe-events.ts';
 import { controlApiTruth, fakeTruth, listApiTruth, unavailableTruth, type StripeTruth } from './stripe-truth.ts';
 
 // ── The compressed clock ─────────────────────────────────────────────────────────────────────────
@@ -163,6 +165,12 @@ export interface PipelineOptions {
   readonly metricsDisabled?: boolean;
   /** More environment for the handlers (wins over everything above). */
   readonly env?: Readonly<Record<string, string>>;
+  /**
+   * Stripe events in: the fake Stripe delivers signed webhooks (with delivery faults matching the
+   * fault profile) to a local Function URL in front of the real stripe-events handler. null: polling
+   * only. Default: on with the fake Stripe, off otherwise (a real Stripe needs `stripe listen`).
+   */
+  readonly webhooks?: LocalWebhookOptions | null;
   /** Observers. */
   readonly onInvocation?: (report: InvocationReport) => void;
   readonly onReconcile?: (report: RunReport) => void;
@@ -296,6 +304,10 @@ export interface Pipeline {
   readonly faults: FaultProfileName | null;
   readonly seed: number | null;
   readonly eventBridge: FakeEventBridge;
+  /** Stripe events in (null: polling only). */
+  readonly webhooks: LocalWebhooks | null;
+  /** Watches the fake's ledger for settle times (the webhooks' dispatcher, or an observer when they are off). */
+  readonly stripeObserver: WebhookDispatcher | null;
   readonly eventSource: SqsEventSource;
   readonly schedule: LocalSchedule;
   readonly timeLapse: TimeLapse | null;
@@ -433,6 +445,8 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
     const pollers = options.pollers ?? 8;
     const reconcileEveryMs = options.reconcileEveryMs ?? timeLapse?.reconcileEveryMs ?? 60_000;
     const maxReconcileRuns = 2;
+    const webhookOptions = options.webhooks !== undefined ? options.webhooks : fakeStripe ? { faults: faults && faults !== 'none' ? DEFAULT_DELIVERY_FAULTS : {}, seed: (seed ?? 1) + 2 } : null;
+    const webhookSecret = webhookOptions && fakeStripe ? localWebhookSecret() : null;
     const env: Record<string, string> = {
       DATABASE_URL: databaseUrl,
       // One module scope serves every local invocation (see the header): room for all of them.
@@ -448,6 +462,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       RECONCILE_SEARCH_MAX_RPS: options.stripe.kind === 'fake' ? '20' : '5',
       // Below the period, so that sweeps normally do not overlap (config.ts, RECONCILE_MAX_RUN_MS).
       RECONCILE_MAX_RUN_MS: String(Math.max(500, Math.floor(reconcileEveryMs * 0.8))),
+      ...(webhookSecret ? { STRIPE_WEBHOOK_SECRET: webhookSecret, STRIPE_EVENTS_INPUT: 'webhook' } : {}),
       POWERTOOLS_SERVICE_NAME: PIPELINE.serviceName,
       POWERTOOLS_METRICS_NAMESPACE: PIPELINE.metricsNamespace,
       POWERTOOLS_LOG_LEVEL: options.logLevel ?? 'INFO',
@@ -482,6 +497,18 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
     // Imported only now: the handlers' modules read part of their environment when they load.
     const chargeHandler = options.handlers?.charge ?? (await loadHandler<SqsHandler>('charge'));
     const reconcileHandler = options.handlers?.reconcile ?? (await loadHandler<ScheduledHandler>('reconcile'));
+    let webhooks: LocalWebhooks | null = null;
+    let stripeObserver: WebhookDispatcher | null = null;
+    if (webhookSecret && fakeStripe && webhookOptions) {
+      const started = await startLocalWebhooks(fakeStripe, webhookSecret, webhookOptions);
+      webhooks = started;
+      stripeObserver = started.dispatcher;
+      cleanups.push(() => started.stop());
+    } else if (fakeStripe) {
+      const observer = startStripeObserver(fakeStripe);
+      stripeObserver = observer;
+      cleanups.push(() => observer.stop());
+    }
 
     // ── The event source, the schedule, Stripe's key pruning ─────────────────────────────────
     const eventSource = new SqsEventSource({
@@ -562,6 +589,8 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       faults,
       seed,
       eventBridge,
+      webhooks,
+      stripeObserver,
       eventSource,
       schedule,
       timeLapse,

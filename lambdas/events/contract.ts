@@ -99,3 +99,48 @@ export function detailTypeOf(status: ChargeOutcomeDetail['status']): DetailType 
   if (status === 'reissued') return DetailType.reissued;
   return status === 'succeeded' ? DetailType.succeeded : status === 'failed' ? DetailType.failed : DetailType.needsReview;
 }
+
+// ── What happens to a charge after it settled (Stripe events in, DESIGN §11) ─────────────────────
+// A refund made in the Dashboard, a dispute opened or closed: learnt from Stripe's events
+// (lambdas/payments/event-applier.ts) and announced through the same outbox, source and bus. The
+// charge's own status stays what it is (a refunded charge still succeeded); these events say what
+// followed. Schema: schemas/charge-aftermath-detail.v1.json (kept in sync by test/stripe-events/contract.test.ts).
+
+export const AftermathDetailType = {
+  refunded: 'Charge Refunded',
+  disputed: 'Charge Disputed',
+  disputeClosed: 'Charge Dispute Closed',
+} as const;
+export type AftermathDetailType = (typeof AftermathDetailType)[keyof typeof AftermathDetailType];
+
+export const chargeAftermathDetailSchema = z
+  .object({
+    version: z.literal(1).describe('Additive changes keep the version; anything else bumps it.'),
+    eventId: z.uuid().describe('Stable id of this event, the same on every re-send: deduplicate on it.'),
+    operationId: z.uuid().describe('The payment operation (one per order).'),
+    orderId: z.string().min(1).max(128),
+    kind: z.enum(['refunded', 'disputed', 'dispute_closed']),
+    amount: z.number().int().nonnegative().describe('Minor units: the amount of THIS refund, or the disputed amount.'),
+    amountRefunded: z.number().int().nonnegative().nullable().describe('Refunded so far in total (refunds); null for disputes.'),
+    chargeAmount: z.number().int().positive().describe('What the operation charged, minor units.'),
+    currency: z.string().regex(/^[a-z]{3}$/),
+    externalId: z.string().describe('The Stripe PaymentIntent id.'),
+    chargeId: z.string().nullable().describe('The Stripe Charge id (ch_…), when the event names it.'),
+    disputeId: z.string().nullable().describe('The Stripe Dispute id (dp_…) for dispute events.'),
+    disputeStatus: z.string().nullable().describe('Stripe dispute status (needs_response, won, lost, …); null for refunds.'),
+    disputeReason: z.string().nullable().describe('Stripe dispute reason (fraudulent, …); null for refunds.'),
+    stripeEventId: z.string().min(1).describe('The Stripe event (evt_…) this was learnt from.'),
+    stripeCreatedAt: z.iso.datetime().describe('When Stripe created that event (ISO 8601, UTC).'),
+    occurredAt: z.iso.datetime().describe('When it was recorded here (ISO 8601, UTC).'),
+  })
+  .describe('detail of the Charge Refunded / Charge Disputed / Charge Dispute Closed events');
+
+export type ChargeAftermathDetail = z.infer<typeof chargeAftermathDetailSchema>;
+
+export function chargeAftermathDetailJsonSchema(): Record<string, unknown> {
+  return {
+    $id: 'urn:payments.charges:charge-aftermath-detail:v1',
+    title: 'ChargeAftermathDetail',
+    ...z.toJSONSchema(chargeAftermathDetailSchema, { target: 'draft-2020-12' }),
+  };
+}

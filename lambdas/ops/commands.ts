@@ -27,6 +27,7 @@ import {
   type StripeEvidence,
   type Verdict,
 } from '../payments/review.ts';
+import { listFindings, resolveFinding, type FindingRow } from '../payments/inbox-store.ts';
 import type { Operation } from '../payments/types.ts';
 import { ConflictError, NotFoundError, OpsError, RefusedError, StripeUnavailableError, UsageError } from './errors.ts';
 import { isAction, parseInvocation, usage, type Command, type CommandName, type OperatorAction } from './parse.ts';
@@ -170,7 +171,19 @@ export interface ResultOf {
   readonly 'review note': NoteResult;
   readonly 'operations show': OperationDetailResult;
   readonly 'rejected list': RejectedListResult;
+  readonly 'findings list': FindingsListResult;
+  readonly 'findings resolve': FindingResolveResult;
   readonly stats: Stats;
+}
+
+export interface FindingsListResult {
+  readonly asOf: string;
+  readonly total: number;
+  readonly findings: readonly FindingRow[];
+}
+
+export interface FindingResolveResult {
+  readonly finding: FindingRow;
 }
 
 export type { OpsResponse, ResponseCommand } from './response.ts';
@@ -420,6 +433,16 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
       return note(ctx, command);
     case 'rejected list':
       return listRejected(ctx.db, command);
+    case 'findings list':
+      return listFindings(ctx.db, command);
+    case 'findings resolve': {
+      const done = await resolveFinding(ctx.db, command.findingId, command.action.actor, command.action.reason);
+      if (!done) throw new NotFoundError(`finding ${command.findingId} does not exist`);
+      if (done.alreadyResolved) {
+        throw new ConflictError(`finding ${command.findingId} was already resolved by ${done.finding.resolvedBy} at ${done.finding.resolvedAt}`);
+      }
+      return { finding: done.finding };
+    }
     case 'stats':
       return loadStats(ctx.db);
   }
@@ -431,7 +454,7 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
  * must see even if this write fails.
  */
 async function auditRefusal(ctx: OpsContext, command: Command, error: OpsError): Promise<void> {
-  if (!isAction(command) || command.name === 'review note' || error.code === 'not_found' || error.code === 'config') return;
+  if (!isAction(command) || command.name === 'review note' || command.name === 'findings resolve' || error.code === 'not_found' || error.code === 'config') return;
   await appendOperatorNote(ctx.db, {
     operationId: command.operationId,
     actor: command.action.actor,

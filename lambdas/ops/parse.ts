@@ -13,6 +13,8 @@ export const COMMAND_NAMES = [
   'review note',
   'operations show',
   'rejected list',
+  'findings list',
+  'findings resolve',
   'stats',
 ] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
@@ -48,7 +50,12 @@ export type Command =
       readonly limit: number;
       readonly withBody: boolean;
     }
+  /** What Stripe's events showed that the ledger cannot explain (stripe_event_findings). */
+  | { readonly name: 'findings list'; readonly includeResolved: boolean; readonly kind: (typeof FINDING_KINDS)[number] | null; readonly limit: number }
+  | { readonly name: 'findings resolve'; readonly findingId: number; readonly action: OperatorAction }
   | { readonly name: 'stats' };
+
+export const FINDING_KINDS = ['contradiction', 'unrecorded_charge'] as const;
 
 /** Where the CLI sends the command; never part of what the ops Lambda accepts. */
 export interface TransportOptions {
@@ -168,6 +175,24 @@ export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
       ['--with-body', 'include the raw message body (may hold anything a producer sent)'],
     ],
     positionals: [],
+  },
+  'findings list': {
+    args: '',
+    summary: "what Stripe's events showed that the ledger cannot explain (contradictions, unrecorded charges), open ones first",
+    options: { all: { type: 'boolean' }, kind: { type: 'string' }, limit: { type: 'string' } },
+    help: [
+      ['--all', 'resolved ones too'],
+      ['--kind <kind>', FINDING_KINDS.join(' | ')],
+      ['--limit <n>', 'at most n rows (default 50, max 1000)'],
+    ],
+    positionals: [],
+  },
+  'findings resolve': {
+    args: '<finding-id>',
+    summary: 'close a finding once explained (the alarm goes down with the next sweep); changes no operation',
+    options: { ...ACTION_OPTIONS },
+    help: [['--reason <text>', 'required: what you found and did (refunded, recorded in the order system, …)'], ACTION_HELP[1]],
+    positionals: ['finding-id'],
   },
   stats: {
     args: '',
@@ -295,7 +320,7 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
     throw new UsageError(
       argv.length === 0
         ? 'no command given'
-        : first === 'review' || first === 'operations' || first === 'rejected'
+        : first === 'review' || first === 'operations' || first === 'rejected' || first === 'findings'
           ? `unknown command "${argv.filter((a) => !a.startsWith('-')).slice(0, 2).join(' ')}"; ${first} has: ${COMMAND_NAMES.filter((n) => n.startsWith(`${first} `)).map((n) => n.split(' ')[1]).join(', ')}`
           : `unknown command "${first ?? argv[0]}"; commands: ${COMMAND_NAMES.join(', ')}`,
     );
@@ -392,6 +417,13 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
           withBody: bool('with-body'),
         };
       }
+      case 'findings list': {
+        const kind = str('kind');
+        return { name, includeResolved: bool('all'), kind: kind === undefined ? null : oneOf('--kind', kind, FINDING_KINDS), limit: parseLimit(str('limit')) };
+      }
+      case 'findings resolve':
+        if (!/^[1-9]\d{0,17}$/.test(first)) throw new UsageError(`the finding id must be a positive integer (got "${first}"); see findings list`);
+        return { name, findingId: Number(first), action: action(values, defaultActor) };
       case 'stats':
         return { name };
     }

@@ -188,6 +188,28 @@ function rejected(r: ResultOf['rejected list']): string[] {
   return out;
 }
 
+function findings(r: ResultOf['findings list']): string[] {
+  if (r.total === 0) return [`No findings match (as of ${r.asOf}).`];
+  return [
+    `${r.total} finding(s)${r.findings.length < r.total ? `, showing the oldest ${r.findings.length}` : ''} (as of ${r.asOf}):`,
+    ...table(
+      ['ID', 'FOUND', 'KIND', 'PAYMENT INTENT', 'STATUS', 'AMOUNT', 'ORDER', 'OPERATION', 'RESOLVED', 'REASON'],
+      r.findings.map((f) => [
+        String(f.id),
+        f.foundAt,
+        f.kind,
+        f.paymentIntentId,
+        dash(f.status),
+        f.amount === null ? '—' : `${f.amount} ${f.currency ?? ''}`.trim(),
+        dash(f.orderId),
+        dash(f.operationId ?? f.claimedOperationId),
+        f.resolvedAt ? `${f.resolvedAt} by ${f.resolvedBy}` : '—',
+        clip(f.reason, 100),
+      ]),
+    ),
+  ];
+}
+
 function stats(r: ResultOf['stats']): string[] {
   const o = r.operations;
   return [
@@ -238,6 +260,10 @@ function actionLines(response: Extract<OpsResponse, { ok: true }>): string[] {
         `  audit event #${r.auditEvent.id} by ${r.auditEvent.actor}: ${r.auditEvent.action}`,
       ];
     }
+    case 'findings resolve': {
+      const f = response.result.finding;
+      return [`Resolved finding ${f.id} (${f.kind}, ${f.paymentIntentId}) by ${f.resolvedBy} at ${f.resolvedAt}.`];
+    }
     case 'review note':
       return [`Noted on ${response.result.operation.id}: audit event #${response.result.auditEvent.id} by ${response.result.auditEvent.actor}.`];
     default:
@@ -266,6 +292,8 @@ export function render(response: OpsResponse, json: boolean): Rendered {
       return { stdout: detail(response.result), stderr: [] };
     case 'rejected list':
       return { stdout: rejected(response.result), stderr: [] };
+    case 'findings list':
+      return { stdout: findings(response.result), stderr: [] };
     case 'stats':
       return { stdout: stats(response.result), stderr: [] };
     default:

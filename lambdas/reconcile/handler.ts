@@ -102,6 +102,7 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
         maxRunMs: config.reconcile.maxRunMs,
         rejectedWindowSeconds: config.reconcile.rejectedWindowSeconds,
       },
+      inboxDb: db,
     },
     clock,
   ).finally(() => (lease.acquired ? releaseSweepLease(db, holder).catch(() => {}) : undefined));
@@ -118,6 +119,18 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
     metrics.addMetric(METRICS.rejectedLastPeriod, MetricUnit.Count, g.rejectedLastPeriod);
     metrics.addMetric(METRICS.unpublishedEvents, MetricUnit.Count, g.unpublishedEvents);
     metrics.addMetric(METRICS.oldestUnpublishedEventAgeSeconds, MetricUnit.Seconds, g.oldestUnpublishedEventAgeSeconds);
+  }
+  const inbox = summary.stripeEvents;
+  if (inbox) {
+    metrics.addMetric(METRICS.stripeEventsApplied, MetricUnit.Count, inbox.applied);
+    metrics.addMetric(METRICS.stripeEventContradictions, MetricUnit.Count, inbox.contradictions);
+    metrics.addMetric(METRICS.unrecordedCharges, MetricUnit.Count, inbox.unrecordedCharges);
+    if (inbox.gauges) {
+      metrics.addMetric(METRICS.inboxBacklog, MetricUnit.Count, inbox.gauges.backlog);
+      metrics.addMetric(METRICS.oldestInboxEventAgeSeconds, MetricUnit.Seconds, inbox.gauges.oldestBacklogAgeSeconds);
+      metrics.addMetric(METRICS.openContradictions, MetricUnit.Count, inbox.gauges.openContradictions);
+      metrics.addMetric(METRICS.openUnrecordedCharges, MetricUnit.Count, inbox.gauges.openUnrecordedCharges);
+    }
   }
   const { errors, ...rest } = summary;
   logger.info('reconcile run done', { ...rest, errorCount: errors.length });

@@ -17,6 +17,8 @@ import { ChargeEngine, type Execution } from '../payments/engine.ts';
 import type { PaymentGateway } from '../payments/gateway.ts';
 import { publishLeased, relayUnpublished, type EventPublisher } from '../events/outbox.ts';
 import { describeError, silentLog, type InvocationClock, type LogSink } from '../runtime/observability.ts';
+import { StripeEventApplier } from '../payments/event-applier.ts';
+import { inboxGauges, type InboxGauges, type TransactionalDb } from '../payments/inbox-store.ts';
 import { collectGauges, type ReconcileGauges } from './gauges.ts';
 import { RequestRateLimiter } from './rate-limiter.ts';
 
@@ -50,6 +52,22 @@ export interface ReconcileDeps {
   readonly actor?: string;
   /** Monotonic milliseconds (tests). */
   readonly now?: () => number;
+  /**
+   * Set: the Stripe event inbox is worked too — whatever the endpoint recorded but could not apply
+   * (a held lease, Stripe unreachable, a crash) — and its gauges published. The same pool as `db`.
+   */
+  readonly inboxDb?: TransactionalDb;
+}
+
+/** The inbox part of a run (null when not asked for, or when it failed: see errors). */
+export interface StripeEventsRun {
+  readonly applied: number;
+  readonly deferred: number;
+  readonly failed: number;
+  readonly contradictions: number;
+  readonly unrecordedCharges: number;
+  readonly byOutcome: Readonly<Record<string, number>>;
+  readonly gauges: InboxGauges | null;
 }
 
 export type StopReason =
@@ -81,6 +99,7 @@ export interface ReconcileSummary {
   readonly durationMs: number;
   /** What failed, redacted (the handler throws when this is not empty). */
   readonly errors: readonly string[];
+  readonly stripeEvents: StripeEventsRun | null;
 }
 
 const AUTH_ERRORS = new Set(['StripeAuthenticationError', 'StripePermissionError']);
@@ -195,6 +214,35 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     log.error('reconcile sweep failed', described);
   }
 
+  // The inbox: Stripe events recorded but not applied yet. Before the relay, so that the outcome
+  // events their effects wrote go out in this run. Retrieves share the sweep's rate limiter.
+  let stripeEvents: StripeEventsRun | null = null;
+  if (deps.inboxDb) {
+    try {
+      const applier = new StripeEventApplier({
+        db: deps.inboxDb,
+        gateway,
+        actor: deps.actor ?? 'reconciler',
+        ...(deps.policy ? { policy: deps.policy } : {}),
+        ...(deps.random ? { random: deps.random } : {}),
+        beforeCall: () => (canStart() ? limiter.acquire('retrieve', latestStart) : false),
+      });
+      const run = await applier.applyDue({ canContinue: () => clock.remainingMs() > settings.safetyMarginMs });
+      for (const error of run.errors.slice(0, 5)) errors.push(`inbox: ${error}`);
+      if (deps.publisher && run.events.length > 0) {
+        const sent = await publishLeased(deps.db, deps.publisher, run.events).catch(() => ({ published: 0, failed: run.events.length }));
+        published += sent.published;
+        publishFailed += sent.failed;
+      }
+      stripeEvents = { applied: run.applied, deferred: run.deferred, failed: run.failed, contradictions: run.contradictions, unrecordedCharges: run.unrecordedCharges, byOutcome: run.byOutcome, gauges: null };
+      stripeEvents = { ...stripeEvents, gauges: await inboxGauges(deps.db) };
+    } catch (error) {
+      const described = describeError(error);
+      errors.push(`inbox: ${described.errorName}: ${described.errorMessage}`);
+      log.error('stripe event inbox not worked', described);
+    }
+  }
+
   // The outbox: events the charge handler could not publish, or that a crash left leased.
   if (deps.publisher) {
     try {
@@ -233,5 +281,6 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     stoppedBecause,
     durationMs: Math.round(now() - startedAt),
     errors,
+    stripeEvents,
   };
 }

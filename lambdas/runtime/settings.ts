@@ -40,4 +40,17 @@ export const METRICS = {
   unpublishedEvents: 'UnpublishedEvents',
   oldestUnpublishedEventAgeSeconds: 'OldestUnpublishedEventAgeSeconds',
   reconciledOperations: 'ReconciledOperations',
+  // Stripe events in (lambdas/stripe-events), counts per invocation
+  stripeEventsReceived: 'StripeEventsReceived',
+  stripeEventDuplicates: 'StripeEventDuplicates',
+  stripeWebhookRejected: 'StripeWebhookRejected',
+  stripeWebhookUnavailable: 'StripeWebhookUnavailable',
+  stripeEventContradictions: 'StripeEventContradictions',
+  unrecordedCharges: 'UnrecordedCharges',
+  // … and the reconciler's inbox gauges
+  stripeEventsApplied: 'StripeEventsApplied',
+  inboxBacklog: 'StripeEventInboxBacklog',
+  oldestInboxEventAgeSeconds: 'OldestStripeEventAgeSeconds',
+  openContradictions: 'OpenStripeEventContradictions',
+  openUnrecordedCharges: 'OpenUnrecordedCharges',
 } as const;

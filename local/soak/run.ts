@@ -1,6 +1,6 @@
 // npm run -s soak -- --orders 10000 [--seed N] [--json] [--pollers 4] [--kill-rate 0.12] [--random-kill-rate 0.03]
 //                  [--pg-restarts 2] [--pg-crashes 2] [--duplicates 0.3] [--faults chaos|flaky|none]
-//                  [--no-prune] [--async-commit] [--quiescence-timeout-s 180] [--lambdas-dir DIR]
+//                  [--no-prune] [--no-webhooks] [--async-commit] [--quiescence-timeout-s 180] [--lambdas-dir DIR]
 //                  [--batch-size 10] [--visibility-s 8] [--no-await-outbox] [--time-lapse soak|demo|fast]
 // Exit code: 0 when every invariant holds and the pipeline settled; 1 otherwise; 2 on bad arguments.
 import { parseArgs } from 'node:util';
@@ -31,6 +31,7 @@ const { values } = parseArgs({
     duplicates: { type: 'string' },
     faults: { type: 'string' },
     'no-prune': { type: 'boolean', default: false },
+    'no-webhooks': { type: 'boolean', default: false },
     'async-commit': { type: 'boolean', default: false },
     'quiescence-timeout-s': { type: 'string' },
     'lambdas-dir': { type: 'string' },
@@ -59,6 +60,7 @@ if (values.help) {
   --time-lapse C           soak (60 s key window) | demo (npm start's 20 s) | fast (CI's 12 s)
   --visibility-s N         SQS visibility timeout (default ${DEFAULT_SOAK.visibilityTimeoutSeconds})
   --no-prune               never let the fake forget idempotency keys
+  --no-webhooks            polling only: the fake Stripe sends no signed webhooks
   --async-commit           synchronous_commit=off on the soak's database (reproduces lost commits)
   --no-await-outbox        stop waiting once every operation is settled
   --quiescence-timeout-s N give up waiting for quiescence (default ${DEFAULT_SOAK.quiescenceTimeoutMs / 1000})
@@ -89,6 +91,7 @@ const report = await runSoak({
   pgCrashes: Math.floor(number(values['pg-crashes'], 'pg-crashes', DEFAULT_SOAK.pgCrashes)),
   duplicateRate: number(values.duplicates, 'duplicates', DEFAULT_SOAK.duplicateRate),
   pruneKeys: !values['no-prune'],
+  webhooks: !values['no-webhooks'],
   asyncCommit: values['async-commit'],
   batchSize: Math.min(10, Math.max(1, Math.floor(number(values['batch-size'], 'batch-size', DEFAULT_SOAK.batchSize)))),
   visibilityTimeoutSeconds: number(values['visibility-s'], 'visibility-s', DEFAULT_SOAK.visibilityTimeoutSeconds),

@@ -28,6 +28,7 @@ import { checkInvariants, formatReport, type InvariantReport } from '../invarian
 import { describeTimeLapse, keyPruneAfterMsFor, queuedGroups, startPipeline, type Pipeline, type TimeLapse } from '../pipeline.ts';
 import { ContainerPool, KILL_POINTS, type ContainerCounters, type KillKind, type KillPlan } from './containers.ts';
 import { waitForPostgres } from '../postgres.ts';
+import { DEFAULT_DELIVERY_FAULTS, readStripeEventsLedger, type StripeEventsLedger } from '../stripe-events.ts';
 import { mulberry32 } from '../random.ts';
 
 export interface SoakOptions {
@@ -73,6 +74,12 @@ export interface SoakOptions {
   readonly asyncCommit: boolean;
   /** Where the handlers are imported from (default: this repository's lambdas/). */
   readonly lambdasDir?: string;
+  /**
+   * Stripe events in: the fake Stripe's signed webhooks (every delivery fault on) to the real
+   * stripe-events handler, in this process, through the same PostgreSQL restarts and crashes.
+   * false: polling only. Default true.
+   */
+  readonly webhooks?: boolean;
   readonly log?: (line: string) => void;
 }
 
@@ -155,6 +162,8 @@ export interface SoakReport {
   readonly queue: { left: number; dlq: number };
   /** Why operations wait for a human, ids and times taken out, with counts. */
   readonly reviewReasons: Readonly<Record<string, number>>;
+  /** Stripe events in (null: polling only). */
+  readonly stripeEvents: StripeEventsLedger | null;
   /** The List evidence path (issue 13): what it cost and how fast it settled what only it can settle. */
   readonly evidence: SoakEvidence;
   readonly check: InvariantReport;
@@ -223,6 +232,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   const pipeline: Pipeline = await startPipeline({
     postgres: { kind: 'embedded', dataDir: path.join(workDir, 'pg'), persistent: false },
     stripe: { kind: 'fake', faults: options.faults, seed: options.seed, latencyMs: 3 },
+    webhooks: options.webhooks === false ? null : { faults: DEFAULT_DELIVERY_FAULTS, seed: options.seed + 7 },
     timeLapse: options.timeLapse,
     pollers: options.pollers,
     batchSize: options.batchSize,
@@ -532,6 +542,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     reconcileRuns: { runs: sc.runs, errors: sc.errors, timeouts: sc.timeouts, overlaps: sc.overlaps },
     queue: { left, dlq: dlqOrderIds.length },
     reviewReasons,
+    stripeEvents: pipeline.webhooks ? await readStripeEventsLedger(pipeline.db, pipeline.webhooks).catch(() => null) : null,
     evidence,
     check,
   };
@@ -558,6 +569,13 @@ export function formatSoakReport(r: SoakReport): string {
     `  charge invocations ${r.containers.charge.invocations} (${r.eventSource.records} records, ${r.eventSource.redeliveries} redeliveries, ${r.eventSource.failedRecords} failed records); reconcile runs ${r.reconcileRuns.runs} (${r.reconcileRuns.errors} errors)`,
     `  queue left ${r.queue.left}, DLQ ${r.queue.dlq}`,
     `  intake ${s(r.intakeMs)}; after the faults stopped: every operation settled in ${s(r.timeToQuiescenceMs)}${r.settled ? '' : ' (NOT SETTLED)'}, outbox drained in ${s(r.timeToOutboxDrainedMs)} (${r.unpublishedEvents} unpublished at the end); total ${s(r.durationMs)}`,
+    ...(r.stripeEvents
+      ? [
+          `  Stripe events: ${r.stripeEvents.delivery?.eventsCreated ?? 0} made, ${r.stripeEvents.received} recorded, ${r.stripeEvents.applied} applied (${list(r.stripeEvents.appliedByOutcome)}), ${r.stripeEvents.backlog} waiting; ` +
+            `${r.stripeEvents.delivery?.duplicatesSent ?? 0} sent twice, ${r.stripeEvents.delivery?.lostAttempts ?? 0} lost and retried, ${r.stripeEvents.delivery?.non2xx ?? 0} answered non-2xx (retried), ` +
+            `forged ${r.stripeEvents.delivery?.forgedSent ?? 0} (accepted ${r.stripeEvents.delivery?.forgedAccepted ?? 0}); findings ${list(r.stripeEvents.findings)}; final via ${list(r.stripeEvents.finalVia)}`,
+        ]
+      : ['  Stripe events: off (polling only)']),
     `  List evidence: ${r.evidence.listRequests} list requests, ${r.evidence.autoReissues} automatic re-issues; ${r.evidence.requestsPerSettledOperation} Stripe requests per settled operation`,
     `  500 before commit: ${r.evidence.fiveHundredBeforeCommit.operations} operations, ${r.evidence.fiveHundredBeforeCommit.final} final, ${r.evidence.fiveHundredBeforeCommit.inReview} in review; first send → final p50 ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.p50)}, p90 ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.p90)}, max ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.max)} (compressed time)`,
     ...formatReport(r.check).split('\n').map((line) => `  ${line}`),

@@ -2,9 +2,12 @@
 // fake e-mail API over HTTP: deduplication, newest-sequence-wins, poison, and each policy's answer
 // to ambiguity. Crashes of a real process are in crash.test.ts; delivery orders in order.property.test.ts.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { randomUUID } from 'node:crypto';
+import { AftermathDetailType, chargeAftermathDetailSchema, type ChargeAftermathDetail } from '../../lambdas/events/contract.ts';
 import { ConsumerConfigError } from '../../lambdas/consumers/kit/errors.ts';
+import { FACT_DETAIL_TYPES, orderingOf } from '../../lambdas/consumers/kit/ordering.ts';
 import { createOutcomeConsumer } from '../../lambdas/consumers/kit/consumer.ts';
-import type { ConsumerPolicy } from '../../lambdas/consumers/kit/types.ts';
+import type { ConsumerPolicy, OutcomeEvent, QueueRecord } from '../../lambdas/consumers/kit/types.ts';
 import { HttpEmailProvider } from '../../lambdas/consumers/receipts/email-provider.ts';
 import { createReceiptNotifier, templateRecipient } from '../../lambdas/consumers/receipts/notifier.ts';
 import { startFakeEmail, type FakeEmail } from '../../local/fake-email/server.ts';
@@ -135,6 +138,122 @@ describe('the newest sequence per operation wins', () => {
     expect((await consumer.processBatch([delivery(numbered)])).results[0]?.outcome).toBe('done');
     expect((await consumer.processBatch([delivery(legacy)])).results[0]?.outcome).toBe('stale');
     expect(plain.sent()).toHaveLength(2);
+  });
+});
+
+describe('aftermath events are facts: deduplicated by eventId, applied each, never ranked against states', () => {
+  // A consumer of the pipeline's final states AND of what follows them (a ledger, a CRM): the
+  // aftermath events carry no sequence (lambdas/events/contract.ts), the state events do.
+  let m = 0;
+  function ledger() {
+    m += 1;
+    const applied: OutcomeEvent<Record<string, unknown>>[] = [];
+    const consumer = createOutcomeConsumer({
+      name: `t-facts-${m}`,
+      db: db.pool,
+      policy: 'at-least-once',
+      detailTypes: ['Charge Succeeded', 'Charge Failed', 'Charge Needs Review', ...Object.values(AftermathDetailType)],
+      effect: async (event) => {
+        applied.push(event);
+      },
+    });
+    return { consumer, applied };
+  }
+  /** An aftermath event exactly as the outbox publishes it (checked against the contract). */
+  function aftermath(operationId: string, detailType: string, overrides: Partial<ChargeAftermathDetail> = {}): { eventId: string; body: string } {
+    const kind = detailType === AftermathDetailType.refunded ? 'refunded' : detailType === AftermathDetailType.disputed ? 'disputed' : 'dispute_closed';
+    const detail = chargeAftermathDetailSchema.parse({
+      version: 1, eventId: randomUUID(), operationId, orderId: `order-${operationId.slice(0, 8)}`, kind,
+      amount: 500, amountRefunded: kind === 'refunded' ? 500 : null, chargeAmount: 1299, currency: 'eur', externalId: 'pi_test_1',
+      chargeId: 'ch_test_1', disputeId: kind === 'refunded' ? null : 'dp_test_1', disputeStatus: kind === 'refunded' ? null : 'needs_response',
+      disputeReason: kind === 'refunded' ? null : 'fraudulent', stripeEventId: `evt_${randomUUID().slice(0, 8)}`,
+      stripeCreatedAt: '2026-12-01T09:05:00.000Z', occurredAt: '2026-12-01T09:05:01.000Z', ...overrides,
+    });
+    expect(detail).not.toHaveProperty('sequence');
+    const body = JSON.stringify({ version: '0', id: randomUUID(), 'detail-type': detailType, source: 'payments.charges', account: '000000000000', time: '2026-12-01T09:05:01Z', region: 'us-east-1', resources: [], detail });
+    return { eventId: detail.eventId, body };
+  }
+  const deliver = (body: string): QueueRecord => delivery(body);
+  const heads = (consumer: string) =>
+    db.pool.query<{ sequence: string }>('SELECT sequence FROM outcome_consumer.operation_heads WHERE consumer = $1', [consumer]).then((r) => r.rows.map((h) => h.sequence));
+
+  it('the kit knows the facts by detail-type: exactly the three aftermath types; the outcome types stay states', () => {
+    expect([...FACT_DETAIL_TYPES].sort()).toEqual(['Charge Dispute Closed', 'Charge Disputed', 'Charge Refunded']);
+    for (const state of ['Charge Succeeded', 'Charge Failed', 'Charge Needs Review', 'Charge Reissued', 'Refund Succeeded']) expect(orderingOf(state)).toBe('state');
+  });
+
+  it('a refund arriving AFTER the final state event is applied exactly once (not stale), however often it is delivered', async () => {
+    const { consumer, applied } = ledger();
+    const final = outcomeEvent({ sequence: 2 });
+    const refund = aftermath(final.operationId, AftermathDetailType.refunded);
+    expect((await consumer.processBatch([delivery(final)])).results.map((r) => r.outcome)).toEqual(['done']);
+    const batch = await consumer.processBatch([deliver(refund.body), deliver(refund.body)]);
+    expect(batch.results.map((r) => r.outcome)).toEqual(['done', 'duplicate']);
+    expect((await consumer.processBatch([deliver(refund.body)])).results.map((r) => r.outcome)).toEqual(['duplicate']);
+    expect(applied.map((e) => [e.detailType, e.sequence])).toEqual([['Charge Succeeded', 2], ['Charge Refunded', null]]);
+    expect(await inboxRow(db.pool, consumer.name, refund.eventId)).toMatchObject({ state: 'done', attempts: 1, deliveries: 3 });
+    // the fact neither read nor moved the operation's head
+    expect(await heads(consumer.name)).toEqual(['2']);
+  });
+
+  it('a refund arriving BEFORE the final state event is applied once, and the state event is still applied after it', async () => {
+    const { consumer, applied } = ledger();
+    const final = outcomeEvent({ sequence: 1 });
+    const refund = aftermath(final.operationId, AftermathDetailType.refunded);
+    expect((await consumer.processBatch([deliver(refund.body)])).results.map((r) => r.outcome)).toEqual(['done']);
+    expect(await heads(consumer.name)).toEqual([]);
+    expect((await consumer.processBatch([delivery(final), deliver(refund.body)])).results.map((r) => r.outcome)).toEqual(['done', 'duplicate']);
+    expect(applied.map((e) => e.detailType)).toEqual(['Charge Refunded', 'Charge Succeeded']);
+    expect(await heads(consumer.name)).toEqual(['1']);
+  });
+
+  it('two partial refunds and a dispute of one charge are three facts: each applied once, none supersedes another', async () => {
+    const { consumer, applied } = ledger();
+    const final = outcomeEvent({ sequence: 1 });
+    const facts = [
+      aftermath(final.operationId, AftermathDetailType.refunded, { amount: 300, amountRefunded: 300 }),
+      aftermath(final.operationId, AftermathDetailType.refunded, { amount: 200, amountRefunded: 500 }),
+      aftermath(final.operationId, AftermathDetailType.disputed),
+    ];
+    // out of order, with the state in the middle and copies
+    const batch = await consumer.processBatch([deliver(facts[2]!.body), deliver(facts[1]!.body), delivery(final), deliver(facts[0]!.body), deliver(facts[1]!.body)]);
+    expect(batch.response.batchItemFailures).toEqual([]);
+    expect(batch.counts).toMatchObject({ done: 4, duplicates: 1, stale: 0 });
+    expect(applied.filter((e) => e.detailType !== 'Charge Succeeded').map((e) => e.eventId).sort()).toEqual(facts.map((f) => f.eventId).sort());
+  });
+
+  it('a fact waiting for a retry is run again on its next delivery even though a state event was applied meanwhile', async () => {
+    let fail = true;
+    const applied: string[] = [];
+    const consumer = createOutcomeConsumer({
+      name: 't-facts-retry',
+      db: db.pool,
+      policy: 'at-least-once',
+      detailTypes: ['Charge Succeeded', AftermathDetailType.disputeClosed],
+      effect: async (event) => {
+        if (fail && event.detailType === AftermathDetailType.disputeClosed) throw new Error('provider timed out');
+        applied.push(event.detailType);
+      },
+    });
+    const final = outcomeEvent({ sequence: 1 });
+    const closed = aftermath(final.operationId, AftermathDetailType.disputeClosed);
+    expect((await consumer.processBatch([deliver(closed.body)])).results.map((r) => r.outcome)).toEqual(['retry']);
+    fail = false;
+    await consumer.processBatch([delivery(final)]);
+    expect((await consumer.processBatch([deliver(closed.body)])).results.map((r) => r.outcome)).toEqual(['done']);
+    expect(applied).toEqual(['Charge Succeeded', 'Charge Dispute Closed']);
+  });
+
+  it('a STATE event without a sequence is still ranked below the numbered ones of its operation (stale), as before', async () => {
+    const { consumer, applied } = ledger();
+    const numbered = outcomeEvent({ sequence: 1 });
+    const legacy = outcomeEvent({ operationId: numbered.operationId, orderId: numbered.orderId, detailType: 'Charge Needs Review' }); // no sequence
+    const refund = aftermath(numbered.operationId, AftermathDetailType.refunded);
+    await consumer.processBatch([delivery(numbered)]);
+    await consumer.processBatch([deliver(refund.body)]);
+    expect((await consumer.processBatch([delivery(legacy)])).results.map((r) => r.outcome)).toEqual(['stale']);
+    expect(applied.map((e) => e.detailType)).toEqual(['Charge Succeeded', 'Charge Refunded']);
+    expect(await inboxRow(db.pool, consumer.name, legacy.eventId)).toMatchObject({ state: 'stale', attempts: 0 });
   });
 });
 

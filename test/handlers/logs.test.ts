@@ -208,6 +208,14 @@ describe('log lines of the real handlers', () => {
         METRICS.rejectedLastPeriod,
         METRICS.unpublishedEvents,
         METRICS.oldestUnpublishedEventAgeSeconds,
+        // the Stripe event inbox, worked by the same run
+        METRICS.stripeEventsApplied,
+        METRICS.stripeEventContradictions,
+        METRICS.unrecordedCharges,
+        METRICS.inboxBacklog,
+        METRICS.oldestInboxEventAgeSeconds,
+        METRICS.openContradictions,
+        METRICS.openUnrecordedCharges,
       ].sort(),
     );
     expect(emf[0]).toMatchObject({ RejectedMessagesLastPeriod: 2, ReviewQueueSize: 0 });

@@ -70,7 +70,7 @@ describe('migrate handler', () => {
     expect(first.applied).toEqual(MIGRATION_FILES);
     expect(first.applied.slice(0, 2)).toEqual(['001_payment_operations.sql', '002_outcome_events.sql']);
     expect(first.alreadyApplied).toEqual([]);
-    expect(await tables()).toEqual(expect.arrayContaining(['payment_operations', 'rejected_messages', 'outcome_events', 'schema_migrations']));
+    expect(await tables()).toEqual(expect.arrayContaining(['payment_operations', 'rejected_messages', 'outcome_events', 'stripe_events', 'stripe_event_findings', 'schema_migrations']));
     const second = await handler({}, lambdaContext(60_000, 'migrate'));
     expect(second).toMatchObject({ applied: [], alreadyApplied: first.applied });
   });

@@ -157,9 +157,10 @@ describe('rate cap and time budget (the exported handler, configured by environm
     // Spaced 1/rate apart: any one-second window holds at most rate + 1 (the burst is one request).
     expect(maxInWindow(all, 1000)).toBeLessThanOrEqual(21);
     expect(maxInWindow(searches, 1000)).toBeLessThanOrEqual(6);
-    // 38 requests at 20/s need ≥ 37/20 s; 8 searches at 5/s need ≥ 7/5 s.
-    expect(all.at(-1)!.at - all[0]!.at).toBeGreaterThanOrEqual(1850 - 20);
-    expect(searches.at(-1)!.at - searches[0]!.at).toBeGreaterThanOrEqual(1400 - 20);
+    // 38 requests at 20/s need ≥ 37/20 s; 8 searches at 5/s need ≥ 7/5 s. The limiter spaces the
+    // starts; the fake stamps arrivals, whose jitter on a loaded machine shortens a span by a few ms.
+    expect(all.at(-1)!.at - all[0]!.at).toBeGreaterThanOrEqual(1850 - 60);
+    expect(searches.at(-1)!.at - searches[0]!.at).toBeGreaterThanOrEqual(1400 - 60);
     expect(elapsed).toBeLessThan(10_000);
   });
 

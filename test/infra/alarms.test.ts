@@ -69,6 +69,11 @@ const EXPECTED: Record<Exclude<AlarmName, 'ReconcilerNotRunning'>, Expected> = {
     statistic: 'Maximum',
     threshold: 300,
   },
+  StripeWebhookRejected: { namespace: 'ChargePipeline', metricName: METRICS.stripeWebhookRejected, dimensions: service, statistic: 'Sum', threshold: 0 },
+  StripeWebhookUnavailable: { namespace: 'ChargePipeline', metricName: METRICS.stripeWebhookUnavailable, dimensions: service, statistic: 'Sum', threshold: 0 },
+  StripeEventBacklogTooOld: { namespace: 'ChargePipeline', metricName: METRICS.oldestInboxEventAgeSeconds, dimensions: service, statistic: 'Maximum', threshold: 600 },
+  StripeEventContradiction: { namespace: 'ChargePipeline', metricName: METRICS.openContradictions, dimensions: service, statistic: 'Maximum', threshold: 0 },
+  UnrecordedCharge: { namespace: 'ChargePipeline', metricName: METRICS.openUnrecordedCharges, dimensions: service, statistic: 'Maximum', threshold: 0 },
   DatabaseFreeStorageLow: {
     namespace: 'AWS/RDS',
     metricName: 'FreeStorageSpace',

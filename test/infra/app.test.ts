@@ -87,7 +87,10 @@ describe('the default stack', () => {
   });
 
   it('imports a Stripe secret and an operator role by ARN', () => {
-    expect(ofType(prod.resources, 'AWS::SecretsManager::Secret')).toHaveLength(2); // the database's owner and application role only
+    // the database's owner and application role, and the webhook signing secret (created empty); no Stripe key secret
+    const secrets = ofType(prod.resources, 'AWS::SecretsManager::Secret').map(([id]) => id);
+    expect(secrets).toHaveLength(3);
+    expect(secrets).toContain(logicalId(prod.pipeline.stripeEvents!.webhookSecret as never));
     expect(prod.resources[logicalId(prod.pipeline.chargeFunction)]!.Properties!.Environment.Variables.STRIPE_SECRET_ARN).toBe(
       STRIPE_SECRET_ARN,
     );
@@ -148,6 +151,10 @@ describe('cdk-nag AwsSolutions', () => {
         multiAz: true,
         exampleConsumer: false,
       })),
+    ],
+    [
+      'the construct with Stripe events from an EventBridge partner bus',
+      synthPipeline({ stripeEvents: 'eventbridge', stripePartnerEventBusName: 'aws.partner/stripe.com/ed_test_61SZqWQdxLbHL7HgR16S' }),
     ],
   ])('has no unacknowledged finding in %s', (_label, synthesized) => {
     expect(findings(synthesized.app)).toEqual([]);

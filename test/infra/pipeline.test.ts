@@ -150,12 +150,13 @@ describe('functions', () => {
     reconcile: pipeline.reconcileFunction,
     migrate: pipeline.migrateFunction,
     ops: pipeline.opsFunction,
+    'stripe-events': pipeline.stripeEvents!.function,
   };
   const fn = (name: keyof typeof ours): CfnResource => resources[logicalId(ours[name])]!;
   const env = (name: keyof typeof ours): Record<string, unknown> => fn(name).Properties!.Environment.Variables;
 
   describe('the pipeline functions', () => {
-    it('are the four handlers of lambdas/, and every other function is a CDK custom-resource provider', () => {
+    it('are the five handlers of lambdas/, and every other function is a CDK custom-resource provider', () => {
       const functions = ofType(resources, 'AWS::Lambda::Function').map(([id]) => id);
       const ourIds = Object.values(ours).map((f) => logicalId(f));
       expect(functions).toEqual(expect.arrayContaining(ourIds));
@@ -195,7 +196,7 @@ describe('functions', () => {
 
     it('give migrate the application secret, whose password it sets on the data-only role, and nobody else the owner\'s', () => {
       expect(env('migrate')).toMatchObject({ DB_APP_SECRET_ARN: { Ref: logicalId(pipeline.applicationDatabaseSecret) } });
-      for (const name of ['charge', 'reconcile', 'ops'] as const) {
+      for (const name of ['charge', 'reconcile', 'ops', 'stripe-events'] as const) {
         expect(env(name).DB_APP_SECRET_ARN, name).toBeUndefined();
         expect(JSON.stringify(env(name)), name).not.toContain(logicalId(pipeline.databaseSecret));
       }
@@ -451,7 +452,8 @@ describe('outcome events', () => {
       }
       const roles = putEvents.flatMap(({ owner }) => resources[owner]!.Properties!.Roles as { Ref: string }[]).map((r) => r.Ref);
       expect(roles.sort()).toEqual(
-        [pipeline.chargeFunction, pipeline.reconcileFunction, pipeline.opsFunction].map((fn) => logicalId(fn.role!)).sort(),
+        // (the Stripe-events function publishes what its inline applies write: refunds, disputes, settles)
+        [pipeline.chargeFunction, pipeline.reconcileFunction, pipeline.opsFunction, pipeline.stripeEvents!.function].map((fn) => logicalId(fn.role!)).sort(),
       );
     });
   });

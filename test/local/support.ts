@@ -6,7 +6,7 @@ import { expect } from 'vitest';
 import { buildWorkload, runWorkload, type WorkloadRun } from '../../local/demo.ts';
 import type { FaultProfileName } from '../../local/fake-stripe/server.ts';
 import type { PaymentIntentRecord } from '../../local/fake-stripe/types.ts';
-import { startPipeline, type TimeLapse } from '../../local/pipeline.ts';
+import { startPipeline, type PipelineOptions, type TimeLapse } from '../../local/pipeline.ts';
 
 /** Tighter than the demo's: a test run of 60 orders should settle in well under a minute. */
 export const TEST_TIME_LAPSE: TimeLapse = {
@@ -29,7 +29,10 @@ export interface ProfileRun extends WorkloadRun {
   readonly elapsedMs: number;
 }
 
-export async function runProfile(faults: FaultProfileName, options: { orders?: number; seed?: number; timeoutMs?: number } = {}): Promise<ProfileRun> {
+export async function runProfile(
+  faults: FaultProfileName,
+  options: { orders?: number; seed?: number; timeoutMs?: number; webhooks?: PipelineOptions['webhooks'] } = {},
+): Promise<ProfileRun> {
   const started = Date.now();
   const pipeline = await startPipeline({
     postgres: { kind: 'server', adminUrl: inject('pgAdminUrl') },
@@ -38,6 +41,7 @@ export async function runProfile(faults: FaultProfileName, options: { orders?: n
     pollers: 4,
     logLevel: 'SILENT',
     metricsDisabled: true,
+    ...(options.webhooks !== undefined ? { webhooks: options.webhooks } : {}),
   });
   try {
     // No pm_fake_processing orders: the fault profiles inject `processing` anyway, and each such

@@ -105,12 +105,25 @@ const command: fc.Arbitrary<Command> = fc.oneof(
       status: fc.constantFrom('succeeded' as const, 'canceled' as const, 'requires_payment_method' as const),
     }),
   },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      t: fc.constant('stripe_event' as const),
+      order: orderIndex,
+      snapshot: fc.constantFrom('current' as const, 'old_processing' as const),
+      copies: fc.integer({ min: 1, max: 3 }),
+      inline: fc.boolean(),
+    }),
+  },
+  { weight: 1, arbitrary: fc.constant({ t: 'apply_inbox' as const }) },
 );
 
 const modelRun: fc.Arbitrary<ModelRun> = fc.record({
   orders: fc.array(orderSpec, { minLength: 1, maxLength: MAX_ORDERS }),
   commands: fc.array(command, { minLength: 1, maxLength: 24 }),
   healSettle: fc.constantFrom('succeeded' as const, 'canceled' as const, 'leave' as const),
+  // Stripe events in on about half the runs, polling only on the others: the promise holds both ways.
+  events: fc.boolean(),
 });
 
 // ── The property ─────────────────────────────────────────────────────────────────────────────────
@@ -145,7 +158,8 @@ describe('the engine under every interleaving the model can generate', () => {
         const result = await playRun(world, run, TRACE ? (line) => console.log(line) : undefined);
         tally.runs += 1;
         for (const cmd of run.commands) {
-          const key = cmd.t === 'crash' || cmd.t === 'stall' ? `${cmd.t}:${cmd.via}:${cmd.point}` : cmd.t === 'fault' ? `fault:${cmd.kind}` : cmd.t;
+          const key =
+            cmd.t === 'crash' || cmd.t === 'stall' ? `${cmd.t}:${cmd.via}:${cmd.point}` : cmd.t === 'fault' ? `fault:${cmd.kind}` : cmd.t === 'stripe_event' || cmd.t === 'apply_inbox' ? `${cmd.t}:${run.events ? 'on' : 'off'}` : cmd.t;
           tally.commands[key] = (tally.commands[key] ?? 0) + 1;
         }
         for (const [status, n] of Object.entries(result.report.byStatus)) tally.finalStatus[status] = (tally.finalStatus[status] ?? 0) + n;

@@ -40,5 +40,9 @@ describe('chaos soak (short)', () => {
     expect(report.postgres.restarts + report.postgres.crashes).toBe(2);
     expect(Object.values(report.stripeFaults).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
     expect(report.sends.duplicatesNewDedupId).toBeGreaterThan(0);
+    // Stripe events in were on (the default): delivered through the same restarts and crashes, no forgery accepted.
+    expect(report.stripeEvents?.received, text).toBeGreaterThan(0);
+    expect(report.stripeEvents?.delivery?.forgedAccepted).toBe(0);
+    expect(report.stripeEvents?.findings).toEqual({});
   });
 });

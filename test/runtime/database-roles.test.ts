@@ -3,7 +3,9 @@
 //     records, charges and settles, the reconciler sweeps — with DML only, and cannot run DDL;
 //   - migrate sets the role's password as a SCRAM verifier, and the role then logs in with it;
 //   - a pool re-reads a rotated password once when the server refuses the old one;
-//   - migrations take their own statement and lock timeouts, not the charge path's.
+//   - migrations take their own statement and lock timeouts, not the charge path's;
+//   - the Stripe-events path (migrations/006_stripe_events.sql) works as that role too: the inbox
+//     insert, the inline and the swept apply, refunds and disputes, findings — and never a delete.
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -11,6 +13,12 @@ import { ChargeEngine } from '../../lambdas/payments/engine.ts';
 import { CredentialRefreshingPool, INVALID_PASSWORD } from '../../lambdas/runtime/database.ts';
 import { APPLICATION_ROLE, loadMigrations, migrate, MigrationError, scramVerifier, type MigrationFile } from '../../lambdas/runtime/migrations.ts';
 import { runReconcile } from '../../lambdas/reconcile/sweep.ts';
+import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
+import { inboxGauges, listFindings, resolveFinding } from '../../lambdas/payments/inbox-store.ts';
+import { findOperation } from '../../lambdas/payments/operations-store.ts';
+import { receiveWebhook } from '../../lambdas/stripe-events/receive.ts';
+import { WebhookDispatcher } from '../../local/fake-stripe/webhooks.ts';
+import { delivery, piEvent, SECRET } from '../stripe-events/support.ts';
 import { createDatabase } from '../../local/postgres.ts';
 import { databaseUrl } from '../support/db.ts';
 import { chargeOrder } from '../support/orders.ts';
@@ -86,6 +94,63 @@ describe('the application role', () => {
     ['read or rewrite the migrations record', 'SELECT * FROM schema_migrations', /permission denied for table schema_migrations/],
     ['create a role', 'CREATE ROLE intruder', /permission denied to create role/],
     ['create a function', 'CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$', /permission denied for schema public/],
+  ])('cannot %s', async (_label, sql, error) => {
+    await expect(app.query(sql)).rejects.toThrow(error);
+  });
+});
+
+describe('Stripe events in, as the application role', () => {
+  const settings = { secret: SECRET, maxBodyBytes: 256 * 1024 };
+  const applier = () => new StripeEventApplier({ db: app, gateway: stripe.gateway, actor: 'stripe-events', random: () => 0.5 });
+  const engine = () => new ChargeEngine({ db: app, gateway: stripe.gateway, actor: 'test', random: () => 0.5 });
+  const outbox = (operationId: string) => app.query<{ event_type: string }>('SELECT event_type FROM outcome_events WHERE operation_id = $1 ORDER BY created_at', [operationId]).then((r) => r.rows.map((e) => e.event_type));
+
+  it('records a signed event and applies it inline: the operation settles, with its outcome event', async () => {
+    stripe.fake.injectFault({}, 'processing');
+    const [r] = await engine().processRequests([chargeOrder()]);
+    const op = (await findOperation(app, r!.operationId))!;
+    expect(op.status).toBe('unknown');
+    stripe.fake.settle(op.externalId!, 'succeeded');
+    const pi = stripe.fake.paymentIntents({ operationId: op.id })[0]!;
+    const received = await receiveWebhook(delivery(piEvent(pi)), settings, { db: app, applier: applier(), publisher: null });
+    expect(received).toMatchObject({ kind: 'recorded', duplicate: false, applied: { outcome: 'settled' } });
+    expect(await findOperation(app, op.id)).toMatchObject({ status: 'succeeded' });
+    expect(await outbox(op.id)).toEqual(['Charge Succeeded']);
+  });
+
+  it('records without applying, and the sweep applies it later: a refund and a dispute become aftermath events', async () => {
+    const [r] = await engine().processRequests([chargeOrder({ amount: 3000 })]);
+    const op = (await findOperation(app, r!.operationId))!;
+    const dispatcher = new WebhookDispatcher({ fake: stripe.fake, endpoint: null, secret: SECRET });
+    for (const event of [dispatcher.refund(op.externalId!, 1000), dispatcher.dispute(op.externalId!, 'created')]) {
+      expect(await receiveWebhook(delivery(event), settings, { db: app, applier: null, publisher: null })).toMatchObject({ kind: 'recorded', duplicate: false });
+    }
+    expect((await inboxGauges(app)).backlog).toBe(2);
+    const summary = await applier().applyDue();
+    expect(summary).toMatchObject({ applied: 2, failed: 0, byOutcome: { aftermath: 2 } });
+    expect(await outbox(op.id)).toEqual(['Charge Succeeded', 'Charge Refunded', 'Charge Disputed']);
+  });
+
+  it('records a contradiction finding, lists it and resolves it', async () => {
+    stripe.fake.injectFault({}, 'decline');
+    const [r] = await engine().processRequests([chargeOrder()]);
+    const op = (await findOperation(app, r!.operationId))!;
+    expect(op.status).toBe('failed');
+    const pi = stripe.fake.paymentIntents({ operationId: op.id })[0]!;
+    expect(await receiveWebhook(delivery(piEvent(pi, 'succeeded')), settings, { db: app, applier: applier(), publisher: null })).toMatchObject({
+      applied: { outcome: 'contradiction', newFinding: true },
+    });
+    const { findings } = await listFindings(app, { includeResolved: false, kind: 'contradiction', limit: 10 });
+    const finding = findings.find((f) => f.operationId === op.id)!;
+    expect(finding).toBeDefined();
+    expect(await resolveFinding(app, finding.id, 'oncall', 'refunded by hand')).toMatchObject({ alreadyResolved: false, finding: { resolvedBy: 'oncall' } });
+  });
+
+  it.each([
+    ['delete an inbox row', 'DELETE FROM stripe_events', /permission denied for table stripe_events/],
+    ['delete a finding', 'DELETE FROM stripe_event_findings', /permission denied for table stripe_event_findings/],
+    ['truncate the inbox', 'TRUNCATE stripe_events', /permission denied for table stripe_events/],
+    ['drop the inbox guard', 'DROP TRIGGER stripe_events_guard ON stripe_events', /must be owner/],
   ])('cannot %s', async (_label, sql, error) => {
     await expect(app.query(sql)).rejects.toThrow(error);
   });

@@ -33,6 +33,15 @@ export async function createTestDatabase(label = 't'): Promise<TestDatabase> {
       const admin = new pg.Client({ connectionString: inject('pgAdminUrl') });
       await admin.connect();
       try {
+        // pool.end() resolves once its clients are *asked* to end, not once their sessions are gone;
+        // a FORCE drop that overtakes one terminates it (57P01), and the pool no longer listens for
+        // that client's error: an uncaught exception in whatever test file runs next. So wait (a
+        // little) for the pool's own sessions to leave; FORCE then only ends what a test leaked.
+        for (let i = 0; i < 50; i++) {
+          const { rows } = await admin.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1', [name]);
+          if (rows[0]!.n === 0) break;
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
         await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
       } finally {
         await admin.end();

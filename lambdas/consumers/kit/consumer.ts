@@ -2,7 +2,7 @@
 // pipeline's bus) in; per record, one of three phases, and a partial batch response out:
 //
 //   read    body → EventBridge envelope → detail (poison when unreadable: recorded, acknowledged)
-//   admit   one statement: inbox dedup + newest-sequence-wins + claim (inbox-store.ts)
+//   admit   one statement: inbox dedup + newest-sequence-wins (states; facts are not ranked) + claim (inbox-store.ts)
 //   apply   run the effect under the consumer's policy and settle its answer (fenced by the lease)
 //
 // A record is reported in batchItemFailures only when running it again later is what the policy
@@ -18,7 +18,7 @@ import { describeError } from '../../runtime/redact.ts';
 import { parseRecordBody, type ParsedRecord } from './envelope.ts';
 import { ConsumerConfigError, EffectFailure, failureOf } from './errors.ts';
 import { admit, recordPoison, settle, type Admission, type Settlement } from './inbox-store.ts';
-import { orderKey } from './ordering.ts';
+import { orderingOf, orderKey } from './ordering.ts';
 import { isPolicy, type BatchCounts, type ConsumerPolicy, type Effect, type OutcomeEvent, type QueueRecord, type RecordResult } from './types.ts';
 
 export interface OutcomeConsumerOptions<D> {
@@ -157,6 +157,7 @@ export function createOutcomeConsumer<D = Record<string, unknown>>(options: Outc
         operationId: event.operationId,
         sequence: event.sequence,
         orderKey: orderKey(event.sequence),
+        ordering: orderingOf(event.detailType),
         detailType: event.detailType,
         policy,
         detail: event.detail,

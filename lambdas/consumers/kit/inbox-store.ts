@@ -1,8 +1,9 @@
 // The kit's SQL, one module (outcome_consumer.* — migrations/001_consumer_inbox.sql). Every function
 // is ONE statement, in autocommit: no transaction is ever open while an effect is in flight.
 //
-//   admit   arrival of a record: dedup by (consumer, eventId), newest-sequence-wins, and the claim
-//           of the effect — all in one statement, so a crash can never leave "seen but undecided".
+//   admit   arrival of a record: dedup by (consumer, eventId), newest-sequence-wins (state events;
+//           facts are not ranked, ordering.ts), and the claim of the effect — all in one statement,
+//           so a crash can never leave "seen but undecided".
 //   settle  the effect's answer, fenced by the lease token of the claim.
 //   poison  a record nobody can read, kept with its reason.
 //
@@ -17,6 +18,7 @@
 //                         │          at-most-once   abandoned, never run again (a miss, accepted)
 //                         └─ the lease keeps a second delivery off it while the first still runs.
 import type { Db } from '../../payments/db.ts';
+import type { EventOrdering } from './ordering.ts';
 import type { ConsumerPolicy } from './types.ts';
 
 export type InboxState = 'attempting' | 'pending' | 'done' | 'stale' | 'abandoned' | 'failed';
@@ -28,6 +30,11 @@ export interface AdmitInput {
   readonly sequence: number | null;
   /** ordering.ts: sequence, or -1 for an unnumbered event. */
   readonly orderKey: number;
+  /**
+   * ordering.ts: 'state' events are ranked (newest per operation wins); a 'fact' is not: it neither
+   * reads nor moves the operation's head and is never stale — deduplicated by eventId only.
+   */
+  readonly ordering: EventOrdering;
   readonly detailType: string;
   readonly policy: ConsumerPolicy;
   readonly detail: unknown;
@@ -56,27 +63,32 @@ const CLAIMABLE = `(i.state = 'pending' OR (i.state = 'attempting' AND i.lease_u
 
 const ADMIT_SQL = `
   WITH head AS (
-    -- Always touched (a row lock) so that two events of one operation admitted at the same moment
-    -- are decided one after the other; GREATEST keeps the newest key.
+    -- A state event: always touched (a row lock) so that two events of one operation admitted at
+    -- the same moment are decided one after the other; GREATEST keeps the newest key.
+    -- A fact ($11 false): not touched at all — it is not ranked (ordering.ts).
     INSERT INTO outcome_consumer.operation_heads AS h (consumer, operation_id, sequence, event_id)
-    VALUES ($1, $3, $5, $2)
+    SELECT $1::text, $3::uuid, $5::bigint, $2::uuid WHERE $11::boolean
     ON CONFLICT (consumer, operation_id) DO UPDATE
        SET sequence = GREATEST(h.sequence, EXCLUDED.sequence),
            event_id = CASE WHEN EXCLUDED.sequence > h.sequence THEN EXCLUDED.event_id ELSE h.event_id END,
            updated_at = CASE WHEN EXCLUDED.sequence > h.sequence THEN now() ELSE h.updated_at END
     RETURNING h.sequence
+  ),
+  decision AS (
+    -- Run the effect: a fact always; a state when it is (now) the newest of its operation.
+    SELECT (NOT $11::boolean) OR coalesce((SELECT head.sequence = $5::bigint FROM head), false) AS newest
   )
   INSERT INTO outcome_consumer.inbox AS i
          (consumer, event_id, operation_id, sequence, detail_type, policy, state, detail,
           attempts, lease_token, lease_until, first_attempted_at)
   SELECT $1, $2, $3, $4, $6, $7,
-         CASE WHEN head.sequence = $5 THEN 'attempting' ELSE 'stale' END,
+         CASE WHEN d.newest THEN 'attempting' ELSE 'stale' END,
          $8::jsonb,
-         CASE WHEN head.sequence = $5 THEN 1 ELSE 0 END,
-         CASE WHEN head.sequence = $5 THEN $9::uuid END,
-         CASE WHEN head.sequence = $5 THEN now() + $10::bigint * interval '1 millisecond' END,
-         CASE WHEN head.sequence = $5 THEN now() END
-    FROM head
+         CASE WHEN d.newest THEN 1 ELSE 0 END,
+         CASE WHEN d.newest THEN $9::uuid END,
+         CASE WHEN d.newest THEN now() + $10::bigint * interval '1 millisecond' END,
+         CASE WHEN d.newest THEN now() END
+    FROM decision d
   ON CONFLICT (consumer, event_id) DO UPDATE SET
     deliveries = i.deliveries + 1,
     updated_at = now(),
@@ -124,6 +136,7 @@ export async function admit(db: Db, input: AdmitInput): Promise<Admission> {
       JSON.stringify(input.detail),
       input.leaseToken,
       input.leaseMs,
+      input.ordering === 'state',
     ],
   });
   const row = rows[0];

@@ -27,6 +27,11 @@ import type { ChargeInput, PaymentIntentView } from '../../../lambdas/payments/t
 import { faultCanTarget } from '../../../local/fake-stripe/faults.ts';
 import type { FakeStripe, FaultKind, FaultMatch, HoldHandle, SettleStatus } from '../../../local/fake-stripe/types.ts';
 import { checkInvariants, type InvariantReport } from '../../../local/invariants.ts';
+import { StripeEventApplier } from '../../../lambdas/payments/event-applier.ts';
+import { readStripeEvent } from '../../../lambdas/payments/event-decisions.ts';
+import type { TransactionalDb } from '../../../lambdas/payments/inbox-store.ts';
+import { recordAndApply } from '../../../lambdas/stripe-events/receive.ts';
+import { makeStripeEvent, paymentIntentEventType, paymentIntentJson } from '../../../local/fake-stripe/webhooks.ts';
 
 // ── Commands ─────────────────────────────────────────────────────────────────────────────────────
 
@@ -67,7 +72,15 @@ export type Command =
   /** A day passes: every key window of the run is over and Stripe prunes the keys. */
   | { readonly t: 'window_passes' }
   /** Stripe (or the customer) finishes the order's processing / requires_action PaymentIntents. */
-  | { readonly t: 'settle'; readonly order: number; readonly status: SettleStatus };
+  | { readonly t: 'settle'; readonly order: number; readonly status: SettleStatus }
+  /**
+   * Stripe tells (only when the run has `events`): an event for each of the order's PaymentIntents,
+   * as it is now or an older `processing` snapshot, delivered `copies` times, applied at once
+   * (the webhook's inline apply) — or only recorded, for the inbox sweep to apply.
+   */
+  | { readonly t: 'stripe_event'; readonly order: number; readonly snapshot: 'current' | 'old_processing'; readonly copies: number; readonly inline: boolean }
+  /** The reconciler's pass over the inbox. */
+  | { readonly t: 'apply_inbox' };
 
 export interface OrderSpec {
   readonly paymentMethod: string;
@@ -79,6 +92,8 @@ export interface ModelRun {
   readonly commands: readonly Command[];
   /** What heal does with PaymentIntents still processing / requiring action ('leave': a human decides). */
   readonly healSettle: SettleStatus | 'leave';
+  /** Stripe events in: false = polling only (stripe_event / apply_inbox commands are no-ops). */
+  readonly events?: boolean;
 }
 
 export interface ModelWorld {
@@ -314,6 +329,8 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   const policy = MODEL_POLICY;
   const engine = new ChargeEngine({ db, gateway: world.gateway, actor: 'model', random: () => 0.5, policy });
   const orderAt = (i: number) => orders[i % orders.length]!;
+  const applier = new StripeEventApplier({ db: db as TransactionalDb, gateway: world.gateway, actor: 'model-events', random: () => 0.5, policy });
+  const eventsOn = run.events ?? false;
 
   /** A live engine call: any exception is a finding (the engine only throws when the database does). */
   const live = async <T>(what: string, work: Promise<T>): Promise<T | undefined> => {
@@ -498,6 +515,23 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
       case 'settle':
         settleOpen(orderAt(command.order).orderId, command.status);
         break;
+      case 'stripe_event': {
+        if (!eventsOn) break;
+        for (const pi of fake.paymentIntents({ orderId: orderAt(command.order).orderId })) {
+          const status = command.snapshot === 'current' ? pi.status : 'processing';
+          const type = paymentIntentEventType(status);
+          if (!type) continue;
+          const read = readStripeEvent(makeStripeEvent(type, { ...paymentIntentJson(pi), status }));
+          if (!read.ok) continue;
+          for (let i = 0; i < command.copies; i++) {
+            await live('stripe event', recordAndApply(read.event, 'webhook', { db, applier: command.inline ? applier : null, publisher: null }));
+          }
+        }
+        break;
+      }
+      case 'apply_inbox':
+        if (eventsOn) await live('applyDue', applier.applyDue());
+        break;
     }
   }
 
@@ -522,6 +556,11 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     const before = await snapshot();
     const lastSeq = fake.requests().at(-1)?.seq ?? 0;
     await live('reconcileDue(heal)', engine.reconcileDue(50));
+    if (eventsOn) {
+      // The inbox sweep too; an event waiting for a lease the heal expired is due now.
+      await db.query(`UPDATE stripe_events SET next_attempt_at = now() WHERE applied_at IS NULL`);
+      await live('applyDue(heal)', applier.applyDue());
+    }
     // Quiet: no state changed and no scripted fault fired (left-over faults are used up first).
     const faulted = fake.requests(lastSeq).some((r) => r.fault !== null);
     if (before !== (await snapshot()) || faulted) continue;
@@ -540,6 +579,17 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     requireQuiescent: true,
   });
   if (fake.stats().doubleCharges !== 0) problems.push(`fake Stripe counts ${fake.stats().doubleCharges} double charge(s)`);
+  if (eventsOn) {
+    // Events drawn from the truth can never contradict a correct ledger, nor name an unknown operation.
+    const ids = fake.paymentIntents().filter((pi) => orderIds.includes(pi.metadata.order_id ?? '')).map((pi) => pi.id);
+    const findings = await db.query<{ kind: string; reason: string }>('SELECT kind, reason FROM stripe_event_findings WHERE payment_intent_id = ANY($1)', [ids]);
+    for (const f of findings.rows) problems.push(`stripe event finding ${f.kind}: ${f.reason}`);
+    const left = await db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM stripe_events WHERE applied_at IS NULL AND object_id = ANY($1)`,
+      [ids],
+    );
+    if ((left.rows[0]?.n ?? 0) > 0) problems.push(`${left.rows[0]!.n} stripe event(s) never applied after heal`);
+  }
   // "Failed" must rest on evidence at Stripe: in this model nothing is refused before execution, so a
   // failed operation has a declined / canceled PaymentIntent of its own.
   const failed = await scoped(`SELECT id, external_id FROM payment_operations WHERE order_id = ANY($1) AND status = 'failed'`);

@@ -1,0 +1,384 @@
+// The inbox applier: works recorded Stripe events at least once, in any order, each effect written
+// by the same fenced statements as every other outcome. The mirror image of the outbox relay.
+//
+//   inbox row (leased) ─▶ decide (event-decisions.ts) ─┬─ settle / review: claim the operation's lease
+//                                                      │   ─▶ snapshot or retrieve (no transaction open)
+//                                                      │   ─▶ BEGIN recordOutcomes (fenced) + mark applied COMMIT
+//                                                      ├─ refund / dispute: BEGIN audit + outbox row + mark applied COMMIT
+//                                                      ├─ contradiction / unrecorded: BEGIN finding (+ audit) + mark applied COMMIT
+//                                                      └─ stale / foreign / ignored: mark applied
+//
+// Idempotent per event id: the row is marked applied in the same transaction as its effect, fenced by
+// the row's apply lease — a second applier (the webhook's inline apply and a sweep, two sweeps) that
+// lost the lease rolls its transaction back. An event for an operation whose lease another worker
+// holds waits in the inbox until that lease ends: the worker's own write comes first, and the event
+// is then judged against the state it wrote.
+import { randomUUID } from 'node:crypto';
+import type { Db } from './db.ts';
+import { decideRetrieve, DEFAULT_POLICY, fromPaymentIntent, type DecisionContext, type EnginePolicy, type Outcome } from './decisions.ts';
+import {
+  aftermathOf,
+  claimedOperationId,
+  decidePaymentIntentEvent,
+  paymentIntentOf,
+  readStripeEvent,
+  type EventPaymentIntent,
+  type PaymentIntentEventDecision,
+  type StripeEventView,
+} from './event-decisions.ts';
+import { FailureKind, type PaymentGateway } from './gateway.ts';
+import {
+  appendEventAudit,
+  claimDueEvents,
+  claimForEvent,
+  deferEvent,
+  findOperationById,
+  findOperationByPaymentIntent,
+  markApplied,
+  recordAftermath,
+  recordFinding,
+  type ApplyOutcome,
+  type InboxRow,
+  type TransactionalDb,
+  WAITING_FOR_LEASE,
+} from './inbox-store.ts';
+import { recordOutcomes, type OutcomeEventRow, type OutcomeWrite } from './operations-store.ts';
+import type { ClaimedOperation, Operation } from './types.ts';
+
+export interface ApplierOptions {
+  readonly db: TransactionalDb;
+  /** Null: Stripe unreachable (no key). Events that need a retrieve wait; the rest is applied. */
+  readonly gateway: PaymentGateway | null;
+  readonly actor?: string;
+  readonly policy?: Partial<EnginePolicy>;
+  readonly random?: () => number;
+  /** How long an inbox row is held while applied; must exceed one Stripe retrieve. Default: the operation lease. */
+  readonly leaseMs?: number;
+  /** Outbox rows written by an apply are leased this long to the caller, to publish at once. */
+  readonly publishLeaseMs?: number;
+  /** Asked before each retrieve (the reconciler's rate limiter); false = do not call, the event waits. */
+  readonly beforeCall?: () => Promise<boolean> | boolean;
+}
+
+/** What happened to one inbox row. */
+export interface Applied {
+  readonly eventId: string;
+  readonly eventType: string;
+  /** 'deferred': left in the inbox for later (a held lease, Stripe unreachable, an error). */
+  readonly outcome: ApplyOutcome | 'deferred';
+  readonly operationId: string | null;
+  readonly reason: string;
+  /** Outbox rows written with the effect, leased to the caller for publishing. */
+  readonly events: readonly OutcomeEventRow[];
+  /** True when this apply wrote a new finding (unrecorded charge, contradiction): alarm-worthy. */
+  readonly newFinding: boolean;
+}
+
+export interface ApplySummary {
+  readonly byOutcome: Readonly<Record<string, number>>;
+  readonly applied: number;
+  readonly deferred: number;
+  readonly failed: number;
+  readonly contradictions: number;
+  readonly unrecordedCharges: number;
+  readonly events: readonly OutcomeEventRow[];
+  readonly errors: readonly string[];
+}
+
+const PAYMENT_INTENT_EVENTS = new Set([
+  'payment_intent.succeeded',
+  'payment_intent.payment_failed',
+  'payment_intent.canceled',
+  'payment_intent.processing',
+  'payment_intent.requires_action',
+]);
+const AFTERMATH_EVENT_TYPE = { refunded: 'Charge Refunded', disputed: 'Charge Disputed', dispute_closed: 'Charge Dispute Closed' } as const;
+
+/** Retries of an event that could not be applied: 1 s, 2 s, 4 s … capped at 15 min. */
+export const deferralDelayMs = (attempts: number): number => Math.min(15 * 60_000, 1000 * 2 ** Math.min(Math.max(attempts, 0), 20));
+
+export class StripeEventApplier {
+  readonly #db: TransactionalDb;
+  readonly #gateway: PaymentGateway | null;
+  readonly #actor: string;
+  readonly #policy: EnginePolicy;
+  readonly #random: () => number;
+  readonly #leaseMs: number;
+  readonly #publishLeaseMs: number;
+  readonly #beforeCall: ApplierOptions['beforeCall'];
+
+  constructor(options: ApplierOptions) {
+    this.#db = options.db;
+    this.#gateway = options.gateway;
+    this.#actor = options.actor ?? 'stripe-events';
+    this.#policy = { ...DEFAULT_POLICY, ...options.policy, backoff: { ...DEFAULT_POLICY.backoff, ...options.policy?.backoff } };
+    this.#random = options.random ?? Math.random;
+    this.#leaseMs = options.leaseMs ?? this.#policy.leaseMs;
+    this.#publishLeaseMs = options.publishLeaseMs ?? 60_000;
+    this.#beforeCall = options.beforeCall;
+  }
+
+  /** The apply lease on inbox rows (the endpoint claims a new row at birth with it). */
+  get leaseMs(): number {
+    return this.#leaseMs;
+  }
+
+  /** Apply every due row, page by page, until none is left or `canContinue` says stop. One bad row never blocks the others. */
+  async applyDue(options: { pageSize?: number; canContinue?: () => boolean } = {}): Promise<ApplySummary> {
+    const byOutcome: Record<string, number> = {};
+    const events: OutcomeEventRow[] = [];
+    const errors: string[] = [];
+    let applied = 0;
+    let deferred = 0;
+    let failed = 0;
+    let contradictions = 0;
+    let unrecordedCharges = 0;
+    while (options.canContinue?.() ?? true) {
+      const page = await claimDueEvents(this.#db, options.pageSize ?? 50, randomUUID(), this.#leaseMs);
+      if (page.length === 0) break;
+      for (const row of page) {
+        const result = await this.applySafely(row);
+        if (result.outcome !== 'deferred') applied++;
+        else if (result.reason.startsWith('error:')) {
+          failed++;
+          errors.push(`${row.eventId}: ${result.reason}`);
+        } else deferred++;
+        byOutcome[result.outcome] = (byOutcome[result.outcome] ?? 0) + 1;
+        if (result.newFinding && result.outcome === 'contradiction') contradictions++;
+        if (result.newFinding && result.outcome === 'unrecorded') unrecordedCharges++;
+        events.push(...result.events);
+      }
+      // Every deferral is into the future, so the next page holds other rows; a short page was the last.
+      if (page.length < (options.pageSize ?? 50)) break;
+    }
+    return { byOutcome, applied, deferred, failed, contradictions, unrecordedCharges, events, errors };
+  }
+
+  /** apply(), but an unexpected error defers the row with backoff instead of escaping. */
+  async applySafely(row: InboxRow): Promise<Applied> {
+    try {
+      return await this.apply(row);
+    } catch (error) {
+      const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+      await deferEvent(this.#db, row, { afterMs: deferralDelayMs(row.attempts) }, `error: ${message}`, null).catch(() => {});
+      return { eventId: row.eventId, eventType: row.eventType, outcome: 'deferred', operationId: null, reason: `error: ${message.slice(0, 300)}`, events: [], newFinding: false };
+    }
+  }
+
+  /** Apply one inbox row this caller holds the apply lease of. */
+  async apply(row: InboxRow): Promise<Applied> {
+    const read = readStripeEvent(row.payload);
+    if (!read.ok) return this.#finish(row, 'unreadable', null, read.reason);
+    const event = read.event;
+    if (PAYMENT_INTENT_EVENTS.has(event.type)) {
+      const pi = paymentIntentOf(event);
+      if (!pi) return this.#finish(row, 'unreadable', null, `${event.type} without a readable PaymentIntent`);
+      const operationId = claimedOperationId(pi);
+      const op = operationId ? await findOperationById(this.#db, operationId) : null;
+      return this.#applyPaymentIntent(row, event, pi, op, 0);
+    }
+    if (event.type === 'charge.refunded' || event.type === 'charge.dispute.created' || event.type === 'charge.dispute.closed') {
+      return this.#applyAftermath(row, event);
+    }
+    return this.#finish(row, 'ignored_type', null, `${event.type} is not acted on`);
+  }
+
+  async #applyPaymentIntent(row: InboxRow, event: StripeEventView, pi: EventPaymentIntent, op: Operation | null, depth: number): Promise<Applied> {
+    const decision = decidePaymentIntentEvent(op, pi);
+    const evidence = { stripeEventId: event.id, eventType: event.type, paymentIntent: { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency } };
+    switch (decision.kind) {
+      case 'ignore':
+        return this.#finish(row, decision.outcome, op?.id ?? null, decision.reason);
+      case 'stale':
+        return this.#finish(row, 'stale', op!.id, decision.reason);
+      case 'unrecorded':
+      case 'contradiction': {
+        const kind = decision.kind === 'unrecorded' ? 'unrecorded_charge' : 'contradiction';
+        const outcome: ApplyOutcome = decision.kind === 'unrecorded' ? 'unrecorded' : 'contradiction';
+        let newFinding = false;
+        const done = await this.#transaction(async (client) => {
+          newFinding = await recordFinding(client, {
+            kind,
+            paymentIntentId: pi.id,
+            eventId: event.id,
+            operationId: op?.id ?? null,
+            claimedOperationId: pi.metadata.operation_id ?? null,
+            orderId: pi.metadata.order_id ?? null,
+            amount: pi.amount,
+            currency: pi.currency,
+            status: pi.status,
+            reason: decision.reason,
+            detail: evidence,
+          });
+          if (op) await appendEventAudit(client, op, this.#actor, { ...evidence, contradiction: decision.reason }, pi.id);
+          return markApplied(client, row, outcome, op?.id ?? null);
+        });
+        return done ? { ...this.#result(row, outcome, op?.id ?? null, decision.reason), newFinding } : this.#lostLease(row);
+      }
+      case 'in_review': {
+        const done = await this.#transaction(async (client) => {
+          await appendEventAudit(client, op!, this.#actor, { ...evidence, note: decision.reason }, pi.id);
+          return markApplied(client, row, 'in_review', op!.id);
+        });
+        return done ? this.#result(row, 'in_review', op!.id, decision.reason) : this.#lostLease(row);
+      }
+      case 'review':
+      case 'settle':
+        return this.#applyToOpen(row, event, pi, op!, decision, evidence, depth);
+    }
+  }
+
+  /** Claim the operation's lease, decide its outcome with the engine's decisions, write it fenced. */
+  async #applyToOpen(
+    row: InboxRow,
+    event: StripeEventView,
+    pi: EventPaymentIntent,
+    op: Operation,
+    decision: Extract<PaymentIntentEventDecision, { kind: 'review' | 'settle' }>,
+    evidence: Record<string, unknown>,
+    depth: number,
+  ): Promise<Applied> {
+    const claim = await claimForEvent(this.#db, op.id, randomUUID(), this.#policy.leaseMs, this.#actor, event.id);
+    if (claim === null) return this.#finish(row, 'unknown_operation', null, `operation ${op.id} vanished`);
+    if (claim.claimed === null) {
+      if (claim.leaseUntil !== null) {
+        // Another worker holds it and is talking to Stripe: its write comes first; the event is
+        // judged against that write once the lease has ended (or is given back).
+        await deferEvent(this.#db, row, { until: claim.leaseUntil }, WAITING_FOR_LEASE, op.id);
+        return this.#result(row, 'deferred', op.id, `waiting for the lease of operation ${op.id}`);
+      }
+      // Final or in review since we looked: decide again from what it is now.
+      if (depth > 1) return this.#finish(row, 'stale', op.id, 'operation changed while the event was applied');
+      return this.#applyPaymentIntent(row, event, pi, claim.operation, depth + 1);
+    }
+    const claimed = claim.claimed;
+    const ctx: DecisionContext = { op: claimed, policy: this.#policy, random: this.#random };
+    let outcome: Outcome;
+    if (decision.kind === 'review') {
+      outcome = { status: claimed.status, externalId: null, reviewReason: decision.reason, retryAfterMs: null, error: null, errorClass: null, errorCode: null, detail: evidence };
+    } else if (decision.evidence === 'snapshot') {
+      outcome = fromPaymentIntent(ctx, pi, { ...evidence, evidence: 'event' });
+    } else {
+      const mayCall = this.#gateway !== null && ((await this.#beforeCall?.()) ?? true);
+      if (!mayCall || this.#gateway === null) return this.#release(row, claimed, 'no Stripe call possible now (no key or no request budget)', deferralDelayMs(row.attempts));
+      const answer = await this.#gateway.retrievePaymentIntent(pi.id).catch((error: unknown) => ({
+        ok: false as const,
+        failure: { kind: FailureKind.ambiguous, errorClass: error instanceof Error ? error.name : 'Error', message: String(error) },
+      }));
+      if (!answer.ok && TRANSIENT.has(answer.failure.kind)) {
+        return this.#release(row, claimed, `retrieve failed: ${answer.failure.errorClass}`, deferralDelayMs(row.attempts));
+      }
+      outcome = decideRetrieve(ctx, pi.id, answer);
+      outcome = { ...outcome, detail: { ...outcome.detail, ...evidence, evidence: 'event+retrieve' } };
+    }
+    const write: OutcomeWrite = {
+      operationId: claimed.id,
+      leaseToken: claimed.leaseToken,
+      action: 'record',
+      step: null,
+      fromStatus: claimed.status,
+      keyGeneration: claimed.keyGeneration,
+      ...outcome,
+    };
+    const recorded: { event: OutcomeEventRow | null; outcome: ApplyOutcome } = { event: null, outcome: 'moved' };
+    const applied = await this.#transaction(async (client) => {
+      const [result] = await recordOutcomes(client, [write], this.#actor, this.#publishLeaseMs);
+      if (!result?.applied) return false;
+      recorded.event = result.event;
+      recorded.outcome = outcome.reviewReason ? 'review' : result.status === 'succeeded' || result.status === 'failed' ? 'settled' : 'moved';
+      return markApplied(client, row, recorded.outcome, claimed.id);
+    });
+    if (!applied) {
+      await deferEvent(this.#db, row, { afterMs: 1000 }, 'outcome discarded (lease lost) or inbox lease lost', claimed.id).catch(() => {});
+      return this.#result(row, 'deferred', claimed.id, 'outcome not written; judged again');
+    }
+    return { ...this.#result(row, recorded.outcome, claimed.id, outcome.reviewReason ?? `operation ${outcome.status}`), events: recorded.event ? [recorded.event] : [] };
+  }
+
+  /** Give the operation's lease back untouched and leave the event for later. */
+  async #release(row: InboxRow, claimed: ClaimedOperation, reason: string, afterMs: number): Promise<Applied> {
+    await recordOutcomes(
+      this.#db,
+      [{
+        operationId: claimed.id,
+        leaseToken: claimed.leaseToken,
+        action: 'release',
+        step: null,
+        fromStatus: claimed.status,
+        keyGeneration: claimed.keyGeneration,
+        status: claimed.status,
+        externalId: null,
+        reviewReason: null,
+        retryAfterMs: null,
+        error: null,
+        errorClass: null,
+        errorCode: null,
+        detail: { reason: `stripe event ${row.eventId} not applied: ${reason}` },
+      }],
+      this.#actor,
+      this.#publishLeaseMs,
+    );
+    await deferEvent(this.#db, row, { afterMs }, reason, claimed.id);
+    return this.#result(row, 'deferred', claimed.id, reason);
+  }
+
+  async #applyAftermath(row: InboxRow, event: StripeEventView): Promise<Applied> {
+    const a = aftermathOf(event);
+    if (!a) return this.#finish(row, 'unreadable', null, `${event.type} without a readable charge or dispute`);
+    const op = await findOperationByPaymentIntent(this.#db, a.paymentIntentId);
+    if (!op) return this.#finish(row, 'unknown_payment_intent', null, `${event.type} for ${a.paymentIntentId}, which no operation holds`);
+    const written: { event: OutcomeEventRow | null } = { event: null };
+    const done = await this.#transaction(async (client) => {
+      written.event = await recordAftermath(client, {
+        operation: op,
+        eventType: AFTERMATH_EVENT_TYPE[a.kind],
+        kind: a.kind,
+        amount: a.amount,
+        amountRefunded: a.amountRefunded,
+        currency: a.currency,
+        chargeId: a.chargeId,
+        disputeId: a.disputeId,
+        disputeStatus: a.disputeStatus,
+        disputeReason: a.disputeReason,
+        stripeEventId: event.id,
+        stripeCreatedAt: event.created,
+        actor: this.#actor,
+      }, this.#publishLeaseMs);
+      return markApplied(client, row, 'aftermath', op.id);
+    });
+    if (!done) return this.#lostLease(row);
+    return { ...this.#result(row, 'aftermath', op.id, `${AFTERMATH_EVENT_TYPE[a.kind]} ${a.amount} ${a.currency}`), events: written.event ? [written.event] : [] };
+  }
+
+  async #finish(row: InboxRow, outcome: ApplyOutcome, operationId: string | null, reason: string): Promise<Applied> {
+    const done = await markApplied(this.#db, row, outcome, operationId);
+    return done ? this.#result(row, outcome, operationId, reason) : this.#lostLease(row);
+  }
+
+  #result(row: InboxRow, outcome: Applied['outcome'], operationId: string | null, reason: string): Applied {
+    return { eventId: row.eventId, eventType: row.eventType, outcome, operationId, reason, events: [], newFinding: false };
+  }
+
+  #lostLease(row: InboxRow): Applied {
+    return this.#result(row, 'deferred', null, 'inbox lease lost to another applier; nothing written by this one');
+  }
+
+  /** BEGIN … COMMIT on one connection; `work` returning false rolls everything back. */
+  async #transaction(work: (client: Db) => Promise<boolean>): Promise<boolean> {
+    const client = await this.#db.connect();
+    try {
+      await client.query('BEGIN');
+      const commit = await work(client);
+      await client.query(commit ? 'COMMIT' : 'ROLLBACK');
+      return commit;
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw error;
+    } finally {
+      client.release();
+    }
+  }
+}
+
+/** Retrieve failures that say nothing about the PaymentIntent: the event waits and is tried again. */
+const TRANSIENT = new Set<string>([FailureKind.ambiguous, FailureKind.rateLimited, FailureKind.authentication, FailureKind.permission]);

@@ -1,0 +1,235 @@
+// Stripe events in, as pure decisions: read an event, and decide what it may do to the operation it
+// names. No I/O; the applier (event-applier.ts) is thin I/O around these functions, and the writes it
+// makes are the engine's own (claim → fromPaymentIntent / decideRetrieve → recordOutcomes).
+//
+// What Stripe documents and this file relies on (https://docs.stripe.com/webhooks, /api/events/object):
+//   - an event is { id: "evt_…", object: "event", type, created (unix s), api_version, livemode,
+//     data: { object, previous_attributes? } }; data.object is the resource AS IT WAS when the event
+//     was made (a snapshot, possibly older than the resource is now);
+//   - delivery is at least once and NOT in order ("Stripe doesn't guarantee delivery of events in
+//     the order in which they're generated"); failed deliveries are retried for up to three days.
+// Hence: an event is a hint, never a command. A snapshot is trusted alone only when its status is
+// terminal at Stripe (succeeded, canceled: a PaymentIntent never leaves them); any other status is
+// settled by retrieving the PaymentIntent now, exactly as the reconciler would.
+import { z } from 'zod';
+import type { Operation, PaymentIntentView } from './types.ts';
+
+// The subscribed types live in a dependency-free module the construct imports (the npm package).
+export { SUBSCRIBED_EVENT_TYPES, type SubscribedEventType } from './stripe-event-types.ts';
+
+// ── Reading an event ─────────────────────────────────────────────────────────────────────────────
+
+const stripeEventSchema = z.object({
+  id: z.string().min(1).max(255),
+  object: z.literal('event').optional(),
+  type: z.string().min(1).max(255),
+  created: z.number().int().nonnegative(),
+  api_version: z.string().nullable().optional(),
+  livemode: z.boolean().optional(),
+  data: z.object({
+    object: z.looseObject({ id: z.string().min(1).max(255).optional(), object: z.string().optional() }),
+    previous_attributes: z.record(z.string(), z.unknown()).optional(),
+  }),
+});
+
+/** The parts of a Stripe event the inbox stores in columns; the payload is kept whole beside them. */
+export interface StripeEventView {
+  readonly id: string;
+  readonly type: string;
+  readonly created: Date;
+  readonly objectId: string | null;
+  readonly apiVersion: string | null;
+  readonly livemode: boolean;
+  readonly payload: Readonly<Record<string, unknown>>;
+}
+
+export type ReadResult = { readonly ok: true; readonly event: StripeEventView } | { readonly ok: false; readonly reason: string };
+
+/** A parsed JSON value → a Stripe event, or the reason it is not one (first issue only; no values echoed). */
+export function readStripeEvent(json: unknown): ReadResult {
+  const parsed = stripeEventSchema.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    return { ok: false, reason: `not a Stripe event: ${issue ? `${issue.path.join('.') || '(root)'}: ${issue.message}` : 'invalid'}` };
+  }
+  const e = parsed.data;
+  return {
+    ok: true,
+    event: {
+      id: e.id,
+      type: e.type,
+      created: new Date(e.created * 1000),
+      objectId: e.data.object.id ?? null,
+      apiVersion: e.api_version ?? null,
+      livemode: e.livemode ?? false,
+      payload: json as Record<string, unknown>,
+    },
+  };
+}
+
+// ── The objects inside ───────────────────────────────────────────────────────────────────────────
+
+export interface EventPaymentIntent extends PaymentIntentView {
+  readonly customer: string | null;
+}
+
+const str = (v: unknown): string | null => (typeof v === 'string' ? v : null);
+const int = (v: unknown): number | null => (typeof v === 'number' && Number.isInteger(v) ? v : null);
+const idOf = (v: unknown): string | null => str(v) ?? (typeof v === 'object' && v !== null ? str((v as { id?: unknown }).id) : null);
+
+function dataOf(event: StripeEventView): { object: Record<string, unknown>; previous: Record<string, unknown> } {
+  const data = (event.payload as { data?: { object?: unknown; previous_attributes?: unknown } }).data ?? {};
+  const object = typeof data.object === 'object' && data.object !== null ? (data.object as Record<string, unknown>) : {};
+  const previous = typeof data.previous_attributes === 'object' && data.previous_attributes !== null ? (data.previous_attributes as Record<string, unknown>) : {};
+  return { object, previous };
+}
+
+/** data.object of a payment_intent.* event, or null when it is not a PaymentIntent we can read. */
+export function paymentIntentOf(event: StripeEventView): EventPaymentIntent | null {
+  const { object } = dataOf(event);
+  const id = str(object.id);
+  const status = str(object.status);
+  const amount = int(object.amount);
+  const currency = str(object.currency);
+  if (object.object !== 'payment_intent' || !id || !status || amount === null || !currency) return null;
+  const metadata: Record<string, string> = {};
+  if (typeof object.metadata === 'object' && object.metadata !== null) {
+    for (const [k, v] of Object.entries(object.metadata)) if (typeof v === 'string') metadata[k] = v;
+  }
+  return { id, status, amount, currency, metadata, customer: idOf(object.customer) };
+}
+
+/** What a charge.refunded / charge.dispute.* event says happened after the charge. */
+export interface Aftermath {
+  readonly kind: 'refunded' | 'disputed' | 'dispute_closed';
+  readonly paymentIntentId: string;
+  readonly chargeId: string | null;
+  readonly disputeId: string | null;
+  /** This refund's amount (amount_refunded minus what previous_attributes says it was), or the disputed amount. */
+  readonly amount: number;
+  readonly amountRefunded: number | null;
+  readonly currency: string;
+  readonly disputeStatus: string | null;
+  readonly disputeReason: string | null;
+}
+
+export function aftermathOf(event: StripeEventView): Aftermath | null {
+  const { object, previous } = dataOf(event);
+  const paymentIntentId = idOf(object.payment_intent);
+  const currency = str(object.currency);
+  if (!paymentIntentId || !currency) return null;
+  if (event.type === 'charge.refunded' && object.object === 'charge') {
+    const total = int(object.amount_refunded);
+    if (total === null) return null;
+    // data.previous_attributes holds the changed fields' values before the update.
+    const before = int(previous.amount_refunded) ?? 0;
+    return {
+      kind: 'refunded',
+      paymentIntentId,
+      chargeId: str(object.id),
+      disputeId: null,
+      amount: Math.max(0, total - before),
+      amountRefunded: total,
+      currency,
+      disputeStatus: null,
+      disputeReason: null,
+    };
+  }
+  if ((event.type === 'charge.dispute.created' || event.type === 'charge.dispute.closed') && object.object === 'dispute') {
+    const amount = int(object.amount);
+    if (amount === null) return null;
+    return {
+      kind: event.type === 'charge.dispute.created' ? 'disputed' : 'dispute_closed',
+      paymentIntentId,
+      chargeId: idOf(object.charge),
+      disputeId: str(object.id),
+      amount,
+      amountRefunded: null,
+      currency,
+      disputeStatus: str(object.status),
+      disputeReason: str(object.reason),
+    };
+  }
+  return null;
+}
+
+// ── What a PaymentIntent event may do ────────────────────────────────────────────────────────────
+
+/** Statuses a PaymentIntent never leaves: a snapshot with one of them is as good as a retrieve. */
+const TERMINAL = new Set(['succeeded', 'canceled']);
+/** Statuses in which money has moved or may still move without us asking again. */
+const MONEY_MAY_MOVE = new Set(['succeeded', 'processing', 'requires_capture']);
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** The operation a PaymentIntent claims to belong to (metadata.operation_id), if it is shaped like one of ours. */
+export function claimedOperationId(pi: EventPaymentIntent): string | null {
+  const id = pi.metadata.operation_id;
+  return id !== undefined && UUID.test(id) ? id.toLowerCase() : null;
+}
+
+export type PaymentIntentEventDecision =
+  /** Not ours (no operation metadata), or nothing to learn (a failed PI for an operation we never had). */
+  | { readonly kind: 'ignore'; readonly outcome: 'foreign' | 'unknown_operation' | 'other_payment_intent'; readonly reason: string }
+  /** Our metadata, no such operation, and money may have moved: a finding and an alarm. */
+  | { readonly kind: 'unrecorded'; readonly reason: string }
+  /** The operation is final and the event agrees with it, or is older than it. */
+  | { readonly kind: 'stale'; readonly reason: string }
+  /** The operation is final and the event contradicts it: a finding and an alarm, never a rewrite. */
+  | { readonly kind: 'contradiction'; readonly reason: string }
+  /** The operation waits for a human: the event is noted in its audit trail for the operator. */
+  | { readonly kind: 'in_review'; readonly reason: string }
+  /** Open, and the event cannot be adopted (another customer, another key generation, a second PI): to review. */
+  | { readonly kind: 'review'; readonly reason: string }
+  /** Open: settle or move it on, from the snapshot (terminal status) or from a retrieve now. */
+  | { readonly kind: 'settle'; readonly evidence: 'snapshot' | 'retrieve' };
+
+const describePi = (pi: EventPaymentIntent) => `PaymentIntent ${pi.id} (${pi.status}, ${pi.amount} ${pi.currency})`;
+
+export function decidePaymentIntentEvent(op: Operation | null, pi: EventPaymentIntent): PaymentIntentEventDecision {
+  if (pi.metadata.operation_id === undefined) {
+    return { kind: 'ignore', outcome: 'foreign', reason: `${describePi(pi)} carries no metadata.operation_id: not made by this pipeline` };
+  }
+  if (op === null) {
+    return MONEY_MAY_MOVE.has(pi.status)
+      ? { kind: 'unrecorded', reason: `${describePi(pi)} names operation ${pi.metadata.operation_id}, which the ledger does not have` }
+      : { kind: 'ignore', outcome: 'unknown_operation', reason: `${describePi(pi)} names an operation the ledger does not have; nothing was charged` };
+  }
+
+  // Does the PaymentIntent really belong to this operation? (fromPaymentIntent checks amount and
+  // currency too, for the open case; here they also decide whether a final operation is contradicted.)
+  const mismatch: string[] = [];
+  if (pi.amount !== op.amount) mismatch.push('amount');
+  if (pi.currency !== op.currency) mismatch.push('currency');
+  if (pi.customer !== null && pi.customer !== op.customerId) mismatch.push('customer');
+  if (pi.metadata.order_id !== undefined && pi.metadata.order_id !== op.orderId) mismatch.push('metadata.order_id');
+  const generation = pi.metadata.key_generation;
+  const otherGeneration = generation !== undefined && generation !== String(op.keyGeneration);
+
+  if (op.status === 'succeeded' || op.status === 'failed') {
+    const same = op.externalId === pi.id;
+    if (op.status === 'succeeded') {
+      if (same && pi.status === 'canceled') return { kind: 'contradiction', reason: `operation succeeded with ${pi.id}, but an event says it was canceled` };
+      if (!same && MONEY_MAY_MOVE.has(pi.status)) {
+        return { kind: 'contradiction', reason: `operation succeeded with ${op.externalId}, and a second ${describePi(pi)} exists for the same order` };
+      }
+      return { kind: 'stale', reason: same ? `operation already succeeded with ${pi.id}; event status ${pi.status}` : `${describePi(pi)} did not charge; operation succeeded with ${op.externalId}` };
+    }
+    if (pi.status === 'succeeded' || (!same && MONEY_MAY_MOVE.has(pi.status))) {
+      return { kind: 'contradiction', reason: `operation failed${op.externalId ? ` (${op.externalId})` : ''}, but ${describePi(pi)} says money moved` };
+    }
+    return { kind: 'stale', reason: `operation already failed; event status ${pi.status}` };
+  }
+
+  if (op.reviewReason !== null) return { kind: 'in_review', reason: `operation is in review; ${describePi(pi)} noted for the operator` };
+  if (mismatch.length > 0 || otherGeneration) {
+    const what = [...mismatch, ...(otherGeneration ? [`key generation ${generation} ≠ ${op.keyGeneration}`] : [])].join(', ');
+    if (!MONEY_MAY_MOVE.has(pi.status)) return { kind: 'ignore', outcome: 'other_payment_intent', reason: `${describePi(pi)} does not match the operation (${what}) and charged nothing` };
+    return { kind: 'review', reason: `${describePi(pi)} names this operation but does not match it (${what}); not adopted` };
+  }
+  if (op.externalId !== null && op.externalId !== pi.id) {
+    if (!MONEY_MAY_MOVE.has(pi.status)) return { kind: 'ignore', outcome: 'other_payment_intent', reason: `${describePi(pi)} is not the operation's ${op.externalId} and charged nothing` };
+    return { kind: 'review', reason: `a second ${describePi(pi)} for one operation (it holds ${op.externalId})` };
+  }
+  return { kind: 'settle', evidence: TERMINAL.has(pi.status) ? 'snapshot' : 'retrieve' };
+}

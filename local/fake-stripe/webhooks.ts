@@ -1,0 +1,413 @@
+// The fake Stripe's event deliveries: Stripe events made from what happens in the fake's ledger
+// (a PaymentIntent created or settled) and from "Dashboard" actions (a refund, a dispute), signed
+// exactly as Stripe documents and POSTed to an endpoint — with the faults Stripe documents its
+// deliveries may have.
+//
+// What Stripe documents and this file follows:
+//   - signing (https://docs.stripe.com/webhooks#verify-manually): header
+//     `Stripe-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "${t}.${raw body}")>`, the
+//     secret being the endpoint's whsec_… string used as the HMAC key as is; every delivery attempt
+//     is signed afresh with its own timestamp;
+//   - the event object (https://docs.stripe.com/api/events/object): id evt_…, object "event",
+//     api_version, created (unix seconds), data.object (the resource at that moment),
+//     data.previous_attributes for updates, livemode, pending_webhooks, request, type;
+//   - delivery (https://docs.stripe.com/webhooks#retries, #event-ordering): at least once — the
+//     same event may arrive more than once; no ordering guarantee; a delivery that gets no 2xx is
+//     retried with exponential backoff for up to three days (live mode).
+// Nothing here needs the server's internals: it watches the ledger through the FakeStripe interface.
+import { createHmac } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { mulberry32 } from '../random.ts';
+import type { FakeStripe, PaymentIntentRecord } from './types.ts';
+import { randomId } from './wire.ts';
+
+export const FAKE_API_VERSION = '2026-10-28.endive';
+
+/** Stripe's documented scheme, independent of any SDK (the product verifies with the SDK: two implementations meet). */
+export function signStripePayload(payload: string, secret: string, timestampSeconds: number): string {
+  const signature = createHmac('sha256', secret).update(`${timestampSeconds}.${payload}`, 'utf8').digest('hex');
+  return `t=${timestampSeconds},v1=${signature}`;
+}
+
+export interface StripeEventJson {
+  readonly id: string;
+  readonly object: 'event';
+  readonly api_version: string;
+  readonly created: number;
+  readonly data: { readonly object: Record<string, unknown>; readonly previous_attributes?: Record<string, unknown> };
+  readonly livemode: boolean;
+  readonly pending_webhooks: number;
+  readonly request: { readonly id: string | null; readonly idempotency_key: string | null };
+  readonly type: string;
+}
+
+export function makeStripeEvent(type: string, object: Record<string, unknown>, options: { createdMs?: number; previousAttributes?: Record<string, unknown> } = {}): StripeEventJson {
+  return {
+    id: randomId('evt_', 24),
+    object: 'event',
+    api_version: FAKE_API_VERSION,
+    created: Math.floor((options.createdMs ?? Date.now()) / 1000),
+    data: { object: structuredClone(object), ...(options.previousAttributes ? { previous_attributes: options.previousAttributes } : {}) },
+    livemode: false,
+    pending_webhooks: 1,
+    request: { id: null, idempotency_key: null },
+    type,
+  };
+}
+
+/** The event type Stripe sends when a PaymentIntent enters a status (none for requires_confirmation / requires_capture here). */
+export function paymentIntentEventType(status: string): string | null {
+  switch (status) {
+    case 'succeeded':
+      return 'payment_intent.succeeded';
+    case 'processing':
+      return 'payment_intent.processing';
+    case 'requires_action':
+      return 'payment_intent.requires_action';
+    case 'canceled':
+      return 'payment_intent.canceled';
+    case 'requires_payment_method':
+      return 'payment_intent.payment_failed';
+    default:
+      return null;
+  }
+}
+
+/** The wire shape of a ledger record (the fake's bookkeeping fields removed). */
+export function paymentIntentJson(record: PaymentIntentRecord): Record<string, unknown> {
+  const { idempotencyKey: _key, createdAtMs: _at, ...pi } = record;
+  return { ...pi, latest_charge: chargeIdOf(record.id) };
+}
+
+/** One charge per PaymentIntent in this fake; its id is derived so that refunds and disputes can name it. */
+export const chargeIdOf = (paymentIntentId: string): string => `ch_${paymentIntentId.slice(3)}`;
+
+export interface DeliveryFaults {
+  /** Same event delivered a second time (another attempt, freshly signed). */
+  readonly duplicate?: number;
+  /** First attempt "lost" (no answer): retried later on Stripe's backoff. */
+  readonly lost?: number;
+  /** Extra delay before a delivery, uniform in [0, maxDelayMs]: reorders events. */
+  readonly delayed?: number;
+  readonly maxDelayMs?: number;
+  /** A forged copy sent beside the real delivery: tampered body, wrong secret or stale timestamp (must be refused). */
+  readonly badSignature?: number;
+}
+
+export interface WebhookDispatcherOptions {
+  readonly fake: FakeStripe;
+  /** Where to POST (the local endpoint); null: events are made but not delivered until setEndpoint(). */
+  readonly endpoint: string | null;
+  readonly secret: string;
+  readonly faults?: DeliveryFaults;
+  readonly seed?: number;
+  /** How often the ledger is looked at for new PaymentIntents and status changes. */
+  readonly pollMs?: number;
+  /**
+   * Stripe's retry schedule (minutes to hours, up to three days) multiplied by this; the local
+   * time-lapse shrinks it. Default 1/3600 (an hour becomes a second).
+   */
+  readonly retryScale?: number;
+  readonly maxAttempts?: number;
+  /** false: watch the ledger only (settle times for the ledger's figures), deliver nothing. Default true. */
+  readonly deliver?: boolean;
+}
+
+export interface DeliveryStats {
+  readonly eventsCreated: number;
+  readonly attempts: number;
+  /** Distinct events whose delivery got a 2xx. */
+  readonly acknowledged: number;
+  readonly duplicatesSent: number;
+  readonly lostAttempts: number;
+  readonly retries: number;
+  readonly forgedSent: number;
+  readonly forgedRefused: number;
+  /** Forged deliveries the endpoint accepted: must stay 0. */
+  readonly forgedAccepted: number;
+  readonly non2xx: number;
+  /** Events given up on after maxAttempts (Stripe's three days): the reconciler's polling still settles. */
+  readonly abandoned: number;
+  /** Deliveries still waiting (a delay, a retry) when the dispatcher was stopped. */
+  readonly unfinished: number;
+  readonly pending: number;
+}
+
+/** Stripe's documented backoff, roughly: minutes, then hours, up to three days in total. */
+const RETRY_SCHEDULE_MS = [60_000, 5 * 60_000, 30 * 60_000, 2 * 3_600_000, 5 * 3_600_000, 10 * 3_600_000, 24 * 3_600_000, 24 * 3_600_000];
+
+export class WebhookDispatcher {
+  readonly #fake: FakeStripe;
+  #endpoint: string | null;
+  readonly #secret: string;
+  #faults: DeliveryFaults;
+  readonly #random: () => number;
+  readonly #pollMs: number;
+  readonly #retryScale: number;
+  readonly #maxAttempts: number;
+  readonly #seen = new Map<string, string>();
+  readonly #seenRefunds = new Set<string>();
+  /** Amount refunded so far per PaymentIntent, as the events told it. */
+  readonly #refunded = new Map<string, number>();
+  readonly #deliverEvents: boolean;
+  /** When a PaymentIntent that was seen unsettled (processing, requires_action) was first seen settled. */
+  readonly #settledAt = new Map<string, number>();
+  readonly #events: StripeEventJson[] = [];
+  readonly #inFlight = new Set<Promise<void>>();
+  readonly #acknowledged = new Set<string>();
+  #timer: NodeJS.Timeout | undefined;
+  #stopped = false;
+  #abort = new AbortController();
+  #stats = { eventsCreated: 0, attempts: 0, duplicatesSent: 0, lostAttempts: 0, retries: 0, forgedSent: 0, forgedRefused: 0, forgedAccepted: 0, non2xx: 0, abandoned: 0, unfinished: 0 };
+
+  constructor(options: WebhookDispatcherOptions) {
+    this.#fake = options.fake;
+    this.#endpoint = options.endpoint;
+    this.#secret = options.secret;
+    this.#faults = options.faults ?? {};
+    this.#random = mulberry32(options.seed ?? 1);
+    this.#pollMs = options.pollMs ?? 50;
+    this.#retryScale = options.retryScale ?? 1 / 3600;
+    this.#maxAttempts = options.maxAttempts ?? RETRY_SCHEDULE_MS.length + 1;
+    this.#deliverEvents = options.deliver ?? true;
+  }
+
+  /** PaymentIntent id → when Stripe settled it (first seen final after being seen processing / requiring action). */
+  settleTimes(): ReadonlyMap<string, number> {
+    return this.#settledAt;
+  }
+
+  setEndpoint(url: string | null): void {
+    this.#endpoint = url;
+  }
+
+  setFaults(faults: DeliveryFaults): void {
+    this.#faults = faults;
+  }
+
+  /** Watch the ledger and deliver what changes. */
+  start(): void {
+    if (this.#timer) return;
+    this.#stopped = false;
+    if (this.#abort.signal.aborted) this.#abort = new AbortController();
+    // A poll reads the whole ledger: with many PaymentIntents (a 10,000-order soak) the next one
+    // waits ten times as long as the last took, so watching never costs more than ~10 % of a core.
+    const tick = () => {
+      const started = performance.now();
+      this.poll();
+      if (this.#stopped) return;
+      this.#timer = setTimeout(tick, Math.max(this.#pollMs, Math.round((performance.now() - started) * 10)));
+      this.#timer.unref();
+    };
+    this.#timer = setTimeout(tick, this.#pollMs);
+    this.#timer.unref();
+  }
+
+  /** Stop watching; requests in flight finish, waiting retries are given up (counted as pending at the end). */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#abort.abort();
+    await this.drain();
+  }
+
+  /** false when stopped meanwhile. */
+  async #wait(ms: number): Promise<boolean> {
+    try {
+      await sleep(ms, undefined, { signal: this.#abort.signal });
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Wait until every delivery started so far has been acknowledged or abandoned. */
+  async drain(): Promise<void> {
+    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
+  }
+
+  /** Every event made so far (ground truth for tests and the ledger view). */
+  events(): readonly StripeEventJson[] {
+    return this.#events;
+  }
+
+  stats(): DeliveryStats {
+    return { ...this.#stats, acknowledged: this.#acknowledged.size, pending: this.#inFlight.size };
+  }
+
+  /** Look at the ledger once: an event for every new PaymentIntent status, and for every new Refund. */
+  poll(): void {
+    this.#pollRefunds();
+    for (const pi of this.#fake.paymentIntents()) {
+      const before = this.#seen.get(pi.id);
+      if (before === pi.status) continue;
+      this.#seen.set(pi.id, pi.status);
+      if ((before === 'processing' || before === 'requires_action') && pi.status !== 'processing' && pi.status !== 'requires_action') this.#settledAt.set(pi.id, Date.now());
+      if (!this.#deliverEvents) continue;
+      const type = paymentIntentEventType(pi.status);
+      if (type) this.emit(makeStripeEvent(type, paymentIntentJson(pi)));
+    }
+  }
+
+  /**
+   * Refunds made through the fake's Refunds API (or its control API, standing for the Dashboard):
+   * "charge.refunded — occurs whenever a charge is refunded, including partial refunds", with the
+   * charge as it is after the refund and data.previous_attributes.amount_refunded before it. A refund
+   * that later fails or is canceled gives the money back to the charge; Stripe says so with
+   * charge.refund.updated, which this pipeline does not subscribe to (not modelled here).
+   */
+  #pollRefunds(): void {
+    const refunds = this.#fake.refunds();
+    for (const refund of refunds) {
+      if (this.#seenRefunds.has(refund.id)) continue;
+      this.#seenRefunds.add(refund.id);
+      if (refund.status === 'failed' || refund.status === 'canceled') continue;
+      const pi = this.#fake.paymentIntents().find((p) => p.id === refund.payment_intent);
+      if (!pi) continue;
+      const before = this.#refunded.get(pi.id) ?? 0;
+      const after = Math.min(pi.amount, before + refund.amount);
+      this.#refunded.set(pi.id, after);
+      if (this.#deliverEvents) this.emit(makeStripeEvent('charge.refunded', this.#charge(pi, after), { previousAttributes: { amount_refunded: before, refunded: before === pi.amount } }));
+    }
+  }
+
+  #charge(pi: PaymentIntentRecord, amountRefunded: number): Record<string, unknown> {
+    return {
+      id: chargeIdOf(pi.id),
+      object: 'charge',
+      amount: pi.amount,
+      amount_refunded: amountRefunded,
+      currency: pi.currency,
+      customer: pi.customer,
+      payment_intent: pi.id,
+      paid: true,
+      refunded: amountRefunded === pi.amount,
+      status: 'succeeded',
+      metadata: {},
+    };
+  }
+
+  /** A refund made in the Dashboard, given directly: charge.refunded with the charge as it is after it. */
+  refund(paymentIntentId: string, amount?: number, alreadyRefunded = 0): StripeEventJson {
+    const pi = this.#record(paymentIntentId);
+    const refunded = Math.min(pi.amount, alreadyRefunded + (amount ?? pi.amount - alreadyRefunded));
+    const charge = {
+      id: chargeIdOf(pi.id),
+      object: 'charge',
+      amount: pi.amount,
+      amount_refunded: refunded,
+      currency: pi.currency,
+      customer: pi.customer,
+      payment_intent: pi.id,
+      paid: true,
+      refunded: refunded === pi.amount,
+      status: 'succeeded',
+      metadata: {},
+    };
+    return this.emit(makeStripeEvent('charge.refunded', charge, { previousAttributes: { amount_refunded: alreadyRefunded, refunded: false } }));
+  }
+
+  /** A dispute opened by the cardholder's bank (created) or decided (closed: won / lost). */
+  dispute(paymentIntentId: string, phase: 'created' | 'closed', status = phase === 'created' ? 'needs_response' : 'lost'): StripeEventJson {
+    const pi = this.#record(paymentIntentId);
+    const dispute = {
+      id: `dp_${pi.id.slice(3)}`,
+      object: 'dispute',
+      amount: pi.amount,
+      charge: chargeIdOf(pi.id),
+      currency: pi.currency,
+      payment_intent: pi.id,
+      reason: 'fraudulent',
+      status,
+    };
+    return this.emit(makeStripeEvent(`charge.dispute.${phase}`, dispute));
+  }
+
+  /** Queue an event for delivery (with the configured faults). */
+  emit(event: StripeEventJson): StripeEventJson {
+    this.#events.push(event);
+    this.#stats.eventsCreated++;
+    const copies = this.#random() < (this.#faults.duplicate ?? 0) ? 2 : 1;
+    if (copies === 2) this.#stats.duplicatesSent++;
+    for (let i = 0; i < copies; i++) this.#track(this.#deliver(event));
+    if (this.#random() < (this.#faults.badSignature ?? 0)) {
+      this.#stats.forgedSent++;
+      this.#track(this.#forge(event));
+    }
+    return event;
+  }
+
+  #record(paymentIntentId: string): PaymentIntentRecord {
+    const pi = this.#fake.paymentIntents().find((p) => p.id === paymentIntentId);
+    if (!pi) throw new RangeError(`no such PaymentIntent: ${paymentIntentId}`);
+    return pi;
+  }
+
+  #track(work: Promise<void>): void {
+    this.#inFlight.add(work);
+    void work.finally(() => this.#inFlight.delete(work));
+  }
+
+  async #deliver(event: StripeEventJson): Promise<void> {
+    const payload = JSON.stringify(event, null, 2);
+    if (this.#random() < (this.#faults.delayed ?? 0) && !(await this.#wait(Math.round(this.#random() * (this.#faults.maxDelayMs ?? 200))))) return this.#unfinished();
+    for (let attempt = 1; attempt <= this.#maxAttempts; attempt++) {
+      if (attempt > 1) {
+        this.#stats.retries++;
+        if (!(await this.#wait(Math.max(1, Math.round(RETRY_SCHEDULE_MS[Math.min(attempt - 2, RETRY_SCHEDULE_MS.length - 1)]! * this.#retryScale))))) return this.#unfinished();
+      }
+      while (this.#endpoint === null && !this.#stopped) if (!(await this.#wait(this.#pollMs))) return this.#unfinished();
+      if (this.#endpoint === null || this.#stopped) return this.#unfinished();
+      this.#stats.attempts++;
+      if (attempt === 1 && this.#random() < (this.#faults.lost ?? 0)) {
+        this.#stats.lostAttempts++;
+        continue;
+      }
+      const status = await this.#post(payload, signStripePayload(payload, this.#secret, Math.floor(Date.now() / 1000)));
+      if (status >= 200 && status < 300) {
+        this.#acknowledged.add(event.id);
+        return;
+      }
+      this.#stats.non2xx++;
+    }
+    this.#stats.abandoned++;
+  }
+
+  #unfinished(): void {
+    this.#stats.unfinished++;
+  }
+
+  /** A copy that must never be accepted: tampered after signing, signed with another secret, or replayed too late. */
+  async #forge(event: StripeEventJson): Promise<void> {
+    const payload = JSON.stringify(event, null, 2);
+    const now = Math.floor(Date.now() / 1000);
+    const pick = Math.floor(this.#random() * 3);
+    const forged =
+      pick === 0
+        ? { body: payload.replace(/"amount": (\d+)/, (_, n: string) => `"amount": ${Number(n) + 1}`), header: signStripePayload(payload, this.#secret, now) }
+        : pick === 1
+          ? { body: payload, header: signStripePayload(payload, 'whsec_not_the_endpoint_secret', now) }
+          : { body: payload, header: signStripePayload(payload, this.#secret, now - 3600) };
+    while (this.#endpoint === null && !this.#stopped) if (!(await this.#wait(this.#pollMs))) return;
+    if (this.#endpoint === null || this.#stopped) return;
+    const status = await this.#post(forged.body, forged.header);
+    if (status >= 200 && status < 300) this.#stats.forgedAccepted++;
+    else this.#stats.forgedRefused++;
+  }
+
+  async #post(body: string, signature: string): Promise<number> {
+    try {
+      const answer = await fetch(this.#endpoint!, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json; charset=utf-8', 'stripe-signature': signature, 'user-agent': 'Stripe/1.0 (+https://stripe.com/docs/webhooks)' },
+        body,
+        signal: AbortSignal.timeout(30_000),
+      });
+      await answer.arrayBuffer();
+      return answer.status;
+    } catch {
+      return 0;
+    }
+  }
+}

@@ -1,0 +1,130 @@
+// Stripe events in, as synthesized: the webhook door (Function URL, signing secret created empty,
+// least privilege, outputs), the EventBridge door (a rule on the partner bus with a DLQ), and none.
+import { afterAll, describe, expect, it } from 'vitest';
+import { SUBSCRIBED_EVENT_TYPES } from '../../lambdas/payments/event-decisions.ts';
+import { asArray, logicalId, ofType, policyStatements, removeSynthOutput, synthPipeline } from './support.ts';
+
+afterAll(removeSynthOutput);
+
+const PARTNER_BUS = 'aws.partner/stripe.com/ed_61SZqWQdxLbHL7HgR16SSVRnAtwSQLqJc2eTb0fj8Kpk';
+
+describe('stripeEvents: webhook (the default)', () => {
+  const { pipeline, resources, template } = synthPipeline();
+  const fnId = logicalId(pipeline.stripeEvents!.function);
+  const fn = resources[fnId]!;
+
+  it('is one function behind a Function URL with auth NONE (the Stripe signature is the authentication)', () => {
+    const urls = ofType(resources, 'AWS::Lambda::Url');
+    expect(urls).toHaveLength(1);
+    expect(urls[0]![1].Properties).toMatchObject({ AuthType: 'NONE', InvokeMode: 'BUFFERED', TargetFunctionArn: { 'Fn::GetAtt': [fnId, 'Arn'] } });
+    expect(fn.Properties!.Environment.Variables).toMatchObject({
+      STRIPE_EVENTS_INPUT: 'webhook',
+      STRIPE_WEBHOOK_SECRET_ARN: { Ref: logicalId(pipeline.stripeEvents!.webhookSecret as never) },
+      // Stripe waits for the answer: the inline retrieve is one short attempt
+      STRIPE_TIMEOUT_MS: '5000',
+      STRIPE_MAX_NETWORK_RETRIES: '0',
+    });
+    expect(fn.Properties).toMatchObject({ Runtime: 'nodejs24.x', Architectures: ['arm64'], Timeout: 30 });
+  });
+
+  it('the public may call the URL only: the one lambda:InvokeFunction for everyone is conditioned on InvokedViaFunctionUrl', () => {
+    const publicPermissions = ofType(resources, 'AWS::Lambda::Permission')
+      .map(([, p]) => p.Properties!)
+      .filter((p) => p.Principal === '*' && JSON.stringify(p.FunctionName).includes(fnId));
+    expect(publicPermissions).toHaveLength(2);
+    expect(publicPermissions).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ Action: 'lambda:InvokeFunctionUrl', FunctionUrlAuthType: 'NONE' }),
+        expect.objectContaining({ Action: 'lambda:InvokeFunction', InvokedViaFunctionUrl: true }),
+      ]),
+    );
+  });
+
+  it('creates the signing secret empty: the whsec_… never passes through the template', () => {
+    const secret = resources[logicalId(pipeline.stripeEvents!.webhookSecret as never)]!;
+    expect(secret.Properties!.SecretString).toBe('{"secret":""}');
+    expect(JSON.stringify(fn.Properties!.Environment)).not.toMatch(/whsec_/);
+  });
+
+  it('only the Stripe-events function may read the signing secret', () => {
+    const secretId = logicalId(pipeline.stripeEvents!.webhookSecret as never);
+    const readers = policyStatements(resources)
+      .filter(({ statement }) => JSON.stringify(statement.Resource ?? '').includes(secretId))
+      .flatMap(({ owner }) => asArray<{ Ref: string }>(resources[owner]!.Properties!.Roles).map((r) => r.Ref));
+    expect([...new Set(readers)]).toEqual([logicalId(pipeline.stripeEvents!.function.role!)]);
+  });
+
+  it('reads the application role\'s secret (never the owner\'s), the Stripe key and the signing secret, and publishes on the bus', () => {
+    const role = logicalId(pipeline.stripeEvents!.function.role!);
+    const statements = policyStatements(resources)
+      .filter(({ owner }) => JSON.stringify(resources[owner]!.Properties!.Roles ?? []).includes(role))
+      .map(({ statement }) => statement);
+    const read = statements.filter((s) => JSON.stringify(s.Action).includes('secretsmanager:GetSecretValue')).flatMap((s) => asArray(s.Resource));
+    expect(read).toEqual(
+      expect.arrayContaining([
+        { Ref: logicalId(pipeline.applicationDatabaseSecret) },
+        { Ref: logicalId(pipeline.stripeSecret.node.defaultChild!) },
+        { Ref: logicalId(pipeline.stripeEvents!.webhookSecret as never) },
+      ]),
+    );
+    expect(read).toHaveLength(3);
+    expect(JSON.stringify(statements)).not.toContain(logicalId(pipeline.databaseSecret));
+    expect(fn.Properties!.Environment.Variables.DB_SECRET_ARN).toEqual({ Ref: logicalId(pipeline.applicationDatabaseSecret) });
+    expect(statements).toContainEqual({ Action: 'events:PutEvents', Effect: 'Allow', Resource: { 'Fn::GetAtt': [logicalId(pipeline.eventBus), 'Arn'] } });
+  });
+
+  it('outputs the endpoint URL and exactly the events to subscribe to', () => {
+    const outputs = template.toJSON().Outputs as Record<string, { Value: unknown; Description: string }>;
+    const url = Object.entries(outputs).find(([id]) => id.includes('WebhookUrl'));
+    expect(url?.[1].Value).toEqual({ 'Fn::GetAtt': [expect.stringContaining('StripeEventsFunctionFunctionUrl'), 'FunctionUrl'] });
+    const events = Object.entries(outputs).find(([id]) => id.includes('SubscribedEvents'));
+    expect(events?.[1].Value).toBe(SUBSCRIBED_EVENT_TYPES.join(','));
+    expect(SUBSCRIBED_EVENT_TYPES).toEqual([
+      'payment_intent.succeeded', 'payment_intent.payment_failed', 'payment_intent.canceled', 'payment_intent.processing',
+      'payment_intent.requires_action', 'charge.refunded', 'charge.dispute.created', 'charge.dispute.closed',
+    ]);
+  });
+
+  it('runs after the migrations, like every function that touches the schema', () => {
+    const dependsOn = asArray<string>(fn.DependsOn as string | string[] | undefined);
+    expect(dependsOn.some((id) => id.includes('Migrations'))).toBe(true);
+  });
+
+  it('caps its concurrency when asked', () => {
+    const capped = synthPipeline({ stripeEventsReservedConcurrency: 10 });
+    expect(capped.resources[logicalId(capped.pipeline.stripeEvents!.function)]!.Properties!.ReservedConcurrentExecutions).toBe(10);
+  });
+});
+
+describe('stripeEvents: eventbridge', () => {
+  const { pipeline, resources } = synthPipeline({ stripeEvents: 'eventbridge', stripePartnerEventBusName: PARTNER_BUS });
+  const fnId = logicalId(pipeline.stripeEvents!.function);
+
+  it('a rule on the partner bus, for the subscribed types, targets the same function, with a DLQ', () => {
+    const rules = ofType(resources, 'AWS::Events::Rule').filter(([, r]) => r.Properties!.EventBusName === PARTNER_BUS);
+    expect(rules).toHaveLength(1);
+    const rule = rules[0]![1].Properties!;
+    expect(rule.EventPattern).toEqual({ source: [{ prefix: 'aws.partner/stripe.com/' }], 'detail-type': [...SUBSCRIBED_EVENT_TYPES] });
+    expect(rule.Targets[0]).toMatchObject({ Arn: { 'Fn::GetAtt': [fnId, 'Arn'] }, DeadLetterConfig: { Arn: { 'Fn::GetAtt': [logicalId(pipeline.stripeEvents!.deadLetterQueue!), 'Arn'] } } });
+    expect(resources[fnId]!.Properties!.Environment.Variables).toMatchObject({ STRIPE_EVENTS_INPUT: 'eventbridge', STRIPE_PARTNER_EVENT_SOURCE: PARTNER_BUS });
+  });
+
+  it('no Function URL and no signing secret', () => {
+    expect(ofType(resources, 'AWS::Lambda::Url')).toHaveLength(0);
+    expect(pipeline.stripeEvents!.webhookSecret).toBeUndefined();
+  });
+
+  it('refuses to synthesize without the partner bus, saying what to set', () => {
+    expect(() => synthPipeline({ stripeEvents: 'eventbridge' })).toThrow(/stripePartnerEventBusName/);
+    expect(() => synthPipeline({ stripeEvents: 'eventbridge', stripePartnerEventBusName: 'default' })).toThrow(/aws.partner\/stripe.com/);
+  });
+});
+
+describe('stripeEvents: none (polling only)', () => {
+  it('makes no function, no URL, no secret, and no Stripe-events alarm', () => {
+    const { pipeline, resources } = synthPipeline({ stripeEvents: 'none' });
+    expect(pipeline.stripeEvents).toBeUndefined();
+    expect(ofType(resources, 'AWS::Lambda::Url')).toHaveLength(0);
+    expect(pipeline.alarms.map((a) => a.name)).not.toContain('StripeWebhookRejected');
+  });
+});

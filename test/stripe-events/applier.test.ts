@@ -1,0 +1,279 @@
+// Applying Stripe events on real PostgreSQL, with the real engine and the real stripe SDK against the
+// fake Stripe: settle, never undo, idempotent per event id, wait for a held lease, contradictions and
+// unrecorded charges as findings, refunds and disputes as outcome events, the EventBridge door.
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { chargeAftermathDetailSchema, chargeOutcomeDetailSchema } from '../../lambdas/events/contract.ts';
+import { ChargeEngine } from '../../lambdas/payments/engine.ts';
+import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
+import { inboxGauges } from '../../lambdas/payments/inbox-store.ts';
+import { claimById, findOperation, recordOutcomes } from '../../lambdas/payments/operations-store.ts';
+import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
+import { checkInvariants } from '../../local/invariants.ts';
+import { receivePartnerEvent, receiveWebhook, RejectCode } from '../../lambdas/stripe-events/receive.ts';
+import { makeStripeEvent, WebhookDispatcher, type StripeEventJson } from '../../local/fake-stripe/webhooks.ts';
+import { createTestDatabase, type TestDatabase } from '../support/db.ts';
+import { chargeOrder } from '../support/orders.ts';
+import { startStripe, type StripeHarness } from '../support/stripe.ts';
+import { count, delivery, inboxRow, piEvent, SECRET } from './support.ts';
+
+let db: TestDatabase;
+let stripe: StripeHarness;
+beforeAll(async () => {
+  db = await createTestDatabase('applier');
+  stripe = await startStripe();
+});
+afterAll(async () => {
+  await stripe.close();
+  await db.drop();
+});
+beforeEach(() => stripe.fake.reset());
+
+const engine = () => new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5 });
+const applier = () => new StripeEventApplier({ db: db.pool, gateway: stripe.gateway, actor: 'stripe-events', random: () => 0.5 });
+const settings = { secret: SECRET, maxBodyBytes: 256 * 1024 };
+const deliver = (event: StripeEventJson) => receiveWebhook(delivery(event), settings, { db: db.pool, applier: applier(), publisher: null });
+
+/** An operation whose PaymentIntent Stripe left `processing`: the engine wrote `unknown` + its id. */
+async function processingOperation() {
+  stripe.fake.injectFault({}, 'processing');
+  const [r] = await engine().processRequests([chargeOrder()]);
+  const op = (await findOperation(db.pool, r!.operationId))!;
+  expect(op).toMatchObject({ status: 'unknown' });
+  const pi = stripe.fake.paymentIntents({ operationId: op.id })[0]!;
+  return { op, pi };
+}
+const truth = (operationId: string) => stripe.fake.paymentIntents({ operationId })[0]!;
+const audit = (operationId: string) => db.pool.query('SELECT * FROM payment_operation_events WHERE operation_id = $1 ORDER BY id', [operationId]).then((r) => r.rows);
+const outbox = (operationId: string) => db.pool.query('SELECT * FROM outcome_events WHERE operation_id = $1 ORDER BY created_at', [operationId]).then((r) => r.rows);
+
+describe('payment_intent.* for an open operation', () => {
+  it('Stripe settles a processing PaymentIntent → the succeeded event settles the operation at once, with its outcome event', async () => {
+    const { op } = await processingOperation();
+    stripe.fake.settle(op.externalId!, 'succeeded');
+    const r = await deliver(piEvent(truth(op.id)));
+    expect(r).toMatchObject({ kind: 'recorded', applied: { outcome: 'settled' } });
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded', externalId: op.externalId });
+    const [event] = await outbox(op.id);
+    expect(event).toMatchObject({ event_type: 'Charge Succeeded' });
+    expect(chargeOutcomeDetailSchema.safeParse(event.payload).success).toBe(true);
+    const line = (await audit(op.id)).find((a) => a.action === 'outcome_recorded' && a.detail.stripeEventId);
+    expect(line).toMatchObject({ actor: 'stripe-events', to_status: 'succeeded', detail: { evidence: 'event' } });
+  });
+
+  it('payment_failed is not trusted alone: the PaymentIntent is retrieved, and what Stripe says now decides', async () => {
+    const { op } = await processingOperation();
+    stripe.fake.settle(op.externalId!, 'requires_payment_method');
+    const before = stripe.fake.requests().length;
+    const r = await deliver(piEvent(truth(op.id)));
+    expect(r).toMatchObject({ applied: { outcome: 'settled' } });
+    expect(stripe.fake.requests().slice(before).map((q) => q.endpoint)).toEqual(['retrieve']);
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'failed' });
+  });
+
+  it('an old processing event that arrives after the PaymentIntent succeeded → retrieve says succeeded → succeeded', async () => {
+    const { op, pi } = await processingOperation();
+    const old = piEvent(pi, 'processing');
+    stripe.fake.settle(op.externalId!, 'succeeded');
+    expect(await deliver(old)).toMatchObject({ applied: { outcome: 'settled' } });
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded' });
+  });
+
+  it('succeeded before processing → stays succeeded (the later-arriving older event is stale)', async () => {
+    const { op, pi } = await processingOperation();
+    const processing = piEvent(pi, 'processing');
+    stripe.fake.settle(op.externalId!, 'succeeded');
+    await deliver(piEvent(truth(op.id)));
+    const r = await deliver(processing);
+    expect(r).toMatchObject({ applied: { outcome: 'stale' } });
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded' });
+    expect(await outbox(op.id)).toHaveLength(1);
+  });
+
+  it('the same event delivered five times → applied once', async () => {
+    const { op } = await processingOperation();
+    stripe.fake.settle(op.externalId!, 'succeeded');
+    const event = piEvent(truth(op.id));
+    const outcomes = [];
+    for (let i = 0; i < 5; i++) outcomes.push(await deliver(event));
+    expect(outcomes.map((o) => (o.kind === 'recorded' ? o.duplicate : null))).toEqual([false, true, true, true, true]);
+    expect((await audit(op.id)).filter((a) => a.action === 'outcome_recorded' && a.detail.stripeEventId === event.id)).toHaveLength(1);
+    expect(await outbox(op.id)).toHaveLength(1);
+    expect(await inboxRow(db.pool, event.id)).toMatchObject({ outcome: 'settled', attempts: 1 });
+  });
+
+  it('an event while a worker holds the lease waits in the inbox, and is applied after that worker’s write', async () => {
+    const { op } = await processingOperation();
+    await db.pool.query('UPDATE payment_operations SET next_attempt_at = now() WHERE id = $1', [op.id]);
+    const token = randomUUID();
+    const held = await claimById(db.pool, op.id, token, 60_000, 'slow-worker');
+    expect(held?.claimed).not.toBeNull();
+    stripe.fake.settle(op.externalId!, 'succeeded');
+    const event = piEvent(truth(op.id));
+    const r = await deliver(event);
+    expect(r).toMatchObject({ applied: { outcome: 'deferred' } });
+    const waiting = await inboxRow(db.pool, event.id);
+    expect(waiting).toMatchObject({ applied_at: null, operation_id: op.id });
+    expect(waiting!.next_attempt_at.getTime()).toBeGreaterThan(Date.now() + 50_000);
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'unknown', leaseToken: token });
+
+    // The worker writes what it learnt before the settle (still processing): its write is not overtaken.
+    const [written] = await recordOutcomes(db.pool, [{
+      operationId: op.id, leaseToken: token, action: 'record', step: 'retrieve', fromStatus: 'unknown', keyGeneration: 0,
+      status: 'unknown', externalId: op.externalId, reviewReason: null, retryAfterMs: 60_000, error: null, errorClass: null, errorCode: null, detail: {},
+    }], 'slow-worker', 0);
+    expect(written!.applied).toBe(true);
+    expect(await inboxGauges(db.pool)).toMatchObject({ backlog: 1 });
+
+    // The reconciler's next pass: the worker wrote (its lease is given back), so the event is due at
+    // once — not only when the lease would have ended.
+    const summary = await applier().applyDue();
+    expect(summary.byOutcome).toMatchObject({ settled: 1 });
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded' });
+    expect(await inboxGauges(db.pool)).toMatchObject({ backlog: 0 });
+  });
+
+  it('Stripe unreachable for the retrieve → the event waits in the inbox, the operation is released untouched', async () => {
+    const { op, pi } = await processingOperation();
+    const noStripe = new StripeEventApplier({ db: db.pool, gateway: null, random: () => 0.5 });
+    const r = await receiveWebhook(delivery(piEvent(pi, 'processing')), settings, { db: db.pool, applier: noStripe, publisher: null });
+    expect(r).toMatchObject({ applied: { outcome: 'deferred' } });
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'unknown', leaseToken: null });
+  });
+
+  it('a PaymentIntent of another customer naming our operation is not adopted: review with the evidence', async () => {
+    const { op, pi } = await processingOperation();
+    const event = makeStripeEvent('payment_intent.succeeded', { ...piEvent(pi).data.object, status: 'succeeded', customer: 'cus_somebody_else' });
+    expect(await deliver(event)).toMatchObject({ applied: { outcome: 'review' } });
+    const after = (await findOperation(db.pool, op.id))!;
+    expect(after.status).toBe('unknown');
+    expect(after.reviewReason).toMatch(/customer/);
+    expect((await outbox(op.id)).map((e) => e.event_type)).toEqual(['Charge Needs Review']);
+  });
+
+  it('an operation in review is never settled by an event: the event is noted for the operator', async () => {
+    const { op, pi } = await processingOperation();
+    await db.pool.query(`UPDATE payment_operations SET review_reason = 'test', next_attempt_at = NULL WHERE id = $1`, [op.id]);
+    stripe.fake.settle(pi.id, 'succeeded');
+    expect(await deliver(piEvent(truth(op.id)))).toMatchObject({ applied: { outcome: 'in_review' } });
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'unknown', reviewReason: 'test' });
+    expect((await audit(op.id)).at(-1)).toMatchObject({ action: 'stripe_event' });
+  });
+});
+
+describe('events that the ledger cannot explain', () => {
+  it('an event for an unknown PaymentIntent carrying our metadata → an unrecorded-charge finding, once', async () => {
+    const ghost = randomUUID();
+    const event = makeStripeEvent('payment_intent.succeeded', {
+      id: 'pi_ghost1', object: 'payment_intent', status: 'succeeded', amount: 500, currency: 'eur', customer: 'cus_x',
+      metadata: { operation_id: ghost, order_id: 'order-ghost', key_generation: '0' },
+    });
+    expect(await deliver(event)).toMatchObject({ applied: { outcome: 'unrecorded', newFinding: true } });
+    const again = makeStripeEvent(event.type, event.data.object);
+    expect(await deliver(again)).toMatchObject({ applied: { outcome: 'unrecorded', newFinding: false } });
+    const { rows } = await db.pool.query(`SELECT * FROM stripe_event_findings WHERE payment_intent_id = 'pi_ghost1'`);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ kind: 'unrecorded_charge', claimed_operation_id: ghost, order_id: 'order-ghost', amount: '500', operation_id: null });
+    expect((await inboxGauges(db.pool)).openUnrecordedCharges).toBeGreaterThanOrEqual(1);
+  });
+
+  it('a PaymentIntent without our metadata is foreign: applied, nothing else', async () => {
+    const event = makeStripeEvent('payment_intent.succeeded', { id: 'pi_foreign', object: 'payment_intent', status: 'succeeded', amount: 5, currency: 'usd', metadata: {} });
+    expect(await deliver(event)).toMatchObject({ applied: { outcome: 'foreign' } });
+  });
+
+  it('a succeeded event for a failed operation → contradiction finding and audit line; the final state is not rewritten', async () => {
+    stripe.fake.injectFault({}, 'decline');
+    const [r] = await engine().processRequests([chargeOrder()]);
+    const op = (await findOperation(db.pool, r!.operationId))!;
+    expect(op.status).toBe('failed');
+    const pi = truth(op.id);
+    const event = piEvent(pi, 'succeeded');
+    expect(await deliver(event)).toMatchObject({ applied: { outcome: 'contradiction', newFinding: true } });
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'failed' });
+    expect(await count(db.pool, `stripe_event_findings WHERE kind = 'contradiction' AND operation_id = $1`, [op.id])).toBe(1);
+    expect((await audit(op.id)).at(-1)).toMatchObject({ action: 'stripe_event', detail: { stripeEventId: event.id } });
+  });
+
+  it('a second succeeded PaymentIntent for one order → contradiction', async () => {
+    const [r] = await engine().processRequests([chargeOrder()]);
+    const op = (await findOperation(db.pool, r!.operationId))!;
+    expect(op.status).toBe('succeeded');
+    const second = makeStripeEvent('payment_intent.succeeded', { ...piEvent(truth(op.id)).data.object, id: 'pi_second_one' });
+    expect(await deliver(second)).toMatchObject({ applied: { outcome: 'contradiction' } });
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded', externalId: op.externalId });
+  });
+});
+
+describe('after the charge: refunds and disputes', () => {
+  it('a Dashboard refund → a Charge Refunded event with the amounts; the charge stays succeeded', async () => {
+    const [r] = await engine().processRequests([chargeOrder({ amount: 5000 })]);
+    const op = (await findOperation(db.pool, r!.operationId))!;
+    const dispatcher = new WebhookDispatcher({ fake: stripe.fake, endpoint: null, secret: SECRET });
+    const partial = dispatcher.refund(op.externalId!, 1500);
+    expect(await deliver(partial)).toMatchObject({ applied: { outcome: 'aftermath' } });
+    const rest = dispatcher.refund(op.externalId!, undefined, 1500);
+    await deliver(rest);
+    const events = (await outbox(op.id)).filter((e) => e.event_type === 'Charge Refunded');
+    expect(events.map((e) => [e.payload.amount, e.payload.amountRefunded])).toEqual([[1500, 1500], [3500, 5000]]);
+    for (const e of events) expect(chargeAftermathDetailSchema.safeParse(e.payload).success).toBe(true);
+    expect(events[0].payload).toMatchObject({ kind: 'refunded', chargeAmount: 5000, externalId: op.externalId, stripeEventId: partial.id });
+    expect(events[0].payload.sequence).toBeUndefined();
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded' });
+    // The invariant checker agrees: one final outcome event (sequence 1), the refunds beside it.
+    const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), sentOrderIds: [op.orderId], orderIds: [op.orderId], requireQuiescent: true });
+    expect(report.violations).toEqual([]);
+  });
+
+  it('a refund made through Stripe\'s Refunds API (the real SDK, the fake) → charge.refunded → Charge Refunded', async () => {
+    const [r] = await engine().processRequests([chargeOrder({ amount: 4000 })]);
+    const op = (await findOperation(db.pool, r!.operationId))!;
+    const sdk = createStripeClient({ apiKey: 'sk_test_refunds', apiBase: stripe.fake.url, timeoutMs: 2_000, maxNetworkRetries: 0 });
+    await sdk.refunds.create({ payment_intent: op.externalId!, amount: 1000 }, { idempotencyKey: `refund-${op.id}` });
+    const dispatcher = new WebhookDispatcher({ fake: stripe.fake, endpoint: null, secret: SECRET });
+    dispatcher.poll();
+    const made = dispatcher.events().filter((e) => e.type === 'charge.refunded');
+    await dispatcher.stop();
+    expect(made).toHaveLength(1);
+    expect(made[0]!.data).toMatchObject({ object: { amount_refunded: 1000, payment_intent: op.externalId }, previous_attributes: { amount_refunded: 0 } });
+    expect(await deliver(made[0]!)).toMatchObject({ applied: { outcome: 'aftermath' } });
+    const [refunded] = (await outbox(op.id)).filter((e) => e.event_type === 'Charge Refunded');
+    expect(refunded.payload).toMatchObject({ amount: 1000, amountRefunded: 1000, chargeAmount: 4000 });
+  });
+
+  it('a dispute opened and closed → Charge Disputed, Charge Dispute Closed', async () => {
+    const [r] = await engine().processRequests([chargeOrder()]);
+    const op = (await findOperation(db.pool, r!.operationId))!;
+    const dispatcher = new WebhookDispatcher({ fake: stripe.fake, endpoint: null, secret: SECRET });
+    await deliver(dispatcher.dispute(op.externalId!, 'created'));
+    await deliver(dispatcher.dispute(op.externalId!, 'closed', 'lost'));
+    const events = (await outbox(op.id)).filter((e) => e.event_type !== 'Charge Succeeded');
+    expect(events.map((e) => [e.event_type, e.payload.disputeStatus])).toEqual([['Charge Disputed', 'needs_response'], ['Charge Dispute Closed', 'lost']]);
+  });
+
+  it('a refund for a PaymentIntent no operation holds is recorded as such', async () => {
+    const event = makeStripeEvent('charge.refunded', { id: 'ch_x', object: 'charge', amount: 10, amount_refunded: 10, currency: 'eur', payment_intent: 'pi_nobody' });
+    expect(await deliver(event)).toMatchObject({ applied: { outcome: 'unknown_payment_intent' } });
+  });
+});
+
+describe('the EventBridge door: the same inbox, the same applier', () => {
+  it('a partner event (detail = the Stripe event) settles the operation; the source is checked', async () => {
+    const { op } = await processingOperation();
+    stripe.fake.settle(op.externalId!, 'succeeded');
+    const stripeEvent = piEvent(truth(op.id));
+    const partner = { version: '0', id: randomUUID(), 'detail-type': stripeEvent.type, source: 'aws.partner/stripe.com/ed_test_123', account: '111122223333', time: new Date().toISOString(), region: 'eu-west-1', resources: [], detail: stripeEvent };
+    const deps = { db: db.pool, applier: applier(), publisher: null };
+    expect(await receivePartnerEvent(partner, null, deps)).toMatchObject({ kind: 'recorded', applied: { outcome: 'settled' } });
+    expect(await inboxRow(db.pool, stripeEvent.id)).toMatchObject({ source: 'eventbridge' });
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded' });
+    // The same event by webhook as well (both doors open during a migration): a duplicate, nothing more.
+    expect(await deliver(stripeEvent)).toMatchObject({ kind: 'recorded', duplicate: true });
+
+    const wrong = await receivePartnerEvent({ ...partner, source: 'my.app' }, null, deps);
+    expect(wrong).toMatchObject({ kind: 'rejected', code: RejectCode.wrongSource });
+    const otherDestination = await receivePartnerEvent(partner, 'aws.partner/stripe.com/ed_live_999', deps);
+    expect(otherDestination).toMatchObject({ kind: 'rejected', code: RejectCode.wrongSource });
+    expect(await receivePartnerEvent({ ...partner, detail: { nope: 1 } }, null, deps)).toMatchObject({ kind: 'rejected', code: RejectCode.notAnEvent });
+  });
+});

@@ -1,0 +1,38 @@
+// Shared by the Stripe-events tests: signed deliveries as Stripe makes them, and inbox reads.
+import type { Db } from '../../lambdas/payments/db.ts';
+import { makeStripeEvent, paymentIntentJson, signStripePayload, type StripeEventJson } from '../../local/fake-stripe/webhooks.ts';
+import type { PaymentIntentRecord } from '../../local/fake-stripe/types.ts';
+import type { WebhookRequest } from '../../lambdas/stripe-events/receive.ts';
+
+export const SECRET = 'whsec_test_endpoint_secret_0123456789';
+
+/** A delivery exactly as Stripe makes it: the raw JSON body and its Stripe-Signature header. */
+export function delivery(event: StripeEventJson, options: { secret?: string; at?: number; body?: string; base64?: boolean } = {}): WebhookRequest {
+  const payload = JSON.stringify(event, null, 2);
+  const header = signStripePayload(payload, options.secret ?? SECRET, options.at ?? Math.floor(Date.now() / 1000));
+  const body = options.body ?? payload;
+  return {
+    method: 'POST',
+    body: options.base64 ? Buffer.from(body, 'utf8').toString('base64') : body,
+    isBase64Encoded: options.base64 ?? false,
+    headers: { 'stripe-signature': header, 'content-type': 'application/json' },
+  };
+}
+
+/** A payment_intent.* event for a PaymentIntent as the fake's ledger holds it (status overridable: an older snapshot). */
+export function piEvent(pi: PaymentIntentRecord, status: string = pi.status, type?: string): StripeEventJson {
+  const t =
+    type ??
+    ({ succeeded: 'payment_intent.succeeded', processing: 'payment_intent.processing', canceled: 'payment_intent.canceled', requires_payment_method: 'payment_intent.payment_failed', requires_action: 'payment_intent.requires_action' } as Record<string, string>)[status]!;
+  return makeStripeEvent(t, { ...paymentIntentJson(pi), status });
+}
+
+export async function inboxRow(db: Db, eventId: string) {
+  const { rows } = await db.query('SELECT * FROM stripe_events WHERE event_id = $1', [eventId]);
+  return rows[0] as { applied_at: Date | null; outcome: string | null; operation_id: string | null; attempts: number; next_attempt_at: Date; last_error: string | null; source: string } | undefined;
+}
+
+export async function count(db: Db, sql: string, params: unknown[] = []): Promise<number> {
+  const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${sql}`, params);
+  return rows[0]!.n;
+}
