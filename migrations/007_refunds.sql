@@ -19,7 +19,10 @@
 ALTER TABLE payment_operations
   ADD COLUMN refund_id           text CHECK (refund_id IS NULL OR refund_id ~ '^[\x21-\x7e]{1,128}$'),
   ADD COLUMN parent_operation_id uuid REFERENCES payment_operations (id),
-  ADD COLUMN refund_reason       text CHECK (refund_reason IS NULL OR refund_reason IN ('duplicate', 'fraudulent', 'requested_by_customer'));
+  ADD COLUMN refund_reason       text CHECK (refund_reason IS NULL OR refund_reason IN ('duplicate', 'fraudulent', 'requested_by_customer')),
+  -- The duplicate-charge remedy refunds an EXTRA PaymentIntent of the order (not the one the charge
+  -- operation holds): it is named here. NULL: the refund is of the charge's own PaymentIntent.
+  ADD COLUMN refund_payment_intent text CHECK (refund_payment_intent IS NULL OR refund_payment_intent ~ '^pi_[A-Za-z0-9_]{1,250}$');
 
 -- The kind CHECK of 001, widened (read back from the catalog, as 005 does for its lists).
 DO $$
@@ -43,6 +46,10 @@ ALTER TABLE payment_operations ADD CONSTRAINT refund_has_its_identity CHECK (
 ALTER TABLE payment_operations DROP CONSTRAINT payment_operations_order_kind_key;
 CREATE UNIQUE INDEX payment_operations_one_charge_per_order ON payment_operations (order_id) WHERE kind = 'charge';
 CREATE UNIQUE INDEX payment_operations_one_refund_per_id ON payment_operations (order_id, refund_id) WHERE kind = 'refund';
+-- An extra PaymentIntent is refunded by one remedy operation, however often the evidence arrives.
+CREATE UNIQUE INDEX payment_operations_one_remedy_per_payment_intent ON payment_operations (refund_payment_intent) WHERE refund_payment_intent IS NOT NULL;
+ALTER TABLE payment_operations ADD CONSTRAINT remedy_is_a_duplicate_refund CHECK (
+  refund_payment_intent IS NULL OR (kind = 'refund' AND refund_reason = 'duplicate'));
 CREATE INDEX payment_operations_refunds_of ON payment_operations (parent_operation_id) WHERE kind = 'refund';
 
 CREATE FUNCTION payment_operations_refund_rules() RETURNS trigger
@@ -65,9 +72,13 @@ BEGIN
     RAISE EXCEPTION 'refund % of order %: the charge failed, there is nothing to refund', NEW.refund_id, NEW.order_id
       USING ERRCODE = 'check_violation', CONSTRAINT = 'refund_of_failed_charge';
   END IF;
+  -- A remedy refunds another PaymentIntent (its own amount, Stripe's bound): not counted here.
+  IF NEW.refund_payment_intent IS NOT NULL THEN
+    RETURN NEW;
+  END IF;
   SELECT coalesce(sum(amount), 0) INTO held
     FROM payment_operations
-   WHERE parent_operation_id = charge.id AND kind = 'refund' AND status <> 'failed';
+   WHERE parent_operation_id = charge.id AND kind = 'refund' AND status <> 'failed' AND refund_payment_intent IS NULL;
   IF held + NEW.amount > charge.amount THEN
     RAISE EXCEPTION 'refund % of order % (%) with % already refunded or in flight would exceed the charge (%)',
       NEW.refund_id, NEW.order_id, NEW.amount, held, charge.amount
@@ -83,8 +94,8 @@ CREATE TRIGGER payment_operations_refund_rules
 CREATE FUNCTION payment_operations_refund_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-  IF (NEW.refund_id, NEW.parent_operation_id, NEW.refund_reason)
-     IS DISTINCT FROM (OLD.refund_id, OLD.parent_operation_id, OLD.refund_reason) THEN
+  IF (NEW.refund_id, NEW.parent_operation_id, NEW.refund_reason, NEW.refund_payment_intent)
+     IS DISTINCT FROM (OLD.refund_id, OLD.parent_operation_id, OLD.refund_reason, OLD.refund_payment_intent) THEN
     RAISE EXCEPTION 'the refund parameters of payment operation % cannot change', OLD.id
       USING ERRCODE = 'integrity_constraint_violation';
   END IF;
@@ -125,5 +136,5 @@ SELECT pg_temp.widen_in_check('payment_operation_events', 'step', ARRAY['precond
 -- refund_conflict (the refund id exists with another amount or reason), refund_rejected (no charge,
 -- the charge failed, or more than was charged).
 SELECT pg_temp.widen_in_check('rejected_messages', 'reason_code', ARRAY['refund_conflict', 'refund_rejected']);
-SELECT pg_temp.widen_in_check('outcome_events', 'event_type', ARRAY['Refund Succeeded', 'Refund Failed', 'Refund Needs Review', 'Refund Reissued']);
+SELECT pg_temp.widen_in_check('outcome_events', 'event_type', ARRAY['Refund Succeeded', 'Refund Failed', 'Refund Needs Review', 'Refund Reissued', 'Charge Duplicate Refunded']);
 DROP FUNCTION pg_temp.widen_in_check(regclass, text, text[]);

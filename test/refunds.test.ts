@@ -7,6 +7,12 @@ import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { chargeOutcomeDetailSchema, refundOutcomeDetailJsonSchema, refundOutcomeDetailSchema, RefundDetailType } from '../lambdas/events/contract.ts';
 import { countingDb } from '../lambdas/payments/db.ts';
+import { StripeEventApplier } from '../lambdas/payments/event-applier.ts';
+import { createStripeClient } from '../lambdas/payments/stripe-gateway.ts';
+import { receiveWebhook } from '../lambdas/stripe-events/receive.ts';
+import { checkInvariants } from '../local/invariants.ts';
+import { netChargedByOrder } from '../local/stripe-truth.ts';
+import { delivery, piEvent, SECRET } from './stripe-events/support.ts';
 import { idempotencyKey } from '../lambdas/payments/decisions.ts';
 import { ChargeEngine, type EngineOptions } from '../lambdas/payments/engine.ts';
 import { RefundRejectedError } from '../lambdas/payments/errors.ts';
@@ -387,6 +393,88 @@ describe('refund events: the contract', () => {
 
   it('schemas/refund-outcome-detail.v1.json is the contract, regenerated', () => {
     expect(JSON.parse(readFileSync('schemas/refund-outcome-detail.v1.json', 'utf8'))).toEqual(refundOutcomeDetailJsonSchema());
+  });
+});
+
+describe('the duplicate-charge remedy', () => {
+  /** A second succeeded PaymentIntent for the order, made behind the pipeline's back (another key). */
+  async function secondCharge(input: ChargeInput, chargeId: string) {
+    const sdk = createStripeClient({ apiKey: 'sk_test_engine', apiBase: stripe.fake.url, maxNetworkRetries: 0 });
+    const pi = await sdk.paymentIntents.create(
+      { amount: input.amount, currency: input.currency, customer: input.customerId, payment_method: input.paymentMethod, confirm: true, off_session: true, metadata: { operation_id: chargeId, order_id: input.orderId, key_generation: '1' } },
+      { idempotencyKey: `someone-else-${randomUUID()}` },
+    );
+    expect(pi.status).toBe('succeeded');
+    return pi;
+  }
+  const view = (pi: { id: string; status: string; amount: number; currency: string; metadata: Record<string, string> }) => ({ id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency, metadata: pi.metadata });
+
+  it('two succeeded PaymentIntents for one order → exactly one automatic refund of the extra one, even when the evidence comes twice; Charge Duplicate Refunded', async () => {
+    const { input, chargeId } = await chargedOrder({ amount: 1500 });
+    const extra = await secondCharge(input, chargeId);
+    const first = await engine().remedyDuplicateCharge(chargeId, view(extra), { by: 'test' });
+    expect(first).toMatchObject({ created: true, verdict: { kind: 'refund', refundId: `duplicate:${extra.id}`, amount: 1500 }, execution: { status: 'succeeded' } });
+    const again = await engine().remedyDuplicateCharge(chargeId, view(extra));
+    expect(again).toMatchObject({ created: false, refundOperationId: first.refundOperationId, execution: { disposition: 'skipped' } });
+    const refunds = stripe.fake.refunds({ orderId: input.orderId });
+    expect(refunds).toMatchObject([{ payment_intent: extra.id, amount: 1500, reason: 'duplicate', status: 'succeeded' }]);
+    const [event] = await outbox(first.refundOperationId!);
+    expect(event!.event_type).toBe(RefundDetailType.duplicateRefunded);
+    expect(refundOutcomeDetailSchema.parse(event!.payload)).toMatchObject({ refundedPaymentIntent: extra.id, refundReason: 'duplicate', chargeOperationId: chargeId });
+    // The net amount charged for the order is the amount asked.
+    const net = netChargedByOrder(stripe.fake.paymentIntents({ orderId: input.orderId }), stripe.fake.refunds({ orderId: input.orderId })).get(input.orderId)!;
+    expect(net).toMatchObject({ net: 1500, succeededPaymentIntents: 2, unrefundedPaymentIntents: 1 });
+    // The remedy never touches the charge's own PaymentIntent, nor one that did not charge.
+    const own = (await row(chargeId)).external_id as string;
+    expect((await engine().remedyDuplicateCharge(chargeId, { ...view(extra), id: own })).verdict.kind).toBe('none');
+    expect((await engine().remedyDuplicateCharge(chargeId, { ...view(extra), id: 'pi_other', status: 'requires_payment_method' })).verdict.kind).toBe('none');
+  });
+
+  it('the Stripe event of a second succeeded PaymentIntent (delivered twice) → the contradiction finding and one remedy refund, sent by the next sweep', async () => {
+    const { input, chargeId } = await chargedOrder({ amount: 900 });
+    const extra = await secondCharge(input, chargeId);
+    const record = stripe.fake.paymentIntents({ orderId: input.orderId }).find((pi) => pi.id === extra.id)!;
+    const applier = new StripeEventApplier({ db: db.pool, gateway: stripe.gateway, actor: 'stripe-events', random: () => 0.5 });
+    const deliver = () => receiveWebhook(delivery(piEvent(record)), { secret: SECRET, maxBodyBytes: 256 * 1024 }, { db: db.pool, applier, publisher: null });
+    expect(await deliver()).toMatchObject({ applied: { outcome: 'contradiction', reason: expect.stringMatching(/refunded by remedy operation/) } });
+    await deliver();
+    const { rows } = await db.pool.query(`SELECT id FROM payment_operations WHERE order_id = $1 AND kind = 'refund'`, [input.orderId]);
+    expect(rows).toHaveLength(1);
+    const swept = await engine().reconcileDue(100);
+    expect(swept.find((e) => e.operationId === rows[0].id)).toMatchObject({ status: 'succeeded', step: 'create' });
+    expect(stripe.fake.refunds({ orderId: input.orderId })).toMatchObject([{ payment_intent: extra.id, amount: 900, reason: 'duplicate' }]);
+  });
+
+  it('the invariant checker: net amount per order = amount asked − refunds asked; a duplicate left unrefunded is a violation, refunded it is not', async () => {
+    const { input, chargeId } = await chargedOrder({ amount: 1000 });
+    await engine().processRefund(refundOf(input.orderId, { amount: 250 }));
+    const check = () =>
+      checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), refunds: stripe.fake.refunds(), orderIds: [input.orderId], requireQuiescent: true });
+    expect((await check()).violations).toEqual([]);
+    const extra = await secondCharge(input, chargeId);
+    const broken = await check();
+    expect(broken.violationsByKind).toMatchObject({ net_amount: 1 });
+    await engine().remedyDuplicateCharge(chargeId, view(extra));
+    const report = await check();
+    expect(report.violations).toEqual([]);
+  });
+
+  it('the invariant checker catches a refund the ledger does not know, and a refund operation succeeded without its refund', async () => {
+    const { input, chargeId } = await chargedOrder({ amount: 1000 });
+    const ok = await engine().processRefund(refundOf(input.orderId, { amount: 100 }));
+    // A refund at Stripe behind the pipeline's back: the net amount is no longer what was asked.
+    await fetch(`${stripe.fake.url}/v1/refunds`, {
+      method: 'POST',
+      headers: { Authorization: 'Bearer sk_test_engine', 'Content-Type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ payment_intent: (await row(chargeId)).external_id, amount: '50' }),
+    });
+    // And a refund operation that claims success with a refund id Stripe does not have.
+    await db.pool.query('ALTER TABLE payment_operations DISABLE TRIGGER payment_operations_guard');
+    await db.pool.query(`UPDATE payment_operations SET external_id = 're_missing' WHERE id = $1`, [ok.operationId]).finally(() =>
+      db.pool.query('ALTER TABLE payment_operations ENABLE TRIGGER payment_operations_guard'),
+    );
+    const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), refunds: stripe.fake.refunds(), orderIds: [input.orderId] });
+    expect(report.violationsByKind).toMatchObject({ net_amount: 1, succeeded_without_refund: 1 });
   });
 });
 

@@ -69,6 +69,11 @@ export const RefundDetailType = {
   needsReview: 'Refund Needs Review',
   /** The refund was proven absent at Stripe by List and re-issued under a new key generation. */
   reissued: 'Refund Reissued',
+  /**
+   * The duplicate-charge remedy's refund succeeded: a second succeeded PaymentIntent of the order
+   * (refundedPaymentIntent) was given back in full. Failures and reviews of it are Refund Failed / Needs Review.
+   */
+  duplicateRefunded: 'Charge Duplicate Refunded',
 } as const;
 export type RefundDetailType = (typeof RefundDetailType)[keyof typeof RefundDetailType];
 
@@ -81,8 +86,12 @@ export const refundOutcomeDetailSchema = chargeOutcomeDetailSchema
     refundId: z.string().min(1).max(128).describe("The producer's refund id."),
     chargeOperationId: z.uuid().describe("The order's charge operation, the one refunded."),
     refundReason: z.enum(['duplicate', 'fraudulent', 'requested_by_customer']).nullable().describe("Stripe's refund reason, as requested."),
+    refundedPaymentIntent: z
+      .string()
+      .optional()
+      .describe('Duplicate-charge remedy only: the extra PaymentIntent refunded (not the one the charge operation holds).'),
   })
-  .describe('detail of the Refund Succeeded / Refund Failed / Refund Needs Review / Refund Reissued events');
+  .describe('detail of the Refund Succeeded / Refund Failed / Refund Needs Review / Refund Reissued / Charge Duplicate Refunded events');
 
 export type RefundOutcomeDetail = z.infer<typeof refundOutcomeDetailSchema>;
 

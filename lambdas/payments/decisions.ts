@@ -274,7 +274,7 @@ export const KIND_RULES: Readonly<Record<OperationKind, KindRules>> = {
     statusOf: statusOfRefund,
     searchable: false,
     listSubject: (op) => refundListSubject(op),
-    listScope: (op) => ({ payment_intent: op.charge?.paymentIntentId ?? '' }),
+    listScope: (op) => ({ payment_intent: op.refund?.paymentIntentId ?? op.charge?.paymentIntentId ?? '' }),
     objectName: 'Refund',
     settleRefusalByEvidence: isRefundRefusal,
   },
@@ -748,6 +748,34 @@ export function decideList(ctx: Context, window: ListWindow, result: GatewayResu
       return toReview(`List proves that no ${rules.objectName} exists for this operation (${provenAt.toISOString()}), but it is not re-issued automatically: ${judged.reason}; ` +
         'if nothing else is known, `review reissue` authorises a new key', proof);
   }
+}
+
+// ── The duplicate-charge remedy ──────────────────────────────────────────────────────────────────
+
+/** The refund id of the remedy for an extra PaymentIntent: derived from it, so it exists once. */
+export function duplicateRefundId(paymentIntentId: string): string {
+  return `duplicate:${paymentIntentId}`;
+}
+
+export type DuplicateVerdict =
+  | { readonly kind: 'refund'; readonly refundId: string; readonly paymentIntentId: string; readonly amount: number }
+  | { readonly kind: 'none'; readonly reason: string };
+
+/**
+ * Evidence (an event, a List, an operator) shows a PaymentIntent for an order whose charge operation
+ * succeeded with another one. Refund the extra one automatically only when it is certainly a second
+ * charge of the same order: succeeded, ours by metadata (this operation or this order), same
+ * currency. The charge operation's own PaymentIntent is never refunded by the remedy.
+ */
+export function judgeDuplicateCharge(charge: Pick<ClaimedOperation, 'id' | 'kind' | 'orderId' | 'status' | 'externalId' | 'currency'>, pi: PaymentIntentView): DuplicateVerdict {
+  if (charge.kind !== 'charge') return { kind: 'none', reason: `operation ${charge.id} is not a charge` };
+  if (charge.status !== 'succeeded' || charge.externalId === null) return { kind: 'none', reason: `the charge is ${charge.status}: which PaymentIntent is the extra one is not settled` };
+  if (pi.id === charge.externalId) return { kind: 'none', reason: `${pi.id} is the charge's own PaymentIntent` };
+  if (pi.status !== 'succeeded') return { kind: 'none', reason: `${pi.id} is ${pi.status}: nothing to give back (yet)` };
+  const ours = pi.metadata.operation_id === charge.id || pi.metadata.order_id === charge.orderId;
+  if (!ours) return { kind: 'none', reason: `${pi.id} names neither operation ${charge.id} nor order ${charge.orderId}` };
+  if (pi.currency !== charge.currency) return { kind: 'none', reason: `${pi.id} is in ${pi.currency}, the order in ${charge.currency}` };
+  return { kind: 'refund', refundId: duplicateRefundId(pi.id), paymentIntentId: pi.id, amount: pi.amount };
 }
 
 /** Any kind's Stripe object (a Refund) for judgeList: amount and currency. */

@@ -15,6 +15,8 @@ import {
   decideList,
   decidePrecondition,
   decideRetrieve,
+  judgeDuplicateCharge,
+  type DuplicateVerdict,
   decideSearch,
   DEFAULT_POLICY,
   KIND_RULES,
@@ -34,6 +36,8 @@ import { FailureKind, type GatewayResult, type PaymentGateway } from './gateway.
 import {
   claimById,
   claimDue,
+  findOperation,
+  insertDuplicateRefund,
   loadEvidenceEvents,
   recordOutcomes,
   reissueAfterProof,
@@ -298,6 +302,32 @@ export class ChargeEngine {
       // Durable and claimed: the lease expires and the reconciler asks Stripe again with the same key.
       return { input, operationId: op.id, rejection: null, execution: null, outcomeNotRecorded: cause };
     }
+  }
+
+  /**
+   * The duplicate-charge remedy: evidence (an operator, a List, a Stripe event) shows `pi` for the
+   * order of a succeeded charge operation that holds another PaymentIntent. When judgeDuplicateCharge
+   * says it is a second charge, a refund operation (reason duplicate, refund id derived from the
+   * PaymentIntent id) is created — once, however often the evidence comes — and executed now.
+   */
+  async remedyDuplicateCharge(
+    chargeOperationId: string,
+    pi: PaymentIntentView,
+    evidence: Readonly<Record<string, unknown>> = {},
+  ): Promise<{ readonly verdict: DuplicateVerdict; readonly refundOperationId: string | null; readonly created: boolean; readonly execution: Execution | null }> {
+    const charge = await findOperation(this.#db, chargeOperationId);
+    if (!charge) throw new OperationNotFoundError(chargeOperationId);
+    const verdict = judgeDuplicateCharge(charge, pi);
+    if (verdict.kind !== 'refund') return { verdict, refundOperationId: null, created: false, execution: null };
+    const inserted = await insertDuplicateRefund(this.#db, charge, verdict, this.#actor, evidence);
+    const refundOperationId = inserted ?? (await this.#refundOperationOf(charge.orderId, verdict.refundId));
+    const execution = refundOperationId ? await this.executeCharge(refundOperationId) : null;
+    return { verdict, refundOperationId, created: inserted !== null, execution };
+  }
+
+  async #refundOperationOf(orderId: string, refundId: string): Promise<string | null> {
+    const { rows } = await this.#db.query<{ id: string }>(`SELECT id FROM payment_operations WHERE order_id = $1 AND kind = 'refund' AND refund_id = $2`, [orderId, refundId]);
+    return rows[0]?.id ?? null;
   }
 
   /**

@@ -40,7 +40,8 @@ const refund: KindAdapter = {
   create: (gateway, op) => {
     // A refund is claimable only once its charge is final (operations-store.ts CLAIMABLE), and one of
     // a failed charge never gets here (decidePrecondition): the PaymentIntent is known.
-    const paymentIntentId = op.charge?.paymentIntentId;
+    // The duplicate-charge remedy names the extra PaymentIntent it refunds; any other refund is of the charge's.
+    const paymentIntentId = op.refund?.paymentIntentId ?? op.charge?.paymentIntentId;
     if (!op.refund || !paymentIntentId) throw new Error(`refund operation ${op.id} was claimed without its charge's PaymentIntent`);
     return gateway.createRefund({
       idempotencyKey: idempotencyKey(op.id, op.keyGeneration),

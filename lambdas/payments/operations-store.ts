@@ -14,6 +14,7 @@ interface OperationJson {
   refund_id?: string | null;
   parent_operation_id?: string | null;
   refund_reason?: RefundReason | null;
+  refund_payment_intent?: string | null;
   order_id: string;
   amount: number | string;
   currency: string;
@@ -43,7 +44,7 @@ export function toOperation(row: OperationJson): Operation {
     kind: row.kind ?? 'charge',
     refund:
       row.kind === 'refund' && row.refund_id && row.parent_operation_id
-        ? { refundId: row.refund_id, parentOperationId: row.parent_operation_id, reason: row.refund_reason ?? null }
+        ? { refundId: row.refund_id, parentOperationId: row.parent_operation_id, reason: row.refund_reason ?? null, paymentIntentId: row.refund_payment_intent ?? null }
         : null,
     orderId: row.order_id,
     amount: Number(row.amount),
@@ -314,6 +315,40 @@ export async function requestRefundAndClaim(
   };
 }
 
+/**
+ * The duplicate-charge remedy's refund operation (decisions.ts judgeDuplicateCharge): reason
+ * `duplicate`, the extra PaymentIntent named, its refund id derived from it — inserted once however
+ * often the evidence arrives (unique (order_id, refund_id) and refund_payment_intent). Not claimed: the
+ * charge is final-succeeded, so it is due at once for the caller or the reconciler. Null when it existed.
+ */
+export async function insertDuplicateRefund(
+  db: Db,
+  charge: Pick<Operation, 'id' | 'orderId'>,
+  remedy: { readonly refundId: string; readonly paymentIntentId: string; readonly amount: number },
+  actor: string,
+  evidence: Readonly<Record<string, unknown>>,
+): Promise<string | null> {
+  const { rows } = await db.query<{ id: string }>(
+    `WITH inserted AS (
+       INSERT INTO payment_operations AS p
+         (order_id, kind, refund_id, parent_operation_id, refund_reason, refund_payment_intent, amount, currency, customer_id, payment_method)
+       SELECT c.order_id, 'refund', $3::text, c.id, 'duplicate', $4::text, $5::bigint, c.currency, c.customer_id, c.payment_method
+         FROM payment_operations c WHERE c.id = $1::uuid AND c.order_id = $2 AND c.kind = 'charge' AND c.status = 'succeeded'
+       ON CONFLICT DO NOTHING
+       RETURNING p.id, p.status, p.key_generation
+     ),
+     audit AS (
+       INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
+       SELECT id, $6::text, 'requested', NULL, status, key_generation,
+              jsonb_build_object('remedy', 'duplicate_charge', 'refundedPaymentIntent', $4::text) || $7::jsonb
+         FROM inserted
+     )
+     SELECT id FROM inserted`,
+    [charge.id, charge.orderId, remedy.refundId, remedy.paymentIntentId, remedy.amount, actor, JSON.stringify(evidence)],
+  );
+  return rows[0]?.id ?? null;
+}
+
 /** The refund operations of an order, oldest first. */
 export async function findRefundsOfOrder(db: Db, orderId: string): Promise<Operation[]> {
   const { rows } = await db.query<{ op: OperationJson }>(
@@ -546,11 +581,14 @@ export function outboxInsertSql(source: string, leaseParam: string): string {
   // 'Charge …' for a charge, 'Refund …' for a refund (lambdas/events/contract.ts).
   return `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, publish_lease_until)
        SELECT event_id, id,
-              CASE WHEN EXISTS (SELECT 1 FROM payment_operations k WHERE k.id = ${source}.id AND k.kind = 'refund') THEN 'Refund ' ELSE 'Charge ' END ||
-              CASE WHEN review_reason IS NOT NULL THEN 'Needs Review'
-                   WHEN status = 'succeeded' THEN 'Succeeded'
-                   WHEN status = 'pending' THEN 'Reissued'
-                   ELSE 'Failed' END,
+              CASE WHEN status = 'succeeded' AND EXISTS (SELECT 1 FROM payment_operations k WHERE k.id = ${source}.id AND k.refund_payment_intent IS NOT NULL)
+                   THEN 'Charge Duplicate Refunded'
+                   ELSE CASE WHEN EXISTS (SELECT 1 FROM payment_operations k WHERE k.id = ${source}.id AND k.kind = 'refund') THEN 'Refund ' ELSE 'Charge ' END ||
+                        CASE WHEN review_reason IS NOT NULL THEN 'Needs Review'
+                             WHEN status = 'succeeded' THEN 'Succeeded'
+                             WHEN status = 'pending' THEN 'Reissued'
+                             ELSE 'Failed' END
+              END,
               jsonb_build_object(
                 'version', 1,
                 'eventId', event_id,
@@ -566,6 +604,8 @@ export function outboxInsertSql(source: string, leaseParam: string): string {
               -- A refund's detail names the refund (refundOutcomeDetailSchema); a charge's is unchanged.
               || coalesce((SELECT jsonb_build_object('kind', 'refund', 'refundId', k.refund_id,
                                                      'chargeOperationId', k.parent_operation_id, 'refundReason', k.refund_reason)
+                                  || CASE WHEN k.refund_payment_intent IS NOT NULL
+                                          THEN jsonb_build_object('refundedPaymentIntent', k.refund_payment_intent) ELSE '{}'::jsonb END
                              FROM payment_operations k WHERE k.id = ${source}.id AND k.kind = 'refund'), '{}'::jsonb),
               now() + ${leaseParam}::bigint * interval '1 millisecond'
          FROM ${source}`;

@@ -40,6 +40,11 @@ export interface RefundFields {
   readonly refundId: string;
   readonly parentOperationId: string;
   readonly reason: RefundReason | null;
+  /**
+   * The duplicate-charge remedy: the EXTRA PaymentIntent of the order this refund gives back. Null:
+   * the refund is of the charge operation's own PaymentIntent.
+   */
+  readonly paymentIntentId: string | null;
 }
 
 /** A row of payment_operations as the engine sees it. */
