@@ -7,6 +7,8 @@ import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { chargeOutcomeDetailSchema, refundOutcomeDetailJsonSchema, refundOutcomeDetailSchema, RefundDetailType } from '../lambdas/events/contract.ts';
 import { countingDb } from '../lambdas/payments/db.ts';
+import { checkReviewable } from '../lambdas/payments/review.ts';
+import { findOperation } from '../lambdas/payments/operations-store.ts';
 import { StripeEventApplier } from '../lambdas/payments/event-applier.ts';
 import { createStripeClient } from '../lambdas/payments/stripe-gateway.ts';
 import { receiveWebhook } from '../lambdas/stripe-events/receive.ts';
@@ -475,6 +477,18 @@ describe('the duplicate-charge remedy', () => {
     );
     const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), refunds: stripe.fake.refunds(), orderIds: [input.orderId] });
     expect(report.violationsByKind).toMatchObject({ net_amount: 1, succeeded_without_refund: 1 });
+  });
+});
+
+describe('the review queue', () => {
+  it('a refund in review is listed like any operation, but the ops tool refuses to resolve or reissue it on PaymentIntent evidence', async () => {
+    const { input } = await chargedOrder();
+    const id = await engine().requestRefund(refundOf(input.orderId));
+    stripe.fake.injectFault({ endpoint: 'refund_create', operationId: id }, 'rate_limited_429');
+    await engine().executeCharge(id);
+    await db.pool.query(`UPDATE payment_operations SET review_reason = 'test: a person must look', next_attempt_at = NULL WHERE id = $1`, [id]);
+    const verdict = checkReviewable((await findOperation(db.pool, id))!);
+    expect(verdict).toMatchObject({ allowed: false, reason: expect.stringMatching(/is a refund .*PaymentIntent evidence only/) });
   });
 });
 

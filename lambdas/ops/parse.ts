@@ -26,7 +26,7 @@ export interface OperatorAction {
   readonly reason: string;
 }
 
-export const REJECTED_REASON_CODES = ['invalid_json', 'invalid_body', 'order_conflict'] as const;
+export const REJECTED_REASON_CODES = ['invalid_json', 'invalid_body', 'order_conflict', 'refund_conflict', 'refund_rejected'] as const;
 
 export type Command =
   | { readonly name: 'help'; readonly topic: CommandName | null }
