@@ -8,6 +8,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { chargeOutcomeDetailSchema, refundOutcomeDetailJsonSchema, refundOutcomeDetailSchema, RefundDetailType } from '../lambdas/events/contract.ts';
 import { countingDb } from '../lambdas/payments/db.ts';
 import { checkReviewable } from '../lambdas/payments/review.ts';
+import { runOps } from '../lambdas/ops/commands.ts';
+import { render } from '../lambdas/ops/render.ts';
 import { findOperation } from '../lambdas/payments/operations-store.ts';
 import { StripeEventApplier } from '../lambdas/payments/event-applier.ts';
 import { createStripeClient } from '../lambdas/payments/stripe-gateway.ts';
@@ -489,6 +491,27 @@ describe('the review queue', () => {
     await db.pool.query(`UPDATE payment_operations SET review_reason = 'test: a person must look', next_attempt_at = NULL WHERE id = $1`, [id]);
     const verdict = checkReviewable((await findOperation(db.pool, id))!);
     expect(verdict).toMatchObject({ allowed: false, reason: expect.stringMatching(/is a refund .*PaymentIntent evidence only/) });
+  });
+});
+
+describe('ops: refunds list | show', () => {
+  const ops = (argv: string[]) =>
+    runOps(argv, { defaultActor: 'tester', context: () => ({ db: db.pool, stripe: () => Promise.reject(new Error('no Stripe needed')), transport: { kind: 'test' } }) });
+
+  it('refunds list shows the charge, each refund operation and what is left; refunds show one refund with its trail', async () => {
+    const { input, chargeId } = await chargedOrder({ amount: 1000 });
+    const a = await engine().processRefund(refundOf(input.orderId, { refundId: 'rf-ops-1', amount: 300 }));
+    const response = await ops(['refunds', 'list', input.orderId, '--json']);
+    expect(response).toMatchObject({
+      ok: true,
+      command: 'refunds list',
+      result: { orderId: input.orderId, charge: { id: chargeId, status: 'succeeded' }, refunded: 300, inFlight: 0, left: 700, refunds: [{ id: a.operationId, refundId: 'rf-ops-1', amount: 300, status: 'succeeded' }] },
+    });
+    expect(render(response, false).stdout.join('\n')).toMatch(/rf-ops-1 .*300 eur/);
+    const shown = await ops(['refunds', 'show', a.operationId!]);
+    expect(shown).toMatchObject({ ok: true, command: 'refunds show' });
+    expect(await ops(['refunds', 'show', chargeId])).toMatchObject({ ok: false, error: { code: 'not_found' } });
+    expect(await ops(['refunds', 'list', 'no-such-order'])).toMatchObject({ ok: false, error: { code: 'not_found' } });
   });
 });
 

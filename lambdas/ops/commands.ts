@@ -28,6 +28,7 @@ import {
   type Verdict,
 } from '../payments/review.ts';
 import { listFindings, resolveFinding, type FindingRow } from '../payments/inbox-store.ts';
+import { findOperationByOrder, findRefundsOfOrder } from '../payments/operations-store.ts';
 import type { Operation } from '../payments/types.ts';
 import { ConflictError, NotFoundError, OpsError, RefusedError, StripeUnavailableError, UsageError } from './errors.ts';
 import { isAction, parseInvocation, usage, type Command, type CommandName, type OperatorAction } from './parse.ts';
@@ -173,7 +174,21 @@ export interface ResultOf {
   readonly 'rejected list': RejectedListResult;
   readonly 'findings list': FindingsListResult;
   readonly 'findings resolve': FindingResolveResult;
+  readonly 'refunds list': RefundsListResult;
+  readonly 'refunds show': OperationDetailResult;
   readonly stats: Stats;
+}
+
+export interface RefundsListResult {
+  readonly asOf: string;
+  readonly orderId: string;
+  readonly charge: OperationView;
+  readonly refunds: readonly (OperationView & { readonly refundId: string; readonly refundReason: string | null; readonly refundedPaymentIntent: string | null })[];
+  /** Refunds that succeeded, and those still open (pending / unknown), of the charge's own PaymentIntent. */
+  readonly refunded: number;
+  readonly inFlight: number;
+  /** What a further refund may still ask for (charged amount − refunded − in flight); 0 for a charge that did not succeed. */
+  readonly left: number;
 }
 
 export interface FindingsListResult {
@@ -442,6 +457,33 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
         throw new ConflictError(`finding ${command.findingId} was already resolved by ${done.finding.resolvedBy} at ${done.finding.resolvedAt}`);
       }
       return { finding: done.finding };
+    }
+    case 'refunds list': {
+      const charge = await findOperationByOrder(ctx.db, command.orderId);
+      if (!charge) throw new NotFoundError(`no charge operation for order "${command.orderId}"`);
+      const refunds = await findRefundsOfOrder(ctx.db, command.orderId);
+      const own = refunds.filter((r) => r.refund?.paymentIntentId === null);
+      const refunded = own.filter((r) => r.status === 'succeeded').reduce((sum, r) => sum + r.amount, 0);
+      const inFlight = own.filter((r) => r.status === 'pending' || r.status === 'unknown').reduce((sum, r) => sum + r.amount, 0);
+      return {
+        asOf: new Date().toISOString(),
+        orderId: command.orderId,
+        charge: operationView(charge),
+        refunds: refunds.map((r) => ({
+          ...operationView(r),
+          refundId: r.refund?.refundId ?? '',
+          refundReason: r.refund?.reason ?? null,
+          refundedPaymentIntent: r.refund?.paymentIntentId ?? null,
+        })),
+        refunded,
+        inFlight,
+        left: charge.status === 'succeeded' ? Math.max(0, charge.amount - refunded - inFlight) : 0,
+      };
+    }
+    case 'refunds show': {
+      const history = await historyOf(ctx, command.operationId);
+      if (history.operation.kind !== 'refund') throw new NotFoundError(`operation ${command.operationId} is a ${history.operation.kind}, not a refund; see operations show`);
+      return detail(ctx, history, false);
     }
     case 'stats':
       return loadStats(ctx.db);

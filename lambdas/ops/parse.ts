@@ -15,6 +15,8 @@ export const COMMAND_NAMES = [
   'rejected list',
   'findings list',
   'findings resolve',
+  'refunds list',
+  'refunds show',
   'stats',
 ] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
@@ -53,6 +55,9 @@ export type Command =
   /** What Stripe's events showed that the ledger cannot explain (stripe_event_findings). */
   | { readonly name: 'findings list'; readonly includeResolved: boolean; readonly kind: (typeof FINDING_KINDS)[number] | null; readonly limit: number }
   | { readonly name: 'findings resolve'; readonly findingId: number; readonly action: OperatorAction }
+  /** An order's refund operations beside its charge (issue 15). */
+  | { readonly name: 'refunds list'; readonly orderId: string }
+  | { readonly name: 'refunds show'; readonly operationId: string }
   | { readonly name: 'stats' };
 
 export const FINDING_KINDS = ['contradiction', 'unrecorded_charge'] as const;
@@ -193,6 +198,20 @@ export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
     options: { ...ACTION_OPTIONS },
     help: [['--reason <text>', 'required: what you found and did (refunded, recorded in the order system, …)'], ACTION_HELP[1]],
     positionals: ['finding-id'],
+  },
+  'refunds list': {
+    args: '<order-id>',
+    summary: "the order's charge and its refund operations: amounts, statuses, what is left to refund",
+    options: {},
+    help: [],
+    positionals: ['order-id'],
+  },
+  'refunds show': {
+    args: '<operation-id>',
+    summary: 'one refund operation and its whole audit trail',
+    options: {},
+    help: [],
+    positionals: ['operation-id'],
   },
   stats: {
     args: '',
@@ -424,6 +443,11 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
       case 'findings resolve':
         if (!/^[1-9]\d{0,17}$/.test(first)) throw new UsageError(`the finding id must be a positive integer (got "${first}"); see findings list`);
         return { name, findingId: Number(first), action: action(values, defaultActor) };
+      case 'refunds list':
+        if (!first.trim()) throw new UsageError('refunds list: the order id is empty');
+        return { name, orderId: first };
+      case 'refunds show':
+        return { name, operationId: operationIdOf(first) };
       case 'stats':
         return { name };
     }
