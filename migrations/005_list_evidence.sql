@@ -29,7 +29,10 @@ BEGIN
   SELECT array_agg(DISTINCT v ORDER BY v) INTO allowed
     FROM (SELECT (regexp_matches(con.def, '''([^'']*)''', 'g'))[1] AS v UNION SELECT unnest(additions)) x;
   EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', tbl, con.conname);
-  EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I = ANY (%L::text[]))', tbl, con.conname, col, allowed);
+  -- Written back as ARRAY['a', 'b', …] — one quoted literal per value, the form the reader above
+  -- parses — not as the single literal '{a,b,…}'::text[], which a later widening would read as one value.
+  EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I = ANY (ARRAY[%s]::text[]))', tbl, con.conname, col,
+    (SELECT string_agg(quote_literal(v), ', ' ORDER BY v) FROM unnest(allowed) v));
 END $$;
 
 SELECT pg_temp.widen_in_check('payment_operation_events', 'step', ARRAY['list']);

@@ -104,8 +104,9 @@ CREATE INDEX stripe_event_findings_open ON stripe_event_findings (found_at) WHER
 -- written by the engine's own outcome write and appear as 'outcome_recorded' with the event in detail.
 -- The CHECKs are widened in place from their current definition, so that other migrations that
 -- widen the same lists (in any order) keep their values. The catalog shows a list in either form,
--- depending on how its last writer wrote it: ARRAY['a'::text, …] (001/002) or '{a,"b c"}'::text[]
--- (005's widen_in_check); both are read, and the list is written back in the ARRAY[…] form.
+-- depending on how its last writer wrote it: ARRAY['a'::text, …] (001/002/005) or the single
+-- literal '{a,"b c"}'::text[] (a hand-written constraint might); both are read, and the list is
+-- written back in the ARRAY[…] form.
 CREATE FUNCTION pg_temp.check_values_006(def text) RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
   SELECT CASE
