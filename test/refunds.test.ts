@@ -496,7 +496,29 @@ describe('the review queue', () => {
 
 describe('ops: refunds list | show', () => {
   const ops = (argv: string[]) =>
-    runOps(argv, { defaultActor: 'tester', context: () => ({ db: db.pool, stripe: () => Promise.reject(new Error('no Stripe needed')), transport: { kind: 'test' } }) });
+    runOps(argv, {
+      defaultActor: 'tester',
+      context: () => ({ db: db.pool, stripe: () => Promise.reject(new Error('no Stripe look-ups')), gateway: async () => stripe.gateway, transport: { kind: 'test' } }),
+    });
+
+  it('refunds create: an operator refund through the same engine, the operator as actor; a refund beyond what is left is refused, nothing sent', async () => {
+    const { input } = await chargedOrder({ amount: 1000 });
+    const made = await ops(['refunds', 'create', input.orderId, '--refund-id', 'op-1', '--amount', '400', '--refund-reason', 'requested_by_customer', '--reason', 'TICKET-9: customer asked', '--actor', 'alice']);
+    expect(made).toMatchObject({ ok: true, command: 'refunds create', result: { operation: { status: 'succeeded', amount: 400 }, disposition: 'attempted' } });
+    const id = made.ok && made.command === 'refunds create' ? made.result.operation.id : '';
+    expect((await events(id)).map((e) => [e.action, e.actor])).toEqual([
+      ['requested', 'operator:alice'],
+      ['attempt_started', 'operator:alice'],
+      ['outcome_recorded', 'operator:alice'],
+      ['operator_note', 'operator:alice'],
+    ]);
+    expect(refundsAtStripe(id)).toMatchObject([{ amount: 400, reason: 'requested_by_customer' }]);
+    const before = stripe.fake.requests().length;
+    const refused = await ops(['refunds', 'create', input.orderId, '--refund-id', 'op-2', '--amount', '601', '--reason', 'TICKET-9', '--actor', 'alice']);
+    expect(refused).toMatchObject({ ok: false, exitCode: 1, error: { code: 'refused', message: expect.stringMatching(/^exceeds_charge: /) } });
+    expect(stripe.fake.requests().length).toBe(before);
+    expect(await ops(['refunds', 'create', input.orderId, '--refund-id', 'op-3', '--amount', '1'])).toMatchObject({ ok: false, exitCode: 2 });
+  });
 
   it('refunds list shows the charge, each refund operation and what is left; refunds show one refund with its trail', async () => {
     const { input, chargeId } = await chargedOrder({ amount: 1000 });

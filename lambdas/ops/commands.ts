@@ -4,7 +4,9 @@
 // OpsResponse out, so `--json` on a laptop and the Lambda's answer are the same document.
 import { publishLeased, type EventPublisher } from '../events/outbox.ts';
 import type { Db } from '../payments/db.ts';
-import { idempotencyKey } from '../payments/decisions.ts';
+import { idempotencyKey, type EnginePolicy } from '../payments/decisions.ts';
+import { ChargeEngine } from '../payments/engine.ts';
+import type { PaymentGateway } from '../payments/gateway.ts';
 import {
   appendOperatorNote,
   checkReviewable,
@@ -46,6 +48,10 @@ export interface OpsContext {
   readonly transport: Readonly<Record<string, unknown>>;
   /** How long a resolution's outbox row is kept from the relay while this command publishes it. */
   readonly publishLeaseMs?: number;
+  /** The engine's Stripe gateway, created on first use: only `refunds create` sends anything. */
+  readonly gateway?: () => Promise<PaymentGateway>;
+  /** The deployment's engine policy (LEASE_MS, …), for the engine `refunds create` runs. */
+  readonly enginePolicy?: Partial<EnginePolicy>;
 }
 
 // ── Views (JSON-safe: ISO strings, no Dates) ─────────────────────────────────────────────────────
@@ -176,7 +182,15 @@ export interface ResultOf {
   readonly 'findings resolve': FindingResolveResult;
   readonly 'refunds list': RefundsListResult;
   readonly 'refunds show': OperationDetailResult;
+  readonly 'refunds create': RefundCreateResult;
   readonly stats: Stats;
+}
+
+export interface RefundCreateResult {
+  readonly operation: OperationView;
+  /** What the engine did now: attempted (and the status), skipped (exists / waits for its charge), … */
+  readonly disposition: string | null;
+  readonly auditEvent: AuditEvent | null;
 }
 
 export interface RefundsListResult {
@@ -480,6 +494,20 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
         left: charge.status === 'succeeded' ? Math.max(0, charge.amount - refunded - inFlight) : 0,
       };
     }
+    case 'refunds create': {
+      if (!ctx.gateway) throw new StripeUnavailableError('this entry point has no Stripe gateway configured: refunds create cannot send');
+      const engine = new ChargeEngine({ db: ctx.db, gateway: await ctx.gateway(), actor: command.action.actor, ...(ctx.enginePolicy ? { policy: ctx.enginePolicy } : {}) });
+      const result = await engine.processRefund({ orderId: command.orderId, refundId: command.refundId, amount: command.amount, reason: command.refundReason });
+      // A rejection is a refusal with the engine's reason; nothing was created or sent.
+      if (result.rejection) throw new RefusedError(`${result.rejection.code}: ${result.rejection.message}`, { code: result.rejection.code });
+      const auditEvent = await appendOperatorNote(ctx.db, {
+        operationId: result.operationId!,
+        actor: command.action.actor,
+        detail: { reason: command.action.reason, command: 'refunds create', refundId: command.refundId, amount: command.amount, transport: ctx.transport },
+      });
+      const history = await historyOf(ctx, result.operationId!);
+      return { operation: operationView(history.operation), disposition: result.execution?.disposition ?? null, auditEvent };
+    }
     case 'refunds show': {
       const history = await historyOf(ctx, command.operationId);
       if (history.operation.kind !== 'refund') throw new NotFoundError(`operation ${command.operationId} is a ${history.operation.kind}, not a refund; see operations show`);
@@ -496,7 +524,8 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
  * must see even if this write fails.
  */
 async function auditRefusal(ctx: OpsContext, command: Command, error: OpsError): Promise<void> {
-  if (!isAction(command) || command.name === 'review note' || command.name === 'findings resolve' || error.code === 'not_found' || error.code === 'config') return;
+  // A refused `refunds create` made no operation to note it on (the CLI shows the engine's reason).
+  if (!isAction(command) || command.name === 'review note' || command.name === 'findings resolve' || command.name === 'refunds create' || error.code === 'not_found' || error.code === 'config') return;
   await appendOperatorNote(ctx.db, {
     operationId: command.operationId,
     actor: command.action.actor,

@@ -283,6 +283,14 @@ function actionLines(response: Extract<OpsResponse, { ok: true }>): string[] {
         `  audit event #${r.auditEvent.id} by ${r.auditEvent.actor}: ${r.auditEvent.action}`,
       ];
     }
+    case 'refunds create': {
+      const r = response.result;
+      return [
+        `Refund ${r.operation.id} of order ${r.operation.orderId}: ${r.operation.amount} ${r.operation.currency}, ${r.operation.status}${r.operation.externalId ? ` — ${r.operation.externalId}` : ''} (${r.disposition ?? 'not executed'}).`,
+        ...(r.auditEvent ? [`  audit event #${r.auditEvent.id} by ${r.auditEvent.actor}: ${r.auditEvent.action}`] : []),
+        ...(r.operation.status === 'pending' || r.operation.status === 'unknown' ? ["  open: the reconciler settles it (it waits for the order's charge if that is not final)"] : []),
+      ];
+    }
     case 'findings resolve': {
       const f = response.result.finding;
       return [`Resolved finding ${f.id} (${f.kind}, ${f.paymentIntentId}) by ${f.resolvedBy} at ${f.resolvedAt}.`];
