@@ -24,6 +24,13 @@ ALTER TABLE payment_operations
   -- operation holds): it is named here. NULL: the refund is of the charge's own PaymentIntent.
   ADD COLUMN refund_payment_intent text CHECK (refund_payment_intent IS NULL OR refund_payment_intent ~ '^pi_[A-Za-z0-9_]{1,250}$');
 
+-- Charge parameters a producer may add (issue 15): passed to Stripe, part of the order's parameters
+-- (the guard below keeps them unchanged, like amount and currency). Never logged.
+ALTER TABLE payment_operations
+  ADD COLUMN description                 text  CHECK (description IS NULL OR char_length(description) BETWEEN 1 AND 1000),
+  ADD COLUMN statement_descriptor_suffix text  CHECK (statement_descriptor_suffix IS NULL OR char_length(statement_descriptor_suffix) BETWEEN 1 AND 22),
+  ADD COLUMN charge_metadata             jsonb NOT NULL DEFAULT '{}'::jsonb CHECK (jsonb_typeof(charge_metadata) = 'object');
+
 -- The kind CHECK of 001, widened (read back from the catalog, as 005 does for its lists).
 DO $$
 DECLARE
@@ -94,8 +101,10 @@ CREATE TRIGGER payment_operations_refund_rules
 CREATE FUNCTION payment_operations_refund_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-  IF (NEW.refund_id, NEW.parent_operation_id, NEW.refund_reason, NEW.refund_payment_intent)
-     IS DISTINCT FROM (OLD.refund_id, OLD.parent_operation_id, OLD.refund_reason, OLD.refund_payment_intent) THEN
+  IF (NEW.refund_id, NEW.parent_operation_id, NEW.refund_reason, NEW.refund_payment_intent,
+      NEW.description, NEW.statement_descriptor_suffix, NEW.charge_metadata)
+     IS DISTINCT FROM (OLD.refund_id, OLD.parent_operation_id, OLD.refund_reason, OLD.refund_payment_intent,
+      OLD.description, OLD.statement_descriptor_suffix, OLD.charge_metadata) THEN
     RAISE EXCEPTION 'the refund parameters of payment operation % cannot change', OLD.id
       USING ERRCODE = 'integrity_constraint_violation';
   END IF;

@@ -19,7 +19,8 @@ import { netChargedByOrder } from '../local/stripe-truth.ts';
 import { delivery, piEvent, SECRET } from './stripe-events/support.ts';
 import { idempotencyKey } from '../lambdas/payments/decisions.ts';
 import { ChargeEngine, type EngineOptions } from '../lambdas/payments/engine.ts';
-import { RefundRejectedError } from '../lambdas/payments/errors.ts';
+import { OrderConflictError, RefundRejectedError } from '../lambdas/payments/errors.ts';
+import { parseQueueMessage } from '../lambdas/payments/message.ts';
 import type { ChargeInput, RefundInput } from '../lambdas/payments/types.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 import { chargeOrder } from './support/orders.ts';
@@ -534,6 +535,43 @@ describe('ops: refunds list | show', () => {
     expect(shown).toMatchObject({ ok: true, command: 'refunds show' });
     expect(await ops(['refunds', 'show', chargeId])).toMatchObject({ ok: false, error: { code: 'not_found' } });
     expect(await ops(['refunds', 'list', 'no-such-order'])).toMatchObject({ ok: false, error: { code: 'not_found' } });
+  });
+});
+
+describe('charge parameters: description, statementDescriptorSuffix, metadata', () => {
+  it('passed to Stripe (the producer’s metadata beside ours), stored with the order; a repeat with other values is a conflict', async () => {
+    const input = chargeOrder({ description: 'Order 77, two books', statementDescriptorSuffix: 'BOOKS 77', metadata: { shop: 'eu_1', cart_id: 'c42' } });
+    const result = await engine().processRequests([input]);
+    const id = result[0]!.operationId;
+    expect(result[0]!.execution?.status).toBe('succeeded');
+    const [pi] = stripe.fake.paymentIntents({ operationId: id });
+    expect(pi!.metadata).toEqual({ shop: 'eu_1', cart_id: 'c42', operation_id: id, order_id: input.orderId, key_generation: '0' });
+    expect(await row(id)).toMatchObject({ description: 'Order 77, two books', statement_descriptor_suffix: 'BOOKS 77', charge_metadata: { shop: 'eu_1', cart_id: 'c42' } });
+    // The same metadata in another key order is the same order; other values conflict, nothing is sent.
+    const same = await engine().processRequests([{ ...input, metadata: { cart_id: 'c42', shop: 'eu_1' } }]);
+    expect(same[0]!.conflict).toBeNull();
+    const before = stripe.fake.requests().length;
+    const other = await engine().processRequests([{ ...input, metadata: { shop: 'eu_2', cart_id: 'c42' } }]);
+    expect(other[0]!.conflict).toBeInstanceOf(OrderConflictError);
+    expect(other[0]!.conflict!.fields).toEqual(['metadata']);
+    const noDescription = await engine().processRequests([{ ...input, description: undefined } as ChargeInput]);
+    expect(noDescription[0]!.conflict!.fields).toEqual(['description']);
+    expect(stripe.fake.requests().length).toBe(before);
+    // The database keeps them as the order's parameters too (an open operation: the final-state guard is not what refuses).
+    const open = await engine().requestCharge(chargeOrder({ metadata: { shop: 'eu_1' } }));
+    await expect(db.pool.query(`UPDATE payment_operations SET charge_metadata = '{}' WHERE id = $1`, [open])).rejects.toThrow(/parameters of payment operation .* cannot change/);
+  });
+
+  it('the schema: at most 20 keys of [a-z0-9_] ≤ 40, values ≤ 500, our reserved keys refused, the suffix as Stripe allows it', () => {
+    const base = chargeOrder();
+    const parse = (extra: Record<string, unknown>) => parseQueueMessage(JSON.stringify({ ...base, ...extra }));
+    expect(parse({ metadata: { a: '1' }, description: 'x', statementDescriptorSuffix: 'SHOP 1' })).toMatchObject({ ok: true });
+    expect(parse({ metadata: { order_id: 'x' } })).toMatchObject({ ok: false, reason: expect.stringMatching(/pipeline's keys/) });
+    expect(parse({ metadata: Object.fromEntries(Array.from({ length: 21 }, (_, i) => [`k${i}`, 'v'])) })).toMatchObject({ ok: false, reason: expect.stringMatching(/at most 20/) });
+    expect(parse({ metadata: { 'Bad-Key': 'v' } })).toMatchObject({ ok: false });
+    expect(parse({ metadata: { k: 'v'.repeat(501) } })).toMatchObject({ ok: false, reason: expect.stringMatching(/at most 500/) });
+    expect(parse({ statementDescriptorSuffix: '1234' })).toMatchObject({ ok: false });
+    expect(parse({ statementDescriptorSuffix: 'A'.repeat(23) })).toMatchObject({ ok: false });
   });
 });
 

@@ -116,10 +116,20 @@ function isRefundRace(error: unknown): boolean {
   return e?.code === '23514' && e.constraint === 'refunds_within_charge';
 }
 
-const PARAMETERS = ['amount', 'currency', 'customerId', 'paymentMethod'] as const;
+const PARAMETERS = ['amount', 'currency', 'customerId', 'paymentMethod', 'description', 'statementDescriptorSuffix', 'metadata'] as const;
+
+/** Absent, null and an empty metadata object all mean "none"; metadata compares by its sorted entries. */
+function parameterValue(input: ChargeInput, field: (typeof PARAMETERS)[number]): unknown {
+  const value = input[field];
+  if (field === 'metadata') {
+    const entries = Object.entries((value as Record<string, string> | null | undefined) ?? {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return entries.length === 0 ? null : JSON.stringify(entries);
+  }
+  return value ?? null;
+}
 
 export function conflictingFields(existing: ChargeInput, requested: ChargeInput): (keyof ChargeInput)[] {
-  return PARAMETERS.filter((field) => existing[field] !== requested[field]);
+  return PARAMETERS.filter((field) => parameterValue(existing, field) !== parameterValue(requested, field));
 }
 
 /** A small bounded-concurrency map that keeps result order. */

@@ -56,8 +56,10 @@ export interface CreatePaymentIntentRequest {
   readonly currency: string;
   readonly customerId: string;
   readonly paymentMethod: string;
-  /** operation_id, order_id and key_generation: how Search finds it once the key is gone. */
+  /** operation_id, order_id and key_generation: how Search finds it once the key is gone (plus the producer's own keys). */
   readonly metadata: Readonly<Record<string, string>>;
+  readonly description?: string | null;
+  readonly statementDescriptorSuffix?: string | null;
 }
 
 export interface SearchPaymentIntentsRequest {

@@ -30,7 +30,11 @@ const charge: KindAdapter = {
       currency: op.currency,
       customerId: op.customerId,
       paymentMethod: op.paymentMethod,
-      metadata: paymentIntentMetadata(op),
+      // The producer's keys first: ours (operation_id, order_id, key_generation) always win (and the
+      // schema refuses producer metadata that names them).
+      metadata: { ...(op.metadata ?? {}), ...paymentIntentMetadata(op) },
+      ...(op.description ? { description: op.description } : {}),
+      ...(op.statementDescriptorSuffix ? { statementDescriptorSuffix: op.statementDescriptorSuffix } : {}),
     }),
   retrieve: (gateway, id) => gateway.retrievePaymentIntent(id),
   list: (gateway, scope, window, beforePage) => gateway.listPaymentIntents({ scope, ...window, beforePage }),

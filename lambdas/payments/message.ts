@@ -10,6 +10,15 @@ export const DEFAULT_MAX_AMOUNT = 99_999_999;
 const ORDER_ID = /^[\x21-\x7e]{1,128}$/;
 const STRIPE_ID = (prefix: string) => new RegExp(`^${prefix}_[A-Za-z0-9_]{1,196}$`);
 
+/** Keys the pipeline writes into a PaymentIntent's metadata itself: a producer may not set them. */
+export const RESERVED_METADATA_KEYS: readonly string[] = ['operation_id', 'order_id', 'key_generation', 'refund_id'];
+export const MAX_METADATA_KEYS = 20;
+
+const metadataSchema = z
+  .record(z.string().regex(/^[a-z0-9_]{1,40}$/, 'metadata keys must be 1-40 of [a-z0-9_]'), z.string().max(500, 'metadata values must be at most 500 characters'))
+  .refine((m) => Object.keys(m).length <= MAX_METADATA_KEYS, `at most ${MAX_METADATA_KEYS} metadata keys`)
+  .refine((m) => !Object.keys(m).some((k) => RESERVED_METADATA_KEYS.includes(k)), `metadata may not set the pipeline's keys (${RESERVED_METADATA_KEYS.join(', ')})`);
+
 export function chargeRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
   return z.strictObject({
     /** Optional: a body without `type` is a charge, so producers written before refunds keep working. */
@@ -23,6 +32,15 @@ export function chargeRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
     currency: z.string().regex(/^[a-z]{3}$/, 'must be three lowercase letters (ISO 4217)'),
     customerId: z.string().regex(STRIPE_ID('cus'), 'must be a Stripe customer id (cus_…)'),
     paymentMethod: z.string().regex(STRIPE_ID('pm'), 'must be a Stripe PaymentMethod id (pm_…)'),
+    // Optional charge parameters (issue 15), passed to Stripe and part of the order's parameters: a
+    // repeat of the order with other values is a conflict. Never logged.
+    description: z.string().min(1, 'must not be empty').max(1000, 'must be at most 1000 characters').optional(),
+    // Stripe: the suffix is at most 22 characters, Latin letters, digits and a few signs, at least one letter.
+    statementDescriptorSuffix: z
+      .string()
+      .regex(/^(?=.*[A-Za-z])[A-Za-z0-9 .\-_]{1,22}$/, 'must be 1-22 of letters, digits, space . - _ with at least one letter')
+      .optional(),
+    metadata: metadataSchema.optional(),
   });
 }
 

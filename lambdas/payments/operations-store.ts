@@ -15,6 +15,9 @@ interface OperationJson {
   parent_operation_id?: string | null;
   refund_reason?: RefundReason | null;
   refund_payment_intent?: string | null;
+  description?: string | null;
+  statement_descriptor_suffix?: string | null;
+  charge_metadata?: Record<string, string> | null;
   order_id: string;
   amount: number | string;
   currency: string;
@@ -51,6 +54,9 @@ export function toOperation(row: OperationJson): Operation {
     currency: row.currency,
     customerId: row.customer_id,
     paymentMethod: row.payment_method,
+    ...(row.description ? { description: row.description } : {}),
+    ...(row.statement_descriptor_suffix ? { statementDescriptorSuffix: row.statement_descriptor_suffix } : {}),
+    ...(row.charge_metadata && Object.keys(row.charge_metadata).length > 0 ? { metadata: row.charge_metadata } : {}),
     status: row.status,
     externalId: row.external_id,
     attempts: row.attempts,
@@ -144,6 +150,9 @@ export async function requestAndClaim(
     currency: input.currency,
     customer_id: input.customerId,
     payment_method: input.paymentMethod,
+    description: input.description ?? null,
+    statement_descriptor_suffix: input.statementDescriptorSuffix ?? null,
+    charge_metadata: input.metadata ?? {},
     claim,
   }));
   const { rows } = await prepared<{ idx: number; source: RequestSource; op: OperationJson; db_now: Date }>(
@@ -151,12 +160,14 @@ export async function requestAndClaim(
     'payments.request_and_claim',
     `WITH input AS (
        SELECT * FROM jsonb_to_recordset($1::jsonb)
-         AS i(idx int, order_id text, amount bigint, currency text, customer_id text, payment_method text, claim boolean)
+         AS i(idx int, order_id text, amount bigint, currency text, customer_id text, payment_method text,
+              description text, statement_descriptor_suffix text, charge_metadata jsonb, claim boolean)
      ),
      inserted AS (
        INSERT INTO payment_operations AS p
-         (order_id, amount, currency, customer_id, payment_method, lease_token, lease_until, first_attempted_at, next_attempt_at)
-       SELECT order_id, amount, currency, customer_id, payment_method,
+         (order_id, amount, currency, customer_id, payment_method, description, statement_descriptor_suffix, charge_metadata,
+          lease_token, lease_until, first_attempted_at, next_attempt_at)
+       SELECT order_id, amount, currency, customer_id, payment_method, description, statement_descriptor_suffix, charge_metadata,
               CASE WHEN claim THEN $2::uuid END,
               CASE WHEN claim THEN now() + $3::bigint * interval '1 millisecond' END,
               CASE WHEN claim THEN now() END,
@@ -171,6 +182,8 @@ export async function requestAndClaim(
         WHERE i.claim AND p.order_id = i.order_id AND p.kind = 'charge'
           AND (p.amount, p.currency, p.customer_id, p.payment_method)
               = (i.amount, i.currency, i.customer_id, i.payment_method)
+          AND (p.description, p.statement_descriptor_suffix, p.charge_metadata)
+              IS NOT DISTINCT FROM (i.description, i.statement_descriptor_suffix, i.charge_metadata)
           AND ${CLAIMABLE}
        RETURNING p.*
      ),

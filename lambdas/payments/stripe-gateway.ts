@@ -226,6 +226,8 @@ export class StripeGateway implements PaymentGateway {
           confirm: true,
           off_session: true,
           metadata: { ...request.metadata },
+          ...(request.description ? { description: request.description } : {}),
+          ...(request.statementDescriptorSuffix ? { statement_descriptor_suffix: request.statementDescriptorSuffix } : {}),
         },
         { idempotencyKey: request.idempotencyKey },
       );

@@ -18,6 +18,10 @@ export interface ChargeInput {
   readonly currency: string;
   readonly customerId: string;
   readonly paymentMethod: string;
+  /** Optional charge parameters, passed to Stripe; part of the order's parameters (a repeat with others is a conflict). */
+  readonly description?: string;
+  readonly statementDescriptorSuffix?: string;
+  readonly metadata?: Record<string, string>;
 }
 
 /** The kinds of business effect one engine carries (lambdas/payments/kinds.ts: one adapter each). */

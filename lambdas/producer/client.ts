@@ -90,9 +90,18 @@ export interface ChargeRequestMessage {
  * contract's fields in a stable order, whatever else the caller's object carries.
  */
 export function chargeRequestMessage(request: ChargeRequest): ChargeRequestMessage {
-  const { orderId, amount, currency, customerId, paymentMethod } = request;
+  const { orderId, amount, currency, customerId, paymentMethod, description, statementDescriptorSuffix, metadata } = request;
   return {
-    MessageBody: JSON.stringify({ orderId, amount, currency, customerId, paymentMethod }),
+    MessageBody: JSON.stringify({
+      orderId,
+      amount,
+      currency,
+      customerId,
+      paymentMethod,
+      ...(description !== undefined ? { description } : {}),
+      ...(statementDescriptorSuffix !== undefined ? { statementDescriptorSuffix } : {}),
+      ...(metadata !== undefined ? { metadata } : {}),
+    }),
     // One group per order: orders never wait for each other, and two messages of one order are
     // never worked at the same time.
     MessageGroupId: orderId,
