@@ -4,7 +4,11 @@
 // what HAPPENED, whatever answers were lost on the way. Every check below compares the two, so a
 // checker run after a chaos soak, a property-model run or `npm start` proves (or refutes):
 //
-//   nothing charged twice   — at most one succeeded PaymentIntent per order
+//   nothing charged twice   — at most one succeeded PaymentIntent per order (given refunds: at most
+//                             one that is not refunded in full)
+//   the net amount          — (given refunds) per order, what Stripe kept = the amount asked − the
+//                             refunds asked, or zero; never more refunded than charged
+//   refunds told truly      — a succeeded refund operation names a succeeded Refund of its amount
 //   no unsafe re-issue      — no new key generation while an older one's PaymentIntent is or may become a charge
 //   nothing lost            — every sent order has an operation, a rejected_messages row, or is in the DLQ
 //   nothing wrongly failed  — no operation `failed` while a succeeded PaymentIntent exists for it
@@ -16,7 +20,8 @@
 // It reads only: safe to run against a live pipeline (`requireQuiescent: false`) or at the end.
 import type { Db } from '../lambdas/payments/db.ts';
 import type { OperationStatus } from '../lambdas/payments/types.ts';
-import type { PaymentIntentRecord, PaymentIntentStatus } from './fake-stripe/types.ts';
+import type { PaymentIntentRecord, PaymentIntentStatus, RefundRecord } from './fake-stripe/types.ts';
+import { netChargedByOrder } from './stripe-truth.ts';
 
 export const VIOLATION_KINDS = [
   /** More than one succeeded PaymentIntent for one order. */
@@ -43,6 +48,17 @@ export const VIOLATION_KINDS = [
    * before the second charge succeeds.
    */
   'unsafe_reissue',
+  /**
+   * (refunds given) The net amount Stripe kept for an order (succeeded PaymentIntents − succeeded
+   * refunds) is not the amount asked minus the refunds the pipeline made (zero for a failed order).
+   */
+  'net_amount',
+  /** (refunds given) More refunded than charged for an order. */
+  'over_refund',
+  /** A refund operation `succeeded` whose external_id is not a succeeded Refund at Stripe. */
+  'succeeded_without_refund',
+  /** A refund operation `succeeded` on a Refund of another amount, PaymentIntent or operation. */
+  'refund_mismatch',
 ] as const;
 export type ViolationKind = (typeof VIOLATION_KINDS)[number];
 
@@ -70,6 +86,12 @@ export interface CheckInvariantsInput {
   readonly db: Db;
   /** Ground truth from the fake Stripe: `fake.paymentIntents()` (or GET /__fake/payment_intents). */
   readonly paymentIntents: readonly PaymentIntentRecord[];
+  /**
+   * Ground truth of refunds: `fake.refunds()`. Given, the net-amount invariant replaces "at most one
+   * succeeded PaymentIntent" (a duplicate refunded in full is no double charge) and refund
+   * operations are checked against it.
+   */
+  readonly refunds?: readonly RefundRecord[];
   /** Orders a producer sent: each must end somewhere visible. */
   readonly sentOrderIds?: readonly string[];
   /** Orders whose message is in the DLQ ("intake not recorded — redrive": visible, not lost). */
@@ -107,6 +129,9 @@ export interface InvariantReport {
 
 interface OperationFacts {
   id: string;
+  kind: 'charge' | 'refund';
+  refund_payment_intent: string | null;
+  parent_operation_id: string | null;
   order_id: string;
   status: OperationStatus;
   external_id: string | null;
@@ -137,6 +162,14 @@ const FINAL_EVENT_TYPE: Partial<Record<OperationStatus, string>> = { succeeded: 
 const REVIEW_EVENT_TYPE = 'Charge Needs Review';
 const AFTERMATH_EVENT_TYPES = new Set(['Charge Refunded', 'Charge Disputed', 'Charge Dispute Closed']);
 const REISSUE_EVENT_TYPE = 'Charge Reissued';
+/** A refund operation's events (lambdas/events/contract.ts RefundDetailType). */
+const REFUND_EVENT_TYPES = {
+  succeeded: 'Refund Succeeded',
+  duplicateRefunded: 'Charge Duplicate Refunded',
+  failed: 'Refund Failed',
+  review: 'Refund Needs Review',
+  reissue: 'Refund Reissued',
+} as const;
 /** PaymentIntent statuses that are no charge and can never become one (review.ts chargingPaymentIntents). */
 const HARMLESS: readonly PaymentIntentStatus[] = ['canceled', 'requires_payment_method'];
 
@@ -161,7 +194,7 @@ const OPERATIONS_SQL = `
       FROM payment_operation_events e JOIN scope s ON s.id = e.operation_id
      GROUP BY e.operation_id
   )
-  SELECT s.id::text, s.order_id, s.status, s.external_id, s.attempts, s.review_reason, s.amount::text, s.currency,
+  SELECT s.id::text, s.kind, s.refund_payment_intent, s.parent_operation_id::text, s.order_id, s.status, s.external_id, s.attempts, s.review_reason, s.amount::text, s.currency,
          coalesce(a.requested, 0) AS requested, coalesce(a.started, 0) AS started,
          coalesce(a.recorded, 0) AS recorded, coalesce(a.discarded, 0) AS discarded,
          coalesce(a.released, 0) AS released, coalesce(a.operator_resolved, 0) AS operator_resolved,
@@ -189,6 +222,9 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     input.db.query<{ order_id: string | null }>(REJECTED_SQL, [scope]),
   ]);
   const operations = operationRows.rows;
+  const charges = operations.filter((op) => op.kind === 'charge');
+  const refundOps = operations.filter((op) => op.kind === 'refund');
+  const stripeRefunds = input.refunds ?? null;
   const paymentIntents = input.paymentIntents.filter((pi) => inScope === null || inScope.has(pi.metadata.order_id ?? ''));
 
   const violations: Violation[] = [];
@@ -201,8 +237,8 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       detail,
     });
 
-  const byId = new Map(operations.map((op) => [op.id, op]));
-  const byOrder = new Map(operations.map((op) => [op.order_id, op]));
+  const byId = new Map(charges.map((op) => [op.id, op]));
+  const byOrder = new Map(charges.map((op) => [op.order_id, op]));
   const piById = new Map(paymentIntents.map((pi) => [pi.id, pi]));
   /** The operation a PaymentIntent belongs to: by the operation id we put in its metadata, else by order. */
   const ownerOf = (pi: PaymentIntentRecord) =>
@@ -215,8 +251,11 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     const order = pi.metadata.order_id ?? `(no order_id: ${pi.id})`;
     succeededByOrder.set(order, [...(succeededByOrder.get(order) ?? []), pi]);
   }
+  const net = stripeRefunds ? netChargedByOrder(paymentIntents, stripeRefunds) : null;
   for (const [orderId, pis] of succeededByOrder) {
     if (pis.length < 2) continue;
+    // Given refunds: a second PaymentIntent refunded in full (the duplicate remedy) is no double charge.
+    if (net && (net.get(orderId)?.unrefundedPaymentIntents ?? 0) < 2) continue;
     const op = byOrder.get(orderId) ?? null;
     violate('double_charge', `${pis.length} succeeded PaymentIntents: ${pis.map((pi) => `${pi.id} (key ${pi.idempotencyKey ?? 'none'})`).join(', ')}`, op, orderId);
   }
@@ -227,6 +266,46 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     const generation = Number(pi.metadata.key_generation ?? 'NaN');
     if (op === null || !Number.isInteger(generation) || generation >= op.key_generation || HARMLESS.includes(pi.status)) continue;
     violate('unsafe_reissue', `re-issued to key generation ${op.key_generation} while PaymentIntent ${pi.id} of generation ${generation} is ${pi.status}`, op);
+  }
+
+  // ── The net amount, and refunds told truly ──────────────────────────────────────────────────
+  if (net && stripeRefunds) {
+    const refundsOfOrder = new Map<string, OperationFacts[]>();
+    for (const r of refundOps) refundsOfOrder.set(r.order_id, [...(refundsOfOrder.get(r.order_id) ?? []), r]);
+    for (const op of charges) {
+      const ours = refundsOfOrder.get(op.order_id) ?? [];
+      const truth = net.get(op.order_id);
+      if (truth && truth.refunded > truth.charged) violate('over_refund', `refunded ${truth.refunded} of ${truth.charged} charged`, op);
+      // Judged once nothing of the order is in flight: a final charge, final refunds, none pending at Stripe.
+      const settled = (op.status === 'succeeded' || op.status === 'failed') && ours.every((r) => r.status === 'succeeded' || r.status === 'failed') && (truth?.refundPending ?? 0) === 0;
+      if (!settled) continue;
+      const asked = ours.filter((r) => r.status === 'succeeded' && r.refund_payment_intent === null).reduce((sum, r) => sum + Number(r.amount), 0);
+      const expected = op.status === 'succeeded' ? Number(op.amount) - asked : 0;
+      const kept = truth?.net ?? 0;
+      if (kept !== expected) {
+        violate('net_amount', `Stripe kept ${kept} (${truth?.succeededPaymentIntents ?? 0} succeeded PaymentIntents, ${truth?.refunded ?? 0} refunded); expected ${expected} (${op.status}, ${asked} refunded by the pipeline)`, op);
+      }
+    }
+    const refundById = new Map(stripeRefunds.map((r) => [r.id, r]));
+    for (const r of refundOps) {
+      const charge = r.parent_operation_id ? (operations.find((c) => c.id === r.parent_operation_id) ?? null) : null;
+      if (r.status === 'succeeded') {
+        const refund = r.external_id === null ? undefined : refundById.get(r.external_id);
+        if (refund === undefined || refund.status !== 'succeeded') {
+          violate('succeeded_without_refund', `external_id ${r.external_id ?? 'null'} is ${refund ? `a ${refund.status} Refund` : 'no Refund at Stripe'}`, r);
+          continue;
+        }
+        const target = r.refund_payment_intent ?? charge?.external_id ?? null;
+        const wrong: string[] = [];
+        if (String(refund.amount) !== r.amount) wrong.push(`amount ${refund.amount} ≠ ${r.amount}`);
+        if (refund.payment_intent !== target) wrong.push(`payment_intent ${refund.payment_intent} ≠ ${target}`);
+        if (refund.metadata.operation_id !== undefined && refund.metadata.operation_id !== r.id) wrong.push(`operation_id ${refund.metadata.operation_id}`);
+        if (wrong.length > 0) violate('refund_mismatch', `Refund ${refund.id}: ${wrong.join(', ')}`, r);
+      } else if (r.status === 'failed') {
+        const made = stripeRefunds.find((x) => x.metadata.operation_id === r.id && x.status === 'succeeded');
+        if (made) violate('wrongly_failed', `refund operation is failed but Refund ${made.id} succeeded`, r);
+      }
+    }
   }
 
   // ── Nothing lost ─────────────────────────────────────────────────────────────────────────────
@@ -282,7 +361,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       else open += 1;
     }
 
-    if (op.status === 'succeeded') {
+    if (op.kind === 'charge' && op.status === 'succeeded') {
       const pi = op.external_id === null ? undefined : piById.get(op.external_id);
       if (pi === undefined) violate('succeeded_without_charge', `external_id ${op.external_id ?? 'null'} is no PaymentIntent at Stripe`, op);
       else if (pi.status !== 'succeeded') violate('succeeded_without_charge', `PaymentIntent ${pi.id} is ${pi.status}, not succeeded`, op);
@@ -316,12 +395,23 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     // Outbox: exactly one final event for a final outcome (none for an open one), one review event per
     // entry into review, and every payload telling the truth about its operation.
     const events = outboxByOperation.get(op.id) ?? [];
+    const refund = op.kind === 'refund';
+    const reviewType = refund ? REFUND_EVENT_TYPES.review : REVIEW_EVENT_TYPE;
+    const reissueType = refund ? REFUND_EVENT_TYPES.reissue : REISSUE_EVENT_TYPE;
     // Refunds and disputes (Stripe events in) follow a final outcome; they are not one. Nor is a re-issue.
-    const finals = events.filter((e) => e.event_type !== REVIEW_EVENT_TYPE && e.event_type !== REISSUE_EVENT_TYPE && !AFTERMATH_EVENT_TYPES.has(e.event_type));
-    const reissues = events.filter((e) => e.event_type === REISSUE_EVENT_TYPE);
-    const reviews = events.filter((e) => e.event_type === REVIEW_EVENT_TYPE);
+    const finals = events.filter((e) => e.event_type !== reviewType && e.event_type !== reissueType && !AFTERMATH_EVENT_TYPES.has(e.event_type));
+    const reissues = events.filter((e) => e.event_type === reissueType);
+    const reviews = events.filter((e) => e.event_type === reviewType);
     const outbox: string[] = [];
-    const wantFinal = FINAL_EVENT_TYPE[op.status];
+    const wantFinal = !refund
+      ? FINAL_EVENT_TYPE[op.status]
+      : op.status === 'succeeded'
+        ? op.refund_payment_intent
+          ? REFUND_EVENT_TYPES.duplicateRefunded
+          : REFUND_EVENT_TYPES.succeeded
+        : op.status === 'failed'
+          ? REFUND_EVENT_TYPES.failed
+          : undefined;
     if (wantFinal === undefined && finals.length > 0) outbox.push(`open operation has ${finals.map((e) => `'${e.event_type}'`).join(', ')}`);
     if (wantFinal !== undefined && (finals.length !== 1 || finals[0]!.event_type !== wantFinal)) {
       outbox.push(`want one '${wantFinal}', found [${finals.map((e) => e.event_type).join(', ')}]`);
@@ -338,16 +428,16 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       if (p.eventId !== e.event_id) wrong.push('eventId');
       if (wrong.length > 0) outbox.push(`'${e.event_type}' ${e.event_id} disagrees on ${wrong.join(', ')}`);
     }
-    if (reissues.length !== op.auto_reissues) outbox.push(`${op.auto_reissues} automatic re-issues but ${reissues.length} '${REISSUE_EVENT_TYPE}' events`);
+    if (reissues.length !== op.auto_reissues) outbox.push(`${op.auto_reissues} automatic re-issues but ${reissues.length} '${reissueType}' events`);
     for (const e of reissues) {
       if (e.payload.status !== 'reissued' || e.payload.operationId !== op.id || e.payload.externalId !== null) {
-        outbox.push(`'${REISSUE_EVENT_TYPE}' ${e.event_id} has status ${String(e.payload.status)} / externalId ${String(e.payload.externalId)}`);
+        outbox.push(`'${reissueType}' ${e.event_id} has status ${String(e.payload.status)} / externalId ${String(e.payload.externalId)}`);
       }
     }
-    if (reviews.length !== op.review_entries) outbox.push(`${op.review_entries} entries into review but ${reviews.length} '${REVIEW_EVENT_TYPE}' events`);
+    if (reviews.length !== op.review_entries) outbox.push(`${op.review_entries} entries into review but ${reviews.length} '${reviewType}' events`);
     for (const e of reviews) {
       if (e.payload.status !== 'needs_review' || e.payload.operationId !== op.id || typeof e.payload.reason !== 'string' || e.payload.reason === '') {
-        outbox.push(`'${REVIEW_EVENT_TYPE}' ${e.event_id} has status ${String(e.payload.status)} / reason ${String(e.payload.reason)}`);
+        outbox.push(`'${reviewType}' ${e.event_id} has status ${String(e.payload.status)} / reason ${String(e.payload.reason)}`);
       }
     }
     // Sequence: 1, 2, … n in the order the events were written, so that the highest is the latest.

@@ -124,7 +124,7 @@ export interface LedgerInput {
 }
 
 /** Kinds that need Stripe's side; skipped (and said so) when it cannot be read. */
-const NEEDS_STRIPE = new Set(['double_charge', 'wrongly_failed', 'succeeded_without_charge', 'charge_mismatch', 'unrecorded_charge']);
+const NEEDS_STRIPE = new Set(['double_charge', 'wrongly_failed', 'succeeded_without_charge', 'charge_mismatch', 'unrecorded_charge', 'net_amount', 'over_refund', 'succeeded_without_refund', 'refund_mismatch']);
 
 export async function buildLedger(input: LedgerInput): Promise<Ledger> {
   const { pipeline: p, snapshot: s, send } = input;
@@ -136,11 +136,17 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
   const sent = send ? send.sentOrderIds.filter((id) => !stillQueued.has(id)) : undefined;
   const orderIds = send ? new Set(send.sentOrderIds) : undefined;
 
-  const [truthPis, stats] = await Promise.all([p.stripeTruth.paymentIntents(orderIds), p.stripeTruth.stats().catch(() => null)]);
+  const [truthPis, truthRefunds, stats] = await Promise.all([
+    p.stripeTruth.paymentIntents(orderIds),
+    // The refunds make the checker judge the net amount per order (issue 15); a truth that cannot list them skips that.
+    p.stripeTruth.refunds(orderIds).catch(() => null),
+    p.stripeTruth.stats().catch(() => null),
+  ]);
   const available = truthPis !== null;
   const report: InvariantReport = await checkInvariants({
     db,
     paymentIntents: truthPis ?? [],
+    ...(truthRefunds ? { refunds: truthRefunds } : {}),
     ...(sent ? { sentOrderIds: sent } : {}),
     dlqOrderIds: inDlq,
     requireQuiescent: input.outcome === 'settled',

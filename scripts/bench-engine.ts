@@ -1,7 +1,9 @@
 // npm run bench:engine — figures, not assertions.
 //   1. database round trips per fresh charge, per repeated delivery of a settled operation, and what
 //      the seed's algorithm (request_charge + execute_charge, ported literally) costs for the same work;
-//   2. charges per second against the fake Stripe with zero latency, sequential and batched.
+//   2. charges per second against the fake Stripe with zero latency, sequential and batched;
+//   3. refunds (issue 15): round trips per refund and per repeated refund request, and a mixed
+//      workload (batches of 10 charges, then refunds of 20 % of the orders).
 // Real PostgreSQL 18 (embedded), the real stripe SDK over HTTP, on this machine.
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
@@ -52,6 +54,14 @@ async function main() {
     counted.reset();
     await seedStyleCharge(counted, gateway, order());
     const seedFresh = counted.roundTrips;
+    // A refund of a charged order: the same budget as a charge, one statement before Stripe, one after.
+    counted.reset();
+    const refundId = `bench-refund-${randomUUID()}`;
+    await engine.processRefund({ orderId: input.orderId, refundId, amount: 500, reason: 'requested_by_customer' });
+    const freshRefund = counted.roundTrips;
+    counted.reset();
+    await engine.processRefund({ orderId: input.orderId, refundId, amount: 500, reason: 'requested_by_customer' });
+    const repeatedRefund = counted.roundTrips;
 
     // 2. Throughput against zero latency.
     const timed = async (label: string, run: () => Promise<void>) => {
@@ -97,6 +107,20 @@ async function main() {
       );
     });
     const seedSequential = interleaved('the seed’s algorithm, one order at a time (interleaved with ours)', elapsed.seed);
+    // Mixed: N charges in batches of 10, and a partial refund of every fifth order (20 % refunds).
+    const mixedT0 = performance.now();
+    let refunds = 0;
+    for (let i = 0; i < N; i += 10) {
+      const batch = Array.from({ length: Math.min(10, N - i) }, order);
+      await engine.processRequests(batch);
+      for (const [k, o] of batch.entries()) {
+        if ((i + k) % 5 !== 0) continue;
+        await engine.processRefund({ orderId: o.orderId, refundId: 'r1', amount: 500, reason: null });
+        refunds++;
+      }
+    }
+    const mixedMs = performance.now() - mixedT0;
+    const mixed = { label: `mixed: batches of 10 charges + ${refunds} refunds (20 %)`, charges: N, seconds: Math.round(mixedMs / 10) / 100, perSecond: Math.round((N + refunds) / (mixedMs / 1000)) };
 
     const doubleCharges = stripeFake.stats().doubleCharges;
     const report = {
@@ -107,8 +131,10 @@ async function main() {
         freshBatchOf10: batchOf10,
         requestChargeThenExecuteCharge: requestThenExecute,
         seedAlgorithmFreshCharge: seedFresh,
+        freshRefund,
+        repeatedRefundRequest: repeatedRefund,
       },
-      throughput: [sequential, batched, parallel, seedSequential],
+      throughput: [sequential, batched, parallel, seedSequential, mixed],
       doubleCharges,
     };
     if (args.json) console.log(JSON.stringify(report, null, 2));
@@ -120,8 +146,10 @@ async function main() {
       console.log(`  fresh batch of 10 orders                         ${batchOf10}`);
       console.log(`  requestCharge() then executeCharge()             ${requestThenExecute}`);
       console.log(`  the seed's algorithm, fresh charge               ${seedFresh}`);
+      console.log(`  fresh refund (request + claim, record)           ${freshRefund}`);
+      console.log(`  repeated refund request (settled)                ${repeatedRefund}`);
       console.log(`throughput (${N} charges each)`);
-      for (const t of report.throughput) console.log(`  ${t.label.padEnd(58)} ${String(t.perSecond).padStart(6)} charges/s  (${t.seconds} s)`);
+      for (const t of report.throughput) console.log(`  ${t.label.padEnd(58)} ${String(t.perSecond).padStart(6)} ops/s  (${t.seconds} s)`);
       console.log(`double charges at the fake Stripe: ${doubleCharges}`);
     }
     await pool.end();

@@ -6,10 +6,12 @@ import type { StripeGateway } from '../lambdas/payments/stripe-gateway.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
 
 /** The seed's §5 algorithm, statement for statement (request_charge, _load, _mark_attempt_started, _record). */
+// (The seed's ON CONFLICT (order_id, kind): since migrations/007_refunds.sql the one-charge-per-order
+// identity is the partial unique index on order_id WHERE kind = 'charge', the same arbiter.)
 export async function seedStyleCharge(db: Db, gateway: StripeGateway, input: ChargeInput): Promise<string> {
   const inserted = await db.query<{ id: string }>(
     `INSERT INTO payment_operations (order_id, kind, amount, currency, customer_id, payment_method)
-     VALUES ($1, 'charge', $2, $3, $4, $5) ON CONFLICT (order_id, kind) DO NOTHING RETURNING id`,
+     VALUES ($1, 'charge', $2, $3, $4, $5) ON CONFLICT (order_id) WHERE kind = 'charge' DO NOTHING RETURNING id`,
     [input.orderId, input.amount, input.currency, input.customerId, input.paymentMethod],
   );
   let id = inserted.rows[0]?.id;

@@ -30,6 +30,8 @@ const T0 = new Date('2026-11-29T09:00:00Z');
 function op(overrides: Partial<ClaimedOperation> = {}): ClaimedOperation {
   return {
     id: OP_ID,
+    kind: 'charge',
+    refund: null,
     orderId: 'order-1',
     amount: 1999,
     currency: 'eur',

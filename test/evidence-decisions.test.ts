@@ -32,6 +32,8 @@ const at = (ms: number) => new Date(T0.getTime() + ms);
 function op(overrides: Partial<ClaimedOperation> = {}): ClaimedOperation {
   return {
     id: OP_ID,
+    kind: 'charge',
+    refund: null,
     orderId: 'order-1',
     amount: 1999,
     currency: 'eur',

@@ -10,13 +10,13 @@
 import type { SQSBatchResponse, SQSRecord } from 'aws-lambda';
 import type { Db } from '../payments/db.ts';
 import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
-import { ChargeEngine, type Execution, type RequestResult } from '../payments/engine.ts';
+import { ChargeEngine, type Execution, type RefundRequestResult, type RequestResult } from '../payments/engine.ts';
 import { OutcomesNotRecordedError } from '../payments/errors.ts';
 import type { PaymentGateway } from '../payments/gateway.ts';
-import { DEFAULT_MAX_AMOUNT, parseChargeRequest } from '../payments/message.ts';
+import { DEFAULT_MAX_AMOUNT, parseQueueMessage } from '../payments/message.ts';
 import type { OutcomeEventRow } from '../payments/operations-store.ts';
 import { recordRejectedMessages, RejectReason, type RejectedMessage } from '../payments/rejected-store.ts';
-import type { ChargeInput, OperationStatus } from '../payments/types.ts';
+import type { ChargeInput, OperationStatus, RefundInput } from '../payments/types.ts';
 import { publishLeased, type EventPublisher } from '../events/outbox.ts';
 import { describeError, silentLog, type InvocationClock, type LogSink } from '../runtime/observability.ts';
 
@@ -101,6 +101,8 @@ interface Parsed {
   readonly record: SQSRecord;
   readonly groupId: string;
   readonly input?: ChargeInput;
+  /** A `"type":"refund"` body: worked after the batch's charges, in record order. */
+  readonly refund?: RefundInput;
   readonly reject?: RejectedMessage;
 }
 
@@ -124,7 +126,11 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
     // A record without a group (a standard queue, a hand-made event) has no order to keep.
     const groupId = record.attributes?.MessageGroupId ?? `message:${record.messageId}`;
     const body = record.body ?? '';
-    const result = parseChargeRequest(body, maxAmount);
+    const result = parseQueueMessage(body, maxAmount);
+    if (result.ok && result.kind === 'refund') {
+      const { orderId, refundId, amount, reason } = result.request;
+      return { index, record, groupId, refund: { orderId, refundId, amount, reason: reason ?? null } };
+    }
     if (result.ok) return { index, record, groupId, input: result.request };
     return { index, record, groupId, reject: { messageId: record.messageId, reasonCode: result.code, reason: result.reason, orderId: result.orderId ?? null, rawBody: body } };
   });
@@ -156,22 +162,23 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
   // ── 4. The engine: one round trip before Stripe, calls bounded by time, one round trip after.
   let results: RequestResult[] | null = null;
   let engineError: unknown = null;
+  const engine = new ChargeEngine({
+    db,
+    gateway: deps.gateway,
+    actor: deps.actor ?? 'charge-handler',
+    concurrency: deps.concurrency ?? 10,
+    ...(deps.policy ? { policy: deps.policy } : {}),
+    ...(deps.random ? { random: deps.random } : {}),
+  });
+  // A call started with less than minTimeToCallMs left could be cut off by the Lambda timeout; such
+  // an operation is recorded unclaimed (or released) and due, for the reconciler.
+  // And a call must end before the lease taken by the claim does, or another worker could claim the
+  // operation while this one still waits for Stripe (safe — same key, fenced write — but a 409 and
+  // a wasted call). The claims (charges' and refunds') happen after this moment, so their leases end
+  // later than this bound.
+  const leaseLatestStart = Date.now() + (deps.policy?.leaseMs ?? DEFAULT_POLICY.leaseMs) - (deps.worstCallMs ?? deps.minTimeToCallMs);
+  const canStart = () => clock.remainingMs() > deps.minTimeToCallMs && Date.now() < leaseLatestStart;
   if (valid.length > 0) {
-    const engine = new ChargeEngine({
-      db,
-      gateway: deps.gateway,
-      actor: deps.actor ?? 'charge-handler',
-      concurrency: deps.concurrency ?? 10,
-      ...(deps.policy ? { policy: deps.policy } : {}),
-      ...(deps.random ? { random: deps.random } : {}),
-    });
-    // A call started with less than minTimeToCallMs left could be cut off by the Lambda timeout; such
-    // an operation is recorded unclaimed (or released) and due, for the reconciler.
-    // And a call must end before the lease taken by the claim does, or another worker could claim the
-    // operation while this one still waits for Stripe (safe — same key, fenced write — but a 409 and
-    // a wasted call). The claims happen after this moment, so their leases end later than this bound.
-    const leaseLatestStart = Date.now() + (deps.policy?.leaseMs ?? DEFAULT_POLICY.leaseMs) - (deps.worstCallMs ?? deps.minTimeToCallMs);
-    const canStart = () => clock.remainingMs() > deps.minTimeToCallMs && Date.now() < leaseLatestStart;
     try {
       results = await engine.processRequests(valid.map((p) => p.input!), { canStart });
     } catch (error) {
@@ -212,25 +219,67 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
     );
   }
 
-  // Conflicts: the order exists with other parameters. Recorded, never charged.
-  if (conflicts.length > 0) {
-    const rejects: RejectedMessage[] = conflicts.map(({ p, operationId, fields }) => ({
+  // ── 5b. Refunds, after the batch's charges (a refund's charge may be one of them) and in record
+  // order: one statement each before Stripe, one after. Behind a failed record of its group (FIFO) a
+  // refund is held back; a rejected one is recorded with its reason and never sent.
+  const refundResults = new Map<number, RefundRequestResult>();
+  const refundRejects: { p: Parsed; operationId: string | null; reasonCode: RejectReason; reason: string }[] = [];
+  for (const p of parsed) {
+    if (!p.refund) continue;
+    const refund = p.refund;
+    if (heldBack(p)) {
+      report(p, { orderId: refund.orderId, operationId: null, fate: { kind: 'held_back' } });
+      continue;
+    }
+    let result: RefundRequestResult;
+    try {
+      result = await engine.processRefund(refund, { canStart });
+    } catch (error) {
+      log.error('refund request not recorded', { messageId: p.record.messageId, orderId: refund.orderId, ...describeError(error) });
+      report(p, { orderId: refund.orderId, operationId: null, fate: { kind: 'not_recorded', what: 'request' } }, true);
+      continue;
+    }
+    refundResults.set(p.index, result);
+    if (result.rejection) {
+      const reasonCode = result.rejection.code === 'refund_conflict' ? RejectReason.refundConflict : RejectReason.refundRejected;
+      // The engine's reason names ids and amounts the producer sent, never card data.
+      refundRejects.push({ p, operationId: result.operationId, reasonCode, reason: `${result.rejection.code}: ${result.rejection.message}` });
+      continue;
+    }
+    const status = result.execution?.status ?? null;
+    const disposition = result.execution?.disposition ?? 'outcome_not_recorded';
+    report(p, { orderId: refund.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId!, status, disposition } });
+  }
+
+  // Conflicts: the order exists with other parameters, or a refund that makes no operation. Recorded, never sent.
+  if (conflicts.length > 0 || refundRejects.length > 0) {
+    const all = [
+      ...conflicts.map(({ p, operationId, fields }) => ({
+        p,
+        operationId,
+        orderId: p.input!.orderId,
+        reasonCode: RejectReason.orderConflict as RejectReason,
+        // Names the fields that differ, never their values.
+        reason: `order already has operation ${operationId} with a different ${fields.join(', ')}`,
+      })),
+      ...refundRejects.map((r) => ({ ...r, orderId: r.p.refund!.orderId })),
+    ];
+    const rejects: RejectedMessage[] = all.map(({ p, operationId, orderId, reasonCode, reason }) => ({
       messageId: p.record.messageId,
-      reasonCode: RejectReason.orderConflict,
-      // Names the fields that differ, never their values.
-      reason: `order already has operation ${operationId} with a different ${fields.join(', ')}`,
-      orderId: p.input!.orderId,
+      reasonCode,
+      reason,
+      orderId,
       operationId,
       rawBody: p.record.body ?? '',
     }));
     const written = await recordRejectedMessages(db, rejects);
-    for (const { p, operationId } of conflicts) {
+    for (const { p, operationId, orderId, reasonCode } of all) {
       const error = written.failed.get(p.record.messageId);
       if (error === undefined) {
-        report(p, { orderId: p.input!.orderId, operationId, fate: { kind: 'rejected', reasonCode: RejectReason.orderConflict, operationId } });
+        report(p, { orderId, operationId, fate: { kind: 'rejected', reasonCode, operationId } });
       } else {
-        log.error('could not record a conflicting order', { messageId: p.record.messageId, ...describeError(error) });
-        report(p, { orderId: p.input!.orderId, operationId, fate: { kind: 'not_recorded', what: 'reject' } }, true);
+        log.error('could not record a rejected request', { messageId: p.record.messageId, ...describeError(error) });
+        report(p, { orderId, operationId, fate: { kind: 'not_recorded', what: 'reject' } }, true);
       }
     }
   }
@@ -245,7 +294,7 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
 
   // ── 7. Publish the batch's events right away; whatever does not go out waits for the sweep.
   const events = new Map<string, OutcomeEventRow>();
-  for (const result of results ?? []) if (result.execution?.event) events.set(result.execution.event.eventId, result.execution.event);
+  for (const result of [...(results ?? []), ...refundResults.values()]) if (result.execution?.event) events.set(result.execution.event.eventId, result.execution.event);
   let eventsPublished = 0;
   let eventsNotPublished = events.size;
   if (deps.publisher && events.size > 0) {
@@ -277,11 +326,17 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
     const ids = { messageId: r.messageId, orderId: r.orderId, operationId: r.operationId };
     const retry = r.retried ? { retried: true, retryCause: r.retryCause } : {};
     const fate = r.fate;
-    const execution = byIndex.get(index)?.execution ?? null;
+    const execution = byIndex.get(index)?.execution ?? refundResults.get(index)?.execution ?? null;
     switch (fate.kind) {
       case 'rejected': {
         const reject = parsed[index]!.reject;
-        log.warn('message rejected', { ...ids, reasonCode: fate.reasonCode, ...(reject ? { reason: reject.reason } : { fields: conflicts.find((c) => c.p.index === index)?.fields }), ...retry });
+        const refundReject = refundRejects.find((r) => r.p.index === index);
+        log.warn('message rejected', {
+          ...ids,
+          reasonCode: fate.reasonCode,
+          ...(reject ? { reason: reject.reason } : refundReject ? { reason: refundReject.reason } : { fields: conflicts.find((c) => c.p.index === index)?.fields }),
+          ...retry,
+        });
         return;
       }
       case 'not_recorded':
@@ -291,7 +346,7 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
         log.warn('held back behind a failed record of its message group', { ...ids, groupId: r.groupId, ...retry });
         return;
       case 'processed': {
-        log.info('charge request recorded', {
+        log.info(parsed[index]!.refund ? 'refund request recorded' : 'charge request recorded', {
           ...ids,
           status: fate.status,
           disposition: fate.disposition,

@@ -24,6 +24,9 @@ const NO_GATEWAY: PaymentGateway = {
   retrievePaymentIntent: () => Promise.reject(new Error('Stripe is not configured')),
   searchPaymentIntents: () => Promise.reject(new Error('Stripe is not configured')),
   listPaymentIntents: () => Promise.reject(new Error('Stripe is not configured')),
+  createRefund: () => Promise.reject(new Error('Stripe is not configured')),
+  retrieveRefund: () => Promise.reject(new Error('Stripe is not configured')),
+  listRefunds: () => Promise.reject(new Error('Stripe is not configured')),
 };
 
 async function chargeBatch(event: SQSEvent, context: Context): Promise<SQSBatchResponse> {

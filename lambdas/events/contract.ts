@@ -58,6 +58,51 @@ export function chargeOutcomeDetailJsonSchema(): Record<string, unknown> {
   };
 }
 
+/**
+ * Refund operations (issue 15) announce their outcomes the same way, through the same outbox, with
+ * their own operationId and their own `sequence`: the detail is a charge's plus what names the
+ * refund. externalId is the Stripe Refund (re_…).
+ */
+export const RefundDetailType = {
+  succeeded: 'Refund Succeeded',
+  failed: 'Refund Failed',
+  needsReview: 'Refund Needs Review',
+  /** The refund was proven absent at Stripe by List and re-issued under a new key generation. */
+  reissued: 'Refund Reissued',
+  /**
+   * The duplicate-charge remedy's refund succeeded: a second succeeded PaymentIntent of the order
+   * (refundedPaymentIntent) was given back in full. Failures and reviews of it are Refund Failed / Needs Review.
+   */
+  duplicateRefunded: 'Charge Duplicate Refunded',
+} as const;
+export type RefundDetailType = (typeof RefundDetailType)[keyof typeof RefundDetailType];
+
+export const refundOutcomeDetailSchema = chargeOutcomeDetailSchema
+  .extend({
+    operationId: z.uuid().describe('The refund operation (one per orderId + refundId).'),
+    externalId: z.string().nullable().describe('The Stripe Refund id (re_…), when one is known.'),
+    reason: z.string().nullable().describe('Review reason (needs_review), failure code (failed: charge_failed, charge_already_refunded, …) or re-issue code (reissued); null on success.'),
+    kind: z.literal('refund'),
+    refundId: z.string().min(1).max(128).describe("The producer's refund id."),
+    chargeOperationId: z.uuid().describe("The order's charge operation, the one refunded."),
+    refundReason: z.enum(['duplicate', 'fraudulent', 'requested_by_customer']).nullable().describe("Stripe's refund reason, as requested."),
+    refundedPaymentIntent: z
+      .string()
+      .optional()
+      .describe('Duplicate-charge remedy only: the extra PaymentIntent refunded (not the one the charge operation holds).'),
+  })
+  .describe('detail of the Refund Succeeded / Refund Failed / Refund Needs Review / Refund Reissued / Charge Duplicate Refunded events');
+
+export type RefundOutcomeDetail = z.infer<typeof refundOutcomeDetailSchema>;
+
+export function refundOutcomeDetailJsonSchema(): Record<string, unknown> {
+  return {
+    $id: 'urn:payments.charges:refund-outcome-detail:v1',
+    title: 'RefundOutcomeDetail',
+    ...z.toJSONSchema(refundOutcomeDetailSchema, { target: 'draft-2020-12', io: 'input' }),
+  };
+}
+
 /** The detail-type that announces a status. */
 export function detailTypeOf(status: ChargeOutcomeDetail['status']): DetailType {
   if (status === 'reissued') return DetailType.reissued;

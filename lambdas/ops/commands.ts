@@ -4,7 +4,9 @@
 // OpsResponse out, so `--json` on a laptop and the Lambda's answer are the same document.
 import { publishLeased, type EventPublisher } from '../events/outbox.ts';
 import type { Db } from '../payments/db.ts';
-import { idempotencyKey } from '../payments/decisions.ts';
+import { idempotencyKey, type EnginePolicy } from '../payments/decisions.ts';
+import { ChargeEngine } from '../payments/engine.ts';
+import type { PaymentGateway } from '../payments/gateway.ts';
 import {
   appendOperatorNote,
   checkReviewable,
@@ -28,6 +30,7 @@ import {
   type Verdict,
 } from '../payments/review.ts';
 import { listFindings, resolveFinding, type FindingRow } from '../payments/inbox-store.ts';
+import { findOperationByOrder, findRefundsOfOrder } from '../payments/operations-store.ts';
 import type { Operation } from '../payments/types.ts';
 import { ConflictError, NotFoundError, OpsError, RefusedError, StripeUnavailableError, UsageError } from './errors.ts';
 import { isAction, parseInvocation, usage, type Command, type CommandName, type OperatorAction } from './parse.ts';
@@ -45,6 +48,10 @@ export interface OpsContext {
   readonly transport: Readonly<Record<string, unknown>>;
   /** How long a resolution's outbox row is kept from the relay while this command publishes it. */
   readonly publishLeaseMs?: number;
+  /** The engine's Stripe gateway, created on first use: only `refunds create` sends anything. */
+  readonly gateway?: () => Promise<PaymentGateway>;
+  /** The deployment's engine policy (LEASE_MS, …), for the engine `refunds create` runs. */
+  readonly enginePolicy?: Partial<EnginePolicy>;
 }
 
 // ── Views (JSON-safe: ISO strings, no Dates) ─────────────────────────────────────────────────────
@@ -173,7 +180,29 @@ export interface ResultOf {
   readonly 'rejected list': RejectedListResult;
   readonly 'findings list': FindingsListResult;
   readonly 'findings resolve': FindingResolveResult;
+  readonly 'refunds list': RefundsListResult;
+  readonly 'refunds show': OperationDetailResult;
+  readonly 'refunds create': RefundCreateResult;
   readonly stats: Stats;
+}
+
+export interface RefundCreateResult {
+  readonly operation: OperationView;
+  /** What the engine did now: attempted (and the status), skipped (exists / waits for its charge), … */
+  readonly disposition: string | null;
+  readonly auditEvent: AuditEvent | null;
+}
+
+export interface RefundsListResult {
+  readonly asOf: string;
+  readonly orderId: string;
+  readonly charge: OperationView;
+  readonly refunds: readonly (OperationView & { readonly refundId: string; readonly refundReason: string | null; readonly refundedPaymentIntent: string | null })[];
+  /** Refunds that succeeded, and those still open (pending / unknown), of the charge's own PaymentIntent. */
+  readonly refunded: number;
+  readonly inFlight: number;
+  /** What a further refund may still ask for (charged amount − refunded − in flight); 0 for a charge that did not succeed. */
+  readonly left: number;
 }
 
 export interface FindingsListResult {
@@ -443,6 +472,47 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
       }
       return { finding: done.finding };
     }
+    case 'refunds list': {
+      const charge = await findOperationByOrder(ctx.db, command.orderId);
+      if (!charge) throw new NotFoundError(`no charge operation for order "${command.orderId}"`);
+      const refunds = await findRefundsOfOrder(ctx.db, command.orderId);
+      const own = refunds.filter((r) => r.refund?.paymentIntentId === null);
+      const refunded = own.filter((r) => r.status === 'succeeded').reduce((sum, r) => sum + r.amount, 0);
+      const inFlight = own.filter((r) => r.status === 'pending' || r.status === 'unknown').reduce((sum, r) => sum + r.amount, 0);
+      return {
+        asOf: new Date().toISOString(),
+        orderId: command.orderId,
+        charge: operationView(charge),
+        refunds: refunds.map((r) => ({
+          ...operationView(r),
+          refundId: r.refund?.refundId ?? '',
+          refundReason: r.refund?.reason ?? null,
+          refundedPaymentIntent: r.refund?.paymentIntentId ?? null,
+        })),
+        refunded,
+        inFlight,
+        left: charge.status === 'succeeded' ? Math.max(0, charge.amount - refunded - inFlight) : 0,
+      };
+    }
+    case 'refunds create': {
+      if (!ctx.gateway) throw new StripeUnavailableError('this entry point has no Stripe gateway configured: refunds create cannot send');
+      const engine = new ChargeEngine({ db: ctx.db, gateway: await ctx.gateway(), actor: command.action.actor, ...(ctx.enginePolicy ? { policy: ctx.enginePolicy } : {}) });
+      const result = await engine.processRefund({ orderId: command.orderId, refundId: command.refundId, amount: command.amount, reason: command.refundReason });
+      // A rejection is a refusal with the engine's reason; nothing was created or sent.
+      if (result.rejection) throw new RefusedError(`${result.rejection.code}: ${result.rejection.message}`, { code: result.rejection.code });
+      const auditEvent = await appendOperatorNote(ctx.db, {
+        operationId: result.operationId!,
+        actor: command.action.actor,
+        detail: { reason: command.action.reason, command: 'refunds create', refundId: command.refundId, amount: command.amount, transport: ctx.transport },
+      });
+      const history = await historyOf(ctx, result.operationId!);
+      return { operation: operationView(history.operation), disposition: result.execution?.disposition ?? null, auditEvent };
+    }
+    case 'refunds show': {
+      const history = await historyOf(ctx, command.operationId);
+      if (history.operation.kind !== 'refund') throw new NotFoundError(`operation ${command.operationId} is a ${history.operation.kind}, not a refund; see operations show`);
+      return detail(ctx, history, false);
+    }
     case 'stats':
       return loadStats(ctx.db);
   }
@@ -454,7 +524,8 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
  * must see even if this write fails.
  */
 async function auditRefusal(ctx: OpsContext, command: Command, error: OpsError): Promise<void> {
-  if (!isAction(command) || command.name === 'review note' || command.name === 'findings resolve' || error.code === 'not_found' || error.code === 'config') return;
+  // A refused `refunds create` made no operation to note it on (the CLI shows the engine's reason).
+  if (!isAction(command) || command.name === 'review note' || command.name === 'findings resolve' || command.name === 'refunds create' || error.code === 'not_found' || error.code === 'config') return;
   await appendOperatorNote(ctx.db, {
     operationId: command.operationId,
     actor: command.action.actor,

@@ -6,7 +6,7 @@ import os from 'node:os';
 import pg from 'pg';
 import { databaseClientConfig, getEventPublisher } from '../runtime/resources.ts';
 import type { OpsContext } from './commands.ts';
-import { lazyLookup, opsConfig, reviewPolicy } from './environment.ts';
+import { lazyGateway, lazyLookup, opsConfig, reviewPolicy } from './environment.ts';
 import { OpsConfigError } from './errors.ts';
 
 function configFrom(env: NodeJS.ProcessEnv) {
@@ -32,6 +32,8 @@ export function directContext(env: NodeJS.ProcessEnv): { context: () => Promise<
       return {
         db: pool,
         stripe: lazyLookup(config),
+        gateway: lazyGateway(config),
+        enginePolicy: config.policy,
         publisher: () => getEventPublisher(config),
         policy,
         transport: { kind: 'direct', host: os.hostname() },

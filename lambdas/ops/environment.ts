@@ -3,6 +3,8 @@
 import { DEFAULT_REVIEW_POLICY, type PaymentIntentLookup, type ReviewPolicy } from '../payments/review.ts';
 import { ConfigError, loadConfig, type RuntimeConfig } from '../runtime/config.ts';
 import { OpsConfigError } from './errors.ts';
+import type { PaymentGateway } from '../payments/gateway.ts';
+import { StripeGateway } from '../payments/stripe-gateway.ts';
 import { StripePaymentIntentLookup, stripeFromConfig } from './stripe-lookup.ts';
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -39,6 +41,20 @@ export function lazyLookup(config: RuntimeConfig): () => Promise<PaymentIntentLo
   return () => {
     if (!created) {
       created = stripeFromConfig(config).then((stripe) => new StripePaymentIntentLookup(stripe));
+      created.catch(() => {
+        created = undefined;
+      });
+    }
+    return created;
+  };
+}
+
+/** The engine's gateway for `refunds create`, lazy and memoised like the look-up. */
+export function lazyGateway(config: RuntimeConfig): () => Promise<PaymentGateway> {
+  let created: Promise<PaymentGateway> | undefined;
+  return () => {
+    if (!created) {
+      created = stripeFromConfig(config).then((stripe) => new StripeGateway(stripe));
       created.catch(() => {
         created = undefined;
       });

@@ -16,9 +16,10 @@ import { getEventPublisher, getPool } from '../runtime/resources.ts';
 import { PIPELINE } from '../runtime/settings.ts';
 import { runOps, type OpsContext } from './commands.ts';
 import { failure, type OpsResponse } from './response.ts';
-import { lazyLookup, opsConfig, reviewPolicy } from './environment.ts';
+import { lazyGateway, lazyLookup, opsConfig, reviewPolicy } from './environment.ts';
 import { UsageError } from './errors.ts';
 import type { PaymentIntentLookup } from '../payments/review.ts';
+import type { PaymentGateway } from '../payments/gateway.ts';
 
 export interface OpsEvent {
   readonly command: readonly string[];
@@ -42,14 +43,18 @@ function argvOf(event: unknown): string[] {
 
 // Per container, like every pipeline function (runtime/resources.ts): the pool and the Stripe client.
 let stripeLookup: (() => Promise<PaymentIntentLookup>) | undefined;
+let stripeGateway: (() => Promise<PaymentGateway>) | undefined;
 
 async function lambdaContext(env: NodeJS.ProcessEnv, context: Context | undefined): Promise<OpsContext> {
   const config = opsConfig(env);
   const pool: Pool = await getPool(config, (error) => logger.error('idle database connection failed', { error }));
   stripeLookup ??= lazyLookup(config);
+  stripeGateway ??= lazyGateway(config);
   return {
     db: pool,
     stripe: stripeLookup,
+    gateway: stripeGateway,
+    enginePolicy: config.policy,
     publisher: () => getEventPublisher(config),
     policy: reviewPolicy(config, env),
     // The actor is what the caller says; the request id ties the audit event to CloudTrail's record

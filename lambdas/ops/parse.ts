@@ -15,6 +15,9 @@ export const COMMAND_NAMES = [
   'rejected list',
   'findings list',
   'findings resolve',
+  'refunds list',
+  'refunds show',
+  'refunds create',
   'stats',
 ] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
@@ -26,7 +29,7 @@ export interface OperatorAction {
   readonly reason: string;
 }
 
-export const REJECTED_REASON_CODES = ['invalid_json', 'invalid_body', 'order_conflict'] as const;
+export const REJECTED_REASON_CODES = ['invalid_json', 'invalid_body', 'order_conflict', 'refund_conflict', 'refund_rejected'] as const;
 
 export type Command =
   | { readonly name: 'help'; readonly topic: CommandName | null }
@@ -53,9 +56,22 @@ export type Command =
   /** What Stripe's events showed that the ledger cannot explain (stripe_event_findings). */
   | { readonly name: 'findings list'; readonly includeResolved: boolean; readonly kind: (typeof FINDING_KINDS)[number] | null; readonly limit: number }
   | { readonly name: 'findings resolve'; readonly findingId: number; readonly action: OperatorAction }
+  /** An order's refund operations beside its charge (issue 15). */
+  | { readonly name: 'refunds list'; readonly orderId: string }
+  | { readonly name: 'refunds show'; readonly operationId: string }
+  /** An operator's refund, through the same engine as a producer's (the operator as actor). */
+  | {
+      readonly name: 'refunds create';
+      readonly orderId: string;
+      readonly refundId: string;
+      readonly amount: number;
+      readonly refundReason: (typeof STRIPE_REFUND_REASONS)[number] | null;
+      readonly action: OperatorAction;
+    }
   | { readonly name: 'stats' };
 
 export const FINDING_KINDS = ['contradiction', 'unrecorded_charge'] as const;
+export const STRIPE_REFUND_REASONS = ['duplicate', 'fraudulent', 'requested_by_customer'] as const;
 
 /** Where the CLI sends the command; never part of what the ops Lambda accepts. */
 export interface TransportOptions {
@@ -193,6 +209,32 @@ export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
     options: { ...ACTION_OPTIONS },
     help: [['--reason <text>', 'required: what you found and did (refunded, recorded in the order system, …)'], ACTION_HELP[1]],
     positionals: ['finding-id'],
+  },
+  'refunds list': {
+    args: '<order-id>',
+    summary: "the order's charge and its refund operations: amounts, statuses, what is left to refund",
+    options: {},
+    help: [],
+    positionals: ['order-id'],
+  },
+  'refunds show': {
+    args: '<operation-id>',
+    summary: 'one refund operation and its whole audit trail',
+    options: {},
+    help: [],
+    positionals: ['operation-id'],
+  },
+  'refunds create': {
+    args: '<order-id>',
+    summary: "refund (part of) an order through the engine, as a producer's refund would be, with you as the actor",
+    options: { 'refund-id': { type: 'string' }, amount: { type: 'string' }, 'refund-reason': { type: 'string' }, ...ACTION_OPTIONS },
+    help: [
+      ['--refund-id <id>', 'required: the refund\'s id (one refund per order and id; the same id again is the same refund)'],
+      ['--amount <n>', 'required: minor units; at most what is left to refund (refunds list)'],
+      ['--refund-reason <r>', `Stripe's reason: ${'duplicate | fraudulent | requested_by_customer'}`],
+      ...ACTION_HELP,
+    ],
+    positionals: ['order-id'],
   },
   stats: {
     args: '',
@@ -424,6 +466,27 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
       case 'findings resolve':
         if (!/^[1-9]\d{0,17}$/.test(first)) throw new UsageError(`the finding id must be a positive integer (got "${first}"); see findings list`);
         return { name, findingId: Number(first), action: action(values, defaultActor) };
+      case 'refunds list':
+        if (!first.trim()) throw new UsageError('refunds list: the order id is empty');
+        return { name, orderId: first };
+      case 'refunds show':
+        return { name, operationId: operationIdOf(first) };
+      case 'refunds create': {
+        if (!/^[\x21-\x7e]{1,128}$/.test(first)) throw new UsageError(`refunds create: the order id must be 1-128 printable characters without spaces (got "${first}")`);
+        const refundId = str('refund-id');
+        if (refundId === undefined || !/^[\x21-\x7e]{1,128}$/.test(refundId)) throw new UsageError('refunds create: --refund-id <id> is required (1-128 printable characters without spaces)');
+        const amountText = str('amount') ?? '';
+        if (!/^[1-9]\d{0,14}$/.test(amountText)) throw new UsageError(`refunds create: --amount must be a positive integer in minor units (got "${amountText}")`);
+        const reason = str('refund-reason');
+        return {
+          name,
+          orderId: first,
+          refundId,
+          amount: Number(amountText),
+          refundReason: reason === undefined ? null : oneOf('--refund-reason', reason, STRIPE_REFUND_REASONS),
+          action: action(values, defaultActor),
+        };
+      }
       case 'stats':
         return { name };
     }

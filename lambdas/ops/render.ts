@@ -188,6 +188,29 @@ function rejected(r: ResultOf['rejected list']): string[] {
   return out;
 }
 
+function refundsList(r: ResultOf['refunds list']): string[] {
+  const c = r.charge;
+  const head = `order ${r.orderId}: charge ${c.id} ${c.status}${c.inReview ? ' (in review)' : ''}, ${c.amount} ${c.currency}; refunded ${r.refunded}, in flight ${r.inFlight}, left ${r.left} (as of ${r.asOf})`;
+  if (r.refunds.length === 0) return [head, 'No refund operations.'];
+  return [
+    head,
+    ...table(
+      ['OPERATION', 'REFUND ID', 'AMOUNT', 'REASON', 'STATUS', 'REFUND', 'OF PAYMENT INTENT', 'CREATED', 'LAST ERROR / REVIEW'],
+      r.refunds.map((x) => [
+        x.id,
+        x.refundId,
+        `${x.amount} ${x.currency}`,
+        dash(x.refundReason),
+        `${x.status}${x.inReview ? ' (review)' : ''}`,
+        dash(x.externalId),
+        x.refundedPaymentIntent ? `${x.refundedPaymentIntent} (duplicate)` : dash(c.externalId),
+        x.createdAt,
+        clip(x.reviewReason ?? x.lastError ?? '—', 80),
+      ]),
+    ),
+  ];
+}
+
 function findings(r: ResultOf['findings list']): string[] {
   if (r.total === 0) return [`No findings match (as of ${r.asOf}).`];
   return [
@@ -260,6 +283,14 @@ function actionLines(response: Extract<OpsResponse, { ok: true }>): string[] {
         `  audit event #${r.auditEvent.id} by ${r.auditEvent.actor}: ${r.auditEvent.action}`,
       ];
     }
+    case 'refunds create': {
+      const r = response.result;
+      return [
+        `Refund ${r.operation.id} of order ${r.operation.orderId}: ${r.operation.amount} ${r.operation.currency}, ${r.operation.status}${r.operation.externalId ? ` — ${r.operation.externalId}` : ''} (${r.disposition ?? 'not executed'}).`,
+        ...(r.auditEvent ? [`  audit event #${r.auditEvent.id} by ${r.auditEvent.actor}: ${r.auditEvent.action}`] : []),
+        ...(r.operation.status === 'pending' || r.operation.status === 'unknown' ? ["  open: the reconciler settles it (it waits for the order's charge if that is not final)"] : []),
+      ];
+    }
     case 'findings resolve': {
       const f = response.result.finding;
       return [`Resolved finding ${f.id} (${f.kind}, ${f.paymentIntentId}) by ${f.resolvedBy} at ${f.resolvedAt}.`];
@@ -294,6 +325,10 @@ export function render(response: OpsResponse, json: boolean): Rendered {
       return { stdout: rejected(response.result), stderr: [] };
     case 'findings list':
       return { stdout: findings(response.result), stderr: [] };
+    case 'refunds list':
+      return { stdout: refundsList(response.result), stderr: [] };
+    case 'refunds show':
+      return { stdout: detail(response.result), stderr: [] };
     case 'stats':
       return { stdout: stats(response.result), stderr: [] };
     default:

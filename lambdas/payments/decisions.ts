@@ -2,7 +2,7 @@
 // step, read the answer, schedule the next attempt. No I/O here — every branch is tested exhaustively
 // in test/decisions.test.ts, and the engine is thin I/O around these functions.
 import { FailureKind, type GatewayFailure, type GatewayResult, type ListAnswer } from './gateway.ts';
-import type { ClaimedOperation, OperationStatus, PaymentIntentView } from './types.ts';
+import type { ClaimedOperation, OperationKind, OperationStatus, PaymentIntentView } from './types.ts';
 
 export interface Backoff {
   readonly baseMs: number;
@@ -105,6 +105,11 @@ export function paymentIntentMetadata(op: Pick<ClaimedOperation, 'id' | 'orderId
   return { operation_id: op.id, order_id: op.orderId, key_generation: String(op.keyGeneration) };
 }
 
+/** A refund's metadata: the charge's, plus the producer's refund id. */
+export function refundMetadata(op: Pick<ClaimedOperation, 'id' | 'orderId' | 'keyGeneration' | 'refund'>): Record<string, string> {
+  return { ...paymentIntentMetadata(op), ...(op.refund ? { refund_id: op.refund.refundId } : {}) };
+}
+
 // ── The key window ───────────────────────────────────────────────────────────────────────────────
 
 /** Never sent ⇒ inside the window: the window starts at the first send, not at creation. */
@@ -125,6 +130,9 @@ export type Step =
   | { readonly kind: 'list' }
   /** No call: the settle delay since the last send has not passed; due again at `untilMs` (database clock). */
   | { readonly kind: 'wait'; readonly untilMs: number };
+
+/** The audit trail's step of an attempt: a Step, or a refund settled before any call (decidePrecondition). */
+export type AttemptStep = Step['kind'] | 'precondition';
 
 /**
  * What the audit trail says about an ambiguous operation, summarised for the decisions
@@ -151,6 +159,12 @@ export interface EvidenceHistory {
   readonly listUnavailable: boolean;
   /** Searches that failed that way under the current generation. */
   readonly permanentSearchFailures: number;
+  /**
+   * The last create under the current generation was refused in a way evidence must settle (a refund's
+   * charge_already_refunded / amount_too_large): List is asked at once, and absence means the refusal
+   * stands — final failed with its code, never a re-issue.
+   */
+  readonly refusal?: string | null;
 }
 
 /** Whether chooseStep needs the audit trail for this claim (only ambiguous operations do: a rare, extra read). */
@@ -160,6 +174,17 @@ export function needsEvidence(op: ClaimedOperation, policy: EnginePolicy = DEFAU
 }
 
 export function chooseStep(op: ClaimedOperation, policy: EnginePolicy = DEFAULT_POLICY, history: EvidenceHistory | null = null): Step {
+  const step = chooseStepOfAnyKind(op, policy, history);
+  // Refunds have no Search API: List (real time, for the PaymentIntent's whole life) stands in for
+  // Search after the window, and inside it the same key is simply re-sent.
+  if (!KIND_RULES[op.kind].searchable) {
+    if (step.kind === 'search') return { kind: 'list' };
+    if (step.kind === 'early_search') return { kind: 'create' };
+  }
+  return step;
+}
+
+function chooseStepOfAnyKind(op: ClaimedOperation, policy: EnginePolicy, history: EvidenceHistory | null): Step {
   // Stripe already made it: a re-send would only replay the first answer, so read the current state.
   if (op.externalId !== null) return { kind: 'retrieve', paymentIntentId: op.externalId };
   const inWindow = withinKeyWindow(op.firstAttemptedAt, op.claimedAt, policy);
@@ -176,7 +201,7 @@ export function chooseStep(op: ClaimedOperation, policy: EnginePolicy = DEFAULT_
   if (!inWindow) return { kind: 'list' };
   if (op.status !== 'unknown') return { kind: 'create' };
   // A lost answer is replayed by a re-send with the same key: the cheapest evidence, tried first.
-  if (history.proofs.length === 0 && !history.keyReplaysError && history.sameKeySends <= policy.sameKeyResends) return { kind: 'create' };
+  if (history.proofs.length === 0 && !history.keyReplaysError && !history.refusal && history.sameKeySends <= policy.sameKeyResends) return { kind: 'create' };
   // Then no more sends: List, once whatever the last send may have started at Stripe has settled.
   const listFrom = (history.lastSendAt?.getTime() ?? Number.NEGATIVE_INFINITY) + policy.listSettleMs;
   if (op.claimedAt.getTime() < listFrom) return { kind: 'wait', untilMs: listFrom };
@@ -192,6 +217,68 @@ export function statusOfPaymentIntent(paymentIntentStatus: string): OperationSta
   // processing, requires_action, requires_capture, requires_confirmation, anything new: not settled yet.
   return 'unknown';
 }
+
+/**
+ * Refund status → operation status (docs.stripe.com/api/refunds/object: pending, requires_action,
+ * succeeded, failed, canceled). pending / requires_action / anything new: settled later by retrieve.
+ */
+export function statusOfRefund(refundStatus: string): OperationStatus {
+  if (refundStatus === 'succeeded') return 'succeeded';
+  if (refundStatus === 'failed' || refundStatus === 'canceled') return 'failed';
+  return 'unknown';
+}
+
+/**
+ * What a kind of operation brings to the shared decisions: pure data and pure functions. The I/O
+ * half of a kind (which endpoint creates, retrieves and lists its object) is lambdas/payments/kinds.ts.
+ * A third kind adds one entry here and one adapter there; nothing else in the decisions changes.
+ */
+export interface KindRules {
+  /** The Stripe object's status → the operation's. */
+  readonly statusOf: (status: string) => OperationStatus;
+  /** Whether Stripe offers Search for the object (charges: yes; refunds: no, List stands in). */
+  readonly searchable: boolean;
+  /** What the List step judges the kind's objects by. */
+  readonly listSubject: (op: ClaimedOperation) => ListSubject;
+  /** The filter of the kind's list endpoint for this operation. */
+  readonly listScope: (op: ClaimedOperation) => Record<string, string>;
+  /** The object's name in reasons an operator reads. */
+  readonly objectName: string;
+  /**
+   * A refusal that may be caused by this very operation's earlier execution (a refund that did go
+   * through, answer lost, then re-issued): not read as final, but settled by List evidence.
+   */
+  readonly settleRefusalByEvidence: (failure: GatewayFailure) => boolean;
+}
+
+/**
+ * Refusals of a refund create that depend on what the PaymentIntent already has refunded
+ * (docs.stripe.com/error-codes: charge_already_refunded; amount_too_large, which Stripe has been seen
+ * to send with an empty code — param `amount` on a 400 is the stable part, docs/fake-stripe.md).
+ */
+export function isRefundRefusal(failure: GatewayFailure): boolean {
+  if (failure.kind !== FailureKind.invalidRequest) return false;
+  return failure.code === 'charge_already_refunded' || failure.code === 'amount_too_large' || (failure.code === undefined && failure.param === 'amount');
+}
+
+export const KIND_RULES: Readonly<Record<OperationKind, KindRules>> = {
+  charge: {
+    statusOf: statusOfPaymentIntent,
+    searchable: true,
+    listSubject: (op) => chargeListSubject(op),
+    listScope: (op) => ({ customer: op.customerId }),
+    objectName: 'PaymentIntent',
+    settleRefusalByEvidence: () => false,
+  },
+  refund: {
+    statusOf: statusOfRefund,
+    searchable: false,
+    listSubject: (op) => refundListSubject(op),
+    listScope: (op) => ({ payment_intent: op.refund?.paymentIntentId ?? op.charge?.paymentIntentId ?? '' }),
+    objectName: 'Refund',
+    settleRefusalByEvidence: isRefundRefusal,
+  },
+};
 
 /** What the engine writes after an attempt. */
 export interface Outcome {
@@ -306,7 +393,7 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
       { ...detail, paymentIntent: { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency } },
     );
   }
-  const status = statusOfPaymentIntent(pi.status);
+  const status = KIND_RULES[op.kind].statusOf(pi.status);
   const base = { externalId: pi.id, error: null, errorClass: null, errorCode: null };
   if (status !== 'unknown') {
     return { ...base, status, reviewReason: null, retryAfterMs: null, detail: { ...detail, paymentIntentStatus: pi.status } };
@@ -350,6 +437,18 @@ export function decideCreate(ctx: Context, result: GatewayResult<PaymentIntentVi
       };
     case FailureKind.invalidRequest:
     case FailureKind.notFound:
+      if (KIND_RULES[ctx.op.kind].settleRefusalByEvidence(failure)) {
+        // "Already refunded" / "more than is left" may be this operation's own refund, executed by an
+        // earlier send whose answer was lost: List of the PaymentIntent's refunds decides, not a guess.
+        return {
+          status: 'unknown',
+          externalId: null,
+          reviewReason: null,
+          retryAfterMs: ctx.policy.listSettleMs,
+          ...failureFields(failure),
+          detail: { ...failureDetail(failure), settleByList: true, refusal: failure.code ?? `param ${failure.param ?? ''}`.trim() },
+        };
+      }
       // Refused before execution (bad customer, bad parameters): nothing was charged. Final.
       return { status: 'failed', externalId: null, reviewReason: null, retryAfterMs: null, ...failureFields(failure), detail: failureDetail(failure) };
     case FailureKind.idempotencyMisuse:
@@ -510,6 +609,14 @@ export function chargeListSubject(op: Pick<ClaimedOperation, 'id' | 'orderId' | 
   };
 }
 
+/**
+ * The refund kind's subject: only its own operation_id relates a refund to it (the order's other
+ * refunds carry the same order_id and are not contradictions), and amount and currency must match.
+ */
+export function refundListSubject(op: Pick<ClaimedOperation, 'id' | 'amount' | 'currency'>): ListSubject {
+  return { ownerKey: 'operation_id', relatedBy: { operation_id: op.id }, expected: { amount: op.amount, currency: op.currency } };
+}
+
 export function paymentIntentListed(pi: PaymentIntentView): ListedObject {
   return { id: pi.id, status: pi.status, metadata: pi.metadata, fields: { amount: pi.amount, currency: pi.currency, customer: pi.customer } };
 }
@@ -580,7 +687,9 @@ function listEvidence(answer: ListAnswer<unknown> | null, window: ListWindow, sc
  */
 export function decideList(ctx: Context, window: ListWindow, result: GatewayResult<ListAnswer<PaymentIntentView>>): Outcome {
   const { op, policy } = ctx;
-  const scope = { customer: op.customerId };
+  const rules = KIND_RULES[op.kind];
+  const scope = rules.listScope(op);
+  const what = op.kind === 'charge' ? "the customer's PaymentIntents" : "the PaymentIntent's refunds";
   if (!result.ok) {
     const failure = result.failure;
     const outcome = transientFailure(ctx, failure, op.status);
@@ -589,15 +698,15 @@ export function decideList(ctx: Context, window: ListWindow, result: GatewayResu
   }
   const answer = result.value;
   const evidence = listEvidence(answer, window, scope);
-  const verdict = judgeList(chargeListSubject(op), { ...answer, items: answer.items.map(paymentIntentListed) });
+  const verdict = judgeList(rules.listSubject(op), { ...answer, items: answer.items.map(op.kind === 'charge' ? paymentIntentListed : objectListed) });
   switch (verdict.kind) {
     case 'adopt':
       return fromPaymentIntent(ctx, answer.items.find((pi) => pi.id === verdict.object.id)!, evidence);
     case 'contradiction':
-      return toReview(`List of the customer's PaymentIntents found ${verdict.reason}`, { ...evidence, listHits: verdict.related.map((o) => ({ id: o.id, status: o.status, ...o.fields })) });
+      return toReview(`List of ${what} found ${verdict.reason}`, { ...evidence, listHits: verdict.related.map((o) => ({ id: o.id, status: o.status, ...o.fields })) });
     case 'incomplete':
       if (answer.pages >= MAX_LIST_PAGES_FOR_PROOF) {
-        return toReview(`List of the customer's PaymentIntents has more than ${answer.pages} pages in the send window: absence cannot be shown`, evidence);
+        return toReview(`List of ${what} has more than ${answer.pages} pages in the send window: absence cannot be shown`, evidence);
       }
       // Stopped for lack of request budget: nothing learnt, ask again soon.
       return { ...stayOpenQuietly(ctx), detail: evidence };
@@ -605,6 +714,20 @@ export function decideList(ctx: Context, window: ListWindow, result: GatewayResu
   const provenAt = op.claimedAt;
   const proof = { ...evidence, absenceProven: true, provenAt: provenAt.toISOString() };
   const history = ctx.history ?? EMPTY_HISTORY;
+  if (history.refusal) {
+    // Stripe refused ("already refunded", "more than is left") and none of the refunds it holds for
+    // the PaymentIntent is ours: the refusal is about someone else's refund. Final, with its code.
+    return {
+      status: 'failed',
+      externalId: null,
+      reviewReason: null,
+      retryAfterMs: null,
+      error: `refused by Stripe (${history.refusal}) and List shows no refund of this operation`,
+      errorClass: 'StripeInvalidRequestError',
+      errorCode: history.refusal,
+      detail: proof,
+    };
+  }
   const judged = judgeAutoReissue(op, history, provenAt, policy);
   switch (judged.kind) {
     case 'reissue':
@@ -622,9 +745,60 @@ export function decideList(ctx: Context, window: ListWindow, result: GatewayResu
     case 'prove_again':
       return { status: op.status, externalId: null, reviewReason: null, retryAfterMs: Math.max(0, judged.nextProofAt - provenAt.getTime()), error: null, errorClass: null, errorCode: null, detail: proof };
     case 'review':
-      return toReview(`List proves that no PaymentIntent exists for this operation (${provenAt.toISOString()}), but it is not re-issued automatically: ${judged.reason}; ` +
+      return toReview(`List proves that no ${rules.objectName} exists for this operation (${provenAt.toISOString()}), but it is not re-issued automatically: ${judged.reason}; ` +
         'if nothing else is known, `review reissue` authorises a new key', proof);
   }
+}
+
+// ── The duplicate-charge remedy ──────────────────────────────────────────────────────────────────
+
+/** The refund id of the remedy for an extra PaymentIntent: derived from it, so it exists once. */
+export function duplicateRefundId(paymentIntentId: string): string {
+  return `duplicate:${paymentIntentId}`;
+}
+
+export type DuplicateVerdict =
+  | { readonly kind: 'refund'; readonly refundId: string; readonly paymentIntentId: string; readonly amount: number }
+  | { readonly kind: 'none'; readonly reason: string };
+
+/**
+ * Evidence (an event, a List, an operator) shows a PaymentIntent for an order whose charge operation
+ * succeeded with another one. Refund the extra one automatically only when it is certainly a second
+ * charge of the same order: succeeded, ours by metadata (this operation or this order), same
+ * currency. The charge operation's own PaymentIntent is never refunded by the remedy.
+ */
+export function judgeDuplicateCharge(charge: Pick<ClaimedOperation, 'id' | 'kind' | 'orderId' | 'status' | 'externalId' | 'currency'>, pi: PaymentIntentView): DuplicateVerdict {
+  if (charge.kind !== 'charge') return { kind: 'none', reason: `operation ${charge.id} is not a charge` };
+  if (charge.status !== 'succeeded' || charge.externalId === null) return { kind: 'none', reason: `the charge is ${charge.status}: which PaymentIntent is the extra one is not settled` };
+  if (pi.id === charge.externalId) return { kind: 'none', reason: `${pi.id} is the charge's own PaymentIntent` };
+  if (pi.status !== 'succeeded') return { kind: 'none', reason: `${pi.id} is ${pi.status}: nothing to give back (yet)` };
+  const ours = pi.metadata.operation_id === charge.id || pi.metadata.order_id === charge.orderId;
+  if (!ours) return { kind: 'none', reason: `${pi.id} names neither operation ${charge.id} nor order ${charge.orderId}` };
+  if (pi.currency !== charge.currency) return { kind: 'none', reason: `${pi.id} is in ${pi.currency}, the order in ${charge.currency}` };
+  return { kind: 'refund', refundId: duplicateRefundId(pi.id), paymentIntentId: pi.id, amount: pi.amount };
+}
+
+/** Any kind's Stripe object (a Refund) for judgeList: amount and currency. */
+export function objectListed(o: PaymentIntentView): ListedObject {
+  return { id: o.id, status: o.status, metadata: o.metadata, fields: { amount: o.amount, currency: o.currency } };
+}
+
+/**
+ * Before any call: a refund whose charge is final-failed has nothing to refund (its request came
+ * while the charge was open, and waited). Final, with the reason; Stripe is never asked. Null: go on.
+ */
+export function decidePrecondition(op: ClaimedOperation): Outcome | null {
+  if (op.kind !== 'refund' || op.charge?.status !== 'failed') return null;
+  return {
+    status: 'failed',
+    externalId: null,
+    reviewReason: null,
+    retryAfterMs: null,
+    error: `the order's charge failed: there is nothing to refund`,
+    errorClass: 'ChargeFailed',
+    errorCode: 'charge_failed',
+    detail: { chargeStatus: 'failed' },
+  };
 }
 
 /** The List gateway's page cap (stripe-gateway.ts MAX_LIST_PAGES): a list stopped there cannot show absence. */

@@ -13,13 +13,16 @@ import {
   decideCreate,
   decideEarlySearch,
   decideList,
+  decidePrecondition,
   decideRetrieve,
+  judgeDuplicateCharge,
+  type DuplicateVerdict,
   decideSearch,
   DEFAULT_POLICY,
-  idempotencyKey,
+  KIND_RULES,
   listWindow,
   needsEvidence,
-  paymentIntentMetadata,
+  type AttemptStep,
   type DecisionContext,
   type EnginePolicy,
   type EvidenceHistory,
@@ -27,22 +30,26 @@ import {
   type Step,
 } from './decisions.ts';
 import { summarizeEvidence } from './evidence.ts';
-import { OperationNotFoundError, OrderConflictError, OutcomesNotRecordedError } from './errors.ts';
+import { KIND_ADAPTERS } from './kinds.ts';
+import { OperationNotFoundError, OrderConflictError, OutcomesNotRecordedError, RefundRejectedError } from './errors.ts';
 import { FailureKind, type GatewayResult, type PaymentGateway } from './gateway.ts';
 import {
   claimById,
   claimDue,
+  findOperation,
+  insertDuplicateRefund,
   loadEvidenceEvents,
   recordOutcomes,
   reissueAfterProof,
   requestAndClaim,
+  requestRefundAndClaim,
   type OutcomeEventRow,
   type OutcomeWrite,
   type RecordResult,
   type ReissueWrite,
   type RequestRow,
 } from './operations-store.ts';
-import type { ChargeInput, ClaimedOperation, Operation, OperationStatus, PaymentIntentView } from './types.ts';
+import type { ChargeInput, ClaimedOperation, Operation, OperationStatus, PaymentIntentView, RefundInput } from './types.ts';
 
 export interface EngineOptions {
   readonly db: Db;
@@ -76,7 +83,7 @@ export interface Execution {
    * someone else, or not due yet).
    */
   readonly disposition: 'attempted' | 'discarded' | 'released' | 'deferred' | 'skipped';
-  readonly step?: Step['kind'];
+  readonly step?: AttemptStep;
   readonly outcome?: Outcome;
   readonly reviewReason?: string | null;
   /** The outbox row written with this outcome, if any, leased to this caller for publishing. */
@@ -92,10 +99,37 @@ export interface RequestResult {
   readonly execution: Execution | null;
 }
 
-const PARAMETERS = ['amount', 'currency', 'customerId', 'paymentMethod'] as const;
+export interface RefundRequestResult {
+  readonly input: RefundInput;
+  /** The refund operation; null when the request was rejected (nothing created, nothing sent). */
+  readonly operationId: string | null;
+  readonly rejection: RefundRejectedError | null;
+  /** Null for a rejection, when not asked to execute, or when the outcome could not be recorded. */
+  readonly execution: Execution | null;
+  /** The refund is durable but its outcome write failed (the reconciler settles it, same key). */
+  readonly outcomeNotRecorded?: unknown;
+}
+
+/** A concurrent refund of the same order committed first: the trigger of 007_refunds.sql said so. */
+function isRefundRace(error: unknown): boolean {
+  const e = error as { code?: unknown; constraint?: unknown };
+  return e?.code === '23514' && e.constraint === 'refunds_within_charge';
+}
+
+const PARAMETERS = ['amount', 'currency', 'customerId', 'paymentMethod', 'description', 'statementDescriptorSuffix', 'metadata'] as const;
+
+/** Absent, null and an empty metadata object all mean "none"; metadata compares by its sorted entries. */
+function parameterValue(input: ChargeInput, field: (typeof PARAMETERS)[number]): unknown {
+  const value = input[field];
+  if (field === 'metadata') {
+    const entries = Object.entries((value as Record<string, string> | null | undefined) ?? {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return entries.length === 0 ? null : JSON.stringify(entries);
+  }
+  return value ?? null;
+}
 
 export function conflictingFields(existing: ChargeInput, requested: ChargeInput): (keyof ChargeInput)[] {
-  return PARAMETERS.filter((field) => existing[field] !== requested[field]);
+  return PARAMETERS.filter((field) => parameterValue(existing, field) !== parameterValue(requested, field));
 }
 
 /** A small bounded-concurrency map that keeps result order. */
@@ -222,6 +256,90 @@ export class ChargeEngine {
     return results(executions);
   }
 
+  /** Make a refund durable (not executed): its operation id, or the RefundRejectedError. */
+  async requestRefund(input: RefundInput): Promise<string> {
+    const result = await this.processRefund(input, { execute: false });
+    if (result.rejection) throw result.rejection;
+    return result.operationId!;
+  }
+
+  /**
+   * A refund request through the same engine as a charge: ONE statement makes it durable and claims it
+   * when its charge is final-succeeded (a refund of an open charge waits, durable, until the charge
+   * is final: the reconciler then claims it), the Stripe call, ONE statement records the outcome.
+   * Rejections (conflict, no charge, failed charge, more than charged) are values, nothing is sent.
+   */
+  async processRefund(input: RefundInput, options: { execute?: boolean; canStart?: () => boolean } = {}): Promise<RefundRequestResult> {
+    const execute = options.execute ?? true;
+    const claim = execute && (options.canStart?.() ?? true);
+    const token = randomUUID();
+    let row = null;
+    for (let round = 0; row === null; round++) {
+      if (round === 5) throw new Error(`could not read back refund ${input.refundId} of order ${input.orderId} after concurrent inserts`);
+      try {
+        row = await requestRefundAndClaim(this.#db, input, claim, token, this.#policy.leaseMs, this.#actor);
+      } catch (error) {
+        // Another refund of the order committed while this statement waited on the charge's row lock:
+        // asked again, the statement sees it and judges the sum with it.
+        if (!isRefundRace(error)) throw error;
+      }
+    }
+    const reject = (code: RefundRejectedError['code'], message: string, existing: Operation | null = null): RefundRequestResult => ({
+      input,
+      operationId: null,
+      rejection: new RefundRejectedError(code, input, message, existing),
+      execution: null,
+    });
+    switch (row.verdict) {
+      case 'no_charge':
+        return reject('no_charge', `order ${input.orderId} has no charge to refund`);
+      case 'charge_failed':
+        return reject('charge_failed', `order ${input.orderId}: the charge failed, there is nothing to refund`);
+      case 'exceeds_charge':
+        return reject('exceeds_charge',
+          `refund ${input.refundId} of order ${input.orderId} (${input.amount}) would exceed the charge: ${row.refundedOrHeld} of ${row.chargeAmount} already refunded or in flight`);
+    }
+    const op = row.operation!;
+    const fields = [op.amount !== input.amount ? 'amount' : null, (op.refund?.reason ?? null) !== input.reason ? 'reason' : null].filter((f) => f !== null);
+    if (fields.length > 0) {
+      return { ...reject('refund_conflict', `refund ${input.refundId} of order ${input.orderId} already exists as operation ${op.id} with a different ${fields.join(', ')}`, op), operationId: op.id };
+    }
+    if (!row.claimed) return { input, operationId: op.id, rejection: null, execution: execute ? skipped(op) : null };
+    try {
+      const [execution] = await this.#executeClaimed([row.claimed], options.canStart);
+      return { input, operationId: op.id, rejection: null, execution: execution! };
+    } catch (cause) {
+      // Durable and claimed: the lease expires and the reconciler asks Stripe again with the same key.
+      return { input, operationId: op.id, rejection: null, execution: null, outcomeNotRecorded: cause };
+    }
+  }
+
+  /**
+   * The duplicate-charge remedy: evidence (an operator, a List, a Stripe event) shows `pi` for the
+   * order of a succeeded charge operation that holds another PaymentIntent. When judgeDuplicateCharge
+   * says it is a second charge, a refund operation (reason duplicate, refund id derived from the
+   * PaymentIntent id) is created — once, however often the evidence comes — and executed now.
+   */
+  async remedyDuplicateCharge(
+    chargeOperationId: string,
+    pi: PaymentIntentView,
+    evidence: Readonly<Record<string, unknown>> = {},
+  ): Promise<{ readonly verdict: DuplicateVerdict; readonly refundOperationId: string | null; readonly created: boolean; readonly execution: Execution | null }> {
+    const charge = await findOperation(this.#db, chargeOperationId);
+    if (!charge) throw new OperationNotFoundError(chargeOperationId);
+    const verdict = judgeDuplicateCharge(charge, pi);
+    if (verdict.kind !== 'refund') return { verdict, refundOperationId: null, created: false, execution: null };
+    const inserted = await insertDuplicateRefund(this.#db, charge, verdict, this.#actor, evidence);
+    const refundOperationId = inserted ?? (await this.#refundOperationOf(charge.orderId, verdict.refundId));
+    const execution = refundOperationId ? await this.executeCharge(refundOperationId) : null;
+    return { verdict, refundOperationId, created: inserted !== null, execution };
+  }
+
+  async #refundOperationOf(orderId: string, refundId: string): Promise<string | null> {
+    const { rows } = await this.#db.query<{ id: string }>(`SELECT id FROM payment_operations WHERE order_id = $1 AND kind = 'refund' AND refund_id = $2`, [orderId, refundId]);
+    return rows[0]?.id ?? null;
+  }
+
   /**
    * One page of the reconcile sweep: claim up to `limit` due operations (SKIP LOCKED) and execute
    * them. Returns nothing to do as an empty array.
@@ -302,21 +420,25 @@ export class ChargeEngine {
     op: ClaimedOperation,
     history: EvidenceHistory | null,
     canStart?: () => boolean,
-  ): Promise<{ op: ClaimedOperation; step: Step['kind'] | null; outcome: Outcome | null; waitUntilMs?: number }> {
+  ): Promise<{ op: ClaimedOperation; step: AttemptStep | null; outcome: Outcome | null; waitUntilMs?: number }> {
     const ctx: DecisionContext = { op, policy: this.#policy, random: this.#random, history };
+    // A refund of a charge that failed: settled without a call (its audit step is 'precondition').
+    const precondition = decidePrecondition(op);
+    if (precondition) return { op, step: 'precondition', outcome: precondition };
+    const kind = KIND_ADAPTERS[op.kind];
     const step = chooseStep(op, this.#policy, history);
     if (step.kind === 'wait') return { op, step: step.kind, outcome: null, waitUntilMs: step.untilMs };
     const mayCall = async (kind: Step['kind']) => (canStart?.() ?? true) && ((await this.#beforeCall?.(kind)) ?? true);
     if (!(await mayCall(step.kind))) return { op, step: null, outcome: null };
     switch (step.kind) {
       case 'retrieve':
-        return { op, step: step.kind, outcome: decideRetrieve(ctx, step.paymentIntentId, await guard(() => this.#gateway.retrievePaymentIntent(step.paymentIntentId))) };
+        return { op, step: step.kind, outcome: decideRetrieve(ctx, step.paymentIntentId, await guard(() => kind.retrieve(this.#gateway, step.paymentIntentId))) };
       case 'search':
         return { op, step: step.kind, outcome: decideSearch(ctx, await guard(() => this.#gateway.searchPaymentIntents({ operationId: op.id, keyGeneration: op.keyGeneration }))) };
       case 'list': {
         // Every page after the first is one more request against the same budget.
         const window = listWindow(op, history, this.#policy);
-        const answer = await guard(() => this.#gateway.listPaymentIntents({ scope: { customer: op.customerId }, ...window, beforePage: () => mayCall('list') }));
+        const answer = await guard(() => kind.list(this.#gateway, KIND_RULES[op.kind].listScope(op), window, () => mayCall('list')));
         return { op, step: step.kind, outcome: decideList(ctx, window, answer) };
       }
       case 'early_search': {
@@ -333,14 +455,7 @@ export class ChargeEngine {
   }
 
   async #create(op: ClaimedOperation): Promise<GatewayResult<PaymentIntentView>> {
-    return guard(() => this.#gateway.createPaymentIntent({
-      idempotencyKey: idempotencyKey(op.id, op.keyGeneration),
-      amount: op.amount,
-      currency: op.currency,
-      customerId: op.customerId,
-      paymentMethod: op.paymentMethod,
-      metadata: paymentIntentMetadata(op),
-    }));
+    return guard(() => KIND_ADAPTERS[op.kind].create(this.#gateway, op));
   }
 }
 

@@ -1,6 +1,6 @@
 // One error hierarchy for the domain. Errors are identified by `name` and carry what a caller needs.
 import type { RequestResult } from './engine.ts';
-import type { ChargeInput, Operation } from './types.ts';
+import type { ChargeInput, Operation, RefundInput } from './types.ts';
 
 export class PaymentsError extends Error {
   override readonly name: string = 'PaymentsError';
@@ -20,6 +20,25 @@ export class OrderConflictError extends PaymentsError {
     this.existing = existing;
     this.requested = requested;
     this.fields = fields;
+  }
+}
+
+/**
+ * A refund request that makes no refund operation, and why: `refund_conflict` (the refund id exists
+ * with another amount or reason), `no_charge` (the order has no charge), `charge_failed` (its charge
+ * failed: nothing to refund), `exceeds_charge` (with the order's other refunds, more than was charged).
+ * Nothing is sent to Stripe; the message is recorded as rejected with this reason.
+ */
+export class RefundRejectedError extends PaymentsError {
+  override readonly name = 'RefundRejectedError';
+  readonly code: 'refund_conflict' | 'no_charge' | 'charge_failed' | 'exceeds_charge';
+  readonly requested: RefundInput;
+  readonly existing: Operation | null;
+  constructor(code: RefundRejectedError['code'], requested: RefundInput, message: string, existing: Operation | null = null) {
+    super(message);
+    this.code = code;
+    this.requested = requested;
+    this.existing = existing;
   }
 }
 

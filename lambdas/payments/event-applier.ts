@@ -15,7 +15,7 @@
 // is then judged against the state it wrote.
 import { randomUUID } from 'node:crypto';
 import type { Db } from './db.ts';
-import { decideRetrieve, DEFAULT_POLICY, fromPaymentIntent, type DecisionContext, type EnginePolicy, type Outcome } from './decisions.ts';
+import { decideRetrieve, DEFAULT_POLICY, fromPaymentIntent, judgeDuplicateCharge, type DecisionContext, type EnginePolicy, type Outcome } from './decisions.ts';
 import {
   aftermathOf,
   claimedOperationId,
@@ -42,7 +42,7 @@ import {
   type TransactionalDb,
   WAITING_FOR_LEASE,
 } from './inbox-store.ts';
-import { recordOutcomes, type OutcomeEventRow, type OutcomeWrite } from './operations-store.ts';
+import { insertDuplicateRefund, recordOutcomes, type OutcomeEventRow, type OutcomeWrite } from './operations-store.ts';
 import type { ClaimedOperation, Operation } from './types.ts';
 
 export interface ApplierOptions {
@@ -195,8 +195,15 @@ export class StripeEventApplier {
       case 'contradiction': {
         const kind = decision.kind === 'unrecorded' ? 'unrecorded_charge' : 'contradiction';
         const outcome: ApplyOutcome = decision.kind === 'unrecorded' ? 'unrecorded' : 'contradiction';
+        // A second succeeded PaymentIntent of a succeeded charge: the duplicate-charge remedy (issue 15)
+        // refunds it, in the same transaction as the finding, once however often the event comes.
+        const remedy = op && decision.kind === 'contradiction' ? judgeDuplicateCharge(op, pi) : null;
+        let remedyOperationId: string | null = null;
         let newFinding = false;
         const done = await this.#transaction(async (client) => {
+          if (op && remedy?.kind === 'refund') {
+            remedyOperationId = await insertDuplicateRefund(client, op, remedy, this.#actor, { stripeEventId: event.id, eventType: event.type });
+          }
           newFinding = await recordFinding(client, {
             kind,
             paymentIntentId: pi.id,
@@ -213,7 +220,8 @@ export class StripeEventApplier {
           if (op) await appendEventAudit(client, op, this.#actor, { ...evidence, contradiction: decision.reason }, pi.id);
           return markApplied(client, row, outcome, op?.id ?? null);
         });
-        return done ? { ...this.#result(row, outcome, op?.id ?? null, decision.reason), newFinding } : this.#lostLease(row);
+        const reason = remedyOperationId ? `${decision.reason}; refunded by remedy operation ${remedyOperationId}` : decision.reason;
+        return done ? { ...this.#result(row, outcome, op?.id ?? null, reason), newFinding } : this.#lostLease(row);
       }
       case 'in_review': {
         const done = await this.#transaction(async (client) => {

@@ -33,6 +33,7 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
   let listUnavailable = false;
   let permanentSearchFailures = 0;
   let keyReplaysError = false;
+  let refusal: string | null = null;
   const proofs: Date[] = [];
   for (const event of trail) {
     if (event.action === 'attempt_started' && firstSendAt === null) firstSendAt = new Date(event.occurredAt);
@@ -43,6 +44,8 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
       sameKeySends++;
       const answer = event.detail as { httpStatus?: unknown };
       keyReplaysError = event.action === 'outcome_recorded' && event.errorClass === 'StripeAPIError' && answer.httpStatus === 500;
+      const refused = event.detail as { settleByList?: unknown; refusal?: unknown };
+      refusal = event.action === 'outcome_recorded' && refused.settleByList === true && typeof refused.refusal === 'string' ? refused.refusal : null;
     }
     if (event.action !== 'outcome_recorded') continue;
     if (event.step === 'list' && detail.listUnavailable === true) listUnavailable = true;
@@ -54,5 +57,5 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
     }
   }
   proofs.sort((a, b) => a.getTime() - b.getTime());
-  return { firstSendAt, lastSendAt, sameKeySends, keyReplaysError, proofs, autoReissues, listUnavailable, permanentSearchFailures };
+  return { firstSendAt, lastSendAt, sameKeySends, keyReplaysError, refusal, proofs, autoReissues, listUnavailable, permanentSearchFailures };
 }

@@ -34,6 +34,8 @@ export interface GatewayFailure {
   readonly httpStatus?: number;
   /** Stripe's error code (card_declined, resource_missing, …) or decline code. */
   readonly code?: string;
+  /** The parameter Stripe named (`amount` on an over-refund, whose code Stripe has been seen to leave empty). */
+  readonly param?: string;
   readonly message: string;
   readonly requestId?: string;
   /** A declined create still creates a PaymentIntent; its id is evidence worth keeping. */
@@ -54,8 +56,10 @@ export interface CreatePaymentIntentRequest {
   readonly currency: string;
   readonly customerId: string;
   readonly paymentMethod: string;
-  /** operation_id, order_id and key_generation: how Search finds it once the key is gone. */
+  /** operation_id, order_id and key_generation: how Search finds it once the key is gone (plus the producer's own keys). */
   readonly metadata: Readonly<Record<string, string>>;
+  readonly description?: string | null;
+  readonly statementDescriptorSuffix?: string | null;
 }
 
 export interface SearchPaymentIntentsRequest {
@@ -90,6 +94,24 @@ export interface ListAnswer<T> {
   readonly complete: boolean;
 }
 
+export interface CreateRefundRequest {
+  readonly idempotencyKey: string;
+  /** The PaymentIntent refunded: the order's charge (or, for the duplicate remedy, the extra one). */
+  readonly paymentIntentId: string;
+  readonly amount: number;
+  readonly reason: string | null;
+  /** operation_id, order_id, refund_id and key_generation: how List evidence finds it. */
+  readonly metadata: Readonly<Record<string, string>>;
+}
+
+/**
+ * A Stripe Refund reduced to what the engine reasons about, in the same shape as a PaymentIntent's
+ * (id, status, amount, currency, metadata), so that the shared decisions read both.
+ */
+export interface RefundView extends PaymentIntentView {
+  readonly paymentIntent: string | null;
+}
+
 export interface PaymentGateway {
   createPaymentIntent(request: CreatePaymentIntentRequest): Promise<GatewayResult<PaymentIntentView>>;
   retrievePaymentIntent(id: string): Promise<GatewayResult<PaymentIntentView>>;
@@ -97,4 +119,9 @@ export interface PaymentGateway {
   searchPaymentIntents(request: SearchPaymentIntentsRequest): Promise<GatewayResult<PaymentIntentView[]>>;
   /** Real time: the customer's PaymentIntents created in the range (scope: { customer }). */
   listPaymentIntents(request: ListRequest): Promise<GatewayResult<ListAnswer<PaymentIntentView>>>;
+  /** POST /v1/refunds with our key. */
+  createRefund(request: CreateRefundRequest): Promise<GatewayResult<RefundView>>;
+  retrieveRefund(id: string): Promise<GatewayResult<RefundView>>;
+  /** Real time: every refund of a PaymentIntent (scope: { payment_intent }); the created range is not sent. */
+  listRefunds(request: ListRequest): Promise<GatewayResult<ListAnswer<RefundView>>>;
 }

@@ -10,8 +10,19 @@ export const DEFAULT_MAX_AMOUNT = 99_999_999;
 const ORDER_ID = /^[\x21-\x7e]{1,128}$/;
 const STRIPE_ID = (prefix: string) => new RegExp(`^${prefix}_[A-Za-z0-9_]{1,196}$`);
 
+/** Keys the pipeline writes into a PaymentIntent's metadata itself: a producer may not set them. */
+export const RESERVED_METADATA_KEYS: readonly string[] = ['operation_id', 'order_id', 'key_generation', 'refund_id'];
+export const MAX_METADATA_KEYS = 20;
+
+const metadataSchema = z
+  .record(z.string().regex(/^[a-z0-9_]{1,40}$/, 'metadata keys must be 1-40 of [a-z0-9_]'), z.string().max(500, 'metadata values must be at most 500 characters'))
+  .refine((m) => Object.keys(m).length <= MAX_METADATA_KEYS, `at most ${MAX_METADATA_KEYS} metadata keys`)
+  .refine((m) => !Object.keys(m).some((k) => RESERVED_METADATA_KEYS.includes(k)), `metadata may not set the pipeline's keys (${RESERVED_METADATA_KEYS.join(', ')})`);
+
 export function chargeRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
   return z.strictObject({
+    /** Optional: a body without `type` is a charge, so producers written before refunds keep working. */
+    type: z.literal('charge', 'must be "charge" or "refund"').optional(),
     orderId: z.string().regex(ORDER_ID, 'must be 1-128 printable ASCII characters without spaces'),
     amount: z
       .number()
@@ -21,10 +32,39 @@ export function chargeRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
     currency: z.string().regex(/^[a-z]{3}$/, 'must be three lowercase letters (ISO 4217)'),
     customerId: z.string().regex(STRIPE_ID('cus'), 'must be a Stripe customer id (cus_…)'),
     paymentMethod: z.string().regex(STRIPE_ID('pm'), 'must be a Stripe PaymentMethod id (pm_…)'),
+    // Optional charge parameters (issue 15), passed to Stripe and part of the order's parameters: a
+    // repeat of the order with other values is a conflict. Never logged.
+    description: z.string().min(1, 'must not be empty').max(1000, 'must be at most 1000 characters').optional(),
+    // Stripe: the suffix is at most 22 characters, Latin letters, digits and a few signs, at least one letter.
+    statementDescriptorSuffix: z
+      .string()
+      .regex(/^(?=.*[A-Za-z])[A-Za-z0-9 .\-_]{1,22}$/, 'must be 1-22 of letters, digits, space . - _ with at least one letter')
+      .optional(),
+    metadata: metadataSchema.optional(),
   });
 }
 
 export type ChargeRequest = z.infer<ReturnType<typeof chargeRequestSchema>>;
+
+/**
+ * A refund request (issue 15): on the same FIFO queue and in the same message group as its order's
+ * charge, so that it is ordered after it. `amount` in minor units; `reason` one of Stripe's.
+ */
+export function refundRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
+  return z.strictObject({
+    type: z.literal('refund'),
+    orderId: z.string().regex(ORDER_ID, 'must be 1-128 printable ASCII characters without spaces'),
+    refundId: z.string().regex(ORDER_ID, 'must be 1-128 printable ASCII characters without spaces'),
+    amount: z
+      .number()
+      .int('must be an integer number of minor units')
+      .positive('must be positive')
+      .max(maxAmount, `must be at most ${maxAmount}`),
+    reason: z.enum(['duplicate', 'fraudulent', 'requested_by_customer'], 'must be duplicate, fraudulent or requested_by_customer').optional(),
+  });
+}
+
+export type RefundRequest = z.infer<ReturnType<typeof refundRequestSchema>>;
 
 // Building a zod schema costs more than using it: one per maximum, built once (a deployment has one).
 const schemas = new Map<number, ReturnType<typeof chargeRequestSchema>>();
@@ -35,6 +75,48 @@ function schemaFor(maxAmount: number): ReturnType<typeof chargeRequestSchema> {
     schemas.set(maxAmount, schema);
   }
   return schema;
+}
+
+const refundSchemas = new Map<number, ReturnType<typeof refundRequestSchema>>();
+function refundSchemaFor(maxAmount: number): ReturnType<typeof refundRequestSchema> {
+  let schema = refundSchemas.get(maxAmount);
+  if (!schema) {
+    schema = refundRequestSchema(maxAmount);
+    refundSchemas.set(maxAmount, schema);
+  }
+  return schema;
+}
+
+export type QueueParseResult =
+  | { readonly ok: true; readonly kind: 'charge'; readonly request: ChargeRequest }
+  | { readonly ok: true; readonly kind: 'refund'; readonly request: RefundRequest }
+  | { readonly ok: false; readonly code: 'invalid_json' | 'invalid_body'; readonly reason: string; readonly orderId?: string };
+
+/**
+ * One message of the queue, charge or refund, routed by `type` ("refund" → the refund schema; absent
+ * or anything else → the charge schema, which names a wrong `type`). Never throws.
+ */
+export function parseQueueMessage(body: string, maxAmount: number = DEFAULT_MAX_AMOUNT): QueueParseResult {
+  let json: unknown;
+  try {
+    json = JSON.parse(body);
+  } catch {
+    return { ok: false, code: 'invalid_json', reason: 'body is not valid JSON' };
+  }
+  if (typeof json !== 'object' || json === null || (json as { type?: unknown }).type !== 'refund') {
+    const charge = parseChargeRequest(body, maxAmount);
+    return charge.ok ? { ok: true, kind: 'charge', request: charge.request } : charge;
+  }
+  let result;
+  try {
+    result = refundSchemaFor(maxAmount).safeParse(json);
+  } catch {
+    return { ok: false, code: 'invalid_body', reason: 'body could not be validated' };
+  }
+  if (result.success) return { ok: true, kind: 'refund', request: result.data };
+  const reason = result.error.issues.slice(0, 5).map((issue) => describeIssue(issue, REFUND_FIELDS)).join('; ');
+  const orderId = (json as { orderId?: unknown }).orderId;
+  return { ok: false, code: 'invalid_body', reason, ...(typeof orderId === 'string' && ORDER_ID.test(orderId) ? { orderId } : {}) };
 }
 
 export type ParseResult =
@@ -60,7 +142,7 @@ export function parseChargeRequest(body: string, maxAmount: number = DEFAULT_MAX
     return { ok: false, code: 'invalid_body', reason: 'body could not be validated' };
   }
   if (result.success) return { ok: true, request: result.data };
-  const reason = result.error.issues.slice(0, 5).map(describeIssue).join('; ');
+  const reason = result.error.issues.slice(0, 5).map((issue) => describeIssue(issue)).join('; ');
   const orderId =
     typeof json === 'object' && json !== null && typeof (json as { orderId?: unknown }).orderId === 'string'
       ? ((json as { orderId: string }).orderId.match(ORDER_ID) ? (json as { orderId: string }).orderId : undefined)
@@ -69,6 +151,7 @@ export function parseChargeRequest(body: string, maxAmount: number = DEFAULT_MAX
 }
 
 const KNOWN_FIELDS: ReadonlySet<string> = new Set(chargeRequestSchema().keyof().options);
+const REFUND_FIELDS: ReadonlySet<string> = new Set(refundRequestSchema().keyof().options);
 
 /**
  * One issue as the reason column and the logs may carry it: only the schema's own field names and
@@ -76,8 +159,8 @@ const KNOWN_FIELDS: ReadonlySet<string> = new Set(chargeRequestSchema().keyof().
  * or a lone surrogate (which PostgreSQL text cannot store), a secret, or a forged log line — so it
  * is counted, never quoted (the key is in raw_body for whoever needs it).
  */
-function describeIssue(issue: z.core.$ZodIssue): string {
-  const path = issue.path.map((part) => (typeof part === 'string' && KNOWN_FIELDS.has(part) ? part : '(field)')).join('.') || '(body)';
+function describeIssue(issue: z.core.$ZodIssue, fields: ReadonlySet<string> = KNOWN_FIELDS): string {
+  const path = issue.path.map((part) => (typeof part === 'string' && fields.has(part) ? part : '(field)')).join('.') || '(body)';
   if (issue.code === 'unrecognized_keys') {
     const n = issue.keys.length;
     return `${path}: ${n} unknown field${n === 1 ? '' : 's'} (not named: a key is producer text; see raw_body)`;
@@ -88,4 +171,9 @@ function describeIssue(issue: z.core.$ZodIssue): string {
 /** DESIGN §8: MessageDeduplicationId = hex SHA-256 of `charge:{orderId}`; MessageGroupId = orderId. */
 export function deduplicationId(orderId: string): string {
   return createHash('sha256').update(`charge:${orderId}`).digest('hex');
+}
+
+/** Issue 15: MessageDeduplicationId of a refund = hex SHA-256 of `refund:{orderId}:{refundId}`; MessageGroupId = orderId. */
+export function refundDeduplicationId(orderId: string, refundId: string): string {
+  return createHash('sha256').update(`refund:${orderId}:${refundId}`).digest('hex');
 }

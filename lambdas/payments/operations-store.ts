@@ -3,13 +3,21 @@
 // Stripe call (request + claim) and one after it (outcome + audit event + outbox row).
 // Values are always bound parameters; batches travel as one jsonb array parameter.
 import { prepared, type Db } from './db.ts';
-import type { Outcome, Step } from './decisions.ts';
+import type { AttemptStep, Outcome } from './decisions.ts';
 import type { EvidenceEvent } from './evidence.ts';
-import type { ChargeInput, ClaimedOperation, Operation, OperationStatus } from './types.ts';
+import type { ChargeInput, ClaimedOperation, Operation, OperationKind, OperationStatus, RefundInput, RefundReason } from './types.ts';
 
 /** Raw row shape of to_jsonb(payment_operations). */
 interface OperationJson {
   id: string;
+  kind?: OperationKind;
+  refund_id?: string | null;
+  parent_operation_id?: string | null;
+  refund_reason?: RefundReason | null;
+  refund_payment_intent?: string | null;
+  description?: string | null;
+  statement_descriptor_suffix?: string | null;
+  charge_metadata?: Record<string, string> | null;
   order_id: string;
   amount: number | string;
   currency: string;
@@ -36,11 +44,19 @@ const date = (value: string | null): Date | null => (value === null ? null : new
 export function toOperation(row: OperationJson): Operation {
   return {
     id: row.id,
+    kind: row.kind ?? 'charge',
+    refund:
+      row.kind === 'refund' && row.refund_id && row.parent_operation_id
+        ? { refundId: row.refund_id, parentOperationId: row.parent_operation_id, reason: row.refund_reason ?? null, paymentIntentId: row.refund_payment_intent ?? null }
+        : null,
     orderId: row.order_id,
     amount: Number(row.amount),
     currency: row.currency,
     customerId: row.customer_id,
     paymentMethod: row.payment_method,
+    ...(row.description ? { description: row.description } : {}),
+    ...(row.statement_descriptor_suffix ? { statementDescriptorSuffix: row.statement_descriptor_suffix } : {}),
+    ...(row.charge_metadata && Object.keys(row.charge_metadata).length > 0 ? { metadata: row.charge_metadata } : {}),
     status: row.status,
     externalId: row.external_id,
     attempts: row.attempts,
@@ -58,11 +74,27 @@ export function toOperation(row: OperationJson): Operation {
   };
 }
 
-function toClaimed(row: OperationJson, claimedAt: Date): ClaimedOperation {
+/** A refund's charge as the claim saw it (CHARGE_OF). */
+interface ChargeJson {
+  status: OperationStatus;
+  external_id: string | null;
+}
+
+function toClaimed(row: OperationJson, claimedAt: Date, charge: ChargeJson | null = null): ClaimedOperation {
   const op = toOperation(row);
   if (op.leaseToken === null || op.firstAttemptedAt === null) throw new Error(`operation ${op.id} was not claimed`);
-  return { ...op, leaseToken: op.leaseToken, firstAttemptedAt: op.firstAttemptedAt, claimedAt };
+  return {
+    ...op,
+    leaseToken: op.leaseToken,
+    firstAttemptedAt: op.firstAttemptedAt,
+    claimedAt,
+    charge: charge ? { status: charge.status, paymentIntentId: charge.external_id } : null,
+  };
 }
+
+/** The charge of a refund row `x` (a CTE alias), read in the claim's statement: no extra round trip. */
+const CHARGE_OF = (x: string) =>
+  `(SELECT jsonb_build_object('status', chg.status, 'external_id', chg.external_id) FROM payment_operations chg WHERE chg.id = ${x}.parent_operation_id)`;
 
 // The claim, shared by the three ways to claim. A claim takes the lease, starts the key window if it
 // has not started (this is the moment BEFORE the first send), and moves next_attempt_at to the end
@@ -74,11 +106,14 @@ const CLAIM_SET = `
   first_attempted_at = coalesce(p.first_attempted_at, now()),
   updated_at = now()`;
 
-// Claimable: open, not waiting for a human, due, and nobody's live lease.
+// Claimable: open, not waiting for a human, due, and nobody's live lease. A refund also waits until
+// its order's charge is final (succeeded: refunded; failed: settled as failed without a call).
 const CLAIMABLE = `
   p.status IN ('pending', 'unknown') AND p.review_reason IS NULL
   AND p.next_attempt_at <= now()
-  AND (p.lease_until IS NULL OR p.lease_until <= now())`;
+  AND (p.lease_until IS NULL OR p.lease_until <= now())
+  AND (p.kind = 'charge' OR EXISTS (SELECT 1 FROM payment_operations c
+                                     WHERE c.id = p.parent_operation_id AND c.status IN ('succeeded', 'failed')))`;
 
 const ATTEMPT_STARTED_EVENT = `
   SELECT c.id, $4::text, 'attempt_started', c.status, c.status, c.key_generation,
@@ -115,6 +150,9 @@ export async function requestAndClaim(
     currency: input.currency,
     customer_id: input.customerId,
     payment_method: input.paymentMethod,
+    description: input.description ?? null,
+    statement_descriptor_suffix: input.statementDescriptorSuffix ?? null,
+    charge_metadata: input.metadata ?? {},
     claim,
   }));
   const { rows } = await prepared<{ idx: number; source: RequestSource; op: OperationJson; db_now: Date }>(
@@ -122,18 +160,20 @@ export async function requestAndClaim(
     'payments.request_and_claim',
     `WITH input AS (
        SELECT * FROM jsonb_to_recordset($1::jsonb)
-         AS i(idx int, order_id text, amount bigint, currency text, customer_id text, payment_method text, claim boolean)
+         AS i(idx int, order_id text, amount bigint, currency text, customer_id text, payment_method text,
+              description text, statement_descriptor_suffix text, charge_metadata jsonb, claim boolean)
      ),
      inserted AS (
        INSERT INTO payment_operations AS p
-         (order_id, amount, currency, customer_id, payment_method, lease_token, lease_until, first_attempted_at, next_attempt_at)
-       SELECT order_id, amount, currency, customer_id, payment_method,
+         (order_id, amount, currency, customer_id, payment_method, description, statement_descriptor_suffix, charge_metadata,
+          lease_token, lease_until, first_attempted_at, next_attempt_at)
+       SELECT order_id, amount, currency, customer_id, payment_method, description, statement_descriptor_suffix, charge_metadata,
               CASE WHEN claim THEN $2::uuid END,
               CASE WHEN claim THEN now() + $3::bigint * interval '1 millisecond' END,
               CASE WHEN claim THEN now() END,
               CASE WHEN claim THEN now() + $3::bigint * interval '1 millisecond' ELSE now() END
          FROM input ORDER BY idx
-       ON CONFLICT (order_id, kind) DO NOTHING
+       ON CONFLICT (order_id) WHERE kind = 'charge' DO NOTHING
        RETURNING p.*
      ),
      claimed AS (
@@ -142,6 +182,8 @@ export async function requestAndClaim(
         WHERE i.claim AND p.order_id = i.order_id AND p.kind = 'charge'
           AND (p.amount, p.currency, p.customer_id, p.payment_method)
               = (i.amount, i.currency, i.customer_id, i.payment_method)
+          AND (p.description, p.statement_descriptor_suffix, p.charge_metadata)
+              IS NOT DISTINCT FROM (i.description, i.statement_descriptor_suffix, i.charge_metadata)
           AND ${CLAIMABLE}
        RETURNING p.*
      ),
@@ -176,6 +218,159 @@ export async function requestAndClaim(
   return result;
 }
 
+/**
+ * How a refund request was taken: `inserted` / `claimed` / `existing` as for charges; otherwise refused,
+ * with nothing written — `no_charge` (no charge operation for the order), `charge_failed` (the
+ * charge is final-failed: nothing to refund), `exceeds_charge` (with the refunds of the order that
+ * are not failed, it would refund more than was charged).
+ */
+export type RefundVerdict = RequestSource | 'no_charge' | 'charge_failed' | 'exceeds_charge';
+
+export interface RefundRequestRow {
+  readonly verdict: RefundVerdict;
+  /** The refund operation (inserted, claimed or existing); null when refused. */
+  readonly operation: Operation | null;
+  readonly claimed: ClaimedOperation | null;
+  /** The order's charge: its amount, and the sum of its refunds that are not failed (this one excluded if new). */
+  readonly chargeAmount: number | null;
+  readonly refundedOrHeld: number;
+}
+
+/**
+ * Make one refund request durable and claim it when its charge is final-succeeded, in ONE statement
+ * (the refund's budget is the charge's: this round trip, the Stripe call, the outcome's). The rules
+ * are judged in the statement and again by the insert trigger of migrations/007_refunds.sql, which
+ * locks the charge's row: a concurrent refund of the same order that this statement's snapshot could
+ * not see makes the trigger raise (check_violation refunds_within_charge), and the caller asks again,
+ * seeing it then. A concurrent insert of the same refund id leaves no row: the caller asks again.
+ */
+export async function requestRefundAndClaim(
+  db: Db,
+  input: RefundInput,
+  claim: boolean,
+  leaseToken: string,
+  leaseMs: number,
+  actor: string,
+): Promise<RefundRequestRow | null> {
+  const { rows } = await prepared<{
+    verdict: RefundVerdict;
+    op: OperationJson | null;
+    charge: ChargeJson | null;
+    charge_amount: number | string | null;
+    held: number | string;
+    db_now: Date;
+  }>(
+    db,
+    'payments.request_refund_and_claim',
+    `WITH i AS (SELECT $1::text AS order_id, $5::text AS refund_id, $6::bigint AS amount, $7::text AS reason, $8::boolean AS claim),
+     charge AS (SELECT c.* FROM payment_operations c, i WHERE c.order_id = i.order_id AND c.kind = 'charge'),
+     held AS (SELECT coalesce(sum(r.amount), 0)::bigint AS held FROM payment_operations r, charge c
+               WHERE r.parent_operation_id = c.id AND r.kind = 'refund' AND r.status <> 'failed'),
+     existing AS (SELECT r.* FROM payment_operations r, i WHERE r.order_id = i.order_id AND r.kind = 'refund' AND r.refund_id = i.refund_id),
+     verdict AS (
+       SELECT CASE WHEN EXISTS (SELECT 1 FROM existing) THEN 'existing'
+                   WHEN NOT EXISTS (SELECT 1 FROM charge) THEN 'no_charge'
+                   WHEN (SELECT status FROM charge) = 'failed' THEN 'charge_failed'
+                   WHEN (SELECT held FROM held) + i.amount > (SELECT amount FROM charge) THEN 'exceeds_charge'
+                   ELSE 'insert' END AS v
+         FROM i
+     ),
+     inserted AS (
+       INSERT INTO payment_operations AS p
+         (order_id, kind, refund_id, parent_operation_id, refund_reason, amount, currency, customer_id, payment_method,
+          lease_token, lease_until, first_attempted_at, next_attempt_at)
+       SELECT i.order_id, 'refund', i.refund_id, c.id, i.reason, i.amount, c.currency, c.customer_id, c.payment_method,
+              CASE WHEN i.claim AND c.status = 'succeeded' THEN $2::uuid END,
+              CASE WHEN i.claim AND c.status = 'succeeded' THEN now() + $3::bigint * interval '1 millisecond' END,
+              CASE WHEN i.claim AND c.status = 'succeeded' THEN now() END,
+              CASE WHEN i.claim AND c.status = 'succeeded' THEN now() + $3::bigint * interval '1 millisecond' ELSE now() END
+         FROM i, charge c, verdict v WHERE v.v = 'insert'
+       ON CONFLICT (order_id, refund_id) WHERE kind = 'refund' DO NOTHING
+       RETURNING p.*
+     ),
+     claimed AS (
+       UPDATE payment_operations AS p SET ${CLAIM_SET}
+         FROM i, existing e
+        WHERE i.claim AND p.id = e.id AND p.amount = i.amount AND p.refund_reason IS NOT DISTINCT FROM i.reason
+          AND ${CLAIMABLE}
+       RETURNING p.*
+     ),
+     audit AS (
+       INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
+       SELECT id, $4::text, 'requested', NULL, status, key_generation, jsonb_build_object('refundId', refund_id) FROM inserted
+       UNION ALL
+       SELECT id, $4::text, 'attempt_started', status, status, key_generation,
+              jsonb_build_object('attempt', attempts + 1, 'leaseUntil', lease_until, 'leaseToken', lease_token)
+         FROM inserted WHERE lease_token IS NOT NULL
+       UNION ALL ${ATTEMPT_STARTED_EVENT}
+     ),
+     chosen AS (
+       SELECT 1 AS rank, 'inserted' AS source, to_jsonb(x) AS op, x.parent_operation_id FROM inserted x
+       UNION ALL SELECT 2, 'claimed', to_jsonb(x), x.parent_operation_id FROM claimed x
+       UNION ALL SELECT 3, 'existing', to_jsonb(x), x.parent_operation_id FROM existing x
+     )
+     SELECT CASE WHEN v.v = 'insert' OR v.v = 'existing' THEN coalesce(ch.source, 'missing') ELSE v.v END AS verdict,
+            ch.op, ${CHARGE_OF('ch')} AS charge,
+            (SELECT amount FROM charge) AS charge_amount, (SELECT held FROM held) AS held, now() AS db_now
+       FROM verdict v LEFT JOIN LATERAL (SELECT * FROM chosen ORDER BY rank LIMIT 1) ch ON true`,
+    [input.orderId, leaseToken, leaseMs, actor, input.refundId, input.amount, input.reason, claim],
+  );
+  const row = rows[0];
+  if (!row || (row.verdict as string) === 'missing') return null;
+  const operation = row.op ? toOperation(row.op) : null;
+  const claimed = operation && row.verdict !== 'existing' && operation.leaseToken === leaseToken && row.op ? toClaimed(row.op, row.db_now, row.charge) : null;
+  return {
+    verdict: row.verdict,
+    operation,
+    claimed,
+    chargeAmount: row.charge_amount === null ? null : Number(row.charge_amount),
+    refundedOrHeld: Number(row.held),
+  };
+}
+
+/**
+ * The duplicate-charge remedy's refund operation (decisions.ts judgeDuplicateCharge): reason
+ * `duplicate`, the extra PaymentIntent named, its refund id derived from it — inserted once however
+ * often the evidence arrives (unique (order_id, refund_id) and refund_payment_intent). Not claimed: the
+ * charge is final-succeeded, so it is due at once for the caller or the reconciler. Null when it existed.
+ */
+export async function insertDuplicateRefund(
+  db: Db,
+  charge: Pick<Operation, 'id' | 'orderId'>,
+  remedy: { readonly refundId: string; readonly paymentIntentId: string; readonly amount: number },
+  actor: string,
+  evidence: Readonly<Record<string, unknown>>,
+): Promise<string | null> {
+  const { rows } = await db.query<{ id: string }>(
+    `WITH inserted AS (
+       INSERT INTO payment_operations AS p
+         (order_id, kind, refund_id, parent_operation_id, refund_reason, refund_payment_intent, amount, currency, customer_id, payment_method)
+       SELECT c.order_id, 'refund', $3::text, c.id, 'duplicate', $4::text, $5::bigint, c.currency, c.customer_id, c.payment_method
+         FROM payment_operations c WHERE c.id = $1::uuid AND c.order_id = $2 AND c.kind = 'charge' AND c.status = 'succeeded'
+       ON CONFLICT DO NOTHING
+       RETURNING p.id, p.status, p.key_generation
+     ),
+     audit AS (
+       INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
+       SELECT id, $6::text, 'requested', NULL, status, key_generation,
+              jsonb_build_object('remedy', 'duplicate_charge', 'refundedPaymentIntent', $4::text) || $7::jsonb
+         FROM inserted
+     )
+     SELECT id FROM inserted`,
+    [charge.id, charge.orderId, remedy.refundId, remedy.paymentIntentId, remedy.amount, actor, JSON.stringify(evidence)],
+  );
+  return rows[0]?.id ?? null;
+}
+
+/** The refund operations of an order, oldest first. */
+export async function findRefundsOfOrder(db: Db, orderId: string): Promise<Operation[]> {
+  const { rows } = await db.query<{ op: OperationJson }>(
+    `SELECT to_jsonb(p) AS op FROM payment_operations p WHERE p.order_id = $1 AND p.kind = 'refund' ORDER BY p.created_at, p.id`,
+    [orderId],
+  );
+  return rows.map((r) => toOperation(r.op));
+}
+
 /** Claim one operation by id (the single-operation path and redeliveries). */
 export async function claimById(
   db: Db,
@@ -184,7 +379,7 @@ export async function claimById(
   leaseMs: number,
   actor: string,
 ): Promise<{ claimed: ClaimedOperation | null; operation: Operation } | null> {
-  const { rows } = await prepared<{ source: 'claimed' | 'existing'; op: OperationJson; db_now: Date }>(
+  const { rows } = await prepared<{ source: 'claimed' | 'existing'; op: OperationJson; db_now: Date; charge: ChargeJson | null }>(
     db,
     'payments.claim_by_id',
     `WITH claimed AS (
@@ -196,16 +391,16 @@ export async function claimById(
        INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
        ${ATTEMPT_STARTED_EVENT}
      )
-     SELECT 'claimed' AS source, to_jsonb(c) AS op, now() AS db_now FROM claimed c
+     SELECT 'claimed' AS source, to_jsonb(c) AS op, now() AS db_now, ${CHARGE_OF('c')} AS charge FROM claimed c
      UNION ALL
-     SELECT 'existing', to_jsonb(p), now() FROM payment_operations p
+     SELECT 'existing', to_jsonb(p), now(), NULL FROM payment_operations p
       WHERE p.id = $1::uuid AND NOT EXISTS (SELECT 1 FROM claimed)`,
     [operationId, leaseToken, leaseMs, actor],
   );
   const row = rows[0];
   if (!row) return null;
   const operation = toOperation(row.op);
-  return { operation, claimed: row.source === 'claimed' ? toClaimed(row.op, row.db_now) : null };
+  return { operation, claimed: row.source === 'claimed' ? toClaimed(row.op, row.db_now, row.charge) : null };
 }
 
 /**
@@ -214,7 +409,7 @@ export async function claimById(
  * Reads the partial index over open operations only.
  */
 export async function claimDue(db: Db, limit: number, leaseToken: string, leaseMs: number, actor: string): Promise<ClaimedOperation[]> {
-  const { rows } = await prepared<{ op: OperationJson; db_now: Date }>(
+  const { rows } = await prepared<{ op: OperationJson; db_now: Date; charge: ChargeJson | null }>(
     db,
     'payments.claim_due',
     `WITH due AS (
@@ -233,10 +428,10 @@ export async function claimDue(db: Db, limit: number, leaseToken: string, leaseM
        INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
        ${ATTEMPT_STARTED_EVENT}
      )
-     SELECT to_jsonb(c) AS op, now() AS db_now FROM claimed c ORDER BY c.next_attempt_at`,
+     SELECT to_jsonb(c) AS op, now() AS db_now, ${CHARGE_OF('c')} AS charge FROM claimed c ORDER BY c.next_attempt_at`,
     [limit, leaseToken, leaseMs, actor],
   );
-  return rows.map((row) => toClaimed(row.op, row.db_now));
+  return rows.map((row) => toClaimed(row.op, row.db_now, row.charge));
 }
 
 /**
@@ -247,7 +442,7 @@ export interface OutcomeWrite extends Outcome {
   readonly operationId: string;
   readonly leaseToken: string;
   readonly action: 'record' | 'release';
-  readonly step: Step['kind'] | null;
+  readonly step: AttemptStep | null;
   readonly fromStatus: OperationStatus;
   readonly keyGeneration: number;
 }
@@ -395,12 +590,18 @@ export async function recordOutcomes(
  * publishes it).
  */
 export function outboxInsertSql(source: string, leaseParam: string): string {
+  // The kind is read from the row (it never changes), so a caller's source need not carry it:
+  // 'Charge …' for a charge, 'Refund …' for a refund (lambdas/events/contract.ts).
   return `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, publish_lease_until)
        SELECT event_id, id,
-              CASE WHEN review_reason IS NOT NULL THEN 'Charge Needs Review'
-                   WHEN status = 'succeeded' THEN 'Charge Succeeded'
-                   WHEN status = 'pending' THEN 'Charge Reissued'
-                   ELSE 'Charge Failed' END,
+              CASE WHEN status = 'succeeded' AND EXISTS (SELECT 1 FROM payment_operations k WHERE k.id = ${source}.id AND k.refund_payment_intent IS NOT NULL)
+                   THEN 'Charge Duplicate Refunded'
+                   ELSE CASE WHEN EXISTS (SELECT 1 FROM payment_operations k WHERE k.id = ${source}.id AND k.kind = 'refund') THEN 'Refund ' ELSE 'Charge ' END ||
+                        CASE WHEN review_reason IS NOT NULL THEN 'Needs Review'
+                             WHEN status = 'succeeded' THEN 'Succeeded'
+                             WHEN status = 'pending' THEN 'Reissued'
+                             ELSE 'Failed' END
+              END,
               jsonb_build_object(
                 'version', 1,
                 'eventId', event_id,
@@ -412,7 +613,13 @@ export function outboxInsertSql(source: string, leaseParam: string): string {
                 'externalId', external_id,
                 'reason', coalesce(review_reason, CASE WHEN status IN ('failed', 'pending') THEN failure_code END),
                 'occurredAt', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-                'sequence', event_sequence),
+                'sequence', event_sequence)
+              -- A refund's detail names the refund (refundOutcomeDetailSchema); a charge's is unchanged.
+              || coalesce((SELECT jsonb_build_object('kind', 'refund', 'refundId', k.refund_id,
+                                                     'chargeOperationId', k.parent_operation_id, 'refundReason', k.refund_reason)
+                                  || CASE WHEN k.refund_payment_intent IS NOT NULL
+                                          THEN jsonb_build_object('refundedPaymentIntent', k.refund_payment_intent) ELSE '{}'::jsonb END
+                             FROM payment_operations k WHERE k.id = ${source}.id AND k.kind = 'refund'), '{}'::jsonb),
               now() + ${leaseParam}::bigint * interval '1 millisecond'
          FROM ${source}`;
 }

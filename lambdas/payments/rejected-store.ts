@@ -9,6 +9,10 @@ export const RejectReason = {
   invalidJson: 'invalid_json',
   invalidBody: 'invalid_body',
   orderConflict: 'order_conflict',
+  /** A refund id that exists with another amount or reason (nothing sent). */
+  refundConflict: 'refund_conflict',
+  /** A refund of an order without a charge, of a failed charge, or beyond what was charged (nothing sent). */
+  refundRejected: 'refund_rejected',
 } as const;
 export type RejectReason = (typeof RejectReason)[keyof typeof RejectReason];
 

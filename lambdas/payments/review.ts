@@ -180,6 +180,14 @@ export function checkReviewable(op: Operation): Verdict {
   if (op.leaseToken !== null) {
     return refuse(`operation ${op.id} is leased by a worker until ${op.leaseUntil?.toISOString() ?? '?'}; try again after that`);
   }
+  // The evidence judged here is PaymentIntents (Search, retrieve): for a refund it would show nothing
+  // and so "prove" an absence it never looked for — a re-issue could refund twice. Not offered yet.
+  if (op.kind === 'refund') {
+    return refuse(
+      `operation ${op.id} is a refund (${op.refund?.refundId ?? '?'}): resolve and reissue judge PaymentIntent evidence only; ` +
+        "check the PaymentIntent's refunds in the Dashboard (GET /v1/refunds?payment_intent=…) and leave a `review note`",
+    );
+  }
   return allowed;
 }
 

@@ -6,6 +6,8 @@ import { MAX_LIST_PAGES_FOR_PROOF } from './decisions.ts';
 import {
   FailureKind,
   type CreatePaymentIntentRequest,
+  type CreateRefundRequest,
+  type RefundView,
   type GatewayFailure,
   type GatewayResult,
   type ListAnswer,
@@ -56,6 +58,7 @@ interface StripeErrorLike {
   decline_code?: unknown;
   requestId?: unknown;
   payment_intent?: unknown;
+  param?: unknown;
   name?: unknown;
 }
 
@@ -70,6 +73,7 @@ export function classifyStripeError(error: unknown, call: Call): GatewayFailure 
     message: typeof e.message === 'string' ? e.message : String(error),
     ...(httpStatus !== undefined ? { httpStatus } : {}),
     ...(code ? { code } : {}),
+    ...(typeof e.param === 'string' && e.param ? { param: e.param } : {}),
     ...(typeof e.requestId === 'string' ? { requestId: e.requestId } : {}),
   };
   switch (errorClass) {
@@ -111,6 +115,27 @@ function toView(raw: unknown): PaymentIntentView | undefined {
     metadata,
     ...(typeof pi.customer === 'string' || pi.customer === null ? { customer: pi.customer } : {}),
   };
+}
+
+function toRefundView(raw: unknown): RefundView | undefined {
+  if (typeof raw !== 'object' || raw === null) return undefined;
+  const re = raw as Record<string, unknown>;
+  if (re.object !== 'refund' || typeof re.id !== 'string' || typeof re.status !== 'string') return undefined;
+  if (typeof re.amount !== 'number' || typeof re.currency !== 'string') return undefined;
+  const metadata: Record<string, string> = {};
+  if (typeof re.metadata === 'object' && re.metadata !== null) {
+    for (const [key, value] of Object.entries(re.metadata)) if (typeof value === 'string') metadata[key] = value;
+  }
+  const pi = re.payment_intent;
+  const paymentIntent = typeof pi === 'string' ? pi : typeof pi === 'object' && pi !== null && typeof (pi as { id?: unknown }).id === 'string' ? (pi as { id: string }).id : null;
+  return { id: re.id, status: re.status, amount: re.amount, currency: re.currency, metadata, paymentIntent };
+}
+
+function checkedRefund(resource: unknown): GatewayResult<RefundView> {
+  const status = lastStatus(resource);
+  if (status !== undefined && (status < 200 || status >= 300)) return unexpected(status, `HTTP ${status} answered without an error body`);
+  const view = toRefundView(resource);
+  return view ? { ok: true, value: view } : unexpected(status, 'answer is not a Refund');
 }
 
 /**
@@ -201,6 +226,8 @@ export class StripeGateway implements PaymentGateway {
           confirm: true,
           off_session: true,
           metadata: { ...request.metadata },
+          ...(request.description ? { description: request.description } : {}),
+          ...(request.statementDescriptorSuffix ? { statement_descriptor_suffix: request.statementDescriptorSuffix } : {}),
         },
         { idempotencyKey: request.idempotencyKey },
       );
@@ -244,6 +271,71 @@ export class StripeGateway implements PaymentGateway {
       return { ok: true, value: found };
     } catch (error) {
       return { ok: false, failure: classifyStripeError(error, 'search') };
+    }
+  }
+
+  async createRefund(request: CreateRefundRequest): Promise<GatewayResult<RefundView>> {
+    const { value, attempts } = await this.#attempts.count(request.idempotencyKey, async (): Promise<GatewayResult<RefundView>> => {
+      try {
+        const refund = await this.#stripe.refunds.create(
+          {
+            payment_intent: request.paymentIntentId,
+            amount: request.amount,
+            ...(request.reason ? { reason: request.reason as Stripe.RefundCreateParams.Reason } : {}),
+            metadata: { ...request.metadata },
+          },
+          { idempotencyKey: request.idempotencyKey },
+        );
+        return checkedRefund(refund);
+      } catch (error) {
+        return { ok: false, failure: classifyStripeError(error, 'create') };
+      }
+    });
+    return value.ok ? value : { ok: false, failure: { ...value.failure, httpAttempts: attempts } };
+  }
+
+  async retrieveRefund(id: string): Promise<GatewayResult<RefundView>> {
+    try {
+      return checkedRefund(await this.#stripe.refunds.retrieve(id));
+    } catch (error) {
+      return { ok: false, failure: classifyStripeError(error, 'retrieve') };
+    }
+  }
+
+  /**
+   * GET /v1/refunds?payment_intent=…&limit=100, every page (newest first; docs.stripe.com/api/refunds/list:
+   * real time). A PaymentIntent has a handful of refunds, so the whole list is read and the created
+   * range is not sent: absence is then shown over the PaymentIntent's whole life.
+   */
+  async listRefunds(request: ListRequest): Promise<GatewayResult<ListAnswer<RefundView>>> {
+    const paymentIntent = request.scope.payment_intent;
+    if (paymentIntent === undefined) throw new Error('listRefunds needs scope.payment_intent');
+    const items: RefundView[] = [];
+    const requestIds: string[] = [];
+    let startingAfter: string | undefined;
+    try {
+      for (let pages = 0; ; pages++) {
+        if (pages === MAX_LIST_PAGES || (pages > 0 && !((await request.beforePage?.()) ?? true))) {
+          return { ok: true, value: { items, pages, requestIds, complete: false } };
+        }
+        const page = await this.#stripe.refunds.list({ payment_intent: paymentIntent, limit: 100, ...(startingAfter ? { starting_after: startingAfter } : {}) });
+        const status = lastStatus(page);
+        if (status !== undefined && (status < 200 || status >= 300)) return unexpected(status, `HTTP ${status} answered without an error body`);
+        if (!Array.isArray(page.data) || typeof page.has_more !== 'boolean') return unexpected(status, 'list answer has no data / has_more');
+        const requestId = (page as { lastResponse?: { requestId?: unknown } }).lastResponse?.requestId;
+        if (typeof requestId === 'string') requestIds.push(requestId);
+        for (const item of page.data) {
+          const view = toRefundView(item);
+          if (!view) return unexpected(status, 'list answer holds an object that is not a Refund');
+          items.push(view);
+        }
+        const last = page.data[page.data.length - 1];
+        if (!page.has_more) return { ok: true, value: { items, pages: pages + 1, requestIds, complete: true } };
+        if (!last?.id) return unexpected(status, 'list answer says has_more but has no last id');
+        startingAfter = last.id;
+      }
+    } catch (error) {
+      return { ok: false, failure: classifyStripeError(error, 'list') };
     }
   }
 

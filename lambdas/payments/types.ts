@@ -18,11 +18,45 @@ export interface ChargeInput {
   readonly currency: string;
   readonly customerId: string;
   readonly paymentMethod: string;
+  /** Optional charge parameters, passed to Stripe; part of the order's parameters (a repeat with others is a conflict). */
+  readonly description?: string;
+  readonly statementDescriptorSuffix?: string;
+  readonly metadata?: Record<string, string>;
+}
+
+/** The kinds of business effect one engine carries (lambdas/payments/kinds.ts: one adapter each). */
+export type OperationKind = 'charge' | 'refund';
+
+export const REFUND_REASONS = ['duplicate', 'fraudulent', 'requested_by_customer'] as const;
+export type RefundReason = (typeof REFUND_REASONS)[number];
+
+/** What a producer (or an operator, or the duplicate remedy) asks to refund. */
+export interface RefundInput {
+  readonly orderId: string;
+  /** The producer's identity of this refund: one refund operation per (orderId, refundId). */
+  readonly refundId: string;
+  readonly amount: number;
+  readonly reason: RefundReason | null;
+}
+
+/** A refund operation's own identity, on top of the order's parameters (copied from its charge). */
+export interface RefundFields {
+  readonly refundId: string;
+  readonly parentOperationId: string;
+  readonly reason: RefundReason | null;
+  /**
+   * The duplicate-charge remedy: the EXTRA PaymentIntent of the order this refund gives back. Null:
+   * the refund is of the charge operation's own PaymentIntent.
+   */
+  readonly paymentIntentId: string | null;
 }
 
 /** A row of payment_operations as the engine sees it. */
 export interface Operation extends ChargeInput {
   readonly id: string;
+  readonly kind: OperationKind;
+  /** Null for a charge. */
+  readonly refund: RefundFields | null;
   readonly status: OperationStatus;
   readonly externalId: string | null;
   readonly attempts: number;
@@ -44,6 +78,11 @@ export interface ClaimedOperation extends Operation {
   readonly leaseToken: string;
   readonly firstAttemptedAt: Date;
   readonly claimedAt: Date;
+  /**
+   * A refund's charge operation as it was at the claim (a refund is claimable only once it is
+   * final): its status and its PaymentIntent, which the refund is made against. Null for a charge.
+   */
+  readonly charge?: { readonly status: OperationStatus; readonly paymentIntentId: string | null } | null;
 }
 
 /** The subset of a Stripe PaymentIntent the engine reasons about. */

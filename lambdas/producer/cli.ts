@@ -7,7 +7,8 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { GetQueueUrlCommand, SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
 import { PIPELINE } from '../runtime/settings.ts';
-import { checkChargeRequests, sendChargeRequest, sendChargeRequests, type ChargeRequest, type ChargeRequestResult } from './client.ts';
+import { refundRequestSchema, type RefundRequest } from '../payments/message.ts';
+import { checkChargeRequests, sendChargeRequest, sendChargeRequests, sendRefundRequest, type ChargeRequest, type ChargeRequestResult } from './client.ts';
 import { ChargeRequestSendError, InvalidChargeRequestError } from './errors.ts';
 
 export const EXIT = { ok: 0, sendFailed: 1, usage: 2 } as const;
@@ -23,6 +24,12 @@ One request:
   --currency <xxx>          three lowercase letters (eur, usd, ...)
   --customer <cus_...>      Stripe customer id
   --payment-method <pm_...> Stripe PaymentMethod id
+
+One refund (same queue, MessageGroupId = orderId, MessageDeduplicationId =
+sha256("refund:" + orderId + ":" + refundId), body {"type":"refund",...}):
+  --refund <refundId>       your id of this refund (one refund per order and refund id)
+  --order <id> --amount <n> the order refunded and the amount in minor units
+  --reason <reason>         optional: duplicate | fraudulent | requested_by_customer
 
 Many requests:
   --file <orders.jsonl>     one JSON request per line:
@@ -62,6 +69,8 @@ const OPTIONS = {
   currency: { type: 'string' },
   customer: { type: 'string' },
   'payment-method': { type: 'string' },
+  refund: { type: 'string' },
+  reason: { type: 'string' },
   file: { type: 'string' },
   'queue-url': { type: 'string' },
   endpoint: { type: 'string' },
@@ -97,6 +106,26 @@ export async function main(
     const maxAmount = values['max-amount'] === undefined ? undefined : integerFlag('--max-amount', values['max-amount']);
     const validation = maxAmount === undefined ? {} : { maxAmount };
     const single = SINGLE_FLAGS.filter((flag) => values[flag] !== undefined);
+    let refund: RefundRequest | undefined;
+    if (values.reason !== undefined && values.refund === undefined) throw new UsageError('--reason goes with --refund');
+    if (values.refund !== undefined) {
+      const extra = [...(values.file !== undefined ? ['file'] : []), ...single.filter((f) => f !== 'order' && f !== 'amount')];
+      if (extra.length > 0) throw new UsageError(`--refund cannot be combined with ${extra.map((f) => `--${f}`).join(', ')}`);
+      if (values.order === undefined || values.amount === undefined) throw new UsageError('--refund needs --order and --amount');
+      const parsed = refundRequestSchema(maxAmount).safeParse({
+        type: 'refund',
+        orderId: values.order,
+        refundId: values.refund,
+        amount: integerFlag('--amount', values.amount),
+        ...(values.reason !== undefined ? { reason: values.reason } : {}),
+      });
+      if (!parsed.success) {
+        for (const issue of parsed.error.issues) io.err(`error: --${issue.path[0] === 'refundId' ? 'refund' : issue.path[0] === 'orderId' ? 'order' : String(issue.path[0] ?? 'refund')}: ${issue.message}`);
+        io.err('nothing sent');
+        return EXIT.usage;
+      }
+      refund = parsed.data;
+    }
     if (values.file !== undefined && single.length > 0) {
       throw new UsageError(`--file cannot be combined with ${single.map((f) => `--${f}`).join(', ')}`);
     }
@@ -105,8 +134,10 @@ export async function main(
     }
 
     // Validate everything before touching the network: invalid input never costs a call.
-    let requests: { readonly request: ChargeRequest; readonly label: string }[];
-    if (values.file !== undefined) {
+    let requests: { readonly request: ChargeRequest; readonly label: string }[] = [];
+    if (refund !== undefined) {
+      // validated above
+    } else if (values.file !== undefined) {
       requests = await readJsonl(values.file, validation, io);
     } else {
       const missing = SINGLE_FLAGS.filter((flag) => values[flag] === undefined);
@@ -141,6 +172,20 @@ export async function main(
     };
     sqs = new SQSClient(config);
     const queueUrl = explicitQueueUrl ?? (await lookUpQueueUrl(sqs));
+
+    if (refund !== undefined) {
+      try {
+        const sent = await sendRefundRequest(sqs, queueUrl, refund, validation);
+        io.out(`sent ${sent.orderId} ${sent.messageId}`);
+        return EXIT.ok;
+      } catch (error) {
+        if (error instanceof ChargeRequestSendError) {
+          io.out(`failed ${error.orderId} ${error.code}: ${firstLine(error.reason)}`);
+          return EXIT.sendFailed;
+        }
+        throw error;
+      }
+    }
 
     if (values.file === undefined) {
       const only = requests[0];

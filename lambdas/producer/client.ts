@@ -14,11 +14,14 @@ import {
   DEFAULT_MAX_AMOUNT,
   chargeRequestSchema,
   deduplicationId,
+  refundDeduplicationId,
+  refundRequestSchema,
   type ChargeRequest,
+  type RefundRequest,
 } from '../payments/message.ts';
 import { ChargeRequestSendError, InvalidChargeRequestError, type ChargeRequestIssue } from './errors.ts';
 
-export type { ChargeRequest } from '../payments/message.ts';
+export type { ChargeRequest, RefundRequest } from '../payments/message.ts';
 
 /** SendMessageBatch takes at most 10 entries. */
 export const MAX_BATCH_ENTRIES = 10;
@@ -87,14 +90,69 @@ export interface ChargeRequestMessage {
  * contract's fields in a stable order, whatever else the caller's object carries.
  */
 export function chargeRequestMessage(request: ChargeRequest): ChargeRequestMessage {
-  const { orderId, amount, currency, customerId, paymentMethod } = request;
+  const { orderId, amount, currency, customerId, paymentMethod, description, statementDescriptorSuffix, metadata } = request;
   return {
-    MessageBody: JSON.stringify({ orderId, amount, currency, customerId, paymentMethod }),
+    MessageBody: JSON.stringify({
+      orderId,
+      amount,
+      currency,
+      customerId,
+      paymentMethod,
+      ...(description !== undefined ? { description } : {}),
+      ...(statementDescriptorSuffix !== undefined ? { statementDescriptorSuffix } : {}),
+      ...(metadata !== undefined ? { metadata } : {}),
+    }),
     // One group per order: orders never wait for each other, and two messages of one order are
     // never worked at the same time.
     MessageGroupId: orderId,
     MessageDeduplicationId: deduplicationId(orderId),
   };
+}
+
+/**
+ * The SQS message of a refund (issue 15): the same queue and the same message group as its order's
+ * charge, so FIFO orders it after the charge; deduplicated on `refund:{orderId}:{refundId}`.
+ */
+export function refundRequestMessage(request: RefundRequest): ChargeRequestMessage {
+  const { orderId, refundId, amount, reason } = request;
+  return {
+    MessageBody: JSON.stringify({ type: 'refund', orderId, refundId, amount, ...(reason ? { reason } : {}) }),
+    MessageGroupId: orderId,
+    MessageDeduplicationId: refundDeduplicationId(orderId, refundId),
+  };
+}
+
+/**
+ * Send one refund request. Validated against the schema the charge handler applies (nothing sent
+ * otherwise: InvalidChargeRequestError); ChargeRequestSendError once the SDK's retries are spent.
+ */
+export async function sendRefundRequest(
+  sqs: SQSClient,
+  queueUrl: string,
+  request: RefundRequest | Omit<RefundRequest, 'type'>,
+  options: SendOptions = {},
+): Promise<SentChargeRequest> {
+  const parsed = refundRequestSchema(options.maxAmount ?? DEFAULT_MAX_AMOUNT).safeParse({ ...request, type: 'refund' });
+  if (!parsed.success) {
+    const orderId = typeof (request as { orderId?: unknown }).orderId === 'string' ? (request as { orderId: string }).orderId : undefined;
+    throw new InvalidChargeRequestError(
+      parsed.error.issues.map((issue) => ({ index: 0, ...(orderId === undefined ? {} : { orderId }), path: issue.path.map(String).join('.') || '(request)', message: issue.message })),
+    );
+  }
+  const valid = parsed.data;
+  let out;
+  try {
+    out = await sqs.send(
+      new SendMessageCommand({ QueueUrl: queueUrl, ...refundRequestMessage(valid) }),
+      options.abortSignal ? { abortSignal: options.abortSignal } : {},
+    );
+  } catch (error) {
+    throw sendError(valid.orderId, error, 1);
+  }
+  if (!out.MessageId) {
+    throw new ChargeRequestSendError({ orderId: valid.orderId, code: 'MissingMessageId', message: 'SQS answered without a MessageId', senderFault: false, attempts: 1 });
+  }
+  return { orderId: valid.orderId, messageId: out.MessageId, ...(out.SequenceNumber ? { sequenceNumber: out.SequenceNumber } : {}) };
 }
 
 /**

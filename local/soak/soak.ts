@@ -460,6 +460,8 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   const check = await checkInvariants({
     db: pipeline.db,
     paymentIntents: fake.paymentIntents(),
+    // The net-amount invariant (issue 15): a duplicate-charge remedy's refund counts, nothing else is refunded here.
+    refunds: fake.refunds(),
     sentOrderIds,
     dlqOrderIds,
     requireQuiescent: true,

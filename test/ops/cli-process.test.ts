@@ -56,7 +56,8 @@ describe('the ops CLI as a process', () => {
       [['review', 'list', '--older-then', '2h'], /Unknown option '--older-then'/],
       [['review', 'list', '--older-than', 'two hours'], /--older-than must be a duration/],
       [['review', 'resolve', id, '--as', 'failed', '--reason', 'two', 'words'], /quote a --reason with spaces/],
-      [['refunds', 'list'], /unknown command "refunds"/],
+      [['payouts', 'list'], /unknown command "payouts"/],
+      [['refunds', 'list'], /refunds list: missing <order-id>/],
     ];
     const runs = [];
     for (const [args] of cases) runs.push(await ops(args));

@@ -19,6 +19,8 @@ const at = (minutes: number) => new Date(T0 + minutes * 60_000).toISOString();
 
 const op = (overrides: Partial<Operation> = {}): Operation => ({
   id: '0190aaaa-0000-7000-8000-000000000001',
+  kind: 'charge',
+  refund: null,
   orderId: 'order-1',
   amount: 1999,
   currency: 'eur',

@@ -163,6 +163,39 @@ describe('checkInvariants detects every kind of broken promise', () => {
     expectKind(await w.check(), 'double_charge', w.paidId);
   });
 
+  /** The healthy world plus a refund of 500 of the paid order through the engine (issue 15). */
+  async function refundedWorld() {
+    const w = await healthyWorld();
+    const refund = await engine().processRefund({ orderId: w.paid.orderId, refundId: `rf-${randomUUID()}`, amount: 500, reason: null });
+    expect(refund.execution?.status).toBe('succeeded');
+    const healthy = await w.check({ refunds: stripe.fake.refunds() });
+    expect(healthy.violations).toEqual([]);
+    return { ...w, refundOperationId: refund.operationId!, refund: stripe.fake.refunds({ operationId: refund.operationId! })[0]! };
+  }
+
+  it('net_amount: Stripe kept another amount than asked minus the refunds the pipeline made (a refund behind its back)', async () => {
+    const w = await refundedWorld();
+    const extra = { ...w.refund, id: 're_behind_the_back', amount: 100, metadata: {} };
+    expectKind(await w.check({ refunds: [...stripe.fake.refunds(), extra] }), 'net_amount', w.paidId);
+  });
+
+  it('over_refund: more refunded than charged for an order', async () => {
+    const w = await refundedWorld();
+    const extra = { ...w.refund, id: 're_too_much', amount: 5000, metadata: {} };
+    expectKind(await w.check({ refunds: [...stripe.fake.refunds(), extra] }), 'over_refund', w.paidId);
+  });
+
+  it('succeeded_without_refund: a refund operation succeeded on a Refund Stripe does not have', async () => {
+    const w = await refundedWorld();
+    expectKind(await w.check({ refunds: stripe.fake.refunds().filter((r) => r.id !== w.refund.id) }), 'succeeded_without_refund', w.refundOperationId);
+  });
+
+  it('refund_mismatch: a refund operation succeeded on a Refund of another amount', async () => {
+    const w = await refundedWorld();
+    const changed = stripe.fake.refunds().map((r) => (r.id === w.refund.id ? { ...r, amount: 499 } : r));
+    expectKind(await w.check({ refunds: changed }), 'refund_mismatch', w.refundOperationId);
+  });
+
   it('unsafe_reissue: a new key generation while an older generation’s PaymentIntent may still charge', async () => {
     const w = await healthyWorld();
     const [op] = (await db.pool.query('SELECT * FROM payment_operations WHERE id = $1', [w.reviewId])).rows;

@@ -210,6 +210,11 @@ describe('the List step and automatic re-issues are paths the model takes', () =
 // The same property against engines broken on purpose (through their gateway): if the model could not
 // find these, a green run above would prove little.
 
+/** The model has no refunds: a mutant passes the refund calls through unchanged. */
+function refundsOf(real: PaymentGateway): Pick<PaymentGateway, 'createRefund' | 'retrieveRefund' | 'listRefunds'> {
+  return { createRefund: (r) => real.createRefund(r), retrieveRefund: (id) => real.retrieveRefund(id), listRefunds: (r) => real.listRefunds(r) };
+}
+
 function mutant(base: ModelWorld, wrap: (real: PaymentGateway) => PaymentGateway): ModelWorld {
   return { ...base, gateway: wrap(base.gateway), patientGateway: wrap(base.patientGateway) };
 }
@@ -232,6 +237,7 @@ describe('the model catches broken engines', () => {
       retrievePaymentIntent: (id) => real.retrievePaymentIntent(id),
       searchPaymentIntents: (request) => real.searchPaymentIntents(request),
       listPaymentIntents: (request) => real.listPaymentIntents(request),
+      ...refundsOf(real),
     }));
     expect(await findsCounterexample(broken, 300)).not.toBeNull();
   });
@@ -245,6 +251,7 @@ describe('the model catches broken engines', () => {
       retrievePaymentIntent: (id) => real.retrievePaymentIntent(id),
       searchPaymentIntents: (request) => real.searchPaymentIntents(request),
       listPaymentIntents: (request) => real.listPaymentIntents(request),
+      ...refundsOf(real),
     }));
     expect(await findsCounterexample(broken, 300)).not.toBeNull();
   });
@@ -259,6 +266,7 @@ describe('the model catches broken engines', () => {
         // Blind to the newest page: what a List without created[lte]/pagination care would miss.
         return { ok: true, value: { items: [], pages: result.ok ? result.value.pages : 1, requestIds: [], complete: true } };
       },
+      ...refundsOf(real),
     }));
     expect(await findsCounterexample(broken, 300)).not.toBeNull();
   });

@@ -8,7 +8,7 @@ import { makeStripeEvent } from '../../local/fake-stripe/webhooks.ts';
 
 const OP_ID = '0190a4f0-0000-7000-8000-000000000001';
 const op = (overrides: Partial<Operation> = {}): Operation => ({
-  id: OP_ID, orderId: 'order-1', amount: 1000, currency: 'eur', customerId: 'cus_1', paymentMethod: 'pm_card_visa',
+  id: OP_ID, kind: 'charge', refund: null, orderId: 'order-1', amount: 1000, currency: 'eur', customerId: 'cus_1', paymentMethod: 'pm_card_visa',
   status: 'unknown', externalId: 'pi_1', attempts: 1, firstAttemptedAt: new Date(), lastError: null, lastErrorClass: null,
   leaseToken: null, leaseUntil: null, nextAttemptAt: new Date(), reviewReason: null, keyGeneration: 0,
   createdAt: new Date(), updatedAt: new Date(), settledAt: null, ...overrides,

@@ -2,7 +2,7 @@
 // notifier and by its CDK wiring (lib/outcome-consumer.ts).
 import type { ConsumerPolicy } from '../kit/types.ts';
 
-/** `Refund Succeeded` is declared although refunds are not built yet: it matches nothing until they ship. */
+/** `Refund Succeeded`: a refund operation's success (issue 15), its own operationId and sequence; the detail carries the same receipt fields. */
 export const RECEIPT_DETAIL_TYPES = ['Charge Succeeded', 'Refund Succeeded'] as const;
 
 /** seed §7: a duplicate receipt is a small harm, a missing one a medium harm. */

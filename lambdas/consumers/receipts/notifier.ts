@@ -1,7 +1,6 @@
-// The receipt notifier: the kit's first user. On `Charge Succeeded` — and `Refund Succeeded`, which
-// its rule pattern declares already although refunds are not built yet (an event type nobody
-// publishes matches nothing; when refunds ship, receipts for them need no deploy of this
-// consumer's rule) — it sends the customer a receipt through an e-mail provider.
+// The receipt notifier: the kit's first user. On `Charge Succeeded` — and `Refund Succeeded`, a
+// refund operation's success (its detail carries the same orderId / amount / currency / occurredAt /
+// externalId) — it sends the customer a receipt through an e-mail provider.
 //
 // Policy: at-least-once by default (the seed's §7 table: a duplicate receipt is a small harm, a
 // missing one a medium harm). `idempotent` when the provider deduplicates on keys (Resend does):

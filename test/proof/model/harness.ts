@@ -15,10 +15,12 @@ import type { Db } from '../../../lambdas/payments/db.ts';
 import { ChargeEngine } from '../../../lambdas/payments/engine.ts';
 import type {
   CreatePaymentIntentRequest,
+  CreateRefundRequest,
   GatewayResult,
   ListAnswer,
   ListRequest,
   PaymentGateway,
+  RefundView,
   SearchPaymentIntentsRequest,
 } from '../../../lambdas/payments/gateway.ts';
 import type { ChargeInput, PaymentIntentView } from '../../../lambdas/payments/types.ts';
@@ -233,6 +235,19 @@ class ModelGateway implements PaymentGateway {
 
   listPaymentIntents(request: ListRequest): Promise<GatewayResult<ListAnswer<PaymentIntentView>>> {
     return this.#call({ list: request }, () => this.#real.listPaymentIntents(request));
+  }
+
+  createRefund(request: CreateRefundRequest): Promise<GatewayResult<RefundView>> {
+    // The model has no refund commands yet: refunds pass straight through.
+    return this.#real.createRefund(request);
+  }
+
+  retrieveRefund(id: string): Promise<GatewayResult<RefundView>> {
+    return this.#real.retrieveRefund(id);
+  }
+
+  listRefunds(request: ListRequest): Promise<GatewayResult<ListAnswer<RefundView>>> {
+    return this.#real.listRefunds(request);
   }
 
   #die(): never {

@@ -1,0 +1,158 @@
+// Refund requests on the charge queue (issue 15): the producer client puts them in the order's
+// message group (fauxqs, real SQS protocol), the charge handler's batch routes them by `type` to the
+// same engine, after the batch's charges; rejections are durable rows, never Stripe calls.
+import { createHash } from 'node:crypto';
+import type { Message } from '@aws-sdk/client-sqs';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { processChargeBatch, type ChargeBatchDeps } from '../../lambdas/charge/batch.ts';
+import { parseQueueMessage, refundDeduplicationId } from '../../lambdas/payments/message.ts';
+import { refundRequestMessage, sendChargeRequest, sendRefundRequest } from '../../lambdas/producer/client.ts';
+import { main as produce } from '../../lambdas/producer/cli.ts';
+import { InvalidChargeRequestError } from '../../lambdas/producer/errors.ts';
+import { startLocalSqs, type LocalSqs } from '../../local/sqs.ts';
+import { createTestDatabase, type TestDatabase } from '../support/db.ts';
+import { chargeOrder } from '../support/orders.ts';
+import { receiveMessages, settleBatch, toSqsEvent, type QueueRef } from '../support/sqs-event.ts';
+import { startStripe, type StripeHarness } from '../support/stripe.ts';
+
+let db: TestDatabase;
+let stripe: StripeHarness;
+let sqs: LocalSqs;
+let queue: QueueRef;
+
+beforeAll(async () => {
+  db = await createTestDatabase('refund_batch');
+  stripe = await startStripe();
+  sqs = await startLocalSqs({ visibilityTimeoutSeconds: 30 });
+  queue = { client: sqs.client, queueUrl: sqs.queueUrl, queueArn: sqs.queueArn, region: sqs.region };
+});
+afterAll(async () => {
+  await sqs.stop();
+  await stripe.close();
+  await db.drop();
+});
+beforeEach(() => stripe.fake.reset());
+
+const deps: () => ChargeBatchDeps = () => ({ db: db.pool, gateway: stripe.gateway, publisher: null, minTimeToCallMs: 1_000, random: () => 0.5 });
+const plenty = { remainingMs: () => 60_000 };
+
+/** Receive n messages one at a time (fauxqs hides a group while one is in flight), in queue order. */
+async function receiveInQueueOrder(n: number): Promise<Message[]> {
+  const got: Message[] = [];
+  for (let tries = 0; got.length < n && tries < 10 * n; tries++) {
+    for (const m of await receiveMessages(queue, 10, { attempts: 1 })) {
+      got.push(m);
+      await settleBatch(queue, [m], { batchItemFailures: [] });
+    }
+  }
+  expect(got).toHaveLength(n);
+  return got.sort((a, b) => (BigInt(a.Attributes!.SequenceNumber!) < BigInt(b.Attributes!.SequenceNumber!) ? -1 : 1));
+}
+
+async function rejected(messageId: string) {
+  const { rows } = await db.pool.query('SELECT reason_code, reason, order_id FROM rejected_messages WHERE message_id = $1', [messageId]);
+  return rows[0];
+}
+
+describe('the message contract', () => {
+  it('a refund body routes to the refund schema; a charge body with or without "type":"charge" to the charge schema', () => {
+    const charge = chargeOrder();
+    expect(parseQueueMessage(JSON.stringify(charge))).toMatchObject({ ok: true, kind: 'charge' });
+    expect(parseQueueMessage(JSON.stringify({ type: 'charge', ...charge }))).toMatchObject({ ok: true, kind: 'charge' });
+    expect(parseQueueMessage(JSON.stringify({ type: 'refund', orderId: 'o-1', refundId: 'r-1', amount: 5, reason: 'duplicate' }))).toMatchObject({
+      ok: true,
+      kind: 'refund',
+      request: { orderId: 'o-1', refundId: 'r-1', amount: 5, reason: 'duplicate' },
+    });
+    const bad = parseQueueMessage(JSON.stringify({ type: 'refund', orderId: 'o-1', refundId: 'r-1', amount: 0, reason: 'because', extra: 1 }));
+    expect(bad).toMatchObject({ ok: false, code: 'invalid_body', orderId: 'o-1' });
+    expect(!bad.ok && bad.reason).toMatch(/amount: must be positive/);
+    expect(!bad.ok && bad.reason).toMatch(/reason: must be duplicate, fraudulent or requested_by_customer/);
+    expect(parseQueueMessage(JSON.stringify({ type: 'capture', ...charge }))).toMatchObject({ ok: false, code: 'invalid_body' });
+  });
+
+  it('MessageGroupId = orderId, MessageDeduplicationId = hex SHA-256 of refund:{orderId}:{refundId}', () => {
+    const message = refundRequestMessage({ type: 'refund', orderId: 'order-9', refundId: 'rf-2', amount: 100 });
+    expect(message.MessageGroupId).toBe('order-9');
+    expect(message.MessageDeduplicationId).toBe(createHash('sha256').update('refund:order-9:rf-2').digest('hex'));
+    expect(refundDeduplicationId('order-9', 'rf-2')).toBe(message.MessageDeduplicationId);
+    expect(JSON.parse(message.MessageBody)).toEqual({ type: 'refund', orderId: 'order-9', refundId: 'rf-2', amount: 100 });
+  });
+
+  it('sendRefundRequest refuses an invalid refund without sending', async () => {
+    await expect(sendRefundRequest(sqs.client, sqs.queueUrl, { orderId: 'o 1', refundId: 'r', amount: -1 })).rejects.toBeInstanceOf(InvalidChargeRequestError);
+  });
+});
+
+describe('the charge handler routes refunds', () => {
+  it('charge, partial refund, duplicate refund id with another amount, over-refund, in one message group and one batch', async () => {
+    const charge = chargeOrder({ amount: 1000 });
+    await sendChargeRequest(sqs.client, sqs.queueUrl, charge);
+    await sendRefundRequest(sqs.client, sqs.queueUrl, { orderId: charge.orderId, refundId: 'rf-a', amount: 400, reason: 'requested_by_customer' });
+    await sendRefundRequest(sqs.client, sqs.queueUrl, { orderId: charge.orderId, refundId: 'rf-b', amount: 600 });
+    // Another refund id for more than is left: rejected.
+    await sendRefundRequest(sqs.client, sqs.queueUrl, { orderId: charge.orderId, refundId: 'rf-c', amount: 1 });
+    const messages = await receiveInQueueOrder(4);
+
+    const result = await processChargeBatch(toSqsEvent(messages, queue).Records, deps(), plenty);
+
+    expect(result.response).toEqual({ batchItemFailures: [] });
+    expect(result.records.map((r) => (r.fate.kind === 'processed' ? r.fate.status : r.fate.kind))).toEqual(['succeeded', 'succeeded', 'succeeded', 'rejected']);
+    expect(await rejected(messages[3]!.MessageId!)).toMatchObject({ reason_code: 'refund_rejected', reason: expect.stringMatching(/^exceeds_charge: /), order_id: charge.orderId });
+    expect(stripe.fake.refunds({ orderId: charge.orderId }).map((r) => r.amount).sort()).toEqual([400, 600]);
+    expect(stripe.fake.requests().filter((r) => r.endpoint === 'refund_create')).toHaveLength(2);
+  });
+
+  it('the same refund id with another amount → refund_conflict, recorded, nothing sent', async () => {
+    const charge = chargeOrder({ amount: 1000 });
+    await sendChargeRequest(sqs.client, sqs.queueUrl, charge);
+    await sendRefundRequest(sqs.client, sqs.queueUrl, { orderId: charge.orderId, refundId: 'rf-x', amount: 100 });
+    // The same refund id again, other amount: same deduplication id, so SQS drops it within 5 minutes.
+    await sendRefundRequest(sqs.client, sqs.queueUrl, { orderId: charge.orderId, refundId: 'rf-x', amount: 200 });
+    const first = await receiveInQueueOrder(2);
+    expect((await processChargeBatch(toSqsEvent(first, queue).Records, deps(), plenty)).response.batchItemFailures).toEqual([]);
+    // SQS deduplicated the second send (same refund id): a later producer bug sends it raw, as a copy after the window would.
+    const raw = JSON.stringify({ type: 'refund', orderId: charge.orderId, refundId: 'rf-x', amount: 200 });
+    const { SendMessageCommand } = await import('@aws-sdk/client-sqs');
+    await sqs.client.send(new SendMessageCommand({ QueueUrl: sqs.queueUrl, MessageBody: raw, MessageGroupId: charge.orderId, MessageDeduplicationId: 'late-copy' }));
+    const [late] = await receiveInQueueOrder(1);
+    const result = await processChargeBatch(toSqsEvent([late!], queue).Records, deps(), plenty);
+    expect(result.records[0]!.fate).toMatchObject({ kind: 'rejected', reasonCode: 'refund_conflict' });
+    expect(await rejected(late!.MessageId!)).toMatchObject({ reason_code: 'refund_conflict' });
+    expect(stripe.fake.refunds({ orderId: charge.orderId })).toHaveLength(1);
+  });
+
+  it('a refund of a declined charge in the same batch → rejected (charge_failed), acknowledged, Stripe never asked to refund', async () => {
+    const charge = chargeOrder({ paymentMethod: 'pm_card_chargeDeclined' });
+    await sendChargeRequest(sqs.client, sqs.queueUrl, charge);
+    await sendRefundRequest(sqs.client, sqs.queueUrl, { orderId: charge.orderId, refundId: 'rf-f', amount: 100 });
+    const messages = await receiveInQueueOrder(2);
+    const result = await processChargeBatch(toSqsEvent(messages, queue).Records, deps(), plenty);
+    expect(result.response.batchItemFailures).toEqual([]);
+    expect(result.records[1]!.fate).toMatchObject({ kind: 'rejected', reasonCode: 'refund_rejected' });
+    expect(await rejected(messages[1]!.MessageId!)).toMatchObject({ reason: expect.stringMatching(/^charge_failed: /) });
+    expect(stripe.fake.requests().filter((r) => r.endpoint === 'refund_create')).toHaveLength(0);
+  });
+
+  it('npm run produce -- --refund sends a refund request the handler works', async () => {
+    const charge = chargeOrder({ amount: 800 });
+    await sendChargeRequest(sqs.client, sqs.queueUrl, charge);
+    const out: string[] = [];
+    const err: string[] = [];
+    const code = await produce(
+      ['--refund', 'rf-cli', '--order', charge.orderId, '--amount', '300', '--reason', 'fraudulent', '--queue-url', sqs.queueUrl, '--endpoint', sqs.endpoint, '--region', sqs.region],
+      {},
+      { out: (l) => out.push(l), err: (l) => err.push(l) },
+    );
+    expect({ code, err }).toEqual({ code: 0, err: [] });
+    expect(out[0]).toMatch(new RegExp(`^sent ${charge.orderId} `));
+    const messages = await receiveInQueueOrder(2);
+    expect(messages[1]!.Attributes?.MessageDeduplicationId).toBe(refundDeduplicationId(charge.orderId, 'rf-cli'));
+    const result = await processChargeBatch(toSqsEvent(messages, queue).Records, deps(), plenty);
+    expect(result.records.map((r) => r.fate.kind === 'processed' && r.fate.status)).toEqual(['succeeded', 'succeeded']);
+    expect(stripe.fake.refunds({ orderId: charge.orderId })).toMatchObject([{ amount: 300, reason: 'fraudulent' }]);
+    // A bad refund from the CLI: nothing sent, exit 2.
+    const bad = await produce(['--refund', 'rf-bad', '--order', charge.orderId, '--amount', '3', '--reason', 'nope', '--queue-url', sqs.queueUrl, '--endpoint', sqs.endpoint], {}, { out: () => {}, err: (l) => err.push(l) });
+    expect(bad).toBe(2);
+  });
+});
