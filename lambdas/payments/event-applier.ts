@@ -374,6 +374,15 @@ export class StripeEventApplier {
   /** BEGIN … COMMIT on one connection; `work` returning false rolls everything back. */
   async #transaction(work: (client: Db) => Promise<boolean>): Promise<boolean> {
     const client = await this.#db.connect();
+    // A checked-out client has no error listener (pg-pool removes its idle one): a server that goes
+    // away between two statements of this transaction would raise an uncaught 'error' and take the
+    // process down. Keep the error; the next statement fails with it, and the broken client is
+    // destroyed on release instead of going back to the pool.
+    let broken: Error | undefined;
+    const onError = (error: Error) => {
+      broken = error;
+    };
+    client.on('error', onError);
     try {
       await client.query('BEGIN');
       const commit = await work(client);
@@ -381,9 +390,11 @@ export class StripeEventApplier {
       return commit;
     } catch (error) {
       await client.query('ROLLBACK').catch(() => {});
+      broken ??= error instanceof Error ? error : new Error(String(error));
       throw error;
     } finally {
-      client.release();
+      client.removeListener('error', onError);
+      client.release(broken);
     }
   }
 }
