@@ -8,6 +8,7 @@ import {
   chooseStep,
   decideCreate,
   decideList,
+  MAX_INCOMPLETE_LISTS,
   decideSearch,
   DEFAULT_POLICY,
   judgeAutoReissue,
@@ -201,6 +202,18 @@ describe('the List step’s outcome (decideList)', () => {
     const outcome = decideList(ctx({}, history()), window, { ok: true, value: { items: [], pages: 20, requestIds: [], complete: false } });
     expect(outcome.reviewReason).toMatch(/more than 20 pages/);
   });
+  it('a list stopped for request budget again and again goes to review instead of being claimed for ever (bench:peers livelock)', () => {
+    // bench:peers, 2,000 orders of one customer: every claim's budget read 1–2 of the send window's
+    // pages and stopped; each stop kept the operation open "quietly", attempts 20–40, never settled.
+    const stopped = { ok: true as const, value: { items: [], pages: 2, requestIds: [], complete: false } };
+    const first = decideList(ctx({}, history()), window, stopped);
+    expect(first).toMatchObject({ status: 'unknown', reviewReason: null });
+    expect(first.retryAfterMs).toBeGreaterThan(0);
+    expect(decideList(ctx({}, history({ incompleteLists: MAX_INCOMPLETE_LISTS - 2 })), window, stopped).reviewReason).toBeNull();
+    const last = decideList(ctx({}, history({ incompleteLists: MAX_INCOMPLETE_LISTS - 1 })), window, stopped);
+    expect(last).toMatchObject({ status: 'unknown', retryAfterMs: null });
+    expect(last.reviewReason).toMatch(new RegExp(`stopped before its end ${MAX_INCOMPLETE_LISTS} times`));
+  });
 });
 
 describe('may the machine re-issue now? (judgeAutoReissue)', () => {
@@ -291,6 +304,24 @@ describe('reading the evidence back from the audit trail (summarizeEvidence)', (
     expect(h).toMatchObject({ sameKeySends: 2, lastSendAt: at(4_000), firstSendAt: at(0), proofs: [at(3 * MIN)], autoReissues: 0, keyReplaysError: false });
     const replayed = summarizeEvidence(op(), [ev('attempt_started', 0), { ...ev('outcome_recorded', 1_000, 'create', { httpStatus: 500 }), errorClass: 'StripeAPIError' }, ev('attempt_started', 5_000)], policy);
     expect(replayed.keyReplaysError).toBe(true);
+  });
+
+  it('counts the lists that stopped before their end under the current generation only', () => {
+    const stopped = { list: { pages: 2, complete: false } };
+    const events = [
+      ev('attempt_started', 0),
+      ev('outcome_recorded', 1_000, 'create'),
+      ev('attempt_started', 3 * MIN),
+      ev('outcome_recorded', 3 * MIN + 100, 'list', stopped),
+      ev('attempt_started', 4 * MIN),
+      ev('outcome_recorded', 4 * MIN + 100, 'list', stopped),
+      ev('attempt_started', 5 * MIN),
+      ev('outcome_recorded', 5 * MIN + 100, 'list', { list: { pages: 1, complete: true } }),
+      ev('attempt_started', 6 * MIN),
+      ev('outcome_recorded', 6 * MIN + 100, 'list', stopped, 1),
+      ev('attempt_started', 7 * MIN),
+    ];
+    expect(summarizeEvidence(op({ claimedAt: at(7 * MIN) }), events, policy).incompleteLists).toBe(2);
   });
 
   it('a claim without an outcome may have been sending until its lease ran out; proofs before that do not count', () => {

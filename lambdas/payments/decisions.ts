@@ -160,6 +160,11 @@ export interface EvidenceHistory {
   /** Searches that failed that way under the current generation. */
   readonly permanentSearchFailures: number;
   /**
+   * Lists under the current generation that stopped before their end for lack of request budget
+   * (each claim starts a list from its first page again): bounded by MAX_INCOMPLETE_LISTS.
+   */
+  readonly incompleteLists?: number;
+  /**
    * The last create under the current generation was refused in a way evidence must settle (a refund's
    * charge_already_refunded / amount_too_large): List is asked at once, and absence means the refusal
    * stands — final failed with its code, never a re-issue.
@@ -708,7 +713,17 @@ export function decideList(ctx: Context, window: ListWindow, result: GatewayResu
       if (answer.pages >= MAX_LIST_PAGES_FOR_PROOF) {
         return toReview(`List of ${what} has more than ${answer.pages} pages in the send window: absence cannot be shown`, evidence);
       }
-      // Stopped for lack of request budget: nothing learnt, ask again soon.
+      // Stopped for lack of request budget: nothing learnt, ask again soon — but not forever. A send
+      // window holding more PaymentIntents than one claim's budget can page through is stopped at the
+      // same page on every claim, so the operation would be claimed for ever without reaching a final
+      // state or review (seen in bench:peers: one customer, attempts 20–40, lists of 1–2 pages each).
+      if ((ctx.history?.incompleteLists ?? 0) + 1 >= MAX_INCOMPLETE_LISTS) {
+        return toReview(
+          `List of ${what} stopped before its end ${MAX_INCOMPLETE_LISTS} times (request budget, ${answer.pages} page(s) read at most this time): ` +
+            'absence cannot be shown; look the operation up by hand',
+          evidence,
+        );
+      }
       return { ...stayOpenQuietly(ctx), detail: evidence };
   }
   const provenAt = op.claimedAt;
@@ -800,6 +815,9 @@ export function decidePrecondition(op: ClaimedOperation): Outcome | null {
     detail: { chargeStatus: 'failed' },
   };
 }
+
+/** Budget-stopped lists (under one key generation) before a human is asked instead of listing again. */
+export const MAX_INCOMPLETE_LISTS = 3;
 
 /** The List gateway's page cap (stripe-gateway.ts MAX_LIST_PAGES): a list stopped there cannot show absence. */
 export const MAX_LIST_PAGES_FOR_PROOF = 20;

@@ -32,6 +32,7 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
   let autoReissues = 0;
   let listUnavailable = false;
   let permanentSearchFailures = 0;
+  let incompleteLists = 0;
   let keyReplaysError = false;
   let refusal: string | null = null;
   const proofs: Date[] = [];
@@ -49,6 +50,8 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
     }
     if (event.action !== 'outcome_recorded') continue;
     if (event.step === 'list' && detail.listUnavailable === true) listUnavailable = true;
+    const list = (event.detail as { list?: { complete?: unknown } }).list;
+    if (event.step === 'list' && list?.complete === false) incompleteLists++;
     if ((event.step === 'search' || event.step === 'early_search') && detail.searchFailure === 'permanent') permanentSearchFailures++;
     if (event.step === 'list' && detail.absenceProven === true && typeof detail.provenAt === 'string') {
       const at = new Date(detail.provenAt);
@@ -57,5 +60,5 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
     }
   }
   proofs.sort((a, b) => a.getTime() - b.getTime());
-  return { firstSendAt, lastSendAt, sameKeySends, keyReplaysError, refusal, proofs, autoReissues, listUnavailable, permanentSearchFailures };
+  return { firstSendAt, lastSendAt, sameKeySends, keyReplaysError, refusal, proofs, autoReissues, listUnavailable, permanentSearchFailures, incompleteLists };
 }

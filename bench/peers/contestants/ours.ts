@@ -28,6 +28,25 @@ export const ours: Contestant = {
              FROM payment_operations WHERE status IN ('pending', 'unknown') AND review_reason IS NULL
             GROUP BY 1, 2, 3, 4, 5 ORDER BY n DESC LIMIT 8`,
         );
+        // BENCH_DUMP_OPEN=<file>: the audit trail of up to 3 still-open operations, for a post-mortem.
+        const dump = process.env.BENCH_DUMP_OPEN;
+        if (dump) {
+          const reviews = await ctx.observer.query(
+            `/* bench */ SELECT left(review_reason, 90) AS reason, count(*)::int AS n FROM payment_operations WHERE review_reason IS NOT NULL GROUP BY 1 ORDER BY 2 DESC`,
+          );
+          const { appendFileSync } = await import('node:fs');
+          appendFileSync(`${dump}.reviews`, `--- ${new Date().toISOString()}\n` + reviews.rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+        }
+        if (dump && rows.length > 0) {
+          const trail = await ctx.observer.query(
+            `/* bench */ SELECT e.operation_id, e.occurred_at, e.actor, e.action, e.step, e.from_status, e.to_status, e.error_class, e.error_code, e.key_generation, e.detail
+               FROM payment_operation_events e
+              WHERE e.operation_id IN (SELECT id FROM payment_operations WHERE status IN ('pending', 'unknown') AND review_reason IS NULL ORDER BY attempts DESC LIMIT 3)
+              ORDER BY e.operation_id, e.id`,
+          );
+          const { writeFileSync } = await import('node:fs');
+          writeFileSync(dump, trail.rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+        }
         return rows.length === 0 ? 'none' : rows.map((r) => `${r.n}× ${r.status}${r.has_pi ? ' (pi)' : ''}${r.leased ? ' leased' : ''} attempts ${r.attempts} due in ${r.due_in_s} s`).join('; ');
       },
       async stop() {},
