@@ -123,6 +123,9 @@ export async function startLocalConsumers(options: LocalConsumersOptions): Promi
       const pool = new pg.Pool({ connectionString: p.databaseUrl, max: 4, application_name: spec.name });
       // An idle connection that dies (the server stopping) must not crash the run.
       pool.on('error', (error) => options.log?.(`${spec.name} pool: ${error.message}`));
+      // …and a client the server drops while checked out or while being ended (pool.end() does not
+      // wait for the socket): pg-pool only listens to idle ones.
+      pool.on('connect', (client) => client.on('error', (error) => options.log?.(`${spec.name} client: ${error.message}`)));
       cleanups.push(() => pool.end());
       const db = countingDb(pool);
       const queue = await createStandardQueue(p.sqs.client, `${spec.name}-events`, timing.visibilitySeconds);

@@ -384,6 +384,8 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
     await migrate(databaseUrl, await loadMigrations(path.resolve(import.meta.dirname, '..', 'migrations')));
     const db = new pg.Pool({ connectionString: databaseUrl, max: 4, application_name: 'local-runtime' });
     db.on('error', (error) => log(`observer pool: ${error.message}`));
+    // pg-pool only listens to idle clients: one dropped while checked out or being ended must not crash the run.
+    db.on('connect', (client) => client.on('error', (error) => log(`observer client: ${error.message}`)));
     cleanups.push(() => db.end());
 
     // ── SQS ──────────────────────────────────────────────────────────────────────────────────

@@ -28,6 +28,11 @@ export function getPool(config: RuntimeConfig, onIdleError: (error: Error) => vo
     pool = poolConfig(config).then((settings) => {
       const created = new CredentialRefreshingPool(settings, () => forgetDatabaseSecret(config));
       created.on('error', onIdleError);
+      // pg-pool listens for a client's errors only while it is idle: one the server drops while it is
+      // checked out, or while it is being ended (pool.end() does not wait for the socket), would raise
+      // an uncaught 'error'. Every client keeps a listener for its whole life; the query in flight, if
+      // any, still gets the error itself.
+      created.on('connect', (client) => client.on('error', onIdleError));
       return created;
     });
     pool.catch(() => {

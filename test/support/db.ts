@@ -24,6 +24,8 @@ export async function createTestDatabase(label = 't'): Promise<TestDatabase> {
   await createDatabase(inject('pgAdminUrl'), name, inject('pgTemplate'));
   const url = databaseUrl(name);
   const pool = new pg.Pool({ connectionString: url, max: 10 });
+  // A test that stops or restarts PostgreSQL drops checked-out clients too, which pg-pool does not listen to.
+  pool.on('connect', (client) => client.on('error', () => {}));
   return {
     url,
     name,
