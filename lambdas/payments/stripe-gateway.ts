@@ -310,33 +310,12 @@ export class StripeGateway implements PaymentGateway {
   async listRefunds(request: ListRequest): Promise<GatewayResult<ListAnswer<RefundView>>> {
     const paymentIntent = request.scope.payment_intent;
     if (paymentIntent === undefined) throw new Error('listRefunds needs scope.payment_intent');
-    const items: RefundView[] = [];
-    const requestIds: string[] = [];
-    let startingAfter: string | undefined;
-    try {
-      for (let pages = 0; ; pages++) {
-        if (pages === MAX_LIST_PAGES || (pages > 0 && !((await request.beforePage?.()) ?? true))) {
-          return { ok: true, value: { items, pages, requestIds, complete: false } };
-        }
-        const page = await this.#stripe.refunds.list({ payment_intent: paymentIntent, limit: 100, ...(startingAfter ? { starting_after: startingAfter } : {}) });
-        const status = lastStatus(page);
-        if (status !== undefined && (status < 200 || status >= 300)) return unexpected(status, `HTTP ${status} answered without an error body`);
-        if (!Array.isArray(page.data) || typeof page.has_more !== 'boolean') return unexpected(status, 'list answer has no data / has_more');
-        const requestId = (page as { lastResponse?: { requestId?: unknown } }).lastResponse?.requestId;
-        if (typeof requestId === 'string') requestIds.push(requestId);
-        for (const item of page.data) {
-          const view = toRefundView(item);
-          if (!view) return unexpected(status, 'list answer holds an object that is not a Refund');
-          items.push(view);
-        }
-        const last = page.data[page.data.length - 1];
-        if (!page.has_more) return { ok: true, value: { items, pages: pages + 1, requestIds, complete: true } };
-        if (!last?.id) return unexpected(status, 'list answer says has_more but has no last id');
-        startingAfter = last.id;
-      }
-    } catch (error) {
-      return { ok: false, failure: classifyStripeError(error, 'list') };
-    }
+    return readAllPages(
+      request.beforePage,
+      (startingAfter) => this.#stripe.refunds.list({ payment_intent: paymentIntent, limit: 100, ...(startingAfter ? { starting_after: startingAfter } : {}) }),
+      toRefundView,
+      'Refund',
+    );
   }
 
   /**
@@ -347,38 +326,58 @@ export class StripeGateway implements PaymentGateway {
   async listPaymentIntents(request: ListRequest): Promise<GatewayResult<ListAnswer<PaymentIntentView>>> {
     const customer = request.scope.customer;
     if (customer === undefined) throw new Error('listPaymentIntents needs scope.customer');
-    const items: PaymentIntentView[] = [];
-    const requestIds: string[] = [];
-    let startingAfter: string | undefined;
-    try {
-      for (let pages = 0; ; pages++) {
-        if (pages === MAX_LIST_PAGES || (pages > 0 && !((await request.beforePage?.()) ?? true))) {
-          return { ok: true, value: { items, pages, requestIds, complete: false } };
-        }
-        const page = await this.#stripe.paymentIntents.list({
+    return readAllPages(
+      request.beforePage,
+      (startingAfter) =>
+        this.#stripe.paymentIntents.list({
           customer,
           created: { gte: request.createdGte, lte: request.createdLte },
           limit: 100,
           ...(startingAfter ? { starting_after: startingAfter } : {}),
-        });
-        const status = lastStatus(page);
-        if (status !== undefined && (status < 200 || status >= 300)) return unexpected(status, `HTTP ${status} answered without an error body`);
-        if (!Array.isArray(page.data) || typeof page.has_more !== 'boolean') return unexpected(status, 'list answer has no data / has_more');
-        const requestId = (page as { lastResponse?: { requestId?: unknown } }).lastResponse?.requestId;
-        if (typeof requestId === 'string') requestIds.push(requestId);
-        for (const item of page.data) {
-          const view = toView(item);
-          // An item we cannot read could be the one we look for: the list proves nothing then.
-          if (!view) return unexpected(status, 'list answer holds an object that is not a PaymentIntent');
-          items.push(view);
-        }
-        const last = page.data[page.data.length - 1];
-        if (!page.has_more) return { ok: true, value: { items, pages: pages + 1, requestIds, complete: true } };
-        if (!last?.id) return unexpected(status, 'list answer says has_more but has no last id');
-        startingAfter = last.id;
+        }),
+      toView,
+      'PaymentIntent',
+    );
+  }
+}
+
+/**
+ * Every page of a Stripe list (`has_more`, `starting_after` = the last id of the page:
+ * docs.stripe.com/api/pagination), for any object kind. Stops, incomplete, at MAX_LIST_PAGES or when
+ * `beforePage` (the rate limiter) says no before a further page.
+ */
+async function readAllPages<T>(
+  beforePage: (() => Promise<boolean> | boolean) | undefined,
+  fetchPage: (startingAfter: string | undefined) => Promise<{ data: readonly { id?: string }[]; has_more: boolean }>,
+  read: (item: never) => T | null | undefined,
+  objectName: string,
+): Promise<GatewayResult<ListAnswer<T>>> {
+  const items: T[] = [];
+  const requestIds: string[] = [];
+  let startingAfter: string | undefined;
+  try {
+    for (let pages = 0; ; pages++) {
+      if (pages === MAX_LIST_PAGES || (pages > 0 && !((await beforePage?.()) ?? true))) {
+        return { ok: true, value: { items, pages, requestIds, complete: false } };
       }
-    } catch (error) {
-      return { ok: false, failure: classifyStripeError(error, 'list') };
+      const page = await fetchPage(startingAfter);
+      const status = lastStatus(page);
+      if (status !== undefined && (status < 200 || status >= 300)) return unexpected(status, `HTTP ${status} answered without an error body`);
+      if (!Array.isArray(page.data) || typeof page.has_more !== 'boolean') return unexpected(status, 'list answer has no data / has_more');
+      const requestId = (page as { lastResponse?: { requestId?: unknown } }).lastResponse?.requestId;
+      if (typeof requestId === 'string') requestIds.push(requestId);
+      for (const item of page.data) {
+        const view = read(item as never);
+        // An item we cannot read could be the one we look for: the list proves nothing then.
+        if (!view) return unexpected(status, `list answer holds an object that is not a ${objectName}`);
+        items.push(view);
+      }
+      const last = page.data[page.data.length - 1];
+      if (!page.has_more) return { ok: true, value: { items, pages: pages + 1, requestIds, complete: true } };
+      if (!last?.id) return unexpected(status, 'list answer says has_more but has no last id');
+      startingAfter = last.id;
     }
+  } catch (error) {
+    return { ok: false, failure: classifyStripeError(error, 'list') };
   }
 }
