@@ -1,6 +1,6 @@
 // Configuration shared by the two entry points: the runtime config (DESIGN §8), the review policy,
 // and the Stripe look-up, created once and only when a command needs it.
-import { DEFAULT_REVIEW_POLICY, type PaymentIntentLookup, type ReviewPolicy } from '../payments/review.ts';
+import { DEFAULT_REVIEW_POLICY, type ReviewPolicy, type StripeLookup } from '../payments/review.ts';
 import { ConfigError, loadConfig, type RuntimeConfig } from '../runtime/config.ts';
 import { OpsConfigError } from './errors.ts';
 import type { PaymentGateway } from '../payments/gateway.ts';
@@ -36,8 +36,8 @@ export function reviewPolicy(config: RuntimeConfig, env: Env): ReviewPolicy {
 }
 
 /** A lazy, memoised look-up: a failed creation (a missing key) is not cached, so the next call says so again. */
-export function lazyLookup(config: RuntimeConfig): () => Promise<PaymentIntentLookup> {
-  let created: Promise<PaymentIntentLookup> | undefined;
+export function lazyLookup(config: RuntimeConfig): () => Promise<StripeLookup> {
+  let created: Promise<StripeLookup> | undefined;
   return () => {
     if (!created) {
       created = stripeFromConfig(config).then((stripe) => new StripePaymentIntentLookup(stripe));

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import {
   checkReviewable,
   DEFAULT_REVIEW_POLICY,
-  judgeNoCharge,
+  judgeNoEffect,
   judgeResolveSucceeded,
   lastPossibleSendAt,
   type AuditEvent,
@@ -74,7 +74,10 @@ const pi = (status: string, overrides: Partial<PaymentIntentEvidence> = {}): Pay
 });
 
 const evidence = (pis: PaymentIntentEvidence[], complete = true): StripeEvidence => ({
+  kind: 'charge',
   paymentIntents: pis,
+  refunds: [],
+  refundedPaymentIntent: null,
   unrelated: [],
   missing: [],
   complete,
@@ -141,31 +144,31 @@ describe('lastPossibleSendAt', () => {
   });
 });
 
-describe('judgeNoCharge (resolve --as failed, reissue)', () => {
+describe('judgeNoEffect (resolve --as failed, reissue)', () => {
   const events = [ev('attempt_started', 0), ev('outcome_recorded', 1, 'create')];
   const later = new Date(T0 + 60 * 60_000);
 
   it('allows when complete evidence shows only failed PaymentIntents, after the settle period', () => {
-    expect(judgeNoCharge(op(), evidence([pi('canceled'), pi('requires_payment_method')]), events, later)).toEqual({ allowed: true });
-    expect(judgeNoCharge(op(), evidence([]), events, later)).toEqual({ allowed: true });
+    expect(judgeNoEffect(op(), evidence([pi('canceled'), pi('requires_payment_method')]), events, later)).toEqual({ allowed: true });
+    expect(judgeNoEffect(op(), evidence([]), events, later)).toEqual({ allowed: true });
   });
 
   it.each(['succeeded', 'processing', 'requires_action', 'requires_capture', 'requires_confirmation', 'some_new_status'])(
     'refuses while a PaymentIntent is %s',
     (status) => {
-      const verdict = judgeNoCharge(op(), evidence([pi('canceled'), pi(status)]), events, later);
+      const verdict = judgeNoEffect(op(), evidence([pi('canceled'), pi(status)]), events, later);
       expect(verdict.allowed).toBe(false);
     },
   );
 
   it('refuses on incomplete evidence, even with nothing found', () => {
-    expect(judgeNoCharge(op(), evidence([], false), events, later)).toEqual({ allowed: false, reason: expect.stringMatching(/incomplete/) });
+    expect(judgeNoEffect(op(), evidence([], false), events, later)).toEqual({ allowed: false, reason: expect.stringMatching(/incomplete/) });
   });
 
   it('refuses until Search can be trusted to show the last possible send', () => {
     const soon = new Date(T0 + 5 * 60_000);
-    expect(judgeNoCharge(op(), evidence([]), events, soon)).toEqual({ allowed: false, reason: expect.stringContaining(`try again after ${at(11)}`) });
-    expect(judgeNoCharge(op(), evidence([]), events, soon, { ...DEFAULT_REVIEW_POLICY, searchSettleMs: 0 })).toEqual({ allowed: true });
+    expect(judgeNoEffect(op(), evidence([]), events, soon)).toEqual({ allowed: false, reason: expect.stringContaining(`try again after ${at(11)}`) });
+    expect(judgeNoEffect(op(), evidence([]), events, soon, { ...DEFAULT_REVIEW_POLICY, searchSettleMs: 0 })).toEqual({ allowed: true });
   });
 });
 
