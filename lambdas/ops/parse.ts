@@ -446,7 +446,8 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
         if (outcome === 'succeeded' && pi === undefined && refund === undefined) {
           throw new UsageError('--as succeeded needs the proof: --payment-intent pi_… for a charge, --refund re_… for a refund');
         }
-        if (outcome === 'failed' && (pi !== undefined || refund !== undefined)) throw new UsageError('--payment-intent and --refund go with --as succeeded only');
+        if (outcome === 'failed' && pi !== undefined) throw new UsageError('--payment-intent goes with --as succeeded only');
+        if (outcome === 'failed' && refund !== undefined) throw new UsageError('--refund goes with --as succeeded only');
         if (pi !== undefined && !PAYMENT_INTENT_ID.test(pi)) throw new UsageError(`--payment-intent must be a PaymentIntent id pi_… (got "${pi}")`);
         if (refund !== undefined && !REFUND_ID.test(refund)) throw new UsageError(`--refund must be a Stripe Refund id re_… (got "${refund}")`);
         return { name, operationId: operationIdOf(first), as: outcome, paymentIntentId: pi ?? null, stripeRefundId: refund ?? null, action: action(values, defaultActor) };
