@@ -444,7 +444,7 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
         const refund = str('refund');
         if (pi !== undefined && refund !== undefined) throw new UsageError('--payment-intent (a charge) and --refund (a refund) exclude each other');
         if (outcome === 'succeeded' && pi === undefined && refund === undefined) {
-          throw new UsageError('--as succeeded needs the proof: --payment-intent pi_… for a charge, --refund re_… for a refund');
+          throw new UsageError('--as succeeded needs --payment-intent pi_… (a charge) or --refund re_… (a refund): the object that proves it');
         }
         if (outcome === 'failed' && pi !== undefined) throw new UsageError('--payment-intent goes with --as succeeded only');
         if (outcome === 'failed' && refund !== undefined) throw new UsageError('--refund goes with --as succeeded only');

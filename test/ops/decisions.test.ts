@@ -314,7 +314,7 @@ describe('parseInvocation', () => {
     [['review', 'resolve', id, '--as', 'failed', '--refund', 're_1', '--reason', 'r'], /--refund goes with --as succeeded only/],
     [['review', 'resolve', id, '--as', 'succeeded', '--refund', 'pi_1', '--reason', 'r'], /--refund must be a Stripe Refund id re_/],
     [['review', 'resolve', id, '--as', 'succeeded', '--refund', 're_1', '--payment-intent', 'pi_1', '--reason', 'r'], /exclude each other/],
-    [['review', 'resolve', id, '--as', 'succeeded', '--reason', 'r'], /needs the proof: --payment-intent pi_… for a charge, --refund re_… for a refund/],
+    [['review', 'resolve', id, '--as', 'succeeded', '--reason', 'r'], /needs --payment-intent pi_… \(a charge\) or --refund re_… \(a refund\)/],
     [['review', 'note', id, '--reason', '   '], /--reason is required/],
     [['review', 'note', id, '--reason', 'r', '--actor', 'two words'], /--actor must be/],
     [['stats', '--endpoint', 'http://x'], /only go with --lambda/],
