@@ -71,7 +71,7 @@ async function intoReviewRefundPending() {
   const c = await charged({ paymentMethod: 'pm_card_pendingRefund' });
   const id = await engine(h, { policy: { unsettledReviewAfterMs: 0 } }).requestRefund(refundOf(c.input.orderId));
   await engine(h, { policy: { unsettledReviewAfterMs: 0 } }).executeCharge(id);
-  expect(await reviewReason(h, id)).toMatch(/still pending/);
+  expect(await reviewReason(h, id)).toMatch(/^Refund re_\S+ is still pending/);
   const [refund] = refundsAtStripe(id);
   expect(refund).toMatchObject({ status: 'pending' });
   return { ...c, id, refundId: refund!.id };
