@@ -299,12 +299,19 @@ export interface ReviewPolicy {
    * it. Stripe: "usually within a minute"; the engine waits the same 10 minutes before an early search.
    */
   readonly searchSettleMs: number;
+  /**
+   * How long after the last request that may have created a Refund List is trusted to show it: List
+   * is real time, but a request our client gave up on may still be executing at Stripe — the
+   * engine's own List settle delay (LIST_SETTLE_MS, at least STRIPE_TIMEOUT_MS).
+   */
+  readonly listSettleMs: number;
   /** A claim with no recorded outcome may have been sending until its lease ran out. */
   readonly leaseMs: number;
 }
 
 export const DEFAULT_REVIEW_POLICY: ReviewPolicy = {
   searchSettleMs: DEFAULT_POLICY.earlySearchAfterMs,
+  listSettleMs: DEFAULT_POLICY.listSettleMs,
   leaseMs: DEFAULT_POLICY.leaseMs,
 };
 
@@ -321,8 +328,10 @@ interface ReviewKind {
   readonly effect: string;
   /**
    * How long after the last possible send the evidence is trusted to show what it made. Search is
-   * eventually consistent (docs.stripe.com/search: "usually within a minute"); List is real time
-   * (docs.stripe.com/api/refunds/list), so for a refund only a request still running matters.
+   * eventually consistent (docs.stripe.com/search: "usually within a minute"): its settle period.
+   * List is real time (docs.stripe.com/api/refunds/list), so for a refund only a request still
+   * running matters: until its lease end (lastPossibleSendAt), then the engine's List settle delay
+   * for one Stripe may still be executing after our client gave up.
    */
   readonly settleMs: (policy: ReviewPolicy) => number;
   /** Fields of a proof that differ from the operation (beside ownership and status). */
@@ -346,7 +355,7 @@ export const REVIEW_KINDS: Readonly<Record<OperationKind, ReviewKind>> = {
     own: (evidence) => evidence.refunds,
     proofFlag: '--refund',
     effect: 'refund',
-    settleMs: () => 0,
+    settleMs: (policy) => policy.listSettleMs,
     mismatches: (op, object, refundedPaymentIntent) => {
       const of = 'paymentIntent' in object ? object.paymentIntent : null;
       return [
@@ -471,7 +480,8 @@ function ownOutcome(events: readonly TrailEvent[], index: number): TrailEvent | 
  * `resolve --as failed` and `reissue` both rest on "nothing was, or will be, charged" (a refund:
  * refunded): the look-ups must be complete, show no object of the operation that is or may become
  * money moving (any key generation), and be late enough that they show whatever the last possible
- * send made — for a charge, Search's settle period after it; for a refund (List is real time), its end.
+ * send made — for a charge, Search's settle period after it; for a refund (List is real time), the
+ * engine's List settle delay after it (a claim without an outcome: after its lease end).
  */
 export function judgeNoEffect(
   op: Operation,
@@ -525,8 +535,9 @@ export function judgeNoEffect(
     if (now.getTime() < trustedFrom) {
       return refuse(
         op.kind === 'refund'
-          ? `a request that may have created a ${name} may still be running until ${lastSend.toISOString()} (its lease end), ` +
-              `and List cannot show what it has not made yet: try again after ${new Date(trustedFrom).toISOString()}`
+          ? `the last request that may have created a ${name} ran until ${lastSend.toISOString()} at the latest (its outcome, or ` +
+              `the lease end of a claim that recorded none), and Stripe may still be executing it ${Math.round(kind.settleMs(policy) / 1000)} s ` +
+              `after (LIST_SETTLE_MS); List cannot show what is not made yet: try again after ${new Date(trustedFrom).toISOString()}`
           : `the last request that may have created a PaymentIntent ended at ${lastSend.toISOString()}, and Search may not show ` +
               `it yet: try again after ${new Date(trustedFrom).toISOString()}`,
       );

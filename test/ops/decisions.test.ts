@@ -232,19 +232,25 @@ describe('judgeNoEffect and judgeResolveSucceeded for a refund (Refund evidence)
     expect(judgeNoEffect(refundOp(), refundEvidence([], false), events, later)).toEqual({ allowed: false, reason: expect.stringMatching(/incomplete .*stopped after 20 page/) });
   });
 
-  it('the Search settle period does not apply (List is real time), but a request still running until its lease end does', () => {
-    const justAfter = new Date(T0 + 2 * 60_000);
-    expect(judgeNoEffect(refundOp(), refundEvidence([]), events, justAfter)).toEqual({ allowed: true });
-    // The same trail for a charge waits out Search's settle period.
-    expect(judgeNoEffect(op(), evidence([]), events, justAfter).allowed).toBe(false);
-    // A claim with no outcome may send until its lease end (DEFAULT_REVIEW_POLICY.leaseMs after it).
-    const dead = [...events, ev('attempt_started', 1.5)];
-    const leaseEnd = Date.parse(at(1.5)) + DEFAULT_REVIEW_POLICY.leaseMs;
-    expect(judgeNoEffect(refundOp(), refundEvidence([]), dead, justAfter)).toEqual({
+  it('the Search settle period does not apply (List is real time): the List settle delay after the last send, or after a lease end, does', () => {
+    const { listSettleMs, leaseMs } = DEFAULT_REVIEW_POLICY;
+    const lastOutcome = Date.parse(at(1));
+    expect(judgeNoEffect(refundOp(), refundEvidence([]), events, new Date(lastOutcome + listSettleMs - 1))).toEqual({
       allowed: false,
-      reason: expect.stringContaining(`may still be running until ${new Date(leaseEnd).toISOString()}`),
+      reason: expect.stringContaining(`try again after ${new Date(lastOutcome + listSettleMs).toISOString()}`),
     });
-    expect(judgeNoEffect(refundOp(), refundEvidence([]), dead, new Date(leaseEnd))).toEqual({ allowed: true });
+    const afterList = new Date(lastOutcome + listSettleMs);
+    expect(judgeNoEffect(refundOp(), refundEvidence([]), events, afterList)).toEqual({ allowed: true });
+    // The same trail for a charge waits out Search's (longer) settle period.
+    expect(judgeNoEffect(op(), evidence([]), events, afterList).allowed).toBe(false);
+    // A claim with no outcome may send until its lease end.
+    const dead = [...events, ev('attempt_started', 1.5)];
+    const leaseEnd = Date.parse(at(1.5)) + leaseMs;
+    expect(judgeNoEffect(refundOp(), refundEvidence([]), dead, afterList)).toEqual({
+      allowed: false,
+      reason: expect.stringContaining(`ran until ${new Date(leaseEnd).toISOString()} at the latest`),
+    });
+    expect(judgeNoEffect(refundOp(), refundEvidence([]), dead, new Date(leaseEnd + listSettleMs))).toEqual({ allowed: true });
   });
 
   it('refuses evidence of the other kind (PaymentIntents cannot show that nothing was refunded)', () => {

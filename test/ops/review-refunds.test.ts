@@ -48,11 +48,25 @@ const windowExpired = (id: string) =>
 const refundsAtStripe = (id: string) => h.stripe.fake.refunds({ operationId: id });
 
 /**
+ * Time passes: the operation's audit trail moved back, as if its last send was `interval` ago (past
+ * the List settle delay, LIST_SETTLE_MS, default 2 min). The trail is append-only; its trigger is
+ * set aside for the shift, as test/refunds.test.ts does.
+ */
+async function sentAgo(id: string, interval: string) {
+  await h.db.pool.query('ALTER TABLE payment_operation_events DISABLE TRIGGER payment_operation_events_append_only');
+  try {
+    await h.db.pool.query(`UPDATE payment_operation_events SET occurred_at = occurred_at - $2::interval WHERE operation_id = $1`, [id, interval]);
+  } finally {
+    await h.db.pool.query('ALTER TABLE payment_operation_events ENABLE TRIGGER payment_operation_events_append_only');
+  }
+}
+
+/**
  * Nothing refunded: the create met a 500 before Stripe executed it; after the key window List of
  * the PaymentIntent's refunds shows none of ours, and with AMBIGUOUS_RESOLUTION=review a human
  * decides the re-issue → review. `beforeReview` runs just before the claim that puts it there.
  */
-async function intoReviewNothingRefunded(beforeReview: (id: string) => Promise<void> = async () => {}) {
+async function intoReviewNothingRefunded(beforeReview: (id: string) => Promise<void> = async () => {}, { settled = true } = {}) {
   const c = await charged({ amount: 1000 });
   const e = engine(h, { policy: { ambiguousResolution: 'review' } });
   const id = await e.requestRefund(refundOf(c.input.orderId, { amount: 400 }));
@@ -63,6 +77,7 @@ async function intoReviewNothingRefunded(beforeReview: (id: string) => Promise<v
   await e.executeCharge(id);
   expect(await reviewReason(h, id)).toMatch(/List proves that no Refund exists/);
   expect(refundsAtStripe(id)).toHaveLength(0);
+  if (settled) await sentAgo(id, '3 minutes');
   return { ...c, id };
 }
 
@@ -205,7 +220,7 @@ describe('review resolve --as failed (a refund)', () => {
       body: new URLSearchParams({ payment_intent: paymentIntentId, amount: '200' }),
     });
     expect(outside.status).toBe(200);
-    // The default Search settle period (10 min) does not apply: List is real time.
+    // The default Search settle period (10 min) does not apply: List is real time (the trail is 3 min old).
     const { code, response } = await cliJson(['review', 'resolve', id, '--as', 'failed', ...because], { ...env, OPS_SEARCH_SETTLE_MS: '' });
     expect(code).toBe(0);
     const result = resultOf(response, 'review resolve');
@@ -240,14 +255,29 @@ describe('review resolve --as failed (a refund)', () => {
     const { id } = await intoReviewNothingRefunded(async (refundOp) => {
       // A claim whose worker dies before it records anything: its request may run until the lease
       // end. The lease is made to have run out in the database, as if its time had passed.
-      const dead = await claimById(h.db.pool, refundOp, randomUUID(), 120_000, 'dead-worker');
+      const dead = await claimById(h.db.pool, refundOp, randomUUID(), 600_000, 'dead-worker');
       expect(dead?.claimed).not.toBeNull();
       await h.db.pool.query('UPDATE payment_operations SET lease_until = now(), next_attempt_at = now() WHERE id = $1', [refundOp]);
     });
-    const run = await cli(['review', 'resolve', id, '--as', 'failed', ...because], { ...env, LEASE_MS: '120000' });
+    // Its trail is 3 minutes old (past LIST_SETTLE_MS after the last recorded outcome), but the dead
+    // claim's lease (LEASE_MS, 10 min) has not ended: it may still be sending.
+    const run = await cli(['review', 'resolve', id, '--as', 'failed', ...because], { ...env, LEASE_MS: '600000' });
     expect(run.code).toBe(1);
-    expect(run.stderr).toMatch(/may still be running until .* \(its lease end\), and List cannot show what it has not made yet: try again after/);
+    expect(run.stderr).toMatch(/ran until \S+ at the latest \(its outcome, or the lease end of a claim that recorded none\).*try again after/);
     expect((await operationRow(h, id)).status).toBe('unknown');
+    // With a 30 s lease the claim's last moment (+ LIST_SETTLE_MS) is past: allowed.
+    const short = await cli(['review', 'resolve', id, '--as', 'failed', ...because], { ...env, LEASE_MS: '30000' });
+    expect(short.stderr).toBe('');
+    expect(short.code).toBe(0);
+  });
+
+  it('is refused until the List settle delay has passed since the last send (Stripe may still be executing it)', async () => {
+    const { id } = await intoReviewNothingRefunded(undefined, { settled: false });
+    const run = await cli(['review', 'resolve', id, '--as', 'failed', ...because], env);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/Stripe may still be executing it 120 s after \(LIST_SETTLE_MS\).*try again after/);
+    await sentAgo(id, '3 minutes');
+    expect((await cli(['review', 'resolve', id, '--as', 'failed', ...because], env)).code).toBe(0);
   });
 });
 
@@ -269,6 +299,7 @@ describe('review reissue (a refund)', () => {
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(new RegExp(`${refundId} pending`));
     h.stripe.fake.settleRefund(refundId, 'failed');
+    await sentAgo(id, '3 minutes');
     const ok = await cliJson(['review', 'reissue', id, '--confirm-no-charge', ...because], env);
     expect(ok.code).toBe(0);
     expect(resultOf(ok.response, 'review reissue').operation).toMatchObject({ keyGeneration: 1, externalId: null });
