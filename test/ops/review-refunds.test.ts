@@ -4,7 +4,8 @@
 // real stripe SDK against the fake Stripe, written by the same fenced statements as a charge's.
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { idempotencyKey } from '../../lambdas/payments/decisions.ts';
+import { duplicateRefundId, idempotencyKey } from '../../lambdas/payments/decisions.ts';
+import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
 import { claimById } from '../../lambdas/payments/operations-store.ts';
 import type { ChargeInput, RefundInput } from '../../lambdas/payments/types.ts';
 import { createTestDatabase } from '../support/db.ts';
@@ -304,5 +305,37 @@ describe('review reissue (a refund)', () => {
     expect(ok.code).toBe(0);
     expect(resultOf(ok.response, 'review reissue').operation).toMatchObject({ keyGeneration: 1, externalId: null });
     expect((await auditEvents(h, id)).at(-1)).toMatchObject({ action: 'operator_reissued', external_id: refundId });
+  });
+});
+
+describe('the duplicate-charge remedy’s refund in review', () => {
+  it('is judged on the EXTRA PaymentIntent’s refunds (not the charge’s), and reissued refunds that one once', async () => {
+    const c = await charged({ amount: 800 });
+    // A second succeeded PaymentIntent for the order, made behind the pipeline's back.
+    const sdk = createStripeClient({ apiKey: 'sk_test_ops', apiBase: h.stripe.fake.url, maxNetworkRetries: 0 });
+    const extra = await sdk.paymentIntents.create(
+      { amount: 800, currency: 'eur', customer: c.input.customerId, payment_method: c.input.paymentMethod, confirm: true, off_session: true, metadata: { operation_id: c.chargeId, order_id: c.input.orderId, key_generation: '1' } },
+      { idempotencyKey: `someone-else-${randomUUID()}` },
+    );
+    const e = engine(h, { policy: { ambiguousResolution: 'review' } });
+    h.stripe.fake.injectFault({ endpoint: 'refund_create', paymentIntentId: extra.id }, 'error_500_before_commit');
+    const remedy = await e.remedyDuplicateCharge(c.chargeId, { id: extra.id, status: extra.status, amount: extra.amount, currency: extra.currency, metadata: extra.metadata });
+    const id = remedy.refundOperationId!;
+    expect(remedy.execution?.status).toBe('unknown');
+    await windowExpired(id);
+    await e.executeCharge(id);
+    expect(await reviewReason(h, id)).toMatch(/List proves that no Refund exists/);
+    await sentAgo(id, '3 minutes');
+    // A refund of the charge's own PaymentIntent is no evidence about the remedy's.
+    await engine(h).processRefund(refundOf(c.input.orderId, { amount: 100 }));
+
+    const shown = resultOf((await cliJson(['review', 'show', id], env)).response, 'review show');
+    expect(shown.operation.refund).toMatchObject({ refundId: duplicateRefundId(extra.id), reason: 'duplicate', paymentIntent: extra.id });
+    expect(shown.stripe).toMatchObject({ kind: 'refund', complete: true, refundedPaymentIntent: extra.id, refunds: [], unrelated: [] });
+    expect(shown.options?.reissue).toEqual({ allowed: true });
+    expect((await cli(['review', 'reissue', id, '--confirm-no-charge', ...because], env)).code).toBe(0);
+    await engine(h).reconcileDue(100);
+    expect(h.stripe.fake.refunds({ paymentIntentId: extra.id })).toEqual([expect.objectContaining({ status: 'succeeded', amount: 800, idempotencyKey: idempotencyKey(id, 1) })]);
+    expect((await outboxRows(h, id)).map((r) => r.event_type)).toEqual(['Refund Needs Review', 'Charge Duplicate Refunded']);
   });
 });
