@@ -13,7 +13,8 @@
 // Nobody else sends for an operation in review: claims skip it (review_reason IS NOT NULL) and its
 // lease is null. What can still surprise the look-ups is a request sent BEFORE it entered review:
 // for a charge, a PaymentIntent Search does not show yet; for a refund (List is real time), a
-// request that may still be running until its lease end. `judgeNoEffect` waits out that window.
+// request that may still be running — until its claim's lease end if it recorded no outcome, and at
+// Stripe for LIST_SETTLE_MS after our client gave up. `judgeNoEffect` waits out that window.
 //
 // Kinds: the judgements are shared; what differs is the evidence reader (EVIDENCE_READERS) — a
 // charge's PaymentIntents by Search + retrieve, a refund's Refunds by List of the refunded
