@@ -126,7 +126,10 @@ describe('review list, review show, operations show: a refund in review', () => 
 
   it('review show judges by Refund evidence: List of the PaymentIntent’s refunds, all generations, and what may be done', async () => {
     const { id, refundId } = await intoReviewRefundPending();
+    const before = h.stripe.fake.requests().length;
     const shown = resultOf((await cliJson(['review', 'show', id], env)).response, 'review show');
+    // The refund kind's reader: one List page and a retrieve of the Refund id held; no PaymentIntent look-up.
+    expect(h.stripe.fake.requests().slice(before).map((r) => r.endpoint)).toEqual(['refund_list', 'refund_retrieve']);
     expect(shown.stripe).toMatchObject({ kind: 'refund', complete: true, paymentIntents: [], refunds: [{ id: refundId, status: 'pending', foundBy: ['list', 'retrieve'] }] });
     expect(shown.options).toEqual({
       proofFlag: '--refund',
