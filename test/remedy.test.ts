@@ -12,6 +12,9 @@ import { findOperation } from '../lambdas/payments/operations-store.ts';
 import { createStripeClient } from '../lambdas/payments/stripe-gateway.ts';
 import type { ChargeInput, Operation, PaymentIntentView } from '../lambdas/payments/types.ts';
 import { receiveWebhook } from '../lambdas/stripe-events/receive.ts';
+import { runOps } from '../lambdas/ops/commands.ts';
+import { render } from '../lambdas/ops/render.ts';
+import { StripePaymentIntentLookup } from '../lambdas/ops/stripe-lookup.ts';
 import { checkInvariants } from '../local/invariants.ts';
 import type { PaymentIntentRecord } from '../local/fake-stripe/types.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
@@ -226,5 +229,84 @@ describe('evidence from the List step', () => {
     expect(kept(pi('pi_a', '0', { metadata: { order_id: 'order-1' } }), pi('pi_b', '1'))).toBeNull();
     expect(kept(pi('pi_b', '1'))).toBeNull();
     expect(judgeListedCharges({ ...op, kind: 'refund' }, [pi('pi_a', '0'), pi('pi_b', '1')])).toBeNull();
+  });
+});
+
+describe('evidence from an operator', () => {
+  const lookup = () => new StripePaymentIntentLookup(createStripeClient({ apiKey: 'sk_test_ops', apiBase: stripe.fake.url, maxNetworkRetries: 0 }));
+  const ops = (argv: string[]) =>
+    runOps(argv, {
+      defaultActor: 'tester',
+      context: () => ({ db: db.pool, stripe: async () => lookup(), gateway: async () => stripe.gateway, transport: { kind: 'test' } }),
+    });
+  const because = ['--reason', 'TICKET-15: two charges for one order', '--actor', 'alice'];
+
+  it('review resolve --as succeeded with another succeeded PaymentIntent of the operation → resolved, and the other one refunded by the remedy (the operator as actor)', async () => {
+    const input = order();
+    const id = await engine().requestCharge(input);
+    // A second PaymentIntent of this operation (another key) that has not settled when List looks.
+    const plantedKey = `planted-${randomUUID()}`;
+    stripe.fake.injectFault({ idempotencyKey: plantedKey }, 'processing');
+    const planted = await stripe.gateway.createPaymentIntent({
+      idempotencyKey: plantedKey, amount: input.amount, currency: input.currency, customerId: input.customerId, paymentMethod: input.paymentMethod,
+      metadata: { operation_id: id, order_id: input.orderId, key_generation: '0' },
+    });
+    expect(planted.ok && planted.value.status).toBe('processing');
+    const plantedId = planted.ok ? planted.value.id : '';
+    stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'error_500_after_commit');
+    for (let i = 0; i < 30; i++) {
+      const r = (await db.pool.query('SELECT review_reason, next_attempt_at <= now() AS due FROM payment_operations WHERE id = $1', [id])).rows[0];
+      if (r.review_reason) break;
+      if (r.due) await engine().executeCharge(id);
+      else await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect((await findOperation(db.pool, id))!.reviewReason).toMatch(/2 objects for one operation/);
+    // Later both have charged; the operator keeps the engine's own one.
+    stripe.fake.settle(plantedId, 'succeeded');
+    const own = stripe.fake.paymentIntents({ operationId: id }).find((p) => p.id !== plantedId)!;
+    const response = await ops(['review', 'resolve', id, '--as', 'succeeded', '--payment-intent', own.id, ...because]);
+    expect(response).toMatchObject({ ok: true, command: 'review resolve' });
+    const result = response.ok && response.command === 'review resolve' ? response.result : null;
+    expect(result!.operation).toMatchObject({ status: 'succeeded', externalId: own.id });
+    expect(result!.remedies).toMatchObject([{ paymentIntentId: plantedId, created: true, status: 'succeeded', disposition: 'attempted' }]);
+    expect(result!.warnings.filter((w) => /charged more than once|not refunded/.test(w))).toEqual([]);
+    const [refund] = await refundOps(input.orderId);
+    const requested = (await db.pool.query(`SELECT actor, detail FROM payment_operation_events WHERE operation_id = $1 AND action = 'requested'`, [refund.id])).rows;
+    expect(requested).toMatchObject([{ actor: 'operator:alice', detail: { remedy: 'duplicate_charge', by: 'operator', command: 'review resolve --as succeeded', reason: because[1] } }]);
+    expect(render(response, false).stdout.join('\n')).toMatch(new RegExp(`duplicate ${plantedId}: refund operation ${refund.id} succeeded \\(created\\)`));
+    await expectRemedied(input, id, plantedId);
+  });
+
+  it('refunds remedy <order> --payment-intent: checked at Stripe, refunded through the engine once; the charge\'s own, a foreign amount, an unknown id and an unsettled charge are refused with nothing sent', async () => {
+    const { input, op } = await chargedOrder();
+    const extra = await extraCharge(input, op.id);
+    const made = await ops(['refunds', 'remedy', input.orderId, '--payment-intent', extra.id, ...because]);
+    expect(made).toMatchObject({ ok: true, command: 'refunds remedy', result: { remedy: { paymentIntentId: extra.id, created: true, status: 'succeeded' }, refund: { kind: 'refund', status: 'succeeded', amount: input.amount } } });
+    expect(render(made, false).stdout.join('\n')).toMatch(/Duplicate-charge remedy of pi_\w+ .*\n  refund operation .* succeeded .*\(created; attempted\)/);
+    // The same evidence again: the same refund operation, nothing sent.
+    const before = stripe.fake.requests().filter((q) => q.endpoint === 'refund_create').length;
+    expect(await ops(['refunds', 'remedy', input.orderId, '--payment-intent', extra.id, ...because])).toMatchObject({ ok: true, result: { remedy: { created: false } } });
+    expect(stripe.fake.requests().filter((q) => q.endpoint === 'refund_create').length).toBe(before);
+    const [refund] = await refundOps(input.orderId);
+    const requested = (await db.pool.query(`SELECT actor, detail FROM payment_operation_events WHERE operation_id = $1 AND action = 'requested'`, [refund.id])).rows;
+    expect(requested).toMatchObject([{ actor: 'operator:alice', detail: { by: 'operator', command: 'refunds remedy', paymentIntent: { id: extra.id, status: 'succeeded' } } }]);
+    await expectRemedied(input, op.id, extra.id);
+
+    const refused = async (argv: string[], message: RegExp) => {
+      const sent = stripe.fake.requests().filter((q) => q.endpoint === 'refund_create').length;
+      expect(await ops(argv)).toMatchObject({ ok: false, exitCode: 1, error: { code: 'refused', message: expect.stringMatching(message) } });
+      expect(stripe.fake.requests().filter((q) => q.endpoint === 'refund_create').length).toBe(sent);
+    };
+    await refused(['refunds', 'remedy', input.orderId, '--payment-intent', op.externalId!, ...because], /the charge's own PaymentIntent/);
+    const odd = await extraCharge(input, op.id, { amount: input.amount + 1 });
+    await refused(['refunds', 'remedy', input.orderId, '--payment-intent', odd.id, ...because], /not refunded as a duplicate: .* is for \d+, the order for/);
+    await refused(['refunds', 'remedy', input.orderId, '--payment-intent', 'pi_doesnotexist', ...because], /does not exist at Stripe/);
+    stripe.fake.injectFault({}, 'processing');
+    const open = order();
+    const [r] = await engine().processRequests([open]);
+    await refused(['refunds', 'remedy', open.orderId, '--payment-intent', extra.id, ...because], /is unknown: which PaymentIntent is the extra one is not settled/);
+    expect(await findOperation(db.pool, r!.operationId)).toMatchObject({ status: 'unknown' });
+    expect(await refundOps(input.orderId)).toHaveLength(1);
+    expect(await ops(['refunds', 'remedy', input.orderId, ...because])).toMatchObject({ ok: false, exitCode: 2 });
   });
 });

@@ -18,6 +18,7 @@ export const COMMAND_NAMES = [
   'refunds list',
   'refunds show',
   'refunds create',
+  'refunds remedy',
   'stats',
 ] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
@@ -70,6 +71,8 @@ export type Command =
       readonly refundReason: (typeof STRIPE_REFUND_REASONS)[number] | null;
       readonly action: OperatorAction;
     }
+  /** A duplicate charge found by hand: the engine's duplicate-charge remedy, the operator as actor. */
+  | { readonly name: 'refunds remedy'; readonly orderId: string; readonly paymentIntentId: string; readonly action: OperatorAction }
   | { readonly name: 'stats' };
 
 export const FINDING_KINDS = ['contradiction', 'unrecorded_charge'] as const;
@@ -239,6 +242,16 @@ export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
       ['--refund-id <id>', 'required: the refund\'s id (one refund per order and id; the same id again is the same refund)'],
       ['--amount <n>', 'required: minor units; at most what is left to refund (refunds list)'],
       ['--refund-reason <r>', `Stripe's reason: ${'duplicate | fraudulent | requested_by_customer'}`],
+      ...ACTION_HELP,
+    ],
+    positionals: ['order-id'],
+  },
+  'refunds remedy': {
+    args: '<order-id>',
+    summary: 'refund a PaymentIntent that charged the order a second time (checked at Stripe first), as the duplicate-charge remedy',
+    options: { 'payment-intent': { type: 'string' }, ...ACTION_OPTIONS },
+    help: [
+      ['--payment-intent <pi>', "required: the extra PaymentIntent (succeeded, ours, the order's amount; not the charge's own)"],
       ...ACTION_HELP,
     ],
     positionals: ['order-id'],
@@ -500,6 +513,12 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
           refundReason: reason === undefined ? null : oneOf('--refund-reason', reason, STRIPE_REFUND_REASONS),
           action: action(values, defaultActor),
         };
+      }
+      case 'refunds remedy': {
+        if (!/^[\x21-\x7e]{1,128}$/.test(first)) throw new UsageError(`refunds remedy: the order id must be 1-128 printable characters without spaces (got "${first}")`);
+        const pi = str('payment-intent');
+        if (pi === undefined || !PAYMENT_INTENT_ID.test(pi)) throw new UsageError(`refunds remedy: --payment-intent pi_… is required (got "${pi ?? ''}")`);
+        return { name, orderId: first, paymentIntentId: pi, action: action(values, defaultActor) };
       }
       case 'stats':
         return { name };
