@@ -6,9 +6,10 @@ import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { refundFactDetailJsonSchema, refundFactDetailSchema, refundOutcomeDetailSchema } from '../../lambdas/events/contract.ts';
+import type pg from 'pg';
 import { ChargeEngine } from '../../lambdas/payments/engine.ts';
 import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
-import { inboxGauges } from '../../lambdas/payments/inbox-store.ts';
+import { inboxGauges, type TransactionalDb } from '../../lambdas/payments/inbox-store.ts';
 import { findOperation } from '../../lambdas/payments/operations-store.ts';
 import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
 import type { ChargeInput, RefundInput } from '../../lambdas/payments/types.ts';
@@ -273,5 +274,71 @@ describe('refunds that are not ours, and refunds that do not match', () => {
     const event = makeStripeEvent('refund.updated', { id: 're_ghost', object: 'refund', amount: 100, currency: 'eur', status: 'succeeded', payment_intent: 'pi_ghost', metadata: { operation_id: randomUUID() } });
     expect(await deliver(event)).toMatchObject({ applied: { outcome: 'unknown_operation' } });
     expect(await findings('re_ghost')).toHaveLength(0);
+  });
+});
+
+/** The pool, counting every statement sent (its own and those of the connections it lends for a transaction). */
+function countingPool(pool: pg.Pool): TransactionalDb & { readonly statements: number; reset(): void } {
+  let statements = 0;
+  return {
+    get statements() {
+      return statements;
+    },
+    reset() {
+      statements = 0;
+    },
+    query: ((...args: Parameters<pg.Pool['query']>) => {
+      statements++;
+      return (pool.query as (...a: unknown[]) => unknown)(...args);
+    }) as TransactionalDb['query'],
+    async connect() {
+      const client = await pool.connect();
+      const query = client.query.bind(client) as (...a: unknown[]) => unknown;
+      return new Proxy(client, {
+        get(target, property) {
+          if (property === 'query') return (...a: unknown[]) => (statements++, query(...a));
+          const value = Reflect.get(target, property);
+          return typeof value === 'function' ? value.bind(target) : value;
+        },
+      });
+    },
+  };
+}
+
+describe('what settling a pending refund costs, by event and by polling (printed; counts only)', () => {
+  it('by event: one signed delivery, no Stripe call; by polling: one retrieve per look on the backoff', async () => {
+    const counted = countingPool(db.pool);
+    // By event.
+    const byEvent = await pendingRefund();
+    const w = watcher();
+    w.next();
+    stripe.fake.settleRefund(refundAt(byEvent.id).id, 'succeeded');
+    const [updated] = w.next();
+    const stripeBefore = stripe.fake.requests().length;
+    counted.reset();
+    const applierCounted = new StripeEventApplier({ db: counted, gateway: stripe.gateway, actor: 'stripe-events', random: () => 0.5 });
+    expect(await receiveWebhook(delivery(updated!), settings, { db: counted, applier: applierCounted, publisher: null })).toMatchObject({ applied: { outcome: 'settled' } });
+    const eventStatements = counted.statements;
+    const eventStripeCalls = stripe.fake.requests().length - stripeBefore;
+    await w.stop();
+
+    // By polling: the engine's retrieve once the refund is due again.
+    const byPoll = await pendingRefund();
+    stripe.fake.settleRefund(refundAt(byPoll.id).id, 'succeeded');
+    await db.pool.query('UPDATE payment_operations SET next_attempt_at = now() WHERE id = $1', [byPoll.id]);
+    const pollBefore = stripe.fake.requests().length;
+    counted.reset();
+    const polling = new ChargeEngine({ db: counted, gateway: stripe.gateway, actor: 'test', random: () => 0.5 });
+    expect(await polling.executeCharge(byPoll.id)).toMatchObject({ status: 'succeeded', step: 'retrieve' });
+    const pollStatements = counted.statements;
+    const pollStripeCalls = stripe.fake.requests().length - pollBefore;
+
+    console.log(
+      `[refund events] settle a pending refund — by event: ${eventStatements} SQL statements (inbox insert + apply, BEGIN/COMMIT included), ` +
+        `${eventStripeCalls} Stripe calls, as soon as Stripe delivers; by polling: ${pollStatements} SQL statements, ${pollStripeCalls} Stripe call(s) per look, ` +
+        `and learnt only at the next look on the engine's backoff (30 s doubling to 1 h)`,
+    );
+    expect(eventStripeCalls).toBe(0);
+    expect(pollStripeCalls).toBe(1);
   });
 });
