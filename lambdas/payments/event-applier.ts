@@ -368,7 +368,7 @@ export class StripeEventApplier {
         return this.#applyToOpen(row, event, op!, { kind: 'snapshot', view: refund }, { ...evidence }, async (now) => {
           if (depth > 1) return this.#finish(row, 'stale', op!.id, 'operation changed while the event was applied');
           return this.#applyRefund(row, event, refund, now, depth + 1);
-        });
+        }, { inReview: true });
     }
   }
 
@@ -381,8 +381,9 @@ export class StripeEventApplier {
     evidence: Record<string, unknown>,
     /** Decide again from what the operation is now (it became final or went to review meanwhile). */
     again: (now: Operation) => Promise<Applied>,
+    options: { readonly inReview?: boolean } = {},
   ): Promise<Applied> {
-    const claim = await claimForEvent(this.#db, op.id, randomUUID(), this.#policy.leaseMs, this.#actor, event.id);
+    const claim = await claimForEvent(this.#db, op.id, randomUUID(), this.#policy.leaseMs, this.#actor, event.id, options);
     if (claim === null) return this.#finish(row, 'unknown_operation', null, `operation ${op.id} vanished`);
     if (claim.claimed === null) {
       if (claim.leaseUntil !== null) {

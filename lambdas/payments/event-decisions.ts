@@ -340,10 +340,12 @@ export function decideRefundEvent(op: Operation | null, refund: EventRefund, cha
     return { kind: 'stale', reason: `refund operation already failed; event status ${refund.status}` };
   }
 
-  if (op.reviewReason !== null) return { kind: 'in_review', reason: `refund operation is in review; ${describeRefund(refund)} noted for the operator` };
   if (refund.status === 'succeeded' || REFUND_TERMINAL_FAILURE.has(refund.status)) {
-    return { kind: 'settle', reason: `${describeRefund(refund)} settles the open refund operation` };
+    // In review too: a signed, matching, final Refund naming this operation is the evidence the
+    // operator would look for (what a retrieve would show); the settling write clears the review.
+    return { kind: 'settle', reason: `${describeRefund(refund)} settles the open refund operation${op.reviewReason !== null ? ' (it was in review)' : ''}` };
   }
+  if (op.reviewReason !== null) return { kind: 'in_review', reason: `refund operation is in review; ${describeRefund(refund)} is not final, noted for the operator` };
   // pending, requires_action, anything new: nothing final. A retrieve now would say the same; the
   // engine's own schedule (or the next event) settles it.
   return { kind: 'stale', reason: `${describeRefund(refund)} is not final yet; the operation stays ${op.status} on its schedule` };

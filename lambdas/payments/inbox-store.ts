@@ -198,7 +198,16 @@ export type EventClaim =
  * worth acting on before the next scheduled retrieve. The key window starts here if it had not (it
  * cannot really be unset: Stripe knows the PaymentIntent, so it was sent).
  */
-export async function claimForEvent(db: Db, operationId: string, token: string, leaseMs: number, actor: string, stripeEventId: string): Promise<EventClaim | null> {
+export async function claimForEvent(
+  db: Db,
+  operationId: string,
+  token: string,
+  leaseMs: number,
+  actor: string,
+  stripeEventId: string,
+  /** Claim an operation in review too: a refund's terminal, matching Refund settles it (event-decisions.ts decideRefundEvent). */
+  options: { readonly inReview?: boolean } = {},
+): Promise<EventClaim | null> {
   const { rows } = await prepared<{ source: 'claimed' | 'existing'; op: Parameters<typeof toOperation>[0]; db_now: Date }>(
     db,
     'inbox.claim_operation',
@@ -209,7 +218,7 @@ export async function claimForEvent(db: Db, operationId: string, token: string, 
          next_attempt_at = now() + $3::bigint * interval '1 millisecond',
          first_attempted_at = coalesce(p.first_attempted_at, now()),
          updated_at = now()
-        WHERE p.id = $1::uuid AND p.status IN ('pending', 'unknown') AND p.review_reason IS NULL
+        WHERE p.id = $1::uuid AND p.status IN ('pending', 'unknown') AND (p.review_reason IS NULL OR $6::boolean)
           AND (p.lease_until IS NULL OR p.lease_until <= now())
        RETURNING p.*
      ),
@@ -225,7 +234,7 @@ export async function claimForEvent(db: Db, operationId: string, token: string, 
      UNION ALL
      SELECT 'existing', to_jsonb(p), now() FROM payment_operations p
       WHERE p.id = $1::uuid AND NOT EXISTS (SELECT 1 FROM claimed)`,
-    [operationId, token, leaseMs, actor, stripeEventId],
+    [operationId, token, leaseMs, actor, stripeEventId, options.inReview ?? false],
   );
   const row = rows[0];
   if (!row) return null;

@@ -111,7 +111,11 @@ describe('decideRefundEvent', () => {
     for (const status of ['pending', 'requires_action', 'something_new']) expect(decide(refundOp(), refund({ status }))).toBe('stale');
     // Not yet knowing its Refund id (the create answer was lost): adopted by operation id.
     expect(decide(refundOp({ externalId: null, status: 'pending' }), refund())).toBe('settle');
-    expect(decide(refundOp({ reviewReason: 'List inconclusive' }), refund())).toBe('in_review');
+    // In review: a final, matching Refund settles it (the evidence the operator would look for); anything else is noted.
+    expect(decide(refundOp({ reviewReason: 'still pending after 7 days' }), refund())).toBe('settle');
+    expect(decide(refundOp({ reviewReason: 'still pending after 7 days' }), refund({ status: 'failed' }))).toBe('settle');
+    expect(decide(refundOp({ reviewReason: 'still pending after 7 days' }), refund({ status: 'pending' }))).toBe('in_review');
+    expect(decide(refundOp({ reviewReason: 'still pending after 7 days' }), refund({ amount: 1 }))).toBe('contradiction');
   });
 
   it('ownership: another amount, currency, PaymentIntent, order, operation id or Refund id is a contradiction, whatever the status', () => {

@@ -151,6 +151,31 @@ describe('refund events settle an open refund operation', () => {
   });
 });
 
+describe('a refund operation in review', () => {
+  it('a pending refund sent to review: refund.updated (pending) is noted for the operator; the final, matching Refund settles it and clears the review', async () => {
+    const input = await chargedOrder({ paymentMethod: 'pm_card_pendingRefund', amount: 2000 });
+    const id = await engine().requestRefund(refundOf(input.orderId));
+    // The engine's rule for an unsettled object (here at once instead of after 7 days): review.
+    const impatient = new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5, policy: { unsettledReviewAfterMs: 0 } });
+    await impatient.executeCharge(id);
+    expect(await findOperation(db.pool, id)).toMatchObject({ status: 'unknown', reviewReason: expect.stringMatching(/still pending/) });
+    const w = watcher();
+    const [created] = w.next();
+    expect(await deliver(created!)).toMatchObject({ applied: { outcome: 'in_review' } });
+    expect(await findOperation(db.pool, id)).toMatchObject({ status: 'unknown', reviewReason: expect.stringMatching(/still pending/) });
+
+    stripe.fake.settleRefund(refundAt(id).id, 'succeeded');
+    const [updated] = w.next();
+    expect(await deliver(updated!)).toMatchObject({ applied: { outcome: 'settled' } });
+    expect(await findOperation(db.pool, id)).toMatchObject({ status: 'succeeded', reviewReason: null });
+    const events = await outbox(id);
+    expect(events.map((e) => [e.event_type, e.payload.sequence])).toEqual([['Refund Needs Review', 1], ['Refund Succeeded', 2]]);
+    const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), refunds: stripe.fake.refunds(), orderIds: [input.orderId], requireQuiescent: true });
+    expect(report.violations).toEqual([]);
+    await w.stop();
+  });
+});
+
 describe('a refund that fails after it succeeded', () => {
   it('the operation stays succeeded; one fact event, one open finding (the alarm gauge), the net amount counts it as not refunded', async () => {
     const input = await chargedOrder({ amount: 4000, paymentMethod: 'pm_card_refundFail' });
