@@ -1,10 +1,11 @@
 // The inbox applier: works recorded Stripe events at least once, in any order, each effect written
 // by the same fenced statements as every other outcome. The mirror image of the outbox relay.
 //
-//   inbox row (leased) ─▶ decide (event-decisions.ts) ─┬─ settle / review: claim the operation's lease
+//   inbox row (leased) ─▶ decide (event-decisions.ts) ─┬─ settle / review (a PaymentIntent or a Refund): claim the operation's lease
 //                                                      │   ─▶ snapshot or retrieve (no transaction open)
 //                                                      │   ─▶ BEGIN recordOutcomes (fenced) + mark applied COMMIT
 //                                                      ├─ refund / dispute: BEGIN audit + outbox row + mark applied COMMIT
+//                                                      ├─ refund.* failed after success: BEGIN finding + audit + fact row + mark applied COMMIT
 //                                                      ├─ contradiction / unrecorded: BEGIN finding (+ audit) + mark applied COMMIT
 //                                                      └─ stale / foreign / ignored: mark applied
 //
@@ -160,7 +161,6 @@ export class StripeEventApplier {
         byOutcome[result.outcome] = (byOutcome[result.outcome] ?? 0) + 1;
         if (result.newFinding && result.outcome === 'unrecorded') unrecordedCharges++;
         else if (result.newFinding) contradictions++; // a contradiction, or a refund failed after it succeeded
-
         events.push(...result.events);
       }
       // Every deferral is into the future, so the next page holds other rows; a short page was the last.
