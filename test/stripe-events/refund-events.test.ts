@@ -10,7 +10,7 @@ import type pg from 'pg';
 import { ChargeEngine } from '../../lambdas/payments/engine.ts';
 import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
 import { inboxGauges, type TransactionalDb } from '../../lambdas/payments/inbox-store.ts';
-import { findOperation } from '../../lambdas/payments/operations-store.ts';
+import { claimById, findOperation, recordOutcomes } from '../../lambdas/payments/operations-store.ts';
 import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
 import type { ChargeInput, RefundInput } from '../../lambdas/payments/types.ts';
 import { receiveWebhook } from '../../lambdas/stripe-events/receive.ts';
@@ -125,6 +125,30 @@ describe('refund events settle an open refund operation', () => {
     expect(await deliver(updated)).toMatchObject({ applied: { outcome: 'stale' } });
     expect(await findOperation(db.pool, id)).toMatchObject({ status: 'failed' });
     expect((await outbox(id)).map((e) => e.event_type)).toEqual(['Refund Failed']);
+    await w.stop();
+  });
+
+  it('an event while a worker holds the refund operation\'s lease waits in the inbox, and is applied after that worker\'s write', async () => {
+    const { id } = await pendingRefund();
+    await db.pool.query('UPDATE payment_operations SET next_attempt_at = now() WHERE id = $1', [id]);
+    const token = randomUUID();
+    expect((await claimById(db.pool, id, token, 60_000, 'slow-worker'))?.claimed).not.toBeNull();
+    const w = watcher();
+    w.next();
+    stripe.fake.settleRefund(refundAt(id).id, 'succeeded');
+    const [updated] = w.next();
+    expect(await deliver(updated!)).toMatchObject({ applied: { outcome: 'deferred' } });
+    expect(await inboxRow(db.pool, updated!.id)).toMatchObject({ applied_at: null, operation_id: id });
+    // The worker writes what it saw before the settle (still pending): not overtaken by the event.
+    const [written] = await recordOutcomes(db.pool, [{
+      operationId: id, leaseToken: token, action: 'record', step: 'retrieve', fromStatus: 'unknown', keyGeneration: 0,
+      status: 'unknown', externalId: refundAt(id).id, reviewReason: null, retryAfterMs: 60_000, error: null, errorClass: null, errorCode: null, detail: {},
+    }], 'slow-worker', 0);
+    expect(written!.applied).toBe(true);
+    const summary = await applier().applyDue();
+    expect(summary.byOutcome).toMatchObject({ settled: 1 });
+    expect(await findOperation(db.pool, id)).toMatchObject({ status: 'succeeded' });
+    expect((await outbox(id)).map((e) => e.event_type)).toEqual(['Refund Succeeded']);
     await w.stop();
   });
 
