@@ -262,7 +262,8 @@ function findings(r: ResultOf['findings list']): string[] {
   return [
     `${r.total} finding(s)${r.findings.length < r.total ? `, showing the oldest ${r.findings.length}` : ''} (as of ${r.asOf}):`,
     ...table(
-      ['ID', 'FOUND', 'KIND', 'PAYMENT INTENT', 'STATUS', 'AMOUNT', 'ORDER', 'OPERATION', 'RESOLVED', 'REASON'],
+      // The Stripe object the finding is about: a PaymentIntent (pi_…), or a Refund (re_…) for a refund's.
+      ['ID', 'FOUND', 'KIND', 'STRIPE OBJECT', 'STATUS', 'AMOUNT', 'ORDER', 'OPERATION', 'RESOLVED', 'REASON'],
       r.findings.map((f) => [
         String(f.id),
         f.foundAt,
