@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { refundOutcomeDetailSchema, RefundDetailType } from '../lambdas/events/contract.ts';
 import { DEFAULT_POLICY, duplicateRefundId, judgeListedCharges, type EnginePolicy } from '../lambdas/payments/decisions.ts';
+import { countingDb, type Db } from '../lambdas/payments/db.ts';
 import { ChargeEngine } from '../lambdas/payments/engine.ts';
 import { StripeEventApplier } from '../lambdas/payments/event-applier.ts';
 import { findOperation } from '../lambdas/payments/operations-store.ts';
@@ -234,10 +235,11 @@ describe('evidence from the List step', () => {
 
 describe('evidence from an operator', () => {
   const lookup = () => new StripePaymentIntentLookup(createStripeClient({ apiKey: 'sk_test_ops', apiBase: stripe.fake.url, maxNetworkRetries: 0 }));
-  const ops = (argv: string[]) =>
+  const counted = () => countingDb(db.pool);
+  const ops = (argv: string[], database: Db = db.pool) =>
     runOps(argv, {
       defaultActor: 'tester',
-      context: () => ({ db: db.pool, stripe: async () => lookup(), gateway: async () => stripe.gateway, transport: { kind: 'test' } }),
+      context: () => ({ db: database, stripe: async () => lookup(), gateway: async () => stripe.gateway, transport: { kind: 'test' } }),
     });
   const because = ['--reason', 'TICKET-15: two charges for one order', '--actor', 'alice'];
 
@@ -280,7 +282,13 @@ describe('evidence from an operator', () => {
   it('refunds remedy <order> --payment-intent: checked at Stripe, refunded through the engine once; the charge\'s own, a foreign amount, an unknown id and an unsettled charge are refused with nothing sent', async () => {
     const { input, op } = await chargedOrder();
     const extra = await extraCharge(input, op.id);
-    const made = await ops(['refunds', 'remedy', input.orderId, '--payment-intent', extra.id, ...because]);
+    const sql = counted();
+    const stripeBefore = stripe.fake.requests().length;
+    const made = await ops(['refunds', 'remedy', input.orderId, '--payment-intent', extra.id, ...because], sql);
+    // What it costs: one retrieve (the check) and one refund create (the remedy), nothing else at Stripe.
+    const calls = stripe.fake.requests().slice(stripeBefore).map((q) => q.endpoint);
+    expect(calls).toEqual(['retrieve', 'refund_create']);
+    console.log(`refunds remedy: ${sql.roundTrips} SQL round trips, ${calls.length} Stripe requests (${calls.join(', ')})`);
     expect(made).toMatchObject({ ok: true, command: 'refunds remedy', result: { remedy: { paymentIntentId: extra.id, created: true, status: 'succeeded' }, refund: { kind: 'refund', status: 'succeeded', amount: input.amount } } });
     expect(render(made, false).stdout.join('\n')).toMatch(/Duplicate-charge remedy of pi_\w+ .*\n  refund operation .* succeeded .*\(created; attempted\)/);
     // The same evidence again: the same refund operation, nothing sent.
