@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { refundOutcomeDetailSchema, RefundDetailType } from '../lambdas/events/contract.ts';
-import { DEFAULT_POLICY, duplicateRefundId, judgeListedCharges, type EnginePolicy } from '../lambdas/payments/decisions.ts';
+import { DEFAULT_POLICY, duplicateRefundId, judgeDuplicateCharge, judgeListedCharges, type EnginePolicy } from '../lambdas/payments/decisions.ts';
 import { countingDb, type Db } from '../lambdas/payments/db.ts';
 import { ChargeEngine } from '../lambdas/payments/engine.ts';
 import { StripeEventApplier } from '../lambdas/payments/event-applier.ts';
@@ -208,7 +208,7 @@ describe('evidence from the List step', () => {
     await expectRemedied(input, id, late.id, ['unsafe_reissue']);
   });
 
-  it('judgeListedCharges: the current generation is kept, then the highest below it, a tie by id; anything not certainly a charge of this operation is for a human', () => {
+  it('judgeListedCharges (and judgeDuplicateCharge under it): the current generation is kept, then the highest below it, a tie by id; anything not certainly a charge of this operation is for a human', () => {
     const op = { id: 'op-1', kind: 'charge' as const, orderId: 'order-1', amount: 1000, currency: 'eur', customerId: 'cus_1', keyGeneration: 1 };
     const pi = (id: string, generation: string, overrides: Partial<PaymentIntentView> = {}): PaymentIntentView => ({
       id, status: 'succeeded', amount: 1000, currency: 'eur', customer: 'cus_1', metadata: { operation_id: 'op-1', order_id: 'order-1', key_generation: generation }, ...overrides,
@@ -230,6 +230,14 @@ describe('evidence from the List step', () => {
     expect(kept(pi('pi_a', '0', { metadata: { order_id: 'order-1' } }), pi('pi_b', '1'))).toBeNull();
     expect(kept(pi('pi_b', '1'))).toBeNull();
     expect(judgeListedCharges({ ...op, kind: 'refund' }, [pi('pi_a', '0'), pi('pi_b', '1')])).toBeNull();
+    // The one rule under all three paths: only the order's amount, currency and customer are refunded.
+    const charge = { ...op, status: 'succeeded' as const, externalId: 'pi_own' };
+    expect(judgeDuplicateCharge(charge, pi('pi_x', '0'))).toMatchObject({ kind: 'refund', refundId: 'duplicate:pi_x', amount: 1000 });
+    expect(judgeDuplicateCharge(charge, pi('pi_x', '0', { customer: null }))).toMatchObject({ kind: 'refund' });
+    expect(judgeDuplicateCharge(charge, pi('pi_x', '0', { amount: 1001 }))).toMatchObject({ kind: 'none', reason: expect.stringMatching(/is for 1001, the order for 1000/) });
+    expect(judgeDuplicateCharge(charge, pi('pi_x', '0', { customer: 'cus_2' }))).toMatchObject({ kind: 'none', reason: expect.stringMatching(/another customer/) });
+    expect(judgeDuplicateCharge(charge, pi('pi_x', '0', { currency: 'usd' }))).toMatchObject({ kind: 'none' });
+    expect(judgeDuplicateCharge(charge, pi('pi_own', '0'))).toMatchObject({ kind: 'none' });
   });
 });
 
