@@ -17,6 +17,7 @@ import { runOps } from '../lambdas/ops/commands.ts';
 import { render } from '../lambdas/ops/render.ts';
 import { StripePaymentIntentLookup } from '../lambdas/ops/stripe-lookup.ts';
 import { checkInvariants } from '../local/invariants.ts';
+import { collectGauges } from '../lambdas/reconcile/gauges.ts';
 import type { PaymentIntentRecord } from '../local/fake-stripe/types.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 import { chargeOrder } from './support/orders.ts';
@@ -81,6 +82,9 @@ const findings = (paymentIntentId: string) =>
   db.pool.query('SELECT kind, operation_id, resolved_at FROM stripe_event_findings WHERE payment_intent_id = $1', [paymentIntentId]).then((r) => r.rows);
 
 /** `expected`: violations a test planted on purpose (a proof of absence made wrong), not the remedy's to undo. */
+/** The reconciler's gauge behind the DuplicateChargeRemedied alarm (every path counts: it reads the rows). */
+const remediedGauge = async () => (await collectGauges(db.pool, 300)).duplicateChargesRemediedLastPeriod;
+
 async function netHolds(orderIds: string[], expected: readonly string[] = []) {
   const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), refunds: stripe.fake.refunds(), orderIds, requireQuiescent: true });
   expect(report.violations.filter((v) => !expected.includes(v.kind))).toEqual([]);
@@ -180,6 +184,7 @@ describe('evidence from the List step', () => {
 
   it('key generations 0 and 1 both charged (the late one after the re-issue) → List settles the operation on generation 1 and, in the same write, the remedy refunds generation 0; the event of it later adds no second refund', async () => {
     const input = order();
+    const gaugeBefore = await remediedGauge();
     const id = await engine().requestCharge(input);
     stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'error_500_before_commit');
     await driveUntil(id, (r) => r.key_generation === 1);
@@ -199,6 +204,8 @@ describe('evidence from the List step', () => {
     const requested = (await db.pool.query(`SELECT actor, detail FROM payment_operation_events WHERE operation_id = $1 AND action = 'requested'`, [refunds[0].id])).rows;
     expect(requested).toMatchObject([{ actor: 'test', detail: { remedy: 'duplicate_charge', evidence: 'list', chargeOperationId: id } }]);
     expect((await outbox(id)).map((e) => e.event_type)).toEqual(['Charge Reissued', 'Charge Succeeded']);
+    // No finding on this path: the alarm is DuplicateChargeRemedied, whose gauge counts the remedy row.
+    expect(await remediedGauge()).toBe(gaugeBefore + 1);
     // The same duplicate shown again by an event: the finding, but not a second refund.
     expect(await deliver(late)).toMatchObject({ applied: { outcome: 'contradiction' } });
     expect(await refundOps(input.orderId)).toHaveLength(1);
@@ -290,6 +297,7 @@ describe('evidence from an operator', () => {
   it('refunds remedy <order> --payment-intent: checked at Stripe, refunded through the engine once; the charge\'s own, a foreign amount, an unknown id and an unsettled charge are refused with nothing sent', async () => {
     const { input, op } = await chargedOrder();
     const extra = await extraCharge(input, op.id);
+    const gaugeBefore = await remediedGauge();
     const sql = counted();
     const stripeBefore = stripe.fake.requests().length;
     const made = await ops(['refunds', 'remedy', input.orderId, '--payment-intent', extra.id, ...because], sql);
@@ -297,6 +305,7 @@ describe('evidence from an operator', () => {
     const calls = stripe.fake.requests().slice(stripeBefore).map((q) => q.endpoint);
     expect(calls).toEqual(['retrieve', 'refund_create']);
     console.log(`refunds remedy: ${sql.roundTrips} SQL round trips, ${calls.length} Stripe requests (${calls.join(', ')})`);
+    expect(await remediedGauge()).toBe(gaugeBefore + 1);
     expect(made).toMatchObject({ ok: true, command: 'refunds remedy', result: { remedy: { paymentIntentId: extra.id, created: true, status: 'succeeded' }, refund: { kind: 'refund', status: 'succeeded', amount: input.amount } } });
     expect(render(made, false).stdout.join('\n')).toMatch(/Duplicate-charge remedy of pi_\w+ .*\n  refund operation .* succeeded .*\(created; attempted\)/);
     // The same evidence again: the same refund operation, nothing sent.

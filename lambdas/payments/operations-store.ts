@@ -804,6 +804,21 @@ export interface OpenOperationCounts {
   readonly reviewQueueSize: number;
 }
 
+/**
+ * Duplicate-charge remedies created in the last `windowSeconds` (whichever evidence made them: an
+ * event, a List, an operator): the gauge behind the DuplicateChargeRemedied alarm. Reads the partial
+ * unique index over remedy rows only (refund_payment_intent IS NOT NULL): O(remedies ever), which
+ * are rare by construction.
+ */
+export async function countRecentRemedies(db: Db, windowSeconds: number): Promise<number> {
+  const { rows } = await db.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM payment_operations
+      WHERE refund_payment_intent IS NOT NULL AND created_at > now() - $1::int * interval '1 second'`,
+    [windowSeconds],
+  );
+  return rows[0]?.n ?? 0;
+}
+
 /** The reconciler's operation gauges, read through the partial index over open operations: O(open). */
 export async function countOpenOperations(db: Db): Promise<OpenOperationCounts> {
   const { rows } = await db.query<{ pending: number; unknown: number; review: number; oldest: number | null }>(
