@@ -374,7 +374,11 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       }
     }
 
-    if (quiescent && !final && op.review_reason === null) {
+    // A refund waits (durably) until its charge is final: behind a charge in review it waits for that
+    // human too, and is shown with it (`operations show <order>`); it is not left hanging.
+    const parent = op.kind === 'refund' ? byId.get(op.parent_operation_id ?? '') : undefined;
+    const waitsForChargeReview = parent !== undefined && (parent.status === 'pending' || parent.status === 'unknown') && parent.review_reason !== null;
+    if (quiescent && !final && op.review_reason === null && !waitsForChargeReview) {
       violate('unsettled', `still ${op.status} (${op.attempts} attempts) and not in review after quiescence`, op);
     }
     if (!final && op.review_reason !== null && op.review_reason.trim() === '') {
