@@ -2,7 +2,7 @@
 // step, read the answer, schedule the next attempt. No I/O here — every branch is tested exhaustively
 // in test/decisions.test.ts, and the engine is thin I/O around these functions.
 import { FailureKind, type GatewayFailure, type GatewayResult, type ListAnswer } from './gateway.ts';
-import type { ClaimedOperation, OperationKind, OperationStatus, PaymentIntentView } from './types.ts';
+import { REMEDY_REFUND_ID_PREFIX, type ClaimedOperation, type OperationKind, type OperationStatus, type PaymentIntentView } from './types.ts';
 
 export interface Backoff {
   readonly baseMs: number;
@@ -769,7 +769,7 @@ export function decideList(ctx: Context, window: ListWindow, result: GatewayResu
 
 /** The refund id of the remedy for an extra PaymentIntent: derived from it, so it exists once. */
 export function duplicateRefundId(paymentIntentId: string): string {
-  return `duplicate:${paymentIntentId}`;
+  return `${REMEDY_REFUND_ID_PREFIX}${paymentIntentId}`;
 }
 
 export type DuplicateVerdict =
