@@ -138,9 +138,11 @@ function refundVerdict(order: OrderBook | undefined, chargeStatus: string | null
 
 // ── Bodies ───────────────────────────────────────────────────────────────────────────────────────
 
+/** Pooled order ids: charges repeat and conflict on them, refunds mostly name them (so most refunds have a charge). */
+const POOL = ['fz-a', 'fz-b', 'fz-c', 'fz-d', 'fz-e', 'fz-f'];
 /** A small pool of order ids, so that repeats and conflicts happen; plus SQL-looking valid ones. */
 const orderId = fc.oneof(
-  { weight: 1, arbitrary: fc.constantFrom('fz-a', 'fz-b', 'fz-c').map((s) => `${s}-${RUN_TAG}`) },
+  { weight: 1, arbitrary: fc.constantFrom(...POOL).map((s) => `${s}-${RUN_TAG}`) },
   { weight: 4, arbitrary: fc.stringMatching(/^[\x21-\x7e]{1,40}$/).map((s) => `fz-${RUN_TAG}-${s}`.slice(0, 128)) },
   fc.constantFrom(
     `x');DELETE/**/FROM/**/payment_operations;--`,
@@ -185,7 +187,7 @@ const refundIdArb = fc.oneof(
 /** Refunds mostly of the pooled orders (charged earlier in the run, some declined), some of orders never charged. */
 const validRefund = fc.record({
   type: fc.constant('refund' as const),
-  orderId: fc.oneof({ weight: 3, arbitrary: fc.constantFrom('fz-a', 'fz-b', 'fz-c').map((s) => `${s}-${RUN_TAG}`) }, { weight: 1, arbitrary: orderId }),
+  orderId: fc.oneof({ weight: 3, arbitrary: fc.constantFrom(...POOL).map((s) => `${s}-${RUN_TAG}`) }, { weight: 1, arbitrary: orderId }),
   refundId: refundIdArb,
   amount: fc.oneof(fc.constant(1), fc.integer({ min: 1, max: 5_000 }), fc.constant(DEFAULT_MAX_AMOUNT), fc.integer({ min: 1, max: DEFAULT_MAX_AMOUNT })),
   reason: fc.option(fc.constantFrom(...REFUND_REASONS), { nil: undefined }),

@@ -192,11 +192,12 @@ interface Tally {
   autoReissues: number;
   refundVerdicts: Record<string, number>;
   refundEnds: Record<string, number>;
+  refundsByCharge: Record<string, number>;
   duplicates: number;
 }
 
 describe('the engine under every interleaving the model can generate', () => {
-  const tally: Tally = { runs: 0, commands: {}, finalStatus: {}, inReview: 0, healRounds: 0, timeSteps: 0, lists: 0, autoReissues: 0, refundVerdicts: {}, refundEnds: {}, duplicates: 0 };
+  const tally: Tally = { runs: 0, commands: {}, finalStatus: {}, inReview: 0, healRounds: 0, timeSteps: 0, lists: 0, autoReissues: 0, refundVerdicts: {}, refundEnds: {}, refundsByCharge: {}, duplicates: 0 };
   const counts = (r: Record<string, number>) => Object.entries(r).sort().map(([k, v]) => `${k} ${v}`).join(', ');
 
   afterAll(() => {
@@ -206,7 +207,7 @@ describe('the engine under every interleaving the model can generate', () => {
         `[${Object.entries(c).sort().map(([k, v]) => `${k} ${v}`).join(', ')}]; final operations ` +
         `[${Object.entries(tally.finalStatus).sort().map(([k, v]) => `${k} ${v}`).join(', ')}], in review ${tally.inReview}; ` +
         `heal rounds ${tally.healRounds}, time steps ${tally.timeSteps}; List requests ${tally.lists}, automatic re-issues ${tally.autoReissues}; ` +
-        `refund requests [${counts(tally.refundVerdicts)}], accepted refunds ended [${counts(tally.refundEnds)}], extra PaymentIntents made ${tally.duplicates}`,
+        `refund requests [${counts(tally.refundVerdicts)}] (the charge then: [${counts(tally.refundsByCharge)}]), accepted refunds ended [${counts(tally.refundEnds)}], extra PaymentIntents made ${tally.duplicates}`,
     );
   });
 
@@ -236,6 +237,7 @@ describe('the engine under every interleaving the model can generate', () => {
         tally.autoReissues += result.autoReissues;
         for (const [k, v] of Object.entries(result.refundVerdicts)) tally.refundVerdicts[k] = (tally.refundVerdicts[k] ?? 0) + v;
         for (const [k, v] of Object.entries(result.refundEnds)) tally.refundEnds[k] = (tally.refundEnds[k] ?? 0) + v;
+        for (const [k, v] of Object.entries(result.refundsByCharge)) tally.refundsByCharge[k] = (tally.refundsByCharge[k] ?? 0) + v;
         tally.duplicates += result.duplicates;
         if (!result.report.ok || result.problems.length > 0) {
           throw new Error(`${formatReport(result.report)}\n${result.problems.map((p) => `  ✗ ${p}`).join('\n')}\norders: ${result.orderIds.join(', ')}`);

@@ -159,6 +159,8 @@ export interface RunResult {
   /** Every refund request's verdict (as predicted and found), and every accepted refund's end. */
   readonly refundVerdicts: Readonly<Partial<Record<RefundVerdict, number>>>;
   readonly refundEnds: Readonly<Partial<Record<RefundEnd, number>>>;
+  /** Refund requests by the state of the order's charge when they came (none, open, succeeded, failed). */
+  readonly refundsByCharge: Readonly<Partial<Record<ChargeState['kind'], number>>>;
   /** Extra PaymentIntents made at Stripe (duplicate commands that applied). */
   readonly duplicates: number;
 }
@@ -416,6 +418,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   const eventsOn = run.events ?? false;
   const book: OrderRefundBook[] = orders.map(() => ({ asked: [], accepted: new Map(), unacked: new Map(), strayKeys: new Set(), next: 0 }));
   const refundVerdicts: Partial<Record<RefundVerdict, number>> = {};
+  const refundsByCharge: Partial<Record<ChargeState['kind'], number>> = {};
   let duplicates = 0;
   // Short timeout: a stray create that meets a scripted `hang` gives up soon (the PaymentIntent is found by its key).
   const strayStripe = createStripeClient({ apiKey: 'sk_test_model', apiBase: fake.url, timeoutMs: 1_000, maxNetworkRetries: 0 });
@@ -470,6 +473,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     const state: ChargeState =
       charge === null ? { kind: 'none' } : { kind: charge.status === 'succeeded' || charge.status === 'failed' ? charge.status : 'open', amount: charge.amount };
     const predicted = predictRefund(state, await acceptedNow(i), ask);
+    refundsByCharge[state.kind] = (refundsByCharge[state.kind] ?? 0) + 1;
     const input: RefundInput = { orderId: order.orderId, refundId: ask.refundId, amount: ask.amount, reason: ask.reason };
     const refundCreates = () => fake.stats().requests.refund_create;
     const before = refundCreates();
@@ -874,5 +878,5 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   }
   // Leave nothing claimable behind for later runs sharing the database.
   await scoped(`UPDATE payment_operations SET review_reason = 'model: retired after its run' WHERE order_id = ANY($1) AND status IN ('pending','unknown') AND review_reason IS NULL`);
-  return { report, problems, orderIds, healRounds, timeSteps, lists, autoReissues, refundVerdicts, refundEnds, duplicates };
+  return { report, problems, orderIds, healRounds, timeSteps, lists, autoReissues, refundVerdicts, refundEnds, refundsByCharge, duplicates };
 }
