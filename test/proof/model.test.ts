@@ -160,6 +160,17 @@ const refundCommand: fc.Arbitrary<Command> = fc.oneof(
       endpoint: fc.constantFrom<FaultEndpoint>('refund_create', 'refund_create', 'refund_retrieve', 'refund_list'),
     }),
   },
+  // A refund created `pending` (Stripe's `processing` on a refund create), for settle_refund to finish — or fail, or cancel.
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      t: fc.constant('fault' as const),
+      order: orderIndex,
+      kind: fc.constant('processing' as const),
+      times: fc.integer({ min: 1, max: 2 }),
+      endpoint: fc.constant<FaultEndpoint>('refund_create'),
+    }),
+  },
 );
 
 /**

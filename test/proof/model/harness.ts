@@ -796,9 +796,10 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   let healRounds = 0;
   for (; healRounds < 60; healRounds++) {
     if (run.healSettle !== 'leave') settleOpen(null, run.healSettle);
-    // Pending refunds finish (Stripe: most refunds succeed within days); then every extra PaymentIntent
-    // that charged by now has had its evidence delivered.
-    for (const r of fake.refunds()) if (r.status === 'pending' && orderIds.includes(r.paymentIntentOrderId ?? '')) fake.settleRefund(r.id, 'succeeded');
+    // Pending refunds finish — succeed, or (with the runs that cancel what is open) fail or are
+    // canceled; then every extra PaymentIntent that charged by now has had its evidence delivered.
+    const refundEnd: RefundSettleStatus = run.healSettle === 'succeeded' ? 'succeeded' : run.healSettle === 'canceled' ? 'failed' : 'canceled';
+    for (const r of fake.refunds()) if (r.status === 'pending' && orderIds.includes(r.paymentIntentOrderId ?? '')) fake.settleRefund(r.id, refundEnd);
     await evidenceDue();
     await expireLeases();
     await backoffElapses();
