@@ -160,7 +160,10 @@ interface OutboxFacts {
 
 const FINAL_EVENT_TYPE: Partial<Record<OperationStatus, string>> = { succeeded: 'Charge Succeeded', failed: 'Charge Failed' };
 const REVIEW_EVENT_TYPE = 'Charge Needs Review';
-const AFTERMATH_EVENT_TYPES = new Set(['Charge Refunded', 'Charge Disputed', 'Charge Dispute Closed']);
+/** Facts about a final operation (Stripe events in), not outcomes of it: contract.ts AftermathDetailType, RefundFactDetailType. */
+const AFTERMATH_EVENT_TYPES = new Set(['Charge Refunded', 'Charge Disputed', 'Charge Dispute Closed', 'Refund Failed After Success']);
+/** A succeeded refund operation whose Refund Stripe reports failed since (event-applier.ts): it gave nothing back. */
+const REFUND_FAILED_AFTER_SUCCESS = 'Refund Failed After Success';
 const REISSUE_EVENT_TYPE = 'Charge Reissued';
 /** A refund operation's events (lambdas/events/contract.ts RefundDetailType). */
 const REFUND_EVENT_TYPES = {
@@ -270,6 +273,10 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
 
   // ── The net amount, and refunds told truly ──────────────────────────────────────────────────
   if (net && stripeRefunds) {
+    // Refund operations that stay `succeeded` but whose Refund failed at Stripe since, as recorded
+    // (the fact event): they refunded nothing, and Stripe's record (only succeeded refunds count,
+    // netChargedByOrder) agrees only if the ledger discounts them too.
+    const failedAfterSuccess = new Set(outboxRows.rows.filter((e) => e.event_type === REFUND_FAILED_AFTER_SUCCESS).map((e) => e.operation_id));
     const refundsOfOrder = new Map<string, OperationFacts[]>();
     for (const r of refundOps) refundsOfOrder.set(r.order_id, [...(refundsOfOrder.get(r.order_id) ?? []), r]);
     for (const op of charges) {
@@ -279,7 +286,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       // Judged once nothing of the order is in flight: a final charge, final refunds, none pending at Stripe.
       const settled = (op.status === 'succeeded' || op.status === 'failed') && ours.every((r) => r.status === 'succeeded' || r.status === 'failed') && (truth?.refundPending ?? 0) === 0;
       if (!settled) continue;
-      const asked = ours.filter((r) => r.status === 'succeeded' && r.refund_payment_intent === null).reduce((sum, r) => sum + Number(r.amount), 0);
+      const asked = ours.filter((r) => r.status === 'succeeded' && r.refund_payment_intent === null && !failedAfterSuccess.has(r.id)).reduce((sum, r) => sum + Number(r.amount), 0);
       const expected = op.status === 'succeeded' ? Number(op.amount) - asked : 0;
       const kept = truth?.net ?? 0;
       if (kept !== expected) {
@@ -291,6 +298,8 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       const charge = r.parent_operation_id ? (operations.find((c) => c.id === r.parent_operation_id) ?? null) : null;
       if (r.status === 'succeeded') {
         const refund = r.external_id === null ? undefined : refundById.get(r.external_id);
+        // Failed after it succeeded, and recorded so: told truly (the fact says what Stripe says).
+        if (refund?.status === 'failed' && failedAfterSuccess.has(r.id)) continue;
         if (refund === undefined || refund.status !== 'succeeded') {
           violate('succeeded_without_refund', `external_id ${r.external_id ?? 'null'} is ${refund ? `a ${refund.status} Refund` : 'no Refund at Stripe'}`, r);
           continue;
@@ -300,6 +309,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
         if (String(refund.amount) !== r.amount) wrong.push(`amount ${refund.amount} ≠ ${r.amount}`);
         if (refund.payment_intent !== target) wrong.push(`payment_intent ${refund.payment_intent} ≠ ${target}`);
         if (refund.metadata.operation_id !== undefined && refund.metadata.operation_id !== r.id) wrong.push(`operation_id ${refund.metadata.operation_id}`);
+        if (failedAfterSuccess.has(r.id)) wrong.push('recorded as failed after success, but Stripe holds it succeeded');
         if (wrong.length > 0) violate('refund_mismatch', `Refund ${refund.id}: ${wrong.join(', ')}`, r);
       } else if (r.status === 'failed') {
         const made = stripeRefunds.find((x) => x.metadata.operation_id === r.id && x.status === 'succeeded');

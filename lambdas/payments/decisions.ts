@@ -394,7 +394,7 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
   if (pi.amount !== op.amount) mismatch.push('amount');
   if (pi.currency !== op.currency) mismatch.push('currency');
   if (mismatch.length > 0) {
-    return toReview(`PaymentIntent ${pi.id} does not match the operation (${mismatch.join(', ')}); not adopted`,
+    return toReview(`${KIND_RULES[op.kind].objectName} ${pi.id} does not match the operation (${mismatch.join(', ')}); not adopted`,
       { ...detail, paymentIntent: { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency } },
     );
   }
@@ -405,7 +405,7 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
   }
   const age = op.claimedAt.getTime() - op.firstAttemptedAt.getTime();
   if (age >= ctx.policy.unsettledReviewAfterMs) {
-    return toReview(`PaymentIntent ${pi.id} is still ${pi.status} ${formatDuration(age)} after the first attempt`,
+    return toReview(`${KIND_RULES[op.kind].objectName} ${pi.id} is still ${pi.status} ${formatDuration(age)} after the first attempt`,
       { ...detail, paymentIntentStatus: pi.status },
       undefined,
       pi.id,
