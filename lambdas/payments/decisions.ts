@@ -400,6 +400,18 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
   }
   const status = KIND_RULES[op.kind].statusOf(pi.status);
   const base = { externalId: pi.id, error: null, errorClass: null, errorCode: null };
+  if (status === 'failed' && op.kind === 'refund' && op.refund?.paymentIntentId) {
+    // The duplicate-charge remedy's Refund failed (or was canceled) at Stripe: the extra PaymentIntent
+    // is still charged, and no machine can give the money back another way. Final `failed` would
+    // leave a double charge no one is asked about (issue 15: the net amount is the amount asked):
+    // a human decides (docs/runbook.md, the duplicate-charge remedy). Found by the property model.
+    return toReview(
+      `the duplicate-charge remedy's Refund ${pi.id} of ${op.refund.paymentIntentId} is ${pi.status} at Stripe: the extra charge stands — return the money another way, then resolve`,
+      { ...detail, paymentIntentStatus: pi.status },
+      undefined,
+      pi.id,
+    );
+  }
   if (status !== 'unknown') {
     return { ...base, status, reviewReason: null, retryAfterMs: null, detail: { ...detail, paymentIntentStatus: pi.status } };
   }

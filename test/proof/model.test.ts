@@ -312,6 +312,27 @@ describe('refunds and the duplicate remedy are paths the model takes', () => {
   });
 });
 
+describe('a duplicate whose remedy Stripe fails', () => {
+  it('goes to a human (review, a warning), not to a final failed that leaves the second charge unasked about', { timeout: 120_000 }, async () => {
+    // The model's counterexample (before the fix): the remedy's Refund was created pending, then failed
+    // at Stripe; the remedy ended `failed` and the order kept both charges (double_charge, net_amount).
+    const run: ModelRun = {
+      orders: [{ paymentMethod: 'pm_card_visa', amount: 2 }],
+      commands: [
+        { t: 'deliver', orders: [0] },
+        { t: 'fault', order: 0, kind: 'processing', times: 1, endpoint: 'refund_create' },
+        { t: 'duplicate', order: 0, ours: false },
+      ],
+      healSettle: 'canceled', // heal fails pending refunds
+    };
+    const result = await playRun(world, run);
+    expect(result.problems).toEqual([]);
+    expect(result.report.violations).toEqual([]);
+    expect(result.refundEnds).toEqual({ remedy_in_review: 1 });
+    expect(result.report.warnings).toEqual([expect.objectContaining({ kind: 'duplicate_awaiting_review', detail: expect.stringMatching(/remedy's Refund re_\w+ of pi_\w+ is failed at Stripe/) })]);
+  });
+});
+
 // ── The model can fail ───────────────────────────────────────────────────────────────────────────
 // The same property against engines broken on purpose (through their gateway): if the model could not
 // find these, a green run above would prove little.
