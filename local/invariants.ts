@@ -261,8 +261,13 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     // Given refunds: a second PaymentIntent refunded in full (the duplicate remedy) is no double charge.
     if (net && (net.get(orderId)?.unrefundedPaymentIntents ?? 0) < 2) continue;
     const op = byOrder.get(orderId) ?? null;
-    // The remedy's refund of every extra one waits for a human (Stripe failed it): visible in the review queue.
-    const remediesInReview = refundOps.filter((r) => r.order_id === orderId && r.refund_payment_intent !== null && r.review_reason !== null);
+    // The remedy's refund of every extra one waits for a human because Stripe failed (or canceled) its
+    // Refund: visible in the review queue. Any other review of a remedy leaves the double charge a violation.
+    const stripeFailed = (r: OperationFacts) => {
+      const refund = r.external_id === null ? undefined : stripeRefunds?.find((x) => x.id === r.external_id);
+      return refund !== undefined && (refund.status === 'failed' || refund.status === 'canceled');
+    };
+    const remediesInReview = refundOps.filter((r) => r.order_id === orderId && r.refund_payment_intent !== null && r.review_reason !== null && stripeFailed(r));
     const extras = pis.filter((pi) => pi.id !== op?.external_id);
     if (op && extras.length > 0 && extras.every((pi) => remediesInReview.some((r) => r.refund_payment_intent === pi.id))) {
       warnings.push({ kind: 'duplicate_awaiting_review', operationId: op.id, orderId, detail: `${extras.map((pi) => pi.id).join(', ')} still charged; the remedy waits for a human: ${remediesInReview[0]!.review_reason}` });
