@@ -76,7 +76,8 @@ export interface Violation {
  * product says "no machine can decide": money is not lost, it waits for a person.
  */
 export interface Warning {
-  readonly kind: 'charge_awaiting_review';
+  /** charge_awaiting_review: as above; duplicate_awaiting_review: a second charge whose remedy refund waits for a human (Stripe failed it). */
+  readonly kind: 'charge_awaiting_review' | 'duplicate_awaiting_review';
   readonly operationId: string;
   readonly orderId: string;
   readonly detail: string;
@@ -260,6 +261,18 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     // Given refunds: a second PaymentIntent refunded in full (the duplicate remedy) is no double charge.
     if (net && (net.get(orderId)?.unrefundedPaymentIntents ?? 0) < 2) continue;
     const op = byOrder.get(orderId) ?? null;
+    // The remedy's refund of every extra one waits for a human because Stripe failed (or canceled) its
+    // Refund: visible in the review queue. Any other review of a remedy leaves the double charge a violation.
+    const stripeFailed = (r: OperationFacts) => {
+      const refund = r.external_id === null ? undefined : stripeRefunds?.find((x) => x.id === r.external_id);
+      return refund !== undefined && (refund.status === 'failed' || refund.status === 'canceled');
+    };
+    const remediesInReview = refundOps.filter((r) => r.order_id === orderId && r.refund_payment_intent !== null && r.review_reason !== null && stripeFailed(r));
+    const extras = pis.filter((pi) => pi.id !== op?.external_id);
+    if (op && extras.length > 0 && extras.every((pi) => remediesInReview.some((r) => r.refund_payment_intent === pi.id))) {
+      warnings.push({ kind: 'duplicate_awaiting_review', operationId: op.id, orderId, detail: `${extras.map((pi) => pi.id).join(', ')} still charged; the remedy waits for a human: ${remediesInReview[0]!.review_reason}` });
+      continue;
+    }
     violate('double_charge', `${pis.length} succeeded PaymentIntents: ${pis.map((pi) => `${pi.id} (key ${pi.idempotencyKey ?? 'none'})`).join(', ')}`, op, orderId);
   }
 
@@ -384,7 +397,11 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       }
     }
 
-    if (quiescent && !final && op.review_reason === null) {
+    // A refund waits (durably) until its charge is final: behind a charge in review it waits for that
+    // human too, and is shown with it (`operations show <order>`); it is not left hanging.
+    const parent = op.kind === 'refund' ? byId.get(op.parent_operation_id ?? '') : undefined;
+    const waitsForChargeReview = parent !== undefined && (parent.status === 'pending' || parent.status === 'unknown') && parent.review_reason !== null;
+    if (quiescent && !final && op.review_reason === null && !waitsForChargeReview) {
       violate('unsettled', `still ${op.status} (${op.attempts} attempts) and not in review after quiescence`, op);
     }
     if (!final && op.review_reason !== null && op.review_reason.trim() === '') {
