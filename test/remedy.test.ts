@@ -333,5 +333,9 @@ describe('evidence from an operator', () => {
     expect(await findOperation(db.pool, r!.operationId)).toMatchObject({ status: 'unknown' });
     expect(await refundOps(input.orderId)).toHaveLength(1);
     expect(await ops(['refunds', 'remedy', input.orderId, ...because])).toMatchObject({ ok: false, exitCode: 2 });
+    // The remedy's refund ids are its own: an operator's refund cannot take one (it would make the remedy's insert a no-op).
+    expect(await ops(['refunds', 'create', input.orderId, '--refund-id', `duplicate:${odd.id}`, '--amount', '1', ...because])).toMatchObject({
+      ok: false, exitCode: 2, error: { code: 'usage', message: expect.stringMatching(/must not start with "duplicate:"/) },
+    });
   });
 });

@@ -3,6 +3,7 @@
 // trusts its caller). node:util parseArgs, strict: an unknown or misspelled flag is an error.
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
 import type { ReviewQueueFilter } from '../payments/review.ts';
+import { REMEDY_REFUND_ID_PREFIX } from '../payments/types.ts';
 import { UsageError } from './errors.ts';
 
 export const COMMAND_NAMES = [
@@ -502,6 +503,10 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
         if (!/^[\x21-\x7e]{1,128}$/.test(first)) throw new UsageError(`refunds create: the order id must be 1-128 printable characters without spaces (got "${first}")`);
         const refundId = str('refund-id');
         if (refundId === undefined || !/^[\x21-\x7e]{1,128}$/.test(refundId)) throw new UsageError('refunds create: --refund-id <id> is required (1-128 printable characters without spaces)');
+        // The remedy's namespace, as for a producer (message.ts): one taken here would make the remedy's insert a no-op.
+        if (refundId.startsWith(REMEDY_REFUND_ID_PREFIX)) {
+          throw new UsageError(`refunds create: --refund-id must not start with "${REMEDY_REFUND_ID_PREFIX}" (the duplicate-charge remedy's ids); a second charge is refunded with refunds remedy <order> --payment-intent pi_…`);
+        }
         const amountText = str('amount') ?? '';
         if (!/^[1-9]\d{0,14}$/.test(amountText)) throw new UsageError(`refunds create: --amount must be a positive integer in minor units (got "${amountText}")`);
         const reason = str('refund-reason');
