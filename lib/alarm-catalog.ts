@@ -118,6 +118,12 @@ export const ALARM_CATALOG = [
     metrics: [{ namespace: APP, metricName: METRICS.oldestUnpublishedEventAgeSeconds }],
   },
   {
+    name: 'DuplicateChargeRemedied',
+    meaning:
+      'An order was charged twice and the duplicate-charge remedy created a refund of the extra PaymentIntent (from List, a Stripe event or an operator): find out why.',
+    metrics: [{ namespace: APP, metricName: METRICS.duplicateChargesRemedied }],
+  },
+  {
     name: 'StripeWebhookRejected',
     meaning:
       'A delivery to the Stripe-events endpoint was refused (bad or missing signature, stale timestamp, oversize or not an event): a secret mismatch, or someone forging events. Nothing was recorded.',

@@ -174,6 +174,7 @@ export class Observability extends Construct {
       app(METRICS.oldestUnpublishedEventAgeSeconds, max),
       props.oldestUnpublishedEventAgeThreshold.toSeconds(),
     );
+    add('DuplicateChargeRemedied', app(METRICS.duplicateChargesRemedied, max), 0);
     // Stripe events in: refused deliveries, deliveries Stripe must retry, a stuck inbox, and what
     // the events showed that the ledger cannot explain (open findings keep their gauge up).
     if (props.stripeEvents) {
@@ -334,9 +335,9 @@ export class Observability extends Construct {
         left: [gauge(METRICS.oldestOpenAgeSeconds), gauge(METRICS.oldestUnpublishedEventAgeSeconds)],
       }),
       new cw.GraphWidget({
-        title: 'Outbox and rejected messages',
+        title: 'Outbox, rejected messages, duplicate charges remedied',
         width,
-        left: [gauge(METRICS.unpublishedEvents), gauge(METRICS.rejectedLastPeriod)],
+        left: [gauge(METRICS.unpublishedEvents), gauge(METRICS.rejectedLastPeriod), gauge(METRICS.duplicateChargesRemedied)],
       }),
     );
     dashboard.addWidgets(

@@ -149,12 +149,15 @@ describe('List evidence inside the key window', () => {
     await invariantsHold([input.orderId]);
   });
 
-  it('List finds two PaymentIntents for the operation → review with the evidence, nothing adopted', async () => {
+  it('List finds two PaymentIntents for the operation, one still processing → review with the evidence, nothing adopted', async () => {
     const input = order();
     const id = await engine().requestCharge(input);
-    // A second PaymentIntent carrying this operation's id (another key): the key layer cannot explain it.
+    // A second PaymentIntent carrying this operation's id (another key): the key layer cannot explain
+    // it, and it has not settled (two that both charged are the duplicate remedy's: test/remedy.test.ts).
+    const plantedKey = `planted-${randomUUID()}`;
+    stripe.fake.injectFault({ idempotencyKey: plantedKey }, 'processing');
     const planted = await stripe.gateway.createPaymentIntent({
-      idempotencyKey: `planted-${randomUUID()}`,
+      idempotencyKey: plantedKey,
       amount: input.amount,
       currency: input.currency,
       customerId: input.customerId,

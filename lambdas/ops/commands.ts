@@ -4,9 +4,9 @@
 // OpsResponse out, so `--json` on a laptop and the Lambda's answer are the same document.
 import { publishLeased, type EventPublisher } from '../events/outbox.ts';
 import type { Db } from '../payments/db.ts';
-import { idempotencyKey, type EnginePolicy } from '../payments/decisions.ts';
+import { idempotencyKey, judgeDuplicateCharge, type EnginePolicy } from '../payments/decisions.ts';
 import { ChargeEngine } from '../payments/engine.ts';
-import type { PaymentGateway } from '../payments/gateway.ts';
+import { FailureKind, type PaymentGateway } from '../payments/gateway.ts';
 import {
   appendOperatorNote,
   checkReviewable,
@@ -33,7 +33,7 @@ import {
 import { listFindings, resolveFinding, type FindingRow } from '../payments/inbox-store.ts';
 import { KIND_RULES } from '../payments/decisions.ts';
 import { findOperationByOrder, findRefundsOfOrder } from '../payments/operations-store.ts';
-import type { Operation } from '../payments/types.ts';
+import type { Operation, PaymentIntentView } from '../payments/types.ts';
 import { ConflictError, NotFoundError, OpsError, RefusedError, StripeUnavailableError, UsageError } from './errors.ts';
 import { isAction, parseInvocation, usage, type Command, type CommandName, type OperatorAction } from './parse.ts';
 import { listRejected, loadStats, type RejectedMessage, type Stats } from './queries.ts';
@@ -172,6 +172,25 @@ export interface ActionResult {
   readonly published: boolean | null;
   readonly evidence: StripeEvidence | null;
   readonly warnings: readonly string[];
+  /** `review resolve --as succeeded`: the duplicate-charge remedy of every other succeeded PaymentIntent of the operation. */
+  readonly remedies?: readonly RemedyView[];
+}
+
+/** One refund operation of the duplicate-charge remedy, as a command made (or found) it. */
+export interface RemedyView {
+  readonly paymentIntentId: string;
+  readonly refundOperationId: string | null;
+  /** False: it existed already (the same evidence came before: an event, a List, another operator). */
+  readonly created: boolean;
+  /** The refund operation's status after this command (pending: the reconciler sends it). */
+  readonly status: Operation['status'] | null;
+  readonly disposition: string | null;
+}
+
+export interface RefundRemedyResult {
+  readonly charge: OperationView;
+  readonly remedy: RemedyView;
+  readonly refund: OperationView | null;
 }
 
 export interface ReissueResult extends ActionResult {
@@ -204,6 +223,7 @@ export interface ResultOf {
   readonly 'refunds list': RefundsListResult;
   readonly 'refunds show': OperationDetailResult;
   readonly 'refunds create': RefundCreateResult;
+  readonly 'refunds remedy': RefundRemedyResult;
   readonly stats: Stats;
 }
 
@@ -388,6 +408,7 @@ async function resolve(ctx: OpsContext, command: Extract<Command, { name: 'revie
   // Stripe first, with no transaction open; the write below is fenced on what was read above.
   const evidence = await gather(ctx, history, proofId ? [proofId] : []);
   const warnings: string[] = [];
+  let others: readonly PaymentIntentView[] = [];
   const refusalDetails = { evidence: evidenceDetail(evidence) };
   if (command.as === 'succeeded') {
     const id = proofId!;
@@ -396,13 +417,11 @@ async function resolve(ctx: OpsContext, command: Extract<Command, { name: 'revie
       throw new StripeUnavailableError(`${name} ${id} could not be retrieved: ${evidence.problems.join('; ')}`, refusalDetails);
     }
     refuseUnless(judgeResolveSucceeded(op, id, found, evidence.refundedPaymentIntent), refusalDetails);
-    const others = kind.own(evidence).filter((o) => o.id !== id && o.status === 'succeeded');
-    if (others.length > 0) {
-      warnings.push(
-        op.kind === 'refund'
-          ? `other succeeded Refunds exist for this operation (${others.map((o) => o.id).join(', ')}): the order was refunded more than once — escalate`
-          : `other succeeded PaymentIntents exist for this operation (${others.map((o) => o.id).join(', ')}): the order was charged more than once — refund all but ${id}`,
-      );
+    others = kind.own(evidence).filter((o) => o.id !== id && o.status === 'succeeded');
+    // A refund cannot be refunded: a second succeeded Refund is for a human. A second charge is
+    // refunded by the duplicate-charge remedy once the resolution is written (below).
+    if (others.length > 0 && op.kind === 'refund') {
+      warnings.push(`other succeeded Refunds exist for this operation (${others.map((o) => o.id).join(', ')}): the order was refunded more than once — escalate`);
     }
     if (!evidence.complete) warnings.push(`duplicates could not be ruled out: ${evidence.problems.join('; ')}`);
   } else {
@@ -425,14 +444,71 @@ async function resolve(ctx: OpsContext, command: Extract<Command, { name: 'revie
     publishLeaseMs: publisher ? (ctx.publishLeaseMs ?? 60_000) : null,
   });
   if (!written) return conflict(ctx, op.id, 'review resolve');
+  const published = await publishNow(ctx, written);
+  const remedies: RemedyView[] = [];
+  if (op.kind === 'charge' && others.length > 0) {
+    // The charge is now final-succeeded with the operator's PaymentIntent: every other one that
+    // charged the order is the remedy's (issue 15), with the operator as actor and this command as evidence.
+    const evidenceOf = { by: 'operator', command: `review resolve --as succeeded`, reason: command.action.reason, transport: ctx.transport };
+    for (const other of others) {
+      const made = await remedy(ctx, command.action.actor, op.id, other, evidenceOf);
+      remedies.push(made);
+      if (made.refundOperationId === null) {
+        warnings.push(`${other.id} also charged this operation but is not refunded automatically (${made.disposition}): see runbook "Refund operations: review, refusals, remedy"`);
+      }
+    }
+  }
   return {
     operation: operationView(written.operation, history.refundedPaymentIntent),
     auditEvent: written.auditEvent,
     outcomeEvent: written.outcomeEvent,
-    published: await publishNow(ctx, written),
+    published,
     evidence,
     warnings,
+    remedies,
   };
+}
+
+/**
+ * The duplicate-charge remedy through the engine (judgeDuplicateCharge decides; the refund operation
+ * is made once per PaymentIntent and sent now). Without a gateway here nothing is made, and the
+ * view says why: the operator runs `refunds remedy` where Stripe can be reached.
+ */
+async function remedy(ctx: OpsContext, actor: string, chargeOperationId: string, pi: PaymentIntentView, evidence: Record<string, unknown>): Promise<RemedyView> {
+  if (!ctx.gateway) return { paymentIntentId: pi.id, refundOperationId: null, created: false, status: null, disposition: 'no Stripe gateway at this entry point' };
+  const engine = new ChargeEngine({ db: ctx.db, gateway: await ctx.gateway(), actor, ...(ctx.enginePolicy ? { policy: ctx.enginePolicy } : {}) });
+  const done = await engine.remedyDuplicateCharge(chargeOperationId, pi, evidence);
+  if (done.verdict.kind !== 'refund') return { paymentIntentId: pi.id, refundOperationId: null, created: false, status: null, disposition: done.verdict.reason };
+  return { paymentIntentId: pi.id, refundOperationId: done.refundOperationId, created: done.created, status: done.execution?.status ?? null, disposition: done.execution?.disposition ?? null };
+}
+
+/**
+ * `refunds remedy <order> --payment-intent pi_…`: a duplicate charge found by hand. Stripe is asked
+ * first (the PaymentIntent must exist, have succeeded, be ours — this order's operation or order id
+ * — and be the order's amount, currency and customer, and not the charge's own); then the engine
+ * makes the refund operation (reason duplicate, refund id duplicate:{pi}, once) and sends it.
+ */
+async function refundsRemedy(ctx: OpsContext, command: Extract<Command, { name: 'refunds remedy' }>): Promise<RefundRemedyResult> {
+  const charge = await findOperationByOrder(ctx.db, command.orderId);
+  if (!charge) throw new NotFoundError(`no charge operation for order "${command.orderId}"`);
+  if (charge.status !== 'succeeded' || charge.externalId === null) {
+    throw new RefusedError(`the charge of order ${command.orderId} is ${charge.status}${charge.reviewReason ? ' (in review)' : ''}: which PaymentIntent is the extra one is not settled — resolve the charge first (review show ${charge.id})`);
+  }
+  if (command.paymentIntentId === charge.externalId) throw new RefusedError(`${command.paymentIntentId} is the charge's own PaymentIntent: the remedy never refunds it`);
+  if (!ctx.gateway) throw new StripeUnavailableError('this entry point has no Stripe gateway configured: refunds remedy cannot send');
+  const lookup = await ctx.stripe();
+  const got = await lookup.retrieve(command.paymentIntentId);
+  if (!got.ok) {
+    if (got.failure.kind === FailureKind.notFound) throw new RefusedError(`${command.paymentIntentId} does not exist at Stripe`);
+    throw new StripeUnavailableError(`${command.paymentIntentId} could not be retrieved: ${got.failure.errorClass}: ${got.failure.message}`);
+  }
+  const pi = got.value;
+  const stripeDetail = { paymentIntent: { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency, customer: pi.customer ?? null, metadata: pi.metadata } };
+  const verdict = judgeDuplicateCharge(charge, pi);
+  if (verdict.kind !== 'refund') throw new RefusedError(`not refunded as a duplicate: ${verdict.reason}`, stripeDetail);
+  const made = await remedy(ctx, command.action.actor, charge.id, pi, { by: 'operator', command: 'refunds remedy', reason: command.action.reason, transport: ctx.transport, ...stripeDetail });
+  const refund = made.refundOperationId ? (await historyOf(ctx, made.refundOperationId)).operation : null;
+  return { charge: operationView(charge), remedy: made, refund: refund ? operationView(refund) : null };
 }
 
 async function reissue(ctx: OpsContext, command: Extract<Command, { name: 'review reissue' }>): Promise<ReissueResult> {
@@ -559,6 +635,8 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
       const history = await historyOf(ctx, result.operationId!);
       return { operation: operationView(history.operation), disposition: result.execution?.disposition ?? null, auditEvent };
     }
+    case 'refunds remedy':
+      return refundsRemedy(ctx, command);
     case 'refunds show': {
       const history = await historyOf(ctx, command.operationId);
       if (history.operation.kind !== 'refund') throw new NotFoundError(`operation ${command.operationId} is a ${history.operation.kind}, not a refund; see operations show`);
@@ -575,8 +653,8 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
  * must see even if this write fails.
  */
 async function auditRefusal(ctx: OpsContext, command: Command, error: OpsError): Promise<void> {
-  // A refused `refunds create` made no operation to note it on (the CLI shows the engine's reason).
-  if (!isAction(command) || command.name === 'review note' || command.name === 'findings resolve' || command.name === 'refunds create' || error.code === 'not_found' || error.code === 'config') return;
+  // A refused `refunds create` / `refunds remedy` made no operation to note it on (the CLI shows the reason).
+  if (!isAction(command) || command.name === 'review note' || command.name === 'findings resolve' || command.name === 'refunds create' || command.name === 'refunds remedy' || error.code === 'not_found' || error.code === 'config') return;
   await appendOperatorNote(ctx.db, {
     operationId: command.operationId,
     actor: command.action.actor,

@@ -3,6 +3,7 @@
 // trusts its caller). node:util parseArgs, strict: an unknown or misspelled flag is an error.
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
 import type { ReviewQueueFilter } from '../payments/review.ts';
+import { REMEDY_REFUND_ID_PREFIX } from '../payments/types.ts';
 import { UsageError } from './errors.ts';
 
 export const COMMAND_NAMES = [
@@ -18,6 +19,7 @@ export const COMMAND_NAMES = [
   'refunds list',
   'refunds show',
   'refunds create',
+  'refunds remedy',
   'stats',
 ] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
@@ -70,6 +72,8 @@ export type Command =
       readonly refundReason: (typeof STRIPE_REFUND_REASONS)[number] | null;
       readonly action: OperatorAction;
     }
+  /** A duplicate charge found by hand: the engine's duplicate-charge remedy, the operator as actor. */
+  | { readonly name: 'refunds remedy'; readonly orderId: string; readonly paymentIntentId: string; readonly action: OperatorAction }
   | { readonly name: 'stats' };
 
 export const FINDING_KINDS = ['contradiction', 'unrecorded_charge'] as const;
@@ -239,6 +243,16 @@ export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
       ['--refund-id <id>', 'required: the refund\'s id (one refund per order and id; the same id again is the same refund)'],
       ['--amount <n>', 'required: minor units; at most what is left to refund (refunds list)'],
       ['--refund-reason <r>', `Stripe's reason: ${'duplicate | fraudulent | requested_by_customer'}`],
+      ...ACTION_HELP,
+    ],
+    positionals: ['order-id'],
+  },
+  'refunds remedy': {
+    args: '<order-id>',
+    summary: 'refund a PaymentIntent that charged the order a second time (checked at Stripe first), as the duplicate-charge remedy',
+    options: { 'payment-intent': { type: 'string' }, ...ACTION_OPTIONS },
+    help: [
+      ['--payment-intent <pi>', "required: the extra PaymentIntent (succeeded, ours, the order's amount; not the charge's own)"],
       ...ACTION_HELP,
     ],
     positionals: ['order-id'],
@@ -489,6 +503,10 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
         if (!/^[\x21-\x7e]{1,128}$/.test(first)) throw new UsageError(`refunds create: the order id must be 1-128 printable characters without spaces (got "${first}")`);
         const refundId = str('refund-id');
         if (refundId === undefined || !/^[\x21-\x7e]{1,128}$/.test(refundId)) throw new UsageError('refunds create: --refund-id <id> is required (1-128 printable characters without spaces)');
+        // The remedy's namespace, as for a producer (message.ts): one taken here would make the remedy's insert a no-op.
+        if (refundId.startsWith(REMEDY_REFUND_ID_PREFIX)) {
+          throw new UsageError(`refunds create: --refund-id must not start with "${REMEDY_REFUND_ID_PREFIX}" (the duplicate-charge remedy's ids); a second charge is refunded with refunds remedy <order> --payment-intent pi_…`);
+        }
         const amountText = str('amount') ?? '';
         if (!/^[1-9]\d{0,14}$/.test(amountText)) throw new UsageError(`refunds create: --amount must be a positive integer in minor units (got "${amountText}")`);
         const reason = str('refund-reason');
@@ -500,6 +518,12 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
           refundReason: reason === undefined ? null : oneOf('--refund-reason', reason, STRIPE_REFUND_REASONS),
           action: action(values, defaultActor),
         };
+      }
+      case 'refunds remedy': {
+        if (!/^[\x21-\x7e]{1,128}$/.test(first)) throw new UsageError(`refunds remedy: the order id must be 1-128 printable characters without spaces (got "${first}")`);
+        const pi = str('payment-intent');
+        if (pi === undefined || !PAYMENT_INTENT_ID.test(pi)) throw new UsageError(`refunds remedy: --payment-intent pi_… is required (got "${pi ?? ''}")`);
+        return { name, orderId: first, paymentIntentId: pi, action: action(values, defaultActor) };
       }
       case 'stats':
         return { name };

@@ -318,6 +318,11 @@ function actionLines(response: Extract<OpsResponse, { ok: true }>): string[] {
         e
           ? `  outcome event ${e.eventType} ${e.eventId}: ${r.published === true ? 'published' : r.published === false ? 'not published yet; the relay retries' : 'in the outbox; the reconciler publishes it'}`
           : '  no outcome event',
+        ...(r.remedies ?? []).map((m) =>
+          m.refundOperationId
+            ? `  duplicate ${m.paymentIntentId}: refund operation ${m.refundOperationId} ${m.status ?? ''} (${m.created ? 'created' : 'existed already'})`
+            : `  duplicate ${m.paymentIntentId}: not refunded (${m.disposition})`,
+        ),
         ...r.warnings.map((w) => `WARNING: ${w}`),
       ];
     }
@@ -336,6 +341,16 @@ function actionLines(response: Extract<OpsResponse, { ok: true }>): string[] {
         `Refund ${r.operation.id} of order ${r.operation.orderId}: ${r.operation.amount} ${r.operation.currency}, ${r.operation.status}${r.operation.externalId ? ` — ${r.operation.externalId}` : ''} (${r.disposition ?? 'not executed'}).`,
         ...(r.auditEvent ? [`  audit event #${r.auditEvent.id} by ${r.auditEvent.actor}: ${r.auditEvent.action}`] : []),
         ...(r.operation.status === 'pending' || r.operation.status === 'unknown' ? ["  open: the reconciler settles it (it waits for the order's charge if that is not final)"] : []),
+      ];
+    }
+    case 'refunds remedy': {
+      const { charge, remedy, refund } = response.result;
+      return [
+        `Duplicate-charge remedy of ${remedy.paymentIntentId} (order ${charge.orderId}, charge ${charge.id} keeps ${charge.externalId}):`,
+        refund
+          ? `  refund operation ${refund.id}, ${refund.amount} ${refund.currency}, ${refund.status}${refund.externalId ? ` — ${refund.externalId}` : ''} (${remedy.created ? 'created' : 'existed already'}; ${remedy.disposition ?? 'not executed'})`
+          : `  no refund operation: ${remedy.disposition ?? 'unknown'}`,
+        ...(refund && (refund.status === 'pending' || refund.status === 'unknown') ? ['  open: the reconciler settles it'] : []),
       ];
     }
     case 'findings resolve': {

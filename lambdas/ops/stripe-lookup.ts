@@ -28,7 +28,9 @@ function toPaymentIntent(raw: unknown): StripePaymentIntent | null {
     for (const [key, value] of Object.entries(pi.metadata)) if (typeof value === 'string') metadata[key] = value;
   }
   const created = typeof pi.created === 'number' ? new Date(pi.created * 1000).toISOString() : null;
-  return { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency, metadata, created };
+  // The customer, when the answer names one: the duplicate-charge remedy compares it with the order's.
+  const customer = typeof pi.customer === 'string' ? pi.customer : typeof pi.customer === 'object' && pi.customer !== null ? ((pi.customer as { id?: unknown }).id as string | undefined) ?? null : null;
+  return { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency, metadata, created, customer };
 }
 
 /** stripe-node resolves a non-2xx answer without an `error` body as a success: check the status too. */

@@ -303,6 +303,11 @@ export interface Outcome {
    * key_generation + 1 (pending, due now), audited as `auto_reissued` and announced as an event.
    */
   readonly reissue?: boolean;
+  /**
+   * The duplicate-charge remedy decided with a success (judgeListedCharges): the refund operations
+   * of the extra PaymentIntents, made by the same statement that records the success.
+   */
+  readonly remedies?: readonly DuplicateRemedy[];
 }
 
 /** Exponential backoff with "equal jitter": at least half the step, capped. attempt ≥ 1. */
@@ -719,8 +724,15 @@ export function decideList(ctx: Context, window: ListWindow, result: GatewayResu
   switch (verdict.kind) {
     case 'adopt':
       return fromPaymentIntent(ctx, answer.items.find((pi) => pi.id === verdict.object.id)!, evidence);
-    case 'contradiction':
-      return toReview(`List of ${what} found ${verdict.reason}`, { ...evidence, listHits: verdict.related.map((o) => ({ id: o.id, status: o.status, ...o.fields })) });
+    case 'contradiction': {
+      const listHits = verdict.related.map((o) => ({ id: o.id, status: o.status, ...o.fields }));
+      const charged = judgeListedCharges(op, answer.items.filter((pi) => verdict.related.some((o) => o.id === pi.id)));
+      if (charged) {
+        const settled = fromPaymentIntent(ctx, charged.keep, { ...evidence, listHits, duplicatesRefunded: charged.remedies.map((r) => r.paymentIntentId) });
+        return { ...settled, remedies: charged.remedies };
+      }
+      return toReview(`List of ${what} found ${verdict.reason}`, { ...evidence, listHits });
+    }
     case 'incomplete':
       if (answer.pages >= MAX_LIST_PAGES_FOR_PROOF) {
         return toReview(`List of ${what} has more than ${answer.pages} pages in the send window: absence cannot be shown`, evidence);
@@ -784,9 +796,14 @@ export function duplicateRefundId(paymentIntentId: string): string {
   return `${REMEDY_REFUND_ID_PREFIX}${paymentIntentId}`;
 }
 
-export type DuplicateVerdict =
-  | { readonly kind: 'refund'; readonly refundId: string; readonly paymentIntentId: string; readonly amount: number }
-  | { readonly kind: 'none'; readonly reason: string };
+/** The refund operation the remedy makes for one extra PaymentIntent. */
+export interface DuplicateRemedy {
+  readonly refundId: string;
+  readonly paymentIntentId: string;
+  readonly amount: number;
+}
+
+export type DuplicateVerdict = ({ readonly kind: 'refund' } & DuplicateRemedy) | { readonly kind: 'none'; readonly reason: string };
 
 /**
  * Evidence (an event, a List, an operator) shows a PaymentIntent for an order whose charge operation
@@ -794,7 +811,10 @@ export type DuplicateVerdict =
  * charge of the same order: succeeded, ours by metadata (this operation or this order), same
  * currency. The charge operation's own PaymentIntent is never refunded by the remedy.
  */
-export function judgeDuplicateCharge(charge: Pick<ClaimedOperation, 'id' | 'kind' | 'orderId' | 'status' | 'externalId' | 'currency'>, pi: PaymentIntentView): DuplicateVerdict {
+export function judgeDuplicateCharge(
+  charge: Pick<ClaimedOperation, 'id' | 'kind' | 'orderId' | 'status' | 'externalId' | 'amount' | 'currency' | 'customerId'>,
+  pi: PaymentIntentView,
+): DuplicateVerdict {
   if (charge.kind !== 'charge') return { kind: 'none', reason: `operation ${charge.id} is not a charge` };
   if (charge.status !== 'succeeded' || charge.externalId === null) return { kind: 'none', reason: `the charge is ${charge.status}: which PaymentIntent is the extra one is not settled` };
   if (pi.id === charge.externalId) return { kind: 'none', reason: `${pi.id} is the charge's own PaymentIntent` };
@@ -802,7 +822,55 @@ export function judgeDuplicateCharge(charge: Pick<ClaimedOperation, 'id' | 'kind
   const ours = pi.metadata.operation_id === charge.id || pi.metadata.order_id === charge.orderId;
   if (!ours) return { kind: 'none', reason: `${pi.id} names neither operation ${charge.id} nor order ${charge.orderId}` };
   if (pi.currency !== charge.currency) return { kind: 'none', reason: `${pi.id} is in ${pi.currency}, the order in ${charge.currency}` };
+  // A second charge of THIS order is the order's amount, to the order's customer: anything else is
+  // money we cannot explain, and a human decides (issue 15: no automatic refund of it).
+  if (pi.amount !== charge.amount) return { kind: 'none', reason: `${pi.id} is for ${pi.amount}, the order for ${charge.amount}` };
+  if (pi.customer != null && pi.customer !== charge.customerId) return { kind: 'none', reason: `${pi.id} belongs to another customer than the order's` };
   return { kind: 'refund', refundId: duplicateRefundId(pi.id), paymentIntentId: pi.id, amount: pi.amount };
+}
+
+export interface ListedCharges {
+  /** The PaymentIntent the operation settles on. */
+  readonly keep: PaymentIntentView;
+  /** The others, each refunded by the remedy. */
+  readonly remedies: readonly DuplicateRemedy[];
+}
+
+/**
+ * A complete List shows several PaymentIntents of THIS charge operation and every one of them
+ * charged (e.g. key generations 0 and 1 both succeeded: a proof of absence that came too early, a
+ * send the proof could not see). The money is not in doubt, only which PaymentIntent the operation
+ * keeps, so no human is needed (issue 15, docs/decisions.md 2026-12-01): the operation settles on one
+ * and the remedy refunds the others. The rule: the PaymentIntent of the operation's CURRENT key
+ * generation (the one a replay of the key the engine sends now returns), else the highest generation
+ * below it; a tie (a second key under one generation) by id. Each other one must pass
+ * judgeDuplicateCharge against the kept one — the one rule of the remedy, shared with events and
+ * operators. Null — a human decides, as before — when any related PaymentIntent is not certainly a
+ * charge of this operation: still moving or failed, another amount, currency or customer, or
+ * another operation_id.
+ */
+export function judgeListedCharges(
+  op: Pick<ClaimedOperation, 'id' | 'kind' | 'orderId' | 'amount' | 'currency' | 'customerId' | 'keyGeneration'>,
+  related: readonly PaymentIntentView[],
+): ListedCharges | null {
+  if (op.kind !== 'charge' || related.length < 2) return null;
+  const certain = related.every(
+    (pi) => pi.status === 'succeeded' && pi.metadata.operation_id === op.id && pi.amount === op.amount && pi.currency === op.currency && (pi.customer ?? op.customerId) === op.customerId,
+  );
+  if (!certain) return null;
+  const generation = (pi: PaymentIntentView): number => {
+    const g = Number(pi.metadata.key_generation);
+    return Number.isInteger(g) && g >= 0 && g <= op.keyGeneration ? g : -1;
+  };
+  const [keep, ...others] = [...related].sort((a, b) => generation(b) - generation(a) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  const settled = { ...op, status: 'succeeded' as const, externalId: keep!.id };
+  const remedies: DuplicateRemedy[] = [];
+  for (const pi of others) {
+    const verdict = judgeDuplicateCharge(settled, pi);
+    if (verdict.kind !== 'refund') return null;
+    remedies.push({ refundId: verdict.refundId, paymentIntentId: verdict.paymentIntentId, amount: verdict.amount });
+  }
+  return { keep: keep!, remedies };
 }
 
 /** Any kind's Stripe object (a Refund) for judgeList: amount and currency. */

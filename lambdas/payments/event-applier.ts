@@ -214,13 +214,17 @@ export class StripeEventApplier {
         return this.#finish(row, decision.outcome, op?.id ?? null, decision.reason);
       case 'stale':
         return this.#finish(row, 'stale', op!.id, decision.reason);
+      case 'await_final':
+        await deferEvent(this.#db, row, { afterMs: deferralDelayMs(row.attempts) }, decision.reason, op!.id);
+        return this.#result(row, 'deferred', op!.id, decision.reason);
       case 'unrecorded':
-      case 'contradiction': {
+      case 'contradiction':
+      case 'duplicate_charge': {
         const kind = decision.kind === 'unrecorded' ? 'unrecorded_charge' : 'contradiction';
         const outcome: ApplyOutcome = decision.kind === 'unrecorded' ? 'unrecorded' : 'contradiction';
         // A second succeeded PaymentIntent of a succeeded charge: the duplicate-charge remedy (issue 15)
         // refunds it, in the same transaction as the finding, once however often the event comes.
-        const remedy = op && decision.kind === 'contradiction' ? judgeDuplicateCharge(op, pi) : null;
+        const remedy = op && decision.kind === 'duplicate_charge' ? judgeDuplicateCharge(op, pi) : null;
         let remedyOperationId: string | null = null;
         let newFinding = false;
         const done = await this.#transaction(async (client) => {

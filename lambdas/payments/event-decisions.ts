@@ -177,6 +177,17 @@ export type PaymentIntentEventDecision =
   | { readonly kind: 'stale'; readonly reason: string }
   /** The operation is final and the event contradicts it: a finding and an alarm, never a rewrite. */
   | { readonly kind: 'contradiction'; readonly reason: string }
+  /**
+   * The charge succeeded with another PaymentIntent and this one — the order's amount, currency and
+   * customer — charged it again: the contradiction's finding and alarm, and the duplicate-charge
+   * remedy's refund of this one (decisions.ts judgeDuplicateCharge), in the same transaction.
+   */
+  | { readonly kind: 'duplicate_charge'; readonly reason: string }
+  /**
+   * Open, holding another PaymentIntent, and this one charged the order too: which one is the extra
+   * cannot be said until the operation settles. The event waits in the inbox and is judged again then.
+   */
+  | { readonly kind: 'await_final'; readonly reason: string }
   /** The operation waits for a human: the event is noted in its audit trail for the operator. */
   | { readonly kind: 'in_review'; readonly reason: string }
   /** Open, and the event cannot be adopted (another customer, another key generation, a second PI): to review. */
@@ -210,6 +221,9 @@ export function decidePaymentIntentEvent(op: Operation | null, pi: EventPaymentI
     const same = op.externalId === pi.id;
     if (op.status === 'succeeded') {
       if (same && pi.status === 'canceled') return { kind: 'contradiction', reason: `operation succeeded with ${pi.id}, but an event says it was canceled` };
+      if (!same && pi.status === 'succeeded' && op.kind === 'charge' && mismatch.length === 0) {
+        return { kind: 'duplicate_charge', reason: `operation succeeded with ${op.externalId}, and a second ${describePi(pi)} charged the same order` };
+      }
       if (!same && MONEY_MAY_MOVE.has(pi.status)) {
         return { kind: 'contradiction', reason: `operation succeeded with ${op.externalId}, and a second ${describePi(pi)} exists for the same order` };
       }
@@ -222,6 +236,9 @@ export function decidePaymentIntentEvent(op: Operation | null, pi: EventPaymentI
   }
 
   if (op.reviewReason !== null) return { kind: 'in_review', reason: `operation is in review; ${describePi(pi)} noted for the operator` };
+  if (op.kind === 'charge' && op.externalId !== null && op.externalId !== pi.id && pi.status === 'succeeded' && mismatch.length === 0) {
+    return { kind: 'await_final', reason: `a second ${describePi(pi)} for an operation still open with ${op.externalId}: judged again once it is final` };
+  }
   if (mismatch.length > 0 || otherGeneration) {
     const what = [...mismatch, ...(otherGeneration ? [`key generation ${generation} ≠ ${op.keyGeneration}`] : [])].join(', ');
     if (!MONEY_MAY_MOVE.has(pi.status)) return { kind: 'ignore', outcome: 'other_payment_intent', reason: `${describePi(pi)} does not match the operation (${what}) and charged nothing` };

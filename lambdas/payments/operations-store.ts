@@ -496,6 +496,7 @@ export async function recordOutcomes(
     error_class: w.errorClass,
     error_code: w.errorCode,
     detail: w.detail,
+    remedies: w.remedies ?? null,
   }));
   const { rows } = await prepared<{
     id: string;
@@ -511,7 +512,7 @@ export async function recordOutcomes(
        SELECT * FROM jsonb_to_recordset($1::jsonb) AS o(
          id uuid, lease_token uuid, action text, step text, from_status text, key_generation int,
          status text, external_id text, review_reason text, retry_after_ms bigint,
-         error text, error_class text, error_code text, detail jsonb)
+         error text, error_class text, error_code text, detail jsonb, remedies jsonb)
      ),
      upd AS (
        UPDATE payment_operations AS p SET
@@ -554,6 +555,28 @@ export async function recordOutcomes(
                 || CASE WHEN o.review_reason IS NOT NULL THEN jsonb_build_object('reviewReason', o.review_reason) ELSE '{}'::jsonb END
                 || CASE WHEN u.id IS NULL THEN jsonb_build_object('discardedStatus', o.status) ELSE '{}'::jsonb END
          FROM o LEFT JOIN upd u ON u.id = o.id
+     ),
+     -- The duplicate-charge remedy decided with this outcome (decisions.ts judgeListedCharges): its
+     -- refund operations are made in the SAME statement as the charge's success, so no crash can
+     -- leave a settled charge whose extra PaymentIntents nobody refunds. Only when the write applied
+     -- and the charge succeeded; once per PaymentIntent (the unique indexes of 007_refunds.sql).
+     remedy AS (
+       INSERT INTO payment_operations AS r
+         (order_id, kind, refund_id, parent_operation_id, refund_reason, refund_payment_intent, amount, currency, customer_id, payment_method)
+       SELECT u.order_id, 'refund', d."refundId", u.id, 'duplicate', d."paymentIntentId", d.amount, u.currency, c.customer_id, c.payment_method
+         FROM o JOIN upd u ON u.id = o.id AND u.status = 'succeeded'
+         JOIN payment_operations c ON c.id = o.id
+         CROSS JOIN LATERAL jsonb_to_recordset(o.remedies) AS d("refundId" text, "paymentIntentId" text, amount bigint)
+        WHERE o.action = 'record' AND o.remedies IS NOT NULL
+       ON CONFLICT DO NOTHING
+       RETURNING r.id, r.status, r.key_generation, r.refund_payment_intent, r.parent_operation_id
+     ),
+     remedy_audit AS (
+       INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
+       SELECT id, $2::text, 'requested', NULL, status, key_generation,
+              jsonb_build_object('remedy', 'duplicate_charge', 'refundedPaymentIntent', refund_payment_intent,
+                                 'chargeOperationId', parent_operation_id, 'evidence', 'list')
+         FROM remedy
      ),
      outcome AS (
        SELECT u.*, o.error_code AS failure_code, uuidv7() AS event_id, now() AS occurred_at
@@ -781,6 +804,21 @@ export interface OpenOperationCounts {
   readonly oldestOpenAgeSeconds: number;
   /** Open operations waiting for a human (review_reason set). */
   readonly reviewQueueSize: number;
+}
+
+/**
+ * Duplicate-charge remedies created in the last `windowSeconds` (whichever evidence made them: an
+ * event, a List, an operator): the gauge behind the DuplicateChargeRemedied alarm. Reads the partial
+ * unique index over remedy rows only (refund_payment_intent IS NOT NULL): O(remedies ever), which
+ * are rare by construction.
+ */
+export async function countRecentRemedies(db: Db, windowSeconds: number): Promise<number> {
+  const { rows } = await db.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM payment_operations
+      WHERE refund_payment_intent IS NOT NULL AND created_at > now() - $1::int * interval '1 second'`,
+    [windowSeconds],
+  );
+  return rows[0]?.n ?? 0;
 }
 
 /** The reconciler's operation gauges, read through the partial index over open operations: O(open). */

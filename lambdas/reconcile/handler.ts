@@ -117,6 +117,7 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
     metrics.addMetric(METRICS.oldestOpenAgeSeconds, MetricUnit.Seconds, g.oldestOpenAgeSeconds);
     metrics.addMetric(METRICS.reviewQueueSize, MetricUnit.Count, g.reviewQueueSize);
     metrics.addMetric(METRICS.rejectedLastPeriod, MetricUnit.Count, g.rejectedLastPeriod);
+    metrics.addMetric(METRICS.duplicateChargesRemedied, MetricUnit.Count, g.duplicateChargesRemediedLastPeriod);
     metrics.addMetric(METRICS.unpublishedEvents, MetricUnit.Count, g.unpublishedEvents);
     metrics.addMetric(METRICS.oldestUnpublishedEventAgeSeconds, MetricUnit.Seconds, g.oldestUnpublishedEventAgeSeconds);
   }

@@ -37,6 +37,8 @@ export const METRICS = {
   oldestOpenAgeSeconds: 'OldestOpenOperationAgeSeconds',
   reviewQueueSize: 'ReviewQueueSize',
   rejectedLastPeriod: 'RejectedMessagesLastPeriod',
+  /** Duplicate-charge remedies (refund operations of an extra PaymentIntent) created in the same window. */
+  duplicateChargesRemedied: 'DuplicateChargesRemediedLastPeriod',
   unpublishedEvents: 'UnpublishedEvents',
   oldestUnpublishedEventAgeSeconds: 'OldestUnpublishedEventAgeSeconds',
   reconciledOperations: 'ReconciledOperations',

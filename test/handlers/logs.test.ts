@@ -206,6 +206,7 @@ describe('log lines of the real handlers', () => {
         METRICS.oldestOpenAgeSeconds,
         METRICS.reviewQueueSize,
         METRICS.rejectedLastPeriod,
+        METRICS.duplicateChargesRemedied,
         METRICS.unpublishedEvents,
         METRICS.oldestUnpublishedEventAgeSeconds,
         // the Stripe event inbox, worked by the same run

@@ -265,7 +265,7 @@ describe('outbox sweep and gauges', () => {
     expect(bus.events().some((e) => (e.detail as { operationId?: string }).operationId === due)).toBe(true);
     const { oldestOpenAgeSeconds, ...counts } = summary.gauges!;
     // (the operation settled in this run is no longer open)
-    expect(counts).toEqual({ openPending: 1, openUnknown: 1, reviewQueueSize: 1, rejectedLastPeriod: 1, unpublishedEvents: 0, oldestUnpublishedEventAgeSeconds: 0 });
+    expect(counts).toEqual({ openPending: 1, openUnknown: 1, reviewQueueSize: 1, rejectedLastPeriod: 1, duplicateChargesRemediedLastPeriod: 0, unpublishedEvents: 0, oldestUnpublishedEventAgeSeconds: 0 });
     // The review row is older, but it waits for a human: the age alarm watches what machines own.
     expect(oldestOpenAgeSeconds).toBeGreaterThanOrEqual(599);
     expect(oldestOpenAgeSeconds).toBeLessThan(660);

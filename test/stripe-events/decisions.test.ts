@@ -46,7 +46,11 @@ describe('decidePaymentIntentEvent', () => {
     expect(kind(op(), pi({ metadata: { operation_id: OP_ID, order_id: 'order-2' } }))).toBe('review');
     expect(kind(op({ keyGeneration: 1 }), pi())).toBe('review');
     expect(kind(op({ keyGeneration: 1 }), pi({ status: 'canceled' }))).toBe('ignore:other_payment_intent');
-    expect(kind(op(), pi({ id: 'pi_2' }))).toBe('review');
+    // A second PaymentIntent that charged the order while the operation holds another: which one is
+    // the extra is known only once the operation is final (then: duplicate_charge, below).
+    expect(kind(op(), pi({ id: 'pi_2' }))).toBe('await_final');
+    expect(kind(op(), pi({ id: 'pi_2', status: 'processing' }))).toBe('review');
+    expect(kind(op(), pi({ id: 'pi_2', amount: 999 }))).toBe('review');
     expect(kind(op(), pi({ id: 'pi_2', status: 'requires_payment_method' }))).toBe('ignore:other_payment_intent');
     expect(kind(op({ reviewReason: 'x' }), pi())).toBe('in_review');
   });
@@ -56,7 +60,14 @@ describe('decidePaymentIntentEvent', () => {
     expect(kind(succeeded, pi())).toBe('stale');
     expect(kind(succeeded, pi({ status: 'processing' }))).toBe('stale');
     expect(kind(succeeded, pi({ status: 'canceled' }))).toBe('contradiction');
-    expect(kind(succeeded, pi({ id: 'pi_2' }))).toBe('contradiction');
+    // A second charge of the order (its amount, currency, customer): the duplicate-charge remedy.
+    expect(kind(succeeded, pi({ id: 'pi_2' }))).toBe('duplicate_charge');
+    expect(kind(succeeded, pi({ id: 'pi_2', metadata: { operation_id: OP_ID, order_id: 'order-1', key_generation: '1' } }))).toBe('duplicate_charge');
+    // Money we cannot explain (another amount, customer, currency or order) stays a contradiction for a human.
+    expect(kind(succeeded, pi({ id: 'pi_2', amount: 999 }))).toBe('contradiction');
+    expect(kind(succeeded, pi({ id: 'pi_2', customer: 'cus_2' }))).toBe('contradiction');
+    expect(kind(succeeded, pi({ id: 'pi_2', currency: 'usd' }))).toBe('contradiction');
+    expect(kind(succeeded, pi({ id: 'pi_2', metadata: { operation_id: OP_ID, order_id: 'order-2' } }))).toBe('contradiction');
     expect(kind(succeeded, pi({ id: 'pi_2', status: 'processing' }))).toBe('contradiction');
     expect(kind(succeeded, pi({ id: 'pi_2', status: 'canceled' }))).toBe('stale');
     const failed = op({ status: 'failed' });
