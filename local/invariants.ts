@@ -8,7 +8,8 @@
 //                             one that is not refunded in full)
 //   the net amount          — (given refunds) per order, what Stripe kept = the amount asked − the
 //                             refunds asked, or zero; never more refunded than charged
-//   refunds told truly      — a succeeded refund operation names a succeeded Refund of its amount
+//   refunds told truly      — a succeeded refund operation names a succeeded Refund of its amount;
+//                             every Refund that returns money is named by its operation
 //   no unsafe re-issue      — no new key generation while an older one's PaymentIntent is or may become a charge
 //   nothing lost            — every sent order has an operation, a rejected_messages row, or is in the DLQ
 //   nothing wrongly failed  — no operation `failed` while a succeeded PaymentIntent exists for it
@@ -59,6 +60,11 @@ export const VIOLATION_KINDS = [
   'succeeded_without_refund',
   /** A refund operation `succeeded` on a Refund of another amount, PaymentIntent or operation. */
   'refund_mismatch',
+  /**
+   * (refunds given) A Refund at Stripe that returns money (succeeded or pending) which no refund
+   * operation names — none of ours, or (quiescent) only an open one not in review.
+   */
+  'unrecorded_refund',
 ] as const;
 export type ViolationKind = (typeof VIOLATION_KINDS)[number];
 
@@ -76,7 +82,7 @@ export interface Violation {
  * product says "no machine can decide": money is not lost, it waits for a person.
  */
 export interface Warning {
-  readonly kind: 'charge_awaiting_review';
+  readonly kind: 'charge_awaiting_review' | 'refund_awaiting_review';
   readonly operationId: string;
   readonly orderId: string;
   readonly detail: string;
@@ -306,6 +312,29 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
         if (made) violate('wrongly_failed', `refund operation is failed but Refund ${made.id} succeeded`, r);
       }
     }
+    // Every Refund that returns money is known by the refund operation that made it (as every
+    // succeeded PaymentIntent is by its charge, below). A failed or canceled one returned nothing.
+    const named = new Set(refundOps.flatMap((r) => (r.external_id === null ? [] : [r.external_id])));
+    const refundOpById = new Map(refundOps.map((r) => [r.id, r]));
+    for (const refund of stripeRefunds) {
+      if (refund.status === 'failed' || refund.status === 'canceled' || named.has(refund.id)) continue;
+      const orderId = refund.paymentIntentOrderId ?? undefined;
+      if (inScope !== null && !inScope.has(orderId ?? '')) continue;
+      const op = refundOpById.get(refund.metadata.operation_id ?? '') ?? null;
+      if (op?.status === 'failed' && refund.status === 'succeeded') continue; // wrongly_failed, above
+      const open = op !== null && op.status !== 'succeeded' && op.status !== 'failed';
+      if (open && !quiescent) continue; // its answer may still be on its way
+      if (open && op.review_reason !== null) {
+        warnings.push({ kind: 'refund_awaiting_review', operationId: op.id, orderId: op.order_id, detail: `${refund.status} Refund ${refund.id} exists; the refund operation waits for a human: ${op.review_reason}` });
+        continue;
+      }
+      violate(
+        'unrecorded_refund',
+        `${refund.status} Refund ${refund.id} of ${refund.amount} on ${refund.payment_intent} (operation_id ${refund.metadata.operation_id ?? 'none'}) is ${op ? `not named by its operation, which is ${op.status}` : 'known by no refund operation'}`,
+        op,
+        orderId,
+      );
+    }
   }
 
   // ── Nothing lost ─────────────────────────────────────────────────────────────────────────────
@@ -374,7 +403,13 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       }
     }
 
-    if (quiescent && !final && op.review_reason === null) {
+    // A refund waits (not claimable) while its charge is open: if the charge is in review, so is the
+    // refund, in effect — it goes once a human settles the charge. Reported, not a violation.
+    const chargeOf = op.kind === 'refund' && op.parent_operation_id ? byId.get(op.parent_operation_id) : undefined;
+    const waitsOnReview = chargeOf !== undefined && chargeOf.review_reason !== null && (chargeOf.status === 'pending' || chargeOf.status === 'unknown');
+    if (quiescent && !final && op.review_reason === null && waitsOnReview) {
+      warnings.push({ kind: 'refund_awaiting_review', operationId: op.id, orderId: op.order_id, detail: `the refund waits for its charge, which is in review: ${chargeOf.review_reason}` });
+    } else if (quiescent && !final && op.review_reason === null) {
       violate('unsettled', `still ${op.status} (${op.attempts} attempts) and not in review after quiescence`, op);
     }
     if (!final && op.review_reason !== null && op.review_reason.trim() === '') {

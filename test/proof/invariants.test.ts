@@ -196,6 +196,16 @@ describe('checkInvariants detects every kind of broken promise', () => {
     expectKind(await w.check({ refunds: changed }), 'refund_mismatch', w.refundOperationId);
   });
 
+  it('unrecorded_refund: a refund at Stripe that no refund operation names (made behind the pipeline’s back)', async () => {
+    const w = await refundedWorld();
+    const extra = { ...w.refund, id: 're_nobody_knows', amount: 1, metadata: {} };
+    const report = await w.check({ refunds: [...stripe.fake.refunds(), extra] });
+    expectKind(report, 'unrecorded_refund');
+    expect(report.violations.find((v) => v.kind === 'unrecorded_refund')!.detail).toContain('re_nobody_knows');
+    // A failed one returned nothing: not a violation.
+    expect(kinds(await w.check({ refunds: [...stripe.fake.refunds(), { ...extra, status: 'failed' as const }] }))).not.toContain('unrecorded_refund');
+  });
+
   it('unsafe_reissue: a new key generation while an older generation’s PaymentIntent may still charge', async () => {
     const w = await healthyWorld();
     const [op] = (await db.pool.query('SELECT * FROM payment_operations WHERE id = $1', [w.reviewId])).rows;
