@@ -23,6 +23,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { SendMessageBatchCommand, type SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
 import type { Context, SQSEvent } from 'aws-lambda';
 import pg from 'pg';
+import { worstCaseCallMs } from '../../lambdas/payments/call-budget.ts';
 import { chargeRequestMessage, refundRequestMessage } from '../../lambdas/producer/client.ts';
 import type { ChargeRequest, RefundRequest } from '../../lambdas/payments/message.ts';
 import type { FakeStripeStats, FaultProfileName } from '../fake-stripe/server.ts';
@@ -296,9 +297,10 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     // SIGKILLed here holds the Stripe budget until that deadline, as a crashed one does on AWS for the
     // function's 2 minutes. On the soak's compressed clock 2 real minutes would outlast quiescence.
     // Refunds make that wait visible: a refund that waited for its charge is sent by the next sweep
-    // only, so a killed sweep held them all for its deadline. 8 s is still ~10 sweep periods and well
-    // above a sweep's run (RECONCILE_MAX_RUN_MS: 0.8 period) plus its safety margin and one call.
-    reconcileTimeoutMs: 8_000,
+    // only, so a killed sweep held them all for its deadline. Shorter, then, but never so short that
+    // config.ts refuses it: room for the worst-case Stripe call, the safety margin below and a few
+    // seconds of sweep (fast clock 8 s, soak clock 11 s).
+    reconcileTimeoutMs: Math.max(8_000, worstCaseCallMs({ timeoutMs: options.timeLapse.stripeTimeoutMs, maxNetworkRetries: options.timeLapse.stripeMaxNetworkRetries }) + 1_000 + 3_000),
     handlers: { charge, reconcile },
     logLevel: 'ERROR',
     metricsDisabled: true,
