@@ -197,7 +197,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
 
   const violationsByKind: Record<string, number> = {};
   for (const v of violations) violationsByKind[v.kind] = (violationsByKind[v.kind] ?? 0) + 1;
-  const refunds = await readRefundLedger({ db, orderIds, send, paymentIntents: truthPis, refunds: truthRefunds, stats, violations });
+  const refunds = await readRefundLedger({ db, orderIds, send, paymentIntents: truthPis, refunds: truthRefunds, stats, requests: p.fakeStripe?.requests() ?? null, violations });
   const c = charges.rows[0]!;
 
   const settledOperations = report.byStatus.succeeded + report.byStatus.failed + report.inReview;
@@ -488,6 +488,7 @@ function formatRefunds(r: RefundLedger, row: Row, section: (title: string) => vo
     const q = r.stripeRequests;
     row('Stripe refund requests', q.create + q.retrieve + q.list, [list({ create: q.create, retrieve: q.retrieve, list: q.list }), q.perRefund !== null ? `${q.perRefund} per final refund` : ''].filter(Boolean).join(' · '));
   }
+  if (r.faultsMet && Object.keys(r.faultsMet).length > 0) row('faults met by refunds', Object.values(r.faultsMet).reduce((a, b) => a + b, 0), list(r.faultsMet, (k) => FAULT_LABELS[k] ?? k));
   const shown = sampleOrders(r.orders);
   if (shown.length > 0) {
     out.push(`    ${style.dim(`per order, ours beside Stripe's (${shown.length} of ${r.orders.length}: the first of each scenario, and every order not ok; all in --json):`)}`);

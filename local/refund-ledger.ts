@@ -5,7 +5,7 @@
 // gathers what a reader needs to see them for each order.
 import type { Db } from '../lambdas/payments/db.ts';
 import type { RefundScenario, SendReport } from './demo.ts';
-import type { FakeStripeStats, PaymentIntentRecord, RefundRecord } from './fake-stripe/types.ts';
+import type { FakeStripeStats, PaymentIntentRecord, RefundRecord, RequestRecord } from './fake-stripe/types.ts';
 import type { Violation } from './invariants.ts';
 import { netChargedByOrder } from './stripe-truth.ts';
 
@@ -78,6 +78,8 @@ export interface RefundLedger {
   readonly atStripe: Readonly<Record<string, number>> | null;
   /** Stripe requests on the refund endpoints (null: this Stripe does not count them). */
   readonly stripeRequests: { readonly create: number; readonly retrieve: number; readonly list: number; readonly perRefund: number | null } | null;
+  /** Faults the fake injected into refund requests, by kind (null: its request log is not readable). */
+  readonly faultsMet: Readonly<Record<string, number>> | null;
   readonly verdicts: {
     /** Orders whose net amount was judged (nothing of theirs open). */
     readonly netJudged: number;
@@ -114,6 +116,8 @@ export async function readRefundLedger(input: {
   readonly paymentIntents: readonly PaymentIntentRecord[] | null;
   readonly refunds: readonly RefundRecord[] | null;
   readonly stats: FakeStripeStats | null;
+  /** The fake's request log (in this process only). */
+  readonly requests: readonly RequestRecord[] | null;
   readonly violations: readonly Violation[];
 }): Promise<RefundLedger> {
   const { db, send } = input;
@@ -199,6 +203,9 @@ export async function readRefundLedger(input: {
         perRefund: final === 0 ? null : Math.round((((st.requests.refund_create ?? 0) + (st.requests.refund_retrieve ?? 0) + (st.requests.refund_list ?? 0)) / final) * 100) / 100,
       }
     : null;
+  const faultsMet = input.requests
+    ? tally(input.requests.filter((r) => r.endpoint.startsWith('refund_') && r.fault !== null).map((r) => r.fault!))
+    : null;
   const byKind = (kind: string) => input.violations.filter((v) => v.kind === kind).length;
   return {
     requests: send ? { sent: send.refunds.sent, droppedBySqs: send.refunds.droppedBySqs, late: send.refunds.late, sendFailures: send.refunds.failures } : null,
@@ -215,6 +222,7 @@ export async function readRefundLedger(input: {
     rejected,
     atStripe,
     stripeRequests,
+    faultsMet,
     verdicts: input.refunds
       ? {
           netJudged: orders.filter((o) => o.expectedNet !== null).length,
