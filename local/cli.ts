@@ -54,6 +54,9 @@ Workload:
   --refunds <r>           share of the orders refunded, one scenario each (partial, full,
                           split, repeated, conflicting, over-refund, before the charge is
                           final, of a declined charge); 0 = none (default 0.2)
+  --duplicate-charges <n> once settled, charge n orders again behind the pipeline's back
+                          (another key): the product must refund the extra PaymentIntent
+                          itself, told by Stripe's event (fake Stripe with webhooks; default 2)
   --faults <profile>      fake Stripe faults: none | flaky | chaos (default flaky)
   --seed <n>              makes faults and workload reproducible (default: random, printed)
   --customer <cus_...>    customer of every order (real Stripe needs one that exists)
@@ -90,6 +93,7 @@ interface Args {
   duplicates: number;
   /** Share of the orders refunded (0.2 = 20 %). */
   refunds: number;
+  duplicateCharges: number;
   faults: FaultProfileName;
   seed: number;
   customer: string | undefined;
@@ -120,6 +124,7 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
       orders: { type: 'string' },
       duplicates: { type: 'string' },
       refunds: { type: 'string' },
+      'duplicate-charges': { type: 'string' },
       faults: { type: 'string' },
       seed: { type: 'string' },
       customer: { type: 'string' },
@@ -165,6 +170,7 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
     orders,
     duplicates,
     refunds,
+    duplicateCharges: int('duplicate-charges', values['duplicate-charges'], 2, 0, 1_000),
     faults,
     seed: int('seed', values.seed, Math.floor(Math.random() * 2 ** 31), 0, 2 ** 31 - 1),
     customer: values.customer,
@@ -302,6 +308,7 @@ async function runOnce(
             orders: args.orders,
             duplicates: args.duplicates,
             refunds: args.refunds,
+            duplicateCharges: args.duplicateCharges,
             seed: args.seed,
             tag: `demo-${pipeline.runId.slice(-4)}`,
             // pm_fake_processing is the fake's own (Stripe has no such test card), and it settles only

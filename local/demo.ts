@@ -16,12 +16,17 @@
 //                    partial refund, a full one, two partials summing to the amount, a repeated
 //                    request, the same refund id with another amount, an over-refund, a refund sent
 //                    while its charge may still be open, a refund of a declined order
+//   duplicate        (issue 15) once everything settled, a few orders charged a second time behind
+//   charges          the pipeline's back (another system, another key, the order's metadata): the
+//                    product learns it from Stripe's event and refunds the extra PaymentIntent itself
 import { createHash } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { deduplicationId } from '../lambdas/payments/message.ts';
+import { createStripeClient } from '../lambdas/payments/stripe-gateway.ts';
 import { chargeRequestMessage, refundRequestMessage, sendChargeRequests, sendRefundRequest, type ChargeRequest, type RefundRequest } from '../lambdas/producer/client.ts';
 import { buildLedger, type Ledger, type RunOutcome } from './ledger.ts';
-import { isSettled, type Pipeline, type PipelineSnapshot } from './pipeline.ts';
+import { isSettled, type Pipeline, type PipelineSnapshot, type SettleResult } from './pipeline.ts';
 import { mulberry32 } from './random.ts';
 
 export interface DemoOptions {
@@ -39,6 +44,8 @@ export interface DemoOptions {
   readonly badMessages?: boolean;
   /** Share of the orders that get a refund scenario (0.2 = 20 %). Default 0 (`npm start`: 0.2, --refunds). */
   readonly refunds?: number;
+  /** Orders charged a second time behind the pipeline's back once the run settled. Default 0 (`npm start`: 2). */
+  readonly duplicateCharges?: number;
 }
 
 /**
@@ -91,6 +98,8 @@ export interface Workload {
   readonly paymentMethods: Readonly<Record<string, number>>;
   /** The refunded orders, in the order their scenarios were planned. */
   readonly refunds: readonly PlannedRefunds[];
+  /** Orders (with a card that succeeds, not refunded) to charge again behind the pipeline's back. */
+  readonly duplicateCharges: readonly string[];
 }
 
 function pick<T>(random: () => number, weighted: readonly (readonly [T, number])[]): T {
@@ -167,7 +176,16 @@ export function buildWorkload(options: DemoOptions): Workload {
       },
     );
   }
-  return { orders, steps, paymentMethods, refunds };
+  return { orders, steps, paymentMethods, refunds, duplicateCharges: pickDuplicateCharges(orders, refunds, options) };
+}
+
+function pickDuplicateCharges(orders: readonly ChargeRequest[], refunds: readonly PlannedRefunds[], options: DemoOptions): string[] {
+  const refunded = new Set(refunds.map((r) => r.orderId));
+  const pool = orders.filter((o) => SUCCEEDING.has(o.paymentMethod) && !refunded.has(o.orderId)).map((o) => o.orderId);
+  const random = mulberry32(options.seed ^ 0xd0b1e);
+  const out: string[] = [];
+  for (let i = 0; i < Math.max(0, options.duplicateCharges ?? 0) && pool.length > 0; i++) out.push(pool.splice(Math.floor(random() * pool.length), 1)[0]!);
+  return out;
 }
 
 const SUCCEEDING = new Set(['pm_card_visa', 'pm_card_mastercard']);
@@ -265,6 +283,8 @@ export interface SendReport {
     /** Refunded order → its scenario (the ledger labels its rows with it). */
     readonly scenarios: Record<string, RefundScenario>;
   };
+  /** Order → the second PaymentIntent made behind the pipeline's back (the duplicate remedy's input). */
+  readonly duplicateCharges: Record<string, string>;
   /** Messages that really went onto the queue. */
   messagesEnqueued: number;
   firstSendAt: Date | null;
@@ -283,6 +303,7 @@ export function emptySendReport(): SendReport {
     lateDuplicates: 0,
     badMessages: {},
     refunds: { sent: 0, droppedBySqs: 0, late: 0, failures: 0, scenarios: {} },
+    duplicateCharges: {},
     messagesEnqueued: 0,
     firstSendAt: null,
     lastSendAt: null,
@@ -420,6 +441,54 @@ export async function sendWorkload(
 }
 
 /**
+ * The duplicate-charge remedy, end to end: a second succeeded PaymentIntent for each of these (settled)
+ * orders, made behind the pipeline's back — another system with the same key to the account, another
+ * idempotency key, the order's metadata. Only Stripe's event tells the product (a contradiction: the
+ * charge operation holds another PaymentIntent), so this needs the fake's webhooks; it then waits until
+ * each extra PaymentIntent has its remedy refund operation and everything settled again.
+ */
+async function chargeAgainBehindItsBack(
+  pipeline: Pipeline,
+  orderIds: readonly string[],
+  send: SendReport,
+  options: RunWorkloadOptions,
+): Promise<SettleResult['kind']> {
+  if (!pipeline.fakeStripe || !pipeline.webhooks) return 'settled'; // nobody would tell the product
+  const { rows } = await pipeline.db.query<{ id: string; order_id: string; amount: string; currency: string; customer_id: string; payment_method: string }>(
+    `SELECT id::text, order_id, amount::text, currency, customer_id, payment_method FROM payment_operations WHERE kind = 'charge' AND status = 'succeeded' AND order_id = ANY($1::text[])`,
+    [[...orderIds]],
+  );
+  const stripe = createStripeClient({ apiKey: 'sk_test_another_system', apiBase: pipeline.fakeStripe.url, maxNetworkRetries: 3, timeoutMs: 5_000 });
+  const extra: string[] = [];
+  for (const op of rows) {
+    // The fake's faults apply to this caller too: the SDK's retries reuse the key, so one PaymentIntent at most.
+    const pi = await stripe.paymentIntents
+      .create(
+        { amount: Number(op.amount), currency: op.currency, customer: op.customer_id, payment_method: op.payment_method, confirm: true, off_session: true, metadata: { operation_id: op.id, order_id: op.order_id, key_generation: '0' } },
+        { idempotencyKey: `another-system:${op.order_id}` },
+      )
+      .catch(() => null);
+    if (pi?.status !== 'succeeded') continue;
+    send.duplicateCharges[op.order_id] = pi.id;
+    extra.push(pi.id);
+  }
+  if (extra.length === 0) return 'settled';
+  const deadline = Date.now() + Math.max(30_000, options.timeoutMs / 2);
+  for (;;) {
+    const snapshot = await pipeline.snapshot();
+    options.onSnapshot?.(snapshot, send);
+    const { rows: remedies } = await pipeline.db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM payment_operations WHERE refund_payment_intent = ANY($1::text[]) AND (status IN ('succeeded', 'failed') OR review_reason IS NOT NULL)`,
+      [extra],
+    );
+    if (remedies[0]!.n === extra.length && isSettled(snapshot)) return 'settled';
+    if (options.signal?.aborted) return 'aborted';
+    if (Date.now() >= deadline) return 'timeout';
+    await sleep(250, undefined, options.signal ? { signal: options.signal } : {}).catch(() => {});
+  }
+}
+
+/**
  * Past the producer client. The deduplication id differs from the producer's (a hash of the order
  * id) because these stand for messages sent more than 5 minutes after the original, when SQS no
  * longer remembers it.
@@ -486,11 +555,15 @@ export async function runWorkload(pipeline: Pipeline, workload: Workload | null,
     },
   });
   await sending.catch(() => {});
+  let outcomeOfWait = waited.kind;
+  if (waited.kind === 'settled' && workload && workload.duplicateCharges.length > 0 && !options.serve) {
+    outcomeOfWait = await chargeAgainBehindItsBack(pipeline, workload.duplicateCharges, send, options);
+  }
   await pipeline.stopIntake();
   const snapshot = await pipeline.snapshot();
   // --serve ends with Ctrl-C: a run whose last message had been settled by then is a settled run.
   const outcome: RunOutcome =
-    waited.kind === 'settled' || (waited.kind === 'aborted' && options.serve && isSettled(snapshot)) ? 'settled' : waited.kind === 'timeout' ? 'timeout' : 'interrupted';
+    outcomeOfWait === 'settled' || (outcomeOfWait === 'aborted' && options.serve && isSettled(snapshot)) ? 'settled' : outcomeOfWait === 'timeout' ? 'timeout' : 'interrupted';
   const ledger = await buildLedger({ pipeline, outcome, send: workload ? send : null, finishedAt: new Date(), snapshot, serve: options.serve ?? false });
   return { outcome, send: workload ? send : null, ledger, snapshot };
 }

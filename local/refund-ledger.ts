@@ -43,7 +43,7 @@ export interface StripeRefund {
 export interface RefundedOrder {
   readonly orderId: string;
   /** The demo's scenario for this order (null: refunded by someone else, e.g. `npm run produce`). */
-  readonly scenario: RefundScenario | null;
+  readonly scenario: RefundScenario | 'duplicate_charge' | null;
   readonly charge: { readonly status: string; readonly amount: number; readonly currency: string } | null;
   readonly recorded: readonly RecordedRefund[];
   readonly rejected: readonly RejectedRefund[];
@@ -169,7 +169,7 @@ export async function readRefundLedger(input: {
     const expectedNet = settled ? (charge.status === 'succeeded' ? Number(charge.amount) - asked : 0) : null;
     return {
       orderId,
-      scenario: send?.refunds.scenarios[orderId] ?? null,
+      scenario: send?.refunds.scenarios[orderId] ?? (send?.duplicateCharges[orderId] ? 'duplicate_charge' : null),
       charge: charge ? { status: charge.review_reason ? 'in review' : charge.status, amount: Number(charge.amount), currency: charge.currency } : null,
       recorded,
       rejected: (rejectedByOrder.get(orderId) ?? []).map(toRejected),

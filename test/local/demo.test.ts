@@ -115,6 +115,18 @@ describe('buildWorkload: refunds', () => {
     }
   });
 
+  it('picks the orders to charge again behind the pipeline’s back among cards that succeed and orders not refunded', () => {
+    const d = buildWorkload({ ...base, refunds: 0.2, duplicateCharges: 3 });
+    expect(d.duplicateCharges).toHaveLength(3);
+    const refunded = new Set(d.refunds.map((r) => r.orderId));
+    for (const id of d.duplicateCharges) {
+      expect(refunded.has(id)).toBe(false);
+      expect(['pm_card_visa', 'pm_card_mastercard']).toContain(orderOf.get(id)!.paymentMethod);
+    }
+    expect(buildWorkload({ ...base, refunds: 0.2, duplicateCharges: 3 }).duplicateCharges).toEqual(d.duplicateCharges);
+    expect(w.duplicateCharges).toEqual([]);
+  });
+
   it('without processing or declined orders, before_final takes a card that succeeds and failed_charge becomes a partial refund', () => {
     const few = buildWorkload({ orders: 40, duplicates: 0, seed: 3, tag: 'x', processing: false, refunds: 1 });
     const methods = new Map(few.orders.map((o) => [o.orderId, o.paymentMethod]));
@@ -127,7 +139,7 @@ describe('buildWorkload: refunds', () => {
 describe('parseCliArgs', () => {
   it('has the documented defaults', () => {
     const args = parseCliArgs([]);
-    expect(args).toMatchObject({ orders: 500, duplicates: 0.3, refunds: 0.2, faults: 'flaky', serve: false, json: false, pollers: 8, batchSize: 10, timeLapse: true, compare: false, fresh: false });
+    expect(args).toMatchObject({ orders: 500, duplicates: 0.3, refunds: 0.2, duplicateCharges: 2, faults: 'flaky', serve: false, json: false, pollers: 8, batchSize: 10, timeLapse: true, compare: false, fresh: false });
   });
   it('refuses what it cannot mean', () => {
     expect(() => parseCliArgs(['--orders', '-1'])).toThrow(/--orders/);

@@ -37,7 +37,7 @@ export interface ProfileRun extends WorkloadRun {
 
 export async function runProfile(
   faults: FaultProfileName,
-  options: { orders?: number; seed?: number; timeoutMs?: number; webhooks?: PipelineOptions['webhooks']; refunds?: number } = {},
+  options: { orders?: number; seed?: number; timeoutMs?: number; webhooks?: PipelineOptions['webhooks']; refunds?: number; duplicateCharges?: number } = {},
 ): Promise<ProfileRun> {
   const started = Date.now();
   const pipeline = await startPipeline({
@@ -53,8 +53,17 @@ export async function runProfile(
     // No pm_fake_processing orders: the fault profiles inject `processing` anyway, and each such
     // operation waits 15-60 s (the engine's backoff, which the time-lapse does not shorten) for its
     // retrieve; a few more of them would only make the test slower, not stronger.
-    // A fifth of the orders refunded, every scenario of local/demo.ts at least once (REFUND_SCENARIOS).
-    const workload = buildWorkload({ orders: options.orders ?? 60, duplicates: 0.3, refunds: options.refunds ?? 0.2, seed: options.seed ?? 42, tag: `e2e-${faults}`, processing: false });
+    // A fifth of the orders refunded, every scenario of local/demo.ts at least once (REFUND_SCENARIOS);
+    // `duplicateCharges` orders charged again behind the pipeline's back (the duplicate remedy; webhooks only).
+    const workload = buildWorkload({
+      orders: options.orders ?? 60,
+      duplicates: 0.3,
+      refunds: options.refunds ?? 0.2,
+      duplicateCharges: options.duplicateCharges ?? 0,
+      seed: options.seed ?? 42,
+      tag: `e2e-${faults}`,
+      processing: false,
+    });
     const run = await runWorkload(pipeline, workload, { timeoutMs: options.timeoutMs ?? 80_000 });
     const { rows } = await pipeline.db.query<ProfileRun['operations'][number]>(`SELECT order_id, status, external_id, review_reason FROM payment_operations WHERE kind = 'charge'`);
     return {
@@ -84,10 +93,11 @@ export function expectPromiseKept(run: ProfileRun): void {
   // Refunds (issue 15): every refunded order judged, and each scenario ended as it must.
   expectRefundsKept(run);
 
-  // At most one succeeded PaymentIntent per order, whatever the database says.
+  // At most one succeeded PaymentIntent per order not refunded in full by the duplicate remedy, whatever the database says.
+  const remedied = new Set(run.refunds.filter((r) => r.status === 'succeeded' && r.reason === 'duplicate').map((r) => r.payment_intent));
   const succeededByOrder = new Map<string, string[]>();
   for (const pi of run.paymentIntents) {
-    if (pi.status !== 'succeeded') continue;
+    if (pi.status !== 'succeeded' || (remedied.has(pi.id) && run.refunds.filter((r) => r.payment_intent === pi.id && r.status === 'succeeded').reduce((a, r) => a + r.amount, 0) === pi.amount)) continue;
     const order = pi.metadata.order_id ?? '?';
     succeededByOrder.set(order, [...(succeededByOrder.get(order) ?? []), pi.id]);
   }
@@ -130,7 +140,16 @@ export function expectRefundsKept(run: ProfileRun): void {
   const withHuman = (o: (typeof refunds.orders)[number]) => o.charge?.status === 'in review' || o.recorded.some((r) => r.reviewReason !== null);
   const judged = (o: (typeof refunds.orders)[number]) => o.verdict === 'ok' || (o.verdict === 'open' && withHuman(o));
   expect(refunds.orders.filter((o) => !judged(o)).map((o) => `${o.orderId} (${o.scenario}): ${o.verdict}`)).toEqual([]);
-  expect(refunds.orders.map((o) => o.orderId).sort()).toEqual(planned.map((p) => p.orderId).sort());
+  const duplicated = run.send?.duplicateCharges ?? {};
+  expect(refunds.orders.map((o) => o.orderId).sort()).toEqual([...planned.map((p) => p.orderId), ...Object.keys(duplicated)].sort());
+  // The duplicate remedy: each extra PaymentIntent refunded in full, once, by the product itself.
+  if (run.ledger.stripeEvents) expect(Object.keys(duplicated).length, 'an order charged twice behind the pipeline’s back').toBe(run.workload.duplicateCharges.length);
+  for (const [orderId, extra] of Object.entries(duplicated)) {
+    const row = refunds.orders.find((o) => o.orderId === orderId)!;
+    expect(row.recorded.map((r) => [r.remedyOf, r.amount, r.status]), orderId).toEqual([[extra, row.charge!.amount, 'succeeded']]);
+    expect(run.refunds.filter((r) => r.paymentIntentOrderId === orderId).map((r) => [r.payment_intent, r.amount, r.reason, r.status]), orderId).toEqual([[extra, row.charge!.amount, 'duplicate', 'succeeded']]);
+    expect(row.net, orderId).toBe(row.charge!.amount);
+  }
   expect(refunds.operations.open).toBe(0);
 
   const returning = (orderId: string) => run.refunds.filter((r) => r.paymentIntentOrderId === orderId && r.status !== 'failed' && r.status !== 'canceled');
