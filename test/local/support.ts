@@ -186,6 +186,9 @@ export function expectRefundsKept(run: ProfileRun): void {
       case 'full':
       case 'before_final':
       case 'repeat':
+      // A declined card whose create met the fake's `processing` fault settles as succeeded later: then
+      // its refund of the whole amount is an ordinary full refund.
+      case 'failed_charge':
         // One refund operation and ONE Refund at Stripe, however often the request came.
         expect(row.recorded.map((r) => [r.refundId, r.amount, r.status]), label).toEqual([[first!.refundId, first!.amount, 'succeeded']]);
         expect(amounts(atStripe), label).toEqual([first!.amount]);
@@ -210,8 +213,6 @@ export function expectRefundsKept(run: ProfileRun): void {
         expect(atStripe, label).toEqual([]);
         break;
       }
-      case 'failed_charge':
-        throw new Error(`${label}: a declined card's charge succeeded`);
     }
   }
   // The repeats: SQS dropped the producer's second send, the database absorbed the late one.
