@@ -24,6 +24,7 @@ import { SendMessageBatchCommand, type SendMessageBatchRequestEntry } from '@aws
 import type { Context, SQSEvent } from 'aws-lambda';
 import pg from 'pg';
 import { worstCaseCallMs } from '../../lambdas/payments/call-budget.ts';
+import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
 import { chargeRequestMessage, refundRequestMessage } from '../../lambdas/producer/client.ts';
 import type { ChargeRequest, RefundRequest } from '../../lambdas/payments/message.ts';
 import type { FakeStripeStats, FaultProfileName } from '../fake-stripe/server.ts';
@@ -47,6 +48,13 @@ export interface SoakOptions {
    * (once past SQS's deduplication), the same refund id with another amount, an over-refund.
    */
   readonly refundRate: number;
+  /**
+   * Orders (neither refunded nor declined) charged a second time behind the pipeline's back once their
+   * charge succeeded, during the intake — another system, another idempotency key, the order's
+   * metadata: the duplicate-charge remedy must refund each extra PaymentIntent once. Only Stripe's
+   * event tells the product, so only with webhooks on.
+   */
+  readonly duplicateChargeRate: number;
   /** Poison bodies per order (not JSON, against the schema). */
   readonly poisonRate: number;
   /** Invocations whose container is told to SIGKILL itself at a chosen step. */
@@ -128,6 +136,7 @@ export const DEFAULT_SOAK: Omit<SoakOptions, 'orders' | 'seed'> = {
   duplicateRate: 0.3,
   conflictRate: 0.01,
   refundRate: 0.2,
+  duplicateChargeRate: 0.03,
   poisonRate: 0.005,
   killRate: 0.12,
   randomKillRate: 0.03,
@@ -194,6 +203,8 @@ export interface SoakRefunds {
   readonly atStripe: Readonly<Record<string, number>>;
   /** refund_create + refund_retrieve + refund_list at the fake. */
   readonly stripeRequests: number;
+  /** The duplicate-charge remedy: orders chosen, extra PaymentIntents that succeeded at Stripe, and those refunded by a remedy operation. */
+  readonly duplicates: { readonly targeted: number; readonly made: number; readonly remedied: number };
 }
 
 export interface SoakEvidence {
@@ -346,10 +357,12 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   /** Per refunded order, its refund messages in the order they must reach the queue (after the charge). */
   const refundPlans: { orderId: string; scenario: SoakRefundScenario; entries: SendMessageBatchRequestEntry[] }[] = [];
   const carriesCharge = new Map<SendMessageBatchRequestEntry, string>();
+  const chargeRequests: ChargeRequest[] = [];
   for (let i = 0; i < options.orders; i++) {
     const request: ChargeRequest = { orderId: `soak-${runTag}-${i}`, amount: 100 + Math.floor(random() * 99_900), currency: 'eur', ...paymentMethodFor(random(), i) };
     const message = chargeRequestMessage(request);
     sentOrderIds.push(request.orderId);
+    chargeRequests.push(request);
     const original = { Id: 'x', ...message };
     entries.push(original);
     carriesCharge.set(original, request.orderId);
@@ -376,6 +389,48 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       sends.poison++;
     }
   }
+  // The orders to charge again behind the pipeline's back (a PRNG of its own: the rest of the run is unchanged).
+  const refundedOrders = new Set(refundPlans.map((p) => p.orderId));
+  const pickDuplicate = mulberry32(options.seed ^ 0xd0b1e);
+  const duplicateTargets = new Map(
+    (options.webhooks === false ? [] : chargeRequests)
+      .filter((r) => !refundedOrders.has(r.orderId) && r.paymentMethod === 'pm_card_visa' && r.customerId !== 'cus_missing' && pickDuplicate() < options.duplicateChargeRate)
+      .map((r) => [r.orderId, r]),
+  );
+  const duplicatesTargeted = duplicateTargets.size;
+  const another = createStripeClient({ apiKey: 'sk_test_another_system', apiBase: fake.url, maxNetworkRetries: 2, timeoutMs: 2_000 });
+  /** Charge again, behind the pipeline's back, each target whose charge operation has succeeded. */
+  const chargeAgain = async (): Promise<void> => {
+    if (duplicateTargets.size === 0) return;
+    const { rows } = await pipeline.db
+      .query<{ id: string; order_id: string }>(`SELECT id::text, order_id FROM payment_operations WHERE kind = 'charge' AND status = 'succeeded' AND order_id = ANY($1::text[])`, [[...duplicateTargets.keys()]])
+      .catch(() => ({ rows: [] as { id: string; order_id: string }[] }));
+    for (const op of rows) {
+      const r = duplicateTargets.get(op.order_id)!;
+      duplicateTargets.delete(op.order_id);
+      // Under the same Stripe faults: the SDK retries with the same key (one PaymentIntent at most); a
+      // declined one charges nothing, a processing one succeeds later. Stripe's record says what came of it.
+      await another.paymentIntents
+        .create(
+          { amount: r.amount, currency: r.currency, customer: r.customerId, payment_method: r.paymentMethod, confirm: true, off_session: true, metadata: { operation_id: op.id, order_id: r.orderId, key_generation: '0' } },
+          { idempotencyKey: `another-system:${r.orderId}` },
+        )
+        .catch(() => null);
+    }
+  };
+  const extraCharges = () => fake.paymentIntents().filter((pi) => pi.idempotencyKey?.startsWith('another-system:') && pi.status === 'succeeded');
+  /** Every extra PaymentIntent that charged has its remedy refund final (or in review). */
+  const remediesDone = async (): Promise<boolean> => {
+    // One still processing at Stripe may yet charge (targets whose charge did not succeed are not charged again).
+    if (fake.paymentIntents().some((pi) => pi.idempotencyKey?.startsWith('another-system:') && pi.status === 'processing')) return false;
+    const extra = extraCharges().map((pi) => pi.id);
+    if (extra.length === 0) return true;
+    const { rows } = await pipeline.db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM payment_operations WHERE refund_payment_intent = ANY($1::text[]) AND (status IN ('succeeded', 'failed') OR review_reason IS NOT NULL)`,
+      [extra],
+    );
+    return rows[0]!.n === extra.length;
+  };
   // Shuffled: duplicates and conflicts arrive in any order relative to their original.
   for (let i = entries.length - 1; i > 0; i--) {
     const j = Math.floor(random() * (i + 1));
@@ -496,6 +551,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   let lastLog = 0;
   for (;;) {
     await sleep(250);
+    await chargeAgain();
     const done = await progress();
     if (done >= 0 && nextPgEvent < pgEvents.length && done >= (nextPgEvent + 1) / (pgEvents.length + 1)) {
       await pgFault(pgEvents[nextPgEvent++]!);
@@ -531,7 +587,9 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   for (;;) {
     const snap = await pipeline.snapshot().catch(() => null);
     if (snap) {
-      const opsSettled = snap.database.open === 0 && snap.queue.waiting === 0 && snap.queue.inFlight === 0 && snap.eventSource.inFlight === 0;
+      await chargeAgain();
+      const opsSettled =
+        snap.database.open === 0 && snap.queue.waiting === 0 && snap.queue.inFlight === 0 && snap.eventSource.inFlight === 0 && (await remediesDone().catch(() => false));
       if (opsSettled) settledAt ??= performance.now();
       else settledAt = null;
       if (opsSettled && snap.database.unpublished === 0) drainedAt ??= performance.now();
@@ -566,7 +624,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     requireQuiescent: true,
   });
   const stats = fake.stats();
-  const refunds = await soakRefunds(pipeline.db, refundPlans, fake.refunds(), stats);
+  const refunds = await soakRefunds(pipeline.db, refundPlans, fake.refunds(), stats, { targeted: duplicatesTargeted, extra: extraCharges().map((pi) => pi.id) });
   const reviewReasons: Record<string, number> = {};
   for (const { review_reason } of (await pipeline.db.query<{ review_reason: string }>(`SELECT review_reason FROM payment_operations WHERE review_reason IS NOT NULL`)).rows) {
     const reason = review_reason
@@ -659,8 +717,9 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
 async function soakRefunds(
   db: pg.Pool,
   plans: readonly { scenario: SoakRefundScenario }[],
-  atStripe: readonly { status: string }[],
+  atStripe: readonly { status: string; payment_intent: string; reason: string | null }[],
   stats: FakeStripeStats,
+  duplicates: { targeted: number; extra: readonly string[] },
 ): Promise<SoakRefunds> {
   const tally = (values: readonly string[]) => values.reduce<Record<string, number>>((out, v) => ({ ...out, [v]: (out[v] ?? 0) + 1 }), {});
   const [ops, rejected] = await Promise.all([
@@ -675,6 +734,11 @@ async function soakRefunds(
     rejected: tally(rejected.rows.map((r) => r.code ?? 'refund_rejected')),
     atStripe: tally(atStripe.map((r) => r.status)),
     stripeRequests: (stats.requests.refund_create ?? 0) + (stats.requests.refund_retrieve ?? 0) + (stats.requests.refund_list ?? 0),
+    duplicates: {
+      targeted: duplicates.targeted,
+      made: duplicates.extra.length,
+      remedied: duplicates.extra.filter((pi) => atStripe.some((r) => r.payment_intent === pi && r.status === 'succeeded' && r.reason === 'duplicate')).length,
+    },
   };
 }
 
@@ -687,6 +751,7 @@ export function formatSoakReport(r: SoakReport): string {
     `  ${r.timeLapse}; PostgreSQL synchronous_commit ${r.synchronousCommit ? 'on (as on RDS)' : 'OFF (--async-commit: commits may be lost in a crash)'}`,
     `  sends ${r.sends.total}: ${r.sends.originals} originals, ${r.sends.duplicatesSameDedupId} duplicates (same dedup id), ${r.sends.duplicatesNewDedupId} duplicates (new dedup id), ${r.sends.conflicts} conflicting, ${r.sends.poison} poison, ${r.sends.refunds} refund requests`,
     `  refunds: ${r.refunds.orders} orders (${list(r.refunds.byScenario)}); operations ${list(r.refunds.operations)}; rejected ${list(r.refunds.rejected)}; at Stripe ${list(r.refunds.atStripe)}; ${r.refunds.stripeRequests} Stripe refund requests`,
+    `  duplicate charges behind the pipeline's back: ${r.refunds.duplicates.targeted} orders targeted, ${r.refunds.duplicates.made} extra PaymentIntents succeeded, ${r.refunds.duplicates.remedied} refunded by the remedy`,
     `  Stripe faults injected (${sum(r.stripeFaults)}): ${list(r.stripeFaults)}`,
     `  Stripe: ${r.stripe.requests} requests, ${r.stripe.createsExecuted} creates executed, ${r.stripe.replays} replays, ${r.stripe.conflicts409} 409s, ${r.stripe.keysPruned} keys pruned, double charges ${r.stripe.doubleCharges}`,
     `  EventBridge faults: ${list(r.eventBridgeFaults)}`,
