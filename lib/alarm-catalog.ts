@@ -138,7 +138,7 @@ export const ALARM_CATALOG = [
   {
     name: 'StripeEventContradiction',
     meaning:
-      'A Stripe event contradicts a final operation (money moved for a failed one, a second succeeded PaymentIntent for an order): the state was not rewritten; a human must explain it.',
+      'A Stripe event contradicts a final operation (money moved for a failed one, a second succeeded PaymentIntent for an order, a succeeded refund that failed since): the state was not rewritten; a human must explain it.',
     metrics: [{ namespace: APP, metricName: METRICS.openContradictions }],
   },
   {

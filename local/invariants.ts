@@ -82,7 +82,12 @@ export interface Violation {
  * product says "no machine can decide": money is not lost, it waits for a person.
  */
 export interface Warning {
-  readonly kind: 'charge_awaiting_review' | 'refund_awaiting_review';
+  /**
+   * charge_awaiting_review: as above; duplicate_awaiting_review: a second charge whose remedy refund
+   * waits for a human (Stripe failed it); refund_awaiting_review: a refund waiting for its charge, which
+   * is in review (it goes once that human settles the charge), or a Refund whose operation is in review.
+   */
+  readonly kind: 'charge_awaiting_review' | 'duplicate_awaiting_review' | 'refund_awaiting_review';
   readonly operationId: string;
   readonly orderId: string;
   readonly detail: string;
@@ -166,7 +171,10 @@ interface OutboxFacts {
 
 const FINAL_EVENT_TYPE: Partial<Record<OperationStatus, string>> = { succeeded: 'Charge Succeeded', failed: 'Charge Failed' };
 const REVIEW_EVENT_TYPE = 'Charge Needs Review';
-const AFTERMATH_EVENT_TYPES = new Set(['Charge Refunded', 'Charge Disputed', 'Charge Dispute Closed']);
+/** Facts about a final operation (Stripe events in), not outcomes of it: contract.ts AftermathDetailType, RefundFactDetailType. */
+const AFTERMATH_EVENT_TYPES = new Set(['Charge Refunded', 'Charge Disputed', 'Charge Dispute Closed', 'Refund Failed After Success']);
+/** A succeeded refund operation whose Refund Stripe reports failed since (event-applier.ts): it gave nothing back. */
+const REFUND_FAILED_AFTER_SUCCESS = 'Refund Failed After Success';
 const REISSUE_EVENT_TYPE = 'Charge Reissued';
 /** A refund operation's events (lambdas/events/contract.ts RefundDetailType). */
 const REFUND_EVENT_TYPES = {
@@ -263,6 +271,18 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     // Given refunds: a second PaymentIntent refunded in full (the duplicate remedy) is no double charge.
     if (net && (net.get(orderId)?.unrefundedPaymentIntents ?? 0) < 2) continue;
     const op = byOrder.get(orderId) ?? null;
+    // The remedy's refund of every extra one waits for a human because Stripe failed (or canceled) its
+    // Refund: visible in the review queue. Any other review of a remedy leaves the double charge a violation.
+    const stripeFailed = (r: OperationFacts) => {
+      const refund = r.external_id === null ? undefined : stripeRefunds?.find((x) => x.id === r.external_id);
+      return refund !== undefined && (refund.status === 'failed' || refund.status === 'canceled');
+    };
+    const remediesInReview = refundOps.filter((r) => r.order_id === orderId && r.refund_payment_intent !== null && r.review_reason !== null && stripeFailed(r));
+    const extras = pis.filter((pi) => pi.id !== op?.external_id);
+    if (op && extras.length > 0 && extras.every((pi) => remediesInReview.some((r) => r.refund_payment_intent === pi.id))) {
+      warnings.push({ kind: 'duplicate_awaiting_review', operationId: op.id, orderId, detail: `${extras.map((pi) => pi.id).join(', ')} still charged; the remedy waits for a human: ${remediesInReview[0]!.review_reason}` });
+      continue;
+    }
     violate('double_charge', `${pis.length} succeeded PaymentIntents: ${pis.map((pi) => `${pi.id} (key ${pi.idempotencyKey ?? 'none'})`).join(', ')}`, op, orderId);
   }
 
@@ -276,6 +296,10 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
 
   // ── The net amount, and refunds told truly ──────────────────────────────────────────────────
   if (net && stripeRefunds) {
+    // Refund operations that stay `succeeded` but whose Refund failed at Stripe since, as recorded
+    // (the fact event): they refunded nothing, and Stripe's record (only succeeded refunds count,
+    // netChargedByOrder) agrees only if the ledger discounts them too.
+    const failedAfterSuccess = new Set(outboxRows.rows.filter((e) => e.event_type === REFUND_FAILED_AFTER_SUCCESS).map((e) => e.operation_id));
     const refundsOfOrder = new Map<string, OperationFacts[]>();
     for (const r of refundOps) refundsOfOrder.set(r.order_id, [...(refundsOfOrder.get(r.order_id) ?? []), r]);
     for (const op of charges) {
@@ -285,7 +309,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       // Judged once nothing of the order is in flight: a final charge, final refunds, none pending at Stripe.
       const settled = (op.status === 'succeeded' || op.status === 'failed') && ours.every((r) => r.status === 'succeeded' || r.status === 'failed') && (truth?.refundPending ?? 0) === 0;
       if (!settled) continue;
-      const asked = ours.filter((r) => r.status === 'succeeded' && r.refund_payment_intent === null).reduce((sum, r) => sum + Number(r.amount), 0);
+      const asked = ours.filter((r) => r.status === 'succeeded' && r.refund_payment_intent === null && !failedAfterSuccess.has(r.id)).reduce((sum, r) => sum + Number(r.amount), 0);
       const expected = op.status === 'succeeded' ? Number(op.amount) - asked : 0;
       const kept = truth?.net ?? 0;
       if (kept !== expected) {
@@ -297,6 +321,8 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       const charge = r.parent_operation_id ? (operations.find((c) => c.id === r.parent_operation_id) ?? null) : null;
       if (r.status === 'succeeded') {
         const refund = r.external_id === null ? undefined : refundById.get(r.external_id);
+        // Failed after it succeeded, and recorded so: told truly (the fact says what Stripe says).
+        if (refund?.status === 'failed' && failedAfterSuccess.has(r.id)) continue;
         if (refund === undefined || refund.status !== 'succeeded') {
           violate('succeeded_without_refund', `external_id ${r.external_id ?? 'null'} is ${refund ? `a ${refund.status} Refund` : 'no Refund at Stripe'}`, r);
           continue;
@@ -306,6 +332,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
         if (String(refund.amount) !== r.amount) wrong.push(`amount ${refund.amount} ≠ ${r.amount}`);
         if (refund.payment_intent !== target) wrong.push(`payment_intent ${refund.payment_intent} ≠ ${target}`);
         if (refund.metadata.operation_id !== undefined && refund.metadata.operation_id !== r.id) wrong.push(`operation_id ${refund.metadata.operation_id}`);
+        if (failedAfterSuccess.has(r.id)) wrong.push('recorded as failed after success, but Stripe holds it succeeded');
         if (wrong.length > 0) violate('refund_mismatch', `Refund ${refund.id}: ${wrong.join(', ')}`, r);
       } else if (r.status === 'failed') {
         const made = stripeRefunds.find((x) => x.metadata.operation_id === r.id && x.status === 'succeeded');
@@ -403,12 +430,12 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       }
     }
 
-    // A refund waits (not claimable) while its charge is open: if the charge is in review, so is the
-    // refund, in effect — it goes once a human settles the charge. Reported, not a violation.
-    const chargeOf = op.kind === 'refund' && op.parent_operation_id ? byId.get(op.parent_operation_id) : undefined;
-    const waitsOnReview = chargeOf !== undefined && chargeOf.review_reason !== null && (chargeOf.status === 'pending' || chargeOf.status === 'unknown');
-    if (quiescent && !final && op.review_reason === null && waitsOnReview) {
-      warnings.push({ kind: 'refund_awaiting_review', operationId: op.id, orderId: op.order_id, detail: `the refund waits for its charge, which is in review: ${chargeOf.review_reason}` });
+    // A refund waits (durably) until its charge is final: behind a charge in review it waits for that
+    // human too, and is shown with it (`operations show <order>`); reported, not left hanging.
+    const parent = op.kind === 'refund' ? byId.get(op.parent_operation_id ?? '') : undefined;
+    const waitsForChargeReview = parent !== undefined && (parent.status === 'pending' || parent.status === 'unknown') && parent.review_reason !== null;
+    if (quiescent && !final && op.review_reason === null && waitsForChargeReview) {
+      warnings.push({ kind: 'refund_awaiting_review', operationId: op.id, orderId: op.order_id, detail: `the refund waits for its charge, which is in review: ${parent.review_reason}` });
     } else if (quiescent && !final && op.review_reason === null) {
       violate('unsettled', `still ${op.status} (${op.attempts} attempts) and not in review after quiescence`, op);
     }

@@ -237,6 +237,20 @@ describe('reading a retrieve', () => {
     const o = decideRetrieve(ctx({ status: 'unknown', externalId: 'pi_1' }), 'pi_1', fail(FailureKind.ambiguous));
     expect(o).toMatchObject({ status: 'unknown', reviewReason: null });
   });
+  it('a refund whose Refund failed is failed; the duplicate remedy\'s goes to a human (the extra charge stands)', () => {
+    const refund = (paymentIntentId: string | null) =>
+      ctx({ kind: 'refund', status: 'unknown', externalId: 're_1', refund: { refundId: paymentIntentId ? `duplicate:${paymentIntentId}` : 'rf-1', parentOperationId: 'charge-op', reason: paymentIntentId ? 'duplicate' : null, paymentIntentId } });
+    const failedRefund = ok(pi('failed', { id: 're_1' }));
+    expect(decideRetrieve(refund(null), 're_1', failedRefund)).toMatchObject({ status: 'failed', reviewReason: null, externalId: 're_1' });
+    for (const status of ['failed', 'canceled']) {
+      expect(decideRetrieve(refund('pi_extra'), 're_1', ok(pi(status, { id: 're_1' })))).toMatchObject({
+        status: 'unknown',
+        externalId: 're_1',
+        reviewReason: expect.stringMatching(new RegExp(`remedy's Refund re_1 of pi_extra is ${status} at Stripe`)),
+      });
+    }
+    expect(decideRetrieve(refund('pi_extra'), 're_1', ok(pi('succeeded', { id: 're_1' })))).toMatchObject({ status: 'succeeded', reviewReason: null });
+  });
 });
 
 describe('after the key window: search decides', () => {

@@ -153,3 +153,46 @@ export function chargeAftermathDetailJsonSchema(): Record<string, unknown> {
     ...z.toJSONSchema(chargeAftermathDetailSchema, { target: 'draft-2020-12' }),
   };
 }
+
+// ── What happens to a refund after it succeeded (Stripe events in) ───────────────────────────────
+// A card refund can fail AFTER Stripe said it succeeded (the issuer cannot process it:
+// docs.stripe.com/refunds, "failed refunds"; test card pm_card_refundFail). The refund operation
+// stays final `succeeded` — the request executed, and a final state is never rewritten — and this
+// FACT says what followed: the money did not reach the customer, Stripe returned it to the balance.
+// A fact, like the Charge aftermath: never ranked against the operation's states (consumers kit,
+// ordering.ts). Schema: schemas/refund-fact-detail.v1.json (kept in sync by test/stripe-events/refund-events.test.ts).
+
+export const RefundFactDetailType = {
+  failedAfterSuccess: 'Refund Failed After Success',
+} as const;
+export type RefundFactDetailType = (typeof RefundFactDetailType)[keyof typeof RefundFactDetailType];
+
+export const refundFactDetailSchema = z
+  .object({
+    version: z.literal(1).describe('Additive changes keep the version; anything else bumps it.'),
+    eventId: z.uuid().describe('Stable id of this event, the same on every re-send: deduplicate on it.'),
+    operationId: z.uuid().describe('The refund operation (one per orderId + refundId); it stays succeeded.'),
+    orderId: z.string().min(1).max(128),
+    kind: z.literal('refund_failed_after_success'),
+    refundId: z.string().min(1).max(128).describe("The producer's refund id."),
+    chargeOperationId: z.uuid().describe("The order's charge operation, the one that was to be refunded."),
+    amount: z.number().int().positive().describe('Minor units: the amount that did NOT reach the customer (the whole refund).'),
+    currency: z.string().regex(/^[a-z]{3}$/),
+    externalId: z.string().describe('The Stripe Refund id (re_…).'),
+    paymentIntentId: z.string().nullable().describe('The refunded PaymentIntent (pi_…).'),
+    failureReason: z.string().nullable().describe("Stripe's failure_reason (expired_or_canceled_card, lost_or_stolen_card, unknown, …)."),
+    stripeEventId: z.string().min(1).describe('The Stripe event (evt_…) this was learnt from.'),
+    stripeCreatedAt: z.iso.datetime().describe('When Stripe created that event (ISO 8601, UTC).'),
+    occurredAt: z.iso.datetime().describe('When it was recorded here (ISO 8601, UTC).'),
+  })
+  .describe('detail of the Refund Failed After Success event');
+
+export type RefundFactDetail = z.infer<typeof refundFactDetailSchema>;
+
+export function refundFactDetailJsonSchema(): Record<string, unknown> {
+  return {
+    $id: 'urn:payments.charges:refund-fact-detail:v1',
+    title: 'RefundFactDetail',
+    ...z.toJSONSchema(refundFactDetailSchema, { target: 'draft-2020-12', io: 'input' }),
+  };
+}

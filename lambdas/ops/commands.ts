@@ -14,7 +14,7 @@ import {
   fenceOf,
   gatherStripeEvidence,
   isInReview,
-  judgeNoCharge,
+  judgeNoEffect,
   judgeResolveSucceeded,
   listReviewQueue,
   loadOperationHistory,
@@ -24,12 +24,14 @@ import {
   type OperationHistory,
   type OperatorWriteResult,
   type OutboxEvent,
-  type PaymentIntentLookup,
+  REVIEW_KINDS,
   type ReviewPolicy,
+  type StripeLookup,
   type StripeEvidence,
   type Verdict,
 } from '../payments/review.ts';
 import { listFindings, resolveFinding, type FindingRow } from '../payments/inbox-store.ts';
+import { KIND_RULES } from '../payments/decisions.ts';
 import { findOperationByOrder, findRefundsOfOrder } from '../payments/operations-store.ts';
 import type { Operation } from '../payments/types.ts';
 import { ConflictError, NotFoundError, OpsError, RefusedError, StripeUnavailableError, UsageError } from './errors.ts';
@@ -40,7 +42,7 @@ import { failure, type OpsResponse } from './response.ts';
 export interface OpsContext {
   readonly db: Db;
   /** Created on first use: list, stats and notes never need Stripe (or its key). */
-  readonly stripe: () => Promise<PaymentIntentLookup>;
+  readonly stripe: () => Promise<StripeLookup>;
   /** Publishes a resolution's outcome event at once; null (or absent) leaves it to the relay's sweep. */
   readonly publisher?: () => EventPublisher | null;
   readonly policy?: ReviewPolicy;
@@ -58,6 +60,7 @@ export interface OpsContext {
 
 export interface OperationView {
   readonly id: string;
+  readonly kind: Operation['kind'];
   readonly orderId: string;
   readonly amount: number;
   readonly currency: string;
@@ -79,13 +82,24 @@ export interface OperationView {
   readonly createdAt: string;
   readonly updatedAt: string;
   readonly settledAt: string | null;
+  /**
+   * A refund's own identity: its refund id and reason, its charge operation, and the PaymentIntent it
+   * refunds (when the command read it: the duplicate remedy's, else the charge's). Null for a charge.
+   */
+  readonly refund: {
+    readonly refundId: string;
+    readonly reason: string | null;
+    readonly chargeOperationId: string;
+    readonly paymentIntent: string | null;
+  } | null;
 }
 
 const isoOrNull = (date: Date | null): string | null => (date === null ? null : date.toISOString());
 
-export function operationView(op: Operation): OperationView {
+export function operationView(op: Operation, refundedPaymentIntent: string | null = null): OperationView {
   return {
     id: op.id,
+    kind: op.kind,
     orderId: op.orderId,
     amount: op.amount,
     currency: op.currency,
@@ -106,6 +120,9 @@ export function operationView(op: Operation): OperationView {
     createdAt: op.createdAt.toISOString(),
     updatedAt: op.updatedAt.toISOString(),
     settledAt: isoOrNull(op.settledAt),
+    refund: op.refund
+      ? { refundId: op.refund.refundId, reason: op.refund.reason, chargeOperationId: op.refund.parentOperationId, paymentIntent: op.refund.paymentIntentId ?? refundedPaymentIntent }
+      : null,
   };
 }
 
@@ -119,11 +136,13 @@ export interface ReviewListResult {
 
 /** What the operator may do with an operation in review, judged on the evidence just gathered. */
 export interface ReviewOptions {
-  /** PaymentIntents `resolve --as succeeded` would accept. */
+  /** The option that names the proof: `--payment-intent` (a charge) or `--refund` (a refund). */
+  readonly proofFlag: '--payment-intent' | '--refund';
+  /** PaymentIntents (a charge) or Refunds (a refund) `resolve --as succeeded` would accept. */
   readonly resolveSucceeded: readonly string[];
-  /** Succeeded PaymentIntents it would refuse, and why (another amount, another operation). */
-  readonly notAcceptable: readonly { readonly paymentIntent: string; readonly reason: string }[];
-  /** `resolve --as failed` and `reissue` rest on the same proof: nothing was or will be charged. */
+  /** Succeeded ones it would refuse, and why (another amount, another operation, another PaymentIntent). */
+  readonly notAcceptable: readonly { readonly id: string; readonly reason: string }[];
+  /** `resolve --as failed` and `reissue` rest on the same proof: nothing was or will be charged (refunded). */
   readonly resolveFailed: Verdict;
   readonly reissue: Verdict;
 }
@@ -135,6 +154,8 @@ export interface OperationDetailResult {
   readonly outcomeEvents: readonly OutboxEvent[];
   /** Messages for this order that were rejected (e.g. the same order with other parameters). */
   readonly rejectedMessages: readonly RejectedMessage[];
+  /** The refund operations of the order (a charge's refunds; a refund's siblings and itself), oldest first. */
+  readonly orderRefunds: readonly OperationView[];
   /** What Stripe holds for the operation; null when not asked (see stripeSkipped). */
   readonly stripe: StripeEvidence | null;
   readonly stripeSkipped: string | null;
@@ -231,6 +252,19 @@ function refuseUnless(verdict: Verdict, details?: Readonly<Record<string, unknow
 
 /** Evidence for the audit trail: what Stripe showed, compactly (metadata says which operation and key generation). */
 function evidenceDetail(evidence: StripeEvidence): Record<string, unknown> {
+  if (evidence.kind === 'refund') {
+    return {
+      checkedAt: evidence.checkedAt,
+      complete: evidence.complete,
+      refundedPaymentIntent: evidence.refundedPaymentIntent,
+      refunds: evidence.refunds.map((r) => ({ id: r.id, status: r.status, amount: r.amount, currency: r.currency, paymentIntent: r.paymentIntent, metadata: r.metadata, foundBy: r.foundBy })),
+      ...(evidence.unrelated.length > 0
+        ? { unrelated: evidence.unrelated.map((r) => ({ id: r.id, status: r.status, amount: r.amount, currency: r.currency, metadata: r.metadata })) }
+        : {}),
+      missing: evidence.missing,
+      problems: evidence.problems,
+    };
+  }
   return {
     checkedAt: evidence.checkedAt,
     complete: evidence.complete,
@@ -253,21 +287,24 @@ function evidenceDetail(evidence: StripeEvidence): Record<string, unknown> {
 
 async function gather(ctx: OpsContext, history: OperationHistory, extraIds: readonly string[] = []): Promise<StripeEvidence> {
   const lookup = await ctx.stripe();
-  return gatherStripeEvidence(lookup, history.operation, history.events, extraIds);
+  // The operation's kind chooses the reader (review.ts EVIDENCE_READERS); a refund's needs the PaymentIntent it refunds.
+  return gatherStripeEvidence(lookup, history.operation, history.events, { extraIds, refundedPaymentIntent: history.refundedPaymentIntent });
 }
 
 function optionsFor(history: OperationHistory, evidence: StripeEvidence, policy: ReviewPolicy): ReviewOptions | null {
   const op = history.operation;
   if (!isInReview(op)) return null;
+  const kind = REVIEW_KINDS[op.kind];
   const reviewable = checkReviewable(op);
-  const noCharge = reviewable.allowed ? judgeNoCharge(history.operation, evidence, history.events, history.asOf, policy) : reviewable;
-  const succeeded = reviewable.allowed ? evidence.paymentIntents.filter((pi) => pi.status === 'succeeded') : [];
-  const judged = succeeded.map((pi) => ({ pi, verdict: judgeResolveSucceeded(op, pi.id, pi) }));
+  const noEffect = reviewable.allowed ? judgeNoEffect(history.operation, evidence, history.events, history.asOf, policy) : reviewable;
+  const succeeded = reviewable.allowed ? kind.own(evidence).filter((o) => o.status === 'succeeded') : [];
+  const judged = succeeded.map((o) => ({ o, verdict: judgeResolveSucceeded(op, o.id, o, evidence.refundedPaymentIntent) }));
   return {
-    resolveSucceeded: judged.filter((j) => j.verdict.allowed).map((j) => j.pi.id),
-    notAcceptable: judged.flatMap((j) => (j.verdict.allowed ? [] : [{ paymentIntent: j.pi.id, reason: j.verdict.reason }])),
-    resolveFailed: noCharge,
-    reissue: noCharge,
+    proofFlag: kind.proofFlag,
+    resolveSucceeded: judged.filter((j) => j.verdict.allowed).map((j) => j.o.id),
+    notAcceptable: judged.flatMap((j) => (j.verdict.allowed ? [] : [{ id: j.o.id, reason: j.verdict.reason }])),
+    resolveFailed: noEffect,
+    reissue: noEffect,
   };
 }
 
@@ -284,12 +321,15 @@ async function detail(ctx: OpsContext, history: OperationHistory, withStripe: bo
     }
   }
   const rejected = await listRejected(ctx.db, { sinceMs: null, reasonCode: null, orderId: history.operation.orderId, limit: 100, withBody: false });
+  const charge = history.operation.kind === 'charge' ? history.operation : await findOperationByOrder(ctx.db, history.operation.orderId);
+  const refunds = await findRefundsOfOrder(ctx.db, history.operation.orderId);
   return {
     asOf: history.asOf.toISOString(),
-    operation: operationView(history.operation),
+    operation: operationView(history.operation, history.refundedPaymentIntent),
     auditTrail: history.events,
     outcomeEvents: history.outcomeEvents,
     rejectedMessages: rejected.messages,
+    orderRefunds: refunds.map((r) => operationView(r, charge?.externalId ?? null)),
     stripe,
     stripeSkipped,
     options: stripe ? optionsFor(history, stripe, ctx.policy ?? DEFAULT_REVIEW_POLICY) : null,
@@ -337,37 +377,48 @@ async function resolve(ctx: OpsContext, command: Extract<Command, { name: 'revie
   const history = await historyOf(ctx, command.operationId);
   const op = history.operation;
   refuseUnless(checkReviewable(op));
+  const kind = REVIEW_KINDS[op.kind];
+  const name = KIND_RULES[op.kind].objectName;
+  // The proof must be of the operation's kind: a PaymentIntent for a charge, a Refund for a refund.
+  const proofId = op.kind === 'refund' ? command.stripeRefundId : command.paymentIntentId;
+  const wrongProof = op.kind === 'refund' ? command.paymentIntentId : command.stripeRefundId;
+  if (wrongProof !== null) {
+    throw new UsageError(`operation ${op.id} is a ${op.kind}: its proof is a ${name}, given with ${kind.proofFlag} (not ${wrongProof})`);
+  }
   // Stripe first, with no transaction open; the write below is fenced on what was read above.
-  const evidence = await gather(ctx, history, command.paymentIntentId ? [command.paymentIntentId] : []);
+  const evidence = await gather(ctx, history, proofId ? [proofId] : []);
   const warnings: string[] = [];
   const refusalDetails = { evidence: evidenceDetail(evidence) };
   if (command.as === 'succeeded') {
-    const piId = command.paymentIntentId!;
-    const pi = [...evidence.paymentIntents, ...evidence.unrelated].find((p) => p.id === piId && p.foundBy.includes('retrieve')) ?? null;
-    if (pi === null && !evidence.missing.includes(piId)) {
-      throw new StripeUnavailableError(`PaymentIntent ${piId} could not be retrieved: ${evidence.problems.join('; ')}`, refusalDetails);
+    const id = proofId!;
+    const found = [...kind.own(evidence), ...evidence.unrelated].find((o) => o.id === id && o.foundBy.includes('retrieve')) ?? null;
+    if (found === null && !evidence.missing.includes(id)) {
+      throw new StripeUnavailableError(`${name} ${id} could not be retrieved: ${evidence.problems.join('; ')}`, refusalDetails);
     }
-    refuseUnless(judgeResolveSucceeded(op, piId, pi), refusalDetails);
-    const others = evidence.paymentIntents.filter((p) => p.id !== piId && p.status === 'succeeded');
+    refuseUnless(judgeResolveSucceeded(op, id, found, evidence.refundedPaymentIntent), refusalDetails);
+    const others = kind.own(evidence).filter((o) => o.id !== id && o.status === 'succeeded');
     if (others.length > 0) {
       warnings.push(
-        `other succeeded PaymentIntents exist for this operation (${others.map((p) => p.id).join(', ')}): the order was charged more than once — refund all but ${piId}`,
+        op.kind === 'refund'
+          ? `other succeeded Refunds exist for this operation (${others.map((o) => o.id).join(', ')}): the order was refunded more than once — escalate`
+          : `other succeeded PaymentIntents exist for this operation (${others.map((o) => o.id).join(', ')}): the order was charged more than once — refund all but ${id}`,
       );
     }
     if (!evidence.complete) warnings.push(`duplicates could not be ruled out: ${evidence.problems.join('; ')}`);
   } else {
-    refuseUnless(judgeNoCharge(history.operation, evidence, history.events, history.asOf, ctx.policy ?? DEFAULT_REVIEW_POLICY), refusalDetails);
+    refuseUnless(judgeNoEffect(history.operation, evidence, history.events, history.asOf, ctx.policy ?? DEFAULT_REVIEW_POLICY), refusalDetails);
   }
 
   const publisher = ctx.publisher?.() ?? null;
   const written = await resolveInReview(ctx.db, {
     fence: fenceOf(op),
     status: command.as,
-    externalId: command.paymentIntentId,
+    externalId: command.as === 'succeeded' ? proofId : null,
     actor: command.action.actor,
     detail: actionDetail(ctx, `review resolve --as ${command.as}`, command.action, history, {
       resolution: command.as,
       ...(command.paymentIntentId ? { paymentIntent: command.paymentIntentId } : {}),
+      ...(command.stripeRefundId ? { refund: command.stripeRefundId } : {}),
       evidence: evidenceDetail(evidence),
       ...(warnings.length > 0 ? { warnings } : {}),
     }),
@@ -375,7 +426,7 @@ async function resolve(ctx: OpsContext, command: Extract<Command, { name: 'revie
   });
   if (!written) return conflict(ctx, op.id, 'review resolve');
   return {
-    operation: operationView(written.operation),
+    operation: operationView(written.operation, history.refundedPaymentIntent),
     auditEvent: written.auditEvent,
     outcomeEvent: written.outcomeEvent,
     published: await publishNow(ctx, written),
@@ -389,7 +440,7 @@ async function reissue(ctx: OpsContext, command: Extract<Command, { name: 'revie
   const op = history.operation;
   refuseUnless(checkReviewable(op));
   const evidence = await gather(ctx, history);
-  refuseUnless(judgeNoCharge(history.operation, evidence, history.events, history.asOf, ctx.policy ?? DEFAULT_REVIEW_POLICY), { evidence: evidenceDetail(evidence) });
+  refuseUnless(judgeNoEffect(history.operation, evidence, history.events, history.asOf, ctx.policy ?? DEFAULT_REVIEW_POLICY), { evidence: evidenceDetail(evidence) });
   const previousKey = idempotencyKey(op.id, op.keyGeneration);
   const newKey = idempotencyKey(op.id, op.keyGeneration + 1);
   const written = await reissueInReview(ctx.db, {
@@ -405,7 +456,7 @@ async function reissue(ctx: OpsContext, command: Extract<Command, { name: 'revie
   });
   if (!written) return conflict(ctx, op.id, 'review reissue');
   return {
-    operation: operationView(written.operation),
+    operation: operationView(written.operation, history.refundedPaymentIntent),
     auditEvent: written.auditEvent,
     outcomeEvent: null,
     published: null,
@@ -438,7 +489,7 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
         asOf: page.asOf.toISOString(),
         total: page.total,
         operations: page.operations.map((op) => ({
-          ...operationView(op),
+          ...operationView(op, page.refundedPaymentIntents[op.id] ?? null),
           inReviewSince: op.updatedAt.toISOString(),
           inReviewSeconds: Math.max(0, Math.round((asOf - op.updatedAt.getTime()) / 1000)),
         })),
@@ -484,7 +535,7 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
         orderId: command.orderId,
         charge: operationView(charge),
         refunds: refunds.map((r) => ({
-          ...operationView(r),
+          ...operationView(r, charge.externalId),
           refundId: r.refund?.refundId ?? '',
           refundReason: r.refund?.reason ?? null,
           refundedPaymentIntent: r.refund?.paymentIntentId ?? null,
@@ -511,7 +562,7 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
     case 'refunds show': {
       const history = await historyOf(ctx, command.operationId);
       if (history.operation.kind !== 'refund') throw new NotFoundError(`operation ${command.operationId} is a ${history.operation.kind}, not a refund; see operations show`);
-      return detail(ctx, history, false);
+      return detail(ctx, history, command.stripe);
     }
     case 'stats':
       return loadStats(ctx.db);

@@ -18,7 +18,7 @@ import { runOps, type OpsContext } from './commands.ts';
 import { failure, type OpsResponse } from './response.ts';
 import { lazyGateway, lazyLookup, opsConfig, reviewPolicy } from './environment.ts';
 import { UsageError } from './errors.ts';
-import type { PaymentIntentLookup } from '../payments/review.ts';
+import type { StripeLookup } from '../payments/review.ts';
 import type { PaymentGateway } from '../payments/gateway.ts';
 
 export interface OpsEvent {
@@ -42,7 +42,7 @@ function argvOf(event: unknown): string[] {
 }
 
 // Per container, like every pipeline function (runtime/resources.ts): the pool and the Stripe client.
-let stripeLookup: (() => Promise<PaymentIntentLookup>) | undefined;
+let stripeLookup: (() => Promise<StripeLookup>) | undefined;
 let stripeGateway: (() => Promise<PaymentGateway>) | undefined;
 
 async function lambdaContext(env: NodeJS.ProcessEnv, context: Context | undefined): Promise<OpsContext> {

@@ -40,6 +40,8 @@ export type Command =
       readonly operationId: string;
       readonly as: 'succeeded' | 'failed';
       readonly paymentIntentId: string | null;
+      /** A refund's proof: the Stripe Refund (re_…) that shows it succeeded. */
+      readonly stripeRefundId: string | null;
       readonly action: OperatorAction;
     }
   | { readonly name: 'review reissue'; readonly operationId: string; readonly action: OperatorAction }
@@ -58,7 +60,7 @@ export type Command =
   | { readonly name: 'findings resolve'; readonly findingId: number; readonly action: OperatorAction }
   /** An order's refund operations beside its charge (issue 15). */
   | { readonly name: 'refunds list'; readonly orderId: string }
-  | { readonly name: 'refunds show'; readonly operationId: string }
+  | { readonly name: 'refunds show'; readonly operationId: string; readonly stripe: boolean }
   /** An operator's refund, through the same engine as a producer's (the operator as actor). */
   | {
       readonly name: 'refunds create';
@@ -137,13 +139,18 @@ export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
   'review resolve': {
     args: '<operation-id> --as succeeded|failed',
     summary: 'settle an operation in review, on evidence from Stripe',
-    options: { as: { type: 'string' }, 'payment-intent': { type: 'string' }, ...ACTION_OPTIONS },
+    options: { as: { type: 'string' }, 'payment-intent': { type: 'string' }, refund: { type: 'string' }, ...ACTION_OPTIONS },
     help: [
-      ['--as succeeded', 'with --payment-intent pi_…: that PaymentIntent must exist, carry this operation in'],
+      ['--as succeeded', 'a charge, with --payment-intent pi_…: that PaymentIntent must exist, carry this operation in'],
       ['', 'metadata.operation_id, match amount and currency, and be succeeded'],
+      ['', 'a refund, with --refund re_…: that Refund must exist, carry this operation in metadata.operation_id,'],
+      ['', 'match amount, currency and the refunded PaymentIntent, and be succeeded'],
       ['--as failed', 'only if Stripe shows no PaymentIntent of the operation (any key generation)'],
-      ['', 'that is succeeded or may still charge (processing, requires_action, requires_capture…)'],
-      ['--payment-intent <pi_…>', 'the PaymentIntent that proves success (--as succeeded only)'],
+      ['', 'that is succeeded or may still charge (processing, requires_action, requires_capture…);'],
+      ['', "a refund: the complete List of the PaymentIntent's refunds shows none of the operation that is"],
+      ['', 'pending, requires_action or succeeded, and no request of it may still be running'],
+      ['--payment-intent <pi_…>', 'the PaymentIntent that proves a charge succeeded (--as succeeded only)'],
+      ['--refund <re_…>', 'the Refund that proves a refund succeeded (--as succeeded only)'],
       ...ACTION_HELP,
     ],
     positionals: ['operation-id'],
@@ -220,8 +227,8 @@ export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
   'refunds show': {
     args: '<operation-id>',
     summary: 'one refund operation and its whole audit trail',
-    options: {},
-    help: [],
+    options: { stripe: { type: 'boolean' } },
+    help: [['--stripe', "also look the refund up at Stripe: List of the PaymentIntent's refunds, and every Refund id we hold"]],
     positionals: ['operation-id'],
   },
   'refunds create': {
@@ -304,6 +311,7 @@ export function usage(topic: CommandName | null = null): string {
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const PAYMENT_INTENT_ID = /^pi_[A-Za-z0-9_]{1,250}$/;
+const REFUND_ID = /^re_[A-Za-z0-9_]{1,250}$/;
 const DURATION = /^(\d+)(s|m|h|d)$/;
 const UNIT_MS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
 
@@ -433,10 +441,16 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
         if (as === undefined) throw new UsageError('review resolve: --as succeeded|failed is required');
         const outcome = oneOf('--as', as, ['succeeded', 'failed'] as const);
         const pi = str('payment-intent');
-        if (outcome === 'succeeded' && pi === undefined) throw new UsageError('--as succeeded needs --payment-intent pi_… (the PaymentIntent that proves the charge)');
+        const refund = str('refund');
+        if (pi !== undefined && refund !== undefined) throw new UsageError('--payment-intent (a charge) and --refund (a refund) exclude each other');
+        if (outcome === 'succeeded' && pi === undefined && refund === undefined) {
+          throw new UsageError('--as succeeded needs --payment-intent pi_… (a charge) or --refund re_… (a refund): the object that proves it');
+        }
         if (outcome === 'failed' && pi !== undefined) throw new UsageError('--payment-intent goes with --as succeeded only');
+        if (outcome === 'failed' && refund !== undefined) throw new UsageError('--refund goes with --as succeeded only');
         if (pi !== undefined && !PAYMENT_INTENT_ID.test(pi)) throw new UsageError(`--payment-intent must be a PaymentIntent id pi_… (got "${pi}")`);
-        return { name, operationId: operationIdOf(first), as: outcome, paymentIntentId: pi ?? null, action: action(values, defaultActor) };
+        if (refund !== undefined && !REFUND_ID.test(refund)) throw new UsageError(`--refund must be a Stripe Refund id re_… (got "${refund}")`);
+        return { name, operationId: operationIdOf(first), as: outcome, paymentIntentId: pi ?? null, stripeRefundId: refund ?? null, action: action(values, defaultActor) };
       }
       case 'review reissue':
         if (!bool('confirm-no-charge')) {
@@ -470,7 +484,7 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
         if (!first.trim()) throw new UsageError('refunds list: the order id is empty');
         return { name, orderId: first };
       case 'refunds show':
-        return { name, operationId: operationIdOf(first) };
+        return { name, operationId: operationIdOf(first), stripe: bool('stripe') };
       case 'refunds create': {
         if (!/^[\x21-\x7e]{1,128}$/.test(first)) throw new UsageError(`refunds create: the order id must be 1-128 printable characters without spaces (got "${first}")`);
         const refundId = str('refund-id');

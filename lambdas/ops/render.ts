@@ -59,11 +59,15 @@ function reviewList(r: ResultOf['review list']): string[] {
   return [
     `${r.total} operation(s) in review${r.operations.length < r.total ? `, showing the oldest ${r.operations.length}` : ''} (as of ${r.asOf}):`,
     ...table(
-      ['IN REVIEW', 'OPERATION', 'ORDER', 'AMOUNT', 'STATUS', 'GEN', 'REASON'],
+      ['IN REVIEW', 'OPERATION', 'KIND', 'ORDER', 'REFUND ID', 'PAYMENT INTENT', 'AMOUNT', 'STATUS', 'GEN', 'REASON'],
       r.operations.map((op) => [
         formatSeconds(op.inReviewSeconds),
         op.id,
+        op.kind,
         clip(op.orderId, 40),
+        op.refund ? clip(op.refund.refundId, 40) : '—',
+        // A charge's own PaymentIntent, if known; a refund's: the one it refunds.
+        dash(op.refund ? op.refund.paymentIntent : op.externalId),
         formatAmount(op.amount, op.currency),
         op.status,
         String(op.keyGeneration),
@@ -77,7 +81,7 @@ function reviewList(r: ResultOf['review list']): string[] {
 
 function auditRows(events: readonly AuditEvent[]): string[] {
   return table(
-    ['#', 'TIME', 'ACTOR', 'ACTION', 'STEP', 'STATUS', 'GEN', 'PAYMENT INTENT', 'ERROR', 'DETAIL'],
+    ['#', 'TIME', 'ACTOR', 'ACTION', 'STEP', 'STATUS', 'GEN', 'STRIPE ID', 'ERROR', 'DETAIL'],
     events.map((e) => [
       String(e.id),
       e.occurredAt,
@@ -97,9 +101,12 @@ function detail(r: OperationDetailResult): string[] {
   const op = r.operation;
   const since = op.inReview ? ` — IN REVIEW since ${op.updatedAt} (${formatSeconds((Date.parse(r.asOf) - Date.parse(op.updatedAt)) / 1000)})` : '';
   const out = [
-    `Operation ${op.id}${since}`,
+    `${op.kind === 'refund' ? 'Refund operation' : 'Operation'} ${op.id}${since}`,
     ...indent([
       `order ${op.orderId}   ${formatAmount(op.amount, op.currency)} (${op.amount} ${op.currency})   status ${op.status}`,
+      ...(op.refund
+        ? [`refund id ${op.refund.refundId}   reason ${dash(op.refund.reason)}   of charge ${op.refund.chargeOperationId}   PaymentIntent refunded ${dash(op.refund.paymentIntent)}`]
+        : []),
       ...(op.reviewReason ? [`review reason: ${op.reviewReason}`] : []),
       `customer ${op.customerId}   payment method ${op.paymentMethod}`,
       `key generation ${op.keyGeneration} (${op.idempotencyKey})   external id ${dash(op.externalId)}   attempts ${op.attempts}`,
@@ -109,7 +116,26 @@ function detail(r: OperationDetailResult): string[] {
     ]),
     '',
   ];
-  if (r.stripe) {
+  if (r.stripe && r.stripe.kind === 'refund') {
+    const s = r.stripe;
+    out.push(`Stripe (checked ${s.checkedAt}; List of ${dash(s.refundedPaymentIntent)}'s refunds, all key generations, and every Refund id we know):`);
+    if (s.refunds.length === 0) out.push('  no Refund of this operation found');
+    else {
+      out.push(
+        ...indent(
+          table(
+            ['REFUND', 'STATUS', 'AMOUNT', 'PAYMENT INTENT', 'GEN', 'FOUND BY'],
+            s.refunds.map((x) => [x.id, x.status, formatAmount(x.amount, x.currency), dash(x.paymentIntent), dash(x.metadata.key_generation), x.foundBy.join('+')]),
+          ),
+        ),
+      );
+    }
+    for (const x of s.unrelated) {
+      out.push(`  not this operation's: ${x.id} ${x.status} ${formatAmount(x.amount, x.currency)} (metadata.operation_id ${dash(x.metadata.operation_id)}, refund id ${dash(x.metadata.refund_id)})`);
+    }
+    if (s.missing.length > 0) out.push(`  ids we hold that Stripe does not know: ${s.missing.join(', ')}`);
+    for (const p of s.problems) out.push(`  INCOMPLETE: ${p}`);
+  } else if (r.stripe) {
     const s = r.stripe;
     out.push(`Stripe (checked ${s.checkedAt}; Search by metadata.operation_id, all key generations, and every id we know):`);
     if (s.paymentIntents.length === 0) out.push('  no PaymentIntent found for this operation');
@@ -136,10 +162,10 @@ function detail(r: OperationDetailResult): string[] {
     out.push('What you can do:');
     out.push(
       o.resolveSucceeded.length > 0
-        ? `  resolve as succeeded: npm run ops -- review resolve ${op.id} --as succeeded --payment-intent ${o.resolveSucceeded[0]} ${reason}`
+        ? `  resolve as succeeded: npm run ops -- review resolve ${op.id} --as succeeded ${o.proofFlag} ${o.resolveSucceeded[0]} ${reason}`
         : o.notAcceptable.length > 0
           ? `  resolve as succeeded: refused — ${o.notAcceptable.map((n) => n.reason).join('; ')}`
-          : '  resolve as succeeded: no succeeded PaymentIntent of this operation found',
+          : `  resolve as succeeded: no succeeded ${op.kind === 'refund' ? 'Refund' : 'PaymentIntent'} of this operation found`,
     );
     out.push(
       o.resolveFailed.allowed
@@ -152,6 +178,26 @@ function detail(r: OperationDetailResult): string[] {
         : `  reissue (new key):    refused — ${o.reissue.reason}`,
     );
     out.push('');
+  }
+  if (r.orderRefunds.length > 0) {
+    out.push(
+      `Refund operations of order ${op.orderId}:`,
+      ...indent(
+        table(
+          ['OPERATION', 'REFUND ID', 'AMOUNT', 'STATUS', 'REFUND', 'OF PAYMENT INTENT', 'REVIEW / LAST ERROR'],
+          r.orderRefunds.map((x) => [
+            `${x.id}${x.id === op.id ? ' (this)' : ''}`,
+            x.refund?.refundId ?? '—',
+            formatAmount(x.amount, x.currency),
+            `${x.status}${x.inReview ? ' (review)' : ''}`,
+            dash(x.externalId),
+            dash(x.refund?.paymentIntent),
+            clip(x.reviewReason ?? x.lastError ?? '—', 80),
+          ]),
+        ),
+      ),
+      '',
+    );
   }
   out.push(`Audit trail (${r.auditTrail.length} events):`, ...indent(auditRows(r.auditTrail)), '');
   if (r.outcomeEvents.length > 0) {
@@ -216,7 +262,8 @@ function findings(r: ResultOf['findings list']): string[] {
   return [
     `${r.total} finding(s)${r.findings.length < r.total ? `, showing the oldest ${r.findings.length}` : ''} (as of ${r.asOf}):`,
     ...table(
-      ['ID', 'FOUND', 'KIND', 'PAYMENT INTENT', 'STATUS', 'AMOUNT', 'ORDER', 'OPERATION', 'RESOLVED', 'REASON'],
+      // The Stripe object the finding is about: a PaymentIntent (pi_…), or a Refund (re_…) for a refund's.
+      ['ID', 'FOUND', 'KIND', 'STRIPE OBJECT', 'STATUS', 'AMOUNT', 'ORDER', 'OPERATION', 'RESOLVED', 'REASON'],
       r.findings.map((f) => [
         String(f.id),
         f.foundAt,

@@ -1,11 +1,15 @@
 // The operator tool's read-only view of Stripe, through the real SDK: retrieve one PaymentIntent, and
 // find every PaymentIntent of an operation across ALL key generations. The engine's gateway searches
 // one generation (the one it may adopt); a human deciding "nothing was charged" must see them all.
-// Errors are classified exactly as the engine classifies them (classifyStripeError).
+// Refunds: retrieve one, and List every refund of a PaymentIntent — the engine's own readers
+// (StripeGateway.retrieveRefund / listRefunds, one paged-list reader), which already see every
+// generation (List is not filtered by key generation). Errors are classified exactly as the engine
+// classifies them (classifyStripeError).
 import type Stripe from 'stripe';
 import { type GatewayResult } from '../payments/gateway.ts';
-import type { PaymentIntentLookup, StripePaymentIntent } from '../payments/review.ts';
-import { classifyStripeError } from '../payments/stripe-gateway.ts';
+import type { RefundView } from '../payments/gateway.ts';
+import type { StripeLookup, StripePaymentIntent, StripeRefund } from '../payments/review.ts';
+import { classifyStripeError, StripeGateway } from '../payments/stripe-gateway.ts';
 import { createConfiguredStripeClient } from '../runtime/resources.ts';
 import { ConfigError, type RuntimeConfig } from '../runtime/config.ts';
 import { OpsConfigError } from './errors.ts';
@@ -37,11 +41,28 @@ function unexpected(status: number | undefined, message: string): GatewayResult<
   return { ok: false, failure: { kind: 'ambiguous', errorClass: 'UnexpectedResponse', ...(status !== undefined ? { httpStatus: status } : {}), message } };
 }
 
-export class StripePaymentIntentLookup implements PaymentIntentLookup {
+/** The engine's RefundView as the operator sees it (the engine's reader does not keep `created`). */
+const toStripeRefund = (view: RefundView): StripeRefund => ({ ...view, created: null });
+
+export class StripePaymentIntentLookup implements StripeLookup {
   readonly #stripe: Stripe;
+  readonly #gateway: StripeGateway;
 
   constructor(stripe: Stripe) {
     this.#stripe = stripe;
+    this.#gateway = new StripeGateway(stripe);
+  }
+
+  async retrieveRefund(id: string): Promise<GatewayResult<StripeRefund>> {
+    const got = await this.#gateway.retrieveRefund(id);
+    return got.ok ? { ok: true, value: toStripeRefund(got.value) } : got;
+  }
+
+  async listRefunds(paymentIntentId: string): Promise<GatewayResult<{ refunds: StripeRefund[]; pages: number; complete: boolean }>> {
+    // The gateway's refund list reads the PaymentIntent's whole life (the created range is not sent).
+    const listed = await this.#gateway.listRefunds({ scope: { payment_intent: paymentIntentId }, createdGte: 0, createdLte: 0 });
+    if (!listed.ok) return listed;
+    return { ok: true, value: { refunds: listed.value.items.map(toStripeRefund), pages: listed.value.pages, complete: listed.value.complete } };
   }
 
   async retrieve(id: string): Promise<GatewayResult<StripePaymentIntent>> {

@@ -2,7 +2,7 @@
 // step, read the answer, schedule the next attempt. No I/O here — every branch is tested exhaustively
 // in test/decisions.test.ts, and the engine is thin I/O around these functions.
 import { FailureKind, type GatewayFailure, type GatewayResult, type ListAnswer } from './gateway.ts';
-import type { ClaimedOperation, OperationKind, OperationStatus, PaymentIntentView } from './types.ts';
+import { REMEDY_REFUND_ID_PREFIX, type ClaimedOperation, type OperationKind, type OperationStatus, type PaymentIntentView } from './types.ts';
 
 export interface Backoff {
   readonly baseMs: number;
@@ -394,18 +394,30 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
   if (pi.amount !== op.amount) mismatch.push('amount');
   if (pi.currency !== op.currency) mismatch.push('currency');
   if (mismatch.length > 0) {
-    return toReview(`PaymentIntent ${pi.id} does not match the operation (${mismatch.join(', ')}); not adopted`,
+    return toReview(`${KIND_RULES[op.kind].objectName} ${pi.id} does not match the operation (${mismatch.join(', ')}); not adopted`,
       { ...detail, paymentIntent: { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency } },
     );
   }
   const status = KIND_RULES[op.kind].statusOf(pi.status);
   const base = { externalId: pi.id, error: null, errorClass: null, errorCode: null };
+  if (status === 'failed' && op.kind === 'refund' && op.refund?.paymentIntentId) {
+    // The duplicate-charge remedy's Refund failed (or was canceled) at Stripe: the extra PaymentIntent
+    // is still charged, and no machine can give the money back another way. Final `failed` would
+    // leave a double charge no one is asked about (issue 15: the net amount is the amount asked):
+    // a human decides (docs/runbook.md, the duplicate-charge remedy). Found by the property model.
+    return toReview(
+      `the duplicate-charge remedy's Refund ${pi.id} of ${op.refund.paymentIntentId} is ${pi.status} at Stripe: the extra charge stands — return the money another way, then resolve`,
+      { ...detail, paymentIntentStatus: pi.status },
+      undefined,
+      pi.id,
+    );
+  }
   if (status !== 'unknown') {
     return { ...base, status, reviewReason: null, retryAfterMs: null, detail: { ...detail, paymentIntentStatus: pi.status } };
   }
   const age = op.claimedAt.getTime() - op.firstAttemptedAt.getTime();
   if (age >= ctx.policy.unsettledReviewAfterMs) {
-    return toReview(`PaymentIntent ${pi.id} is still ${pi.status} ${formatDuration(age)} after the first attempt`,
+    return toReview(`${KIND_RULES[op.kind].objectName} ${pi.id} is still ${pi.status} ${formatDuration(age)} after the first attempt`,
       { ...detail, paymentIntentStatus: pi.status },
       undefined,
       pi.id,
@@ -769,7 +781,7 @@ export function decideList(ctx: Context, window: ListWindow, result: GatewayResu
 
 /** The refund id of the remedy for an extra PaymentIntent: derived from it, so it exists once. */
 export function duplicateRefundId(paymentIntentId: string): string {
-  return `duplicate:${paymentIntentId}`;
+  return `${REMEDY_REFUND_ID_PREFIX}${paymentIntentId}`;
 }
 
 export type DuplicateVerdict =

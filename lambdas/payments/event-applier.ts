@@ -1,10 +1,11 @@
 // The inbox applier: works recorded Stripe events at least once, in any order, each effect written
 // by the same fenced statements as every other outcome. The mirror image of the outbox relay.
 //
-//   inbox row (leased) ─▶ decide (event-decisions.ts) ─┬─ settle / review: claim the operation's lease
+//   inbox row (leased) ─▶ decide (event-decisions.ts) ─┬─ settle / review (a PaymentIntent or a Refund): claim the operation's lease
 //                                                      │   ─▶ snapshot or retrieve (no transaction open)
 //                                                      │   ─▶ BEGIN recordOutcomes (fenced) + mark applied COMMIT
 //                                                      ├─ refund / dispute: BEGIN audit + outbox row + mark applied COMMIT
+//                                                      ├─ refund.* failed after success: BEGIN finding + audit + fact row + mark applied COMMIT
 //                                                      ├─ contradiction / unrecorded: BEGIN finding (+ audit) + mark applied COMMIT
 //                                                      └─ stale / foreign / ignored: mark applied
 //
@@ -19,31 +20,39 @@ import { decideRetrieve, DEFAULT_POLICY, fromPaymentIntent, judgeDuplicateCharge
 import {
   aftermathOf,
   claimedOperationId,
+  claimedRefundOperationId,
   decidePaymentIntentEvent,
+  decideRefundAfterRetrieve,
+  decideRefundEvent,
   paymentIntentOf,
   readStripeEvent,
+  REFUND_EVENT_TYPES,
+  refundOf,
   type EventPaymentIntent,
-  type PaymentIntentEventDecision,
+  type EventRefund,
+  type RefundEventDecision,
   type StripeEventView,
 } from './event-decisions.ts';
-import { FailureKind, type PaymentGateway } from './gateway.ts';
+import { FailureKind, type GatewayResult, type PaymentGateway } from './gateway.ts';
 import {
   appendEventAudit,
   claimDueEvents,
   claimForEvent,
   deferEvent,
+  findOperationByExternalId,
   findOperationById,
   findOperationByPaymentIntent,
   markApplied,
   recordAftermath,
   recordFinding,
+  recordRefundFailedAfterSuccess,
   type ApplyOutcome,
   type InboxRow,
   type TransactionalDb,
   WAITING_FOR_LEASE,
 } from './inbox-store.ts';
 import { insertDuplicateRefund, recordOutcomes, type OutcomeEventRow, type OutcomeWrite } from './operations-store.ts';
-import type { ClaimedOperation, Operation } from './types.ts';
+import type { ClaimedOperation, Operation, PaymentIntentView } from './types.ts';
 
 export interface ApplierOptions {
   readonly db: TransactionalDb;
@@ -93,6 +102,12 @@ const PAYMENT_INTENT_EVENTS = new Set([
   'payment_intent.requires_action',
 ]);
 const AFTERMATH_EVENT_TYPE = { refunded: 'Charge Refunded', disputed: 'Charge Disputed', dispute_closed: 'Charge Dispute Closed' } as const;
+
+/** How an open operation learns from an event: to review, from the snapshot, or from a retrieve now. */
+type OpenPlan =
+  | { readonly kind: 'review'; readonly reason: string }
+  | { readonly kind: 'snapshot'; readonly view: PaymentIntentView }
+  | { readonly kind: 'retrieve'; readonly id: string; readonly retrieve: (gateway: PaymentGateway) => Promise<GatewayResult<PaymentIntentView>> };
 
 /** Retries of an event that could not be applied: 1 s, 2 s, 4 s … capped at 15 min. */
 export const deferralDelayMs = (attempts: number): number => Math.min(15 * 60_000, 1000 * 2 ** Math.min(Math.max(attempts, 0), 20));
@@ -144,8 +159,8 @@ export class StripeEventApplier {
           errors.push(`${row.eventId}: ${result.reason}`);
         } else deferred++;
         byOutcome[result.outcome] = (byOutcome[result.outcome] ?? 0) + 1;
-        if (result.newFinding && result.outcome === 'contradiction') contradictions++;
         if (result.newFinding && result.outcome === 'unrecorded') unrecordedCharges++;
+        else if (result.newFinding) contradictions++; // a contradiction, or a refund failed after it succeeded
         events.push(...result.events);
       }
       // Every deferral is into the future, so the next page holds other rows; a short page was the last.
@@ -179,6 +194,14 @@ export class StripeEventApplier {
     }
     if (event.type === 'charge.refunded' || event.type === 'charge.dispute.created' || event.type === 'charge.dispute.closed') {
       return this.#applyAftermath(row, event);
+    }
+    if (REFUND_EVENT_TYPES.has(event.type)) {
+      const refund = refundOf(event);
+      if (!refund) return this.#finish(row, 'unreadable', null, `${event.type} without a readable Refund`);
+      // Ours by the operation id we put in its metadata, else by the Refund id an operation recorded.
+      const claimedId = claimedRefundOperationId(refund);
+      const op = (claimedId ? await findOperationById(this.#db, claimedId) : null) ?? (await findOperationByExternalId(this.#db, refund.id));
+      return this.#applyRefund(row, event, refund, op, 0);
     }
     return this.#finish(row, 'ignored_type', null, `${event.type} is not acted on`);
   }
@@ -231,8 +254,121 @@ export class StripeEventApplier {
         return done ? this.#result(row, 'in_review', op!.id, decision.reason) : this.#lostLease(row);
       }
       case 'review':
+      case 'settle': {
+        const plan: OpenPlan =
+          decision.kind === 'review'
+            ? { kind: 'review', reason: decision.reason }
+            : decision.evidence === 'snapshot'
+              ? { kind: 'snapshot', view: pi }
+              : { kind: 'retrieve', id: pi.id, retrieve: (gateway) => gateway.retrievePaymentIntent(pi.id) };
+        return this.#applyToOpen(row, event, op!, plan, evidence, (now) =>
+          depth > 1 ? this.#finish(row, 'stale', op!.id, 'operation changed while the event was applied') : this.#applyPaymentIntent(row, event, pi, now, depth + 1),
+        );
+      }
+    }
+  }
+
+  /** A refund event (refund.created / updated / failed, charge.refund.updated) for the refund operation it names, if any. */
+  async #applyRefund(row: InboxRow, event: StripeEventView, refund: EventRefund, op: Operation | null, depth: number): Promise<Applied> {
+    // The PaymentIntent the operation refunds: the remedy's extra one, else its charge's.
+    const charge = op?.kind === 'refund' && op.refund && op.refund.paymentIntentId === null ? await findOperationById(this.#db, op.refund.parentOperationId) : null;
+    const decision = decideRefundEvent(op, refund, op?.refund?.paymentIntentId ?? charge?.externalId ?? null);
+    const evidence = {
+      stripeEventId: event.id,
+      eventType: event.type,
+      refund: { id: refund.id, status: refund.status, amount: refund.amount, currency: refund.currency, paymentIntent: refund.paymentIntentId, failureReason: refund.failureReason },
+    };
+    return this.#applyRefundDecision(row, event, refund, op, decision, evidence, depth);
+  }
+
+  async #applyRefundDecision(
+    row: InboxRow,
+    event: StripeEventView,
+    refund: EventRefund,
+    op: Operation | null,
+    decision: RefundEventDecision,
+    evidence: Record<string, unknown>,
+    depth: number,
+  ): Promise<Applied> {
+    switch (decision.kind) {
+      case 'ignore':
+        return this.#finish(row, decision.outcome, op?.id ?? null, decision.reason);
+      case 'stale':
+        return this.#finish(row, 'stale', op!.id, decision.reason);
+      case 'in_review': {
+        const done = await this.#transaction(async (client) => {
+          await appendEventAudit(client, op!, this.#actor, { ...evidence, note: decision.reason }, refund.id);
+          return markApplied(client, row, 'in_review', op!.id);
+        });
+        return done ? this.#result(row, 'in_review', op!.id, decision.reason) : this.#lostLease(row);
+      }
+      case 'contradiction':
+      case 'failed_after_success': {
+        // One finding per Refund (its id keys it): the same failure told by refund.failed,
+        // refund.updated and charge.refund.updated is recorded, announced and alarmed once.
+        const outcome: ApplyOutcome = decision.kind === 'contradiction' ? 'contradiction' : 'failed_after_success';
+        const written: { event: OutcomeEventRow | null; newFinding: boolean } = { event: null, newFinding: false };
+        const done = await this.#transaction(async (client) => {
+          written.newFinding = await recordFinding(client, {
+            kind: 'contradiction',
+            paymentIntentId: refund.id,
+            eventId: event.id,
+            operationId: op!.id,
+            claimedOperationId: refund.metadata.operation_id ?? null,
+            orderId: refund.metadata.order_id ?? op!.orderId,
+            amount: refund.amount,
+            currency: refund.currency,
+            status: refund.status,
+            reason: decision.reason,
+            detail: evidence,
+          });
+          if (!written.newFinding) return markApplied(client, row, 'stale', op!.id);
+          if (decision.kind === 'failed_after_success') {
+            written.event = await recordRefundFailedAfterSuccess(client, {
+              operation: op!,
+              refundStripeId: refund.id,
+              paymentIntentId: refund.paymentIntentId,
+              amount: refund.amount,
+              currency: refund.currency,
+              failureReason: refund.failureReason,
+              stripeEventId: event.id,
+              stripeCreatedAt: event.created,
+              actor: this.#actor,
+            }, this.#publishLeaseMs);
+          } else {
+            await appendEventAudit(client, op!, this.#actor, { ...evidence, contradiction: decision.reason }, refund.id);
+          }
+          return markApplied(client, row, outcome, op!.id);
+        });
+        if (!done) return this.#lostLease(row);
+        if (!written.newFinding) return this.#result(row, 'stale', op!.id, `already recorded for Refund ${refund.id}: ${decision.reason}`);
+        return { ...this.#result(row, outcome, op!.id, decision.reason), events: written.event ? [written.event] : [], newFinding: true };
+      }
+      case 'retrieve': {
+        const mayCall = this.#gateway !== null && ((await this.#beforeCall?.()) ?? true);
+        if (!mayCall || this.#gateway === null) {
+          await deferEvent(this.#db, row, { afterMs: deferralDelayMs(row.attempts) }, 'no Stripe call possible now (no key or no request budget)', op!.id);
+          return this.#result(row, 'deferred', op!.id, 'no Stripe call possible now (no key or no request budget)');
+        }
+        const answer = await this.#gateway.retrieveRefund(refund.id).catch((error: unknown) => ({
+          ok: false as const,
+          failure: { kind: FailureKind.ambiguous, errorClass: error instanceof Error ? error.name : 'Error', message: String(error) },
+        }));
+        if (!answer.ok) {
+          if (TRANSIENT.has(answer.failure.kind)) {
+            await deferEvent(this.#db, row, { afterMs: deferralDelayMs(row.attempts) }, `retrieve failed: ${answer.failure.errorClass}`, op!.id);
+            return this.#result(row, 'deferred', op!.id, `retrieve failed: ${answer.failure.errorClass}`);
+          }
+          const reason = `refund operation failed; a snapshot of ${refund.id} says succeeded and retrieving it failed (${answer.failure.errorClass}${'code' in answer.failure && answer.failure.code ? ` ${answer.failure.code}` : ''})`;
+          return this.#applyRefundDecision(row, event, refund, op, { kind: 'contradiction', reason }, evidence, depth);
+        }
+        return this.#applyRefundDecision(row, event, refund, op, decideRefundAfterRetrieve(answer.value), { ...evidence, retrieved: { status: answer.value.status } }, depth);
+      }
       case 'settle':
-        return this.#applyToOpen(row, event, pi, op!, decision, evidence, depth);
+        return this.#applyToOpen(row, event, op!, { kind: 'snapshot', view: refund }, { ...evidence }, async (now) => {
+          if (depth > 1) return this.#finish(row, 'stale', op!.id, 'operation changed while the event was applied');
+          return this.#applyRefund(row, event, refund, now, depth + 1);
+        }, { inReview: true });
     }
   }
 
@@ -240,13 +376,14 @@ export class StripeEventApplier {
   async #applyToOpen(
     row: InboxRow,
     event: StripeEventView,
-    pi: EventPaymentIntent,
     op: Operation,
-    decision: Extract<PaymentIntentEventDecision, { kind: 'review' | 'settle' }>,
+    plan: OpenPlan,
     evidence: Record<string, unknown>,
-    depth: number,
+    /** Decide again from what the operation is now (it became final or went to review meanwhile). */
+    again: (now: Operation) => Promise<Applied>,
+    options: { readonly inReview?: boolean } = {},
   ): Promise<Applied> {
-    const claim = await claimForEvent(this.#db, op.id, randomUUID(), this.#policy.leaseMs, this.#actor, event.id);
+    const claim = await claimForEvent(this.#db, op.id, randomUUID(), this.#policy.leaseMs, this.#actor, event.id, options);
     if (claim === null) return this.#finish(row, 'unknown_operation', null, `operation ${op.id} vanished`);
     if (claim.claimed === null) {
       if (claim.leaseUntil !== null) {
@@ -256,27 +393,27 @@ export class StripeEventApplier {
         return this.#result(row, 'deferred', op.id, `waiting for the lease of operation ${op.id}`);
       }
       // Final or in review since we looked: decide again from what it is now.
-      if (depth > 1) return this.#finish(row, 'stale', op.id, 'operation changed while the event was applied');
-      return this.#applyPaymentIntent(row, event, pi, claim.operation, depth + 1);
+      return again(claim.operation);
     }
     const claimed = claim.claimed;
     const ctx: DecisionContext = { op: claimed, policy: this.#policy, random: this.#random };
     let outcome: Outcome;
-    if (decision.kind === 'review') {
-      outcome = { status: claimed.status, externalId: null, reviewReason: decision.reason, retryAfterMs: null, error: null, errorClass: null, errorCode: null, detail: evidence };
-    } else if (decision.evidence === 'snapshot') {
-      outcome = fromPaymentIntent(ctx, pi, { ...evidence, evidence: 'event' });
+    if (plan.kind === 'review') {
+      outcome = { status: claimed.status, externalId: null, reviewReason: plan.reason, retryAfterMs: null, error: null, errorClass: null, errorCode: null, detail: evidence };
+    } else if (plan.kind === 'snapshot') {
+      // A PaymentIntent or a Refund: the kind's rules read its status (decisions.ts KIND_RULES).
+      outcome = fromPaymentIntent(ctx, plan.view, { ...evidence, evidence: 'event' });
     } else {
       const mayCall = this.#gateway !== null && ((await this.#beforeCall?.()) ?? true);
       if (!mayCall || this.#gateway === null) return this.#release(row, claimed, 'no Stripe call possible now (no key or no request budget)', deferralDelayMs(row.attempts));
-      const answer = await this.#gateway.retrievePaymentIntent(pi.id).catch((error: unknown) => ({
+      const answer = await plan.retrieve(this.#gateway).catch((error: unknown) => ({
         ok: false as const,
         failure: { kind: FailureKind.ambiguous, errorClass: error instanceof Error ? error.name : 'Error', message: String(error) },
       }));
       if (!answer.ok && TRANSIENT.has(answer.failure.kind)) {
         return this.#release(row, claimed, `retrieve failed: ${answer.failure.errorClass}`, deferralDelayMs(row.attempts));
       }
-      outcome = decideRetrieve(ctx, pi.id, answer);
+      outcome = decideRetrieve(ctx, plan.id, answer);
       outcome = { ...outcome, detail: { ...outcome.detail, ...evidence, evidence: 'event+retrieve' } };
     }
     const write: OutcomeWrite = {

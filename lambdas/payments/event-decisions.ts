@@ -233,3 +233,128 @@ export function decidePaymentIntentEvent(op: Operation | null, pi: EventPaymentI
   }
   return { kind: 'settle', evidence: TERMINAL.has(pi.status) ? 'snapshot' : 'retrieve' };
 }
+
+// ── What a Refund event may do (refund.created / refund.updated / refund.failed / charge.refund.updated) ──
+//
+// What Stripe documents and this part relies on:
+//   - docs.stripe.com/api/refunds.md, "Events": refund.created, refund.updated ("Occurs whenever a
+//     refund is updated"), refund.failed ("Occurs whenever a refund has failed"), and
+//     charge.refund.updated ("on selected payment methods. For updates on all refunds, listen to
+//     refund.updated instead"); data.object is the Refund in every one of them;
+//   - changelog 2024-10-28.acacia "refund-webhook-update": those events apply to all refunds (our SDK
+//     pins 2026-10-28.endive, later than that);
+//   - docs.stripe.com/api/refunds/object: status pending | requires_action | succeeded | failed |
+//     canceled; failure_reason once failed; and docs.stripe.com/refunds ("failed refunds"): a card
+//     refund can fail AFTER it said succeeded (the issuer cannot process it; the test card
+//     pm_card_refundFail does exactly that, docs.stripe.com/testing#refunds). failed and canceled
+//     are terminal; succeeded is not.
+// Hence: failed / canceled snapshots are trusted alone; a succeeded snapshot settles an OPEN refund
+// operation (if it fails later, the failure is a fact of its own, below); against a FAILED operation
+// a succeeded snapshot may be older than the failure, so the Refund is retrieved before anything is
+// concluded.
+
+/** data.object of a refund event, in the engine's terms (a Refund is read like a PaymentIntent, kinds.ts). */
+export interface EventRefund extends PaymentIntentView {
+  readonly paymentIntentId: string | null;
+  readonly failureReason: string | null;
+}
+
+export const REFUND_EVENT_TYPES: ReadonlySet<string> = new Set(['refund.created', 'refund.updated', 'refund.failed', 'charge.refund.updated']);
+
+export function refundOf(event: StripeEventView): EventRefund | null {
+  const { object } = dataOf(event);
+  const id = str(object.id);
+  const status = str(object.status);
+  const amount = int(object.amount);
+  const currency = str(object.currency);
+  if (object.object !== 'refund' || !id || !status || amount === null || !currency) return null;
+  const metadata: Record<string, string> = {};
+  if (typeof object.metadata === 'object' && object.metadata !== null) {
+    for (const [k, v] of Object.entries(object.metadata)) if (typeof v === 'string') metadata[k] = v;
+  }
+  return { id, status, amount, currency, metadata, paymentIntentId: idOf(object.payment_intent), failureReason: str(object.failure_reason) };
+}
+
+/** The refund operation a Refund claims to belong to (our metadata.operation_id), if shaped like one of ours. */
+export function claimedRefundOperationId(refund: EventRefund): string | null {
+  const id = refund.metadata.operation_id;
+  return id !== undefined && UUID.test(id) ? id.toLowerCase() : null;
+}
+
+export type RefundEventDecision =
+  /** Not a refund of ours: a Dashboard refund (charge.refunded already tells it as a fact), or an operation we do not have. */
+  | { readonly kind: 'ignore'; readonly outcome: 'foreign' | 'unknown_operation'; readonly reason: string }
+  /** Nothing final yet (pending, requires_action), or the operation already is what the event says. */
+  | { readonly kind: 'stale'; readonly reason: string }
+  /** The Refund names the operation but does not match it, or contradicts its final state: finding + alarm, no state change. */
+  | { readonly kind: 'contradiction'; readonly reason: string }
+  /** The operation waits for a human: the event is noted in its audit trail. */
+  | { readonly kind: 'in_review'; readonly reason: string }
+  /** Open, and the Refund is final at Stripe: settle by the snapshot, as the engine would by a retrieve. */
+  | { readonly kind: 'settle'; readonly reason: string }
+  /** The operation failed and a succeeded snapshot says otherwise: retrieve the Refund now, then decide (decideRefundAfterRetrieve). */
+  | { readonly kind: 'retrieve'; readonly reason: string }
+  /** The operation succeeded and Stripe says the refund failed since: the operation stays final, the failure is a recorded fact. */
+  | { readonly kind: 'failed_after_success'; readonly reason: string };
+
+const describeRefund = (r: EventRefund) => `Refund ${r.id} (${r.status}, ${r.amount} ${r.currency})`;
+/** Statuses a Refund never leaves. */
+const REFUND_TERMINAL_FAILURE = new Set(['failed', 'canceled']);
+
+/**
+ * The PaymentIntent a refund operation refunds: the duplicate remedy's extra one, else its charge's
+ * (the caller looks the charge operation up; null when unknown).
+ */
+export function decideRefundEvent(op: Operation | null, refund: EventRefund, chargePaymentIntentId: string | null): RefundEventDecision {
+  if (op === null) {
+    return refund.metadata.operation_id === undefined
+      ? { kind: 'ignore', outcome: 'foreign', reason: `${describeRefund(refund)} carries no metadata.operation_id and no operation holds it: not made by this pipeline (charge.refunded tells it as a fact)` }
+      : { kind: 'ignore', outcome: 'unknown_operation', reason: `${describeRefund(refund)} names operation ${refund.metadata.operation_id}, which the ledger does not have` };
+  }
+  if (op.kind !== 'refund') {
+    return { kind: 'ignore', outcome: 'foreign', reason: `${describeRefund(refund)} names ${op.kind} operation ${op.id}, not a refund operation` };
+  }
+
+  // Ownership: the same amount, currency, PaymentIntent, order and (once known) Refund id.
+  const mismatch: string[] = [];
+  if (refund.amount !== op.amount) mismatch.push(`amount ${refund.amount} ≠ ${op.amount}`);
+  if (refund.currency !== op.currency) mismatch.push(`currency ${refund.currency} ≠ ${op.currency}`);
+  const target = op.refund?.paymentIntentId ?? chargePaymentIntentId;
+  if (target !== null && refund.paymentIntentId !== target) mismatch.push(`payment_intent ${refund.paymentIntentId ?? 'none'} ≠ ${target}`);
+  if (refund.metadata.order_id !== undefined && refund.metadata.order_id !== op.orderId) mismatch.push('metadata.order_id');
+  if (refund.metadata.operation_id !== undefined && refund.metadata.operation_id.toLowerCase() !== op.id) mismatch.push('metadata.operation_id');
+  if (op.externalId !== null && op.externalId !== refund.id) mismatch.push(`the operation holds ${op.externalId}`);
+  if (mismatch.length > 0) {
+    return { kind: 'contradiction', reason: `${describeRefund(refund)} names refund operation ${op.id} but does not match it (${mismatch.join(', ')}); not adopted` };
+  }
+
+  if (op.status === 'succeeded') {
+    if (refund.status === 'failed') {
+      return { kind: 'failed_after_success', reason: `refund operation succeeded with ${refund.id}; Stripe now says it failed (${refund.failureReason ?? 'no failure_reason'}): the money did not reach the customer` };
+    }
+    if (refund.status === 'canceled') return { kind: 'contradiction', reason: `refund operation succeeded with ${refund.id}, but an event says it was canceled (a succeeded refund cannot be canceled)` };
+    return { kind: 'stale', reason: `refund operation already succeeded with ${refund.id}; event status ${refund.status}` };
+  }
+  if (op.status === 'failed') {
+    if (refund.status === 'succeeded') return { kind: 'retrieve', reason: `refund operation failed, a snapshot of ${refund.id} says succeeded: retrieved to tell an older snapshot from a contradiction` };
+    return { kind: 'stale', reason: `refund operation already failed; event status ${refund.status}` };
+  }
+
+  if (refund.status === 'succeeded' || REFUND_TERMINAL_FAILURE.has(refund.status)) {
+    // In review too: a signed, matching, final Refund naming this operation is the evidence the
+    // operator would look for (what a retrieve would show); the settling write clears the review.
+    return { kind: 'settle', reason: `${describeRefund(refund)} settles the open refund operation${op.reviewReason !== null ? ' (it was in review)' : ''}` };
+  }
+  if (op.reviewReason !== null) return { kind: 'in_review', reason: `refund operation is in review; ${describeRefund(refund)} is not final, noted for the operator` };
+  // pending, requires_action, anything new: nothing final. A retrieve now would say the same; the
+  // engine's own schedule (or the next event) settles it.
+  return { kind: 'stale', reason: `${describeRefund(refund)} is not final yet; the operation stays ${op.status} on its schedule` };
+}
+
+/** A failed operation, a succeeded snapshot, and what a retrieve of the Refund says now. */
+export function decideRefundAfterRetrieve(now: EventRefund | PaymentIntentView): RefundEventDecision {
+  if (now.status === 'succeeded') {
+    return { kind: 'contradiction', reason: `refund operation failed, but Stripe holds Refund ${now.id} as succeeded now: money was given back that the ledger says was not` };
+  }
+  return { kind: 'stale', reason: `refund operation already failed; Refund ${now.id} is ${now.status} now (the succeeded snapshot was older)` };
+}

@@ -121,6 +121,7 @@ export type ApplyOutcome =
   | 'unrecorded' // our metadata, no operation: finding + alarm
   | 'in_review' // noted for the operator of an operation in review
   | 'aftermath' // refund / dispute recorded and announced
+  | 'failed_after_success' // a refund operation's succeeded Refund failed at Stripe since: fact + finding + alarm
   | 'foreign' // not made by this pipeline
   | 'unknown_operation' // names an operation we do not have, nothing charged
   | 'unknown_payment_intent' // a refund / dispute for a PaymentIntent no operation holds
@@ -172,9 +173,14 @@ export async function findOperationById(db: Db, operationId: string): Promise<Op
 }
 
 export async function findOperationByPaymentIntent(db: Db, paymentIntentId: string): Promise<Operation | null> {
+  return findOperationByExternalId(db, paymentIntentId);
+}
+
+/** The operation holding a Stripe object (a charge its pi_…, a refund its re_…). */
+export async function findOperationByExternalId(db: Db, externalId: string): Promise<Operation | null> {
   const { rows } = await db.query<{ op: Parameters<typeof toOperation>[0] }>(
     `SELECT to_jsonb(p) AS op FROM payment_operations p WHERE p.external_id = $1 ORDER BY p.created_at LIMIT 1`,
-    [paymentIntentId],
+    [externalId],
   );
   return rows[0] ? toOperation(rows[0].op) : null;
 }
@@ -192,7 +198,16 @@ export type EventClaim =
  * worth acting on before the next scheduled retrieve. The key window starts here if it had not (it
  * cannot really be unset: Stripe knows the PaymentIntent, so it was sent).
  */
-export async function claimForEvent(db: Db, operationId: string, token: string, leaseMs: number, actor: string, stripeEventId: string): Promise<EventClaim | null> {
+export async function claimForEvent(
+  db: Db,
+  operationId: string,
+  token: string,
+  leaseMs: number,
+  actor: string,
+  stripeEventId: string,
+  /** Claim an operation in review too: a refund's terminal, matching Refund settles it (event-decisions.ts decideRefundEvent). */
+  options: { readonly inReview?: boolean } = {},
+): Promise<EventClaim | null> {
   const { rows } = await prepared<{ source: 'claimed' | 'existing'; op: Parameters<typeof toOperation>[0]; db_now: Date }>(
     db,
     'inbox.claim_operation',
@@ -203,7 +218,7 @@ export async function claimForEvent(db: Db, operationId: string, token: string, 
          next_attempt_at = now() + $3::bigint * interval '1 millisecond',
          first_attempted_at = coalesce(p.first_attempted_at, now()),
          updated_at = now()
-        WHERE p.id = $1::uuid AND p.status IN ('pending', 'unknown') AND p.review_reason IS NULL
+        WHERE p.id = $1::uuid AND p.status IN ('pending', 'unknown') AND (p.review_reason IS NULL OR $6::boolean)
           AND (p.lease_until IS NULL OR p.lease_until <= now())
        RETURNING p.*
      ),
@@ -219,7 +234,7 @@ export async function claimForEvent(db: Db, operationId: string, token: string, 
      UNION ALL
      SELECT 'existing', to_jsonb(p), now() FROM payment_operations p
       WHERE p.id = $1::uuid AND NOT EXISTS (SELECT 1 FROM claimed)`,
-    [operationId, token, leaseMs, actor, stripeEventId],
+    [operationId, token, leaseMs, actor, stripeEventId, options.inReview ?? false],
   );
   const row = rows[0];
   if (!row) return null;
@@ -250,6 +265,7 @@ export async function appendEventAudit(
 
 export interface Finding {
   readonly kind: 'unrecorded_charge' | 'contradiction';
+  /** The Stripe object the finding is about: a PaymentIntent, or for a refund finding the Refund (re_…). */
   readonly paymentIntentId: string;
   readonly eventId: string;
   readonly operationId: string | null;
@@ -321,6 +337,56 @@ export async function recordAftermath(db: Db, w: AftermathWrite, publishLeaseMs:
     [w.operation.id, w.actor, w.operation.status, w.operation.externalId, w.operation.keyGeneration, w.stripeEventId, w.kind, w.amount,
       w.amountRefunded, w.chargeId, w.disputeId, w.disputeStatus, w.disputeReason, w.eventType, w.operation.orderId, w.operation.amount,
       w.currency, w.stripeCreatedAt, publishLeaseMs],
+  );
+  const row = rows[0]!;
+  return { eventId: row.event_id, operationId: w.operation.id, eventType: row.event_type, payload: row.payload };
+}
+
+export interface RefundFailedAfterSuccessWrite {
+  /** The refund operation: final `succeeded`, and it stays so. */
+  readonly operation: Operation;
+  readonly refundStripeId: string;
+  readonly paymentIntentId: string | null;
+  readonly amount: number;
+  readonly currency: string;
+  readonly failureReason: string | null;
+  readonly stripeEventId: string;
+  readonly stripeCreatedAt: Date;
+  readonly actor: string;
+}
+
+/**
+ * A succeeded refund that Stripe says failed since: the audit line and the outbox fact
+ * (contract.ts, refundFactDetailSchema, `Refund Failed After Success`) in ONE statement. The
+ * operation row is not touched — it is final, and the request did execute; what changed is the
+ * money, and that is this fact (docs/decisions.md, 2026-12-01 "a refund that fails after it succeeded").
+ */
+export async function recordRefundFailedAfterSuccess(db: Db, w: RefundFailedAfterSuccessWrite, publishLeaseMs: number): Promise<OutcomeEventRow> {
+  const refund = w.operation.refund;
+  if (w.operation.kind !== 'refund' || refund === null) throw new Error(`operation ${w.operation.id} is not a refund operation`);
+  const { rows } = await db.query<{ event_id: string; event_type: string; payload: Record<string, unknown> }>(
+    `WITH e AS (SELECT uuidv7() AS event_id, now() AS occurred_at),
+     audit AS (
+       INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, external_id, key_generation, detail)
+       SELECT $1::uuid, $2, 'stripe_event', $3, $3, $4, $5,
+              jsonb_build_object('stripeEventId', $6::text, 'aftermath', 'refund_failed_after_success', 'amount', $7::bigint,
+                                 'currency', $8::text, 'failureReason', $9::text, 'paymentIntentId', $10::text, 'outcomeEventId', e.event_id)
+         FROM e
+     )
+     INSERT INTO outcome_events (event_id, operation_id, event_type, payload, publish_lease_until)
+     SELECT e.event_id, $1::uuid, 'Refund Failed After Success',
+            jsonb_build_object(
+              'version', 1, 'eventId', e.event_id, 'operationId', $1::uuid, 'orderId', $11::text,
+              'kind', 'refund_failed_after_success', 'refundId', $12::text, 'chargeOperationId', $13::uuid,
+              'amount', $7::bigint, 'currency', $8::text, 'externalId', $4::text, 'paymentIntentId', $10::text,
+              'failureReason', $9::text, 'stripeEventId', $6::text,
+              'stripeCreatedAt', to_char($14::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+              'occurredAt', to_char(e.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
+            now() + $15::bigint * interval '1 millisecond'
+       FROM e
+     RETURNING event_id, event_type, payload`,
+    [w.operation.id, w.actor, w.operation.status, w.refundStripeId, w.operation.keyGeneration, w.stripeEventId, w.amount, w.currency,
+      w.failureReason, w.paymentIntentId, w.operation.orderId, refund.refundId, refund.parentOperationId, w.stripeCreatedAt, publishLeaseMs],
   );
   const row = rows[0]!;
   return { eventId: row.event_id, operationId: w.operation.id, eventType: row.event_type, payload: row.payload };

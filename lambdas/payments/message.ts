@@ -2,6 +2,7 @@
 // accepts. One schema for both sides, so the producer refuses what the consumer would reject.
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
+import { REMEDY_REFUND_ID_PREFIX } from './types.ts';
 
 /** Stripe's ceiling for most currencies is 8 digits in minor units; deployments may lower it. */
 export const DEFAULT_MAX_AMOUNT = 99_999_999;
@@ -54,7 +55,10 @@ export function refundRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
   return z.strictObject({
     type: z.literal('refund'),
     orderId: z.string().regex(ORDER_ID, 'must be 1-128 printable ASCII characters without spaces'),
-    refundId: z.string().regex(ORDER_ID, 'must be 1-128 printable ASCII characters without spaces'),
+    refundId: z
+      .string()
+      .regex(ORDER_ID, 'must be 1-128 printable ASCII characters without spaces')
+      .refine((id) => !id.startsWith(REMEDY_REFUND_ID_PREFIX), `must not start with "${REMEDY_REFUND_ID_PREFIX}" (the duplicate-charge remedy's refund ids)`),
     amount: z
       .number()
       .int('must be an integer number of minor units')

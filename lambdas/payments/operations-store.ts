@@ -231,7 +231,7 @@ export interface RefundRequestRow {
   /** The refund operation (inserted, claimed or existing); null when refused. */
   readonly operation: Operation | null;
   readonly claimed: ClaimedOperation | null;
-  /** The order's charge: its amount, and the sum of its refunds that are not failed (this one excluded if new). */
+  /** The order's charge: its amount, and the sum of its refunds that are not failed (this one excluded if new; the duplicate remedy's never counted). */
   readonly chargeAmount: number | null;
   readonly refundedOrHeld: number;
 }
@@ -264,8 +264,10 @@ export async function requestRefundAndClaim(
     'payments.request_refund_and_claim',
     `WITH i AS (SELECT $1::text AS order_id, $5::text AS refund_id, $6::bigint AS amount, $7::text AS reason, $8::boolean AS claim),
      charge AS (SELECT c.* FROM payment_operations c, i WHERE c.order_id = i.order_id AND c.kind = 'charge'),
+     -- The duplicate remedy's refunds give back ANOTHER PaymentIntent: they do not count against the
+     -- charge's amount (as in the trigger of 007_refunds.sql; the property model found the difference).
      held AS (SELECT coalesce(sum(r.amount), 0)::bigint AS held FROM payment_operations r, charge c
-               WHERE r.parent_operation_id = c.id AND r.kind = 'refund' AND r.status <> 'failed'),
+               WHERE r.parent_operation_id = c.id AND r.kind = 'refund' AND r.status <> 'failed' AND r.refund_payment_intent IS NULL),
      existing AS (SELECT r.* FROM payment_operations r, i WHERE r.order_id = i.order_id AND r.kind = 'refund' AND r.refund_id = i.refund_id),
      verdict AS (
        SELECT CASE WHEN EXISTS (SELECT 1 FROM existing) THEN 'existing'

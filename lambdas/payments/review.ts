@@ -11,13 +11,20 @@
 //   operator B:        read ─ Stripe ─ judge ─ write(gen 0 → 1) ✓
 //
 // Nobody else sends for an operation in review: claims skip it (review_reason IS NOT NULL) and its
-// lease is null. What can still surprise the look-ups is a request sent BEFORE it entered review whose
-// PaymentIntent Search does not show yet; `judgeNoCharge` waits out that window.
+// lease is null. What can still surprise the look-ups is a request sent BEFORE it entered review:
+// for a charge, a PaymentIntent Search does not show yet; for a refund (List is real time), a
+// request that may still be running — until its claim's lease end if it recorded no outcome, and at
+// Stripe for LIST_SETTLE_MS after our client gave up. `judgeNoEffect` waits out that window.
+//
+// Kinds: the judgements are shared; what differs is the evidence reader (EVIDENCE_READERS) — a
+// charge's PaymentIntents by Search + retrieve, a refund's Refunds by List of the refunded
+// PaymentIntent + retrieve — and a few facts of the kind (REVIEW_KINDS: which objects are its own,
+// which flag names the proof, how long its evidence lags).
 import type { Db } from './db.ts';
-import { DEFAULT_POLICY, statusOfPaymentIntent } from './decisions.ts';
+import { DEFAULT_POLICY, KIND_RULES } from './decisions.ts';
 import type { GatewayResult } from './gateway.ts';
 import { outboxInsertSql, REISSUE_SET, toOperation } from './operations-store.ts';
-import type { Operation, OperationStatus, PaymentIntentView } from './types.ts';
+import type { Operation, OperationKind, OperationStatus, PaymentIntentView } from './types.ts';
 
 type OperationRow = Parameters<typeof toOperation>[0];
 
@@ -27,6 +34,11 @@ type OperationRow = Parameters<typeof toOperation>[0];
 export interface StripePaymentIntent extends PaymentIntentView {
   /** When Stripe created it (ISO 8601), if the answer said. */
   readonly created: string | null;
+}
+
+/** A Refund as Stripe holds it now (the same fields as a PaymentIntent, plus the PaymentIntent it refunds). */
+export interface StripeRefund extends StripePaymentIntent {
+  readonly paymentIntent: string | null;
 }
 
 /** What the operator tool asks Stripe. The adapter is lambdas/ops/stripe-lookup.ts (the real SDK). */
@@ -39,73 +51,157 @@ export interface PaymentIntentLookup {
   searchByOperation(operationId: string): Promise<GatewayResult<{ readonly paymentIntents: readonly StripePaymentIntent[]; readonly complete: boolean }>>;
 }
 
+/** The refund kind's look-ups (read-only). Same adapter. */
+export interface RefundLookup {
+  /** GET /v1/refunds/:id */
+  retrieveRefund(id: string): Promise<GatewayResult<StripeRefund>>;
+  /**
+   * GET /v1/refunds?payment_intent=… — every refund of the PaymentIntent, whatever its operation or
+   * key generation, newest first, real time. `complete: false` when the adapter stopped before the end.
+   */
+  listRefunds(paymentIntentId: string): Promise<GatewayResult<{ readonly refunds: readonly StripeRefund[]; readonly pages: number; readonly complete: boolean }>>;
+}
+
+export type StripeLookup = PaymentIntentLookup & RefundLookup;
+
+/** How an object was found: by Search (charges), by List (refunds), by retrieving an id we hold. */
+export type FoundBy = 'search' | 'list' | 'retrieve';
+
 export interface PaymentIntentEvidence extends StripePaymentIntent {
-  /** How it was found: by Search on metadata.operation_id, by retrieving an id we hold, or both. */
-  readonly foundBy: readonly ('search' | 'retrieve')[];
+  readonly foundBy: readonly FoundBy[];
+}
+
+export interface RefundEvidence extends StripeRefund {
+  readonly foundBy: readonly FoundBy[];
 }
 
 export interface StripeEvidence {
+  /** Whose evidence this is: a charge's (PaymentIntents) or a refund's (Refunds). */
+  readonly kind: OperationKind;
   /**
-   * Every PaymentIntent found for the operation — metadata.operation_id is this operation, or
-   * metadata.order_id is its order (the promise is one charge per ORDER) — as retrieved just now.
+   * A charge: every PaymentIntent found for the operation — metadata.operation_id is this operation,
+   * or metadata.order_id is its order (the promise is one charge per ORDER) — as retrieved just now.
+   * A refund: empty.
    */
   readonly paymentIntents: readonly PaymentIntentEvidence[];
-  /** PaymentIntents we looked at that belong to neither (an id an operator typed, a mismatch the engine refused to adopt). */
-  readonly unrelated: readonly PaymentIntentEvidence[];
+  /**
+   * A refund: every Refund whose metadata.operation_id is this operation (any key generation), from
+   * the List of the refunded PaymentIntent's refunds and the retrieve of every id we hold. The
+   * order's other refunds carry its order_id too and are not this operation's: they are `unrelated`.
+   * A charge: empty.
+   */
+  readonly refunds: readonly RefundEvidence[];
+  /** A refund: the PaymentIntent whose refunds were listed (the charge's, or the duplicate remedy's extra one). */
+  readonly refundedPaymentIntent: string | null;
+  /** Objects we looked at that are not the operation's (an id an operator typed, another refund of the PaymentIntent, a Dashboard refund). */
+  readonly unrelated: readonly (PaymentIntentEvidence | RefundEvidence)[];
   /** Ids we hold (external_id, the audit trail) that Stripe says do not exist. */
   readonly missing: readonly string[];
-  /** False when a look-up failed or Search was cut off: then the absence of a charge is not shown. */
+  /** False when a look-up failed or Search / List was cut off: then the absence of an effect is not shown. */
   readonly complete: boolean;
   readonly problems: readonly string[];
   readonly checkedAt: string;
 }
 
-/** Every PaymentIntent id the operation's row and audit trail mention (external_id, search and list hits, mismatches). */
-export function knownPaymentIntentIds(op: Operation, events: readonly AuditEvent[]): string[] {
+/** Every id with this prefix that the operation's row and audit trail mention (external_id, search and list hits, mismatches, earlier look-ups). */
+function knownObjectIds(op: Operation, events: readonly AuditEvent[], prefix: 'pi_' | 're_'): string[] {
   const ids = new Set<string>();
   const add = (value: unknown) => {
-    if (typeof value === 'string' && value.startsWith('pi_')) ids.add(value);
+    if (typeof value === 'string' && value.startsWith(prefix)) ids.add(value);
   };
   add(op.externalId);
   for (const event of events) {
     add(event.externalId);
-    const detail = event.detail as { searchHits?: unknown; listHits?: unknown; paymentIntent?: { id?: unknown }; evidence?: { paymentIntents?: unknown } };
+    const detail = event.detail as {
+      searchHits?: unknown;
+      listHits?: unknown;
+      paymentIntent?: { id?: unknown };
+      evidence?: { paymentIntents?: unknown; refunds?: unknown };
+    };
     if (Array.isArray(detail.searchHits)) for (const hit of detail.searchHits) add((hit as { id?: unknown }).id);
     // What the engine's List found and would not adopt (several, or a mismatch).
     if (Array.isArray(detail.listHits)) for (const hit of detail.listHits) add((hit as { id?: unknown }).id);
+    // A mismatch the engine refused to adopt (decisions.ts fromPaymentIntent names a Refund so too).
     add(detail.paymentIntent?.id);
     // Earlier operator look-ups: what they found is retrieved again (its status may have moved).
-    if (Array.isArray(detail.evidence?.paymentIntents)) for (const pi of detail.evidence.paymentIntents) add((pi as { id?: unknown }).id);
+    for (const list of [detail.evidence?.paymentIntents, detail.evidence?.refunds]) {
+      if (Array.isArray(list)) for (const found of list) add((found as { id?: unknown }).id);
+    }
   }
   return [...ids];
 }
 
+/** Every PaymentIntent id the operation's row and audit trail mention (external_id, search and list hits, mismatches). */
+export const knownPaymentIntentIds = (op: Operation, events: readonly AuditEvent[]): string[] => knownObjectIds(op, events, 'pi_');
+
+/** Every Refund id a refund operation's row and audit trail mention. */
+export const knownRefundIds = (op: Operation, events: readonly AuditEvent[]): string[] => knownObjectIds(op, events, 're_');
+
+/** Objects found by several look-ups, merged: a retrieve is fresher than a search or list hit, its fields win. */
+class Found<T extends { readonly id: string }> {
+  readonly #byId = new Map<string, T & { readonly foundBy: readonly FoundBy[] }>();
+
+  note(object: T, by: FoundBy): void {
+    const seen = this.#byId.get(object.id);
+    const base = by === 'retrieve' || !seen ? object : seen;
+    this.#byId.set(object.id, { ...base, foundBy: [...new Set([...(seen?.foundBy ?? []), by])].sort() });
+  }
+
+  ids(): string[] {
+    return [...this.#byId.keys()];
+  }
+
+  all(): (T & { readonly foundBy: readonly FoundBy[] })[] {
+    return [...this.#byId.values()];
+  }
+}
+
+/** Retrieve every id: found ones noted, 404s listed as missing, other failures recorded as problems (the evidence is then incomplete). */
+async function retrieveEach<T extends { readonly id: string }>(
+  ids: Iterable<string>,
+  retrieve: (id: string) => Promise<GatewayResult<T>>,
+  found: Found<T>,
+  missing: string[],
+  problems: string[],
+): Promise<boolean> {
+  let complete = true;
+  for (const id of new Set(ids)) {
+    const got = await retrieve(id);
+    if (got.ok) found.note(got.value, 'retrieve');
+    else if (got.failure.kind === 'not_found') missing.push(id);
+    else {
+      complete = false;
+      problems.push(`retrieving ${id} failed: ${got.failure.errorClass} ${got.failure.message}`.trim());
+    }
+  }
+  return complete;
+}
+
+export interface GatherOptions {
+  /** Ids the operator named (`--payment-intent`, `--refund`): retrieved too. */
+  readonly extraIds?: readonly string[];
+  /**
+   * A refund: the PaymentIntent it refunds (the duplicate remedy's named one, else its charge's
+   * external id — read by the caller from the charge's row). Null: not known, the evidence is incomplete.
+   */
+  readonly refundedPaymentIntent?: string | null;
+  readonly now?: () => Date;
+}
+
+/** A kind's evidence reader: everything Stripe holds for one operation. Never throws for a Stripe failure. */
+type EvidenceReader = (lookup: StripeLookup, op: Operation, events: readonly AuditEvent[], options: GatherOptions) => Promise<StripeEvidence>;
+
 /**
- * Ask Stripe everything it holds for the operation: a Search by metadata.operation_id across all key
- * generations, plus a retrieve of every id we already know (Search lags; a retrieve does not, and it
- * gives the current status). Never throws for a Stripe failure: it is recorded and makes the
- * evidence incomplete, which forbids every conclusion drawn from absence.
+ * A charge: a Search by metadata.operation_id across all key generations, plus a retrieve of every id
+ * we already know (Search lags; a retrieve does not, and it gives the current status).
  */
-export async function gatherStripeEvidence(
-  lookup: PaymentIntentLookup,
-  op: Operation,
-  events: readonly AuditEvent[],
-  extraIds: readonly string[] = [],
-  now: () => Date = () => new Date(),
-): Promise<StripeEvidence> {
+const gatherPaymentIntentEvidence: EvidenceReader = async (lookup, op, events, options) => {
   const problems: string[] = [];
   let complete = true;
-  const found = new Map<string, PaymentIntentEvidence>();
-  const note = (pi: StripePaymentIntent, by: 'search' | 'retrieve') => {
-    const seen = found.get(pi.id);
-    // A retrieve is fresher than a search hit: its fields win.
-    const base = by === 'retrieve' || !seen ? pi : seen;
-    found.set(pi.id, { ...base, foundBy: [...new Set([...(seen?.foundBy ?? []), by])].sort() });
-  };
-
+  const found = new Found<StripePaymentIntent>();
   const searched = await lookup.searchByOperation(op.id);
   if (searched.ok) {
-    for (const pi of searched.value.paymentIntents) note(pi, 'search');
+    for (const pi of searched.value.paymentIntents) found.note(pi, 'search');
     if (!searched.value.complete) {
       complete = false;
       problems.push('Search returned more PaymentIntents than were read; the list is cut off');
@@ -114,27 +210,81 @@ export async function gatherStripeEvidence(
     complete = false;
     problems.push(`Search failed: ${searched.failure.errorClass} ${searched.failure.message}`.trim());
   }
-
   const missing: string[] = [];
-  for (const id of new Set([...knownPaymentIntentIds(op, events), ...extraIds, ...found.keys()])) {
-    const got = await lookup.retrieve(id);
-    if (got.ok) note(got.value, 'retrieve');
-    else if (got.failure.kind === 'not_found') missing.push(id);
-    else {
-      complete = false;
-      problems.push(`retrieving ${id} failed: ${got.failure.errorClass} ${got.failure.message}`.trim());
-    }
-  }
-  const all = [...found.values()];
+  const ids = [...knownPaymentIntentIds(op, events), ...(options.extraIds ?? []), ...found.ids()];
+  if (!(await retrieveEach(ids, (id) => lookup.retrieve(id), found, missing, problems))) complete = false;
+  const all = found.all();
   const related = (pi: PaymentIntentEvidence) => pi.metadata.operation_id === op.id || pi.metadata.order_id === op.orderId;
   return {
+    kind: op.kind,
     paymentIntents: all.filter(related),
+    refunds: [],
+    refundedPaymentIntent: null,
     unrelated: all.filter((pi) => !related(pi)),
     missing,
     complete,
     problems,
-    checkedAt: now().toISOString(),
+    checkedAt: (options.now ?? (() => new Date()))().toISOString(),
   };
+};
+
+/**
+ * A refund: List of the refunded PaymentIntent's refunds (real time, every page: a PaymentIntent has
+ * a handful of refunds, so absence is shown over its whole life and all key generations — the
+ * engine's own evidence step, docs/model.md), plus a retrieve of every Refund id we hold (one made
+ * against another PaymentIntent by a misused key shows only so). Ours: metadata.operation_id.
+ */
+const gatherRefundEvidence: EvidenceReader = async (lookup, op, events, options) => {
+  const problems: string[] = [];
+  let complete = true;
+  const found = new Found<StripeRefund>();
+  const refunded = options.refundedPaymentIntent ?? null;
+  if (refunded === null) {
+    complete = false;
+    problems.push(`the PaymentIntent refund ${op.refund?.refundId ?? op.id} is made against is not known (its charge has no PaymentIntent): List cannot be asked`);
+  } else {
+    const listed = await lookup.listRefunds(refunded);
+    if (listed.ok) {
+      for (const refund of listed.value.refunds) found.note(refund, 'list');
+      if (!listed.value.complete) {
+        complete = false;
+        problems.push(`List of ${refunded}'s refunds stopped after ${listed.value.pages} page(s), before its end`);
+      }
+    } else {
+      complete = false;
+      problems.push(`List of ${refunded}'s refunds failed: ${listed.failure.errorClass} ${listed.failure.message}`.trim());
+    }
+  }
+  const missing: string[] = [];
+  const ids = [...knownRefundIds(op, events), ...(options.extraIds ?? [])];
+  if (!(await retrieveEach(ids, (id) => lookup.retrieveRefund(id), found, missing, problems))) complete = false;
+  const all = found.all();
+  const ours = (refund: RefundEvidence) => refund.metadata.operation_id === op.id;
+  return {
+    kind: op.kind,
+    paymentIntents: [],
+    refunds: all.filter(ours),
+    refundedPaymentIntent: refunded,
+    unrelated: all.filter((refund) => !ours(refund)),
+    missing,
+    complete,
+    problems,
+    checkedAt: (options.now ?? (() => new Date()))().toISOString(),
+  };
+};
+
+export const EVIDENCE_READERS: Readonly<Record<OperationKind, EvidenceReader>> = {
+  charge: gatherPaymentIntentEvidence,
+  refund: gatherRefundEvidence,
+};
+
+/**
+ * Ask Stripe everything it holds for the operation, by its kind's reader. Never throws for a Stripe
+ * failure: it is recorded and makes the evidence incomplete, which forbids every conclusion drawn
+ * from absence.
+ */
+export function gatherStripeEvidence(lookup: StripeLookup, op: Operation, events: readonly AuditEvent[], options: GatherOptions = {}): Promise<StripeEvidence> {
+  return EVIDENCE_READERS[op.kind](lookup, op, events, options);
 }
 
 // ── Judgements (pure) ────────────────────────────────────────────────────────────────────────────
@@ -150,13 +300,75 @@ export interface ReviewPolicy {
    * it. Stripe: "usually within a minute"; the engine waits the same 10 minutes before an early search.
    */
   readonly searchSettleMs: number;
+  /**
+   * How long after the last request that may have created a Refund List is trusted to show it: List
+   * is real time, but a request our client gave up on may still be executing at Stripe — the
+   * engine's own List settle delay (LIST_SETTLE_MS, at least STRIPE_TIMEOUT_MS).
+   */
+  readonly listSettleMs: number;
   /** A claim with no recorded outcome may have been sending until its lease ran out. */
   readonly leaseMs: number;
 }
 
 export const DEFAULT_REVIEW_POLICY: ReviewPolicy = {
   searchSettleMs: DEFAULT_POLICY.earlySearchAfterMs,
+  listSettleMs: DEFAULT_POLICY.listSettleMs,
   leaseMs: DEFAULT_POLICY.leaseMs,
+};
+
+/** An object of the operation's kind in the evidence: a PaymentIntent or a Refund. */
+export type EvidenceObject = PaymentIntentEvidence | RefundEvidence;
+
+/** What the shared judgements need to know of a kind's evidence. */
+interface ReviewKind {
+  /** The operation's own objects. */
+  readonly own: (evidence: StripeEvidence) => readonly EvidenceObject[];
+  /** The option of `review resolve --as succeeded` that names the proof. */
+  readonly proofFlag: '--payment-intent' | '--refund';
+  /** What the effect is called in a sentence. */
+  readonly effect: string;
+  /**
+   * How long after the last possible send the evidence is trusted to show what it made. Search is
+   * eventually consistent (docs.stripe.com/search: "usually within a minute"): its settle period.
+   * List is real time (docs.stripe.com/api/refunds/list), so for a refund only a request still
+   * running matters: until its lease end (lastPossibleSendAt), then the engine's List settle delay
+   * for one Stripe may still be executing after our client gave up.
+   */
+  readonly settleMs: (policy: ReviewPolicy) => number;
+  /** Fields of a proof that differ from the operation (beside ownership and status). */
+  readonly mismatches: (op: Operation, object: EvidenceObject, refundedPaymentIntent: string | null) => string[];
+}
+
+const amountAndCurrency = (op: Operation, object: EvidenceObject): string[] => [
+  ...(object.amount !== op.amount ? [`amount ${object.amount} ≠ ${op.amount}`] : []),
+  ...(object.currency !== op.currency ? [`currency ${object.currency} ≠ ${op.currency}`] : []),
+];
+
+export const REVIEW_KINDS: Readonly<Record<OperationKind, ReviewKind>> = {
+  charge: {
+    own: (evidence) => evidence.paymentIntents,
+    proofFlag: '--payment-intent',
+    effect: 'charge',
+    settleMs: (policy) => policy.searchSettleMs,
+    mismatches: amountAndCurrency,
+  },
+  refund: {
+    own: (evidence) => evidence.refunds,
+    proofFlag: '--refund',
+    effect: 'refund',
+    settleMs: (policy) => policy.listSettleMs,
+    mismatches: (op, object, refundedPaymentIntent) => {
+      const of = 'paymentIntent' in object ? object.paymentIntent : null;
+      return [
+        ...amountAndCurrency(op, object),
+        ...(refundedPaymentIntent === null
+          ? ['the refunded PaymentIntent is not known']
+          : of !== refundedPaymentIntent
+            ? [`PaymentIntent ${of ?? 'absent'} ≠ ${refundedPaymentIntent}`]
+            : []),
+      ];
+    },
+  },
 };
 
 export const isInReview = (op: Operation): boolean => (op.status === 'pending' || op.status === 'unknown') && op.reviewReason !== null;
@@ -180,43 +392,41 @@ export function checkReviewable(op: Operation): Verdict {
   if (op.leaseToken !== null) {
     return refuse(`operation ${op.id} is leased by a worker until ${op.leaseUntil?.toISOString() ?? '?'}; try again after that`);
   }
-  // The evidence judged here is PaymentIntents (Search, retrieve): for a refund it would show nothing
-  // and so "prove" an absence it never looked for — a re-issue could refund twice. Not offered yet.
-  if (op.kind === 'refund') {
-    return refuse(
-      `operation ${op.id} is a refund (${op.refund?.refundId ?? '?'}): resolve and reissue judge PaymentIntent evidence only; ` +
-        "check the PaymentIntent's refunds in the Dashboard (GET /v1/refunds?payment_intent=…) and leave a `review note`",
-    );
-  }
-  return allowed;
-}
-
-/** `resolve --as succeeded --payment-intent pi_…`: Stripe must show THIS operation's charge, succeeded. */
-export function judgeResolveSucceeded(op: Operation, paymentIntentId: string, pi: StripePaymentIntent | null): Verdict {
-  if (pi === null) return refuse(`PaymentIntent ${paymentIntentId} does not exist at Stripe`);
-  const owner = pi.metadata.operation_id;
-  if (owner !== op.id) {
-    return refuse(
-      `PaymentIntent ${pi.id} does not belong to operation ${op.id}: its metadata.operation_id is ${owner === undefined ? 'absent' : owner}`,
-    );
-  }
-  const mismatch: string[] = [];
-  if (pi.amount !== op.amount) mismatch.push(`amount ${pi.amount} ≠ ${op.amount}`);
-  if (pi.currency !== op.currency) mismatch.push(`currency ${pi.currency} ≠ ${op.currency}`);
-  if (mismatch.length > 0) return refuse(`PaymentIntent ${pi.id} does not match the operation: ${mismatch.join(', ')}`);
-  if (pi.status !== 'succeeded') return refuse(`PaymentIntent ${pi.id} is ${pi.status}, not succeeded`);
   return allowed;
 }
 
 /**
- * PaymentIntents that are, or may still become, a charge: everything the engine would not read as
- * failed. succeeded is a charge; processing may clear; requires_action (3-D Secure), requires_capture
- * (an authorisation) and requires_confirmation can each still turn into money moving. Only canceled
- * and requires_payment_method (declined; nothing of ours ever confirms it again) are harmless.
+ * `resolve --as succeeded --payment-intent pi_…` (a charge) / `--refund re_…` (a refund): Stripe must
+ * show THIS operation's object — metadata.operation_id, the same amount and currency (a refund: of
+ * the same PaymentIntent) — succeeded.
  */
-export function chargingPaymentIntents(evidence: StripeEvidence): PaymentIntentEvidence[] {
-  return evidence.paymentIntents.filter((pi) => statusOfPaymentIntent(pi.status) !== 'failed');
+export function judgeResolveSucceeded(op: Operation, id: string, object: EvidenceObject | null, refundedPaymentIntent: string | null = null): Verdict {
+  const name = KIND_RULES[op.kind].objectName;
+  if (object === null) return refuse(`${name} ${id} does not exist at Stripe`);
+  const owner = object.metadata.operation_id;
+  if (owner !== op.id) {
+    return refuse(`${name} ${object.id} does not belong to operation ${op.id}: its metadata.operation_id is ${owner === undefined ? 'absent' : owner}`);
+  }
+  const mismatch = REVIEW_KINDS[op.kind].mismatches(op, object, refundedPaymentIntent);
+  if (mismatch.length > 0) return refuse(`${name} ${object.id} does not match the operation: ${mismatch.join(', ')}`);
+  if (object.status !== 'succeeded') return refuse(`${name} ${object.id} is ${object.status}, not succeeded`);
+  return allowed;
 }
+
+/**
+ * The operation's objects that are, or may still become, money moving: everything the engine would
+ * not read as failed (KIND_RULES statusOf). A PaymentIntent: succeeded is a charge; processing may
+ * clear; requires_action (3-D Secure), requires_capture and requires_confirmation can each still turn
+ * into one; only canceled and requires_payment_method are harmless. A Refund: succeeded is money
+ * back, pending and requires_action may still become it; only failed and canceled are harmless.
+ */
+export function movingObjects(evidence: StripeEvidence): EvidenceObject[] {
+  const statusOf = KIND_RULES[evidence.kind].statusOf;
+  return REVIEW_KINDS[evidence.kind].own(evidence).filter((object) => statusOf(object.status) !== 'failed');
+}
+
+/** The charge kind's name for movingObjects (local/invariants.ts cites it). */
+export const chargingPaymentIntents = (evidence: StripeEvidence): EvidenceObject[] => movingObjects(evidence);
 
 const OUTCOME_ACTIONS = new Set(['outcome_recorded', 'outcome_discarded', 'lease_released']);
 const NON_SENDING_STEPS = new Set(['retrieve', 'search', 'list']);
@@ -268,46 +478,69 @@ function ownOutcome(events: readonly TrailEvent[], index: number): TrailEvent | 
 }
 
 /**
- * `resolve --as failed` and `reissue` both rest on "nothing was, or will be, charged": the look-ups
- * must be complete, show no PaymentIntent that is or may become a charge (any key generation), and
- * be late enough that Search shows whatever the last possible send created.
+ * `resolve --as failed` and `reissue` both rest on "nothing was, or will be, charged" (a refund:
+ * refunded): the look-ups must be complete, show no object of the operation that is or may become
+ * money moving (any key generation), and be late enough that they show whatever the last possible
+ * send made — for a charge, Search's settle period after it; for a refund (List is real time), the
+ * engine's List settle delay after it (a claim without an outcome: after its lease end).
  */
-export function judgeNoCharge(
+export function judgeNoEffect(
   op: Operation,
   evidence: StripeEvidence,
   events: readonly AuditEvent[],
   now: Date,
   policy: ReviewPolicy = DEFAULT_REVIEW_POLICY,
 ): Verdict {
+  const kind = REVIEW_KINDS[op.kind];
+  const name = KIND_RULES[op.kind].objectName;
+  if (evidence.kind !== op.kind) return refuse(`the evidence gathered is a ${evidence.kind}'s, the operation a ${op.kind}: nothing can be judged`);
   if (!evidence.complete) {
-    return refuse(`the Stripe look-ups are incomplete (${evidence.problems.join('; ')}): the absence of a charge cannot be shown`);
+    return refuse(`the Stripe look-ups are incomplete (${evidence.problems.join('; ')}): the absence of a ${kind.effect} cannot be shown`);
   }
-  const charging = chargingPaymentIntents(evidence);
-  const succeeded = charging.filter((pi) => pi.status === 'succeeded');
+  const moving = movingObjects(evidence);
+  const succeeded = moving.filter((object) => object.status === 'succeeded');
+  const judge = (object: EvidenceObject) => judgeResolveSucceeded(op, object.id, object, evidence.refundedPaymentIntent);
   if (succeeded.length > 0) {
-    const acceptable = succeeded.find((pi) => judgeResolveSucceeded(op, pi.id, pi).allowed);
+    const acceptable = succeeded.find((object) => judge(object).allowed);
+    const reasons = succeeded.map(judge).map((v) => (v.allowed ? '' : v.reason)).join('; ');
+    if (op.kind === 'refund') {
+      return refuse(
+        `Stripe shows a succeeded Refund of this operation (${succeeded.map((r) => r.id).join(', ')}): it was refunded; ` +
+          (acceptable
+            ? `use review resolve --as succeeded --refund ${acceptable.id}`
+            : `none of them matches the operation (${reasons}): money went back that this refund did not ask for — ` +
+              'compare it with the order in the Dashboard and escalate; this tool cannot settle it'),
+      );
+    }
     return refuse(
       `Stripe shows a succeeded PaymentIntent for this operation (${succeeded.map((pi) => pi.id).join(', ')}): it was charged; ` +
         (acceptable
           ? `use review resolve --as succeeded --payment-intent ${acceptable.id}`
           : // A refunded PaymentIntent stays `succeeded` at Stripe, so this refusal stands after a refund too.
-            `none of them matches the operation (${succeeded.map((pi) => judgeResolveSucceeded(op, pi.id, pi)).map((v) => (v.allowed ? '' : v.reason)).join('; ')}): ` +
+            `none of them matches the operation (${reasons}): ` +
             'money moved that this order did not ask for — refund it in Stripe and escalate; this tool cannot settle it'),
     );
   }
-  if (charging.length > 0) {
+  if (moving.length > 0) {
+    const list = moving.map((object) => `${object.id} ${object.status}`).join(', ');
     return refuse(
-      `Stripe shows PaymentIntents that may still charge (${charging.map((pi) => `${pi.id} ${pi.status}`).join(', ')}): ` +
-        'wait until they settle, or cancel them in Stripe first',
+      op.kind === 'refund'
+        ? `Stripe shows Refunds of this operation that may still move money (${list}): wait until they settle ` +
+            '(a pending refund succeeds or fails by itself; one that requires action can be canceled in the Dashboard)'
+        : `Stripe shows PaymentIntents that may still charge (${list}): wait until they settle, or cancel them in Stripe first`,
     );
   }
   const lastSend = lastPossibleSendAt(events, policy.leaseMs);
   if (lastSend !== null) {
-    const trustedFrom = lastSend.getTime() + policy.searchSettleMs;
+    const trustedFrom = lastSend.getTime() + kind.settleMs(policy);
     if (now.getTime() < trustedFrom) {
       return refuse(
-        `the last request that may have created a PaymentIntent ended at ${lastSend.toISOString()}, and Search may not show ` +
-          `it yet: try again after ${new Date(trustedFrom).toISOString()}`,
+        op.kind === 'refund'
+          ? `the last request that may have created a ${name} ran until ${lastSend.toISOString()} at the latest (its outcome, or ` +
+              `the lease end of a claim that recorded none), and Stripe may still be executing it ${Math.round(kind.settleMs(policy) / 1000)} s ` +
+              `after (LIST_SETTLE_MS); List cannot show what is not made yet: try again after ${new Date(trustedFrom).toISOString()}`
+          : `the last request that may have created a PaymentIntent ended at ${lastSend.toISOString()}, and Search may not show ` +
+              `it yet: try again after ${new Date(trustedFrom).toISOString()}`,
       );
     }
   }
@@ -401,17 +634,23 @@ function toOutboxEvent(row: OutboxRow): OutboxEvent {
 
 export interface OperationHistory {
   readonly operation: Operation;
+  /** A refund: the PaymentIntent it refunds (the duplicate remedy's named one, else its charge's). Null for a charge. */
+  readonly refundedPaymentIntent: string | null;
   readonly events: readonly AuditEvent[];
   readonly outcomeEvents: readonly OutboxEvent[];
   /** The database clock when this was read (ages are measured from it, not from a laptop's clock). */
   readonly asOf: Date;
 }
 
+/** A refund row `p`'s PaymentIntent: the remedy's named one, else its charge's (final-succeeded before the refund was claimed). */
+const REFUNDED_PAYMENT_INTENT = `CASE WHEN p.kind = 'refund' THEN coalesce(p.refund_payment_intent,
+  (SELECT c.external_id FROM payment_operations c WHERE c.id = p.parent_operation_id)) END`;
+
 /** The operation, its whole audit trail and its outbox rows, in one round trip. Null: no such operation. */
 export async function loadOperationHistory(db: Db, by: { readonly operationId: string } | { readonly orderId: string }): Promise<OperationHistory | null> {
   const where = 'operationId' in by ? 'p.id = $1::uuid' : `p.order_id = $1 AND p.kind = 'charge'`;
-  const { rows } = await db.query<{ op: OperationRow; events: AuditRow[]; outbox: OutboxRow[]; as_of: Date }>(
-    `SELECT to_jsonb(p) AS op,
+  const { rows } = await db.query<{ op: OperationRow; events: AuditRow[]; outbox: OutboxRow[]; as_of: Date; refunded_payment_intent: string | null }>(
+    `SELECT to_jsonb(p) AS op, ${REFUNDED_PAYMENT_INTENT} AS refunded_payment_intent,
             coalesce((SELECT jsonb_agg(to_jsonb(e) ORDER BY e.id) FROM payment_operation_events e WHERE e.operation_id = p.id), '[]'::jsonb) AS events,
             coalesce((SELECT jsonb_agg(to_jsonb(o) ORDER BY o.created_at, o.event_id) FROM outcome_events o WHERE o.operation_id = p.id), '[]'::jsonb) AS outbox,
             now() AS as_of
@@ -420,7 +659,13 @@ export async function loadOperationHistory(db: Db, by: { readonly operationId: s
   );
   const row = rows[0];
   if (!row) return null;
-  return { operation: toOperation(row.op), events: row.events.map(toAuditEvent), outcomeEvents: row.outbox.map(toOutboxEvent), asOf: row.as_of };
+  return {
+    operation: toOperation(row.op),
+    refundedPaymentIntent: row.refunded_payment_intent,
+    events: row.events.map(toAuditEvent),
+    outcomeEvents: row.outbox.map(toOutboxEvent),
+    asOf: row.as_of,
+  };
 }
 
 export interface ReviewQueueFilter {
@@ -438,13 +683,15 @@ export interface ReviewQueuePage {
   readonly total: number;
   /** Oldest in review first. `updatedAt` is when it entered review: nothing else writes an operation in review. */
   readonly operations: readonly Operation[];
+  /** A refund's PaymentIntent, by operation id (refunds only). */
+  readonly refundedPaymentIntents: Readonly<Record<string, string | null>>;
 }
 
 /** The review queue, oldest first. Reads the partial index of open operations only. */
 export async function listReviewQueue(db: Db, filter: ReviewQueueFilter): Promise<ReviewQueuePage> {
-  const { rows } = await db.query<{ as_of: Date; total: number; items: OperationRow[] }>(
+  const { rows } = await db.query<{ as_of: Date; total: number; items: (OperationRow & { refunded_payment_intent: string | null })[] }>(
     `WITH queue AS (
-       SELECT p.* FROM payment_operations p
+       SELECT p.*, ${REFUNDED_PAYMENT_INTENT} AS refunded_payment_intent FROM payment_operations p
         WHERE p.status IN ('pending', 'unknown') AND p.review_reason IS NOT NULL
           AND ($1::bigint IS NULL OR p.updated_at <= now() - $1::bigint * interval '1 millisecond')
           AND ($2::text IS NULL OR strpos(lower(p.review_reason), lower($2::text)) > 0)
@@ -457,7 +704,12 @@ export async function listReviewQueue(db: Db, filter: ReviewQueueFilter): Promis
     [filter.olderThanMs ?? null, filter.reasonContains ?? null, filter.status ?? null, filter.limit],
   );
   const row = rows[0]!;
-  return { asOf: row.as_of, total: row.total, operations: row.items.map(toOperation) };
+  return {
+    asOf: row.as_of,
+    total: row.total,
+    operations: row.items.map(toOperation),
+    refundedPaymentIntents: Object.fromEntries(row.items.filter((item) => item.kind === 'refund').map((item) => [item.id, item.refunded_payment_intent])),
+  };
 }
 
 // ── Writing (one fenced statement each) ──────────────────────────────────────────────────────────

@@ -12,5 +12,13 @@ export const SUBSCRIBED_EVENT_TYPES = [
   'charge.refunded',
   'charge.dispute.created',
   'charge.dispute.closed',
+  // Refunds settled by Stripe's word (docs.stripe.com/api/refunds.md, "Events"; since API
+  // 2024-10-28.acacia they apply to every refund, changelog "refund-webhook-update"): data.object is
+  // a Refund. charge.refund.updated is the older, "selected payment methods" form of refund.updated
+  // (same Refund object): subscribed too, for accounts that still send it. docs/decisions.md.
+  'refund.created',
+  'refund.updated',
+  'refund.failed',
+  'charge.refund.updated',
 ] as const;
 export type SubscribedEventType = (typeof SUBSCRIBED_EVENT_TYPES)[number];

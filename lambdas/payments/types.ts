@@ -28,6 +28,13 @@ export interface ChargeInput {
 export type OperationKind = 'charge' | 'refund';
 
 export const REFUND_REASONS = ['duplicate', 'fraudulent', 'requested_by_customer'] as const;
+
+/**
+ * The duplicate-charge remedy's refund ids are `duplicate:{PaymentIntent id}` (decisions.ts
+ * duplicateRefundId): one per extra PaymentIntent, because the id is unique per order. A producer's
+ * refund id there would take the remedy's place and leave the extra charge unrefunded: refused.
+ */
+export const REMEDY_REFUND_ID_PREFIX = 'duplicate:';
 export type RefundReason = (typeof REFUND_REASONS)[number];
 
 /** What a producer (or an operator, or the duplicate remedy) asks to refund. */

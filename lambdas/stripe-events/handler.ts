@@ -62,7 +62,8 @@ function report(reception: Reception): void {
       metrics.addMetric(METRICS.stripeEventsReceived, MetricUnit.Count, 1);
       metrics.addMetric(METRICS.stripeEventDuplicates, MetricUnit.Count, reception.duplicate ? 1 : 0);
       if (reception.applied?.newFinding) {
-        metrics.addMetric(reception.applied.outcome === 'contradiction' ? METRICS.stripeEventContradictions : METRICS.unrecordedCharges, MetricUnit.Count, 1);
+        // A contradiction, or a refund that failed after it succeeded (event-applier.ts): both are findings an operator resolves.
+        metrics.addMetric(reception.applied.outcome === 'unrecorded' ? METRICS.unrecordedCharges : METRICS.stripeEventContradictions, MetricUnit.Count, 1);
       }
       logger.info('stripe event recorded', {
         stripeEventId: reception.eventId,

@@ -18,7 +18,7 @@
 import { createHmac } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { mulberry32 } from '../random.ts';
-import type { FakeStripe, PaymentIntentRecord } from './types.ts';
+import type { FakeStripe, PaymentIntentRecord, RefundRecord } from './types.ts';
 import { randomId } from './wire.ts';
 
 export const FAKE_API_VERSION = '2026-10-28.endive';
@@ -79,6 +79,12 @@ export function paymentIntentJson(record: PaymentIntentRecord): Record<string, u
   return { ...pi, latest_charge: chargeIdOf(record.id) };
 }
 
+/** The wire shape of a Refund record (the fake's bookkeeping fields removed). */
+export function refundJson(record: RefundRecord): Record<string, unknown> {
+  const { idempotencyKey: _key, createdAtMs: _at, paymentIntentOrderId: _order, paymentIntentOperationId: _op, ...refund } = record;
+  return refund;
+}
+
 /** One charge per PaymentIntent in this fake; its id is derived so that refunds and disputes can name it. */
 export const chargeIdOf = (paymentIntentId: string): string => `ch_${paymentIntentId.slice(3)}`;
 
@@ -111,6 +117,11 @@ export interface WebhookDispatcherOptions {
   readonly maxAttempts?: number;
   /** false: watch the ledger only (settle times for the ledger's figures), deliver nothing. Default true. */
   readonly deliver?: boolean;
+  /**
+   * Also send the older `charge.refund.updated` beside every `refund.updated` (Stripe sends it "on
+   * selected payment methods" only; an account may still be subscribed to it). Default false.
+   */
+  readonly chargeRefundUpdated?: boolean;
 }
 
 export interface DeliveryStats {
@@ -147,6 +158,9 @@ export class WebhookDispatcher {
   readonly #maxAttempts: number;
   readonly #seen = new Map<string, string>();
   readonly #seenRefunds = new Set<string>();
+  /** Each Refund's status when last looked at: a change is a refund.updated (and refund.failed). */
+  readonly #refundStatus = new Map<string, string>();
+  readonly #chargeRefundUpdated: boolean;
   /** Amount refunded so far per PaymentIntent, as the events told it. */
   readonly #refunded = new Map<string, number>();
   readonly #deliverEvents: boolean;
@@ -170,6 +184,7 @@ export class WebhookDispatcher {
     this.#retryScale = options.retryScale ?? 1 / 3600;
     this.#maxAttempts = options.maxAttempts ?? RETRY_SCHEDULE_MS.length + 1;
     this.#deliverEvents = options.deliver ?? true;
+    this.#chargeRefundUpdated = options.chargeRefundUpdated ?? false;
   }
 
   /** PaymentIntent id → when Stripe settled it (first seen final after being seen processing / requiring action). */
@@ -254,12 +269,19 @@ export class WebhookDispatcher {
    * Refunds made through the fake's Refunds API (or its control API, standing for the Dashboard):
    * "charge.refunded — occurs whenever a charge is refunded, including partial refunds", with the
    * charge as it is after the refund and data.previous_attributes.amount_refunded before it. A refund
-   * that later fails or is canceled gives the money back to the charge; Stripe says so with
-   * charge.refund.updated, which this pipeline does not subscribe to (not modelled here).
+   * that later fails or is canceled gives the money back to the charge.
+   *
+   * Beside it, the Refund's own events (docs.stripe.com/api/refunds.md, "Events"; for every refund
+   * since API 2024-10-28.acacia, changelog "refund-webhook-update"), data.object being the Refund:
+   * `refund.created` when it is first seen, `refund.updated` whenever its status changes (with
+   * data.previous_attributes.status), and `refund.failed` when it becomes failed — a pending refund
+   * that fails, or a card refund that fails after it said succeeded (pm_card_refundFail,
+   * docs.stripe.com/testing#refunds). Optionally `charge.refund.updated` too (chargeRefundUpdated).
    */
   #pollRefunds(): void {
     const refunds = this.#fake.refunds();
     for (const refund of refunds) {
+      this.#pollRefundStatus(refund);
       if (this.#seenRefunds.has(refund.id)) continue;
       this.#seenRefunds.add(refund.id);
       if (refund.status === 'failed' || refund.status === 'canceled') continue;
@@ -270,6 +292,22 @@ export class WebhookDispatcher {
       this.#refunded.set(pi.id, after);
       if (this.#deliverEvents) this.emit(makeStripeEvent('charge.refunded', this.#charge(pi, after), { previousAttributes: { amount_refunded: before, refunded: before === pi.amount } }));
     }
+  }
+
+  #pollRefundStatus(refund: RefundRecord): void {
+    const before = this.#refundStatus.get(refund.id);
+    if (before === refund.status) return;
+    this.#refundStatus.set(refund.id, refund.status);
+    if (!this.#deliverEvents) return;
+    const object = refundJson(refund);
+    if (before === undefined) {
+      this.emit(makeStripeEvent('refund.created', object));
+      return;
+    }
+    const previousAttributes = { status: before, ...(refund.status !== 'pending' && before === 'pending' ? { pending_reason: 'processing' } : {}) };
+    this.emit(makeStripeEvent('refund.updated', object, { previousAttributes }));
+    if (this.#chargeRefundUpdated) this.emit(makeStripeEvent('charge.refund.updated', object, { previousAttributes }));
+    if (refund.status === 'failed') this.emit(makeStripeEvent('refund.failed', object, { previousAttributes }));
   }
 
   #charge(pi: PaymentIntentRecord, amountRefunded: number): Record<string, unknown> {

@@ -177,9 +177,10 @@ describe('aftermath events are facts: deduplicated by eventId, applied each, nev
   const heads = (consumer: string) =>
     db.pool.query<{ sequence: string }>('SELECT sequence FROM outcome_consumer.operation_heads WHERE consumer = $1', [consumer]).then((r) => r.rows.map((h) => h.sequence));
 
-  it('the kit knows the facts by detail-type: exactly the three aftermath types; the outcome types stay states', () => {
-    expect([...FACT_DETAIL_TYPES].sort()).toEqual(['Charge Dispute Closed', 'Charge Disputed', 'Charge Refunded']);
-    for (const state of ['Charge Succeeded', 'Charge Failed', 'Charge Needs Review', 'Charge Reissued', 'Refund Succeeded']) expect(orderingOf(state)).toBe('state');
+  it('the kit knows the facts by detail-type: exactly the three aftermath types and the refund fact; the outcome types stay states', () => {
+    expect([...FACT_DETAIL_TYPES].sort()).toEqual(['Charge Dispute Closed', 'Charge Disputed', 'Charge Refunded', 'Refund Failed After Success']);
+    for (const state of ['Charge Succeeded', 'Charge Failed', 'Charge Needs Review', 'Charge Reissued', 'Refund Succeeded', 'Refund Failed']) expect(orderingOf(state)).toBe('state');
+    expect(orderingOf('Refund Failed After Success')).toBe('fact');
   });
 
   it('a refund arriving AFTER the final state event is applied exactly once (not stale), however often it is delivered', async () => {

@@ -82,6 +82,7 @@ describe('stripeEvents: webhook (the default)', () => {
     expect(SUBSCRIBED_EVENT_TYPES).toEqual([
       'payment_intent.succeeded', 'payment_intent.payment_failed', 'payment_intent.canceled', 'payment_intent.processing',
       'payment_intent.requires_action', 'charge.refunded', 'charge.dispute.created', 'charge.dispute.closed',
+      'refund.created', 'refund.updated', 'refund.failed', 'charge.refund.updated',
     ]);
   });
 

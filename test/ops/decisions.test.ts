@@ -3,11 +3,12 @@ import { describe, expect, it } from 'vitest';
 import {
   checkReviewable,
   DEFAULT_REVIEW_POLICY,
-  judgeNoCharge,
+  judgeNoEffect,
   judgeResolveSucceeded,
   lastPossibleSendAt,
   type AuditEvent,
   type PaymentIntentEvidence,
+  type RefundEvidence,
   type StripeEvidence,
 } from '../../lambdas/payments/review.ts';
 import type { Operation } from '../../lambdas/payments/types.ts';
@@ -74,7 +75,10 @@ const pi = (status: string, overrides: Partial<PaymentIntentEvidence> = {}): Pay
 });
 
 const evidence = (pis: PaymentIntentEvidence[], complete = true): StripeEvidence => ({
+  kind: 'charge',
   paymentIntents: pis,
+  refunds: [],
+  refundedPaymentIntent: null,
   unrelated: [],
   missing: [],
   complete,
@@ -141,31 +145,31 @@ describe('lastPossibleSendAt', () => {
   });
 });
 
-describe('judgeNoCharge (resolve --as failed, reissue)', () => {
+describe('judgeNoEffect (resolve --as failed, reissue)', () => {
   const events = [ev('attempt_started', 0), ev('outcome_recorded', 1, 'create')];
   const later = new Date(T0 + 60 * 60_000);
 
   it('allows when complete evidence shows only failed PaymentIntents, after the settle period', () => {
-    expect(judgeNoCharge(op(), evidence([pi('canceled'), pi('requires_payment_method')]), events, later)).toEqual({ allowed: true });
-    expect(judgeNoCharge(op(), evidence([]), events, later)).toEqual({ allowed: true });
+    expect(judgeNoEffect(op(), evidence([pi('canceled'), pi('requires_payment_method')]), events, later)).toEqual({ allowed: true });
+    expect(judgeNoEffect(op(), evidence([]), events, later)).toEqual({ allowed: true });
   });
 
   it.each(['succeeded', 'processing', 'requires_action', 'requires_capture', 'requires_confirmation', 'some_new_status'])(
     'refuses while a PaymentIntent is %s',
     (status) => {
-      const verdict = judgeNoCharge(op(), evidence([pi('canceled'), pi(status)]), events, later);
+      const verdict = judgeNoEffect(op(), evidence([pi('canceled'), pi(status)]), events, later);
       expect(verdict.allowed).toBe(false);
     },
   );
 
   it('refuses on incomplete evidence, even with nothing found', () => {
-    expect(judgeNoCharge(op(), evidence([], false), events, later)).toEqual({ allowed: false, reason: expect.stringMatching(/incomplete/) });
+    expect(judgeNoEffect(op(), evidence([], false), events, later)).toEqual({ allowed: false, reason: expect.stringMatching(/incomplete/) });
   });
 
   it('refuses until Search can be trusted to show the last possible send', () => {
     const soon = new Date(T0 + 5 * 60_000);
-    expect(judgeNoCharge(op(), evidence([]), events, soon)).toEqual({ allowed: false, reason: expect.stringContaining(`try again after ${at(11)}`) });
-    expect(judgeNoCharge(op(), evidence([]), events, soon, { ...DEFAULT_REVIEW_POLICY, searchSettleMs: 0 })).toEqual({ allowed: true });
+    expect(judgeNoEffect(op(), evidence([]), events, soon)).toEqual({ allowed: false, reason: expect.stringContaining(`try again after ${at(11)}`) });
+    expect(judgeNoEffect(op(), evidence([]), events, soon, { ...DEFAULT_REVIEW_POLICY, searchSettleMs: 0 })).toEqual({ allowed: true });
   });
 });
 
@@ -183,9 +187,102 @@ describe('judgeResolveSucceeded', () => {
   });
 });
 
+// A refund: the same judgements, on Refund evidence (List of the refunded PaymentIntent's refunds).
+const REFUNDED = 'pi_charge';
+const refundOp = (overrides: Partial<Operation> = {}): Operation =>
+  op({ kind: 'refund', amount: 500, refund: { refundId: 'rf-1', parentOperationId: '0190aaaa-0000-7000-8000-0000000000c0', reason: null, paymentIntentId: null }, ...overrides });
+const re = (status: string, overrides: Partial<RefundEvidence> = {}): RefundEvidence => ({
+  id: `re_${status}`,
+  status,
+  amount: 500,
+  currency: 'eur',
+  paymentIntent: REFUNDED,
+  metadata: { operation_id: op().id, order_id: 'order-1', refund_id: 'rf-1', key_generation: '0' },
+  created: null,
+  foundBy: ['list'],
+  ...overrides,
+});
+const refundEvidence = (refunds: RefundEvidence[], complete = true): StripeEvidence => ({
+  kind: 'refund',
+  paymentIntents: [],
+  refunds,
+  refundedPaymentIntent: REFUNDED,
+  unrelated: [],
+  missing: [],
+  complete,
+  problems: complete ? [] : [`List of ${REFUNDED}'s refunds stopped after 20 page(s), before its end`],
+  checkedAt: at(100),
+});
+
+describe('judgeNoEffect and judgeResolveSucceeded for a refund (Refund evidence)', () => {
+  const events = [ev('attempt_started', 0), ev('outcome_recorded', 1, 'create')];
+  const later = new Date(T0 + 60 * 60_000);
+
+  it('allows when the complete List shows only failed or canceled refunds of ours', () => {
+    expect(judgeNoEffect(refundOp(), refundEvidence([re('failed'), re('canceled')]), events, later)).toEqual({ allowed: true });
+    expect(judgeNoEffect(refundOp(), refundEvidence([]), events, later)).toEqual({ allowed: true });
+  });
+
+  it.each(['succeeded', 'pending', 'requires_action', 'some_new_status'])('refuses while a refund of ours is %s (any key generation)', (status) => {
+    const verdict = judgeNoEffect(refundOp(), refundEvidence([re('failed'), re(status, { metadata: { ...re(status).metadata, key_generation: '3' } })]), events, later);
+    expect(verdict.allowed).toBe(false);
+  });
+
+  it('refuses on an incomplete List (cut off, or failed), even with nothing found', () => {
+    expect(judgeNoEffect(refundOp(), refundEvidence([], false), events, later)).toEqual({ allowed: false, reason: expect.stringMatching(/incomplete .*stopped after 20 page/) });
+  });
+
+  it('the Search settle period does not apply (List is real time): the List settle delay after the last send, or after a lease end, does', () => {
+    const { listSettleMs, leaseMs } = DEFAULT_REVIEW_POLICY;
+    const lastOutcome = Date.parse(at(1));
+    expect(judgeNoEffect(refundOp(), refundEvidence([]), events, new Date(lastOutcome + listSettleMs - 1))).toEqual({
+      allowed: false,
+      reason: expect.stringContaining(`try again after ${new Date(lastOutcome + listSettleMs).toISOString()}`),
+    });
+    const afterList = new Date(lastOutcome + listSettleMs);
+    expect(judgeNoEffect(refundOp(), refundEvidence([]), events, afterList)).toEqual({ allowed: true });
+    // The same trail for a charge waits out Search's (longer) settle period.
+    expect(judgeNoEffect(op(), evidence([]), events, afterList).allowed).toBe(false);
+    // A claim with no outcome may send until its lease end.
+    const dead = [...events, ev('attempt_started', 1.5)];
+    const leaseEnd = Date.parse(at(1.5)) + leaseMs;
+    expect(judgeNoEffect(refundOp(), refundEvidence([]), dead, afterList)).toEqual({
+      allowed: false,
+      reason: expect.stringContaining(`ran until ${new Date(leaseEnd).toISOString()} at the latest`),
+    });
+    expect(judgeNoEffect(refundOp(), refundEvidence([]), dead, new Date(leaseEnd + listSettleMs))).toEqual({ allowed: true });
+  });
+
+  it('refuses evidence of the other kind (PaymentIntents cannot show that nothing was refunded)', () => {
+    expect(judgeNoEffect(refundOp(), evidence([]), events, later)).toEqual({ allowed: false, reason: expect.stringMatching(/evidence gathered is a charge's/) });
+  });
+
+  it('resolve as succeeded: THAT refund, ours, same amount, currency and PaymentIntent, succeeded', () => {
+    expect(judgeResolveSucceeded(refundOp(), 're_succeeded', re('succeeded'), REFUNDED)).toEqual({ allowed: true });
+    expect(judgeResolveSucceeded(refundOp(), 're_x', null, REFUNDED)).toEqual({ allowed: false, reason: 'Refund re_x does not exist at Stripe' });
+    expect(judgeResolveSucceeded(refundOp(), 're_succeeded', re('succeeded', { metadata: { operation_id: 'another' } }), REFUNDED)).toEqual({
+      allowed: false,
+      reason: expect.stringMatching(/^Refund re_succeeded does not belong .* another/),
+    });
+    expect(judgeResolveSucceeded(refundOp(), 're_succeeded', re('succeeded', { amount: 499 }), REFUNDED)).toEqual({ allowed: false, reason: expect.stringMatching(/amount 499 ≠ 500/) });
+    expect(judgeResolveSucceeded(refundOp(), 're_succeeded', re('succeeded', { paymentIntent: 'pi_other' }), REFUNDED)).toEqual({
+      allowed: false,
+      reason: expect.stringMatching(/PaymentIntent pi_other ≠ pi_charge/),
+    });
+    expect(judgeResolveSucceeded(refundOp(), 're_succeeded', re('succeeded'), null)).toEqual({ allowed: false, reason: expect.stringMatching(/refunded PaymentIntent is not known/) });
+    expect(judgeResolveSucceeded(refundOp(), 're_pending', re('pending'), REFUNDED)).toEqual({ allowed: false, reason: expect.stringMatching(/pending, not succeeded/) });
+  });
+
+  it('a succeeded refund of ours turns failed / reissue into "use resolve --as succeeded --refund"; one that does not match, into escalate', () => {
+    expect(judgeNoEffect(refundOp(), refundEvidence([re('succeeded')]), events, later)).toEqual({ allowed: false, reason: expect.stringContaining('use review resolve --as succeeded --refund re_succeeded') });
+    expect(judgeNoEffect(refundOp(), refundEvidence([re('succeeded', { amount: 900 })]), events, later)).toEqual({ allowed: false, reason: expect.stringMatching(/none of them matches .*escalate/) });
+  });
+});
+
 describe('checkReviewable', () => {
-  it('only an open operation in review, with no lease', () => {
+  it('only an open operation in review, with no lease — of either kind', () => {
     expect(checkReviewable(op())).toEqual({ allowed: true });
+    expect(checkReviewable(refundOp())).toEqual({ allowed: true });
     expect(checkReviewable(op({ status: 'succeeded', reviewReason: null, settledAt: new Date(T0) })).allowed).toBe(false);
     expect(checkReviewable(op({ reviewReason: null, nextAttemptAt: new Date(T0) }))).toEqual({ allowed: false, reason: expect.stringMatching(/engine still owns it/) });
     expect(checkReviewable(op({ leaseToken: 'x', leaseUntil: new Date(T0) })).allowed).toBe(false);
@@ -220,6 +317,10 @@ describe('parseInvocation', () => {
     [['review', 'show'], /missing <operation-id>/],
     [['review', 'resolve', id, '--as', 'failed', '--payment-intent', 'pi_1', '--reason', 'r'], /--payment-intent goes with --as succeeded only/],
     [['review', 'resolve', id, '--as', 'succeeded', '--payment-intent', 'ch_1', '--reason', 'r'], /must be a PaymentIntent id/],
+    [['review', 'resolve', id, '--as', 'failed', '--refund', 're_1', '--reason', 'r'], /--refund goes with --as succeeded only/],
+    [['review', 'resolve', id, '--as', 'succeeded', '--refund', 'pi_1', '--reason', 'r'], /--refund must be a Stripe Refund id re_/],
+    [['review', 'resolve', id, '--as', 'succeeded', '--refund', 're_1', '--payment-intent', 'pi_1', '--reason', 'r'], /exclude each other/],
+    [['review', 'resolve', id, '--as', 'succeeded', '--reason', 'r'], /needs --payment-intent pi_… \(a charge\) or --refund re_… \(a refund\)/],
     [['review', 'note', id, '--reason', '   '], /--reason is required/],
     [['review', 'note', id, '--reason', 'r', '--actor', 'two words'], /--actor must be/],
     [['stats', '--endpoint', 'http://x'], /only go with --lambda/],

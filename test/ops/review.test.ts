@@ -72,7 +72,7 @@ describe('review list', () => {
 
     const table = await cli(['review', 'list'], env);
     expect(table.code).toBe(0);
-    expect(table.stdout).toMatch(/IN REVIEW\s+OPERATION\s+ORDER\s+AMOUNT/);
+    expect(table.stdout).toMatch(/IN REVIEW\s+OPERATION\s+KIND\s+ORDER\s+REFUND ID\s+PAYMENT INTENT\s+AMOUNT/);
     expect(table.stdout).toContain('19.99 EUR');
     expect(table.stdout).toContain(first);
   });
@@ -96,6 +96,7 @@ describe('review show', () => {
     expect(shown.stripe?.complete).toBe(true);
     expect(shown.stripe?.paymentIntents).toEqual([expect.objectContaining({ id: paymentIntentId, status: 'succeeded', foundBy: ['retrieve', 'search'] })]);
     expect(shown.options).toEqual({
+      proofFlag: '--payment-intent',
       resolveSucceeded: [paymentIntentId],
       notAcceptable: [],
       resolveFailed: { allowed: false, reason: expect.stringContaining('succeeded PaymentIntent') },
@@ -239,7 +240,7 @@ describe('review resolve --as succeeded', () => {
     const shown = resultOf((await cliJson(['review', 'show', id], env)).response, 'review show');
     expect(shown.options).toMatchObject({
       resolveSucceeded: [],
-      notAcceptable: [{ paymentIntent: roguePaymentIntentId, reason: expect.stringMatching(/amount 2099 ≠ 1999/) }],
+      notAcceptable: [{ id: roguePaymentIntentId, reason: expect.stringMatching(/amount 2099 ≠ 1999/) }],
       reissue: { allowed: false, reason: expect.stringMatching(/none of them matches the operation .* refund it in Stripe and escalate/) },
     });
     expect((await cli(['review', 'reissue', id, '--confirm-no-charge', ...because], env)).code).toBe(1);

@@ -2,13 +2,16 @@
 // environment) on real PostgreSQL and the fake Stripe: random bytes, huge strings, 100,000-level JSON,
 // wrong types, negative / fractional / overflowing amounts, unicode (lone surrogates, NUL), SQL-looking
 // ids, 256 KB bodies, missing and extra fields, prototype keys, duplicate keys — mixed with valid
-// requests in SQS batches of 1-10. For every record:
+// requests in SQS batches of 1-10 — charges, and refunds (issue 15: `type` absent / "charge" /
+// "refund" / anything else, refund ids, amounts, reasons, missing and extra fields). For every record:
 //   - the handler returns (never throws) and reports no record as failed (the database is healthy);
-//   - it became an operation (valid body; same parameters as the body) XOR a rejected_messages row
-//     with its message id (invalid body, or a conflicting order) — never both, never neither;
-//   - whether it is valid is decided by an oracle written here from DESIGN §7, not by the product's
-//     parser: the two must agree;
-//   - no PaymentIntent exists that a valid body did not ask for (nothing charged from invalid input).
+//   - it became an operation — a charge, or a refund operation (valid body; same parameters as the
+//     body) — XOR a rejected_messages row with its message id (invalid body, a conflicting order, a
+//     refund the rules refuse) — never both, never neither; a repeated refund is its first operation;
+//   - whether it is valid, and what the refund rules make of a valid refund, is decided by an oracle
+//     written here from DESIGN §7 and issue 15, not by the product's parser: the two must agree;
+//   - no PaymentIntent exists that a valid body did not ask for, and no Refund that a valid, accepted
+//     refund body did not ask for (nothing charged or refunded from invalid input).
 //
 //   FUZZ_RUNS=2000 npx vitest run test/proof/fuzz.test.ts   (batches; default 600 ≈ 3,300 bodies)
 import { randomUUID } from 'node:crypto';
@@ -49,7 +52,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-// ── The oracle: DESIGN §7 / §8 written out independently of lambdas/payments/message.ts ─────────
+// ── The oracle: DESIGN §7 / §8 and issue 15 written out independently of lambdas/payments/message.ts ─
 
 interface Valid {
   orderId: string;
@@ -58,9 +61,29 @@ interface Valid {
   customerId: string;
   paymentMethod: string;
 }
+interface ValidRefund {
+  orderId: string;
+  refundId: string;
+  amount: number;
+  reason: string | null;
+}
+type Parsed = ({ kind: 'charge' } & Valid) | ({ kind: 'refund' } & ValidRefund);
 const KEYS = ['amount', 'currency', 'customerId', 'orderId', 'paymentMethod'];
+const REFUND_KEYS = ['amount', 'orderId', 'refundId', 'type'];
+/** Issue 15: `reason` is one of Stripe's. */
+const REFUND_REASONS = ['duplicate', 'fraudulent', 'requested_by_customer'];
+/**
+ * Issue 15: the duplicate-charge remedy's refund id is derived from the extra PaymentIntent so that
+ * it "can be created only once": a producer's refund id in that namespace would take the remedy's
+ * place (one refund operation per (order, refund id)) and leave the extra charge unrefunded.
+ */
+const REMEDY_REFUND_ID_PREFIX = 'duplicate:';
 
-function oracle(body: string): Valid | null {
+const printable = (s: unknown, min: number, max: number) =>
+  typeof s === 'string' && s.length >= min && s.length <= max && [...s].every((c) => c.charCodeAt(0) >= 0x21 && c.charCodeAt(0) <= 0x7e);
+const minorUnits = (n: unknown): n is number => typeof n === 'number' && Number.isSafeInteger(n) && n >= 1 && n <= DEFAULT_MAX_AMOUNT;
+
+function oracle(body: string): Parsed | null {
   let json: unknown;
   try {
     json = JSON.parse(body);
@@ -70,24 +93,56 @@ function oracle(body: string): Valid | null {
   if (typeof json !== 'object' || json === null || Array.isArray(json)) return null;
   const o = json as Record<string, unknown>;
   if (Object.getPrototypeOf(o) !== Object.prototype) return null;
-  const keys = Object.keys(o).sort();
+  // Issue 15: `"type":"refund"` is a refund; the charge body gains `"type":"charge"`, optional
+  // (existing producers keep working); any other type is neither.
+  if (o.type === 'refund') {
+    const keys = Object.keys(o).filter((k) => k !== 'reason').sort();
+    if (keys.length !== REFUND_KEYS.length || keys.some((k, i) => k !== REFUND_KEYS[i])) return null;
+    if (!printable(o.orderId, 1, 128) || !printable(o.refundId, 1, 128) || (o.refundId as string).startsWith(REMEDY_REFUND_ID_PREFIX)) return null;
+    if (!minorUnits(o.amount)) return null;
+    if ('reason' in o && !REFUND_REASONS.includes(o.reason as string)) return null;
+    return { kind: 'refund', orderId: o.orderId as string, refundId: o.refundId as string, amount: o.amount, reason: 'reason' in o ? (o.reason as string) : null };
+  }
+  if ('type' in o && o.type !== 'charge') return null;
+  const keys = Object.keys(o).filter((k) => k !== 'type').sort();
   if (keys.length !== KEYS.length || keys.some((k, i) => k !== KEYS[i])) return null;
-  const printable = (s: unknown, min: number, max: number) =>
-    typeof s === 'string' && s.length >= min && s.length <= max && [...s].every((c) => c.charCodeAt(0) >= 0x21 && c.charCodeAt(0) <= 0x7e);
   const stripeId = (s: unknown, prefix: string) =>
     typeof s === 'string' && s.startsWith(`${prefix}_`) && s.length - prefix.length - 1 >= 1 && s.length - prefix.length - 1 <= 196 && /^[A-Za-z0-9_]+$/.test(s.slice(prefix.length + 1));
   if (!printable(o.orderId, 1, 128)) return null;
-  if (typeof o.amount !== 'number' || !Number.isSafeInteger(o.amount) || o.amount < 1 || o.amount > DEFAULT_MAX_AMOUNT) return null;
+  if (!minorUnits(o.amount)) return null;
   if (typeof o.currency !== 'string' || !/^[a-z]{3}$/.test(o.currency)) return null;
   if (!stripeId(o.customerId, 'cus') || !stripeId(o.paymentMethod, 'pm')) return null;
-  return { orderId: o.orderId as string, amount: o.amount, currency: o.currency, customerId: o.customerId as string, paymentMethod: o.paymentMethod as string };
+  return { kind: 'charge', orderId: o.orderId as string, amount: o.amount, currency: o.currency, customerId: o.customerId as string, paymentMethod: o.paymentMethod as string };
+}
+
+/** The order's charge and the refunds accepted for it, as the oracle tracks them across batches. */
+interface OrderBook {
+  charge: Valid;
+  refunds: Map<string, ValidRefund>;
+}
+type RefundVerdict = 'accepted' | 'repeat' | 'refund_conflict' | 'refund_rejected';
+
+/**
+ * Issue 15's rules for a valid refund body: one refund per (order, refund id) — the same id with the
+ * same amount and reason is the same refund again, with another amount or reason a conflict (nothing
+ * sent); no charge, or a charge that failed: nothing to refund; the refunds that are not failed never
+ * add up to more than the charge. Otherwise accepted (and, the charge being final here, sent).
+ */
+function refundVerdict(order: OrderBook | undefined, chargeStatus: string | null, r: ValidRefund): RefundVerdict {
+  const same = order?.refunds.get(r.refundId);
+  if (same) return same.amount === r.amount && same.reason === r.reason ? 'repeat' : 'refund_conflict';
+  if (!order || chargeStatus === null || chargeStatus === 'failed') return 'refund_rejected';
+  const held = [...order.refunds.values()].reduce((sum, x) => sum + x.amount, 0);
+  return held + r.amount > order.charge.amount ? 'refund_rejected' : 'accepted';
 }
 
 // ── Bodies ───────────────────────────────────────────────────────────────────────────────────────
 
+/** Pooled order ids: charges repeat and conflict on them, refunds mostly name them (so most refunds have a charge). */
+const POOL = ['fz-a', 'fz-b', 'fz-c', 'fz-d', 'fz-e', 'fz-f'];
 /** A small pool of order ids, so that repeats and conflicts happen; plus SQL-looking valid ones. */
 const orderId = fc.oneof(
-  { weight: 1, arbitrary: fc.constantFrom('fz-a', 'fz-b', 'fz-c').map((s) => `${s}-${RUN_TAG}`) },
+  { weight: 1, arbitrary: fc.constantFrom(...POOL).map((s) => `${s}-${RUN_TAG}`) },
   { weight: 4, arbitrary: fc.stringMatching(/^[\x21-\x7e]{1,40}$/).map((s) => `fz-${RUN_TAG}-${s}`.slice(0, 128)) },
   fc.constantFrom(
     `x');DELETE/**/FROM/**/payment_operations;--`,
@@ -119,6 +174,37 @@ const hostileValue = fc.oneof(
   fc.integer(),
   fc.bigInt().map((b) => Number(b)),
 );
+
+/** Charges as producers send them: without `type` (most), or with `"type":"charge"`. */
+const validCharge = fc.tuple(validRequest, fc.boolean()).map(([r, typed]) => JSON.stringify(typed ? { type: 'charge', ...r } : r));
+
+/** Refund ids: a small pool (repeats and conflicts), arbitrary printable ones, SQL-looking, the remedy's namespace. */
+const refundIdArb = fc.oneof(
+  { weight: 3, arbitrary: fc.constantFrom('rf-1', 'rf-2', 'rf-3') },
+  { weight: 2, arbitrary: fc.stringMatching(/^[\x21-\x7e]{1,128}$/) },
+  { weight: 1, arbitrary: fc.constantFrom(`r');DELETE/**/FROM/**/payment_operations;--`, 'duplicate:pi_123', 'duplicate:', 'Duplicate:pi_1', 'x'.repeat(128)) },
+);
+/** Refunds mostly of the pooled orders (charged earlier in the run, some declined), some of orders never charged. */
+const validRefund = fc.record({
+  type: fc.constant('refund' as const),
+  orderId: fc.oneof({ weight: 3, arbitrary: fc.constantFrom(...POOL).map((s) => `${s}-${RUN_TAG}`) }, { weight: 1, arbitrary: orderId }),
+  refundId: refundIdArb,
+  amount: fc.oneof(fc.constant(1), fc.integer({ min: 1, max: 5_000 }), fc.constant(DEFAULT_MAX_AMOUNT), fc.integer({ min: 1, max: DEFAULT_MAX_AMOUNT })),
+  reason: fc.option(fc.constantFrom(...REFUND_REASONS), { nil: undefined }),
+}).map((r) => JSON.stringify(r));
+const REFUND_FIELDS = ['type', 'orderId', 'refundId', 'amount', 'reason'];
+
+/** A refund body with one field replaced (by a hostile value or another `type`), removed, added, or a prototype key. */
+const mutatedRefund = fc
+  .tuple(validRefund, fc.constantFrom(...REFUND_FIELDS), fc.oneof(hostileValue, fc.constantFrom<unknown>('charge', 'Refund', 'refunds', 'REFUND', 'requested_by_customer ', 'other')), fc.constantFrom('replace', 'remove', 'extra', 'proto'))
+  .map(([text, key, value, how]) => {
+    const copy = JSON.parse(text) as Record<string, unknown>;
+    if (how === 'replace') copy[key] = value;
+    else if (how === 'remove') delete copy[key];
+    else if (how === 'extra') copy[`x_${key}`] = value;
+    else return JSON.stringify(copy).replace(/^\{/, '{"__proto__":{"amount":-1},');
+    return JSON.stringify(copy);
+  });
 
 /** A valid request with one field replaced, removed, or an extra field added. */
 const mutatedRequest = fc
@@ -166,12 +252,15 @@ const MONSTERS: readonly string[] = [
   `{"orderId":"fz-sur-${RUN_TAG}\\ud800","amount":1,"currency":"eur","customerId":"cus_test","paymentMethod":"pm_card_visa"}`,
 ];
 
+// Refunds take their share from the charges' weight: as many bodies per batch as before.
 const body = fc.oneof(
-  { weight: 4, arbitrary: validRequest.map((r) => JSON.stringify(r)) },
-  { weight: 4, arbitrary: mutatedRequest },
+  { weight: 3, arbitrary: validCharge },
+  { weight: 3, arbitrary: mutatedRequest },
   { weight: 2, arbitrary: rawJson },
-  { weight: 3, arbitrary: garbage },
+  { weight: 2, arbitrary: garbage },
   { weight: 1, arbitrary: fc.constantFrom(...MONSTERS) },
+  { weight: 2, arbitrary: validRefund },
+  { weight: 1, arbitrary: mutatedRefund },
 );
 
 const batch = fc.array(fc.tuple(body, fc.boolean()), { minLength: 1, maxLength: 10 });
@@ -203,18 +292,23 @@ function record(text: string, groupByOrder: boolean): SQSRecord {
 // ── The property ─────────────────────────────────────────────────────────────────────────────────
 
 describe('hostile message bodies through the real charge handler', () => {
-  /** orderId → the parameters of the first valid body seen for it (what the operation must carry). */
-  const firstParams = new Map<string, Valid>();
-  const tally = { batches: 0, bodies: 0, valid: 0, charged: 0, rejected: 0, conflicts: 0, monsters: 0, bytes: 0 };
+  /** orderId → the parameters of the first valid charge body seen for it, and the refunds accepted for it. */
+  const books = new Map<string, OrderBook>();
+  /** Refund operations the oracle accepted: operation id → what was asked. */
+  const acceptedRefunds = new Map<string, ValidRefund>();
+  const tally = { batches: 0, bodies: 0, valid: 0, charged: 0, rejected: 0, conflicts: 0, monsters: 0, bytes: 0, refunds: { accepted: 0, repeat: 0, refund_conflict: 0, refund_rejected: 0, invalid: 0 }, refunded: 0 };
 
   afterAll(() => {
+    const r = tally.refunds;
     console.log(
       `fuzz: ${tally.bodies} bodies in ${tally.batches} batches (${(tally.bytes / 1e6).toFixed(1)} MB): ${tally.valid} valid → operations, ` +
-        `${tally.rejected} rejected (${tally.conflicts} order conflicts), ${tally.monsters} monsters (100k-deep JSON, 256 KB, NUL / lone surrogates)`,
+        `${tally.rejected} rejected (${tally.conflicts} order conflicts), ${tally.monsters} monsters (100k-deep JSON, 256 KB, NUL / lone surrogates); ` +
+        `refund bodies: ${r.accepted} accepted, ${r.repeat} repeats, ${r.refund_conflict} conflicts, ${r.refund_rejected} refused by the rules, ${r.invalid} invalid; ` +
+        `${tally.charged} PaymentIntents, ${tally.refunded} Refunds at Stripe`,
     );
   });
 
-  it('every body becomes an operation or a rejected_messages row; nothing crashes, nothing invalid is charged', { timeout: 900_000 }, async () => {
+  it('every body becomes an operation or a rejected_messages row; nothing crashes, nothing invalid is charged or refunded', { timeout: 900_000 }, async () => {
     await fc.assert(
       fc.asyncProperty(batch, async (items) => {
         const records = items.map(([text, grouped]) => record(text, grouped));
@@ -228,26 +322,38 @@ describe('hostile message bodies through the real charge handler', () => {
             [ids],
           )).rows.map((r) => [r.message_id, r]),
         );
-        for (const r of records) {
+        const parsed = records.map((r) => ({ r, valid: oracle(r.body) }));
+        // Issue 15: a refund is ordered after its order's charge. Within one batch the handler makes the
+        // batch's charges durable first, then its refunds in record order (lambdas/charge/batch.ts):
+        // charges are judged first here too.
+        const ordered = [...parsed.filter((p) => p.valid?.kind !== 'refund'), ...parsed.filter((p) => p.valid?.kind === 'refund')];
+        for (const { r, valid } of ordered) {
           tally.bodies += 1;
           tally.bytes += r.body.length;
           if (MONSTERS.includes(r.body)) tally.monsters += 1;
-          const valid = oracle(r.body);
           const row = rejected.get(r.messageId);
           if (valid === null) {
             // Invalid: rejected, kept whole (the hash of exactly what came), and no operation made from it.
             expect(row, `invalid body not rejected: ${JSON.stringify(r.body.slice(0, 200))}`).toBeDefined();
             expect(row!.reason_code).toMatch(/^invalid_(json|body)$/);
             tally.rejected += 1;
+            if (r.body.includes('"type":"refund"')) tally.refunds.invalid += 1;
             continue;
           }
-          const first = firstParams.get(valid.orderId);
+          if (valid.kind === 'refund') {
+            await checkRefund(r.body, valid, row);
+            continue;
+          }
+          const first = books.get(valid.orderId)?.charge;
           const conflicting =
             first !== undefined && (first.amount !== valid.amount || first.currency !== valid.currency || first.customerId !== valid.customerId || first.paymentMethod !== valid.paymentMethod);
-          if (first === undefined) firstParams.set(valid.orderId, valid);
-          const { rows } = await db.pool.query(`SELECT amount::int, currency, customer_id, payment_method FROM payment_operations WHERE order_id = $1`, [valid.orderId]);
+          if (first === undefined) {
+            const { kind: _kind, ...charge } = valid;
+            books.set(valid.orderId, { charge, refunds: new Map() });
+          }
+          const { rows } = await db.pool.query(`SELECT amount::int, currency, customer_id, payment_method FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`, [valid.orderId]);
           expect(rows, `valid body made no operation: ${r.body.slice(0, 200)}`).toHaveLength(1);
-          const expected = firstParams.get(valid.orderId)!;
+          const expected = books.get(valid.orderId)!.charge;
           expect(rows[0]).toEqual({ amount: expected.amount, currency: expected.currency, customer_id: expected.customerId, payment_method: expected.paymentMethod });
           if (conflicting) {
             expect(row?.reason_code, `conflicting order not rejected: ${r.body}`).toBe('order_conflict');
@@ -265,14 +371,69 @@ describe('hostile message bodies through the real charge handler', () => {
 
     // Nothing charged that a valid body did not ask for, and at the parameters it asked for.
     for (const pi of stripe.fake.paymentIntents()) {
-      const asked = firstParams.get(pi.metadata.order_id ?? '');
+      const asked = books.get(pi.metadata.order_id ?? '')?.charge;
       expect(asked, `PaymentIntent ${pi.id} for order ${pi.metadata.order_id} no valid body asked for`).toBeDefined();
       expect({ amount: pi.amount, currency: pi.currency, customer: pi.customer }).toEqual({ amount: asked!.amount, currency: asked!.currency, customer: asked!.customerId });
       tally.charged += 1;
     }
     expect(stripe.fake.stats().doubleCharges).toBe(0);
+    // Nothing refunded that a valid, accepted refund body did not ask for; once each; never more than charged.
+    const refundedByPi = new Map<string, number>();
+    for (const refund of stripe.fake.refunds()) {
+      const asked = acceptedRefunds.get(refund.metadata.operation_id ?? '');
+      expect(asked, `Refund ${refund.id} (operation ${refund.metadata.operation_id}) no accepted refund body asked for`).toBeDefined();
+      expect({ amount: refund.amount, order: refund.paymentIntentOrderId }).toEqual({ amount: asked!.amount, order: asked!.orderId });
+      refundedByPi.set(refund.payment_intent, (refundedByPi.get(refund.payment_intent) ?? 0) + refund.amount);
+      tally.refunded += 1;
+    }
+    expect(stripe.fake.refunds().length).toBe(new Set(stripe.fake.refunds().map((r) => r.metadata.operation_id)).size);
+    for (const pi of stripe.fake.paymentIntents()) expect(refundedByPi.get(pi.id) ?? 0).toBeLessThanOrEqual(pi.amount);
     // The SQL-looking ids were data, not code: the tables are all there and still append-only.
     const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM pg_tables WHERE tablename IN ('payment_operations', 'rejected_messages', 'payment_operation_events', 'outcome_events')`);
     expect(rows[0].n).toBe(4);
   });
+
+  /** A valid refund body: the oracle's verdict against what the handler wrote. */
+  async function checkRefund(text: string, valid: ValidRefund, row: { reason_code: string } | undefined): Promise<void> {
+    const { rows: charges } = await db.pool.query<{ status: string }>(`SELECT status FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`, [valid.orderId]);
+    const book = books.get(valid.orderId);
+    const verdict = refundVerdict(book, charges[0]?.status ?? null, valid);
+    tally.refunds[verdict] += 1;
+    const { rows: ops } = await db.pool.query<{ id: string; amount: number; refund_reason: string | null; status: string }>(
+      `SELECT id::text, amount::int, refund_reason, status FROM payment_operations WHERE order_id = $1 AND kind = 'refund' AND refund_id = $2`,
+      [valid.orderId, valid.refundId],
+    );
+    const what = `${verdict}: ${text.slice(0, 300)}`;
+    if (verdict === 'accepted' || verdict === 'repeat') {
+      expect(row, `valid refund also rejected (${row?.reason_code}) — ${what}`).toBeUndefined();
+      expect(ops, `accepted refund made no operation — ${what}`).toHaveLength(1);
+      expect({ amount: ops[0]!.amount, reason: ops[0]!.refund_reason }).toEqual({ amount: valid.amount, reason: valid.reason });
+      // The charge is final here (the fake answers at once, no faults): a refund of a succeeded charge is sent now.
+      if (charges[0]?.status === 'succeeded') expect(ops[0]!.status, what).toBe('succeeded');
+      if (verdict === 'accepted') {
+        book!.refunds.set(valid.refundId, valid);
+        acceptedRefunds.set(ops[0]!.id, valid);
+      }
+      return;
+    }
+    expect(row?.reason_code, `refund not rejected as ${verdict} — ${what}`).toBe(verdict);
+    tally.rejected += 1;
+    // Nothing made: a conflict leaves the first refund as it was, a refusal leaves no operation.
+    if (verdict === 'refund_conflict') expect(ops.map((o) => acceptedRefunds.has(o.id)), what).toEqual([true]);
+    else expect(ops, `refused refund made an operation — ${what}`).toHaveLength(0);
+  }
+
+  it('a producer refund id in the duplicate remedy\'s namespace (duplicate:{pi}) is refused as invalid, and nothing is refunded', async () => {
+    const orderId = `fz-ns-${RUN_TAG}`;
+    const charge = record(JSON.stringify({ orderId, amount: 700, currency: 'eur', customerId: 'cus_test', paymentMethod: 'pm_card_visa' }), true);
+    const refund = record(JSON.stringify({ type: 'refund', orderId, refundId: 'duplicate:pi_3Abc', amount: 700 }), true);
+    const response = await handler({ Records: [charge, refund] }, lambdaContext(60_000));
+    expect(response?.batchItemFailures ?? []).toEqual([]);
+    const { rows } = await db.pool.query(`SELECT reason_code, reason FROM rejected_messages WHERE message_id = $1`, [refund.messageId]);
+    expect(rows).toEqual([{ reason_code: 'invalid_body', reason: expect.stringMatching(/refundId: must not start with "duplicate:"/) }]);
+    const ops = await db.pool.query(`SELECT kind, status FROM payment_operations WHERE order_id = $1`, [orderId]);
+    expect(ops.rows).toEqual([{ kind: 'charge', status: 'succeeded' }]);
+    expect(stripe.fake.refunds().filter((r) => r.paymentIntentOrderId === orderId)).toEqual([]);
+  });
 });
+

@@ -150,6 +150,17 @@ describe('checkInvariants on healthy states', () => {
     expect(stuck.violations.map((v) => [v.kind, v.operationId])).toEqual(expect.arrayContaining([['unsettled', w.openId], ['unsettled', behindOpen.operationId]]));
     expect(stuck.warnings).toEqual([]);
   });
+
+  it('a refund waiting behind its charge in review waits for that human; behind an open charge not in review it is `unsettled`', async () => {
+    const w = await healthyWorld();
+    const refundOf = (orderId: string) => engine().requestRefund({ orderId, refundId: `rf-${randomUUID()}`, amount: 100, reason: null });
+    await refundOf(w.orders[3]!); // the charge is in review
+    const openRefundId = await refundOf(w.orders[2]!); // the charge is open, the machines still work on it
+    const behindReview = await w.check({ orderIds: [w.orders[3]!], sentOrderIds: [], requireQuiescent: true });
+    expect(behindReview.violations).toEqual([]);
+    const behindOpen = await w.check({ orderIds: [w.orders[2]!], sentOrderIds: [], requireQuiescent: true });
+    expect(behindOpen.violations.map((v) => [v.kind, v.operationId])).toEqual([['unsettled', w.openId], ['unsettled', openRefundId]]);
+  });
 });
 
 describe('checkInvariants detects every kind of broken promise', () => {

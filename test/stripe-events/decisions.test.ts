@@ -2,7 +2,17 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { chargeAftermathDetailJsonSchema } from '../../lambdas/events/contract.ts';
-import { aftermathOf, decidePaymentIntentEvent, readStripeEvent, type EventPaymentIntent } from '../../lambdas/payments/event-decisions.ts';
+import {
+  aftermathOf,
+  claimedRefundOperationId,
+  decidePaymentIntentEvent,
+  decideRefundAfterRetrieve,
+  decideRefundEvent,
+  readStripeEvent,
+  refundOf,
+  type EventPaymentIntent,
+  type EventRefund,
+} from '../../lambdas/payments/event-decisions.ts';
 import type { Operation } from '../../lambdas/payments/types.ts';
 import { makeStripeEvent } from '../../local/fake-stripe/webhooks.ts';
 
@@ -80,5 +90,76 @@ describe('reading events', () => {
 describe('the consumer contract', () => {
   it('the committed aftermath JSON Schema is the one generated from the code', () => {
     expect(JSON.parse(readFileSync('schemas/charge-aftermath-detail.v1.json', 'utf8'))).toEqual(chargeAftermathDetailJsonSchema());
+  });
+});
+
+describe('decideRefundEvent', () => {
+  const CHARGE_ID = '0190a4f0-0000-7000-8000-0000000000c1';
+  const refundOp = (overrides: Partial<Operation> = {}): Operation =>
+    op({ kind: 'refund', amount: 400, externalId: 're_1', refund: { refundId: 'rf-1', parentOperationId: CHARGE_ID, reason: null, paymentIntentId: null }, ...overrides });
+  const refund = (overrides: Partial<EventRefund> = {}): EventRefund => ({
+    id: 're_1', status: 'succeeded', amount: 400, currency: 'eur', paymentIntentId: 'pi_1', failureReason: null,
+    metadata: { operation_id: OP_ID, order_id: 'order-1', key_generation: '0', refund_id: 'rf-1' }, ...overrides,
+  });
+  const decide = (o: Operation | null, r: EventRefund) => {
+    const d = decideRefundEvent(o, r, 'pi_1');
+    return d.kind === 'ignore' ? `ignore:${d.outcome}` : d.kind;
+  };
+
+  it('open operation: succeeded, failed and canceled settle by the snapshot; pending and requires_action change nothing', () => {
+    for (const status of ['succeeded', 'failed', 'canceled']) expect(decide(refundOp(), refund({ status }))).toBe('settle');
+    for (const status of ['pending', 'requires_action', 'something_new']) expect(decide(refundOp(), refund({ status }))).toBe('stale');
+    // Not yet knowing its Refund id (the create answer was lost): adopted by operation id.
+    expect(decide(refundOp({ externalId: null, status: 'pending' }), refund())).toBe('settle');
+    // In review: a final, matching Refund settles it (the evidence the operator would look for); anything else is noted.
+    expect(decide(refundOp({ reviewReason: 'still pending after 7 days' }), refund())).toBe('settle');
+    expect(decide(refundOp({ reviewReason: 'still pending after 7 days' }), refund({ status: 'failed' }))).toBe('settle');
+    expect(decide(refundOp({ reviewReason: 'still pending after 7 days' }), refund({ status: 'pending' }))).toBe('in_review');
+    expect(decide(refundOp({ reviewReason: 'still pending after 7 days' }), refund({ amount: 1 }))).toBe('contradiction');
+  });
+
+  it('ownership: another amount, currency, PaymentIntent, order, operation id or Refund id is a contradiction, whatever the status', () => {
+    expect(decide(refundOp(), refund({ amount: 401 }))).toBe('contradiction');
+    expect(decide(refundOp(), refund({ currency: 'usd' }))).toBe('contradiction');
+    expect(decide(refundOp(), refund({ paymentIntentId: 'pi_2' }))).toBe('contradiction');
+    expect(decide(refundOp(), refund({ metadata: { operation_id: OP_ID, order_id: 'order-2' } }))).toBe('contradiction');
+    expect(decide(refundOp(), refund({ id: 're_2' }))).toBe('contradiction');
+    expect(decide(refundOp({ status: 'succeeded' }), refund({ amount: 1, status: 'failed' }))).toBe('contradiction');
+    // The remedy refunds the EXTRA PaymentIntent it names, not the charge's.
+    const remedy = refundOp({ refund: { refundId: 'dup', parentOperationId: CHARGE_ID, reason: 'duplicate', paymentIntentId: 'pi_extra' } });
+    expect(decideRefundEvent(remedy, refund({ paymentIntentId: 'pi_extra' }), 'pi_1').kind).toBe('settle');
+    expect(decideRefundEvent(remedy, refund({ paymentIntentId: 'pi_1' }), 'pi_1').kind).toBe('contradiction');
+  });
+
+  it('final operation: never rewritten — a later failure of a succeeded refund is a fact; a succeeded snapshot against a failure is retrieved', () => {
+    expect(decide(refundOp({ status: 'succeeded' }), refund({ status: 'failed', failureReason: 'lost_or_stolen_card' }))).toBe('failed_after_success');
+    expect(decide(refundOp({ status: 'succeeded' }), refund({ status: 'canceled' }))).toBe('contradiction');
+    expect(decide(refundOp({ status: 'succeeded' }), refund({ status: 'succeeded' }))).toBe('stale');
+    expect(decide(refundOp({ status: 'succeeded' }), refund({ status: 'pending' }))).toBe('stale');
+    expect(decide(refundOp({ status: 'failed' }), refund({ status: 'succeeded' }))).toBe('retrieve');
+    expect(decide(refundOp({ status: 'failed' }), refund({ status: 'failed' }))).toBe('stale');
+    expect(decide(refundOp({ status: 'failed' }), refund({ status: 'pending' }))).toBe('stale');
+    expect(decideRefundAfterRetrieve(refund({ status: 'succeeded' })).kind).toBe('contradiction');
+    expect(decideRefundAfterRetrieve(refund({ status: 'failed' })).kind).toBe('stale');
+  });
+
+  it('not ours: a Dashboard refund (no metadata, no operation) is foreign; a charge operation is no refund operation', () => {
+    expect(decide(null, refund({ metadata: {} }))).toBe('ignore:foreign');
+    expect(decide(null, refund())).toBe('ignore:unknown_operation');
+    expect(decide(op({ status: 'succeeded' }), refund())).toBe('ignore:foreign');
+  });
+
+  it('reads the Refund inside every refund event type; anything else is not one', () => {
+    const object = { id: 're_9', object: 'refund', amount: 300, currency: 'eur', status: 'failed', failure_reason: 'expired_or_canceled_card', payment_intent: 'pi_9', metadata: { operation_id: OP_ID.toUpperCase() } };
+    for (const type of ['refund.created', 'refund.updated', 'refund.failed', 'charge.refund.updated']) {
+      const e = readStripeEvent(makeStripeEvent(type, object));
+      const r = e.ok ? refundOf(e.event) : null;
+      expect(r).toMatchObject({ id: 're_9', status: 'failed', amount: 300, paymentIntentId: 'pi_9', failureReason: 'expired_or_canceled_card' });
+      expect(claimedRefundOperationId(r!)).toBe(OP_ID);
+    }
+    const charge = readStripeEvent(makeStripeEvent('refund.updated', { ...object, object: 'charge' }));
+    expect(charge.ok && refundOf(charge.event)).toBeNull();
+    const noAmount = readStripeEvent(makeStripeEvent('refund.updated', { ...object, amount: '300' }));
+    expect(noAmount.ok && refundOf(noAmount.event)).toBeNull();
   });
 });

@@ -18,7 +18,7 @@
 //     operation (plus a possible Needs Review before it), so there is nothing to reorder.
 //   - Treating them as poison would drop every event in flight during the upgrade: a miss the
 //     at-least-once consumers exist to prevent.
-import { AftermathDetailType } from '../../events/contract.ts';
+import { AftermathDetailType, RefundFactDetailType } from '../../events/contract.ts';
 
 export const UNNUMBERED = -1;
 
@@ -28,8 +28,8 @@ export function orderKey(sequence: number | null): number {
 
 // ── States and facts ─────────────────────────────────────────────────────────────────────────────
 // Not every outcome event is a STATE of its operation. `Charge Refunded`, `Charge Disputed` and
-// `Charge Dispute Closed` (lambdas/events/contract.ts, AftermathDetailType) are FACTS about a charge
-// that is already final: two partial refunds are two refunds, not a newer state replacing an older
+// `Charge Dispute Closed` (lambdas/events/contract.ts, AftermathDetailType), and `Refund Failed After
+// Success` (RefundFactDetailType), are FACTS about an operation that is already final: two partial refunds are two refunds, not a newer state replacing an older
 // one. They carry no sequence (the counter lives on the operation row, immutable once final), so
 // ranking them like states would put them at -1, below the final state event — stale, effect never
 // run: a silent miss. A fact is therefore never ranked: it neither reads nor moves its operation's
@@ -40,7 +40,7 @@ export function orderKey(sequence: number | null): number {
 export type EventOrdering = 'state' | 'fact';
 
 /** The detail-types that are facts (applied each, never superseded). Everything else is a state. */
-export const FACT_DETAIL_TYPES: readonly string[] = Object.values(AftermathDetailType);
+export const FACT_DETAIL_TYPES: readonly string[] = [...Object.values(AftermathDetailType), ...Object.values(RefundFactDetailType)];
 
 export function orderingOf(detailType: string): EventOrdering {
   return FACT_DETAIL_TYPES.includes(detailType) ? 'fact' : 'state';

@@ -10,9 +10,16 @@
 // becomes due by itself, leases are expired and backoffs elapsed only by commands, faults are scripted
 // (random fault draws hash the idempotency key, which contains a fresh uuid: not replayable), and a
 // stalled worker waits on a gate the interpreter opens, never on a timer.
+//
+// Refunds (issue 15) ride the same world: refund requests of an order (partial, the rest, full, more
+// than is left, a repeat of an earlier refund id, the same id with another amount), possibly crashed,
+// faults on the Refunds endpoints, pending refunds settled, and the duplicate-charge remedy — a second
+// succeeded PaymentIntent made at Stripe behind the pipeline's back, and its evidence delivered (by an
+// operator or a Stripe event, possibly several times). Each request's verdict is predicted by
+// refund-oracle.ts before it is made; after heal the oracle judges every order's money.
 import { randomUUID } from 'node:crypto';
 import type { Db } from '../../../lambdas/payments/db.ts';
-import { ChargeEngine } from '../../../lambdas/payments/engine.ts';
+import { ChargeEngine, type RefundRequestResult } from '../../../lambdas/payments/engine.ts';
 import type {
   CreatePaymentIntentRequest,
   CreateRefundRequest,
@@ -23,9 +30,11 @@ import type {
   RefundView,
   SearchPaymentIntentsRequest,
 } from '../../../lambdas/payments/gateway.ts';
-import type { ChargeInput, PaymentIntentView } from '../../../lambdas/payments/types.ts';
+import type { ChargeInput, OperationStatus, PaymentIntentView, RefundInput, RefundReason } from '../../../lambdas/payments/types.ts';
+import { createStripeClient } from '../../../lambdas/payments/stripe-gateway.ts';
+import { judgeOrder, predictRefund, type AcceptedRefund, type AskedRefund, type ChargeState, type RefundEnd, type RefundRow, type RefundVerdict } from './refund-oracle.ts';
 import { faultCanTarget } from '../../../local/fake-stripe/faults.ts';
-import type { FakeStripe, FaultKind, FaultMatch, HoldHandle, SettleStatus } from '../../../local/fake-stripe/types.ts';
+import type { FakeStripe, FaultKind, FaultMatch, HoldHandle, PaymentIntentRecord, RefundSettleStatus, SettleStatus } from '../../../local/fake-stripe/types.ts';
 import { checkInvariants, type InvariantReport } from '../../../local/invariants.ts';
 import { StripeEventApplier } from '../../../lambdas/payments/event-applier.ts';
 import { readStripeEvent } from '../../../lambdas/payments/event-decisions.ts';
@@ -59,8 +68,38 @@ export type Command =
   /** Every backoff of the run has elapsed (next_attempt_at = now). */
   | { readonly t: 'backoff_elapses' }
   | { readonly t: 'reconcile'; readonly limit: number }
-  /** A scripted fault for the order's next matching request(s). */
-  | { readonly t: 'fault'; readonly order: number; readonly kind: FaultKind; readonly times: number; readonly endpoint: 'any' | 'create' | 'retrieve' | 'search' | 'list' }
+  /** A scripted fault for the order's next matching request(s) (the refund endpoints: its refunds'). */
+  | { readonly t: 'fault'; readonly order: number; readonly kind: FaultKind; readonly times: number; readonly endpoint: FaultEndpoint }
+  /**
+   * A refund request of the order through the engine (the charge handler's refund path): a new refund
+   * id of a size relative to what is left (`partial`, `rest`, `full`, `over` = one more than is left),
+   * or an earlier refund id again (`repeat`: the same request; `other_amount`: a conflict). The
+   * worker may be killed at a point of it (then SQS redelivers it at heal). `afterCharge`: the
+   * producer sent the order's charge first (same FIFO group), so an order never sent is delivered
+   * before the refund; otherwise the refund may come for an order that has no charge.
+   */
+  | {
+      readonly t: 'refund';
+      readonly order: number;
+      readonly pick: 'new' | 'repeat' | 'other_amount';
+      readonly size: 'partial' | 'rest' | 'full' | 'over';
+      readonly reason: RefundReason | null;
+      readonly crash: CrashPoint | null;
+      readonly afterCharge: boolean;
+    }
+  /** Stripe (the card network) finishes the order's pending refunds. */
+  | { readonly t: 'settle_refund'; readonly order: number; readonly status: RefundSettleStatus }
+  /**
+   * Stripe holds a second succeeded PaymentIntent for the order, made behind the pipeline's back (a
+   * stray create of an old key generation naming our operation, or someone else's charge naming only
+   * the order). Only once the order's charge succeeded: which one is extra is settled then.
+   */
+  | { readonly t: 'duplicate'; readonly order: number; readonly ours: boolean }
+  /**
+   * Evidence of the order's extra PaymentIntents reaches the product `copies` times at once: an
+   * operator (engine.remedyDuplicateCharge) or, in runs with events, Stripe's event (inline or inbox).
+   */
+  | { readonly t: 'duplicate_evidence'; readonly order: number; readonly via: 'operator' | 'event'; readonly copies: number }
   | { readonly t: 'search_lag'; readonly lagging: boolean }
   /** Time moves past earlySearchAfterMs (11 minutes) for every operation of the run. */
   | { readonly t: 'early_search_time' }
@@ -81,6 +120,8 @@ export type Command =
   | { readonly t: 'stripe_event'; readonly order: number; readonly snapshot: 'current' | 'old_processing'; readonly copies: number; readonly inline: boolean }
   /** The reconciler's pass over the inbox. */
   | { readonly t: 'apply_inbox' };
+
+export type FaultEndpoint = 'any' | 'create' | 'retrieve' | 'search' | 'list' | 'refund_create' | 'refund_retrieve' | 'refund_list';
 
 export interface OrderSpec {
   readonly paymentMethod: string;
@@ -115,6 +156,13 @@ export interface RunResult {
   /** How often the run took the List step, and re-issued automatically on proven absence. */
   readonly lists: number;
   readonly autoReissues: number;
+  /** Every refund request's verdict (as predicted and found), and every accepted refund's end. */
+  readonly refundVerdicts: Readonly<Partial<Record<RefundVerdict, number>>>;
+  readonly refundEnds: Readonly<Partial<Record<RefundEnd, number>>>;
+  /** Refund requests by the state of the order's charge when they came (none, open, succeeded, failed). */
+  readonly refundsByCharge: Readonly<Partial<Record<ChargeState['kind'], number>>>;
+  /** Extra PaymentIntents made at Stripe (duplicate commands that applied). */
+  readonly duplicates: number;
 }
 
 const HOUR = 3_600_000;
@@ -174,12 +222,18 @@ type Target =
   | { readonly create: CreatePaymentIntentRequest }
   | { readonly retrieve: string }
   | { readonly search: SearchPaymentIntentsRequest }
-  | { readonly list: ListRequest };
+  | { readonly list: ListRequest }
+  | { readonly refundCreate: CreateRefundRequest }
+  | { readonly refundRetrieve: string }
+  | { readonly refundList: ListRequest };
 
 function holdMatch(target: Target): FaultMatch {
   if ('create' in target) return { endpoint: 'create', idempotencyKey: target.create.idempotencyKey };
   if ('retrieve' in target) return { endpoint: 'retrieve', paymentIntentId: target.retrieve };
   if ('list' in target) return { endpoint: 'list', ...(target.list.scope.customer ? { customerId: target.list.scope.customer } : {}) };
+  if ('refundCreate' in target) return { endpoint: 'refund_create', idempotencyKey: target.refundCreate.idempotencyKey };
+  if ('refundRetrieve' in target) return { endpoint: 'refund_retrieve', refundId: target.refundRetrieve };
+  if ('refundList' in target) return { endpoint: 'refund_list', ...(target.refundList.scope.payment_intent ? { paymentIntentId: target.refundList.scope.payment_intent } : {}) };
   return { endpoint: 'search', operationId: target.search.operationId };
 }
 
@@ -238,16 +292,15 @@ class ModelGateway implements PaymentGateway {
   }
 
   createRefund(request: CreateRefundRequest): Promise<GatewayResult<RefundView>> {
-    // The model has no refund commands yet: refunds pass straight through.
-    return this.#real.createRefund(request);
+    return this.#call({ refundCreate: request }, () => this.#real.createRefund(request));
   }
 
   retrieveRefund(id: string): Promise<GatewayResult<RefundView>> {
-    return this.#real.retrieveRefund(id);
+    return this.#call({ refundRetrieve: id }, () => this.#real.retrieveRefund(id));
   }
 
   listRefunds(request: ListRequest): Promise<GatewayResult<ListAnswer<RefundView>>> {
-    return this.#real.listRefunds(request);
+    return this.#call({ refundList: request }, () => this.#real.listRefunds(request));
   }
 
   #die(): never {
@@ -307,6 +360,38 @@ class ModelGateway implements PaymentGateway {
 
 // ── The interpreter ──────────────────────────────────────────────────────────────────────────────
 
+/** How a worker killed at a point is made: the database statements it gets, and its gateway. */
+function crashAt(point: CrashPoint): [number, GatewayMode] {
+  switch (point) {
+    case 'before_claim':
+      return [0, { kind: 'normal' }];
+    case 'after_claim':
+      return [1, { kind: 'die_before_call' }];
+    case 'in_flight':
+      return [1, { kind: 'die_in_flight' }];
+    case 'after_answer':
+      return [1, { kind: 'normal' }]; // the answer came, the record never reaches the database
+  }
+}
+
+/** The model's own book of one order's refunds: what it asked, what it saw accepted, what SQS still holds. */
+interface OrderRefundBook {
+  readonly asked: AskedRefund[];
+  readonly accepted: Map<string, AskedRefund & { readonly operationId: string }>;
+  /** Refund requests whose worker died: SQS redelivers them (at heal). */
+  readonly unacked: Map<string, AskedRefund>;
+  /** Idempotency keys of the PaymentIntents made behind the pipeline's back (the extras, once succeeded). */
+  readonly strayKeys: Set<string>;
+  next: number;
+}
+
+const REFUND_VERDICT_OF_REJECTION: Readonly<Record<string, RefundVerdict>> = {
+  no_charge: 'no_charge',
+  charge_failed: 'charge_failed',
+  exceeds_charge: 'exceeds_charge',
+  refund_conflict: 'refund_conflict',
+};
+
 let runCounter = 0;
 
 export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: string) => void): Promise<RunResult> {
@@ -331,6 +416,12 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   const orderAt = (i: number) => orders[i % orders.length]!;
   const applier = new StripeEventApplier({ db: db as TransactionalDb, gateway: world.gateway, actor: 'model-events', random: () => 0.5, policy });
   const eventsOn = run.events ?? false;
+  const book: OrderRefundBook[] = orders.map(() => ({ asked: [], accepted: new Map(), unacked: new Map(), strayKeys: new Set(), next: 0 }));
+  const refundVerdicts: Partial<Record<RefundVerdict, number>> = {};
+  const refundsByCharge: Partial<Record<ChargeState['kind'], number>> = {};
+  let duplicates = 0;
+  // Short timeout: a stray create that meets a scripted `hang` gives up soon (the PaymentIntent is found by its key).
+  const strayStripe = createStripeClient({ apiKey: 'sk_test_model', apiBase: fake.url, timeoutMs: 1_000, maxNetworkRetries: 0 });
 
   /** A live engine call: any exception is a finding (the engine only throws when the database does). */
   const live = async <T>(what: string, work: Promise<T>): Promise<T | undefined> => {
@@ -349,9 +440,98 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   };
   const scoped = (sql: string) => db.query(sql, [orderIds]);
   const operationIdOf = async (order: ChargeInput): Promise<string | null> => {
-    const { rows } = await db.query<{ id: string }>(`SELECT id FROM payment_operations WHERE order_id = $1`, [order.orderId]);
+    const { rows } = await db.query<{ id: string }>(`SELECT id FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`, [order.orderId]);
     return rows[0]?.id ?? null;
   };
+  const chargeOf = async (order: ChargeInput) =>
+    (await db.query<{ id: string; status: OperationStatus; review_reason: string | null; external_id: string | null; amount: number }>(
+      `SELECT id::text, status, review_reason, external_id, amount::int FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`,
+      [order.orderId],
+    )).rows[0] ?? null;
+  const refundRowsOf = async (order: ChargeInput): Promise<RefundRow[]> =>
+    (await db.query<{ id: string; refund_id: string; status: OperationStatus; external_id: string | null; review_reason: string | null; amount: number; refund_reason: RefundReason | null; refund_payment_intent: string | null }>(
+      `SELECT id::text, refund_id, status, external_id, review_reason, amount::int, refund_reason, refund_payment_intent
+         FROM payment_operations WHERE order_id = $1 AND kind = 'refund' ORDER BY created_at, id`,
+      [order.orderId],
+    )).rows.map((r) => ({ id: r.id, refundId: r.refund_id, status: r.status, externalId: r.external_id, reviewReason: r.review_reason, amount: r.amount, reason: r.refund_reason, paymentIntent: r.refund_payment_intent }));
+  /** What the oracle is given: the accepted producer refunds, with their operations' statuses now. */
+  const acceptedNow = async (i: number): Promise<AcceptedRefund[]> => {
+    const statuses = new Map((await refundRowsOf(orders[i]!)).map((r) => [r.refundId, r.status]));
+    return [...book[i]!.accepted.values()].map((a) => ({ ...a, status: statuses.get(a.refundId) ?? 'pending' }));
+  };
+  /** The order's extra PaymentIntents: those made behind the pipeline's back that charged. */
+  const extrasOf = (i: number) => fake.paymentIntents({ orderId: orders[i]!.orderId }).filter((pi) => pi.status === 'succeeded' && pi.idempotencyKey !== null && book[i]!.strayKeys.has(pi.idempotencyKey));
+
+  /**
+   * One refund request: the oracle predicts its verdict from what it observes now, the engine (or a
+   * worker killed at `crash`) takes it, and the two must agree. A refused request sends nothing.
+   */
+  const requestRefund = async (i: number, ask: AskedRefund, crash: CrashPoint | null) => {
+    const order = orders[i]!;
+    const b = book[i]!;
+    const charge = await chargeOf(order);
+    const state: ChargeState =
+      charge === null ? { kind: 'none' } : { kind: charge.status === 'succeeded' || charge.status === 'failed' ? charge.status : 'open', amount: charge.amount };
+    const predicted = predictRefund(state, await acceptedNow(i), ask);
+    refundsByCharge[state.kind] = (refundsByCharge[state.kind] ?? 0) + 1;
+    const input: RefundInput = { orderId: order.orderId, refundId: ask.refundId, amount: ask.amount, reason: ask.reason };
+    const refundCreates = () => fake.stats().requests.refund_create;
+    const before = refundCreates();
+    const rowsBefore = (await refundRowsOf(order)).length;
+    const what = `refund ${ask.refundId} (${ask.amount}, ${ask.reason}) of order ${order.orderId} [charge ${charge?.status ?? 'none'}${charge ? ` ${charge.amount}` : ''}]`;
+    if (crash !== null) {
+      const [statements, mode] = crashAt(crash);
+      b.unacked.set(ask.refundId, ask);
+      try {
+        await worker({ refund: input }, order, statements, mode).running;
+      } catch (error) {
+        if (!killedBy(error)) problems.push(`crashed refund worker failed otherwise: ${String(error)}`);
+      }
+      const row = (await refundRowsOf(order)).find((r) => r.refundId === ask.refundId);
+      if (predicted.verdict === 'accepted' && row) b.accepted.set(ask.refundId, { ...ask, operationId: row.id });
+      else if (predicted.verdict === 'accepted' && statements > 0) problems.push(`${what}: the request statement ran but no refund operation exists`);
+      else if (predicted.verdict !== 'accepted' && predicted.verdict !== 'repeat' && (await refundRowsOf(order)).length !== rowsBefore) problems.push(`${what}: refused (${predicted.verdict}) but an operation was made`);
+      refundVerdicts[predicted.verdict] = (refundVerdicts[predicted.verdict] ?? 0) + 1;
+      return;
+    }
+    const result: RefundRequestResult | undefined = await live('processRefund', engine.processRefund(input));
+    if (!result) return;
+    b.unacked.delete(ask.refundId);
+    const found: RefundVerdict = result.rejection
+      ? (REFUND_VERDICT_OF_REJECTION[result.rejection.code] ?? 'refund_conflict')
+      : result.operationId !== null && [...b.accepted.values()].some((a) => a.operationId === result.operationId)
+        ? 'repeat'
+        : 'accepted';
+    refundVerdicts[found] = (refundVerdicts[found] ?? 0) + 1;
+    if (found !== predicted.verdict || (found === 'repeat' && result.operationId !== predicted.operationId)) {
+      problems.push(`${what}: the oracle says ${predicted.verdict}, the engine ${found}${result.rejection ? ` (${result.rejection.message})` : ''}`);
+    }
+    if (result.rejection) {
+      if (refundCreates() !== before) problems.push(`${what}: refused (${found}) but a refund create reached Stripe`);
+      if ((await refundRowsOf(order)).length !== rowsBefore) problems.push(`${what}: refused (${found}) but an operation was made`);
+    } else if (found === 'accepted' && result.operationId !== null) {
+      b.accepted.set(ask.refundId, { ...ask, operationId: result.operationId });
+    }
+  };
+
+  /** Evidence of the order's extra PaymentIntents, `copies` times at once, by an operator or by Stripe's event. */
+  const deliverDuplicateEvidence = async (i: number, pis: readonly PaymentIntentRecord[], via: 'operator' | 'event', copies: number, inline = true) => {
+    const charge = await chargeOf(orders[i]!);
+    for (const pi of pis) {
+      if (via === 'event' && eventsOn) {
+        const type = paymentIntentEventType(pi.status);
+        const read = type ? readStripeEvent(makeStripeEvent(type, paymentIntentJson(pi))) : null;
+        if (!read?.ok) continue;
+        await Promise.all(
+          Array.from({ length: copies }, () => live('stripe event (duplicate)', recordAndApply(read.event, 'webhook', { db, applier: inline ? applier : null, publisher: null }))),
+        );
+      } else if (charge !== null) {
+        const view: PaymentIntentView = { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency, metadata: pi.metadata, customer: pi.customer };
+        await Promise.all(Array.from({ length: copies }, () => live('remedyDuplicateCharge', engine.remedyDuplicateCharge(charge.id, view, { by: 'model' }))));
+      }
+    }
+  };
+
   const settleOpen = (orderId: string | null, status: SettleStatus) => {
     for (const pi of fake.paymentIntents(orderId === null ? {} : { orderId })) {
       if (pi.status === 'processing' || pi.status === 'requires_action') fake.settle(pi.id, status);
@@ -402,7 +582,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   };
 
   /** A worker that dies or stalls. `parked` resolves once it died, stalled, or finished without a call. */
-  const worker = (via: 'deliver' | 'reconcile', order: ChargeInput, dbStatements: number | null, mode: GatewayMode, real = world.gateway) => {
+  const worker = (via: 'deliver' | 'reconcile' | { refund: RefundInput }, order: ChargeInput, dbStatements: number | null, mode: GatewayMode, real = world.gateway) => {
     const gateway = new ModelGateway(real, fake, mode, parking);
     const e = new ChargeEngine({
       db: dbStatements === null ? db : dyingDb(db, dbStatements),
@@ -413,7 +593,8 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     });
     if (via === 'deliver') sent.add(order.orderId);
     // A stalled reconciler takes one operation, so that exactly one call stalls.
-    const running: Promise<unknown> = via === 'deliver' ? e.processRequests([order]) : e.reconcileDue(dbStatements === null ? 1 : 10);
+    const running: Promise<unknown> =
+      via === 'deliver' ? e.processRequests([order]) : via === 'reconcile' ? e.reconcileDue(dbStatements === null ? 1 : 10) : e.processRefund(via.refund);
     return { running, parked: Promise.race([gateway.parked.promise, running.then(() => {}, () => {})]) };
   };
 
@@ -440,14 +621,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
       }
       case 'crash': {
         const order = orderAt(command.order);
-        const [statements, mode]: [number, GatewayMode] =
-          command.point === 'before_claim'
-            ? [0, { kind: 'normal' }]
-            : command.point === 'after_claim'
-              ? [1, { kind: 'die_before_call' }]
-              : command.point === 'in_flight'
-                ? [1, { kind: 'die_in_flight' }]
-                : [1, { kind: 'normal' }]; // after_answer: the answer came, the record never reaches the database
+        const [statements, mode] = crashAt(command.point);
         try {
           await worker(command.via, order, statements, mode).running;
           // A killed worker that found nothing to claim never reaches the second statement: fine.
@@ -492,11 +666,14 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
         const endpoint = command.endpoint === 'any' ? undefined : command.endpoint;
         if (endpoint !== undefined && !faultCanTarget(command.kind, endpoint)) break;
         // By operation once it exists (then searches match too), else by order (creates, retrieves).
-        // A list is asked by customer, not by operation.
+        // A list is asked by customer, not by operation. A refund endpoint: the order's refunds (a
+        // refund create names the order in its metadata; a refund retrieve or list, by its PaymentIntent's).
         const match: FaultMatch =
           endpoint === 'list'
             ? { endpoint, customerId: order.customerId }
-            : { ...(operationId ? { operationId } : { orderId: order.orderId }), ...(endpoint ? { endpoint } : {}) };
+            : endpoint?.startsWith('refund_')
+              ? { endpoint, orderId: order.orderId }
+              : { ...(operationId ? { operationId } : { orderId: order.orderId }), ...(endpoint ? { endpoint } : {}) };
         fake.injectFault(match, command.kind, command.times);
         break;
       }
@@ -532,6 +709,60 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
       case 'apply_inbox':
         if (eventsOn) await live('applyDue', applier.applyDue());
         break;
+      case 'refund': {
+        const i = command.order % orders.length;
+        const b = book[i]!;
+        if (command.afterCharge && !sent.has(orders[i]!.orderId)) await deliver([orders[i]!]);
+        let ask: AskedRefund;
+        if (command.pick !== 'new' && b.asked.length > 0) {
+          // An earlier refund id: one that was accepted when there is one (a conflict needs it), else any asked.
+          const pool = b.accepted.size > 0 ? [...b.accepted.values()].map(({ refundId, amount, reason }) => ({ refundId, amount, reason })) : b.asked;
+          const earlier = pool[['partial', 'rest', 'full', 'over'].indexOf(command.size) % pool.length]!;
+          ask = command.pick === 'repeat' ? earlier : { ...earlier, amount: earlier.amount === 1 ? 2 : earlier.amount - 1 };
+        } else {
+          // Sized against what is left as the model sees it (the oracle still judges the request itself).
+          const charged = orders[i]!.amount;
+          const held = (await acceptedNow(i)).filter((r) => r.status !== 'failed').reduce((sum, r) => sum + r.amount, 0);
+          const left = Math.max(0, charged - held);
+          const amount = { partial: Math.max(1, Math.floor(left / 3)), rest: Math.max(1, left), full: charged, over: left + 1 }[command.size];
+          ask = { refundId: `rf${b.next++}`, amount, reason: command.reason };
+          b.asked.push(ask);
+        }
+        await requestRefund(i, ask, command.crash);
+        break;
+      }
+      case 'settle_refund':
+        for (const r of fake.refunds({ orderId: orderAt(command.order).orderId })) if (r.status === 'pending') fake.settleRefund(r.id, command.status);
+        break;
+      case 'duplicate': {
+        const i = command.order % orders.length;
+        const order = orders[i]!;
+        const charge = await chargeOf(order);
+        if (charge?.status !== 'succeeded') break;
+        const key = `stray-${randomUUID()}`;
+        book[i]!.strayKeys.add(key);
+        duplicates += 1;
+        // Stripe's documented create (POST /v1/payment_intents, confirm): the fake has no back door for
+        // this, nor needs one. A scripted fault may meet it; what it made is found by its key.
+        await strayStripe.paymentIntents
+          .create(
+            {
+              amount: order.amount,
+              currency: order.currency,
+              customer: order.customerId,
+              payment_method: 'pm_card_visa',
+              confirm: true,
+              off_session: true,
+              metadata: command.ours ? { operation_id: charge.id, order_id: order.orderId } : { order_id: order.orderId },
+            },
+            { idempotencyKey: key },
+          )
+          .catch(() => {});
+        break;
+      }
+      case 'duplicate_evidence':
+        await deliverDuplicateEvidence(command.order % orders.length, extrasOf(command.order % orders.length), command.via, command.copies);
+        break;
     }
   }
 
@@ -540,6 +771,20 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   await parking.releaseAll();
   fake.setSearchLag(0);
   for (const order of orders) if (sent.has(order.orderId) && !acked.has(order.orderId)) await deliver([order]);
+  for (const [i, b] of book.entries()) for (const ask of [...b.unacked.values()]) await requestRefund(i, ask, null);
+  // Evidence of every extra PaymentIntent reaches the product at least once (Stripe's event when the run
+  // has events and the PaymentIntent names our operation; an operator otherwise — the event of one
+  // naming no operation is "foreign" to the applier, so a person acts on what Stripe shows).
+  const evidenced = new Set<string>();
+  const evidenceDue = async () => {
+    for (const [i] of book.entries()) {
+      for (const pi of extrasOf(i)) {
+        if (evidenced.has(pi.id)) continue;
+        evidenced.add(pi.id);
+        await deliverDuplicateEvidence(i, [pi], eventsOn && pi.metadata.operation_id !== undefined ? 'event' : 'operator', 1, false);
+      }
+    }
+  };
   const snapshot = async () =>
     JSON.stringify((await scoped(`SELECT id, status, external_id, review_reason FROM payment_operations WHERE order_id = ANY($1) ORDER BY id`)).rows);
   const allDecided = async () =>
@@ -551,6 +796,11 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   let healRounds = 0;
   for (; healRounds < 60; healRounds++) {
     if (run.healSettle !== 'leave') settleOpen(null, run.healSettle);
+    // Pending refunds finish — succeed, or (with the runs that cancel what is open) fail or are
+    // canceled; then every extra PaymentIntent that charged by now has had its evidence delivered.
+    const refundEnd: RefundSettleStatus = run.healSettle === 'succeeded' ? 'succeeded' : run.healSettle === 'canceled' ? 'failed' : 'canceled';
+    for (const r of fake.refunds()) if (r.status === 'pending' && orderIds.includes(r.paymentIntentOrderId ?? '')) fake.settleRefund(r.id, refundEnd);
+    await evidenceDue();
     await expireLeases();
     await backoffElapses();
     const before = await snapshot();
@@ -574,14 +824,22 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   const report = await checkInvariants({
     db,
     paymentIntents: fake.paymentIntents(),
+    // Given refunds, the checker judges the net amount per order (and a duplicate refunded in full is no double charge).
+    refunds: fake.refunds(),
     sentOrderIds: [...sent],
     orderIds,
     requireQuiescent: true,
   });
-  if (fake.stats().doubleCharges !== 0) problems.push(`fake Stripe counts ${fake.stats().doubleCharges} double charge(s)`);
+  // The fake counts double charges by operation; the extra PaymentIntents the model made itself (the
+  // duplicate remedy's cases, judged by the net amount) are left out of that count.
+  const stray = new Set(book.flatMap((b) => [...b.strayKeys]));
+  const pipelineCharges = fake.paymentIntents().filter((pi) => pi.status === 'succeeded' && !stray.has(pi.idempotencyKey ?? '') && pi.metadata.operation_id !== undefined);
+  const twice = pipelineCharges.length - new Set(pipelineCharges.map((pi) => pi.metadata.operation_id)).size;
+  if (twice !== 0) problems.push(`fake Stripe holds ${twice} second succeeded PaymentIntent(s) of one operation`);
   if (eventsOn) {
     // Events drawn from the truth can never contradict a correct ledger, nor name an unknown operation.
-    const ids = fake.paymentIntents().filter((pi) => orderIds.includes(pi.metadata.order_id ?? '')).map((pi) => pi.id);
+    // The extra PaymentIntents the model made are contradictions by design: their findings are expected.
+    const ids = fake.paymentIntents().filter((pi) => orderIds.includes(pi.metadata.order_id ?? '') && !stray.has(pi.idempotencyKey ?? '')).map((pi) => pi.id);
     const findings = await db.query<{ kind: string; reason: string }>('SELECT kind, reason FROM stripe_event_findings WHERE payment_intent_id = ANY($1)', [ids]);
     for (const f of findings.rows) problems.push(`stripe event finding ${f.kind}: ${f.reason}`);
     const left = await db.query<{ n: number }>(
@@ -592,7 +850,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   }
   // "Failed" must rest on evidence at Stripe: in this model nothing is refused before execution, so a
   // failed operation has a declined / canceled PaymentIntent of its own.
-  const failed = await scoped(`SELECT id, external_id FROM payment_operations WHERE order_id = ANY($1) AND status = 'failed'`);
+  const failed = await scoped(`SELECT id, external_id FROM payment_operations WHERE order_id = ANY($1) AND kind = 'charge' AND status = 'failed'`);
   for (const row of failed.rows as { id: string; external_id: string | null }[]) {
     const evidence = fake.paymentIntents({ operationId: row.id }).filter((pi) => pi.status === 'requires_payment_method' || pi.status === 'canceled');
     if (evidence.length === 0) problems.push(`operation ${row.id} failed without a declined or canceled PaymentIntent`);
@@ -603,7 +861,23 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
       WHERE p.order_id = ANY($1) AND e.action = 'auto_reissued'`,
   );
   const autoReissues = (reissued.rows[0] as { n: number }).n;
+  // The refund oracle judges every order's refunds and money against Stripe's ledger.
+  const refundEnds: Partial<Record<RefundEnd, number>> = {};
+  for (const [i, order] of orders.entries()) {
+    const charge = await chargeOf(order);
+    const judged = judgeOrder({
+      orderId: order.orderId,
+      charge: charge && { id: charge.id, status: charge.status, externalId: charge.external_id, amount: charge.amount, inReview: charge.review_reason !== null },
+      accepted: [...book[i]!.accepted.values()],
+      extras: extrasOf(i).map((pi) => pi.id),
+      refundRows: await refundRowsOf(order),
+      paymentIntents: fake.paymentIntents({ orderId: order.orderId }),
+      refunds: fake.refunds({ orderId: order.orderId }),
+    });
+    problems.push(...judged.problems);
+    for (const end of judged.ends) refundEnds[end] = (refundEnds[end] ?? 0) + 1;
+  }
   // Leave nothing claimable behind for later runs sharing the database.
   await scoped(`UPDATE payment_operations SET review_reason = 'model: retired after its run' WHERE order_id = ANY($1) AND status IN ('pending','unknown') AND review_reason IS NULL`);
-  return { report, problems, orderIds, healRounds, timeSteps, lists, autoReissues };
+  return { report, problems, orderIds, healRounds, timeSteps, lists, autoReissues, refundVerdicts, refundEnds, refundsByCharge, duplicates };
 }
