@@ -51,6 +51,12 @@ Lambda-like SQS event source and schedule. Ends with a ledger checked against St
 Workload:
   --orders <n>            orders to send (default 500)
   --duplicates <r>        duplicate sends per order, 0.3 = 30 % (default 0.3)
+  --refunds <r>           share of the orders refunded, one scenario each (partial, full,
+                          split, repeated, conflicting, over-refund, before the charge is
+                          final, of a declined charge); 0 = none (default 0.2)
+  --duplicate-charges <n> once settled, charge n orders again behind the pipeline's back
+                          (another key): the product must refund the extra PaymentIntent
+                          itself, told by Stripe's event (fake Stripe with webhooks; default 2)
   --faults <profile>      fake Stripe faults: none | flaky | chaos (default flaky)
   --seed <n>              makes faults and workload reproducible (default: random, printed)
   --customer <cus_...>    customer of every order (real Stripe needs one that exists)
@@ -85,6 +91,9 @@ Exit status: 0 ok · 1 invariant violated · 2 bad arguments · 3 not settled in
 interface Args {
   orders: number;
   duplicates: number;
+  /** Share of the orders refunded (0.2 = 20 %). */
+  refunds: number;
+  duplicateCharges: number;
   faults: FaultProfileName;
   seed: number;
   customer: string | undefined;
@@ -114,6 +123,8 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
     options: {
       orders: { type: 'string' },
       duplicates: { type: 'string' },
+      refunds: { type: 'string' },
+      'duplicate-charges': { type: 'string' },
       faults: { type: 'string' },
       seed: { type: 'string' },
       customer: { type: 'string' },
@@ -145,6 +156,8 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
   const orders = int('orders', values.orders, 500, 0, 1_000_000);
   const duplicates = values.duplicates === undefined ? 0.3 : Number(values.duplicates);
   if (!Number.isFinite(duplicates) || duplicates < 0 || duplicates > 10) throw new UsageError(`--duplicates must be a number in [0, 10], got ${values.duplicates}`);
+  const refunds = values.refunds === undefined ? 0.2 : Number(values.refunds);
+  if (!Number.isFinite(refunds) || refunds < 0 || refunds > 1) throw new UsageError(`--refunds must be a share in [0, 1], got ${values.refunds}`);
   const faults = values.faults ?? 'flaky';
   if (!isFaultProfileName(faults)) throw new UsageError(`--faults must be none, flaky or chaos, got ${faults}`);
   const logLevel = (values['log-level'] ?? 'INFO').toUpperCase();
@@ -156,6 +169,8 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
   return {
     orders,
     duplicates,
+    refunds,
+    duplicateCharges: int('duplicate-charges', values['duplicate-charges'], 2, 0, 1_000),
     faults,
     seed: int('seed', values.seed, Math.floor(Math.random() * 2 ** 31), 0, 2 ** 31 - 1),
     customer: values.customer,
@@ -292,6 +307,8 @@ async function runOnce(
         ? buildWorkload({
             orders: args.orders,
             duplicates: args.duplicates,
+            refunds: args.refunds,
+            duplicateCharges: args.duplicateCharges,
             seed: args.seed,
             tag: `demo-${pipeline.runId.slice(-4)}`,
             // pm_fake_processing is the fake's own (Stripe has no such test card), and it settles only

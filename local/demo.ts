@@ -11,12 +11,22 @@
 //   bad messages     sent raw with the SQS client, past the producer's validation: a body that is
 //                    not JSON, one against the schema, and an order repeated with another amount —
 //                    each must end in rejected_messages, acknowledged, never charged
+//   refunds          (issue 15) a share of the orders refunded through the producer's sendRefundRequest,
+//                    on the order's FIFO group, one scenario each, in turn (RefundScenario below): a
+//                    partial refund, a full one, two partials summing to the amount, a repeated
+//                    request, the same refund id with another amount, an over-refund, a refund sent
+//                    while its charge may still be open, a refund of a declined order
+//   duplicate        (issue 15) once everything settled, a few orders charged a second time behind
+//   charges          the pipeline's back (another system, another key, the order's metadata): the
+//                    product learns it from Stripe's event and refunds the extra PaymentIntent itself
 import { createHash } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { deduplicationId } from '../lambdas/payments/message.ts';
-import { chargeRequestMessage, sendChargeRequests, type ChargeRequest } from '../lambdas/producer/client.ts';
+import { createStripeClient } from '../lambdas/payments/stripe-gateway.ts';
+import { chargeRequestMessage, refundRequestMessage, sendChargeRequests, sendRefundRequest, type ChargeRequest, type RefundRequest } from '../lambdas/producer/client.ts';
 import { buildLedger, type Ledger, type RunOutcome } from './ledger.ts';
-import { isSettled, type Pipeline, type PipelineSnapshot } from './pipeline.ts';
+import { isSettled, type Pipeline, type PipelineSnapshot, type SettleResult } from './pipeline.ts';
 import { mulberry32 } from './random.ts';
 
 export interface DemoOptions {
@@ -32,19 +42,64 @@ export interface DemoOptions {
   readonly customerId?: string;
   /** Send the three bad messages. Default true (when there is at least one order). */
   readonly badMessages?: boolean;
+  /** Share of the orders that get a refund scenario (0.2 = 20 %). Default 0 (`npm start`: 0.2, --refunds). */
+  readonly refunds?: number;
+  /** Orders charged a second time behind the pipeline's back once the run settled. Default 0 (`npm start`: 2). */
+  readonly duplicateCharges?: number;
+}
+
+/**
+ * What a refunded order goes through, and what must come of it (test/local/pipeline-*.test.ts and the
+ * ledger judge the end state against it):
+ *
+ *   partial         one refund of part of the amount                     → one Refund at Stripe
+ *   full            one refund of the whole amount                       → net 0
+ *   split           two refunds (ids -r1, -r2) summing to the amount     → two Refunds, net 0
+ *   repeat          one refund sent three times: twice by the producer (SQS drops the second, same
+ *                   deduplication id), once as if after SQS's 5-minute window (a fresh one)
+ *                                                                        → one operation, one Refund
+ *   conflict        a refund, then the same refund id with another amount (after the window)
+ *                                                                        → refund_conflict recorded, nothing sent for it
+ *   over_refund     one refund of more than was charged                  → refund_rejected, no Stripe call
+ *   before_final    a refund right behind its charge, on a pm_fake_processing order when there is
+ *                   one (its charge stays open for a while): it waits, durably, and goes once the
+ *                   charge is final                                      → one Refund
+ *   failed_charge   a refund of a declined order                         → refund_rejected (or, if it arrived
+ *                                                                          while the charge was open, a failed
+ *                                                                          refund operation), never sent
+ *
+ * Every scenario's outcome depends on the charge succeeding (a fault profile may decline any charge):
+ * the judgement is always "the net amount is the amount asked minus the refunds made, or zero".
+ */
+export const REFUND_SCENARIOS = ['partial', 'full', 'split', 'repeat', 'conflict', 'over_refund', 'before_final', 'failed_charge'] as const;
+export type RefundScenario = (typeof REFUND_SCENARIOS)[number];
+
+export interface PlannedRefunds {
+  readonly orderId: string;
+  readonly scenario: RefundScenario;
+  /** The distinct requests the scenario makes (a repeat is one; a conflict is the original and its rival). */
+  readonly requests: readonly RefundRequest[];
 }
 
 export type SendStep =
   | { readonly kind: 'orders'; readonly requests: readonly ChargeRequest[] }
   | { readonly kind: 'duplicate'; readonly request: ChargeRequest }
   | { readonly kind: 'late_duplicate'; readonly request: ChargeRequest }
-  | { readonly kind: 'bad'; readonly reason: 'invalid_json' | 'invalid_body' | 'order_conflict'; readonly body: string; readonly groupId: string };
+  | { readonly kind: 'bad'; readonly reason: 'invalid_json' | 'invalid_body' | 'order_conflict'; readonly body: string; readonly groupId: string }
+  /** Through the producer's sendRefundRequest, after `after` was sent (its order, or an earlier refund). */
+  | { readonly kind: 'refund'; readonly scenario: RefundScenario; readonly request: RefundRequest; readonly after: string; readonly repeat?: boolean }
+  /** Raw, with a fresh deduplication id: as if sent after SQS's 5-minute window. */
+  | { readonly kind: 'late_refund'; readonly scenario: RefundScenario; readonly request: RefundRequest; readonly after: string };
 
 export interface Workload {
   readonly orders: readonly ChargeRequest[];
   readonly steps: readonly SendStep[];
   /** How many orders of each payment method, for the ledger. */
   readonly paymentMethods: Readonly<Record<string, number>>;
+  /** The refunded orders, in the order their scenarios were planned. */
+  readonly refunds: readonly PlannedRefunds[];
+  /** Orders (with a card that succeeds, not refunded) to charge again behind the pipeline's back. */
+  readonly duplicateCharges: readonly string[];
 }
 
 function pick<T>(random: () => number, weighted: readonly (readonly [T, number])[]): T {
@@ -87,14 +142,19 @@ export function buildWorkload(options: DemoOptions): Workload {
   const chunks = Math.ceil(options.orders / 10);
   const steps: SendStep[] = [];
   let made = 0;
+  const refunds = planRefunds(orders, options);
+  const refundSteps = refundStepsByOrder(refunds);
   for (let c = 0; c < chunks; c++) {
-    steps.push({ kind: 'orders', requests: orders.slice(c * 10, c * 10 + 10) });
+    const chunk = orders.slice(c * 10, c * 10 + 10);
+    steps.push({ kind: 'orders', requests: chunk });
     const sentSoFar = Math.min(options.orders, (c + 1) * 10);
     const dueByNow = Math.round((duplicateCount * (c + 1)) / chunks);
     for (; made < dueByNow; made++) {
       const request = orders[Math.floor(random() * sentSoFar)]!;
       steps.push(made % 10 === 9 ? { kind: 'late_duplicate', request } : { kind: 'duplicate', request });
     }
+    // A chunk's refunds right behind it: each waits for its order's send, so FIFO puts it after the charge.
+    for (const order of chunk) steps.push(...(refundSteps.get(order.orderId) ?? []));
   }
 
   if (options.badMessages !== false && orders.length > 0) {
@@ -116,8 +176,87 @@ export function buildWorkload(options: DemoOptions): Workload {
       },
     );
   }
-  return { orders, steps, paymentMethods };
+  return { orders, steps, paymentMethods, refunds, duplicateCharges: pickDuplicateCharges(orders, refunds, options) };
 }
+
+function pickDuplicateCharges(orders: readonly ChargeRequest[], refunds: readonly PlannedRefunds[], options: DemoOptions): string[] {
+  const refunded = new Set(refunds.map((r) => r.orderId));
+  const pool = orders.filter((o) => SUCCEEDING.has(o.paymentMethod) && !refunded.has(o.orderId)).map((o) => o.orderId);
+  const random = mulberry32(options.seed ^ 0xd0b1e);
+  const out: string[] = [];
+  for (let i = 0; i < Math.max(0, options.duplicateCharges ?? 0) && pool.length > 0; i++) out.push(pool.splice(Math.floor(random() * pool.length), 1)[0]!);
+  return out;
+}
+
+const SUCCEEDING = new Set(['pm_card_visa', 'pm_card_mastercard']);
+const DECLINING = new Set(['pm_card_chargeDeclined', 'pm_card_insufficientFunds']);
+
+/**
+ * Which orders are refunded, and how: round(share × orders) of them, the scenarios in turn, each on an
+ * order that suits it (a card that succeeds; a processing one for before_final when there is one; a
+ * declined one for failed_charge, replaced by a partial refund when none is left). A PRNG of its own,
+ * so that the charges of a seed are the same with refunds or without.
+ */
+function planRefunds(orders: readonly ChargeRequest[], options: DemoOptions): PlannedRefunds[] {
+  const share = Math.max(0, Math.min(1, options.refunds ?? 0));
+  const count = Math.round(orders.length * share);
+  if (count === 0) return [];
+  const random = mulberry32(options.seed ^ 0x4ef0d5);
+  const pools = {
+    succeeding: orders.filter((o) => SUCCEEDING.has(o.paymentMethod)),
+    processing: orders.filter((o) => o.paymentMethod === 'pm_fake_processing'),
+    declining: orders.filter((o) => DECLINING.has(o.paymentMethod)),
+  };
+  const take = (pool: ChargeRequest[]): ChargeRequest | null => (pool.length === 0 ? null : pool.splice(Math.floor(random() * pool.length), 1)[0]!);
+  const planned: PlannedRefunds[] = [];
+  for (let i = 0; i < count; i++) {
+    let scenario: RefundScenario = REFUND_SCENARIOS[i % REFUND_SCENARIOS.length]!;
+    let order =
+      scenario === 'before_final' ? (take(pools.processing) ?? take(pools.succeeding)) : scenario === 'failed_charge' ? take(pools.declining) : take(pools.succeeding);
+    if (order === null && scenario === 'failed_charge') {
+      scenario = 'partial';
+      order = take(pools.succeeding);
+    }
+    if (order === null) break; // fewer suitable orders than the share asks for
+    const id = (n: number) => `${order.orderId}-r${n}`;
+    const refund = (n: number, amount: number): RefundRequest => ({ type: 'refund', orderId: order.orderId, refundId: id(n), amount, reason: 'requested_by_customer' });
+    const part = Math.max(1, Math.floor(order.amount * (0.2 + random() * 0.5)));
+    const requests: RefundRequest[] =
+      scenario === 'full'
+        ? [refund(1, order.amount)]
+        : scenario === 'split'
+          ? [refund(1, part), refund(2, order.amount - part)]
+          : scenario === 'conflict'
+            ? [refund(1, part), refund(1, part + 1)]
+            : scenario === 'over_refund'
+              ? [refund(1, order.amount + 100)]
+              : scenario === 'failed_charge'
+                ? [refund(1, order.amount)]
+                : [refund(1, part)];
+    planned.push({ orderId: order.orderId, scenario, requests });
+  }
+  return planned;
+}
+
+/** The send steps of each planned refund, keyed by order. */
+function refundStepsByOrder(planned: readonly PlannedRefunds[]): Map<string, SendStep[]> {
+  const out = new Map<string, SendStep[]>();
+  for (const { orderId, scenario, requests } of planned) {
+    const [first, second] = requests as [RefundRequest, RefundRequest | undefined];
+    const key = refundKey(first);
+    const steps: SendStep[] = [{ kind: 'refund', scenario, request: first, after: orderId }];
+    if (scenario === 'split') steps.push({ kind: 'refund', scenario, request: second!, after: orderId });
+    if (scenario === 'repeat') {
+      steps.push({ kind: 'refund', scenario, request: first, after: key, repeat: true }, { kind: 'late_refund', scenario, request: first, after: key });
+    }
+    // The rival must follow its original into the queue, or the original would be the conflict.
+    if (scenario === 'conflict') steps.push({ kind: 'late_refund', scenario, request: second!, after: key });
+    out.set(orderId, steps);
+  }
+  return out;
+}
+
+const refundKey = (r: Pick<RefundRequest, 'orderId' | 'refundId'>) => `refund:${r.orderId}:${r.refundId}`;
 
 export interface SendReport {
   /** Distinct orders the workload holds (what "settled n / N" counts towards). */
@@ -133,6 +272,19 @@ export interface SendReport {
   duplicatesDroppedBySqs: number;
   lateDuplicates: number;
   readonly badMessages: Record<string, number>;
+  /** Refund requests sent (repeats included) and how each scenario's went. */
+  readonly refunds: {
+    sent: number;
+    /** Repeats SQS answered with the original MessageId (deduplicated). */
+    droppedBySqs: number;
+    /** Sent as if after SQS's window (a fresh deduplication id): the database must absorb them. */
+    late: number;
+    failures: number;
+    /** Refunded order → its scenario (the ledger labels its rows with it). */
+    readonly scenarios: Record<string, RefundScenario>;
+  };
+  /** Order → the second PaymentIntent made behind the pipeline's back (the duplicate remedy's input). */
+  readonly duplicateCharges: Record<string, string>;
   /** Messages that really went onto the queue. */
   messagesEnqueued: number;
   firstSendAt: Date | null;
@@ -150,6 +302,8 @@ export function emptySendReport(): SendReport {
     duplicatesDroppedBySqs: 0,
     lateDuplicates: 0,
     badMessages: {},
+    refunds: { sent: 0, droppedBySqs: 0, late: 0, failures: 0, scenarios: {} },
+    duplicateCharges: {},
     messagesEnqueued: 0,
     firstSendAt: null,
     lastSendAt: null,
@@ -230,6 +384,34 @@ export async function sendWorkload(
         report.badMessages[step.reason] = (report.badMessages[step.reason] ?? 0) + 1;
         report.messagesEnqueued += 1;
         break;
+      case 'refund': {
+        await whenSent(step.after);
+        stamp();
+        report.refunds.scenarios[step.request.orderId] = step.scenario;
+        const key = refundKey(step.request);
+        try {
+          const result = await sendRefundRequest(sqs, queueUrl, step.request, options);
+          report.refunds.sent += 1;
+          if (step.repeat && result.messageId === messageIds.get(key)) report.refunds.droppedBySqs += 1;
+          else report.messagesEnqueued += 1;
+          if (!step.repeat) messageIds.set(key, result.messageId);
+        } catch (error) {
+          // An order whose refund did not go out is still judged (its net amount is then the charge's).
+          if (signal?.aborted) throw error;
+          report.refunds.failures += 1;
+        } finally {
+          if (!step.repeat) sent.get(key)?.resolve();
+        }
+        break;
+      }
+      case 'late_refund':
+        await whenSent(step.after);
+        stamp();
+        await sendRaw(sqs, queueUrl, refundRequestMessage(step.request).MessageBody, step.request.orderId, `late-refund-${++lateSerial}`, signal);
+        report.refunds.sent += 1;
+        report.refunds.late += 1;
+        report.messagesEnqueued += 1;
+        break;
     }
   };
 
@@ -240,6 +422,7 @@ export async function sendWorkload(
       const step = workload.steps[next++]!;
       // Registered when dispatched, before any later step can look for it.
       if (step.kind === 'orders') for (const request of step.requests) sent.set(request.orderId, Promise.withResolvers<void>());
+      if (step.kind === 'refund' && !step.repeat) sent.set(refundKey(step.request), Promise.withResolvers<void>());
       try {
         await run(step);
       } catch (error) {
@@ -255,6 +438,54 @@ export async function sendWorkload(
     report.done = true;
   }
   return report;
+}
+
+/**
+ * The duplicate-charge remedy, end to end: a second succeeded PaymentIntent for each of these (settled)
+ * orders, made behind the pipeline's back — another system with the same key to the account, another
+ * idempotency key, the order's metadata. Only Stripe's event tells the product (a contradiction: the
+ * charge operation holds another PaymentIntent), so this needs the fake's webhooks; it then waits until
+ * each extra PaymentIntent has its remedy refund operation and everything settled again.
+ */
+async function chargeAgainBehindItsBack(
+  pipeline: Pipeline,
+  orderIds: readonly string[],
+  send: SendReport,
+  options: RunWorkloadOptions,
+): Promise<SettleResult['kind']> {
+  if (!pipeline.fakeStripe || !pipeline.webhooks) return 'settled'; // nobody would tell the product
+  const { rows } = await pipeline.db.query<{ id: string; order_id: string; amount: string; currency: string; customer_id: string; payment_method: string }>(
+    `SELECT id::text, order_id, amount::text, currency, customer_id, payment_method FROM payment_operations WHERE kind = 'charge' AND status = 'succeeded' AND order_id = ANY($1::text[])`,
+    [[...orderIds]],
+  );
+  const stripe = createStripeClient({ apiKey: 'sk_test_another_system', apiBase: pipeline.fakeStripe.url, maxNetworkRetries: 3, timeoutMs: 5_000 });
+  const extra: string[] = [];
+  for (const op of rows) {
+    // The fake's faults apply to this caller too: the SDK's retries reuse the key, so one PaymentIntent at most.
+    const pi = await stripe.paymentIntents
+      .create(
+        { amount: Number(op.amount), currency: op.currency, customer: op.customer_id, payment_method: op.payment_method, confirm: true, off_session: true, metadata: { operation_id: op.id, order_id: op.order_id, key_generation: '0' } },
+        { idempotencyKey: `another-system:${op.order_id}` },
+      )
+      .catch(() => null);
+    if (pi?.status !== 'succeeded') continue;
+    send.duplicateCharges[op.order_id] = pi.id;
+    extra.push(pi.id);
+  }
+  if (extra.length === 0) return 'settled';
+  const deadline = Date.now() + Math.max(30_000, options.timeoutMs / 2);
+  for (;;) {
+    const snapshot = await pipeline.snapshot();
+    options.onSnapshot?.(snapshot, send);
+    const { rows: remedies } = await pipeline.db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM payment_operations WHERE refund_payment_intent = ANY($1::text[]) AND (status IN ('succeeded', 'failed') OR review_reason IS NOT NULL)`,
+      [extra],
+    );
+    if (remedies[0]!.n === extra.length && isSettled(snapshot)) return 'settled';
+    if (options.signal?.aborted) return 'aborted';
+    if (Date.now() >= deadline) return 'timeout';
+    await sleep(250, undefined, options.signal ? { signal: options.signal } : {}).catch(() => {});
+  }
 }
 
 /**
@@ -324,11 +555,15 @@ export async function runWorkload(pipeline: Pipeline, workload: Workload | null,
     },
   });
   await sending.catch(() => {});
+  let outcomeOfWait = waited.kind;
+  if (waited.kind === 'settled' && workload && workload.duplicateCharges.length > 0 && !options.serve) {
+    outcomeOfWait = await chargeAgainBehindItsBack(pipeline, workload.duplicateCharges, send, options);
+  }
   await pipeline.stopIntake();
   const snapshot = await pipeline.snapshot();
   // --serve ends with Ctrl-C: a run whose last message had been settled by then is a settled run.
   const outcome: RunOutcome =
-    waited.kind === 'settled' || (waited.kind === 'aborted' && options.serve && isSettled(snapshot)) ? 'settled' : waited.kind === 'timeout' ? 'timeout' : 'interrupted';
+    outcomeOfWait === 'settled' || (outcomeOfWait === 'aborted' && options.serve && isSettled(snapshot)) ? 'settled' : outcomeOfWait === 'timeout' ? 'timeout' : 'interrupted';
   const ledger = await buildLedger({ pipeline, outcome, send: workload ? send : null, finishedAt: new Date(), snapshot, serve: options.serve ?? false });
   return { outcome, send: workload ? send : null, ledger, snapshot };
 }

@@ -8,7 +8,8 @@
 //                             one that is not refunded in full)
 //   the net amount          — (given refunds) per order, what Stripe kept = the amount asked − the
 //                             refunds asked, or zero; never more refunded than charged
-//   refunds told truly      — a succeeded refund operation names a succeeded Refund of its amount
+//   refunds told truly      — a succeeded refund operation names a succeeded Refund of its amount;
+//                             every Refund that returns money is named by its operation
 //   no unsafe re-issue      — no new key generation while an older one's PaymentIntent is or may become a charge
 //   nothing lost            — every sent order has an operation, a rejected_messages row, or is in the DLQ
 //   nothing wrongly failed  — no operation `failed` while a succeeded PaymentIntent exists for it
@@ -59,6 +60,11 @@ export const VIOLATION_KINDS = [
   'succeeded_without_refund',
   /** A refund operation `succeeded` on a Refund of another amount, PaymentIntent or operation. */
   'refund_mismatch',
+  /**
+   * (refunds given) A Refund at Stripe that returns money (succeeded or pending) which no refund
+   * operation names — none of ours, or (quiescent) only an open one not in review.
+   */
+  'unrecorded_refund',
 ] as const;
 export type ViolationKind = (typeof VIOLATION_KINDS)[number];
 
@@ -76,8 +82,12 @@ export interface Violation {
  * product says "no machine can decide": money is not lost, it waits for a person.
  */
 export interface Warning {
-  /** charge_awaiting_review: as above; duplicate_awaiting_review: a second charge whose remedy refund waits for a human (Stripe failed it). */
-  readonly kind: 'charge_awaiting_review' | 'duplicate_awaiting_review';
+  /**
+   * charge_awaiting_review: as above; duplicate_awaiting_review: a second charge whose remedy refund
+   * waits for a human (Stripe failed it); refund_awaiting_review: a refund waiting for its charge, which
+   * is in review (it goes once that human settles the charge), or a Refund whose operation is in review.
+   */
+  readonly kind: 'charge_awaiting_review' | 'duplicate_awaiting_review' | 'refund_awaiting_review';
   readonly operationId: string;
   readonly orderId: string;
   readonly detail: string;
@@ -329,6 +339,29 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
         if (made) violate('wrongly_failed', `refund operation is failed but Refund ${made.id} succeeded`, r);
       }
     }
+    // Every Refund that returns money is known by the refund operation that made it (as every
+    // succeeded PaymentIntent is by its charge, below). A failed or canceled one returned nothing.
+    const named = new Set(refundOps.flatMap((r) => (r.external_id === null ? [] : [r.external_id])));
+    const refundOpById = new Map(refundOps.map((r) => [r.id, r]));
+    for (const refund of stripeRefunds) {
+      if (refund.status === 'failed' || refund.status === 'canceled' || named.has(refund.id)) continue;
+      const orderId = refund.paymentIntentOrderId ?? undefined;
+      if (inScope !== null && !inScope.has(orderId ?? '')) continue;
+      const op = refundOpById.get(refund.metadata.operation_id ?? '') ?? null;
+      if (op?.status === 'failed' && refund.status === 'succeeded') continue; // wrongly_failed, above
+      const open = op !== null && op.status !== 'succeeded' && op.status !== 'failed';
+      if (open && !quiescent) continue; // its answer may still be on its way
+      if (open && op.review_reason !== null) {
+        warnings.push({ kind: 'refund_awaiting_review', operationId: op.id, orderId: op.order_id, detail: `${refund.status} Refund ${refund.id} exists; the refund operation waits for a human: ${op.review_reason}` });
+        continue;
+      }
+      violate(
+        'unrecorded_refund',
+        `${refund.status} Refund ${refund.id} of ${refund.amount} on ${refund.payment_intent} (operation_id ${refund.metadata.operation_id ?? 'none'}) is ${op ? `not named by its operation, which is ${op.status}` : 'known by no refund operation'}`,
+        op,
+        orderId,
+      );
+    }
   }
 
   // ── Nothing lost ─────────────────────────────────────────────────────────────────────────────
@@ -398,10 +431,12 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     }
 
     // A refund waits (durably) until its charge is final: behind a charge in review it waits for that
-    // human too, and is shown with it (`operations show <order>`); it is not left hanging.
+    // human too, and is shown with it (`operations show <order>`); reported, not left hanging.
     const parent = op.kind === 'refund' ? byId.get(op.parent_operation_id ?? '') : undefined;
     const waitsForChargeReview = parent !== undefined && (parent.status === 'pending' || parent.status === 'unknown') && parent.review_reason !== null;
-    if (quiescent && !final && op.review_reason === null && !waitsForChargeReview) {
+    if (quiescent && !final && op.review_reason === null && waitsForChargeReview) {
+      warnings.push({ kind: 'refund_awaiting_review', operationId: op.id, orderId: op.order_id, detail: `the refund waits for its charge, which is in review: ${parent.review_reason}` });
+    } else if (quiescent && !final && op.review_reason === null) {
       violate('unsettled', `still ${op.status} (${op.attempts} attempts) and not in review after quiescence`, op);
     }
     if (!final && op.review_reason !== null && op.review_reason.trim() === '') {

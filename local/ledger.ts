@@ -9,6 +9,7 @@ import { checkInvariants, type InvariantReport, type Violation } from './invaria
 import type { SendReport } from './demo.ts';
 import { describeTimeLapse, keyPruneAfterMsFor, leaseMsFor } from './pipeline.ts';
 import type { FakeStripeStats } from './fake-stripe/types.ts';
+import { readRefundLedger, type RefundedOrder, type RefundLedger } from './refund-ledger.ts';
 
 export type RunOutcome = 'settled' | 'timeout' | 'interrupted';
 
@@ -55,6 +56,7 @@ export interface Ledger {
     readonly stillQueued: number;
     readonly inDlq: number;
   };
+  /** The charge operations (one per order); refund operations are under `refunds`. */
   readonly operations: {
     readonly total: number;
     readonly succeeded: number;
@@ -66,6 +68,8 @@ export interface Ledger {
     readonly reviewSamples: readonly { readonly orderId: string; readonly reason: string }[];
   };
   readonly rejected: { readonly total: number; readonly byReason: Readonly<Record<string, number>> };
+  /** Refunds (issue 15): ours beside Stripe's, per order, with the counts and verdicts. */
+  readonly refunds: RefundLedger;
   readonly stripe: {
     /** Where these figures come from. */
     readonly source: string;
@@ -124,7 +128,7 @@ export interface LedgerInput {
 }
 
 /** Kinds that need Stripe's side; skipped (and said so) when it cannot be read. */
-const NEEDS_STRIPE = new Set(['double_charge', 'wrongly_failed', 'succeeded_without_charge', 'charge_mismatch', 'unrecorded_charge', 'net_amount', 'over_refund', 'succeeded_without_refund', 'refund_mismatch']);
+const NEEDS_STRIPE = new Set(['double_charge', 'wrongly_failed', 'succeeded_without_charge', 'charge_mismatch', 'unrecorded_charge', 'net_amount', 'over_refund', 'succeeded_without_refund', 'refund_mismatch', 'unrecorded_refund']);
 
 export async function buildLedger(input: LedgerInput): Promise<Ledger> {
   const { pipeline: p, snapshot: s, send } = input;
@@ -160,7 +164,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
     const id = (e.detail as { eventId?: unknown } | undefined)?.eventId;
     if (typeof id === 'string') onBus.set(id, (onBus.get(id) ?? 0) + 1);
   }
-  const [outbox, failedReasons, reviews, rejected, ends] = await Promise.all([
+  const [outbox, failedReasons, reviews, rejected, ends, charges] = await Promise.all([
     db.query<{ event_id: string; event_type: string; published: boolean; operation_id: string }>(
       'SELECT event_id::text, event_type, published_at IS NOT NULL AS published, operation_id::text FROM outcome_events',
     ),
@@ -175,6 +179,12 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
       `SELECT percentile_disc(0.9) WITHIN GROUP (ORDER BY coalesce(settled_at, updated_at)) AS p90
          FROM payment_operations WHERE status IN ('succeeded', 'failed') OR review_reason IS NOT NULL`,
     ),
+    db.query<{ total: number; succeeded: number; failed: number; in_review: number; open: number }>(
+      `SELECT count(*)::int AS total, count(*) FILTER (WHERE status = 'succeeded')::int AS succeeded, count(*) FILTER (WHERE status = 'failed')::int AS failed,
+              count(*) FILTER (WHERE status IN ('pending', 'unknown') AND review_reason IS NOT NULL)::int AS in_review,
+              count(*) FILTER (WHERE status IN ('pending', 'unknown') AND review_reason IS NULL)::int AS open
+         FROM payment_operations WHERE kind = 'charge'`,
+    ),
   ]);
   for (const row of outbox.rows) {
     if (row.published && !onBus.has(row.event_id)) {
@@ -187,6 +197,8 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
 
   const violationsByKind: Record<string, number> = {};
   for (const v of violations) violationsByKind[v.kind] = (violationsByKind[v.kind] ?? 0) + 1;
+  const refunds = await readRefundLedger({ db, orderIds, send, paymentIntents: truthPis, refunds: truthRefunds, stats, requests: p.fakeStripe?.requests() ?? null, violations });
+  const c = charges.rows[0]!;
 
   const settledOperations = report.byStatus.succeeded + report.byStatus.failed + report.inReview;
   const firstSend = send?.firstSendAt ?? null;
@@ -237,16 +249,17 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
       inDlq: s.queue.dlq,
     },
     operations: {
-      total: report.operations,
-      succeeded: report.byStatus.succeeded,
-      failed: report.byStatus.failed,
-      inReview: report.inReview,
-      open: report.open,
+      total: c.total,
+      succeeded: c.succeeded,
+      failed: c.failed,
+      inReview: c.in_review,
+      open: c.open,
       // No code: declined as seen by a later retrieve or search (the PaymentIntent's status), not by a 402.
       failedByReason: Object.fromEntries(failedReasons.rows.map((r) => [r.reason ?? 'declined (no code)', r.n])),
       reviewSamples: reviews.rows.map((r) => ({ orderId: r.order_id, reason: r.review_reason })),
     },
     rejected: { total: report.rejectedMessages, byReason: Object.fromEntries(rejected.rows.map((r) => [r.reason_code, r.n])) },
+    refunds,
     stripe: stripeFigures(p.stripeTruth.description, available, report, stats),
     events: {
       bus: String(p.environment.EVENT_BUS_NAME ?? ''),
@@ -261,6 +274,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
       lostOrders: violationsByKind.lost_order ?? 0,
       checked: [
         ...(available ? ['double charges', 'wrongly failed', 'succeeded without charge', 'charge mismatch', 'unrecorded charge'] : []),
+        ...(available && truthRefunds ? ['net amount per order', 'over-refunds', 'refunds told truly', 'unrecorded refunds'] : []),
         'lost orders',
         ...(report.quiescent ? ['unsettled'] : []),
         'audit trail',
@@ -376,13 +390,14 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
       .join(' · '),
   );
   row('rejected messages', ledger.rejected.total, list(ledger.rejected.byReason));
-  section('Operations');
+  section('Charge operations');
   row('operations', ops.total, '', 4);
   row('succeeded', ops.succeeded, '', 6);
   row('failed', ops.failed, list(ops.failedByReason), 6);
   row('in review', ops.inReview, ops.inReview ? 'waiting for a human, with the evidence (npm run ops)' : '', 6);
   for (const r of ops.reviewSamples) out.push(`${' '.repeat(10)}${style.dim(`${r.orderId}: ${truncate(r.reason, 200)}`)}`);
   row('open', ops.open, ops.open ? style.yellow('still being worked on') : '', 6);
+  formatRefunds(ledger.refunds, row, section, out, style);
   section(`Stripe — ${stripe.source}`);
   if (stripe.available) {
     const byStatus = Object.entries(stripe.paymentIntentsByStatus ?? {}).sort(([, a], [, b]) => b - a);
@@ -414,8 +429,16 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
   if (inv.doubleCharges === null) row(`${style.yellow('?')} double charges`, 'n/a', 'must be 0 — not checkable against this Stripe');
   else row(`${mark(inv.doubleCharges === 0)} double charges`, inv.doubleCharges, 'must be 0', 4);
   row(`${mark(inv.lostOrders === 0)} lost orders`, inv.lostOrders, 'must be 0', 4);
-  const others = Object.entries(inv.violationsByKind).filter(([k]) => k !== 'double_charge' && k !== 'lost_order');
-  if (inv.ok) out.push(`    ${mark(true)} ${style.dim(`also checked: ${inv.checked.filter((c) => c !== 'double charges' && c !== 'lost orders').join(', ')}`)}`);
+  const rv = ledger.refunds.verdicts;
+  const verdictKinds = ['double_charge', 'lost_order', ...(rv && ledger.refunds.orders.length > 0 ? ['net_amount', 'over_refund', 'unrecorded_refund'] : [])];
+  if (rv && ledger.refunds.orders.length > 0) {
+    row(`${mark(rv.netAmount === 0)} net amount off`, rv.netAmount, `must be 0 — net charged = amount − refunds made, or 0 (${plural(rv.netJudged, 'refunded order')} judged)`, 4);
+    row(`${mark(rv.overRefund === 0)} over-refunds`, rv.overRefund, 'must be 0', 4);
+    row(`${mark(rv.unrecordedRefund === 0)} unrecorded refunds`, rv.unrecordedRefund, "must be 0 — every Refund at Stripe is one we recorded", 4);
+  }
+  const others = Object.entries(inv.violationsByKind).filter(([k]) => !verdictKinds.includes(k));
+  const shown = new Set(['double charges', 'lost orders', ...(verdictKinds.length > 2 ? ['net amount per order', 'over-refunds', 'unrecorded refunds'] : [])]);
+  if (inv.ok) out.push(`    ${mark(true)} ${style.dim(`also checked: ${inv.checked.filter((c) => !shown.has(c)).join(', ')}`)}`);
   for (const [kind, count] of others) out.push(`    ${mark(false)} ${kind.replaceAll('_', ' ')}: ${count}`);
   for (const v of inv.violations.slice(0, 10)) out.push(`      ${style.red(`${v.kind}${v.orderId ? ` ${v.orderId}` : ''}: ${truncate(v.detail, 120)}`)}`);
   if (inv.violations.length > 10) out.push(`      … and ${inv.violations.length - 10} more`);
@@ -438,6 +461,68 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
     }
   }
   return out.join('\n');
+}
+
+type Row = (label: string, value: string | number, note?: string, indent?: number) => void;
+
+/** How many orders of each scenario the text ledger shows (all of them are in --json). */
+const ORDERS_PER_SCENARIO = 1;
+
+function formatRefunds(r: RefundLedger, row: Row, section: (title: string) => void, out: string[], style: Style): void {
+  if (r.orders.length === 0 && (r.requests?.sent ?? 0) === 0) return;
+  section(`Refunds — ${plural(r.orders.length, 'order')} with refunds`);
+  if (r.requests) {
+    row('refund requests sent', r.requests.sent,
+      [`${n(r.requests.droppedBySqs)} repeats dropped by SQS deduplication`, `${n(r.requests.late)} as if after its window`, r.requests.sendFailures ? style.red(`${n(r.requests.sendFailures)} not accepted by SQS`) : ''].filter(Boolean).join(' · '));
+  }
+  const ops = r.operations;
+  row('refund operations', ops.total, ops.waitedForCharge ? `${n(ops.waitedForCharge)} waited for their charge to be final` : '');
+  row('succeeded', ops.succeeded, '', 6);
+  row('failed', ops.failed, list(ops.failedByReason), 6);
+  row('in review', ops.inReview, ops.inReview ? 'waiting for a human (npm run ops -- refunds list)' : '', 6);
+  if (ops.waitingForChargeReview) row('charge in review', ops.waitingForChargeReview, 'waiting: sent once a human settles the charge', 6);
+  row('open', ops.open, ops.open ? style.yellow('still being worked on') : '', 6);
+  row('rejected, never sent', Object.values(r.rejected).reduce((a, b) => a + b, 0), list(r.rejected));
+  if (r.atStripe) row('Refunds at Stripe', Object.values(r.atStripe).reduce((a, b) => a + b, 0), list(r.atStripe));
+  if (r.stripeRequests) {
+    const q = r.stripeRequests;
+    row('Stripe refund requests', q.create + q.retrieve + q.list, [list({ create: q.create, retrieve: q.retrieve, list: q.list }), q.perRefund !== null ? `${q.perRefund} per final refund` : ''].filter(Boolean).join(' · '));
+  }
+  if (r.faultsMet && Object.keys(r.faultsMet).length > 0) row('faults met by refunds', Object.values(r.faultsMet).reduce((a, b) => a + b, 0), list(r.faultsMet, (k) => FAULT_LABELS[k] ?? k));
+  const shown = sampleOrders(r.orders);
+  if (shown.length > 0) {
+    out.push(`    ${style.dim(`per order, ours beside Stripe's (${shown.length} of ${r.orders.length}: the first of each scenario, and every order not ok; all in --json):`)}`);
+    for (const o of shown) out.push(...formatRefundedOrder(o, style));
+  }
+}
+
+/** The first order of each scenario, then every order whose verdict is not ok. */
+function sampleOrders(orders: readonly RefundedOrder[]): RefundedOrder[] {
+  const seen = new Map<string, number>();
+  return orders.filter((o) => {
+    if (o.verdict !== 'ok') return true;
+    const key = o.scenario ?? 'other';
+    seen.set(key, (seen.get(key) ?? 0) + 1);
+    return seen.get(key)! <= ORDERS_PER_SCENARIO;
+  });
+}
+
+function formatRefundedOrder(o: RefundedOrder, style: Style): string[] {
+  const verdict =
+    o.verdict === 'ok' ? style.green('✔') : o.verdict === 'open' ? style.yellow('… open') : style.red('✘ violation');
+  const net = o.net === null ? 'net n/a' : o.expectedNet === null ? `net ${n(o.net)}` : `net ${n(o.net)} = ${n(o.expectedNet)}${o.net === o.expectedNet ? '' : ' ✘'}`;
+  const charge = o.charge ? `charge ${o.charge.status} ${n(o.charge.amount)} ${o.charge.currency}` : 'no charge';
+  const lines = [`      ${o.orderId} ${style.dim(`(${o.scenario ?? 'not the demo'})`)} · ${charge} · ${net} ${verdict}`];
+  const ours = [
+    ...o.recorded.map(
+      (r) =>
+        `${r.refundId} ${n(r.amount)} ${r.reviewReason ? 'in review' : r.status}${r.externalId ? ` ${r.externalId}` : ''}${r.errorCode ? ` (${r.errorCode})` : ''}${r.waited ? ' (waited for the charge)' : ''}${r.remedyOf ? ` (duplicate of ${r.remedyOf})` : ''}`,
+    ),
+    ...o.rejected.map((r) => `${r.refundId ?? '?'} ${r.amount === null ? '?' : n(r.amount)} rejected: ${r.code}`),
+  ];
+  lines.push(`        ours:   ${ours.join(' · ') || 'none'}`);
+  lines.push(`        Stripe: ${o.atStripe === null ? 'n/a' : o.atStripe.map((s) => `${s.id} ${n(s.amount)} ${s.status}`).join(' · ') || 'none'}`);
+  return lines;
 }
 
 /** padEnd that does not count ANSI colour codes. */

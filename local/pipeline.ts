@@ -198,6 +198,7 @@ export interface DatabaseCounts {
   readonly ambiguous: number;
   /** unknown, not in review, with a PaymentIntent id: created, not settled (processing). */
   readonly unsettled: number;
+  /** In review, or a refund waiting for its charge, which is in review. */
   readonly inReview: number;
   readonly rejected: number;
   readonly outboxEvents: number;
@@ -211,13 +212,16 @@ const COUNTS_SQL = `
     FROM (SELECT count(*)::int AS operations,
                  count(*) FILTER (WHERE status = 'succeeded')::int AS succeeded,
                  count(*) FILTER (WHERE status = 'failed')::int AS failed,
-                 count(*) FILTER (WHERE status IN ('pending', 'unknown') AND review_reason IS NULL)::int AS open,
-                 count(*) FILTER (WHERE status = 'pending' AND review_reason IS NULL)::int AS pending,
-                 count(*) FILTER (WHERE status = 'unknown' AND review_reason IS NULL AND external_id IS NULL)::int AS ambiguous,
-                 count(*) FILTER (WHERE status = 'unknown' AND review_reason IS NULL AND external_id IS NOT NULL)::int AS unsettled,
-                 count(*) FILTER (WHERE status IN ('pending', 'unknown') AND review_reason IS NOT NULL)::int AS in_review,
-                 max(updated_at) FILTER (WHERE status IN ('succeeded', 'failed') OR review_reason IS NOT NULL) AS last_settled_at
-            FROM payment_operations) o,
+                 count(*) FILTER (WHERE status IN ('pending', 'unknown') AND NOT human)::int AS open,
+                 count(*) FILTER (WHERE status = 'pending' AND NOT human)::int AS pending,
+                 count(*) FILTER (WHERE status = 'unknown' AND NOT human AND external_id IS NULL)::int AS ambiguous,
+                 count(*) FILTER (WHERE status = 'unknown' AND NOT human AND external_id IS NOT NULL)::int AS unsettled,
+                 count(*) FILTER (WHERE status IN ('pending', 'unknown') AND human)::int AS in_review,
+                 max(updated_at) FILTER (WHERE status IN ('succeeded', 'failed') OR human) AS last_settled_at
+            -- Waiting for a human: in review, or a refund whose charge is (it goes once the charge is resolved).
+            FROM (SELECT p.status, p.external_id, p.updated_at,
+                         p.review_reason IS NOT NULL OR coalesce(c.review_reason IS NOT NULL AND c.status IN ('pending', 'unknown'), false) AS human
+                    FROM payment_operations p LEFT JOIN payment_operations c ON c.id = p.parent_operation_id) ops) o,
          (SELECT count(*)::int AS rejected FROM rejected_messages) r,
          (SELECT count(*)::int AS outbox_events, count(*) FILTER (WHERE published_at IS NULL)::int AS unpublished
             FROM outcome_events) e`;

@@ -5,7 +5,9 @@
 // (a backend SIGKILLed: the server drops every connection and runs crash recovery); Stripe faults by
 // rate (the `chaos` profile: lost responses after commit 20 %, 500s 5 %, 429s 5 %, hangs 2 %,
 // processing 1 %, declines 5 %); EventBridge faults; 30 % duplicate sends (half with the producer's
-// deduplication id, half as resends SQS cannot deduplicate); conflicting orders and poison bodies; and
+// deduplication id, half as resends SQS cannot deduplicate); refunds of a fifth of the orders instead
+// of their duplicate (partial, split, full, repeated, conflicting, over-refunds: the same kills and
+// faults meet them); conflicting orders and poison bodies; and
 // idempotency keys pruned during the run on the time-lapse clock. Then the faults stop, the
 // reconciler runs until nothing changes, and the invariant checker compares the database with the
 // fake Stripe's ledger.
@@ -21,8 +23,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { SendMessageBatchCommand, type SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
 import type { Context, SQSEvent } from 'aws-lambda';
 import pg from 'pg';
-import { chargeRequestMessage } from '../../lambdas/producer/client.ts';
-import type { ChargeRequest } from '../../lambdas/payments/message.ts';
+import { worstCaseCallMs } from '../../lambdas/payments/call-budget.ts';
+import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
+import { chargeRequestMessage, refundRequestMessage } from '../../lambdas/producer/client.ts';
+import type { ChargeRequest, RefundRequest } from '../../lambdas/payments/message.ts';
 import type { FakeStripeStats, FaultProfileName } from '../fake-stripe/server.ts';
 import { checkInvariants, formatReport, type InvariantReport } from '../invariants.ts';
 import { describeTimeLapse, keyPruneAfterMsFor, queuedGroups, startPipeline, type Pipeline, type TimeLapse } from '../pipeline.ts';
@@ -38,6 +42,19 @@ export interface SoakOptions {
   readonly duplicateRate: number;
   /** Orders also sent with another amount (a producer bug): must be rejected, never charged. */
   readonly conflictRate: number;
+  /**
+   * Orders that get refund requests (issue 15) INSTEAD of a duplicate send, so that the traffic stays
+   * what it was: a partial refund, two partials summing to the amount, a full one, a refund sent twice
+   * (once past SQS's deduplication), the same refund id with another amount, an over-refund.
+   */
+  readonly refundRate: number;
+  /**
+   * Orders (neither refunded nor declined) charged a second time behind the pipeline's back once their
+   * charge succeeded, during the intake — another system, another idempotency key, the order's
+   * metadata: the duplicate-charge remedy must refund each extra PaymentIntent once. Only Stripe's
+   * event tells the product, so only with webhooks on.
+   */
+  readonly duplicateChargeRate: number;
   /** Poison bodies per order (not JSON, against the schema). */
   readonly poisonRate: number;
   /** Invocations whose container is told to SIGKILL itself at a chosen step. */
@@ -118,6 +135,8 @@ export const FAST_TIME_LAPSE: TimeLapse = {
 export const DEFAULT_SOAK: Omit<SoakOptions, 'orders' | 'seed'> = {
   duplicateRate: 0.3,
   conflictRate: 0.01,
+  refundRate: 0.2,
+  duplicateChargeRate: 0.03,
   poisonRate: 0.005,
   killRate: 0.12,
   randomKillRate: 0.03,
@@ -149,7 +168,9 @@ export interface SoakReport {
   /** From "faults stop" to every outcome event published (null: not waited for, or not reached). */
   readonly timeToOutboxDrainedMs: number | null;
   readonly unpublishedEvents: number;
-  readonly sends: { originals: number; duplicatesSameDedupId: number; duplicatesNewDedupId: number; conflicts: number; poison: number; total: number };
+  readonly sends: { originals: number; duplicatesSameDedupId: number; duplicatesNewDedupId: number; conflicts: number; poison: number; refunds: number; total: number };
+  /** The refunds (issue 15): what was asked, what the database made of it, what Stripe holds. */
+  readonly refunds: SoakRefunds;
   readonly stripeFaults: Readonly<Record<string, number>>;
   readonly stripe: Pick<FakeStripeStats, 'createsExecuted' | 'replays' | 'conflicts409' | 'idempotencyErrors' | 'keysPruned' | 'doubleCharges'> & { requests: number };
   readonly eventBridgeFaults: Readonly<Record<string, number>>;
@@ -167,6 +188,23 @@ export interface SoakReport {
   /** The List evidence path (issue 13): what it cost and how fast it settled what only it can settle. */
   readonly evidence: SoakEvidence;
   readonly check: InvariantReport;
+}
+
+export type SoakRefundScenario = 'partial' | 'split' | 'full' | 'repeat' | 'conflict' | 'over_refund';
+
+export interface SoakRefunds {
+  readonly orders: number;
+  readonly byScenario: Readonly<Partial<Record<SoakRefundScenario, number>>>;
+  /** Refund operations by end state (in_review: open with a review reason). */
+  readonly operations: Readonly<Record<string, number>>;
+  /** Refund requests that made no operation, by the engine's reason code. */
+  readonly rejected: Readonly<Record<string, number>>;
+  /** Refunds at Stripe by status. */
+  readonly atStripe: Readonly<Record<string, number>>;
+  /** refund_create + refund_retrieve + refund_list at the fake. */
+  readonly stripeRequests: number;
+  /** The duplicate-charge remedy: orders chosen, extra PaymentIntents that succeeded at Stripe, and those refunded by a remedy operation. */
+  readonly duplicates: { readonly targeted: number; readonly made: number; readonly remedied: number };
 }
 
 export interface SoakEvidence {
@@ -200,6 +238,33 @@ function paymentMethodFor(r: number, i: number): Pick<ChargeRequest, 'paymentMet
   if (r < 0.04) return { paymentMethod: 'pm_fake_processing', customerId };
   if (r < 0.045) return { paymentMethod: 'pm_card_visa', customerId: 'cus_missing' }; // refused before execution: failed, no charge
   return { paymentMethod: 'pm_card_visa', customerId };
+}
+
+/** The refund requests of one order (amounts in minor units; the order's amount is 100 … 99,999). */
+function planSoakRefund(order: ChargeRequest, random: () => number): { orderId: string; scenario: SoakRefundScenario; entries: SendMessageBatchRequestEntry[] } {
+  const r = random();
+  const scenario: SoakRefundScenario = r < 0.35 ? 'partial' : r < 0.55 ? 'split' : r < 0.7 ? 'full' : r < 0.8 ? 'repeat' : r < 0.9 ? 'conflict' : 'over_refund';
+  const part = Math.max(1, Math.floor(order.amount * (0.1 + random() * 0.6)));
+  const refund = (n: number, amount: number): RefundRequest => ({ type: 'refund', orderId: order.orderId, refundId: `${order.orderId}-r${n}`, amount, reason: 'requested_by_customer' });
+  const entry = (request: RefundRequest, freshDedupId = false): SendMessageBatchRequestEntry => ({
+    Id: 'x',
+    ...refundRequestMessage(request),
+    ...(freshDedupId ? { MessageDeduplicationId: randomUUID() } : {}),
+  });
+  const entries =
+    scenario === 'split'
+      ? [entry(refund(1, part)), entry(refund(2, order.amount - part))]
+      : scenario === 'full'
+        ? [entry(refund(1, order.amount))]
+        : scenario === 'repeat'
+          ? // Twice with the producer's dedup id (SQS drops one), once past it (the database absorbs it).
+            [entry(refund(1, part)), entry(refund(1, part)), entry(refund(1, part), true)]
+          : scenario === 'conflict'
+            ? [entry(refund(1, part)), entry(refund(1, part + 1), true)]
+            : scenario === 'over_refund'
+              ? [entry(refund(1, order.amount + 1))]
+              : [entry(refund(1, part))];
+  return { orderId: order.orderId, scenario, entries };
 }
 
 const POISON = ['not json', '{"orderId":"x","amount":-1}', '{"orderId":"has space","amount":1,"currency":"eur","customerId":"cus_x","paymentMethod":"pm_x"}', '[]', '{"amount":1e309}'];
@@ -242,7 +307,11 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     // The reconciler's deadline bounds its sweep lease (lambdas/reconcile/sweep-lease.ts): a sweep
     // SIGKILLed here holds the Stripe budget until that deadline, as a crashed one does on AWS for the
     // function's 2 minutes. On the soak's compressed clock 2 real minutes would outlast quiescence.
-    reconcileTimeoutMs: 20_000,
+    // Refunds make that wait visible: a refund that waited for its charge is sent by the next sweep
+    // only, so a killed sweep held them all for its deadline. Shorter, then, but never so short that
+    // config.ts refuses it: room for the worst-case Stripe call, the safety margin below and a few
+    // seconds of sweep (fast clock 8 s, soak clock 11 s).
+    reconcileTimeoutMs: Math.max(8_000, worstCaseCallMs({ timeoutMs: options.timeLapse.stripeTimeoutMs, maxNetworkRetries: options.timeLapse.stripeMaxNetworkRetries }) + 1_000 + 3_000),
     handlers: { charge, reconcile },
     logLevel: 'ERROR',
     metricsDisabled: true,
@@ -284,16 +353,27 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   // ── The messages ─────────────────────────────────────────────────────────────────────────────
   const entries: SendMessageBatchRequestEntry[] = [];
   const sentOrderIds: string[] = [];
-  const sends = { originals: 0, duplicatesSameDedupId: 0, duplicatesNewDedupId: 0, conflicts: 0, poison: 0, total: 0 };
+  const sends = { originals: 0, duplicatesSameDedupId: 0, duplicatesNewDedupId: 0, conflicts: 0, poison: 0, refunds: 0, total: 0 };
+  /** Per refunded order, its refund messages in the order they must reach the queue (after the charge). */
+  const refundPlans: { orderId: string; scenario: SoakRefundScenario; entries: SendMessageBatchRequestEntry[] }[] = [];
+  const carriesCharge = new Map<SendMessageBatchRequestEntry, string>();
+  const chargeRequests: ChargeRequest[] = [];
   for (let i = 0; i < options.orders; i++) {
     const request: ChargeRequest = { orderId: `soak-${runTag}-${i}`, amount: 100 + Math.floor(random() * 99_900), currency: 'eur', ...paymentMethodFor(random(), i) };
     const message = chargeRequestMessage(request);
     sentOrderIds.push(request.orderId);
-    entries.push({ Id: 'x', ...message });
+    chargeRequests.push(request);
+    const original = { Id: 'x', ...message };
+    entries.push(original);
+    carriesCharge.set(original, request.orderId);
     sends.originals++;
-    if (random() < options.duplicateRate) {
+    if (random() < options.refundRate) {
+      refundPlans.push(planSoakRefund(request, random));
+    } else if (random() < options.duplicateRate) {
       if (random() < 0.5) {
-        entries.push({ Id: 'x', ...message });
+        const repeat = { Id: 'x', ...message };
+        entries.push(repeat);
+        carriesCharge.set(repeat, request.orderId);
         sends.duplicatesSameDedupId++;
       } else {
         entries.push({ Id: 'x', ...message, MessageDeduplicationId: randomUUID() });
@@ -309,22 +389,95 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       sends.poison++;
     }
   }
+  // The orders to charge again behind the pipeline's back (a PRNG of its own: the rest of the run is unchanged).
+  const refundedOrders = new Set(refundPlans.map((p) => p.orderId));
+  const pickDuplicate = mulberry32(options.seed ^ 0xd0b1e);
+  const duplicateTargets = new Map(
+    (options.webhooks === false ? [] : chargeRequests)
+      .filter((r) => !refundedOrders.has(r.orderId) && r.paymentMethod === 'pm_card_visa' && r.customerId !== 'cus_missing' && pickDuplicate() < options.duplicateChargeRate)
+      .map((r) => [r.orderId, r]),
+  );
+  const duplicatesTargeted = duplicateTargets.size;
+  const another = createStripeClient({ apiKey: 'sk_test_another_system', apiBase: fake.url, maxNetworkRetries: 2, timeoutMs: 2_000 });
+  /** Charge again, behind the pipeline's back, each target whose charge operation has succeeded. */
+  const chargeAgain = async (): Promise<void> => {
+    if (duplicateTargets.size === 0) return;
+    const { rows } = await pipeline.db
+      .query<{ id: string; order_id: string }>(`SELECT id::text, order_id FROM payment_operations WHERE kind = 'charge' AND status = 'succeeded' AND order_id = ANY($1::text[])`, [[...duplicateTargets.keys()]])
+      .catch(() => ({ rows: [] as { id: string; order_id: string }[] }));
+    for (const op of rows) {
+      const r = duplicateTargets.get(op.order_id)!;
+      duplicateTargets.delete(op.order_id);
+      // Under the same Stripe faults: the SDK retries with the same key (one PaymentIntent at most); a
+      // declined one charges nothing, a processing one succeeds later. Stripe's record says what came of it.
+      await another.paymentIntents
+        .create(
+          { amount: r.amount, currency: r.currency, customer: r.customerId, payment_method: r.paymentMethod, confirm: true, off_session: true, metadata: { operation_id: op.id, order_id: r.orderId, key_generation: '0' } },
+          { idempotencyKey: `another-system:${r.orderId}` },
+        )
+        .catch(() => null);
+    }
+  };
+  const extraCharges = () => fake.paymentIntents().filter((pi) => pi.idempotencyKey?.startsWith('another-system:') && pi.status === 'succeeded');
+  /** Every extra PaymentIntent that charged has its remedy refund final (or in review). */
+  const remediesDone = async (): Promise<boolean> => {
+    // One still processing at Stripe may yet charge (targets whose charge did not succeed are not charged again).
+    if (fake.paymentIntents().some((pi) => pi.idempotencyKey?.startsWith('another-system:') && pi.status === 'processing')) return false;
+    const extra = extraCharges().map((pi) => pi.id);
+    if (extra.length === 0) return true;
+    const { rows } = await pipeline.db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM payment_operations WHERE refund_payment_intent = ANY($1::text[]) AND (status IN ('succeeded', 'failed') OR review_reason IS NOT NULL)`,
+      [extra],
+    );
+    return rows[0]!.n === extra.length;
+  };
   // Shuffled: duplicates and conflicts arrive in any order relative to their original.
   for (let i = entries.length - 1; i > 0; i--) {
     const j = Math.floor(random() * (i + 1));
     [entries[i], entries[j]] = [entries[j]!, entries[i]!];
   }
-  sends.total = entries.length;
+  // Refunds go after their charge (same FIFO group), at a random later point: a refund's chunk is sent
+  // once the chunk holding its charge has been accepted. A refund reaching the queue first would only
+  // be rejected (no charge yet), which is right but tests nothing.
+  const chunks: { entries: SendMessageBatchRequestEntry[]; after: number[] }[] = [];
+  for (let i = 0; i < entries.length; i += 10) chunks.push({ entries: entries.slice(i, i + 10), after: [] });
+  // The first chunk holding the charge's own message (the original, or its repeat with the same dedup id).
+  const chargeChunk = new Map<string, number>();
+  chunks.forEach((c, k) =>
+    c.entries.forEach((e) => {
+      const orderId = carriesCharge.get(e);
+      if (orderId !== undefined && !chargeChunk.has(orderId)) chargeChunk.set(orderId, k);
+    }),
+  );
+  const refundChunks: { at: number; chunk: { entries: SendMessageBatchRequestEntry[]; after: number[] } }[] = [];
+  for (const plan of refundPlans) {
+    const after = chargeChunk.get(plan.orderId)!;
+    // A plan's messages stay together, in order, in one chunk of their own (at most 3 entries).
+    refundChunks.push({ at: after + 1 + Math.floor(random() * Math.max(1, chunks.length - after)), chunk: { entries: plan.entries, after: [after] } });
+    sends.refunds += plan.entries.length;
+  }
+  refundChunks.sort((a, b) => a.at - b.at);
+  const allChunks: typeof chunks = [];
+  for (let k = 0, r = 0; k <= chunks.length; k++) {
+    // Refund chunks keep pointing at their charge chunk's index in `chunks`: re-map once laid out.
+    while (r < refundChunks.length && refundChunks[r]!.at <= k) allChunks.push(refundChunks[r++]!.chunk);
+    if (k < chunks.length) allChunks.push(chunks[k]!);
+  }
+  const position = new Map(chunks.map((c, k) => [k, allChunks.indexOf(c)]));
+  for (const c of allChunks) c.after = c.after.map((k) => position.get(k)!);
+  sends.total = entries.length + sends.refunds;
 
   let sending = true;
   const sender = (async () => {
-    const chunks: SendMessageBatchRequestEntry[][] = [];
-    for (let i = 0; i < entries.length; i += 10) chunks.push(entries.slice(i, i + 10).map((e, j) => ({ ...e, Id: `e${j}` })));
+    const accepted = allChunks.map(() => Promise.withResolvers<void>());
     let next = 0;
     await Promise.all(
       Array.from({ length: 4 }, async () => {
-        while (next < chunks.length) {
-          const chunk = chunks[next++]!;
+        while (next < allChunks.length) {
+          const index = next++;
+          const { entries: raw, after } = allChunks[index]!;
+          await Promise.all(after.map((k) => accepted[k]!.promise));
+          const chunk = raw.map((e, j) => ({ ...e, Id: `e${j}` }));
           for (let attempt = 0; ; attempt++) {
             try {
               const out = await pipeline.sqs.client.send(new SendMessageBatchCommand({ QueueUrl: pipeline.sqs.queueUrl, Entries: chunk }));
@@ -335,6 +488,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
               await sleep(100 * 2 ** attempt);
             }
           }
+          accepted[index]!.resolve();
         }
       }),
     );
@@ -385,7 +539,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   const progress = async (): Promise<number> => {
     try {
       const { rows } = await pipeline.db.query<{ n: number }>(
-        `SELECT (SELECT count(*) FROM payment_operations) + (SELECT count(DISTINCT order_id) FROM rejected_messages WHERE order_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM payment_operations p WHERE p.order_id = rejected_messages.order_id)) AS n`,
+        `SELECT (SELECT count(*) FROM payment_operations WHERE kind = 'charge') + (SELECT count(DISTINCT order_id) FROM rejected_messages WHERE order_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM payment_operations p WHERE p.order_id = rejected_messages.order_id)) AS n`,
       );
       return Number(rows[0]!.n) / options.orders;
     } catch {
@@ -397,6 +551,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   let lastLog = 0;
   for (;;) {
     await sleep(250);
+    await chargeAgain();
     const done = await progress();
     if (done >= 0 && nextPgEvent < pgEvents.length && done >= (nextPgEvent + 1) / (pgEvents.length + 1)) {
       await pgFault(pgEvents[nextPgEvent++]!);
@@ -432,7 +587,9 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   for (;;) {
     const snap = await pipeline.snapshot().catch(() => null);
     if (snap) {
-      const opsSettled = snap.database.open === 0 && snap.queue.waiting === 0 && snap.queue.inFlight === 0 && snap.eventSource.inFlight === 0;
+      await chargeAgain();
+      const opsSettled =
+        snap.database.open === 0 && snap.queue.waiting === 0 && snap.queue.inFlight === 0 && snap.eventSource.inFlight === 0 && (await remediesDone().catch(() => false));
       if (opsSettled) settledAt ??= performance.now();
       else settledAt = null;
       if (opsSettled && snap.database.unpublished === 0) drainedAt ??= performance.now();
@@ -467,6 +624,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     requireQuiescent: true,
   });
   const stats = fake.stats();
+  const refunds = await soakRefunds(pipeline.db, refundPlans, fake.refunds(), stats, { targeted: duplicatesTargeted, extra: extraCharges().map((pi) => pi.id) });
   const reviewReasons: Record<string, number> = {};
   for (const { review_reason } of (await pipeline.db.query<{ review_reason: string }>(`SELECT review_reason FROM payment_operations WHERE review_reason IS NOT NULL`)).rows) {
     const reason = review_reason
@@ -525,6 +683,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     timeToOutboxDrainedMs,
     unpublishedEvents: (await pipeline.snapshot().catch(() => null))?.database.unpublished ?? -1,
     sends,
+    refunds,
     stripeFaults: Object.fromEntries(Object.entries(stats.faults).filter(([, n]) => n > 0)),
     stripe: {
       requests: stats.requests.total,
@@ -555,6 +714,34 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   return report;
 }
 
+async function soakRefunds(
+  db: pg.Pool,
+  plans: readonly { scenario: SoakRefundScenario }[],
+  atStripe: readonly { status: string; payment_intent: string; reason: string | null }[],
+  stats: FakeStripeStats,
+  duplicates: { targeted: number; extra: readonly string[] },
+): Promise<SoakRefunds> {
+  const tally = (values: readonly string[]) => values.reduce<Record<string, number>>((out, v) => ({ ...out, [v]: (out[v] ?? 0) + 1 }), {});
+  const [ops, rejected] = await Promise.all([
+    db.query<{ state: string }>(`SELECT CASE WHEN review_reason IS NOT NULL AND status IN ('pending', 'unknown') THEN 'in_review' ELSE status END AS state FROM payment_operations WHERE kind = 'refund'`),
+    // The batch handler writes `${code}: ${message}` (lambdas/charge/batch.ts).
+    db.query<{ code: string }>(`SELECT substring(reason FROM '^([a-z_]+):') AS code FROM rejected_messages WHERE reason_code IN ('refund_conflict', 'refund_rejected')`),
+  ]);
+  return {
+    orders: plans.length,
+    byScenario: tally(plans.map((p) => p.scenario)),
+    operations: tally(ops.rows.map((r) => r.state)),
+    rejected: tally(rejected.rows.map((r) => r.code ?? 'refund_rejected')),
+    atStripe: tally(atStripe.map((r) => r.status)),
+    stripeRequests: (stats.requests.refund_create ?? 0) + (stats.requests.refund_retrieve ?? 0) + (stats.requests.refund_list ?? 0),
+    duplicates: {
+      targeted: duplicates.targeted,
+      made: duplicates.extra.length,
+      remedied: duplicates.extra.filter((pi) => atStripe.some((r) => r.payment_intent === pi && r.status === 'succeeded' && r.reason === 'duplicate')).length,
+    },
+  };
+}
+
 export function formatSoakReport(r: SoakReport): string {
   const sum = (o: Readonly<Record<string, number>>) => Object.values(o).reduce((a, b) => a + b, 0);
   const list = (o: Readonly<Record<string, number>>) => Object.entries(o).map(([k, v]) => `${k} ${v}`).join(', ') || 'none';
@@ -562,7 +749,9 @@ export function formatSoakReport(r: SoakReport): string {
   return [
     `chaos soak — ${r.orders} orders, seed ${r.seed}: ${r.ok ? 'PASS' : 'FAIL'}`,
     `  ${r.timeLapse}; PostgreSQL synchronous_commit ${r.synchronousCommit ? 'on (as on RDS)' : 'OFF (--async-commit: commits may be lost in a crash)'}`,
-    `  sends ${r.sends.total}: ${r.sends.originals} originals, ${r.sends.duplicatesSameDedupId} duplicates (same dedup id), ${r.sends.duplicatesNewDedupId} duplicates (new dedup id), ${r.sends.conflicts} conflicting, ${r.sends.poison} poison`,
+    `  sends ${r.sends.total}: ${r.sends.originals} originals, ${r.sends.duplicatesSameDedupId} duplicates (same dedup id), ${r.sends.duplicatesNewDedupId} duplicates (new dedup id), ${r.sends.conflicts} conflicting, ${r.sends.poison} poison, ${r.sends.refunds} refund requests`,
+    `  refunds: ${r.refunds.orders} orders (${list(r.refunds.byScenario)}); operations ${list(r.refunds.operations)}; rejected ${list(r.refunds.rejected)}; at Stripe ${list(r.refunds.atStripe)}; ${r.refunds.stripeRequests} Stripe refund requests`,
+    `  duplicate charges behind the pipeline's back: ${r.refunds.duplicates.targeted} orders targeted, ${r.refunds.duplicates.made} extra PaymentIntents succeeded, ${r.refunds.duplicates.remedied} refunded by the remedy`,
     `  Stripe faults injected (${sum(r.stripeFaults)}): ${list(r.stripeFaults)}`,
     `  Stripe: ${r.stripe.requests} requests, ${r.stripe.createsExecuted} creates executed, ${r.stripe.replays} replays, ${r.stripe.conflicts409} 409s, ${r.stripe.keysPruned} keys pruned, double charges ${r.stripe.doubleCharges}`,
     `  EventBridge faults: ${list(r.eventBridgeFaults)}`,

@@ -2,7 +2,8 @@
 // handler (lambdas/*/handler.ts, configured from the environment it inherits). The soak's parent
 // sends it one invocation at a time over IPC and SIGKILLs it — or tells it where to SIGKILL itself:
 //
-//   before_claim   just before the statement that claims (request_and_claim / claim_due) is sent
+//   before_claim   just before the statement that claims (request_and_claim, request_refund_and_claim,
+//                  claim_due) is sent
 //   after_claim    after the claim committed, just before the first Stripe request leaves
 //   in_flight      once the first Stripe request is on the wire (the fake holds its key meanwhile)
 //   after_answer   after Stripe answered, just before the outcome statement (record_outcomes) is sent
@@ -34,7 +35,8 @@ export type WorkerReply =
   /** Sent just before a planned self-kill (may not arrive: the parent also reads the exit signal). */
   | { readonly type: 'dying'; readonly id: number; readonly point: KillPoint };
 
-const CLAIM_STATEMENTS = new Set(['payments.request_and_claim', 'payments.claim_due']);
+// A refund request is made durable and claimed by its own statement (operations-store.ts requestRefundAndClaim).
+const CLAIM_STATEMENTS = new Set(['payments.request_and_claim', 'payments.request_refund_and_claim', 'payments.claim_due']);
 const RECORD_STATEMENT = 'payments.record_outcomes';
 
 let current: InvokeMessage | null = null;

@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../lambdas/runtime/config.ts';
 import { parseCliArgs } from '../../local/cli.ts';
-import { buildWorkload, type SendStep } from '../../local/demo.ts';
+import { buildWorkload, REFUND_SCENARIOS, type SendStep } from '../../local/demo.ts';
 import { DEMO_TIME_LAPSE, describeTimeLapse, evidenceTimingsFor, keyPruneAfterMsFor, leaseMsFor, type TimeLapse } from '../../local/pipeline.ts';
 import { TEST_TIME_LAPSE } from './support.ts';
 
@@ -45,15 +45,108 @@ describe('buildWorkload', () => {
   });
 });
 
+describe('buildWorkload: refunds', () => {
+  const base = { orders: 500, duplicates: 0.3, seed: 7, tag: 'demo-t' };
+  const w = buildWorkload({ ...base, refunds: 0.2 });
+  const orderOf = new Map(w.orders.map((o) => [o.orderId, o]));
+  const refundSteps = w.steps.filter((s): s is Extract<SendStep, { kind: 'refund' | 'late_refund' }> => s.kind === 'refund' || s.kind === 'late_refund');
+
+  it('refunds a fifth of the orders, every scenario in turn, and leaves the charges of the seed as they were', () => {
+    expect(w.refunds).toHaveLength(100);
+    expect(new Set(w.refunds.map((r) => r.orderId)).size).toBe(100);
+    expect(new Set(w.refunds.map((r) => r.scenario))).toEqual(new Set(REFUND_SCENARIOS));
+    const plain = buildWorkload(base);
+    expect(plain.refunds).toEqual([]);
+    expect(w.orders).toEqual(plain.orders);
+    expect(buildWorkload({ ...base, refunds: 0.2 })).toEqual(w);
+    expect(buildWorkload({ ...base, refunds: 0 }).steps).toEqual(plain.steps);
+  });
+
+  it('sends every refund after its order, on the order’s group, a rival after its original', () => {
+    const sent = new Set<string>();
+    const refundsSent = new Set<string>();
+    for (const step of w.steps) {
+      if (step.kind === 'orders') for (const r of step.requests) sent.add(r.orderId);
+      if (step.kind === 'refund' || step.kind === 'late_refund') {
+        expect(sent.has(step.request.orderId), step.request.orderId).toBe(true);
+        if (step.after !== step.request.orderId) expect(refundsSent.has(step.after), step.after).toBe(true);
+        if (step.kind === 'refund' && !step.repeat) refundsSent.add(`refund:${step.request.orderId}:${step.request.refundId}`);
+      }
+    }
+  });
+
+  it('makes each scenario what its name says', () => {
+    for (const plan of w.refunds) {
+      const order = orderOf.get(plan.orderId)!;
+      const steps = refundSteps.filter((s) => s.request.orderId === plan.orderId);
+      const amounts = plan.requests.map((r) => r.amount);
+      switch (plan.scenario) {
+        case 'partial':
+          expect(amounts[0]).toBeLessThan(order.amount);
+          expect(steps.map((s) => s.kind)).toEqual(['refund']);
+          break;
+        case 'full':
+          expect(amounts).toEqual([order.amount]);
+          break;
+        case 'split':
+          expect(amounts).toHaveLength(2);
+          expect(amounts[0]! + amounts[1]!).toBe(order.amount);
+          expect(new Set(plan.requests.map((r) => r.refundId)).size).toBe(2);
+          break;
+        case 'repeat':
+          // The same request three times: twice by the producer (one SQS deduplicates), once past the window.
+          expect(steps.map((s) => [s.kind, s.kind === 'refund' && s.repeat === true])).toEqual([['refund', false], ['refund', true], ['late_refund', false]]);
+          expect(new Set(steps.map((s) => JSON.stringify(s.request))).size).toBe(1);
+          break;
+        case 'conflict':
+          expect(steps.map((s) => s.kind)).toEqual(['refund', 'late_refund']);
+          expect(steps[1]!.request).toMatchObject({ refundId: steps[0]!.request.refundId, amount: steps[0]!.request.amount + 1 });
+          break;
+        case 'over_refund':
+          expect(amounts[0]).toBeGreaterThan(order.amount);
+          break;
+        case 'before_final':
+          expect(order.paymentMethod).toBe('pm_fake_processing');
+          break;
+        case 'failed_charge':
+          expect(['pm_card_chargeDeclined', 'pm_card_insufficientFunds']).toContain(order.paymentMethod);
+          break;
+      }
+    }
+  });
+
+  it('picks the orders to charge again behind the pipeline’s back among cards that succeed and orders not refunded', () => {
+    const d = buildWorkload({ ...base, refunds: 0.2, duplicateCharges: 3 });
+    expect(d.duplicateCharges).toHaveLength(3);
+    const refunded = new Set(d.refunds.map((r) => r.orderId));
+    for (const id of d.duplicateCharges) {
+      expect(refunded.has(id)).toBe(false);
+      expect(['pm_card_visa', 'pm_card_mastercard']).toContain(orderOf.get(id)!.paymentMethod);
+    }
+    expect(buildWorkload({ ...base, refunds: 0.2, duplicateCharges: 3 }).duplicateCharges).toEqual(d.duplicateCharges);
+    expect(w.duplicateCharges).toEqual([]);
+  });
+
+  it('without processing or declined orders, before_final takes a card that succeeds and failed_charge becomes a partial refund', () => {
+    const few = buildWorkload({ orders: 40, duplicates: 0, seed: 3, tag: 'x', processing: false, refunds: 1 });
+    const methods = new Map(few.orders.map((o) => [o.orderId, o.paymentMethod]));
+    for (const plan of few.refunds.filter((p) => p.scenario === 'before_final')) expect(methods.get(plan.orderId)).not.toBe('pm_fake_processing');
+    const declined = few.orders.filter((o) => o.paymentMethod.includes('Declined') || o.paymentMethod.includes('insufficient')).length;
+    expect(few.refunds.filter((p) => p.scenario === 'failed_charge').length).toBeLessThanOrEqual(declined);
+  });
+});
+
 describe('parseCliArgs', () => {
   it('has the documented defaults', () => {
     const args = parseCliArgs([]);
-    expect(args).toMatchObject({ orders: 500, duplicates: 0.3, faults: 'flaky', serve: false, json: false, pollers: 8, batchSize: 10, timeLapse: true, compare: false, fresh: false });
+    expect(args).toMatchObject({ orders: 500, duplicates: 0.3, refunds: 0.2, duplicateCharges: 2, faults: 'flaky', serve: false, json: false, pollers: 8, batchSize: 10, timeLapse: true, compare: false, fresh: false });
   });
   it('refuses what it cannot mean', () => {
     expect(() => parseCliArgs(['--orders', '-1'])).toThrow(/--orders/);
     expect(() => parseCliArgs(['--faults', 'mild'])).toThrow(/--faults/);
     expect(() => parseCliArgs(['--batch-size', '11'])).toThrow(/--batch-size/);
+    expect(() => parseCliArgs(['--refunds', '1.5'])).toThrow(/--refunds/);
+    expect(parseCliArgs(['--refunds', '0'])).toMatchObject({ refunds: 0 });
     expect(() => parseCliArgs(['--serve', '--compare-one-at-a-time'])).toThrow(/do not go together/);
     expect(() => parseCliArgs(['--bogus'])).toThrow();
     expect(parseCliArgs(['-h'])).toBe('help');

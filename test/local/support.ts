@@ -3,9 +3,9 @@
 // fake Stripe's OWN record of PaymentIntents — not against what the database believes.
 import { inject } from 'vitest';
 import { expect } from 'vitest';
-import { buildWorkload, runWorkload, type WorkloadRun } from '../../local/demo.ts';
+import { buildWorkload, runWorkload, type Workload, type WorkloadRun } from '../../local/demo.ts';
 import type { FaultProfileName } from '../../local/fake-stripe/server.ts';
-import type { PaymentIntentRecord } from '../../local/fake-stripe/types.ts';
+import type { PaymentIntentRecord, RefundRecord, RequestRecord } from '../../local/fake-stripe/types.ts';
 import { startPipeline, type PipelineOptions, type TimeLapse } from '../../local/pipeline.ts';
 
 /** Tighter than the demo's: a test run of 60 orders should settle in well under a minute. */
@@ -24,6 +24,12 @@ export const TEST_TIME_LAPSE: TimeLapse = {
 export interface ProfileRun extends WorkloadRun {
   /** Ground truth: every PaymentIntent the fake Stripe ever created. */
   readonly paymentIntents: readonly PaymentIntentRecord[];
+  /** Ground truth: every Refund the fake Stripe ever created. */
+  readonly refunds: readonly RefundRecord[];
+  /** Every request the fake Stripe answered (or lost). */
+  readonly stripeRequests: readonly RequestRecord[];
+  readonly workload: Workload;
+  /** The charge operations. */
   readonly operations: readonly { order_id: string; status: string; external_id: string | null; review_reason: string | null }[];
   readonly sentOrderIds: readonly string[];
   readonly elapsedMs: number;
@@ -31,7 +37,7 @@ export interface ProfileRun extends WorkloadRun {
 
 export async function runProfile(
   faults: FaultProfileName,
-  options: { orders?: number; seed?: number; timeoutMs?: number; webhooks?: PipelineOptions['webhooks'] } = {},
+  options: { orders?: number; seed?: number; timeoutMs?: number; webhooks?: PipelineOptions['webhooks']; refunds?: number; duplicateCharges?: number } = {},
 ): Promise<ProfileRun> {
   const started = Date.now();
   const pipeline = await startPipeline({
@@ -47,12 +53,25 @@ export async function runProfile(
     // No pm_fake_processing orders: the fault profiles inject `processing` anyway, and each such
     // operation waits 15-60 s (the engine's backoff, which the time-lapse does not shorten) for its
     // retrieve; a few more of them would only make the test slower, not stronger.
-    const workload = buildWorkload({ orders: options.orders ?? 60, duplicates: 0.3, seed: options.seed ?? 42, tag: `e2e-${faults}`, processing: false });
+    // A fifth of the orders refunded, every scenario of local/demo.ts at least once (REFUND_SCENARIOS);
+    // `duplicateCharges` orders charged again behind the pipeline's back (the duplicate remedy; webhooks only).
+    const workload = buildWorkload({
+      orders: options.orders ?? 60,
+      duplicates: 0.3,
+      refunds: options.refunds ?? 0.2,
+      duplicateCharges: options.duplicateCharges ?? 0,
+      seed: options.seed ?? 42,
+      tag: `e2e-${faults}`,
+      processing: false,
+    });
     const run = await runWorkload(pipeline, workload, { timeoutMs: options.timeoutMs ?? 80_000 });
-    const { rows } = await pipeline.db.query<ProfileRun['operations'][number]>('SELECT order_id, status, external_id, review_reason FROM payment_operations');
+    const { rows } = await pipeline.db.query<ProfileRun['operations'][number]>(`SELECT order_id, status, external_id, review_reason FROM payment_operations WHERE kind = 'charge'`);
     return {
       ...run,
       paymentIntents: pipeline.fakeStripe!.paymentIntents(),
+      refunds: pipeline.fakeStripe!.refunds(),
+      stripeRequests: pipeline.fakeStripe!.requests(),
+      workload,
       operations: rows,
       sentOrderIds: run.send?.sentOrderIds ?? [],
       elapsedMs: Date.now() - started,
@@ -71,10 +90,14 @@ export function expectPromiseKept(run: ProfileRun): void {
   expect(ledger.invariants.doubleCharges).toBe(0);
   expect(ledger.invariants.lostOrders).toBe(0);
 
-  // At most one succeeded PaymentIntent per order, whatever the database says.
+  // Refunds (issue 15): every refunded order judged, and each scenario ended as it must.
+  expectRefundsKept(run);
+
+  // At most one succeeded PaymentIntent per order not refunded in full by the duplicate remedy, whatever the database says.
+  const remedied = new Set(run.refunds.filter((r) => r.status === 'succeeded' && r.reason === 'duplicate').map((r) => r.payment_intent));
   const succeededByOrder = new Map<string, string[]>();
   for (const pi of run.paymentIntents) {
-    if (pi.status !== 'succeeded') continue;
+    if (pi.status !== 'succeeded' || (remedied.has(pi.id) && run.refunds.filter((r) => r.payment_intent === pi.id && r.status === 'succeeded').reduce((a, r) => a + r.amount, 0) === pi.amount)) continue;
     const order = pi.metadata.order_id ?? '?';
     succeededByOrder.set(order, [...(succeededByOrder.get(order) ?? []), pi.id]);
   }
@@ -97,6 +120,102 @@ export function expectPromiseKept(run: ProfileRun): void {
   // Every outcome was announced, and the outbox is empty.
   expect(ledger.events.unpublished).toBe(0);
   expect(ledger.events.published).toBeGreaterThanOrEqual(ledger.operations.succeeded + ledger.operations.failed + ledger.operations.inReview);
-  // The bad messages were rejected, not charged.
-  expect(ledger.rejected.byReason).toEqual({ invalid_json: 1, invalid_body: 1, order_conflict: 1 });
+  // The bad messages were rejected, not charged (and the refund requests that must make no refund).
+  const { refund_conflict: _conflicts, refund_rejected: _refused, ...charges } = ledger.rejected.byReason;
+  expect(charges).toEqual({ invalid_json: 1, invalid_body: 1, order_conflict: 1 });
+}
+
+/**
+ * The refund scenarios of the workload (local/demo.ts REFUND_SCENARIOS), judged on the fake Stripe's
+ * own record of Refunds and requests, beside the ledger's rows. A refund sent twice, an over-refund or
+ * a conflicting refund that reached Stripe, a refund of a failed charge that was sent: each fails here.
+ */
+export function expectRefundsKept(run: ProfileRun): void {
+  const { refunds } = run.ledger;
+  const planned = run.workload.refunds;
+  expect(new Set(planned.map((p) => p.scenario)).size, 'every refund scenario planned').toBeGreaterThanOrEqual(7);
+  // The checker's verdict rows: zero, and every refunded order judged (nothing left open).
+  expect(refunds.verdicts).toMatchObject({ netAmount: 0, overRefund: 0, unrecordedRefund: 0, refundMisreported: 0 });
+  // Not judged only when a human is asked: a refund in review, or a charge in review (its refunds wait with it).
+  const withHuman = (o: (typeof refunds.orders)[number]) => o.charge?.status === 'in review' || o.recorded.some((r) => r.reviewReason !== null);
+  const judged = (o: (typeof refunds.orders)[number]) => o.verdict === 'ok' || (o.verdict === 'open' && withHuman(o));
+  expect(refunds.orders.filter((o) => !judged(o)).map((o) => `${o.orderId} (${o.scenario}): ${o.verdict}`)).toEqual([]);
+  const duplicated = run.send?.duplicateCharges ?? {};
+  expect(refunds.orders.map((o) => o.orderId).sort()).toEqual([...planned.map((p) => p.orderId), ...Object.keys(duplicated)].sort());
+  // The duplicate remedy: each extra PaymentIntent refunded in full, once, by the product itself.
+  if (run.ledger.stripeEvents) expect(Object.keys(duplicated).length, 'an order charged twice behind the pipeline’s back').toBe(run.workload.duplicateCharges.length);
+  for (const [orderId, extra] of Object.entries(duplicated)) {
+    const row = refunds.orders.find((o) => o.orderId === orderId)!;
+    expect(row.recorded.map((r) => [r.remedyOf, r.amount, r.status]), orderId).toEqual([[extra, row.charge!.amount, 'succeeded']]);
+    expect(run.refunds.filter((r) => r.paymentIntentOrderId === orderId).map((r) => [r.payment_intent, r.amount, r.reason, r.status]), orderId).toEqual([[extra, row.charge!.amount, 'duplicate', 'succeeded']]);
+    expect(row.net, orderId).toBe(row.charge!.amount);
+  }
+  expect(refunds.operations.open).toBe(0);
+
+  const returning = (orderId: string) => run.refunds.filter((r) => r.paymentIntentOrderId === orderId && r.status !== 'failed' && r.status !== 'canceled');
+  for (const plan of planned) {
+    const label = `${plan.orderId} (${plan.scenario})`;
+    const row = refunds.orders.find((o) => o.orderId === plan.orderId)!;
+    const charge = run.operations.find((op) => op.order_id === plan.orderId)!;
+    const atStripe = returning(plan.orderId);
+    if (row.charge?.status === 'in review') {
+      // Its refunds wait, durably, unsent, until a human settles the charge.
+      expect(atStripe, label).toEqual([]);
+      expect(row.recorded.every((r) => r.status === 'pending'), label).toBe(true);
+      continue;
+    }
+    // A refund in review (its answer ambiguous past the key window) holds at most the one Refund it may have made.
+    if (row.recorded.some((r) => r.reviewReason !== null)) {
+      expect(atStripe.length, label).toBeLessThanOrEqual(plan.requests.length);
+      continue;
+    }
+    // Whatever the charge did, Stripe's net is the ledger's.
+    expect(row.net, label).toBe(row.expectedNet);
+    if (charge.status !== 'succeeded') {
+      // A declined order (or a charge a fault declined): nothing refunded, nothing sent, every request
+      // recorded with its reason — rejected, or a refund operation failed because its charge did.
+      expect(atStripe, label).toEqual([]);
+      expect(run.stripeRequests.filter((r) => r.endpoint === 'refund_create' && row.recorded.some((o) => o.operationId === r.operationId)), label).toEqual([]);
+      expect([...row.rejected.map((r) => r.code), ...row.recorded.map((r) => `${r.status}:${r.errorCode}`)].every((c) => ['charge_failed', 'exceeds_charge', 'refund_conflict', 'failed:charge_failed'].includes(c)), label).toBe(true);
+      continue;
+    }
+    const [first, second] = plan.requests;
+    const amounts = (rs: readonly { amount: number }[]) => rs.map((r) => r.amount).sort((a, b) => a - b);
+    switch (plan.scenario) {
+      case 'partial':
+      case 'full':
+      case 'before_final':
+      case 'repeat':
+      // A declined card whose create met the fake's `processing` fault settles as succeeded later: then
+      // its refund of the whole amount is an ordinary full refund.
+      case 'failed_charge':
+        // One refund operation and ONE Refund at Stripe, however often the request came.
+        expect(row.recorded.map((r) => [r.refundId, r.amount, r.status]), label).toEqual([[first!.refundId, first!.amount, 'succeeded']]);
+        expect(amounts(atStripe), label).toEqual([first!.amount]);
+        expect(row.net, label).toBe(row.charge!.amount - first!.amount);
+        break;
+      case 'split':
+        expect(amounts(row.recorded.filter((r) => r.status === 'succeeded')), label).toEqual(amounts(plan.requests));
+        expect(amounts(atStripe), label).toEqual(amounts(plan.requests));
+        expect(row.net, label).toBe(0);
+        break;
+      case 'conflict':
+        // The original goes through; the rival (same id, other amount) is recorded and never sent.
+        expect(row.recorded.map((r) => [r.refundId, r.amount, r.status]), label).toEqual([[first!.refundId, first!.amount, 'succeeded']]);
+        expect(row.rejected, label).toEqual([{ code: 'refund_conflict', refundId: second!.refundId, amount: second!.amount }]);
+        expect(amounts(atStripe), label).toEqual([first!.amount]);
+        break;
+      case 'over_refund': {
+        // Refused before any Stripe call: no operation, no refund request for the charge's PaymentIntent.
+        expect(row.recorded, label).toEqual([]);
+        expect(row.rejected, label).toEqual([{ code: 'exceeds_charge', refundId: first!.refundId, amount: first!.amount }]);
+        expect(run.stripeRequests.filter((r) => r.endpoint === 'refund_create' && r.paymentIntentId === charge.external_id), label).toEqual([]);
+        expect(atStripe, label).toEqual([]);
+        break;
+      }
+    }
+  }
+  // The repeats: SQS dropped the producer's second send, the database absorbed the late one.
+  const repeats = planned.filter((p) => p.scenario === 'repeat').length;
+  expect(refunds.requests).toMatchObject({ droppedBySqs: repeats, sendFailures: 0 });
 }

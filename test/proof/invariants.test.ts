@@ -8,6 +8,7 @@ import { ChargeEngine } from '../../lambdas/payments/engine.ts';
 import type { ChargeInput } from '../../lambdas/payments/types.ts';
 import type { PaymentIntentRecord } from '../../local/fake-stripe/types.ts';
 import { checkInvariants, formatReport, VIOLATION_KINDS, type CheckInvariantsInput, type ViolationKind } from '../../local/invariants.ts';
+import { readDatabaseCounts } from '../../local/pipeline.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { startStripe, type StripeHarness } from '../support/stripe.ts';
 
@@ -131,6 +132,25 @@ describe('checkInvariants on healthy states', () => {
     expect(quiescent.warnings).toEqual([expect.objectContaining({ kind: 'charge_awaiting_review', operationId: w.reviewId })]);
   });
 
+  it('a refund waiting for a charge in review waits for a human with it: a warning and counted in review; waiting for an open charge it is `unsettled` when quiescent', async () => {
+    const w = await healthyWorld();
+    const before = await readDatabaseCounts(db.pool);
+    const refund = (orderId: string) => engine().processRefund({ orderId, refundId: `rf-${randomUUID()}`, amount: 100, reason: null });
+    const behindReview = await refund(w.orders[3]!);
+    const behindOpen = await refund(w.orders[2]!);
+    expect([behindReview.rejection, behindOpen.rejection]).toEqual([null, null]);
+    const afterwards = await readDatabaseCounts(db.pool);
+    // Not work for a machine (nothing can claim it until a person settles the charge): not `open`.
+    expect(afterwards.inReview - before.inReview).toBe(1);
+    expect(afterwards.open - before.open).toBe(1);
+    const quiet = await w.check({ orderIds: [w.orders[3]!], sentOrderIds: [], requireQuiescent: true });
+    expect(quiet.violations).toEqual([]);
+    expect(quiet.warnings).toEqual([expect.objectContaining({ kind: 'refund_awaiting_review', operationId: behindReview.operationId, detail: expect.stringContaining('in review') })]);
+    const stuck = await w.check({ orderIds: [w.orders[2]!], sentOrderIds: [], requireQuiescent: true });
+    expect(stuck.violations.map((v) => [v.kind, v.operationId])).toEqual(expect.arrayContaining([['unsettled', w.openId], ['unsettled', behindOpen.operationId]]));
+    expect(stuck.warnings).toEqual([]);
+  });
+
   it('a refund waiting behind its charge in review waits for that human; behind an open charge not in review it is `unsettled`', async () => {
     const w = await healthyWorld();
     const refundOf = (orderId: string) => engine().requestRefund({ orderId, refundId: `rf-${randomUUID()}`, amount: 100, reason: null });
@@ -205,6 +225,16 @@ describe('checkInvariants detects every kind of broken promise', () => {
     const w = await refundedWorld();
     const changed = stripe.fake.refunds().map((r) => (r.id === w.refund.id ? { ...r, amount: 499 } : r));
     expectKind(await w.check({ refunds: changed }), 'refund_mismatch', w.refundOperationId);
+  });
+
+  it('unrecorded_refund: a refund at Stripe that no refund operation names (made behind the pipeline’s back)', async () => {
+    const w = await refundedWorld();
+    const extra = { ...w.refund, id: 're_nobody_knows', amount: 1, metadata: {} };
+    const report = await w.check({ refunds: [...stripe.fake.refunds(), extra] });
+    expectKind(report, 'unrecorded_refund');
+    expect(report.violations.find((v) => v.kind === 'unrecorded_refund')!.detail).toContain('re_nobody_knows');
+    // A failed one returned nothing: not a violation.
+    expect(kinds(await w.check({ refunds: [...stripe.fake.refunds(), { ...extra, status: 'failed' as const }] }))).not.toContain('unrecorded_refund');
   });
 
   it('unsafe_reissue: a new key generation while an older generation’s PaymentIntent may still charge', async () => {
