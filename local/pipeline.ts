@@ -478,6 +478,10 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
             KEY_WINDOW_MS: String(timeLapse.keyWindowMs),
             EARLY_SEARCH_AFTER_MS: String(timeLapse.earlySearchAfterMs),
             LEASE_MS: String(leaseMsFor(timeLapse)),
+            // Events a killed writer leaves leased go to the relay after this instead of a real
+            // minute (the soak kills workers after their commit). The local bus answers in
+            // milliseconds; a slower writer would only publish twice, with the same eventId.
+            PUBLISH_LEASE_MS: '3000',
             UNSETTLED_REVIEW_AFTER_MS: String(timeLapse.unsettledReviewAfterMs),
             RETRY_BACKOFF_SCALE: String(timeLapse.retryBackoffScale),
             LIST_SETTLE_MS: String(evidenceTimingsFor(timeLapse).listSettleMs),

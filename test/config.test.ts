@@ -19,6 +19,12 @@ describe('loadConfig', () => {
     expect(policy.backoff).toEqual(DEFAULT_POLICY.backoff);
   });
 
+  it('reads PUBLISH_LEASE_MS (default a minute) and refuses one under a second', () => {
+    expect(loadConfig(base).policy.publishLeaseMs).toBe(60_000);
+    expect(loadConfig({ ...base, PUBLISH_LEASE_MS: '4000' }).policy.publishLeaseMs).toBe(4_000);
+    expect(() => loadConfig({ ...base, PUBLISH_LEASE_MS: '10' })).toThrow(/PUBLISH_LEASE_MS/);
+  });
+
   it('refuses a key window longer than 23 h: Stripe may have pruned the key by then', () => {
     expect(() => loadConfig({ ...base, KEY_WINDOW_MS: String(24 * 3_600_000) })).toThrow(/KEY_WINDOW_MS/);
     expect(loadConfig({ ...base, KEY_WINDOW_MS: '20000', AMBIGUOUS_RESOLUTION: 'review' }).policy.keyWindowMs).toBe(20_000);

@@ -21,6 +21,12 @@ export interface EnginePolicy {
    */
   readonly leaseMs: number;
   /**
+   * How long an outcome event written with an outcome is kept from the outbox relay while the writer
+   * publishes it at once (and how long a relay keeps the rows it claimed): a writer that dies after
+   * its commit leaves its events to the relay when this runs out. Longer than one PutEvents call.
+   */
+  readonly publishLeaseMs: number;
+  /**
    * An ambiguous operation older than this is looked up by Search before the next create: a 500
    * is replayed for the key's life, so only Search can show that the charge exists after all.
    * Search lags ("usually within a minute"), so it is not asked sooner.
@@ -71,6 +77,7 @@ const HOUR = 60 * MINUTE;
 export const DEFAULT_POLICY: EnginePolicy = {
   keyWindowMs: 23 * HOUR,
   leaseMs: 2 * MINUTE,
+  publishLeaseMs: MINUTE,
   earlySearchAfterMs: 10 * MINUTE,
   unsettledReviewAfterMs: 7 * 24 * HOUR,
   ambiguousResolution: 'auto',

@@ -163,7 +163,7 @@ export class ChargeEngine {
     this.#policy = { ...DEFAULT_POLICY, ...options.policy, backoff: { ...DEFAULT_POLICY.backoff, ...options.policy?.backoff } };
     this.#concurrency = options.concurrency ?? 10;
     this.#random = options.random ?? Math.random;
-    this.#publishLeaseMs = options.publishLeaseMs ?? 60_000;
+    this.#publishLeaseMs = options.publishLeaseMs ?? this.#policy.publishLeaseMs;
     this.#beforeCall = options.beforeCall;
   }
 

@@ -129,7 +129,7 @@ export class StripeEventApplier {
     this.#policy = { ...DEFAULT_POLICY, ...options.policy, backoff: { ...DEFAULT_POLICY.backoff, ...options.policy?.backoff } };
     this.#random = options.random ?? Math.random;
     this.#leaseMs = options.leaseMs ?? this.#policy.leaseMs;
-    this.#publishLeaseMs = options.publishLeaseMs ?? 60_000;
+    this.#publishLeaseMs = options.publishLeaseMs ?? this.#policy.publishLeaseMs;
     this.#beforeCall = options.beforeCall;
   }
 

@@ -246,7 +246,10 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
   // The outbox: events the charge handler could not publish, or that a crash left leased.
   if (deps.publisher) {
     try {
-      const relay = await relayUnpublished(deps.db, deps.publisher, { canContinue: () => clock.remainingMs() > settings.safetyMarginMs });
+      const relay = await relayUnpublished(deps.db, deps.publisher, {
+        leaseMs: deps.policy?.publishLeaseMs ?? DEFAULT_POLICY.publishLeaseMs,
+        canContinue: () => clock.remainingMs() > settings.safetyMarginMs,
+      });
       published += relay.published;
       publishFailed += relay.failed;
       if (relay.failed > 0) log.warn('outcome events not published; the next run resends them', { ...relay });

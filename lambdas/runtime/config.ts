@@ -171,6 +171,7 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
       keyWindowMs: integer(env, 'KEY_WINDOW_MS', DEFAULT_POLICY.keyWindowMs, 1_000, DEFAULT_POLICY.keyWindowMs),
       earlySearchAfterMs: integer(env, 'EARLY_SEARCH_AFTER_MS', DEFAULT_POLICY.earlySearchAfterMs, 0),
       leaseMs: integer(env, 'LEASE_MS', DEFAULT_POLICY.leaseMs, 1_000),
+      publishLeaseMs: integer(env, 'PUBLISH_LEASE_MS', DEFAULT_POLICY.publishLeaseMs, 1_000),
       unsettledReviewAfterMs: integer(env, 'UNSETTLED_REVIEW_AFTER_MS', DEFAULT_POLICY.unsettledReviewAfterMs, 1_000),
       backoff: scaledBackoff(number(env, 'RETRY_BACKOFF_SCALE', 1, 0.001), env),
       ambiguousResolution: oneOf<EnginePolicy['ambiguousResolution']>(env, 'AMBIGUOUS_RESOLUTION', ['auto', 'review'], DEFAULT_POLICY.ambiguousResolution),
