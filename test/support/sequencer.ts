@@ -41,6 +41,7 @@ export const EXPECTED_SECONDS: Readonly<Record<string, number>> = {
   'test/infra/alarms.test.ts': 6,
   'test/ops/review.test.ts': 5,
   'test/engine.test.ts': 5,
+  'test/proof/postgres-crash.test.ts': 5,
 };
 
 export default class LongestFirstSequencer extends BaseSequencer {
