@@ -226,15 +226,45 @@ const REJECTED_SQL = `
   SELECT order_id FROM rejected_messages
    WHERE $1::text[] IS NULL OR order_id = ANY($1::text[])`;
 
+/**
+ * The three reads, from ONE snapshot when the Db can lend a connection (a pg Pool): read on separate
+ * connections, a commit landing between them (a webhook settling an operation while a run is being
+ * judged, e.g. after Ctrl-C) showed an operation still open next to its own 'Charge Succeeded' — an
+ * outbox_mismatch that never existed (seen in test/local/shutdown.test.ts under load). REPEATABLE
+ * READ takes its snapshot at the first statement and keeps it for the others.
+ */
+async function readFacts(db: Db, scope: string[] | null) {
+  const read = (on: Db) =>
+    [
+      () => on.query<OperationFacts>(OPERATIONS_SQL, [scope]),
+      () => on.query<OutboxFacts>(OUTBOX_SQL, [scope]),
+      () => on.query<{ order_id: string | null }>(REJECTED_SQL, [scope]),
+    ] as const;
+  const lender = db as Db & { connect?: () => Promise<Db & { release: (error?: Error) => void }> };
+  if (typeof lender.connect !== 'function') {
+    // A single connection (a Client) or a wrapper: as before, its statements are what it is given.
+    const [operations, outbox, rejected] = read(db);
+    return Promise.all([operations(), outbox(), rejected()]);
+  }
+  const client = await lender.connect();
+  try {
+    await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+    const [operations, outbox, rejected] = read(client);
+    const facts = [await operations(), await outbox(), await rejected()] as const;
+    await client.query('COMMIT');
+    client.release();
+    return facts;
+  } catch (error) {
+    client.release(error as Error); // a connection in an unknown state is not given back to the pool
+    throw error;
+  }
+}
+
 export async function checkInvariants(input: CheckInvariantsInput): Promise<InvariantReport> {
   const quiescent = input.requireQuiescent ?? false;
   const scope = input.orderIds ? [...input.orderIds] : null;
   const inScope = scope ? new Set(scope) : null;
-  const [operationRows, outboxRows, rejectedRows] = await Promise.all([
-    input.db.query<OperationFacts>(OPERATIONS_SQL, [scope]),
-    input.db.query<OutboxFacts>(OUTBOX_SQL, [scope]),
-    input.db.query<{ order_id: string | null }>(REJECTED_SQL, [scope]),
-  ]);
+  const [operationRows, outboxRows, rejectedRows] = await readFacts(input.db, scope);
   const operations = operationRows.rows;
   const charges = operations.filter((op) => op.kind === 'charge');
   const refundOps = operations.filter((op) => op.kind === 'refund');

@@ -91,6 +91,9 @@ async function interruptMidRun(command: string, args: readonly string[], signal:
 
     expect(run.output()).toMatch(/Ledger of run \S+ — interrupted/);
     expect(run.output()).toMatch(/double charges\s+0/);
+    // The receipt notifiers ran too, and their figures are those so far: no wait for their retries.
+    expect(run.output()).toMatch(/outcome consumers: interrupted, figures so far/);
+    expect(run.output()).toMatch(/Outcome consumers: the receipt notifier/);
     for (const port of ports) expect(await portIsFree(port), `port ${port} still bound`).toBe(true);
     expect(processesOn(dataDir)).toEqual([]);
   } finally {
