@@ -84,7 +84,7 @@ export interface Violation {
 export interface Warning {
   /**
    * charge_awaiting_review: as above; duplicate_awaiting_review: a second charge whose remedy refund
-   * waits for a human (Stripe failed it); refund_awaiting_review: a refund waiting for its charge, which
+   * waits for a human (Stripe failed it, or its evidence could not settle it; not a refused key); refund_awaiting_review: a refund waiting for its charge, which
    * is in review (it goes once that human settles the charge), or a Refund whose operation is in review.
    */
   readonly kind: 'charge_awaiting_review' | 'duplicate_awaiting_review' | 'refund_awaiting_review';
@@ -148,6 +148,7 @@ interface OperationFacts {
   external_id: string | null;
   attempts: number;
   review_reason: string | null;
+  last_error_class: string | null;
   amount: string;
   currency: string;
   requested: number;
@@ -208,7 +209,7 @@ const OPERATIONS_SQL = `
       FROM payment_operation_events e JOIN scope s ON s.id = e.operation_id
      GROUP BY e.operation_id
   )
-  SELECT s.id::text, s.kind, s.refund_payment_intent, s.parent_operation_id::text, s.order_id, s.status, s.external_id, s.attempts, s.review_reason, s.amount::text, s.currency,
+  SELECT s.id::text, s.kind, s.refund_payment_intent, s.parent_operation_id::text, s.order_id, s.status, s.external_id, s.attempts, s.review_reason, s.last_error_class, s.amount::text, s.currency,
          coalesce(a.requested, 0) AS requested, coalesce(a.started, 0) AS started,
          coalesce(a.recorded, 0) AS recorded, coalesce(a.discarded, 0) AS discarded,
          coalesce(a.released, 0) AS released, coalesce(a.operator_resolved, 0) AS operator_resolved,
@@ -301,13 +302,17 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     // Given refunds: a second PaymentIntent refunded in full (the duplicate remedy) is no double charge.
     if (net && (net.get(orderId)?.unrefundedPaymentIntents ?? 0) < 2) continue;
     const op = byOrder.get(orderId) ?? null;
-    // The remedy's refund of every extra one waits for a human because Stripe failed (or canceled) its
-    // Refund: visible in the review queue. Any other review of a remedy leaves the double charge a violation.
+    // The remedy's refund of every extra one waits for a human: visible in the review queue with its
+    // reason, as a charge in review is (charge_awaiting_review) — Stripe failed its Refund, or the
+    // evidence could not settle it in time (List proved no Refund after the key window, …). A remedy
+    // in review because Stripe refused its idempotency key is a bug in key use, not a case for a
+    // person: the double charge stays a violation then (as it does with no remedy at all).
     const stripeFailed = (r: OperationFacts) => {
       const refund = r.external_id === null ? undefined : stripeRefunds?.find((x) => x.id === r.external_id);
       return refund !== undefined && (refund.status === 'failed' || refund.status === 'canceled');
     };
-    const remediesInReview = refundOps.filter((r) => r.order_id === orderId && r.refund_payment_intent !== null && r.review_reason !== null && stripeFailed(r));
+    const waitsForHuman = (r: OperationFacts) => stripeFailed(r) || r.last_error_class !== 'StripeIdempotencyError';
+    const remediesInReview = refundOps.filter((r) => r.order_id === orderId && r.refund_payment_intent !== null && r.review_reason !== null && waitsForHuman(r));
     const extras = pis.filter((pi) => pi.id !== op?.external_id);
     if (op && extras.length > 0 && extras.every((pi) => remediesInReview.some((r) => r.refund_payment_intent === pi.id))) {
       warnings.push({ kind: 'duplicate_awaiting_review', operationId: op.id, orderId, detail: `${extras.map((pi) => pi.id).join(', ')} still charged; the remedy waits for a human: ${remediesInReview[0]!.review_reason}` });

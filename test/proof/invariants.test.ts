@@ -194,6 +194,26 @@ describe('checkInvariants detects every kind of broken promise', () => {
     expectKind(await w.check(), 'double_charge', w.paidId);
   });
 
+  it('a double charge whose remedy waits for a human is a warning; one whose remedy Stripe refused as a key misuse is a violation', async () => {
+    const w = await healthyWorld();
+    const metadata = { operation_id: w.paidId, order_id: w.paid.orderId, key_generation: '0' };
+    const extra = await stripe.gateway.createPaymentIntent({ ...w.paid, idempotencyKey: `another-system-${randomUUID()}`, metadata });
+    if (!extra.ok) throw new Error('second charge not made');
+    // The remedy's refund meets a 500 (nothing executed): unknown, then (hand-broken, as the key
+    // window passing would) in review with the engine's reason.
+    stripe.fake.injectFault({ endpoint: 'refund_create', paymentIntentId: extra.value.id }, 'error_500_before_commit');
+    const remedy = await engine().remedyDuplicateCharge(w.paidId, extra.value);
+    expect(remedy.execution).toMatchObject({ status: 'unknown' });
+    const reason = 'List proves that no Refund exists for this operation, but it is not re-issued automatically: the key window has passed';
+    await db.pool.query(`UPDATE payment_operations SET review_reason = $2, next_attempt_at = NULL WHERE id = $1`, [remedy.refundOperationId, reason]);
+    const waiting = await w.check({ refunds: stripe.fake.refunds() });
+    expect(waiting.violations.filter((v) => v.orderId === w.paid.orderId)).toEqual([]);
+    expect(waiting.warnings).toContainEqual(expect.objectContaining({ kind: 'duplicate_awaiting_review', orderId: w.paid.orderId, detail: expect.stringContaining(reason) }));
+    // The same remedy in review because Stripe refused its key (a bug in key use): still a double charge.
+    await db.pool.query(`UPDATE payment_operations SET last_error_class = 'StripeIdempotencyError' WHERE id = $1`, [remedy.refundOperationId]);
+    expectKind(await w.check({ refunds: stripe.fake.refunds() }), 'double_charge', w.paidId);
+  });
+
   /** The healthy world plus a refund of 500 of the paid order through the engine (issue 15). */
   async function refundedWorld() {
     const w = await healthyWorld();

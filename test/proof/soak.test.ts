@@ -36,9 +36,12 @@ describe('chaos soak (short)', () => {
     expect(report.check.violations, `${text}\n${lines.join('\n')}`).toEqual([]);
     expect(report.settled, text).toBe(true);
     expect(report.unpublishedEvents, text).toBe(0);
-    // The only second PaymentIntents are the ones made behind the pipeline's back, each refunded once by the remedy.
+    // The only second PaymentIntents are the ones made behind the pipeline's back, each refunded once by
+    // the remedy — or, when its refund could not be settled in the compressed key window (as a charge
+    // can end in review too), in the review queue with its reason, which the checker reports.
+    const remediesInReview = report.check.warnings.filter((w) => w.kind === 'duplicate_awaiting_review').length;
     expect(report.refunds.duplicates.made, text).toBeGreaterThan(0);
-    expect(report.refunds.duplicates.remedied, text).toBe(report.refunds.duplicates.made);
+    expect(report.refunds.duplicates.remedied + remediesInReview, text).toBe(report.refunds.duplicates.made);
     expect(report.stripe.doubleCharges, text).toBe(report.refunds.duplicates.made);
     // The soak really did what it says: kills, restarts, faults, pruning, duplicates.
     expect(Object.values(report.kills).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);

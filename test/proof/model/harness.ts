@@ -747,7 +747,11 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
         await strayStripe.paymentIntents
           .create(
             {
-              amount: order.amount,
+              // What the charge operation charged (a `conflict` command may have made it differ from the
+              // model's first idea of the order): a second charge of the order. A PaymentIntent of another
+              // amount is money no rule explains — a contradiction for a human, never refunded by the
+              // remedy (judgeDuplicateCharge; docs/decisions.md).
+              amount: charge.amount,
               currency: order.currency,
               customer: order.customerId,
               payment_method: 'pm_card_visa',
