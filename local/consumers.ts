@@ -199,19 +199,25 @@ export async function startLocalConsumers(options: LocalConsumersOptions): Promi
       async ledger() {
         const matched = rules.counters();
         const busEvents = p.eventBridge.events().filter((e) => (RECEIPT_DETAIL_TYPES as readonly string[]).includes(e.detailType));
-        const distinct = new Map<string, string>(); // eventId → orderId
+        // One receipt is owed per event: a charge's (its PaymentIntent) or a refund's (its Refund) — an
+        // order with a charge and two refunds is owed three. A receipt is told by its subject (which
+        // names the kind and the order) and its Reference (the Stripe object), as its reader would.
+        const receiptKey = (subject: string, reference: string | null) => `${subject}|${reference ?? ''}`;
+        const distinct = new Map<string, string>(); // eventId → the receipt it owes
         for (const e of busEvents) {
-          const d = e.detail as { eventId?: string; orderId?: string };
-          if (d.eventId && d.orderId) distinct.set(d.eventId, d.orderId);
+          const d = e.detail as { eventId?: string; orderId?: string; externalId?: string | null };
+          if (!d.eventId || !d.orderId) continue;
+          const subject = e.detailType.startsWith('Refund') ? `Refund for order ${d.orderId}` : `Receipt for order ${d.orderId}`;
+          distinct.set(d.eventId, receiptKey(subject, d.externalId ?? null));
         }
         const out: ConsumerLedgerEntry[] = [];
         for (const i of instances) {
           const inbox = await inboxCounts(i.pool, i.name);
           const sent = i.email.sent();
-          const perOrder = new Map<string, number>();
+          const perOrder = new Map<string, number>(); // receipt → how many were sent
           for (const m of sent) {
-            const order = /order (\S+)$/.exec(m.subject)?.[1] ?? '?';
-            perOrder.set(order, (perOrder.get(order) ?? 0) + 1);
+            const key = receiptKey(m.subject, /Reference: (\S+)/.exec(m.text)?.[1] ?? null);
+            perOrder.set(key, (perOrder.get(key) ?? 0) + 1);
           }
           const ordersWanted = new Set(distinct.values());
           const stats = i.email.stats();

@@ -32,13 +32,16 @@ describe('the receipt notifier on the local bus, once per policy', () => {
       timing: { emailTimeoutMs: 8_000, functionTimeoutMs: 9_000, leaseMs: 9_500, visibilitySeconds: 10 },
     });
     try {
-      const workload = buildWorkload({ orders: 50, duplicates: 0.2, seed: 7, tag: 'e2e-consumers', processing: false });
+      // A fifth refunded: a refund's receipt is owed beside its charge's (two split refunds, two more),
+      // and none of them is a duplicate of another.
+      const workload = buildWorkload({ orders: 50, duplicates: 0.2, refunds: 0.2, seed: 7, tag: 'e2e-consumers', processing: false });
       const run = await runWorkload(pipeline, workload, { timeoutMs: 60_000 });
       expect(run.outcome).toBe('settled');
       expect(await consumers.drain(90_000)).toBe(true); // a few retry rounds of one visibility timeout each
       const ledger = await consumers.ledger();
       const by = Object.fromEntries(ledger.map((e) => [e.policy, e]));
-      const succeeded = run.ledger.operations.succeeded;
+      const succeeded = run.ledger.operations.succeeded + run.ledger.refunds.operations.succeeded;
+      expect(run.ledger.refunds.operations.succeeded).toBeGreaterThan(1);
       const f = (policy: string, kind: string) => by[policy]!.providerFaults[kind] ?? 0;
       for (const entry of ledger) {
         expect(entry.distinctEvents, entry.consumer).toBe(succeeded);
