@@ -2,6 +2,7 @@
 // VPC). A command takes a parsed Command and an OpsContext (a database, a lazy Stripe look-up, an
 // optional publisher) and returns plain JSON-safe data; the entry points only move argv in and the
 // OpsResponse out, so `--json` on a laptop and the Lambda's answer are the same document.
+import { RefundFactDetailType } from '../events/contract.ts';
 import { publishLeased, type EventPublisher } from '../events/outbox.ts';
 import type { Db } from '../payments/db.ts';
 import { idempotencyKey, judgeDuplicateCharge, type EnginePolicy } from '../payments/decisions.ts';
@@ -238,9 +239,17 @@ export interface RefundsListResult {
   readonly asOf: string;
   readonly orderId: string;
   readonly charge: OperationView;
-  readonly refunds: readonly (OperationView & { readonly refundId: string; readonly refundReason: string | null; readonly refundedPaymentIntent: string | null })[];
-  /** Refunds that succeeded, and those still open (pending / unknown), of the charge's own PaymentIntent. */
+  readonly refunds: readonly (OperationView & {
+    readonly refundId: string;
+    readonly refundReason: string | null;
+    readonly refundedPaymentIntent: string | null;
+    /** Stripe failed the Refund after it succeeded (the `Refund Failed After Success` fact): it gave nothing back. */
+    readonly failedAfterSuccess: { readonly failureReason: string | null; readonly at: string } | null;
+  })[];
+  /** Refunds that succeeded (and stayed so), and those still open (pending / unknown), of the charge's own PaymentIntent. */
   readonly refunded: number;
+  /** Succeeded refunds that Stripe failed since: not given back, yet still held against the charge by the refund rules. */
+  readonly reversed: number;
   readonly inFlight: number;
   /** What a further refund may still ask for (charged amount − refunded − in flight); 0 for a charge that did not succeed. */
   readonly left: number;
@@ -603,8 +612,17 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
       const charge = await findOperationByOrder(ctx.db, command.orderId);
       if (!charge) throw new NotFoundError(`no charge operation for order "${command.orderId}"`);
       const refunds = await findRefundsOfOrder(ctx.db, command.orderId);
+      // A refund Stripe failed after it succeeded stays `succeeded` (final; the request executed) and
+      // is told by its fact event (docs/decisions.md): it gave nothing back.
+      const { rows: reversals } = await ctx.db.query<{ operation_id: string; failure_reason: string | null; at: string }>(
+        `SELECT operation_id::text, payload->>'failureReason' AS failure_reason, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS at
+           FROM outcome_events WHERE operation_id = ANY($1::uuid[]) AND event_type = $2`,
+        [refunds.map((r) => r.id), RefundFactDetailType.failedAfterSuccess],
+      );
+      const reversedBy = new Map(reversals.map((r) => [r.operation_id, { failureReason: r.failure_reason, at: r.at }]));
       const own = refunds.filter((r) => r.refund?.paymentIntentId === null);
-      const refunded = own.filter((r) => r.status === 'succeeded').reduce((sum, r) => sum + r.amount, 0);
+      const refunded = own.filter((r) => r.status === 'succeeded' && !reversedBy.has(r.id)).reduce((sum, r) => sum + r.amount, 0);
+      const reversed = own.filter((r) => reversedBy.has(r.id)).reduce((sum, r) => sum + r.amount, 0);
       const inFlight = own.filter((r) => r.status === 'pending' || r.status === 'unknown').reduce((sum, r) => sum + r.amount, 0);
       return {
         asOf: new Date().toISOString(),
@@ -615,10 +633,13 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
           refundId: r.refund?.refundId ?? '',
           refundReason: r.refund?.reason ?? null,
           refundedPaymentIntent: r.refund?.paymentIntentId ?? null,
+          failedAfterSuccess: reversedBy.get(r.id) ?? null,
         })),
         refunded,
+        reversed,
         inFlight,
-        left: charge.status === 'succeeded' ? Math.max(0, charge.amount - refunded - inFlight) : 0,
+        // The refund rules (code and trigger) still hold a reversed refund against the charge.
+        left: charge.status === 'succeeded' ? Math.max(0, charge.amount - refunded - reversed - inFlight) : 0,
       };
     }
     case 'refunds create': {

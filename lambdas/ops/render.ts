@@ -236,7 +236,7 @@ function rejected(r: ResultOf['rejected list']): string[] {
 
 function refundsList(r: ResultOf['refunds list']): string[] {
   const c = r.charge;
-  const head = `order ${r.orderId}: charge ${c.id} ${c.status}${c.inReview ? ' (in review)' : ''}, ${c.amount} ${c.currency}; refunded ${r.refunded}, in flight ${r.inFlight}, left ${r.left} (as of ${r.asOf})`;
+  const head = `order ${r.orderId}: charge ${c.id} ${c.status}${c.inReview ? ' (in review)' : ''}, ${c.amount} ${c.currency}; refunded ${r.refunded}${r.reversed > 0 ? `, failed at Stripe after succeeding ${r.reversed}` : ''}, in flight ${r.inFlight}, left ${r.left} (as of ${r.asOf})`;
   if (r.refunds.length === 0) return [head, 'No refund operations.'];
   return [
     head,
@@ -247,7 +247,7 @@ function refundsList(r: ResultOf['refunds list']): string[] {
         x.refundId,
         `${x.amount} ${x.currency}`,
         dash(x.refundReason),
-        `${x.status}${x.inReview ? ' (review)' : ''}`,
+        x.failedAfterSuccess ? `succeeded, then failed at Stripe (${x.failedAfterSuccess.failureReason ?? 'no reason'})` : `${x.status}${x.inReview ? ' (review)' : ''}`,
         dash(x.externalId),
         x.refundedPaymentIntent ? `${x.refundedPaymentIntent} (duplicate)` : dash(c.externalId),
         x.createdAt,

@@ -7,6 +7,8 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { refundFactDetailJsonSchema, refundFactDetailSchema, refundOutcomeDetailSchema } from '../../lambdas/events/contract.ts';
 import type pg from 'pg';
+import { runOps } from '../../lambdas/ops/commands.ts';
+import { render } from '../../lambdas/ops/render.ts';
 import { ChargeEngine } from '../../lambdas/payments/engine.ts';
 import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
 import { inboxGauges, type TransactionalDb } from '../../lambdas/payments/inbox-store.ts';
@@ -245,6 +247,17 @@ describe('a refund that fails after it succeeded', () => {
     const net = netChargedByOrder(stripe.fake.paymentIntents({ orderId: input.orderId }), stripe.fake.refunds({ orderId: input.orderId })).get(input.orderId)!;
     expect(net).toMatchObject({ charged: 4000, refunded: 0, net: 4000 });
     expect((await checkInvariants(truth())).violations).toEqual([]);
+
+    // The operator sees it so: not refunded, and still held against the charge by the refund rules.
+    const listed = await runOps(['refunds', 'list', input.orderId, '--json'], {
+      defaultActor: 'tester',
+      context: () => ({ db: db.pool, stripe: () => Promise.reject(new Error('no Stripe look-ups')), transport: { kind: 'test' } }),
+    });
+    expect(listed).toMatchObject({
+      ok: true,
+      result: { refunded: 0, reversed: 1500, left: 2500, refunds: [{ id, status: 'succeeded', failedAfterSuccess: { failureReason: 'expired_or_canceled_card' } }] },
+    });
+    expect(render(listed, false).stdout.join('\n')).toMatch(/succeeded, then failed at Stripe \(expired_or_canceled_card\)/);
     await w.stop();
   });
 
