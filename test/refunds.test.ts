@@ -521,6 +521,21 @@ describe('ops: refunds list | show', () => {
     expect(await ops(['refunds', 'create', input.orderId, '--refund-id', 'op-3', '--amount', '1'])).toMatchObject({ ok: false, exitCode: 2 });
   });
 
+  it('review list counts, beside a charge in review, the refunds of its order that wait for it (they have no review reason of their own)', async () => {
+    const input = chargeOrder();
+    const chargeId = await engine().requestCharge(input);
+    stripe.fake.injectFault({ endpoint: 'create', orderId: input.orderId }, 'processing');
+    expect((await engine().executeCharge(chargeId)).status).toBe('unknown');
+    const waiting = await engine().processRefund(refundOf(input.orderId));
+    expect(await row(waiting.operationId!)).toMatchObject({ status: 'pending', review_reason: null });
+    // The charge goes to review (as the engine sends one whose evidence cannot settle it).
+    await db.pool.query(`UPDATE payment_operations SET review_reason = 'a human decides', next_attempt_at = NULL WHERE id = $1`, [chargeId]);
+    const response = await ops(['review', 'list', '--json']);
+    if (!response.ok || response.command !== 'review list') throw new Error('review list failed');
+    expect(response.result.operations.find((op) => op.id === chargeId)).toMatchObject({ kind: 'charge', refundsWaiting: 1 });
+    expect(render(response, false).stdout.join('\n')).toMatch(/\[1 refund\(s\) of this order wait for it\] a human decides/);
+  });
+
   it('refunds list shows the charge, each refund operation and what is left; refunds show one refund with its trail', async () => {
     const { input, chargeId } = await chargedOrder({ amount: 1000 });
     const a = await engine().processRefund(refundOf(input.orderId, { refundId: 'rf-ops-1', amount: 300 }));

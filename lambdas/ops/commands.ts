@@ -132,7 +132,12 @@ export function operationView(op: Operation, refundedPaymentIntent: string | nul
 export interface ReviewListResult {
   readonly asOf: string;
   readonly total: number;
-  readonly operations: readonly (OperationView & { readonly inReviewSince: string; readonly inReviewSeconds: number })[];
+  readonly operations: readonly (OperationView & {
+    readonly inReviewSince: string;
+    readonly inReviewSeconds: number;
+    /** A charge: refund operations of its order that wait for it (not claimable while it is open; no review reason of their own). */
+    readonly refundsWaiting: number;
+  })[];
 }
 
 /** What the operator may do with an operation in review, judged on the evidence just gathered. */
@@ -570,11 +575,24 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
     case 'review list': {
       const page = await listReviewQueue(ctx.db, command.filter);
       const asOf = page.asOf.getTime();
+      // A refund is not claimable while its charge is open, so a refund of a charge in review has no
+      // review reason of its own: it waits for this human too, and is counted beside its charge.
+      const charges = page.operations.filter((op) => op.kind === 'charge');
+      const { rows: waiting } = charges.length === 0
+        ? { rows: [] as { order_id: string; n: number }[] }
+        : await ctx.db.query<{ order_id: string; n: number }>(
+            `SELECT order_id, count(*)::int AS n FROM payment_operations
+              WHERE kind = 'refund' AND order_id = ANY($1::text[]) AND status IN ('pending', 'unknown') AND review_reason IS NULL
+              GROUP BY order_id`,
+            [charges.map((op) => op.orderId)],
+          );
+      const waitingByOrder = new Map(waiting.map((w) => [w.order_id, w.n]));
       return {
         asOf: page.asOf.toISOString(),
         total: page.total,
         operations: page.operations.map((op) => ({
           ...operationView(op, page.refundedPaymentIntents[op.id] ?? null),
+          refundsWaiting: op.kind === 'charge' ? (waitingByOrder.get(op.orderId) ?? 0) : 0,
           inReviewSince: op.updatedAt.toISOString(),
           inReviewSeconds: Math.max(0, Math.round((asOf - op.updatedAt.getTime()) / 1000)),
         })),

@@ -71,7 +71,7 @@ function reviewList(r: ResultOf['review list']): string[] {
         formatAmount(op.amount, op.currency),
         op.status,
         String(op.keyGeneration),
-        clip(op.reviewReason ?? '', 100),
+        (op.refundsWaiting > 0 ? `[${op.refundsWaiting} refund(s) of this order wait for it] ` : '') + clip(op.reviewReason ?? '', 100),
       ]),
     ),
     '',
