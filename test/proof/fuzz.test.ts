@@ -88,9 +88,11 @@ const OUR_METADATA_KEYS = ['operation_id', 'order_id', 'key_generation', 'refund
  */
 const storable = (s: string) => !s.includes('\u0000') && s.isWellFormed();
 /**
- * docs/producers.md's rules. description: 1-1000 characters (Stripe's limit on a PaymentIntent's
- * description). statementDescriptorSuffix: 1-22 of letters, digits, space . - _ with at least one
- * letter (Stripe: the full descriptor is at most 22 characters, Latin, at least one letter).
+ * docs/producers.md's rules. description: 1-1000 characters (docs.stripe.com/api/payment_intents/create
+ * calls it "an arbitrary string attached to the object" and states no maximum there: 1000 is our
+ * documented ceiling). statementDescriptorSuffix: 1-22 of letters, digits, space . - _ with at least
+ * one letter (same page: "concatenated to the account's statement descriptor prefix to form the
+ * complete statement descriptor", whose "22-character limit" the Statement Descriptor docs set).
  * metadata: an object of at most 20 keys of [a-z0-9_]{1,40}, none of ours nor `__proto__`, string values 1-500
  * (Stripe docs.stripe.com/api/metadata: keys <= 40, values <= 500 characters; an empty value
  * unsets a key, so it could not be carried on the PaymentIntent as sent).
@@ -400,7 +402,7 @@ describe('hostile message bodies through the real charge handler', () => {
     const r = tally.refunds;
     console.log(
       `fuzz: ${tally.bodies} bodies in ${tally.batches} batches (${(tally.bytes / 1e6).toFixed(1)} MB): ${tally.valid} valid → operations, ` +
-        `(${tally.withParams} valid charge bodies of an order with charge parameters, ${tally.echoes} repeated with metadata keys reversed), ${tally.rejected} rejected (${tally.conflicts} order conflicts), ${tally.monsters} monsters (100k-deep JSON, 256 KB, NUL / lone surrogates); ` +
+        `(${tally.withParams} valid charge bodies (conflicts too) of an order with charge parameters, ${tally.echoes} repeated with metadata keys reversed), ${tally.rejected} rejected (${tally.conflicts} order conflicts), ${tally.monsters} monsters (100k-deep JSON, 256 KB, NUL / lone surrogates); ` +
         `refund bodies: ${r.accepted} accepted, ${r.repeat} repeats, ${r.refund_conflict} conflicts, ${r.refund_rejected} refused by the rules, ${r.invalid} invalid; ` +
         `${tally.charged} PaymentIntents, ${tally.refunded} Refunds at Stripe`,
     );
