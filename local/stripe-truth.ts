@@ -145,6 +145,8 @@ export function listApiTruth(stripe: Stripe, runStartedAt: Date, label: string):
             payment_method: typeof pi.payment_method === 'string' ? pi.payment_method : (pi.payment_method?.id ?? null),
             status: pi.status as PaymentIntentStatus,
             metadata: { ...pi.metadata },
+            description: pi.description ?? null,
+            statement_descriptor_suffix: pi.statement_descriptor_suffix ?? null,
             created: pi.created,
             livemode: false,
             capture_method: 'automatic',

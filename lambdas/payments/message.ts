@@ -15,10 +15,36 @@ const STRIPE_ID = (prefix: string) => new RegExp(`^${prefix}_[A-Za-z0-9_]{1,196}
 export const RESERVED_METADATA_KEYS: readonly string[] = ['operation_id', 'order_id', 'key_generation', 'refund_id'];
 export const MAX_METADATA_KEYS = 20;
 
+/**
+ * Text we store and send as it came: PostgreSQL text and jsonb cannot hold NUL (the insert fails, and
+ * the record would loop through redeliveries instead of being rejected), and a lone surrogate has no
+ * UTF-8 form (it would be stored and sent changed). Found by test/proof/fuzz.test.ts.
+ */
+const storableText = (s: string) => !s.includes('\u0000') && s.isWellFormed();
+const STORABLE = 'must not contain NUL or lone surrogates';
+
 const metadataSchema = z
-  .record(z.string().regex(/^[a-z0-9_]{1,40}$/, 'metadata keys must be 1-40 of [a-z0-9_]'), z.string().max(500, 'metadata values must be at most 500 characters'))
+  .record(
+    z.string().regex(/^[a-z0-9_]{1,40}$/, 'metadata keys must be 1-40 of [a-z0-9_]'),
+    // Stripe: "an empty value unsets the key" — an empty value would not be on the PaymentIntent as sent.
+    z
+      .string()
+      .min(1, 'metadata values must not be empty')
+      .max(500, 'metadata values must be at most 500 characters')
+      .refine(storableText, `metadata values ${STORABLE}`),
+  )
   .refine((m) => Object.keys(m).length <= MAX_METADATA_KEYS, `at most ${MAX_METADATA_KEYS} metadata keys`)
   .refine((m) => !Object.keys(m).some((k) => RESERVED_METADATA_KEYS.includes(k)), `metadata may not set the pipeline's keys (${RESERVED_METADATA_KEYS.join(', ')})`);
+
+/**
+ * A `__proto__` key (JSON.parse makes it an own key) fits the alphabet, but zod's record skips it
+ * silently and no plain JavaScript object carries it as data: it would vanish on the way to the
+ * ledger and to Stripe, so it is refused before the record is read (found by test/proof/fuzz.test.ts).
+ */
+const producerMetadataSchema = z
+  .unknown()
+  .refine((m) => typeof m !== 'object' || m === null || !Object.hasOwn(m, '__proto__'), 'metadata key __proto__ is not allowed')
+  .pipe(metadataSchema);
 
 export function chargeRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
   return z.strictObject({
@@ -35,13 +61,13 @@ export function chargeRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
     paymentMethod: z.string().regex(STRIPE_ID('pm'), 'must be a Stripe PaymentMethod id (pm_…)'),
     // Optional charge parameters (issue 15), passed to Stripe and part of the order's parameters: a
     // repeat of the order with other values is a conflict. Never logged.
-    description: z.string().min(1, 'must not be empty').max(1000, 'must be at most 1000 characters').optional(),
+    description: z.string().min(1, 'must not be empty').max(1000, 'must be at most 1000 characters').refine(storableText, STORABLE).optional(),
     // Stripe: the suffix is at most 22 characters, Latin letters, digits and a few signs, at least one letter.
     statementDescriptorSuffix: z
       .string()
       .regex(/^(?=.*[A-Za-z])[A-Za-z0-9 .\-_]{1,22}$/, 'must be 1-22 of letters, digits, space . - _ with at least one letter')
       .optional(),
-    metadata: metadataSchema.optional(),
+    metadata: producerMetadataSchema.optional(),
   });
 }
 

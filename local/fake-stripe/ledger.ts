@@ -55,6 +55,8 @@ export class Ledger {
       payment_method: outcome.kind === 'decline' ? null : params.paymentMethod, // Stripe detaches a declined method
       status: outcome.kind === 'decline' ? 'requires_payment_method' : outcome.status,
       metadata: { ...params.metadata },
+      description: params.description,
+      statement_descriptor_suffix: params.statementDescriptorSuffix,
       created: Math.floor(nowMs / 1000),
       livemode: false,
       capture_method: 'automatic',

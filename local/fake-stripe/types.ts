@@ -135,6 +135,9 @@ export interface PaymentIntentJson {
   readonly payment_method: string | null;
   readonly status: PaymentIntentStatus;
   readonly metadata: Readonly<Record<string, string>>;
+  /** Stripe's PaymentIntent object carries both, null when not set (optional here for hand-made records). */
+  readonly description?: string | null;
+  readonly statement_descriptor_suffix?: string | null;
   /** Unix seconds. */
   readonly created: number;
   readonly livemode: false;

@@ -166,6 +166,8 @@ export interface CreateParams {
   readonly confirm: boolean;
   readonly offSession: boolean;
   readonly metadata: Readonly<Record<string, string>>;
+  readonly description: string | null;
+  readonly statementDescriptorSuffix: string | null;
 }
 
 export type Validated =
@@ -271,7 +273,10 @@ function parseCreate(body: FormObject): CreateParams {
   }
 
   const metadata = metadataParam(body);
-  return { amount, currency, customer, paymentMethod, confirm, offSession, metadata };
+  // Kept as sent, so that a test can see what the PaymentIntent carries (an empty string is "unset").
+  const description = stringParam(body, 'description');
+  const statementDescriptorSuffix = stringParam(body, 'statement_descriptor_suffix');
+  return { amount, currency, customer, paymentMethod, confirm, offSession, metadata, description, statementDescriptorSuffix };
 }
 
 /** `metadata[...]` of a create body (PaymentIntents and Refunds take it alike). */

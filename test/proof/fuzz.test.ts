@@ -13,6 +13,11 @@
 //   - no PaymentIntent exists that a valid body did not ask for, and no Refund that a valid, accepted
 //     refund body did not ask for (nothing charged or refunded from invalid input).
 //
+// Issue 15's optional charge parameters too (`description`, `statementDescriptorSuffix`, `metadata`,
+// valid and hostile): the oracle judges them from docs/producers.md, a repeat with other values (key
+// order aside) is an order_conflict, and every PaymentIntent carries exactly the producer's metadata
+// plus ours, and the description and suffix as sent.
+//
 //   FUZZ_RUNS=2000 npx vitest run test/proof/fuzz.test.ts   (batches; default 600 ≈ 3,300 bodies)
 import { randomUUID } from 'node:crypto';
 import type { SQSRecord } from 'aws-lambda';
@@ -60,6 +65,10 @@ interface Valid {
   currency: string;
   customerId: string;
   paymentMethod: string;
+  /** The optional charge parameters, null when absent (an empty metadata object is none, too). */
+  description: string | null;
+  statementDescriptorSuffix: string | null;
+  metadata: Record<string, string>;
 }
 interface ValidRefund {
   orderId: string;
@@ -69,6 +78,47 @@ interface ValidRefund {
 }
 type Parsed = ({ kind: 'charge' } & Valid) | ({ kind: 'refund' } & ValidRefund);
 const KEYS = ['amount', 'currency', 'customerId', 'orderId', 'paymentMethod'];
+/** Issue 15 / docs/producers.md: optional charge parameters. */
+const OPTIONAL_KEYS = ['description', 'metadata', 'statementDescriptorSuffix'];
+/** docs/producers.md: the pipeline's own metadata keys, refused from a producer. */
+const OUR_METADATA_KEYS = ['operation_id', 'order_id', 'key_generation', 'refund_id'];
+/**
+ * Text the pipeline must store (PostgreSQL text and jsonb hold no NUL, and UTF-8 has no lone
+ * surrogates) and send to Stripe unchanged: anything else could not be kept exactly as sent.
+ */
+const storable = (s: string) => !s.includes('\u0000') && s.isWellFormed();
+/**
+ * docs/producers.md's rules. description: 1-1000 characters (docs.stripe.com/api/payment_intents/create
+ * calls it "an arbitrary string attached to the object" and states no maximum there: 1000 is our
+ * documented ceiling). statementDescriptorSuffix: 1-22 of letters, digits, space . - _ with at least
+ * one letter (same page: "concatenated to the account's statement descriptor prefix to form the
+ * complete statement descriptor", whose "22-character limit" the Statement Descriptor docs set).
+ * metadata: an object of at most 20 keys of [a-z0-9_]{1,40}, none of ours nor `__proto__`, string values 1-500
+ * (Stripe docs.stripe.com/api/metadata: keys <= 40, values <= 500 characters; an empty value
+ * unsets a key, so it could not be carried on the PaymentIntent as sent).
+ */
+function chargeParams(o: Record<string, unknown>): Pick<Valid, 'description' | 'statementDescriptorSuffix' | 'metadata'> | null {
+  const d = o.description;
+  if (d !== undefined && (typeof d !== 'string' || d.length < 1 || d.length > 1000 || !storable(d))) return null;
+  const sfx = o.statementDescriptorSuffix;
+  if (sfx !== undefined && (typeof sfx !== 'string' || !/^[A-Za-z0-9 ._-]{1,22}$/.test(sfx) || !/[A-Za-z]/.test(sfx))) return null;
+  const m = o.metadata;
+  const metadata: Record<string, string> = {};
+  if (m !== undefined) {
+    if (typeof m !== 'object' || m === null || Array.isArray(m) || Object.getPrototypeOf(m) !== Object.prototype) return null;
+    const entries = Object.entries(m);
+    if (entries.length > 20) return null;
+    for (const [k, v] of entries) {
+      // `__proto__` fits the alphabet but no JavaScript object carries it as data: docs/producers.md refuses it.
+      if (!/^[a-z0-9_]{1,40}$/.test(k) || OUR_METADATA_KEYS.includes(k) || k === '__proto__') return null;
+      if (typeof v !== 'string' || v.length < 1 || v.length > 500 || !storable(v)) return null;
+      Object.defineProperty(metadata, k, { value: v, enumerable: true, writable: true, configurable: true });
+    }
+  }
+  return { description: (d as string | undefined) ?? null, statementDescriptorSuffix: (sfx as string | undefined) ?? null, metadata };
+}
+const sameMetadata = (a: Record<string, string>, b: Record<string, string>) =>
+  JSON.stringify(Object.entries(a).sort(([x], [y]) => (x < y ? -1 : 1))) === JSON.stringify(Object.entries(b).sort(([x], [y]) => (x < y ? -1 : 1)));
 const REFUND_KEYS = ['amount', 'orderId', 'refundId', 'type'];
 /** Issue 15: `reason` is one of Stripe's. */
 const REFUND_REASONS = ['duplicate', 'fraudulent', 'requested_by_customer'];
@@ -104,7 +154,7 @@ function oracle(body: string): Parsed | null {
     return { kind: 'refund', orderId: o.orderId as string, refundId: o.refundId as string, amount: o.amount, reason: 'reason' in o ? (o.reason as string) : null };
   }
   if ('type' in o && o.type !== 'charge') return null;
-  const keys = Object.keys(o).filter((k) => k !== 'type').sort();
+  const keys = Object.keys(o).filter((k) => k !== 'type' && !OPTIONAL_KEYS.includes(k)).sort();
   if (keys.length !== KEYS.length || keys.some((k, i) => k !== KEYS[i])) return null;
   const stripeId = (s: unknown, prefix: string) =>
     typeof s === 'string' && s.startsWith(`${prefix}_`) && s.length - prefix.length - 1 >= 1 && s.length - prefix.length - 1 <= 196 && /^[A-Za-z0-9_]+$/.test(s.slice(prefix.length + 1));
@@ -112,7 +162,9 @@ function oracle(body: string): Parsed | null {
   if (!minorUnits(o.amount)) return null;
   if (typeof o.currency !== 'string' || !/^[a-z]{3}$/.test(o.currency)) return null;
   if (!stripeId(o.customerId, 'cus') || !stripeId(o.paymentMethod, 'pm')) return null;
-  return { kind: 'charge', orderId: o.orderId as string, amount: o.amount, currency: o.currency, customerId: o.customerId as string, paymentMethod: o.paymentMethod as string };
+  const params = chargeParams(o);
+  if (params === null) return null;
+  return { kind: 'charge', orderId: o.orderId as string, amount: o.amount, currency: o.currency, customerId: o.customerId as string, paymentMethod: o.paymentMethod as string, ...params };
 }
 
 /** The order's charge and the refunds accepted for it, as the oracle tracks them across batches. */
@@ -154,13 +206,26 @@ const orderId = fc.oneof(
 );
 const RUN_TAG = randomUUID().slice(0, 8);
 
+/** Valid optional charge parameters: short and at the limits, unicode descriptions, up to 20 metadata keys. */
+const metadataKey = fc.oneof(fc.stringMatching(/^[a-z0-9_]{1,12}$/), fc.constantFrom('a', 'x'.repeat(40), '0', '_', 'constructor', 'tostring')).filter((k) => !OUR_METADATA_KEYS.includes(k));
+const metadataValue = fc.oneof(fc.string({ minLength: 1, maxLength: 20 }), fc.string({ unit: 'grapheme', minLength: 1, maxLength: 8 }), fc.constant('v'.repeat(500)), fc.constantFrom(`'; DROP TABLE payment_operations; --`, 'a&b=c[d]', '%00', '\\u0000'));
+const params = fc.record(
+  {
+    description: fc.oneof(fc.string({ minLength: 1, maxLength: 40 }), fc.string({ unit: 'grapheme', minLength: 1, maxLength: 20 }), fc.constant('d'.repeat(1000)), fc.constant('Order #1 & co. [x]=y')),
+    statementDescriptorSuffix: fc.oneof(fc.stringMatching(/^[0-9 ._-]{0,5}[A-Za-z][A-Za-z0-9 ._-]{0,16}$/), fc.constantFrom('A', 'ORDER 1234567890.ABC_-', '1 a')),
+    metadata: fc.oneof({ weight: 4, arbitrary: fc.dictionary(metadataKey, metadataValue, { maxKeys: 5 }) }, fc.dictionary(metadataKey, metadataValue, { minKeys: 15, maxKeys: 20 })),
+  },
+  { requiredKeys: [] },
+).filter((p) => (p.description === undefined || storable(p.description)) && Object.values(p.metadata ?? {}).every(storable));
+
 const validRequest = fc.record({
   orderId,
   amount: fc.oneof(fc.constant(1), fc.constant(DEFAULT_MAX_AMOUNT), fc.integer({ min: 1, max: DEFAULT_MAX_AMOUNT })),
   currency: fc.constantFrom('eur', 'usd', 'jpy'),
   customerId: fc.oneof(fc.constant('cus_test'), fc.stringMatching(/^cus_[A-Za-z0-9_]{1,196}$/)),
   paymentMethod: fc.oneof({ weight: 4, arbitrary: fc.constant('pm_card_visa') }, fc.constant('pm_card_chargeDeclined'), fc.stringMatching(/^pm_[A-Za-z0-9_]{1,40}$/)),
-});
+  // Most pooled-order repeats then differ in them too (a conflict); the echo below repeats them exactly.
+}).chain((r) => fc.option(params, { freq: 2, nil: undefined }).map((p) => ({ ...r, ...(p ?? {}) })));
 
 const hostileValue = fc.oneof(
   fc.constantFrom<unknown>(
@@ -174,6 +239,26 @@ const hostileValue = fc.oneof(
   fc.integer(),
   fc.bigInt().map((b) => Number(b)),
 );
+
+/** Hostile charge parameters: wrong types, empty, too long, NUL, lone surrogates, unicode / uppercase / reserved keys, too many keys. */
+const hostileText = fc.constantFrom<unknown>('', '\u0000', 'a\u0000b', '\uD800', 'x\uDFFF', 'd'.repeat(1001), 'S'.repeat(23), '12345', ' ', 'é', 'Ünïcode', '<b>', "a'b", 'a"b', '*', 'A\n', 5, 0, true, null, [], {}, ['a'], { a: 'b' });
+const hostileKey = fc.constantFrom('', 'Order', 'ORDER_ID', 'ключ', 'clé', '日本', 'a-b', 'a b', 'a.b', 'a[b]', 'k'.repeat(41), '\u0000', '\uD800', ...OUR_METADATA_KEYS, '__proto__', 'operation_id ', 'Operation_id');
+const mutatedParams = fc
+  .tuple(validRequest, fc.constantFrom('description', 'statementDescriptorSuffix', 'metadata', 'metadata key', 'metadata value', 'too many keys'), fc.oneof(hostileText, hostileValue), hostileKey)
+  .map(([request, how, value, key]) => {
+    const copy: Record<string, unknown> = { ...request };
+    const metadata = { ...((request as { metadata?: Record<string, string> }).metadata ?? {}) };
+    if (how === 'description' || how === 'statementDescriptorSuffix' || how === 'metadata') copy[how] = value;
+    else if (how === 'too many keys') for (let i = 0; Object.keys(metadata).length <= 20; i += 1) metadata[`k${i}`] = 'v';
+    delete copy.metadata;
+    const text = JSON.stringify(copy);
+    if (how === 'description' || how === 'statementDescriptorSuffix' || how === 'metadata') return JSON.stringify({ ...copy, metadata: how === 'metadata' ? value : metadata });
+    // Written out by hand, so that a `__proto__` key is an own key of the text, as a producer may send it.
+    const entries = Object.entries(metadata).map(([k, v]) => `${JSON.stringify(k)}:${JSON.stringify(v)}`);
+    if (how === 'metadata key') entries.push(`${JSON.stringify(key)}:"v"`);
+    if (how === 'metadata value') entries.push(`"hostile":${JSON.stringify(value) ?? 'null'}`);
+    return text.replace(/\}$/, `,"metadata":{${entries.join(',')}}}`);
+  });
 
 /** Charges as producers send them: without `type` (most), or with `"type":"charge"`. */
 const validCharge = fc.tuple(validRequest, fc.boolean()).map(([r, typed]) => JSON.stringify(typed ? { type: 'charge', ...r } : r));
@@ -255,8 +340,9 @@ const MONSTERS: readonly string[] = [
 // Refunds take their share from the charges' weight: as many bodies per batch as before.
 const body = fc.oneof(
   { weight: 3, arbitrary: validCharge },
-  { weight: 3, arbitrary: mutatedRequest },
-  { weight: 2, arbitrary: rawJson },
+  { weight: 2, arbitrary: mutatedRequest },
+  { weight: 2, arbitrary: mutatedParams },
+  { weight: 1, arbitrary: rawJson },
   { weight: 2, arbitrary: garbage },
   { weight: 1, arbitrary: fc.constantFrom(...MONSTERS) },
   { weight: 2, arbitrary: validRefund },
@@ -264,6 +350,20 @@ const body = fc.oneof(
 );
 
 const batch = fc.array(fc.tuple(body, fc.boolean()), { minLength: 1, maxLength: 10 });
+
+/**
+ * The same charge again with its metadata keys in reverse order (docs/producers.md: key order does
+ * not matter — the same parameters, not a conflict): appended to a batch that has room.
+ */
+function echo(texts: readonly string[]): string | null {
+  for (const text of texts) {
+    const v = oracle(text);
+    if (v?.kind !== 'charge' || Object.keys(v.metadata).length < 2) continue;
+    const o = JSON.parse(text) as Record<string, unknown>;
+    return JSON.stringify({ ...o, metadata: Object.fromEntries(Object.entries(v.metadata).reverse()) });
+  }
+  return null;
+}
 
 function record(text: string, groupByOrder: boolean): SQSRecord {
   // The producer groups by order id; a poison body has whatever group its sender gave it.
@@ -296,13 +396,13 @@ describe('hostile message bodies through the real charge handler', () => {
   const books = new Map<string, OrderBook>();
   /** Refund operations the oracle accepted: operation id → what was asked. */
   const acceptedRefunds = new Map<string, ValidRefund>();
-  const tally = { batches: 0, bodies: 0, valid: 0, charged: 0, rejected: 0, conflicts: 0, monsters: 0, bytes: 0, refunds: { accepted: 0, repeat: 0, refund_conflict: 0, refund_rejected: 0, invalid: 0 }, refunded: 0 };
+  const tally = { batches: 0, bodies: 0, valid: 0, withParams: 0, echoes: 0, charged: 0, rejected: 0, conflicts: 0, monsters: 0, bytes: 0, refunds: { accepted: 0, repeat: 0, refund_conflict: 0, refund_rejected: 0, invalid: 0 }, refunded: 0 };
 
   afterAll(() => {
     const r = tally.refunds;
     console.log(
       `fuzz: ${tally.bodies} bodies in ${tally.batches} batches (${(tally.bytes / 1e6).toFixed(1)} MB): ${tally.valid} valid → operations, ` +
-        `${tally.rejected} rejected (${tally.conflicts} order conflicts), ${tally.monsters} monsters (100k-deep JSON, 256 KB, NUL / lone surrogates); ` +
+        `(${tally.withParams} valid charge bodies (conflicts too) of an order with charge parameters, ${tally.echoes} repeated with metadata keys reversed), ${tally.rejected} rejected (${tally.conflicts} order conflicts), ${tally.monsters} monsters (100k-deep JSON, 256 KB, NUL / lone surrogates); ` +
         `refund bodies: ${r.accepted} accepted, ${r.repeat} repeats, ${r.refund_conflict} conflicts, ${r.refund_rejected} refused by the rules, ${r.invalid} invalid; ` +
         `${tally.charged} PaymentIntents, ${tally.refunded} Refunds at Stripe`,
     );
@@ -312,6 +412,11 @@ describe('hostile message bodies through the real charge handler', () => {
     await fc.assert(
       fc.asyncProperty(batch, async (items) => {
         const records = items.map(([text, grouped]) => record(text, grouped));
+        const again = records.length < 10 ? echo(items.map(([text]) => text)) : null;
+        if (again !== null) {
+          records.push(record(again, true));
+          tally.echoes += 1;
+        }
         const response = await handler({ Records: records }, lambdaContext(60_000));
         expect(response?.batchItemFailures ?? []).toEqual([]);
 
@@ -346,15 +451,24 @@ describe('hostile message bodies through the real charge handler', () => {
           }
           const first = books.get(valid.orderId)?.charge;
           const conflicting =
-            first !== undefined && (first.amount !== valid.amount || first.currency !== valid.currency || first.customerId !== valid.customerId || first.paymentMethod !== valid.paymentMethod);
+            first !== undefined &&
+            (first.amount !== valid.amount || first.currency !== valid.currency || first.customerId !== valid.customerId || first.paymentMethod !== valid.paymentMethod ||
+              first.description !== valid.description || first.statementDescriptorSuffix !== valid.statementDescriptorSuffix || !sameMetadata(first.metadata, valid.metadata));
           if (first === undefined) {
             const { kind: _kind, ...charge } = valid;
             books.set(valid.orderId, { charge, refunds: new Map() });
           }
-          const { rows } = await db.pool.query(`SELECT amount::int, currency, customer_id, payment_method FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`, [valid.orderId]);
+          const { rows } = await db.pool.query(
+            `SELECT amount::int, currency, customer_id, payment_method, description, statement_descriptor_suffix, charge_metadata FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`,
+            [valid.orderId],
+          );
           expect(rows, `valid body made no operation: ${r.body.slice(0, 200)}`).toHaveLength(1);
           const expected = books.get(valid.orderId)!.charge;
-          expect(rows[0]).toEqual({ amount: expected.amount, currency: expected.currency, customer_id: expected.customerId, payment_method: expected.paymentMethod });
+          expect(rows[0]).toEqual({
+            amount: expected.amount, currency: expected.currency, customer_id: expected.customerId, payment_method: expected.paymentMethod,
+            description: expected.description, statement_descriptor_suffix: expected.statementDescriptorSuffix, charge_metadata: expected.metadata,
+          });
+          if (Object.keys(expected.metadata).length + (expected.description ? 1 : 0) + (expected.statementDescriptorSuffix ? 1 : 0) > 0) tally.withParams += 1;
           if (conflicting) {
             expect(row?.reason_code, `conflicting order not rejected: ${r.body}`).toBe('order_conflict');
             tally.conflicts += 1;
@@ -374,6 +488,11 @@ describe('hostile message bodies through the real charge handler', () => {
       const asked = books.get(pi.metadata.order_id ?? '')?.charge;
       expect(asked, `PaymentIntent ${pi.id} for order ${pi.metadata.order_id} no valid body asked for`).toBeDefined();
       expect({ amount: pi.amount, currency: pi.currency, customer: pi.customer }).toEqual({ amount: asked!.amount, currency: asked!.currency, customer: asked!.customerId });
+      // Exactly the producer's metadata plus ours (nothing dropped, nothing overwritten), and the description and suffix as sent.
+      const ours = Object.fromEntries(Object.entries(pi.metadata).filter(([k]) => OUR_METADATA_KEYS.includes(k)));
+      expect(Object.keys(ours).sort(), `PaymentIntent ${pi.id}: our metadata`).toEqual(['key_generation', 'operation_id', 'order_id']);
+      expect(pi.metadata, `PaymentIntent ${pi.id}: metadata`).toEqual({ ...asked!.metadata, ...ours });
+      expect({ description: pi.description ?? null, suffix: pi.statement_descriptor_suffix ?? null }).toEqual({ description: asked!.description, suffix: asked!.statementDescriptorSuffix });
       tally.charged += 1;
     }
     expect(stripe.fake.stats().doubleCharges).toBe(0);
@@ -422,6 +541,31 @@ describe('hostile message bodies through the real charge handler', () => {
     if (verdict === 'refund_conflict') expect(ops.map((o) => acceptedRefunds.has(o.id)), what).toEqual([true]);
     else expect(ops, `refused refund made an operation — ${what}`).toHaveLength(0);
   }
+
+  it('charge parameters the ledger could not keep as sent (NUL, lone surrogate, empty metadata value, a __proto__ key) are invalid_body rows, not a redelivery loop; valid ones reach the PaymentIntent as sent', async () => {
+    const base = { amount: 700, currency: 'eur', customerId: 'cus_test', paymentMethod: 'pm_card_visa' };
+    const bad: [string, string, RegExp][] = [
+      [`fz-p1-${RUN_TAG}`, `"description":"a\\u0000b"`, /description: must not contain NUL or lone surrogates/],
+      [`fz-p2-${RUN_TAG}`, `"metadata":{"k":"\\ud800"}`, /metadata values must not contain NUL or lone surrogates/],
+      [`fz-p3-${RUN_TAG}`, `"metadata":{"k":""}`, /metadata values must not be empty/],
+      [`fz-p4-${RUN_TAG}`, `"metadata":{"__proto__":"v"}`, /metadata key __proto__ is not allowed/],
+    ];
+    const good = `fz-p5-${RUN_TAG}`;
+    const records = [
+      ...bad.map(([orderId, param]) => record(JSON.stringify({ orderId, ...base }).replace(/\}$/, `,${param}}`), true)),
+      record(JSON.stringify({ orderId: good, ...base, description: 'Two books — 日本', statementDescriptorSuffix: 'BOOKS 7', metadata: { shop: 'eu_1', constructor: 'x' } }), true),
+    ];
+    const response = await handler({ Records: records }, lambdaContext(60_000));
+    expect(response?.batchItemFailures ?? []).toEqual([]);
+    for (const [i, [orderId, , reason]] of bad.entries()) {
+      const { rows } = await db.pool.query(`SELECT reason_code, reason FROM rejected_messages WHERE message_id = $1`, [records[i]!.messageId]);
+      expect(rows).toEqual([{ reason_code: 'invalid_body', reason: expect.stringMatching(reason) }]);
+      expect((await db.pool.query(`SELECT 1 FROM payment_operations WHERE order_id = $1`, [orderId])).rows).toEqual([]);
+    }
+    const [pi] = stripe.fake.paymentIntents({ orderId: good });
+    expect(pi).toMatchObject({ description: 'Two books — 日本', statement_descriptor_suffix: 'BOOKS 7', metadata: { shop: 'eu_1', constructor: 'x', order_id: good, operation_id: expect.any(String), key_generation: '0' } });
+    expect(Object.keys(pi!.metadata).sort()).toEqual(['constructor', 'key_generation', 'operation_id', 'order_id', 'shop']);
+  });
 
   it('a producer refund id in the duplicate remedy\'s namespace (duplicate:{pi}) is refused as invalid, and nothing is refunded', async () => {
     const orderId = `fz-ns-${RUN_TAG}`;
