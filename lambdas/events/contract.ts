@@ -1,7 +1,7 @@
 // The outcome-event contract (DESIGN §6) for consumers: order services, e-mail senders, ledgers.
 // Delivery is at least once. Deduplicate on `detail.eventId`: it is the same on every re-send.
 // One source of truth: the zod schema below; the JSON Schema for consumers is generated from it
-// (schemas/charge-outcome-detail.v1.json, kept in sync by test/outbox.test.ts).
+// (schemas/charge-outcome-detail.v1.json, kept in sync by test/contract-schemas.test.ts).
 // Delivery is not in order either: an operation's state is the event with the highest `sequence`.
 import { z } from 'zod';
 
@@ -47,15 +47,18 @@ export const chargeOutcomeDetailSchema = z
 /** `detail` of every outcome event. */
 export type ChargeOutcomeDetail = z.infer<typeof chargeOutcomeDetailSchema>;
 
-/** JSON Schema (draft 2020-12) of `detail`, for consumers that validate or generate code. */
+/**
+ * JSON Schema (draft 2020-12) of an event's `detail`, for consumers that validate or generate code.
+ * io 'input': no `additionalProperties: false`, so a validator built from the file keeps accepting
+ * events when a field is added (what "additive changes keep the version" promises) — for every
+ * detail alike. The committed files are EVENT_DETAIL_JSON_SCHEMAS written by `npm run schemas`.
+ */
+function detailJsonSchema(name: string, title: string, schema: z.ZodType): Record<string, unknown> {
+  return { $id: `urn:payments.charges:${name}:v1`, title, ...z.toJSONSchema(schema, { target: 'draft-2020-12', io: 'input' }) };
+}
+
 export function chargeOutcomeDetailJsonSchema(): Record<string, unknown> {
-  return {
-    $id: 'urn:payments.charges:charge-outcome-detail:v1',
-    title: 'ChargeOutcomeDetail',
-    // io 'input': no `additionalProperties: false`, so a validator built from this file keeps
-    // accepting events when a field is added (what "additive changes keep the version" promises).
-    ...z.toJSONSchema(chargeOutcomeDetailSchema, { target: 'draft-2020-12', io: 'input' }),
-  };
+  return detailJsonSchema('charge-outcome-detail', 'ChargeOutcomeDetail', chargeOutcomeDetailSchema);
 }
 
 /**
@@ -96,11 +99,7 @@ export const refundOutcomeDetailSchema = chargeOutcomeDetailSchema
 export type RefundOutcomeDetail = z.infer<typeof refundOutcomeDetailSchema>;
 
 export function refundOutcomeDetailJsonSchema(): Record<string, unknown> {
-  return {
-    $id: 'urn:payments.charges:refund-outcome-detail:v1',
-    title: 'RefundOutcomeDetail',
-    ...z.toJSONSchema(refundOutcomeDetailSchema, { target: 'draft-2020-12', io: 'input' }),
-  };
+  return detailJsonSchema('refund-outcome-detail', 'RefundOutcomeDetail', refundOutcomeDetailSchema);
 }
 
 /** The detail-type that announces a status. */
@@ -113,7 +112,7 @@ export function detailTypeOf(status: ChargeOutcomeDetail['status']): DetailType 
 // A refund made in the Dashboard, a dispute opened or closed: learnt from Stripe's events
 // (lambdas/payments/event-applier.ts) and announced through the same outbox, source and bus. The
 // charge's own status stays what it is (a refunded charge still succeeded); these events say what
-// followed. Schema: schemas/charge-aftermath-detail.v1.json (kept in sync by test/stripe-events/contract.test.ts).
+// followed. Schema: schemas/charge-aftermath-detail.v1.json (kept in sync by test/contract-schemas.test.ts).
 
 export const AftermathDetailType = {
   refunded: 'Charge Refunded',
@@ -147,11 +146,7 @@ export const chargeAftermathDetailSchema = z
 export type ChargeAftermathDetail = z.infer<typeof chargeAftermathDetailSchema>;
 
 export function chargeAftermathDetailJsonSchema(): Record<string, unknown> {
-  return {
-    $id: 'urn:payments.charges:charge-aftermath-detail:v1',
-    title: 'ChargeAftermathDetail',
-    ...z.toJSONSchema(chargeAftermathDetailSchema, { target: 'draft-2020-12' }),
-  };
+  return detailJsonSchema('charge-aftermath-detail', 'ChargeAftermathDetail', chargeAftermathDetailSchema);
 }
 
 // ── What happens to a refund after it succeeded (Stripe events in) ───────────────────────────────
@@ -160,7 +155,7 @@ export function chargeAftermathDetailJsonSchema(): Record<string, unknown> {
 // stays final `succeeded` — the request executed, and a final state is never rewritten — and this
 // FACT says what followed: the money did not reach the customer, Stripe returned it to the balance.
 // A fact, like the Charge aftermath: never ranked against the operation's states (consumers kit,
-// ordering.ts). Schema: schemas/refund-fact-detail.v1.json (kept in sync by test/stripe-events/refund-events.test.ts).
+// ordering.ts). Schema: schemas/refund-fact-detail.v1.json (kept in sync by test/contract-schemas.test.ts).
 
 export const RefundFactDetailType = {
   failedAfterSuccess: 'Refund Failed After Success',
@@ -190,9 +185,13 @@ export const refundFactDetailSchema = z
 export type RefundFactDetail = z.infer<typeof refundFactDetailSchema>;
 
 export function refundFactDetailJsonSchema(): Record<string, unknown> {
-  return {
-    $id: 'urn:payments.charges:refund-fact-detail:v1',
-    title: 'RefundFactDetail',
-    ...z.toJSONSchema(refundFactDetailSchema, { target: 'draft-2020-12', io: 'input' }),
-  };
+  return detailJsonSchema('refund-fact-detail', 'RefundFactDetail', refundFactDetailSchema);
 }
+
+/** Every committed event schema (schemas/<file>) and the code it is generated from: `npm run schemas` writes them, test/contract-schemas.test.ts holds them equal. */
+export const EVENT_DETAIL_JSON_SCHEMAS: Readonly<Record<string, () => Record<string, unknown>>> = {
+  'charge-outcome-detail.v1.json': chargeOutcomeDetailJsonSchema,
+  'refund-outcome-detail.v1.json': refundOutcomeDetailJsonSchema,
+  'charge-aftermath-detail.v1.json': chargeAftermathDetailJsonSchema,
+  'refund-fact-detail.v1.json': refundFactDetailJsonSchema,
+};
