@@ -465,6 +465,23 @@ export interface RecordResult {
   readonly event: OutcomeEventRow | null;
 }
 
+/** What recordOutcomes and reissueAfterProof return per operation: applied or not, and the outbox row written. */
+interface RecordedRow {
+  id: string;
+  applied: boolean;
+  status: OperationStatus | null;
+  event_id: string | null;
+  event_type: string | null;
+  event_payload: Record<string, unknown> | null;
+}
+
+const toRecordResult = (row: RecordedRow): RecordResult => ({
+  operationId: row.id,
+  applied: row.applied,
+  status: row.status,
+  event: row.event_id && row.event_type && row.event_payload ? { eventId: row.event_id, operationId: row.id, eventType: row.event_type, payload: row.event_payload } : null,
+});
+
 /**
  * Write a batch of outcomes in ONE statement: each fenced by its lease token and by open status
  * (a zombie's late write and a write over a final state are discarded, and say so in the audit
@@ -498,14 +515,7 @@ export async function recordOutcomes(
     detail: w.detail,
     remedies: w.remedies ?? null,
   }));
-  const { rows } = await prepared<{
-    id: string;
-    applied: boolean;
-    status: OperationStatus | null;
-    event_id: string | null;
-    event_type: string | null;
-    event_payload: Record<string, unknown> | null;
-  }>(
+  const { rows } = await prepared<RecordedRow>(
     db,
     'payments.record_outcomes',
     `WITH o AS (
@@ -592,15 +602,7 @@ export async function recordOutcomes(
        FROM o LEFT JOIN upd u ON u.id = o.id LEFT JOIN outbox e ON e.operation_id = o.id`,
     [JSON.stringify(payload), actor, publishLeaseMs],
   );
-  return rows.map((row) => ({
-    operationId: row.id,
-    applied: row.applied,
-    status: row.status,
-    event:
-      row.event_id && row.event_type && row.event_payload
-        ? { eventId: row.event_id, operationId: row.id, eventType: row.event_type, payload: row.event_payload }
-        : null,
-  }));
+  return rows.map(toRecordResult);
 }
 
 /**
@@ -695,14 +697,7 @@ export async function reissueAfterProof(db: Db, writes: readonly ReissueWrite[],
     key_generation: w.keyGeneration,
     detail: w.detail,
   }));
-  const { rows } = await prepared<{
-    id: string;
-    applied: boolean;
-    status: OperationStatus | null;
-    event_id: string | null;
-    event_type: string | null;
-    event_payload: Record<string, unknown> | null;
-  }>(
+  const { rows } = await prepared<RecordedRow>(
     db,
     'payments.reissue_after_proof',
     `WITH o AS (
@@ -745,15 +740,7 @@ export async function reissueAfterProof(db: Db, writes: readonly ReissueWrite[],
        FROM o LEFT JOIN upd u ON u.id = o.id LEFT JOIN outbox e ON e.operation_id = o.id`,
     [JSON.stringify(payload), actor, publishLeaseMs, AUTO_REISSUE_REASON],
   );
-  return rows.map((row) => ({
-    operationId: row.id,
-    applied: row.applied,
-    status: row.status,
-    event:
-      row.event_id && row.event_type && row.event_payload
-        ? { eventId: row.event_id, operationId: row.id, eventType: row.event_type, payload: row.event_payload }
-        : null,
-  }));
+  return rows.map(toRecordResult);
 }
 
 /** The audit trails of some operations, oldest first: what the engine's evidence is read from. */
