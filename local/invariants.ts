@@ -185,7 +185,7 @@ const REFUND_EVENT_TYPES = {
   review: 'Refund Needs Review',
   reissue: 'Refund Reissued',
 } as const;
-/** PaymentIntent statuses that are no charge and can never become one (review.ts chargingPaymentIntents). */
+/** PaymentIntent statuses that are no charge and can never become one (review.ts movingObjects). */
 const HARMLESS: readonly PaymentIntentStatus[] = ['canceled', 'requires_payment_method'];
 
 // One pass per table; the scope ($1, NULL = everything) is applied in SQL so a 10,000-order soak and a

@@ -5,7 +5,7 @@
 import { RefundFactDetailType } from '../events/contract.ts';
 import { publishLeased, type EventPublisher } from '../events/outbox.ts';
 import type { Db } from '../payments/db.ts';
-import { idempotencyKey, judgeDuplicateCharge, type EnginePolicy } from '../payments/decisions.ts';
+import { DEFAULT_POLICY, idempotencyKey, judgeDuplicateCharge, KIND_RULES, type EnginePolicy } from '../payments/decisions.ts';
 import { ChargeEngine } from '../payments/engine.ts';
 import { FailureKind, type PaymentGateway } from '../payments/gateway.ts';
 import {
@@ -32,7 +32,6 @@ import {
   type Verdict,
 } from '../payments/review.ts';
 import { listFindings, resolveFinding, type FindingRow } from '../payments/inbox-store.ts';
-import { KIND_RULES } from '../payments/decisions.ts';
 import { findOperationByOrder, findRefundsOfOrder } from '../payments/operations-store.ts';
 import type { Operation, PaymentIntentView } from '../payments/types.ts';
 import { ConflictError, NotFoundError, OpsError, RefusedError, StripeUnavailableError, UsageError } from './errors.ts';
@@ -49,8 +48,6 @@ export interface OpsContext {
   readonly policy?: ReviewPolicy;
   /** How the command arrived (`{kind: 'lambda', requestId}` / `{kind: 'direct', host}`): written into every audit event. */
   readonly transport: Readonly<Record<string, unknown>>;
-  /** How long a resolution's outbox row is kept from the relay while this command publishes it. */
-  readonly publishLeaseMs?: number;
   /** The engine's Stripe gateway, created on first use: only `refunds create` sends anything. */
   readonly gateway?: () => Promise<PaymentGateway>;
   /** The deployment's engine policy (LEASE_MS, …), for the engine `refunds create` runs. */
@@ -455,7 +452,7 @@ async function resolve(ctx: OpsContext, command: Extract<Command, { name: 'revie
       evidence: evidenceDetail(evidence),
       ...(warnings.length > 0 ? { warnings } : {}),
     }),
-    publishLeaseMs: publisher ? (ctx.publishLeaseMs ?? 60_000) : null,
+    publishLeaseMs: publisher ? (ctx.enginePolicy?.publishLeaseMs ?? DEFAULT_POLICY.publishLeaseMs) : null,
   });
   if (!written) return conflict(ctx, op.id, 'review resolve');
   const published = await publishNow(ctx, written);

@@ -61,8 +61,6 @@ export interface EngineOptions {
   readonly concurrency?: number;
   /** Jitter source (tests make it deterministic). */
   readonly random?: () => number;
-  /** How long the recorder keeps the outbox rows it wrote, to publish them before a sweep may. */
-  readonly publishLeaseMs?: number;
   /**
    * Called before every Stripe call; resolves when the call may start (a rate limiter). Returning
    * false means "do not start" — the operation is released, untouched, for a later run.
@@ -163,7 +161,7 @@ export class ChargeEngine {
     this.#policy = { ...DEFAULT_POLICY, ...options.policy, backoff: { ...DEFAULT_POLICY.backoff, ...options.policy?.backoff } };
     this.#concurrency = options.concurrency ?? 10;
     this.#random = options.random ?? Math.random;
-    this.#publishLeaseMs = options.publishLeaseMs ?? this.#policy.publishLeaseMs;
+    this.#publishLeaseMs = this.#policy.publishLeaseMs;
     this.#beforeCall = options.beforeCall;
   }
 

@@ -63,8 +63,6 @@ export interface ApplierOptions {
   readonly random?: () => number;
   /** How long an inbox row is held while applied; must exceed one Stripe retrieve. Default: the operation lease. */
   readonly leaseMs?: number;
-  /** Outbox rows written by an apply are leased this long to the caller, to publish at once. */
-  readonly publishLeaseMs?: number;
   /** Asked before each retrieve (the reconciler's rate limiter); false = do not call, the event waits. */
   readonly beforeCall?: () => Promise<boolean> | boolean;
 }
@@ -129,7 +127,7 @@ export class StripeEventApplier {
     this.#policy = { ...DEFAULT_POLICY, ...options.policy, backoff: { ...DEFAULT_POLICY.backoff, ...options.policy?.backoff } };
     this.#random = options.random ?? Math.random;
     this.#leaseMs = options.leaseMs ?? this.#policy.leaseMs;
-    this.#publishLeaseMs = options.publishLeaseMs ?? this.#policy.publishLeaseMs;
+    this.#publishLeaseMs = this.#policy.publishLeaseMs;
     this.#beforeCall = options.beforeCall;
   }
 

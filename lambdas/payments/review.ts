@@ -425,9 +425,6 @@ export function movingObjects(evidence: StripeEvidence): EvidenceObject[] {
   return REVIEW_KINDS[evidence.kind].own(evidence).filter((object) => statusOf(object.status) !== 'failed');
 }
 
-/** The charge kind's name for movingObjects (local/invariants.ts cites it). */
-export const chargingPaymentIntents = (evidence: StripeEvidence): EvidenceObject[] => movingObjects(evidence);
-
 const OUTCOME_ACTIONS = new Set(['outcome_recorded', 'outcome_discarded', 'lease_released']);
 const NON_SENDING_STEPS = new Set(['retrieve', 'search', 'list']);
 
