@@ -906,7 +906,7 @@ export function decidePrecondition(op: ClaimedOperation): Outcome | null {
 /** Budget-stopped lists (under one key generation) before a human is asked instead of listing again. */
 export const MAX_INCOMPLETE_LISTS = 3;
 
-/** The List gateway's page cap (stripe-gateway.ts MAX_LIST_PAGES): a list stopped there cannot show absence. */
+/** The List gateway's page cap (stripe-gateway.ts stops there): a list stopped there cannot show absence. */
 export const MAX_LIST_PAGES_FOR_PROOF = 20;
 
 const EMPTY_HISTORY: EvidenceHistory = {

@@ -20,7 +20,6 @@ import { decideRetrieve, DEFAULT_POLICY, fromPaymentIntent, judgeDuplicateCharge
 import {
   aftermathOf,
   claimedOperationId,
-  claimedRefundOperationId,
   decidePaymentIntentEvent,
   decideRefundAfterRetrieve,
   decideRefundEvent,
@@ -40,8 +39,6 @@ import {
   claimForEvent,
   deferEvent,
   findOperationByExternalId,
-  findOperationById,
-  findOperationByPaymentIntent,
   markApplied,
   recordAftermath,
   recordFinding,
@@ -51,7 +48,7 @@ import {
   type TransactionalDb,
   WAITING_FOR_LEASE,
 } from './inbox-store.ts';
-import { insertDuplicateRefund, recordOutcomes, type OutcomeEventRow, type OutcomeWrite } from './operations-store.ts';
+import { findOperation, insertDuplicateRefund, recordOutcomes, type OutcomeEventRow, type OutcomeWrite } from './operations-store.ts';
 import type { ClaimedOperation, Operation, PaymentIntentView } from './types.ts';
 
 export interface ApplierOptions {
@@ -187,7 +184,7 @@ export class StripeEventApplier {
       const pi = paymentIntentOf(event);
       if (!pi) return this.#finish(row, 'unreadable', null, `${event.type} without a readable PaymentIntent`);
       const operationId = claimedOperationId(pi);
-      const op = operationId ? await findOperationById(this.#db, operationId) : null;
+      const op = operationId ? await findOperation(this.#db, operationId) : null;
       return this.#applyPaymentIntent(row, event, pi, op, 0);
     }
     if (event.type === 'charge.refunded' || event.type === 'charge.dispute.created' || event.type === 'charge.dispute.closed') {
@@ -197,8 +194,8 @@ export class StripeEventApplier {
       const refund = refundOf(event);
       if (!refund) return this.#finish(row, 'unreadable', null, `${event.type} without a readable Refund`);
       // Ours by the operation id we put in its metadata, else by the Refund id an operation recorded.
-      const claimedId = claimedRefundOperationId(refund);
-      const op = (claimedId ? await findOperationById(this.#db, claimedId) : null) ?? (await findOperationByExternalId(this.#db, refund.id));
+      const claimedId = claimedOperationId(refund);
+      const op = (claimedId ? await findOperation(this.#db, claimedId) : null) ?? (await findOperationByExternalId(this.#db, refund.id));
       return this.#applyRefund(row, event, refund, op, 0);
     }
     return this.#finish(row, 'ignored_type', null, `${event.type} is not acted on`);
@@ -273,7 +270,7 @@ export class StripeEventApplier {
   /** A refund event (refund.created / updated / failed, charge.refund.updated) for the refund operation it names, if any. */
   async #applyRefund(row: InboxRow, event: StripeEventView, refund: EventRefund, op: Operation | null, depth: number): Promise<Applied> {
     // The PaymentIntent the operation refunds: the remedy's extra one, else its charge's.
-    const charge = op?.kind === 'refund' && op.refund && op.refund.paymentIntentId === null ? await findOperationById(this.#db, op.refund.parentOperationId) : null;
+    const charge = op?.kind === 'refund' && op.refund && op.refund.paymentIntentId === null ? await findOperation(this.#db, op.refund.parentOperationId) : null;
     const decision = decideRefundEvent(op, refund, op?.refund?.paymentIntentId ?? charge?.externalId ?? null);
     const evidence = {
       stripeEventId: event.id,
@@ -472,7 +469,7 @@ export class StripeEventApplier {
   async #applyAftermath(row: InboxRow, event: StripeEventView): Promise<Applied> {
     const a = aftermathOf(event);
     if (!a) return this.#finish(row, 'unreadable', null, `${event.type} without a readable charge or dispute`);
-    const op = await findOperationByPaymentIntent(this.#db, a.paymentIntentId);
+    const op = await findOperationByExternalId(this.#db, a.paymentIntentId);
     if (!op) return this.#finish(row, 'unknown_payment_intent', null, `${event.type} for ${a.paymentIntentId}, which no operation holds`);
     const written: { event: OutcomeEventRow | null } = { event: null };
     const done = await this.#transaction(async (client) => {

@@ -163,8 +163,8 @@ const MONEY_MAY_MOVE = new Set(['succeeded', 'processing', 'requires_capture']);
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** The operation a PaymentIntent claims to belong to (metadata.operation_id), if it is shaped like one of ours. */
-export function claimedOperationId(pi: EventPaymentIntent): string | null {
-  const id = pi.metadata.operation_id;
+export function claimedOperationId(object: { readonly metadata: Readonly<Record<string, string>> }): string | null {
+  const id = object.metadata.operation_id;
   return id !== undefined && UUID.test(id) ? id.toLowerCase() : null;
 }
 
@@ -290,12 +290,6 @@ export function refundOf(event: StripeEventView): EventRefund | null {
     for (const [k, v] of Object.entries(object.metadata)) if (typeof v === 'string') metadata[k] = v;
   }
   return { id, status, amount, currency, metadata, paymentIntentId: idOf(object.payment_intent), failureReason: str(object.failure_reason) };
-}
-
-/** The refund operation a Refund claims to belong to (our metadata.operation_id), if shaped like one of ours. */
-export function claimedRefundOperationId(refund: EventRefund): string | null {
-  const id = refund.metadata.operation_id;
-  return id !== undefined && UUID.test(id) ? id.toLowerCase() : null;
 }
 
 export type RefundEventDecision =

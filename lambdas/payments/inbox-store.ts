@@ -164,18 +164,6 @@ export async function deferEvent(
 
 // ── Operations, as the applier needs them ────────────────────────────────────────────────────────
 
-export async function findOperationById(db: Db, operationId: string): Promise<Operation | null> {
-  const { rows } = await db.query<{ op: Parameters<typeof toOperation>[0] }>(
-    'SELECT to_jsonb(p) AS op FROM payment_operations p WHERE p.id = $1::uuid',
-    [operationId],
-  );
-  return rows[0] ? toOperation(rows[0].op) : null;
-}
-
-export async function findOperationByPaymentIntent(db: Db, paymentIntentId: string): Promise<Operation | null> {
-  return findOperationByExternalId(db, paymentIntentId);
-}
-
 /** The operation holding a Stripe object (a charge its pi_…, a refund its re_…). */
 export async function findOperationByExternalId(db: Db, externalId: string): Promise<Operation | null> {
   const { rows } = await db.query<{ op: Parameters<typeof toOperation>[0] }>(

@@ -2,7 +2,7 @@
 // accepts. One schema for both sides, so the producer refuses what the consumer would reject.
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
-import { REMEDY_REFUND_ID_PREFIX } from './types.ts';
+import { REFUND_REASONS, REMEDY_REFUND_ID_PREFIX } from './types.ts';
 
 /** Stripe's ceiling for most currencies is 8 digits in minor units; deployments may lower it. */
 export const DEFAULT_MAX_AMOUNT = 99_999_999;
@@ -90,32 +90,21 @@ export function refundRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
       .int('must be an integer number of minor units')
       .positive('must be positive')
       .max(maxAmount, `must be at most ${maxAmount}`),
-    reason: z.enum(['duplicate', 'fraudulent', 'requested_by_customer'], 'must be duplicate, fraudulent or requested_by_customer').optional(),
+    reason: z.enum(REFUND_REASONS, `must be ${REFUND_REASONS.join(', ').replace(/, (?=[^,]*$)/, ' or ')}`).optional(),
   });
 }
 
 export type RefundRequest = z.infer<ReturnType<typeof refundRequestSchema>>;
 
-// Building a zod schema costs more than using it: one per maximum, built once (a deployment has one).
-const schemas = new Map<number, ReturnType<typeof chargeRequestSchema>>();
-function schemaFor(maxAmount: number): ReturnType<typeof chargeRequestSchema> {
-  let schema = schemas.get(maxAmount);
-  if (!schema) {
-    schema = chargeRequestSchema(maxAmount);
-    schemas.set(maxAmount, schema);
-  }
-  return schema;
+// Building a zod schema costs more than using it: one per kind and maximum, built once (a deployment has one).
+const built = new Map<string, unknown>();
+function memo<T>(kind: 'charge' | 'refund', maxAmount: number, build: (maxAmount: number) => T): T {
+  const key = `${kind}:${maxAmount}`;
+  if (!built.has(key)) built.set(key, build(maxAmount));
+  return built.get(key) as T;
 }
-
-const refundSchemas = new Map<number, ReturnType<typeof refundRequestSchema>>();
-function refundSchemaFor(maxAmount: number): ReturnType<typeof refundRequestSchema> {
-  let schema = refundSchemas.get(maxAmount);
-  if (!schema) {
-    schema = refundRequestSchema(maxAmount);
-    refundSchemas.set(maxAmount, schema);
-  }
-  return schema;
-}
+const schemaFor = (maxAmount: number) => memo('charge', maxAmount, chargeRequestSchema);
+const refundSchemaFor = (maxAmount: number) => memo('refund', maxAmount, refundRequestSchema);
 
 export type QueueParseResult =
   | { readonly ok: true; readonly kind: 'charge'; readonly request: ChargeRequest }

@@ -161,11 +161,8 @@ function lastStatus(resource: unknown): number | undefined {
   return typeof status === 'number' ? status : undefined;
 }
 
-/**
- * One customer's PaymentIntents in one operation's send window: normally a handful. 20 pages (2,000
- * PaymentIntents) is far beyond that; past it the list is incomplete and proves nothing.
- */
-export const MAX_LIST_PAGES = MAX_LIST_PAGES_FOR_PROOF;
+// One customer's PaymentIntents in one operation's send window are normally a handful; the List reader
+// stops, incomplete, at MAX_LIST_PAGES_FOR_PROOF pages (2,000 objects), past which it proves nothing.
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -321,7 +318,7 @@ export class StripeGateway implements PaymentGateway {
   /**
    * GET /v1/payment_intents?customer=…&created[gte]=…&created[lte]=…&limit=100, every page
    * (`has_more`, `starting_after` = the last id of the page; newest first: docs.stripe.com/api/pagination).
-   * Real time, unlike Search. Stops, incomplete, at MAX_LIST_PAGES or when beforePage says no.
+   * Real time, unlike Search. Stops, incomplete, at MAX_LIST_PAGES_FOR_PROOF or when beforePage says no.
    */
   async listPaymentIntents(request: ListRequest): Promise<GatewayResult<ListAnswer<PaymentIntentView>>> {
     const customer = request.scope.customer;
@@ -343,7 +340,7 @@ export class StripeGateway implements PaymentGateway {
 
 /**
  * Every page of a Stripe list (`has_more`, `starting_after` = the last id of the page:
- * docs.stripe.com/api/pagination), for any object kind. Stops, incomplete, at MAX_LIST_PAGES or when
+ * docs.stripe.com/api/pagination), for any object kind. Stops, incomplete, at MAX_LIST_PAGES_FOR_PROOF or when
  * `beforePage` (the rate limiter) says no before a further page.
  */
 async function readAllPages<T>(
@@ -357,7 +354,7 @@ async function readAllPages<T>(
   let startingAfter: string | undefined;
   try {
     for (let pages = 0; ; pages++) {
-      if (pages === MAX_LIST_PAGES || (pages > 0 && !((await beforePage?.()) ?? true))) {
+      if (pages === MAX_LIST_PAGES_FOR_PROOF || (pages > 0 && !((await beforePage?.()) ?? true))) {
         return { ok: true, value: { items, pages, requestIds, complete: false } };
       }
       const page = await fetchPage(startingAfter);

@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   aftermathOf,
-  claimedRefundOperationId,
+  claimedOperationId,
   decidePaymentIntentEvent,
   decideRefundAfterRetrieve,
   decideRefundEvent,
@@ -158,7 +158,7 @@ describe('decideRefundEvent', () => {
       const e = readStripeEvent(makeStripeEvent(type, object));
       const r = e.ok ? refundOf(e.event) : null;
       expect(r).toMatchObject({ id: 're_9', status: 'failed', amount: 300, paymentIntentId: 'pi_9', failureReason: 'expired_or_canceled_card' });
-      expect(claimedRefundOperationId(r!)).toBe(OP_ID);
+      expect(claimedOperationId(r!)).toBe(OP_ID);
     }
     const charge = readStripeEvent(makeStripeEvent('refund.updated', { ...object, object: 'charge' }));
     expect(charge.ok && refundOf(charge.event)).toBeNull();
