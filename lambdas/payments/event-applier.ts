@@ -16,7 +16,7 @@
 // is then judged against the state it wrote.
 import { randomUUID } from 'node:crypto';
 import type { Db } from './db.ts';
-import { decideRetrieve, DEFAULT_POLICY, fromPaymentIntent, judgeDuplicateCharge, type DecisionContext, type EnginePolicy, type Outcome } from './decisions.ts';
+import { decideRetrieve, DEFAULT_POLICY, fromPaymentIntent, type DecisionContext, type EnginePolicy, type Outcome } from './decisions.ts';
 import {
   aftermathOf,
   claimedOperationId,
@@ -219,11 +219,11 @@ export class StripeEventApplier {
         const outcome: ApplyOutcome = decision.kind === 'unrecorded' ? 'unrecorded' : 'contradiction';
         // A second succeeded PaymentIntent of a succeeded charge: the duplicate-charge remedy (issue 15)
         // refunds it, in the same transaction as the finding, once however often the event comes.
-        const remedy = op && decision.kind === 'duplicate_charge' ? judgeDuplicateCharge(op, pi) : null;
+        const remedy = decision.kind === 'duplicate_charge' ? decision.remedy : null;
         let remedyOperationId: string | null = null;
         let newFinding = false;
         const done = await this.#transaction(async (client) => {
-          if (op && remedy?.kind === 'refund') {
+          if (op && remedy) {
             remedyOperationId = await insertDuplicateRefund(client, op, remedy, this.#actor, { stripeEventId: event.id, eventType: event.type });
           }
           newFinding = await recordFinding(client, {

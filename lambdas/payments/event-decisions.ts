@@ -12,6 +12,7 @@
 // terminal at Stripe (succeeded, canceled: a PaymentIntent never leaves them); any other status is
 // settled by retrieving the PaymentIntent now, exactly as the reconciler would.
 import { z } from 'zod';
+import { judgeDuplicateCharge, type DuplicateRemedy } from './decisions.ts';
 import type { Operation, PaymentIntentView } from './types.ts';
 
 // The subscribed types live in a dependency-free module the construct imports (the npm package).
@@ -182,7 +183,7 @@ export type PaymentIntentEventDecision =
    * customer — charged it again: the contradiction's finding and alarm, and the duplicate-charge
    * remedy's refund of this one (decisions.ts judgeDuplicateCharge), in the same transaction.
    */
-  | { readonly kind: 'duplicate_charge'; readonly reason: string }
+  | { readonly kind: 'duplicate_charge'; readonly reason: string; readonly remedy: DuplicateRemedy }
   /**
    * Open, holding another PaymentIntent, and this one charged the order too: which one is the extra
    * cannot be said until the operation settles. The event waits in the inbox and is judged again then.
@@ -221,8 +222,10 @@ export function decidePaymentIntentEvent(op: Operation | null, pi: EventPaymentI
     const same = op.externalId === pi.id;
     if (op.status === 'succeeded') {
       if (same && pi.status === 'canceled') return { kind: 'contradiction', reason: `operation succeeded with ${pi.id}, but an event says it was canceled` };
-      if (!same && pi.status === 'succeeded' && op.kind === 'charge' && mismatch.length === 0) {
-        return { kind: 'duplicate_charge', reason: `operation succeeded with ${op.externalId}, and a second ${describePi(pi)} charged the same order` };
+      // The remedy's one rule (judgeDuplicateCharge) decides; anything it refuses stays a contradiction below.
+      const verdict = !same && mismatch.length === 0 ? judgeDuplicateCharge(op, pi) : null;
+      if (verdict?.kind === 'refund') {
+        return { kind: 'duplicate_charge', reason: `operation succeeded with ${op.externalId}, and a second ${describePi(pi)} charged the same order`, remedy: verdict };
       }
       if (!same && MONEY_MAY_MOVE.has(pi.status)) {
         return { kind: 'contradiction', reason: `operation succeeded with ${op.externalId}, and a second ${describePi(pi)} exists for the same order` };
