@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { build } from 'esbuild';
 import { describe, expect, test } from 'vitest';
-import { handlerEntry, PROJECT_ROOT } from '../../lib/pipeline-function.ts';
+import { handlerEntry, PIPELINE_HANDLERS, PROJECT_ROOT } from '../../lib/pipeline-function.ts';
 
 const PEER_ONLY = ['@aws-lambda-powertools/batch', '@aws-lambda-powertools/idempotency', '@aws-sdk/client-dynamodb', '@aws-sdk/util-dynamodb', 'dynalite'];
 
@@ -25,7 +25,7 @@ describe('bench:peers dependencies stay out of the Lambda bundles', () => {
     expect((pkg.files ?? []).filter((f) => f.startsWith('bench'))).toEqual([]);
   });
 
-  test.each(['charge', 'reconcile', 'migrate', 'ops'] as const)('the %s bundle', async (handler) => {
+  test.each(PIPELINE_HANDLERS)('the %s bundle', async (handler) => {
     const result = await build({
       entryPoints: [handlerEntry(handler)],
       bundle: true,

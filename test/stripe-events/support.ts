@@ -1,6 +1,6 @@
 // Shared by the Stripe-events tests: signed deliveries as Stripe makes them, and inbox reads.
 import type { Db } from '../../lambdas/payments/db.ts';
-import { makeStripeEvent, paymentIntentJson, signStripePayload, type StripeEventJson } from '../../local/fake-stripe/webhooks.ts';
+import { makeStripeEvent, paymentIntentEventType, paymentIntentJson, signStripePayload, type StripeEventJson } from '../../local/fake-stripe/webhooks.ts';
 import type { PaymentIntentRecord } from '../../local/fake-stripe/types.ts';
 import type { WebhookRequest } from '../../lambdas/stripe-events/receive.ts';
 
@@ -21,9 +21,8 @@ export function delivery(event: StripeEventJson, options: { secret?: string; at?
 
 /** A payment_intent.* event for a PaymentIntent as the fake's ledger holds it (status overridable: an older snapshot). */
 export function piEvent(pi: PaymentIntentRecord, status: string = pi.status, type?: string): StripeEventJson {
-  const t =
-    type ??
-    ({ succeeded: 'payment_intent.succeeded', processing: 'payment_intent.processing', canceled: 'payment_intent.canceled', requires_payment_method: 'payment_intent.payment_failed', requires_action: 'payment_intent.requires_action' } as Record<string, string>)[status]!;
+  const t = type ?? paymentIntentEventType(status);
+  if (t === null) throw new Error(`no payment_intent.* event for status ${status}`);
   return makeStripeEvent(t, { ...paymentIntentJson(pi), status });
 }
 
