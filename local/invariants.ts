@@ -136,6 +136,11 @@ export interface InvariantReport {
   readonly violations: readonly Violation[];
   readonly violationsByKind: Readonly<Partial<Record<ViolationKind, number>>>;
   readonly warnings: readonly Warning[];
+  /**
+   * Given refunds: the net amount each settled order must have at Stripe (the charge less the refunds
+   * the pipeline made and Stripe kept; 0 for a failed charge) — the figure the net_amount check used.
+   */
+  readonly expectedNet: ReadonlyMap<string, number>;
 }
 
 interface OperationFacts {
@@ -297,6 +302,9 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     succeededByOrder.set(order, [...(succeededByOrder.get(order) ?? []), pi]);
   }
   const net = stripeRefunds ? netChargedByOrder(paymentIntents, stripeRefunds) : null;
+  const expectedNet = new Map<string, number>();
+  const refundsOfOrder = new Map<string, OperationFacts[]>();
+  for (const r of refundOps) refundsOfOrder.set(r.order_id, [...(refundsOfOrder.get(r.order_id) ?? []), r]);
   for (const [orderId, pis] of succeededByOrder) {
     if (pis.length < 2) continue;
     // Given refunds: a second PaymentIntent refunded in full (the duplicate remedy) is no double charge.
@@ -312,7 +320,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       return refund !== undefined && (refund.status === 'failed' || refund.status === 'canceled');
     };
     const waitsForHuman = (r: OperationFacts) => stripeFailed(r) || r.last_error_class !== 'StripeIdempotencyError';
-    const remediesInReview = refundOps.filter((r) => r.order_id === orderId && r.refund_payment_intent !== null && r.review_reason !== null && waitsForHuman(r));
+    const remediesInReview = (refundsOfOrder.get(orderId) ?? []).filter((r) => r.refund_payment_intent !== null && r.review_reason !== null && waitsForHuman(r));
     const extras = pis.filter((pi) => pi.id !== op?.external_id);
     if (op && extras.length > 0 && extras.every((pi) => remediesInReview.some((r) => r.refund_payment_intent === pi.id))) {
       warnings.push({ kind: 'duplicate_awaiting_review', operationId: op.id, orderId, detail: `${extras.map((pi) => pi.id).join(', ')} still charged; the remedy waits for a human: ${remediesInReview[0]!.review_reason}` });
@@ -335,8 +343,6 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     // (the fact event): they refunded nothing, and Stripe's record (only succeeded refunds count,
     // netChargedByOrder) agrees only if the ledger discounts them too.
     const failedAfterSuccess = new Set(outboxRows.rows.filter((e) => e.event_type === REFUND_FAILED_AFTER_SUCCESS).map((e) => e.operation_id));
-    const refundsOfOrder = new Map<string, OperationFacts[]>();
-    for (const r of refundOps) refundsOfOrder.set(r.order_id, [...(refundsOfOrder.get(r.order_id) ?? []), r]);
     for (const op of charges) {
       const ours = refundsOfOrder.get(op.order_id) ?? [];
       const truth = net.get(op.order_id);
@@ -346,6 +352,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       if (!settled) continue;
       const asked = ours.filter((r) => r.status === 'succeeded' && r.refund_payment_intent === null && !failedAfterSuccess.has(r.id)).reduce((sum, r) => sum + Number(r.amount), 0);
       const expected = op.status === 'succeeded' ? Number(op.amount) - asked : 0;
+      expectedNet.set(op.order_id, expected);
       const kept = truth?.net ?? 0;
       if (kept !== expected) {
         violate('net_amount', `Stripe kept ${kept} (${truth?.succeededPaymentIntents ?? 0} succeeded PaymentIntents, ${truth?.refunded ?? 0} refunded); expected ${expected} (${op.status}, ${asked} refunded by the pipeline)`, op);
@@ -565,6 +572,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     violations,
     violationsByKind,
     warnings,
+    expectedNet,
   };
 }
 

@@ -197,7 +197,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
 
   const violationsByKind: Record<string, number> = {};
   for (const v of violations) violationsByKind[v.kind] = (violationsByKind[v.kind] ?? 0) + 1;
-  const refunds = await readRefundLedger({ db, orderIds, send, paymentIntents: truthPis, refunds: truthRefunds, stats, requests: p.fakeStripe?.requests() ?? null, violations });
+  const refunds = await readRefundLedger({ db, orderIds, send, paymentIntents: truthPis, refunds: truthRefunds, stats, requests: p.fakeStripe?.requests() ?? null, violations, expectedNet: report.expectedNet });
   const c = charges.rows[0]!;
 
   const settledOperations = report.byStatus.succeeded + report.byStatus.failed + report.inReview;

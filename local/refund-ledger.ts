@@ -119,6 +119,8 @@ export async function readRefundLedger(input: {
   /** The fake's request log (in this process only). */
   readonly requests: readonly RequestRecord[] | null;
   readonly violations: readonly Violation[];
+  /** The checker's expected net per settled order (InvariantReport.expectedNet): one rule, judged once. */
+  readonly expectedNet: ReadonlyMap<string, number>;
 }): Promise<RefundLedger> {
   const { db, send } = input;
   const scope = input.orderIds ? [...input.orderIds] : null;
@@ -162,11 +164,7 @@ export async function readRefundLedger(input: {
     const recorded = (recordedByOrder.get(orderId) ?? []).map(toRecorded);
     const atStripe = stripeByOrder ? (stripeByOrder.get(orderId) ?? []).map((r) => ({ id: r.id, amount: r.amount, status: r.status, paymentIntent: r.payment_intent })) : null;
     const truth = net?.get(orderId);
-    const final = (s: string) => s === 'succeeded' || s === 'failed';
-    const settled =
-      charge !== null && final(charge.status) && recorded.every((r) => final(r.status)) && (truth?.refundPending ?? 0) === 0;
-    const asked = recorded.filter((r) => r.status === 'succeeded' && r.remedyOf === null).reduce((sum, r) => sum + r.amount, 0);
-    const expectedNet = settled ? (charge.status === 'succeeded' ? Number(charge.amount) - asked : 0) : null;
+    const expectedNet = input.expectedNet.get(orderId) ?? null;
     return {
       orderId,
       scenario: send?.refunds.scenarios[orderId] ?? (send?.duplicateCharges[orderId] ? 'duplicate_charge' : null),
