@@ -617,38 +617,40 @@ export async function recordOutcomes(
  * publishes it).
  */
 export function outboxInsertSql(source: string, leaseParam: string): string {
-  // The kind is read from the row (it never changes), so a caller's source need not carry it:
-  // 'Charge …' for a charge, 'Refund …' for a refund (lambdas/events/contract.ts).
+  // The kind and the refund's names are read from the row (they never change), joined once, so a
+  // caller's source need not carry them: 'Charge …' for a charge, 'Refund …' for a refund
+  // (lambdas/events/contract.ts). `s.` is the source's (the outcome just written), `k.` the row's.
   return `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, publish_lease_until)
-       SELECT event_id, id,
-              CASE WHEN status = 'succeeded' AND EXISTS (SELECT 1 FROM payment_operations k WHERE k.id = ${source}.id AND k.refund_payment_intent IS NOT NULL)
+       SELECT s.event_id, s.id,
+              CASE WHEN s.status = 'succeeded' AND k.refund_payment_intent IS NOT NULL
                    THEN 'Charge Duplicate Refunded'
-                   ELSE CASE WHEN EXISTS (SELECT 1 FROM payment_operations k WHERE k.id = ${source}.id AND k.kind = 'refund') THEN 'Refund ' ELSE 'Charge ' END ||
-                        CASE WHEN review_reason IS NOT NULL THEN 'Needs Review'
-                             WHEN status = 'succeeded' THEN 'Succeeded'
-                             WHEN status = 'pending' THEN 'Reissued'
+                   ELSE CASE WHEN k.kind = 'refund' THEN 'Refund ' ELSE 'Charge ' END ||
+                        CASE WHEN s.review_reason IS NOT NULL THEN 'Needs Review'
+                             WHEN s.status = 'succeeded' THEN 'Succeeded'
+                             WHEN s.status = 'pending' THEN 'Reissued'
                              ELSE 'Failed' END
               END,
               jsonb_build_object(
                 'version', 1,
-                'eventId', event_id,
-                'operationId', id,
-                'orderId', order_id,
-                'status', CASE WHEN review_reason IS NOT NULL THEN 'needs_review' WHEN status = 'pending' THEN 'reissued' ELSE status END,
-                'amount', amount,
-                'currency', currency,
-                'externalId', external_id,
-                'reason', coalesce(review_reason, CASE WHEN status IN ('failed', 'pending') THEN failure_code END),
-                'occurredAt', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-                'sequence', event_sequence)
+                'eventId', s.event_id,
+                'operationId', s.id,
+                'orderId', s.order_id,
+                'status', CASE WHEN s.review_reason IS NOT NULL THEN 'needs_review' WHEN s.status = 'pending' THEN 'reissued' ELSE s.status END,
+                'amount', s.amount,
+                'currency', s.currency,
+                'externalId', s.external_id,
+                'reason', coalesce(s.review_reason, CASE WHEN s.status IN ('failed', 'pending') THEN s.failure_code END),
+                'occurredAt', to_char(s.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                'sequence', s.event_sequence)
               -- A refund's detail names the refund (refundOutcomeDetailSchema); a charge's is unchanged.
-              || coalesce((SELECT jsonb_build_object('kind', 'refund', 'refundId', k.refund_id,
-                                                     'chargeOperationId', k.parent_operation_id, 'refundReason', k.refund_reason)
-                                  || CASE WHEN k.refund_payment_intent IS NOT NULL
-                                          THEN jsonb_build_object('refundedPaymentIntent', k.refund_payment_intent) ELSE '{}'::jsonb END
-                             FROM payment_operations k WHERE k.id = ${source}.id AND k.kind = 'refund'), '{}'::jsonb),
+              || CASE WHEN k.kind = 'refund'
+                      THEN jsonb_build_object('kind', 'refund', 'refundId', k.refund_id,
+                                              'chargeOperationId', k.parent_operation_id, 'refundReason', k.refund_reason)
+                           || CASE WHEN k.refund_payment_intent IS NOT NULL
+                                   THEN jsonb_build_object('refundedPaymentIntent', k.refund_payment_intent) ELSE '{}'::jsonb END
+                      ELSE '{}'::jsonb END,
               now() + ${leaseParam}::bigint * interval '1 millisecond'
-         FROM ${source}`;
+         FROM ${source} AS s JOIN payment_operations k ON k.id = s.id`;
 }
 
 /**
