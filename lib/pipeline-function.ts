@@ -33,7 +33,7 @@ export const LAMBDA_RDS_CA_BUNDLE = '/var/task/rds-ca/global-bundle.pem';
  * Pre-built bundles, one folder per handler, beside the compiled construct in the npm package
  * (dist/lambda-assets/<handler>/index.mjs). Absent in the repository: there the sources are bundled.
  */
-export const PREBUILT_ASSETS_DIR = path.resolve(import.meta.dirname, '..', 'lambda-assets');
+const PREBUILT_ASSETS_DIR = path.resolve(import.meta.dirname, '..', 'lambda-assets');
 
 /** Every handler folder under lambdas/ that becomes a function (and a pre-built bundle in the package). */
 export const PIPELINE_HANDLERS = ['charge', 'reconcile', 'migrate', 'ops', 'stripe-events'] as const;
@@ -103,7 +103,7 @@ function functionRole(scope: Construct, id: string, description: string): iam.Ro
 }
 
 /** The pre-built bundle of `handler` when running from the npm package, else undefined. */
-export function prebuiltCode(handler: PipelineHandler): lambda.Code | undefined {
+function prebuiltCode(handler: PipelineHandler): lambda.Code | undefined {
   const dir = path.join(PREBUILT_ASSETS_DIR, handler);
   return existsSync(path.join(dir, 'index.mjs')) ? lambda.Code.fromAsset(dir) : undefined;
 }

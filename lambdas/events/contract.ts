@@ -4,6 +4,7 @@
 // (schemas/charge-outcome-detail.v1.json, kept in sync by test/contract-schemas.test.ts).
 // Delivery is not in order either: an operation's state is the event with the highest `sequence`.
 import { z } from 'zod';
+import { REFUND_REASONS } from '../payments/types.ts';
 
 export const DEFAULT_EVENT_SOURCE = 'payments.charges';
 
@@ -88,7 +89,7 @@ export const refundOutcomeDetailSchema = chargeOutcomeDetailSchema
     kind: z.literal('refund'),
     refundId: z.string().min(1).max(128).describe("The producer's refund id."),
     chargeOperationId: z.uuid().describe("The order's charge operation, the one refunded."),
-    refundReason: z.enum(['duplicate', 'fraudulent', 'requested_by_customer']).nullable().describe("Stripe's refund reason, as requested."),
+    refundReason: z.enum(REFUND_REASONS).nullable().describe("Stripe's refund reason, as requested."),
     refundedPaymentIntent: z
       .string()
       .optional()

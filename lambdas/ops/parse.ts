@@ -2,8 +2,9 @@
 // (bad arguments never cost a connection), and the ops Lambda parses the same argv again (it never
 // trusts its caller). node:util parseArgs, strict: an unknown or misspelled flag is an error.
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
+import { RejectReason } from '../payments/rejected-store.ts';
 import type { ReviewQueueFilter } from '../payments/review.ts';
-import { REMEDY_REFUND_ID_PREFIX } from '../payments/types.ts';
+import { REFUND_REASONS, REMEDY_REFUND_ID_PREFIX } from '../payments/types.ts';
 import { UsageError } from './errors.ts';
 
 export const COMMAND_NAMES = [
@@ -31,7 +32,8 @@ export interface OperatorAction {
   readonly reason: string;
 }
 
-export const REJECTED_REASON_CODES = ['invalid_json', 'invalid_body', 'order_conflict', 'refund_conflict', 'refund_rejected'] as const;
+/** The codes rejected_messages can hold: the store's own list (rejected-store.ts RejectReason). */
+export const REJECTED_REASON_CODES: readonly RejectReason[] = Object.values(RejectReason);
 
 export type Command =
   | { readonly name: 'help'; readonly topic: CommandName | null }
@@ -52,7 +54,7 @@ export type Command =
   | {
       readonly name: 'rejected list';
       readonly sinceMs: number | null;
-      readonly reasonCode: (typeof REJECTED_REASON_CODES)[number] | null;
+      readonly reasonCode: RejectReason | null;
       readonly orderId: string | null;
       readonly limit: number;
       readonly withBody: boolean;
@@ -69,7 +71,7 @@ export type Command =
       readonly orderId: string;
       readonly refundId: string;
       readonly amount: number;
-      readonly refundReason: (typeof STRIPE_REFUND_REASONS)[number] | null;
+      readonly refundReason: (typeof REFUND_REASONS)[number] | null;
       readonly action: OperatorAction;
     }
   /** A duplicate charge found by hand: the engine's duplicate-charge remedy, the operator as actor. */
@@ -77,7 +79,6 @@ export type Command =
   | { readonly name: 'stats' };
 
 export const FINDING_KINDS = ['contradiction', 'unrecorded_charge'] as const;
-export const STRIPE_REFUND_REASONS = ['duplicate', 'fraudulent', 'requested_by_customer'] as const;
 
 /** Where the CLI sends the command; never part of what the ops Lambda accepts. */
 export interface TransportOptions {
@@ -242,7 +243,7 @@ export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
     help: [
       ['--refund-id <id>', 'required: the refund\'s id (one refund per order and id; the same id again is the same refund)'],
       ['--amount <n>', 'required: minor units; at most what is left to refund (refunds list)'],
-      ['--refund-reason <r>', `Stripe's reason: ${'duplicate | fraudulent | requested_by_customer'}`],
+      ['--refund-reason <r>', `Stripe's reason: ${REFUND_REASONS.join(' | ')}`],
       ...ACTION_HELP,
     ],
     positionals: ['order-id'],
@@ -515,7 +516,7 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
           orderId: first,
           refundId,
           amount: Number(amountText),
-          refundReason: reason === undefined ? null : oneOf('--refund-reason', reason, STRIPE_REFUND_REASONS),
+          refundReason: reason === undefined ? null : oneOf('--refund-reason', reason, REFUND_REASONS),
           action: action(values, defaultActor),
         };
       }

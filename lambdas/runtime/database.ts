@@ -27,14 +27,14 @@ interface RdsSecret {
 /** PostgreSQL's invalid_password: the server refused the password (or the user does not exist). */
 export const INVALID_PASSWORD = '28P01';
 
-export function isAuthenticationFailure(error: unknown): boolean {
+function isAuthenticationFailure(error: unknown): boolean {
   return typeof error === 'object' && error !== null && (error as { code?: unknown }).code === INVALID_PASSWORD;
 }
 
 const caCache = new Map<string, string>();
 
 /** The PEM bundle of DB_SSL_CA_FILE, read once per container; a missing file is a configuration error. */
-export function readCaBundle(file: string): string {
+function readCaBundle(file: string): string {
   let pem = caCache.get(file);
   if (pem === undefined) {
     try {
@@ -49,7 +49,7 @@ export function readCaBundle(file: string): string {
 }
 
 /** The `ssl` option for the configured mode; `host` is the name the certificate must carry. */
-export function sslOptions(config: RuntimeConfig, host: string | undefined): pg.ClientConfig['ssl'] {
+function sslOptions(config: RuntimeConfig, host: string | undefined): pg.ClientConfig['ssl'] {
   const db = config.database;
   if (db.ssl === 'off') return undefined;
   if (db.ssl === 'require') return { rejectUnauthorized: false };
