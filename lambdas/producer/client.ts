@@ -139,20 +139,27 @@ export async function sendRefundRequest(
       parsed.error.issues.map((issue) => ({ index: 0, ...(orderId === undefined ? {} : { orderId }), path: issue.path.map(String).join('.') || '(request)', message: issue.message })),
     );
   }
-  const valid = parsed.data;
+  return sendOne(sqs, queueUrl, parsed.data.orderId, refundRequestMessage(parsed.data), options);
+}
+
+/** One SendMessage of a validated request's message: the answer, or ChargeRequestSendError. */
+async function sendOne(
+  sqs: SQSClient,
+  queueUrl: string,
+  orderId: string,
+  message: Pick<SendMessageBatchRequestEntry, 'MessageBody' | 'MessageGroupId' | 'MessageDeduplicationId'>,
+  options: SendOptions,
+): Promise<SentChargeRequest> {
   let out;
   try {
-    out = await sqs.send(
-      new SendMessageCommand({ QueueUrl: queueUrl, ...refundRequestMessage(valid) }),
-      options.abortSignal ? { abortSignal: options.abortSignal } : {},
-    );
+    out = await sqs.send(new SendMessageCommand({ QueueUrl: queueUrl, ...message }), options.abortSignal ? { abortSignal: options.abortSignal } : {});
   } catch (error) {
-    throw sendError(valid.orderId, error, 1);
+    throw sendError(orderId, error, 1);
   }
   if (!out.MessageId) {
-    throw new ChargeRequestSendError({ orderId: valid.orderId, code: 'MissingMessageId', message: 'SQS answered without a MessageId', senderFault: false, attempts: 1 });
+    throw new ChargeRequestSendError({ orderId, code: 'MissingMessageId', message: 'SQS answered without a MessageId', senderFault: false, attempts: 1 });
   }
-  return { orderId: valid.orderId, messageId: out.MessageId, ...(out.SequenceNumber ? { sequenceNumber: out.SequenceNumber } : {}) };
+  return { orderId, messageId: out.MessageId, ...(out.SequenceNumber ? { sequenceNumber: out.SequenceNumber } : {}) };
 }
 
 /**
@@ -221,25 +228,7 @@ export async function sendChargeRequest(
   const { requests, issues } = checkChargeRequests([request], options);
   const valid = requests[0];
   if (issues.length > 0 || valid === undefined) throw new InvalidChargeRequestError(issues);
-  let out;
-  try {
-    out = await sqs.send(
-      new SendMessageCommand({ QueueUrl: queueUrl, ...chargeRequestMessage(valid) }),
-      options.abortSignal ? { abortSignal: options.abortSignal } : {},
-    );
-  } catch (error) {
-    throw sendError(valid.orderId, error, 1);
-  }
-  if (!out.MessageId) {
-    throw new ChargeRequestSendError({
-      orderId: valid.orderId,
-      code: 'MissingMessageId',
-      message: 'SQS answered without a MessageId',
-      senderFault: false,
-      attempts: 1,
-    });
-  }
-  return { orderId: valid.orderId, messageId: out.MessageId, ...(out.SequenceNumber ? { sequenceNumber: out.SequenceNumber } : {}) };
+  return sendOne(sqs, queueUrl, valid.orderId, chargeRequestMessage(valid), options);
 }
 
 /**
