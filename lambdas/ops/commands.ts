@@ -5,7 +5,7 @@
 import { RefundFactDetailType } from '../events/contract.ts';
 import { publishLeased, type EventPublisher } from '../events/outbox.ts';
 import type { Db } from '../payments/db.ts';
-import { DEFAULT_POLICY, idempotencyKey, judgeDuplicateCharge, KIND_RULES, type EnginePolicy } from '../payments/decisions.ts';
+import { DEFAULT_POLICY, idempotencyKey, KIND_RULES, type EnginePolicy } from '../payments/decisions.ts';
 import { ChargeEngine } from '../payments/engine.ts';
 import { FailureKind, type PaymentGateway } from '../payments/gateway.ts';
 import {
@@ -461,8 +461,9 @@ async function resolve(ctx: OpsContext, command: Extract<Command, { name: 'revie
     // The charge is now final-succeeded with the operator's PaymentIntent: every other one that
     // charged the order is the remedy's (issue 15), with the operator as actor and this command as evidence.
     const evidenceOf = { by: 'operator', command: `review resolve --as succeeded`, reason: command.action.reason, transport: ctx.transport };
+    const engine = await remedyEngine(ctx, command.action.actor);
     for (const other of others) {
-      const made = await remedy(ctx, command.action.actor, op.id, other, evidenceOf);
+      const { view: made } = await remedy(engine, op.id, other, evidenceOf);
       remedies.push(made);
       if (made.refundOperationId === null) {
         warnings.push(`${other.id} also charged this operation but is not refunded automatically (${made.disposition}): see runbook "Refund operations: review, refusals, remedy"`);
@@ -485,12 +486,25 @@ async function resolve(ctx: OpsContext, command: Extract<Command, { name: 'revie
  * is made once per PaymentIntent and sent now). Without a gateway here nothing is made, and the
  * view says why: the operator runs `refunds remedy` where Stripe can be reached.
  */
-async function remedy(ctx: OpsContext, actor: string, chargeOperationId: string, pi: PaymentIntentView, evidence: Record<string, unknown>): Promise<RemedyView> {
-  if (!ctx.gateway) return { paymentIntentId: pi.id, refundOperationId: null, created: false, status: null, disposition: 'no Stripe gateway at this entry point' };
-  const engine = new ChargeEngine({ db: ctx.db, gateway: await ctx.gateway(), actor, ...(ctx.enginePolicy ? { policy: ctx.enginePolicy } : {}) });
+async function remedyEngine(ctx: OpsContext, actor: string): Promise<ChargeEngine | null> {
+  return ctx.gateway ? new ChargeEngine({ db: ctx.db, gateway: await ctx.gateway(), actor, ...(ctx.enginePolicy ? { policy: ctx.enginePolicy } : {}) }) : null;
+}
+
+async function remedy(
+  engine: ChargeEngine | null,
+  chargeOperationId: string,
+  pi: PaymentIntentView,
+  evidence: Record<string, unknown>,
+): Promise<{ readonly view: RemedyView; readonly refused: string | null }> {
+  if (!engine) return { view: { paymentIntentId: pi.id, refundOperationId: null, created: false, status: null, disposition: 'no Stripe gateway at this entry point' }, refused: null };
   const done = await engine.remedyDuplicateCharge(chargeOperationId, pi, evidence);
-  if (done.verdict.kind !== 'refund') return { paymentIntentId: pi.id, refundOperationId: null, created: false, status: null, disposition: done.verdict.reason };
-  return { paymentIntentId: pi.id, refundOperationId: done.refundOperationId, created: done.created, status: done.execution?.status ?? null, disposition: done.execution?.disposition ?? null };
+  if (done.verdict.kind !== 'refund') {
+    return { view: { paymentIntentId: pi.id, refundOperationId: null, created: false, status: null, disposition: done.verdict.reason }, refused: done.verdict.reason };
+  }
+  return {
+    view: { paymentIntentId: pi.id, refundOperationId: done.refundOperationId, created: done.created, status: done.execution?.status ?? null, disposition: done.execution?.disposition ?? null },
+    refused: null,
+  };
 }
 
 /**
@@ -515,9 +529,15 @@ async function refundsRemedy(ctx: OpsContext, command: Extract<Command, { name: 
   }
   const pi = got.value;
   const stripeDetail = { paymentIntent: { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency, customer: pi.customer ?? null, metadata: pi.metadata } };
-  const verdict = judgeDuplicateCharge(charge, pi);
-  if (verdict.kind !== 'refund') throw new RefusedError(`not refunded as a duplicate: ${verdict.reason}`, stripeDetail);
-  const made = await remedy(ctx, command.action.actor, charge.id, pi, { by: 'operator', command: 'refunds remedy', reason: command.action.reason, transport: ctx.transport, ...stripeDetail });
+  // The engine judges (judgeDuplicateCharge, the remedy's one rule) and makes nothing it refuses.
+  const { view: made, refused } = await remedy(await remedyEngine(ctx, command.action.actor), charge.id, pi, {
+    by: 'operator',
+    command: 'refunds remedy',
+    reason: command.action.reason,
+    transport: ctx.transport,
+    ...stripeDetail,
+  });
+  if (refused !== null) throw new RefusedError(`not refunded as a duplicate: ${refused}`, stripeDetail);
   const refund = made.refundOperationId ? (await historyOf(ctx, made.refundOperationId)).operation : null;
   return { charge: operationView(charge), remedy: made, refund: refund ? operationView(refund) : null };
 }
