@@ -532,9 +532,9 @@ export class ChargePipeline extends Construct {
   /** The application role's secret for a database the construct did not create (no host: DB_HOST has it). */
   private createApplicationSecret(removalPolicy: cdk.RemovalPolicy): secretsmanager.Secret {
     const secret = new secretsmanager.Secret(this, 'ApplicationDatabaseSecret', {
-      description: 'Charge pipeline: the application role (charges_app) password; the migrate function sets it on the role',
+      description: `Charge pipeline: the application role (${PIPELINE.applicationRole}) password; the migrate function sets it on the role`,
       generateSecretString: {
-        secretStringTemplate: JSON.stringify({ username: 'charges_app' }),
+        secretStringTemplate: JSON.stringify({ username: PIPELINE.applicationRole }),
         generateStringKey: 'password',
         passwordLength: 32,
         excludePunctuation: true,

@@ -8,12 +8,13 @@ import type * as logs from 'aws-cdk-lib/aws-logs';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct } from 'constructs';
+import { PIPELINE } from '../lambdas/runtime/settings.ts';
 
 export const DATABASE_PORT = 5432;
 export const DATABASE_NAME = 'charges';
 export const DATABASE_USER = 'charges';
 /** The application role (lambdas/runtime/migrations.ts APPLICATION_ROLE). */
-export const APPLICATION_USER = 'charges_app';
+export const APPLICATION_USER = PIPELINE.applicationRole;
 /** The engine: the major version only, so RDS picks (and auto-upgrades) the current minor. */
 export const DATABASE_ENGINE_VERSION = rds.PostgresEngineVersion.VER_18;
 

@@ -6,6 +6,7 @@ import { createHash, createHmac, pbkdf2Sync, randomBytes } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import pg from 'pg';
+import { PIPELINE } from './settings.ts';
 
 export interface MigrationFile {
   readonly name: string;
@@ -23,7 +24,7 @@ export class MigrationError extends Error {
 }
 
 /** The data-only role charge, reconcile and ops connect as (migrations/003_application_role.sql). */
-export const APPLICATION_ROLE = 'charges_app';
+export const APPLICATION_ROLE = PIPELINE.applicationRole;
 
 export interface MigrateOptions {
   /**

@@ -2,6 +2,8 @@
 // pipeline configured exactly as `cdk deploy` configures it.
 
 export const PIPELINE = {
+  /** The database role the functions connect as (migrations/003_application_role.sql); the owner only migrates. */
+  applicationRole: 'charges_app',
   queueName: 'charge-requests.fifo',
   dlqName: 'charge-requests-dlq.fifo',
   /** Receives before SQS moves a message to the DLQ (only records that could not be made durable fail). */
