@@ -327,15 +327,9 @@ export class ChargeEngine {
     if (!charge) throw new OperationNotFoundError(chargeOperationId);
     const verdict = judgeDuplicateCharge(charge, pi);
     if (verdict.kind !== 'refund') return { verdict, refundOperationId: null, created: false, execution: null };
-    const inserted = await insertDuplicateRefund(this.#db, charge, verdict, this.#actor, evidence);
-    const refundOperationId = inserted ?? (await this.#refundOperationOf(charge.orderId, verdict.refundId));
-    const execution = refundOperationId ? await this.executeCharge(refundOperationId) : null;
-    return { verdict, refundOperationId, created: inserted !== null, execution };
-  }
-
-  async #refundOperationOf(orderId: string, refundId: string): Promise<string | null> {
-    const { rows } = await this.#db.query<{ id: string }>(`SELECT id FROM payment_operations WHERE order_id = $1 AND kind = 'refund' AND refund_id = $2`, [orderId, refundId]);
-    return rows[0]?.id ?? null;
+    const made = await insertDuplicateRefund(this.#db, charge, verdict, this.#actor, evidence);
+    const execution = made ? await this.executeCharge(made.id) : null;
+    return { verdict, refundOperationId: made?.id ?? null, created: made?.created ?? false, execution };
   }
 
   /**

@@ -224,7 +224,8 @@ export class StripeEventApplier {
         let newFinding = false;
         const done = await this.#transaction(async (client) => {
           if (op && remedy) {
-            remedyOperationId = await insertDuplicateRefund(client, op, remedy, this.#actor, { stripeEventId: event.id, eventType: event.type });
+            const made = await insertDuplicateRefund(client, op, remedy, this.#actor, { stripeEventId: event.id, eventType: event.type });
+            remedyOperationId = made?.created ? made.id : null;
           }
           newFinding = await recordFinding(client, {
             kind,

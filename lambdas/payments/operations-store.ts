@@ -342,8 +342,8 @@ export async function insertDuplicateRefund(
   remedy: { readonly refundId: string; readonly paymentIntentId: string; readonly amount: number },
   actor: string,
   evidence: Readonly<Record<string, unknown>>,
-): Promise<string | null> {
-  const { rows } = await db.query<{ id: string }>(
+): Promise<{ readonly id: string; readonly created: boolean } | null> {
+  const { rows } = await db.query<{ id: string; created: boolean }>(
     `WITH inserted AS (
        INSERT INTO payment_operations AS p
          (order_id, kind, refund_id, parent_operation_id, refund_reason, refund_payment_intent, amount, currency, customer_id, payment_method)
@@ -358,10 +358,14 @@ export async function insertDuplicateRefund(
               jsonb_build_object('remedy', 'duplicate_charge', 'refundedPaymentIntent', $4::text) || $7::jsonb
          FROM inserted
      )
-     SELECT id FROM inserted`,
+     SELECT id::text, true AS created FROM inserted
+     UNION ALL
+     -- Made before (the refund id is derived from the PaymentIntent): the same operation, not a second one.
+     SELECT p.id::text, false FROM payment_operations p
+      WHERE p.order_id = $2 AND p.kind = 'refund' AND p.refund_id = $3::text AND NOT EXISTS (SELECT 1 FROM inserted)`,
     [charge.id, charge.orderId, remedy.refundId, remedy.paymentIntentId, remedy.amount, actor, JSON.stringify(evidence)],
   );
-  return rows[0]?.id ?? null;
+  return rows[0] ?? null;
 }
 
 /** The refund operations of an order, oldest first. */
