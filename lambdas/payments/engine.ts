@@ -41,6 +41,7 @@ import {
   loadEvidenceEvents,
   recordOutcomes,
   reissueAfterProof,
+  releaseWrite,
   requestAndClaim,
   requestRefundAndClaim,
   type OutcomeEventRow,
@@ -346,29 +347,13 @@ export class ChargeEngine {
   async #executeClaimed(claimed: readonly ClaimedOperation[], canStart?: () => boolean): Promise<Execution[]> {
     const histories = await this.#evidence(claimed);
     const attempts = await mapBounded(claimed, this.#concurrency, (op) => this.#attempt(op, histories.get(op.id) ?? null, canStart));
-    const release = (op: ClaimedOperation, retryAfterMs: number | null, reason: string): OutcomeWrite => ({
-      operationId: op.id,
-      leaseToken: op.leaseToken,
-      action: 'release',
-      step: null,
-      fromStatus: op.status,
-      keyGeneration: op.keyGeneration,
-      status: op.status,
-      externalId: null,
-      reviewReason: null,
-      retryAfterMs,
-      error: null,
-      errorClass: null,
-      errorCode: null,
-      detail: { reason },
-    });
     const writes: OutcomeWrite[] = [];
     const reissues: ReissueWrite[] = [];
     for (const { op, step, outcome, waitUntilMs } of attempts) {
       if (waitUntilMs !== undefined) {
-        writes.push(release(op, Math.max(0, waitUntilMs - op.claimedAt.getTime()), `List waits for the settle delay after the last send, until ${new Date(waitUntilMs).toISOString()}`));
+        writes.push(releaseWrite(op, Math.max(0, waitUntilMs - op.claimedAt.getTime()), `List waits for the settle delay after the last send, until ${new Date(waitUntilMs).toISOString()}`));
       } else if (outcome === null) {
-        writes.push(release(op, null, 'not started: no time or request budget left'));
+        writes.push(releaseWrite(op, null, 'not started: no time or request budget left'));
       } else if (outcome.reissue) {
         reissues.push({ operationId: op.id, leaseToken: op.leaseToken, fromStatus: op.status, keyGeneration: op.keyGeneration, detail: outcome.detail });
       } else {

@@ -48,7 +48,7 @@ import {
   type TransactionalDb,
   WAITING_FOR_LEASE,
 } from './inbox-store.ts';
-import { findOperation, insertDuplicateRefund, recordOutcomes, type OutcomeEventRow, type OutcomeWrite } from './operations-store.ts';
+import { findOperation, insertDuplicateRefund, recordOutcomes, releaseWrite, type OutcomeEventRow, type OutcomeWrite } from './operations-store.ts';
 import type { ClaimedOperation, Operation, PaymentIntentView } from './types.ts';
 
 export interface ApplierOptions {
@@ -442,27 +442,7 @@ export class StripeEventApplier {
 
   /** Give the operation's lease back untouched and leave the event for later. */
   async #release(row: InboxRow, claimed: ClaimedOperation, reason: string, afterMs: number): Promise<Applied> {
-    await recordOutcomes(
-      this.#db,
-      [{
-        operationId: claimed.id,
-        leaseToken: claimed.leaseToken,
-        action: 'release',
-        step: null,
-        fromStatus: claimed.status,
-        keyGeneration: claimed.keyGeneration,
-        status: claimed.status,
-        externalId: null,
-        reviewReason: null,
-        retryAfterMs: null,
-        error: null,
-        errorClass: null,
-        errorCode: null,
-        detail: { reason: `stripe event ${row.eventId} not applied: ${reason}` },
-      }],
-      this.#actor,
-      this.#publishLeaseMs,
-    );
+    await recordOutcomes(this.#db, [releaseWrite(claimed, null, `stripe event ${row.eventId} not applied: ${reason}`)], this.#actor, this.#publishLeaseMs);
     await deferEvent(this.#db, row, { afterMs }, reason, claimed.id);
     return this.#result(row, 'deferred', claimed.id, reason);
   }

@@ -469,6 +469,26 @@ export interface RecordResult {
   readonly event: OutcomeEventRow | null;
 }
 
+/** A claim given back untouched (nothing sent, or nothing to decide now): due again after retryAfterMs (null: as it was). */
+export function releaseWrite(op: ClaimedOperation, retryAfterMs: number | null, reason: string): OutcomeWrite {
+  return {
+    operationId: op.id,
+    leaseToken: op.leaseToken,
+    action: 'release',
+    step: null,
+    fromStatus: op.status,
+    keyGeneration: op.keyGeneration,
+    status: op.status,
+    externalId: null,
+    reviewReason: null,
+    retryAfterMs,
+    error: null,
+    errorClass: null,
+    errorCode: null,
+    detail: { reason },
+  };
+}
+
 /** What recordOutcomes and reissueAfterProof return per operation: applied or not, and the outbox row written. */
 interface RecordedRow {
   id: string;
