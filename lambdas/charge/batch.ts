@@ -10,7 +10,7 @@
 import type { SQSBatchResponse, SQSRecord } from 'aws-lambda';
 import type { Db } from '../payments/db.ts';
 import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
-import { ChargeEngine, type Execution, type RefundRequestResult, type RequestResult } from '../payments/engine.ts';
+import { ChargeEngine, mapBounded, type Execution, type RefundRequestResult, type RequestResult } from '../payments/engine.ts';
 import { OutcomesNotRecordedError } from '../payments/errors.ts';
 import type { PaymentGateway } from '../payments/gateway.ts';
 import { DEFAULT_MAX_AMOUNT, parseQueueMessage } from '../payments/message.ts';
@@ -219,17 +219,17 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
     );
   }
 
-  // ── 5b. Refunds, after the batch's charges (a refund's charge may be one of them) and in record
-  // order: one statement each before Stripe, one after. Behind a failed record of its group (FIFO) a
-  // refund is held back; a rejected one is recorded with its reason and never sent.
+  // ── 5b. Refunds, after the batch's charges (a refund's charge may be one of them): one statement
+  // each before Stripe, one after. In record order within a message group (FIFO: one order's refunds
+  // are judged one after the other against its charge); groups side by side, as the charges' Stripe
+  // calls are. Behind a failed record of its group a refund is held back; a rejected one is recorded
+  // with its reason and never sent.
   const refundResults = new Map<number, RefundRequestResult>();
   const refundRejects: { p: Parsed; operationId: string | null; reasonCode: RejectReason; reason: string }[] = [];
-  for (const p of parsed) {
-    if (!p.refund) continue;
-    const refund = p.refund;
+  const refundOne = async (p: Parsed, refund: RefundInput): Promise<void> => {
     if (heldBack(p)) {
       report(p, { orderId: refund.orderId, operationId: null, fate: { kind: 'held_back' } });
-      continue;
+      return;
     }
     let result: RefundRequestResult;
     try {
@@ -237,19 +237,24 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
     } catch (error) {
       log.error('refund request not recorded', { messageId: p.record.messageId, orderId: refund.orderId, ...describeError(error) });
       report(p, { orderId: refund.orderId, operationId: null, fate: { kind: 'not_recorded', what: 'request' } }, true);
-      continue;
+      return;
     }
     refundResults.set(p.index, result);
     if (result.rejection) {
       const reasonCode = result.rejection.code === 'refund_conflict' ? RejectReason.refundConflict : RejectReason.refundRejected;
       // The engine's reason names ids and amounts the producer sent, never card data.
       refundRejects.push({ p, operationId: result.operationId, reasonCode, reason: `${result.rejection.code}: ${result.rejection.message}` });
-      continue;
+      return;
     }
     const status = result.execution?.status ?? null;
     const disposition = result.execution?.disposition ?? 'outcome_not_recorded';
     report(p, { orderId: refund.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId!, status, disposition } });
-  }
+  };
+  const refundGroups = new Map<string, Parsed[]>();
+  for (const p of parsed) if (p.refund) refundGroups.set(p.groupId, [...(refundGroups.get(p.groupId) ?? []), p]);
+  await mapBounded([...refundGroups.values()], deps.concurrency ?? 10, async (group) => {
+    for (const p of group) await refundOne(p, p.refund!);
+  });
 
   // Conflicts: the order exists with other parameters, or a refund that makes no operation. Recorded, never sent.
   if (conflicts.length > 0 || refundRejects.length > 0) {
