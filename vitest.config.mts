@@ -7,6 +7,8 @@ export default defineConfig({
     // One embedded PostgreSQL 18 for the whole run; every test file gets its own database cloned
     // from a migrated template (see test/support/global-setup.ts and test/support/db.ts).
     globalSetup: ['test/support/global-setup.ts'],
+    // fast-check: one fixed seed under CI, new seeds locally (see the file).
+    setupFiles: ['test/support/fast-check-setup.ts'],
     pool: 'forks',
     // vitest's default is one worker fewer than the CPUs: ONE on a 2-CPU machine, which ran the
     // files one after the other while the CPU sat ~40 % idle (most files wait on sockets, child

@@ -145,7 +145,13 @@ async function check(policy: ConsumerPolicy, s: Scenario): Promise<void> {
       if (policy === 'at-least-once') expect(sends(e)).toBeGreaterThanOrEqual(1);
       if (policy === 'at-least-once' && !ambiguousAfterSend.has(subject)) expect(sends(e)).toBe(1);
     }
-    if (st === 'stale') expect(sends(e) <= 1).toBe(true); // superseded while waiting for a retry
+    if (st === 'stale') {
+      // Superseded while waiting for a retry. Under at-least-once the ambiguous attempts before the
+      // newer event arrived are re-sent like any other (CI, 2026-12-01: two copies of seq 1 in one
+      // batch, each met a lost response, then seq 2 was admitted → seq 1 stale after 2 sends).
+      if (policy === 'at-least-once' && ambiguousAfterSend.has(subject)) expect(sends(e)).toBeGreaterThanOrEqual(1);
+      else expect(sends(e), `stale event seq ${e.sequence ?? 'none'} sent more than once without an ambiguous fault`).toBeLessThanOrEqual(1);
+    }
     if (policy === 'at-most-once') expect(sends(e)).toBeLessThanOrEqual(1);
     expect(['done', 'stale', 'abandoned']).toContain(st);
   }
@@ -159,7 +165,11 @@ describe('any delivery order', () => {
   it.each(['idempotent', 'at-least-once', 'at-most-once'] as const)('%s: absorbed, newest wins, the policy’s promise holds', async (policy) => {
     await fc.assert(
       fc.asyncProperty(scenario, (s) => check(policy, s)),
-      { numRuns: 25 },
+      {
+        numRuns: 25,
+        // Counterexamples found before, played on every run (fast-check runs `examples` first).
+        examples: [[{ operations: [2], legacy: [false, false, false, false], duplicates: [0], order: Array(20).fill(0), batchSizes: [3], faults: ['lostResponse', 'lostResponse'] }]],
+      },
     );
   });
 });
