@@ -56,6 +56,13 @@ export interface RefundFields {
    * the refund is of the charge operation's own PaymentIntent.
    */
   readonly paymentIntentId: string | null;
+  /**
+   * Stripe failed the Refund after it had succeeded (migrations/009): the operation stays final
+   * `succeeded` (the request executed), but the money is back with the merchant and the amount is
+   * refundable again. Set once by the event applier with the `Refund Failed After Success` fact;
+   * never cleared. Absent or null: not so.
+   */
+  readonly failedAfterSuccess?: { readonly at: Date; readonly failureReason: string | null } | null;
 }
 
 /** A row of payment_operations as the engine sees it. */
