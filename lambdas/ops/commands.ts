@@ -32,7 +32,7 @@ import {
 } from '../payments/review.ts';
 import { listFindings, resolveFinding, type FindingRow } from '../payments/inbox-store.ts';
 import { findOperationByOrder, findRefundsOfOrder } from '../payments/operations-store.ts';
-import type { Operation, PaymentIntentView } from '../payments/types.ts';
+import { refundedPaymentIntent, type Operation, type PaymentIntentView } from '../payments/types.ts';
 import { ConflictError, NotFoundError, OpsError, RefusedError, StripeUnavailableError, UsageError } from './errors.ts';
 import { isAction, parseInvocation, usage, type Command, type CommandName, type OperatorAction } from './parse.ts';
 import { listRejected, loadStats, type RejectedMessage, type Stats } from './queries.ts';
@@ -95,7 +95,12 @@ export interface OperationView {
 
 const isoOrNull = (date: Date | null): string | null => (date === null ? null : date.toISOString());
 
-export function operationView(op: Operation, refundedPaymentIntent: string | null = null): OperationView {
+/**
+ * `paymentIntent`: for a refund, the PaymentIntent it refunds as the command read it
+ * (review.ts OperationHistory.refundedPaymentIntent) or its charge's PaymentIntent — the view derives
+ * the refunded one with the one definition (types.ts refundedPaymentIntent).
+ */
+export function operationView(op: Operation, paymentIntent: string | null = null): OperationView {
   return {
     id: op.id,
     kind: op.kind,
@@ -124,7 +129,7 @@ export function operationView(op: Operation, refundedPaymentIntent: string | nul
           refundId: op.refund.refundId,
           reason: op.refund.reason,
           chargeOperationId: op.refund.parentOperationId,
-          paymentIntent: op.refund.paymentIntentId ?? refundedPaymentIntent,
+          paymentIntent: refundedPaymentIntent(op, paymentIntent),
           failedAfterSuccess: op.refund.failedAfterSuccess
             ? { failureReason: op.refund.failedAfterSuccess.failureReason, at: op.refund.failedAfterSuccess.at.toISOString() }
             : null,

@@ -252,7 +252,7 @@ function refundsList(r: ResultOf['refunds list']): string[] {
         dash(x.refundReason),
         x.failedAfterSuccess ? `succeeded, then failed at Stripe (${x.failedAfterSuccess.failureReason ?? 'no reason'})` : `${x.status}${x.inReview ? ' (review)' : ''}`,
         dash(x.externalId),
-        x.refundedPaymentIntent ? `${x.refundedPaymentIntent} (duplicate)` : dash(c.externalId),
+        `${dash(x.refund?.paymentIntent)}${x.refundedPaymentIntent ? ' (duplicate)' : ''}`,
         x.createdAt,
         clip(x.reviewReason ?? x.lastError ?? '—', 80),
       ]),

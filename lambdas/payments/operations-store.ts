@@ -110,6 +110,13 @@ function toClaimed(row: OperationJson, claimedAt: Date, charge: ChargeJson | nul
  */
 export const REFUND_HOLDS = (r: string) => `${r}.status <> 'failed' AND ${r}.failed_after_success_at IS NULL`;
 
+/**
+ * The PaymentIntent a row `p` (an alias of payment_operations) refunds: the duplicate remedy's named
+ * one, else its charge operation's; NULL for a charge. The SQL form of types.ts refundedPaymentIntent.
+ */
+export const REFUNDED_PAYMENT_INTENT = (p: string) => `CASE WHEN ${p}.kind = 'refund' THEN coalesce(${p}.refund_payment_intent,
+  (SELECT rpi.external_id FROM payment_operations rpi WHERE rpi.id = ${p}.parent_operation_id)) END`;
+
 /** The charge of a refund row `x` (a CTE alias), read in the claim's statement: no extra round trip. */
 const CHARGE_OF = (x: string) =>
   `(SELECT jsonb_build_object('status', chg.status, 'external_id', chg.external_id) FROM payment_operations chg WHERE chg.id = ${x}.parent_operation_id)`;

@@ -65,6 +65,17 @@ export interface RefundFields {
   readonly failedAfterSuccess?: { readonly at: Date; readonly failureReason: string | null } | null;
 }
 
+/**
+ * THE PaymentIntent a refund operation gives money back from: the duplicate remedy's named extra one,
+ * else its charge operation's (`chargePaymentIntentId`, the charge's external_id — final-succeeded
+ * before the refund is claimed). Null for a charge, or while the charge's is unknown. The SQL form of
+ * this one definition is operations-store.ts REFUNDED_PAYMENT_INTENT.
+ */
+export function refundedPaymentIntent(op: Pick<Operation, 'kind' | 'refund'>, chargePaymentIntentId: string | null): string | null {
+  if (op.kind !== 'refund' || op.refund === null) return null;
+  return op.refund.paymentIntentId ?? chargePaymentIntentId;
+}
+
 /** A row of payment_operations as the engine sees it. */
 export interface Operation extends ChargeInput {
   readonly id: string;
