@@ -259,7 +259,7 @@ export interface RefundsListResult {
     readonly refundId: string;
     readonly refundReason: string | null;
     readonly refundedPaymentIntent: string | null;
-    /** Stripe failed the Refund after it succeeded (the `Refund Failed After Success` fact): it gave nothing back. */
+    /** Stripe failed the Refund after it succeeded (the operation's mark, migrations/009, written with the `Refund Failed After Success` fact): it gave nothing back. */
     readonly failedAfterSuccess: { readonly failureReason: string | null; readonly at: string } | null;
   })[];
   /** Refunds that succeeded (and stayed so), and those still open (pending / unknown), of the charge's own PaymentIntent. */
