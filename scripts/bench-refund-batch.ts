@@ -11,11 +11,12 @@
 // default (groups side by side, bounded by CHARGE_CONCURRENCY), interleaved in rounds so that a drift
 // of the shared machine hits both alike. The fake Stripe runs in its own process and answers every
 // request after --latency ms (default 30). Printed: operations/s, Stripe requests, database round
-// trips per refund, and where a refund's time goes (its request statement — pool wait included —
-// the Stripe call, its outcome statement).
+// trips per refund, the mean time of one refund request / outcome statement (pool wait included),
+// and how long a batch's refund request statements span (first sent → last answered): the time the
+// last refund's Stripe call waits behind them, which one batched statement would shorten.
 // Real PostgreSQL 18 (embedded), the real stripe SDK over HTTP, the real EventBridge client against
 // the fake PutEvents endpoint. Options: --batches N (per mode and shape, default 40), --latency ms
-// (30), --rounds N (5), --json.
+// (30), --rounds N (5), --pool-max N (DB_POOL_MAX, default the handler's: 2), --json.
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
@@ -40,6 +41,7 @@ const { values: args } = parseArgs({
     batches: { type: 'string', default: '40' },
     latency: { type: 'string', default: '30' },
     rounds: { type: 'string', default: '5' },
+    'pool-max': { type: 'string' },
     json: { type: 'boolean', default: false },
   },
 });
@@ -48,10 +50,14 @@ const LATENCY = Number(args.latency);
 const ROUNDS = Math.max(1, Math.min(Number(args.rounds), BATCHES));
 const root = path.resolve(import.meta.dirname, '..');
 
+const REFUND_REQUEST = 'payments.request_refund_and_claim';
+
 /** A Db that counts round trips and the client-side time of each named statement (pool wait included). */
 function measuredDb(db: Db) {
   let roundTrips = 0;
   const byName = new Map<string, { count: number; ms: number }>();
+  // The refund request statements of the batch in progress: from the first one sent to the last one answered.
+  let requests: { first: number; last: number } | null = null;
   const wrapped: Db = {
     async query<R extends QueryResultRow = QueryResultRow>(textOrConfig: string | QueryConfig, values?: unknown[]) {
       roundTrips += 1;
@@ -62,14 +68,22 @@ function measuredDb(db: Db) {
       } finally {
         const entry = byName.get(name) ?? { count: 0, ms: 0 };
         entry.count += 1;
-        entry.ms += performance.now() - t0;
+        const t1 = performance.now();
+        entry.ms += t1 - t0;
         byName.set(name, entry);
+        if (name === REFUND_REQUEST) requests = { first: Math.min(requests?.first ?? t0, t0), last: Math.max(requests?.last ?? t1, t1) };
       }
     },
   } as Db;
   return {
     db: wrapped,
     snapshot: () => ({ roundTrips, byName: new Map([...byName].map(([k, v]) => [k, { ...v }])) }),
+    /** The span of the refund request statements since the last call, in ms (0: none), and a fresh start. */
+    takeRequestSpan: () => {
+      const span = requests ? requests.last - requests.first : 0;
+      requests = null;
+      return span;
+    },
   };
 }
 type Snapshot = ReturnType<ReturnType<typeof measuredDb>['snapshot']>;
@@ -88,11 +102,13 @@ interface Tally {
   charges: number;
   refunds: number;
   ms: number;
+  /** Per batch: from the first refund request statement sent to the last one answered, summed. */
+  requestSpanMs: number;
   roundTrips: number;
   stripe: { total: number; create: number; refundCreate: number };
   statements: Map<string, { count: number; ms: number }>;
 }
-const emptyTally = (): Tally => ({ batches: 0, charges: 0, refunds: 0, ms: 0, roundTrips: 0, stripe: { total: 0, create: 0, refundCreate: 0 }, statements: new Map() });
+const emptyTally = (): Tally => ({ batches: 0, charges: 0, refunds: 0, ms: 0, requestSpanMs: 0, roundTrips: 0, stripe: { total: 0, create: 0, refundCreate: 0 }, statements: new Map() });
 
 async function main() {
   const server = await startEmbeddedPostgres({ dataDir: path.join(os.tmpdir(), `bench-refund-batch-pg-${process.pid}`) });
@@ -104,7 +120,14 @@ async function main() {
     await migrate(url, await loadMigrations(path.join(root, 'migrations')));
 
     // The handler's configuration, from the environment it would have locally (defaults otherwise).
-    const config = loadConfig({ DATABASE_URL: url, STRIPE_API_BASE: stripe.url, STRIPE_SECRET_KEY: 'sk_test_bench', EVENT_BUS_NAME: 'charge-outcomes', EVENTS_ENDPOINT: bus.url });
+    const config = loadConfig({
+      DATABASE_URL: url,
+      STRIPE_API_BASE: stripe.url,
+      STRIPE_SECRET_KEY: 'sk_test_bench',
+      EVENT_BUS_NAME: 'charge-outcomes',
+      EVENTS_ENDPOINT: bus.url,
+      ...(args['pool-max'] ? { DB_POOL_MAX: args['pool-max'] } : {}),
+    });
     const pool = new pg.Pool({ connectionString: url, max: config.database.poolMax });
     const measured = measuredDb(pool);
     const gateway = new StripeGateway(createStripeClient({ apiKey: config.stripe.apiKey!, apiBase: config.stripe.apiBase, timeoutMs: config.stripe.timeoutMs, maxNetworkRetries: config.stripe.maxNetworkRetries }));
@@ -189,7 +212,9 @@ async function main() {
           const db0 = measured.snapshot();
           for (let i = 0; i < size; i++) {
             const batch = batchOf(mode, shape);
+            measured.takeRequestSpan();
             tally.ms += await invoke(mode, batch.records);
+            tally.requestSpanMs += measured.takeRequestSpan();
             tally.batches += 1;
             tally.charges += batch.charges;
             tally.refunds += batch.refunds;
@@ -226,7 +251,8 @@ async function main() {
         refundCreatesPerRefund: +(t.stripe.refundCreate / t.refunds).toFixed(2),
         dbRoundTripsPerBatch: +(t.roundTrips / t.batches).toFixed(2),
         dbRoundTripsPerRefund: +((t.roundTrips - (shape === 'mixed' ? chargeOnlyTrips * t.batches : 0)) / t.refunds).toFixed(2),
-        refundRequestStatementMs: perRefund('payments.request_refund_and_claim'),
+        refundRequestStatementMs: perRefund(REFUND_REQUEST),
+        refundRequestSpanMsPerBatch: +(t.requestSpanMs / t.batches).toFixed(1),
         outcomeStatementMs: +(outcomes.count === 0 ? 0 : outcomes.ms / outcomes.count).toFixed(2),
         refundOutcomeWrites: outcomes.count - chargeBatches,
       };
@@ -260,6 +286,7 @@ async function main() {
       const a = summary(shape, 'one_after_another');
       const b = summary(shape, 'side_by_side');
       console.log(`  side by side: ${(b.opsPerSecond / a.opsPerSecond).toFixed(2)}× the operations/s; ${(a.msPerBatch - b.msPerBatch).toFixed(1)} ms less per batch`);
+      console.log(`  side by side, the refund request statements span ${b.refundRequestSpanMsPerBatch.toFixed(1)} ms of the ${b.msPerBatch.toFixed(1)} ms batch (first sent → last answered; one statement alone: ${a.refundRequestStatementMs.toFixed(2)} ms)`);
     }
     console.log(`\n(request stmt / outcome stmt: mean client-side time of one refund request statement and of one outcome statement, pool wait included;`);
     console.log(` a charge-only batch of 8 costs ${chargeOnlyTrips} round trips, taken out of the mixed per-refund figure; double charges at the fake Stripe: ${report.doubleCharges})`);
