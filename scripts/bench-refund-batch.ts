@@ -16,7 +16,8 @@
 // last refund's Stripe call waits behind them, which one batched statement would shorten.
 // Real PostgreSQL 18 (embedded), the real stripe SDK over HTTP, the real EventBridge client against
 // the fake PutEvents endpoint. Options: --batches N (per mode and shape, default 40), --latency ms
-// (30), --rounds N (5), --pool-max N (DB_POOL_MAX, default the handler's: 2), --json.
+// (30), --rounds N (5), --pool-max N (DB_POOL_MAX, default the handler's: 2), --concurrency N
+// (CHARGE_CONCURRENCY, default the handler's: 10; the stack deploys chargeStripeConcurrency 2), --json.
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
@@ -42,6 +43,7 @@ const { values: args } = parseArgs({
     latency: { type: 'string', default: '30' },
     rounds: { type: 'string', default: '5' },
     'pool-max': { type: 'string' },
+    concurrency: { type: 'string' },
     json: { type: 'boolean', default: false },
   },
 });
@@ -127,6 +129,7 @@ async function main() {
       EVENT_BUS_NAME: 'charge-outcomes',
       EVENTS_ENDPOINT: bus.url,
       ...(args['pool-max'] ? { DB_POOL_MAX: args['pool-max'] } : {}),
+      ...(args.concurrency ? { CHARGE_CONCURRENCY: args.concurrency } : {}),
     });
     const pool = new pg.Pool({ connectionString: url, max: config.database.poolMax });
     const measured = measuredDb(pool);
