@@ -11,6 +11,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { migrateConsumer } from '../../lambdas/consumers/kit/migrations.ts';
+import { RECEIPTS_SCHEMAS } from '../../lambdas/consumers/receipts/contract.ts';
 import { HttpEmailProvider } from '../../lambdas/consumers/receipts/email-provider.ts';
 import { createReceiptNotifier, receiptMigrations, templateRecipient } from '../../lambdas/consumers/receipts/notifier.ts';
 import { APPLICATION_ROLE, loadMigrations, migrate, MigrationError, type ConsumerLogin } from '../../lambdas/runtime/migrations.ts';
@@ -25,7 +26,7 @@ const OWNER = `owner_${suffix}`;
 const CONSUMER = `receipts_${suffix}`;
 const OTHER = `other_${suffix}`;
 const PASSWORDS = { owner: `owner-${randomBytes(12).toString('hex')}`, consumer: `cons-${randomBytes(12).toString('hex')}`, other: `other-${randomBytes(12).toString('hex')}` };
-const SCHEMAS = ['outcome_consumer', 'receipts'];
+const SCHEMAS = [...RECEIPTS_SCHEMAS];
 const databases: string[] = [];
 const pools: pg.Pool[] = [];
 let email: FakeEmail;
@@ -83,6 +84,10 @@ afterAll(async () => {
     for (const name of databases) await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     for (const role of [CONSUMER, OTHER, OWNER]) await c.query(`DROP ROLE IF EXISTS ${role}`);
   });
+});
+
+it('names as the receipt notifier’s schemas (what the CDK login claims) exactly the schemas its migrations record in', () => {
+  expect(receiptMigrations().map((set) => set.trackingTable.split('.')[0])).toEqual(SCHEMAS);
 });
 
 describe('a consumer login provisioned by the migrate run', () => {
