@@ -6,7 +6,7 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
 import { loadConfig, type RuntimeConfig } from '../runtime/config.ts';
-import { getSecretString } from '../runtime/secrets.ts';
+import { forgetSecrets, getSecretString } from '../runtime/secrets.ts';
 import { APPLICATION_ROLE, defaultMigrationsDir, loadMigrations, migrate, type ConsumerLogin, type MigrationResult } from '../runtime/migrations.ts';
 import { createLogger, describeError } from '../runtime/observability.ts';
 import { databaseClientConfig } from '../runtime/database.ts';
@@ -19,6 +19,9 @@ export interface MigrateResult extends MigrationResult {
 
 async function applyMigrations(): Promise<MigrateResult> {
   const migrationsDir = defaultMigrationsDir();
+  // Every run reads the secrets as they are now: a warm container's copy from an earlier deploy
+  // would put a password back that a rotation has since replaced (and lock that login out).
+  forgetSecrets();
   try {
     const config = loadConfig(process.env);
     const files = await loadMigrations(migrationsDir);
