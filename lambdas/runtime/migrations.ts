@@ -210,8 +210,9 @@ async function setRolePassword(client: pg.Client, role: string, password: string
 
 /**
  * An outcome consumer's role, in one transaction (names travel as settings, quoted by format()):
- *   1. the role, NOLOGIN until step 4, with no attribute beyond LOGIN (duplicate: fine, roles are
- *      cluster-wide and another database of the server may have made it);
+ *   1. the role, NOLOGIN until step 5, with no attribute beyond LOGIN (duplicate: fine, roles are
+ *      cluster-wide and another database of the server may have made it; one with an attribute or
+ *      a membership in any role is refused);
  *   2. CONNECT and CREATE on this database — its migrations create its schemas — and nothing on any
  *      pipeline table (it is granted none; the application role's default privileges name only
  *      charges_app);
@@ -252,6 +253,11 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
         EXECUTE format('CREATE ROLE %I NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION NOBYPASSRLS', consumer);
       EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
       END;
+      -- A role of that name made some other way may carry more: refuse it rather than hand it a login.
+      IF EXISTS (SELECT FROM pg_roles WHERE rolname = consumer AND (rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls))
+         OR EXISTS (SELECT FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = consumer) THEN
+        RAISE EXCEPTION 'the role % already exists with an attribute or a role membership: a consumer login has neither (drop or rename it)', consumer;
+      END IF;
       EXECUTE format('GRANT CONNECT, CREATE ON DATABASE %I TO %I', current_database(), consumer);
       IF EXISTS (SELECT FROM pg_roles WHERE rolname = current_setting('charges.application_role')) THEN
         EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = public', current_setting('charges.application_role'), current_database());

@@ -197,6 +197,17 @@ describe('a consumer login provisioned by the migrate run', () => {
     await expect(run).rejects.toThrow(new RegExp(`provisioning the consumer role ${OTHER} failed: schema receipts belongs to ${CONSUMER}`));
   });
 
+  it('refuses an existing role of that name that is a member of another role (here: the application role)', async () => {
+    const member = `member_${suffix}`;
+    await asAdmin('postgres', (c) => c.query(`CREATE ROLE ${member} NOLOGIN IN ROLE ${APPLICATION_ROLE}`));
+    try {
+      const run = migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [{ role: member, password: PASSWORDS.other, schemas: ['member_own'] }] });
+      await expect(run).rejects.toThrow(new RegExp(`the role ${member} already exists with an attribute or a role membership`));
+    } finally {
+      await asAdmin('postgres', (c) => c.query(`DROP ROLE ${member}`));
+    }
+  });
+
   it.each([
     ['the application role', login({ role: APPLICATION_ROLE }), /may not log in as the application role/],
     ['the owner itself', login({ role: OWNER }), /is the login running the migrations/],
