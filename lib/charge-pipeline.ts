@@ -24,7 +24,7 @@ import { Construct } from 'constructs';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import { ChargeFunction } from './charge-function.ts';
 import { ChargeQueue } from './charge-queue.ts';
-import { DATABASE_NAME, Database } from './database.ts';
+import { DATABASE_NAME, DATABASE_USER, Database } from './database.ts';
 import { Migrations } from './migrations.ts';
 import { Network } from './network.ts';
 import { Observability, type PipelineAlarm, type PipelineMetricName, type PipelineMetrics, pipelineMetric, pipelineMetrics } from './observability.ts';
@@ -233,6 +233,28 @@ export interface ExistingDatabase {
   readonly instanceIdentifier?: string;
 }
 
+/** An outcome consumer's own login on the pipeline's database (ChargePipeline.addConsumerDatabaseLogin). */
+export interface ConsumerDatabaseLoginOptions {
+  /** The database role, and the secret's username: a lowercase identifier, not the application role or the owner. */
+  readonly role: string;
+  /**
+   * The schemas its migrations create and it owns (kit: `outcome_consumer`; the notifier: `receipts`).
+   * Two logins never share one; `public` (the pipeline's) is refused.
+   */
+  readonly schemas: readonly string[];
+}
+
+export interface ConsumerDatabaseLogin {
+  readonly role: string;
+  readonly schemas: readonly string[];
+  /** JSON with username and password (and host, port, dbname when the construct made the database): the consumer's DB_SECRET_ARN. */
+  readonly secret: secretsmanager.ISecret;
+  /** What else the consumer's function needs to reach the database: DB_HOST, DB_PORT, DB_NAME with existingDatabase; else none. */
+  readonly environment: Readonly<Record<string, string>>;
+}
+
+const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
+
 export const CHARGE_PIPELINE_DEFAULTS = {
   natGateways: 1,
   databaseInstanceType: 't4g.micro',
@@ -291,6 +313,12 @@ export class ChargePipeline extends Construct {
   /** Where this instance's own metrics live: namespace + dimensions (see pipelineMetrics). */
   readonly metrics: PipelineMetrics;
   readonly metricsNamespace: string;
+  readonly #consumerLogins: ConsumerDatabaseLogin[] = [];
+  private readonly databaseConstruct?: Database;
+  private readonly migrations: Migrations;
+  private readonly removalPolicy: cdk.RemovalPolicy;
+  /** existingDatabase: the endpoint variables (its login secrets hold no host). */
+  private readonly endpointEnvironment: Readonly<Record<string, string>> = {};
 
   constructor(scope: Construct, id: string, props: ChargePipelineProps = {}) {
     super(scope, id);
@@ -298,6 +326,7 @@ export class ChargePipeline extends Construct {
 
     const d = CHARGE_PIPELINE_DEFAULTS;
     const removalPolicy = props.removalPolicy ?? cdk.RemovalPolicy.SNAPSHOT;
+    this.removalPolicy = removalPolicy;
     const logRetention = props.logRetention ?? logs.RetentionDays.THREE_MONTHS;
     const logLevel = props.logLevel ?? d.logLevel;
     const eventSource = props.eventSource ?? PIPELINE.eventSource;
@@ -327,7 +356,7 @@ export class ChargePipeline extends Construct {
     const existing = props.existingDatabase;
     if (existing) {
       this.databaseSecret = existing.secret;
-      this.applicationDatabaseSecret = this.createApplicationSecret(removalPolicy);
+      this.applicationDatabaseSecret = this.createLoginSecret('ApplicationDatabaseSecret', PIPELINE.applicationRole, 'the application role');
       const port = existing.endpoint.port;
       if (existing.connections) {
         existing.connections.connections.allowFrom(this.functionsSecurityGroup, ec2.Port.tcp(port), 'PostgreSQL from the charge pipeline functions');
@@ -339,6 +368,7 @@ export class ChargePipeline extends Construct {
         DB_PORT: cdk.Tokenization.stringifyNumber(port),
         DB_NAME: existing.databaseName ?? DATABASE_NAME,
       };
+      this.endpointEnvironment = endpointEnv;
       databaseEnv = { DB_SECRET_ARN: this.databaseSecret.secretArn, ...endpointEnv };
       applicationEnv = { DB_SECRET_ARN: this.applicationDatabaseSecret.secretArn, ...endpointEnv };
       databaseReady = [];
@@ -360,6 +390,7 @@ export class ChargePipeline extends Construct {
         rotationInterval: props.databaseSecretRotation ?? cdk.Duration.days(d.databaseSecretRotationDays),
         rotationSubnets: props.functionSubnets,
       });
+      this.databaseConstruct = database;
       this.database = database.instance;
       this.databaseSecret = database.secret;
       this.applicationDatabaseSecret = database.applicationSecret;
@@ -419,6 +450,7 @@ export class ChargePipeline extends Construct {
       // lives on the functions' group): a first migration run before them would time out.
       after: [...databaseReady, network.functionsSecurityGroup],
     });
+    this.migrations = migrations;
     this.migrateFunction = migrations.function;
     this.migrationTrigger = migrations.trigger;
 
@@ -529,17 +561,67 @@ export class ChargePipeline extends Construct {
     this.dashboard = observability.dashboard;
   }
 
-  /** The application role's secret for a database the construct did not create (no host: DB_HOST has it). */
-  private createApplicationSecret(removalPolicy: cdk.RemovalPolicy): secretsmanager.Secret {
-    const secret = new secretsmanager.Secret(this, 'ApplicationDatabaseSecret', {
-      description: `Charge pipeline: the application role (${PIPELINE.applicationRole}) password; the migrate function sets it on the role`,
+  /**
+   * An outcome consumer's own login on the pipeline's database, instead of the owner's: the role
+   * may connect, create schemas and use what it creates (its migrations run as itself), and nothing
+   * of the pipeline's tables. Its secret is generated, attached and rotated like the application
+   * role's (not rotated with existingDatabase, as that one); the migrate function creates the role,
+   * hands it its schemas and sets the password on every run (DB_CONSUMER_LOGINS). Create or update
+   * the consumer's function only after that: `pipeline.migrationTrigger.executeBefore(fn)`.
+   */
+  addConsumerDatabaseLogin(id: string, options: ConsumerDatabaseLoginOptions): ConsumerDatabaseLogin {
+    const problems: string[] = [];
+    const { role, schemas } = options;
+    if (!IDENTIFIER.test(role)) problems.push(`role must be a lowercase identifier (${IDENTIFIER}), got '${role}'`);
+    if (role === PIPELINE.applicationRole || role === DATABASE_USER) problems.push(`role '${role}' is the pipeline's own; give the consumer a role of its own`);
+    if (this.#consumerLogins.some((l) => l.role === role)) problems.push(`role '${role}' has a login already`);
+    if (schemas.length === 0) problems.push('schemas must name at least one schema (those its migrations create)');
+    for (const schema of schemas) {
+      if (!IDENTIFIER.test(schema) || schema === 'public' || schema.startsWith('pg_')) problems.push(`schema must be a lowercase identifier other than public and pg_*, got '${schema}'`);
+      const holder = this.#consumerLogins.find((l) => l.schemas.includes(schema));
+      if (holder) problems.push(`schema '${schema}' belongs to the login of '${holder.role}' already: two consumers never share a schema`);
+    }
+    if (problems.length > 0) throw new Error(`Invalid consumer database login (${id}):\n  - ${problems.join('\n  - ')}`);
+
+    let secret: secretsmanager.ISecret;
+    if (this.databaseConstruct) {
+      const login = this.databaseConstruct.addLogin(`Consumer${id}`, role);
+      secret = login.secret;
+      this.migrationTrigger.executeAfter(...login.ready);
+      this.migrations.runBefore(...login.rotations);
+    } else {
+      secret = this.createLoginSecret(`Consumer${id}DatabaseSecret`, role, `the outcome consumer role`);
+    }
+    secret.grantRead(this.migrateFunction);
+    const login: ConsumerDatabaseLogin = { role, schemas: [...schemas], secret, environment: { ...this.endpointEnvironment } };
+    if (this.#consumerLogins.length === 0) {
+      // Resolved at synth, so every login added before then is in it.
+      const stack = cdk.Stack.of(this);
+      this.migrations.function.addEnvironment(
+        'DB_CONSUMER_LOGINS',
+        cdk.Lazy.string({ produce: () => stack.toJsonString(this.#consumerLogins.map((l) => ({ secretArn: l.secret.secretArn, schemas: l.schemas }))) }),
+      );
+    }
+    this.#consumerLogins.push(login);
+    return login;
+  }
+
+  /** Outcome consumers' own logins on the database, in the order they were added. */
+  get consumerDatabaseLogins(): readonly ConsumerDatabaseLogin[] {
+    return this.#consumerLogins;
+  }
+
+  /** A login's secret for a database the construct did not create (no host: DB_HOST has it). */
+  private createLoginSecret(id: string, role: string, what: string): secretsmanager.Secret {
+    const secret = new secretsmanager.Secret(this, id, {
+      description: `Charge pipeline: ${what} (${role}) password; the migrate function sets it on the role`,
       generateSecretString: {
-        secretStringTemplate: JSON.stringify({ username: PIPELINE.applicationRole }),
+        secretStringTemplate: JSON.stringify({ username: role }),
         generateStringKey: 'password',
         passwordLength: 32,
         excludePunctuation: true,
       },
-      removalPolicy: removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
+      removalPolicy: this.removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
     });
     cdk.Validations.of(secret).acknowledge({
       id: 'AwsSolutions-SMG4',

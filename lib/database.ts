@@ -1,7 +1,8 @@
 // The database: RDS PostgreSQL 18 in isolated subnets, storage encrypted, TLS required by the server
-// (rds.force_ssl) and verified by the clients. Two logins, each in its own Secrets Manager secret,
-// both rotated: the owner (the master user, used by the migrate function only) and the data-only
-// application role (migrations/003_application_role.sql) that charge, reconcile and ops use.
+// (rds.force_ssl) and verified by the clients. Each login in its own Secrets Manager secret, each
+// rotated: the owner (the master user, used by the migrate function only), the data-only
+// application role (migrations/003_application_role.sql) that charge, reconcile and ops use, and
+// any outcome consumer's own role (addLogin; ChargePipeline.addConsumerDatabaseLogin).
 import * as cdk from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as logs from 'aws-cdk-lib/aws-logs';
@@ -43,6 +44,15 @@ export interface DatabaseProps {
   readonly rotationSubnets?: ec2.SubnetSelection;
 }
 
+/** One login's secret and what the migrations must wait for / run before (Database.addLogin). */
+export interface DatabaseLogin {
+  readonly secret: secretsmanager.ISecret;
+  /** The secret's attachment to the instance: in place before the migrate function reads it. */
+  readonly ready: Construct[];
+  /** Its rotation and schedule: created only after the migrations gave the role its password. */
+  readonly rotations: Construct[];
+}
+
 export class Database extends Construct {
   readonly instance: rds.DatabaseInstance;
   /** The owner's credentials, JSON: host, port, username, password, dbname, engine. Migrate only. */
@@ -61,6 +71,12 @@ export class Database extends Construct {
   readonly readyForClients: Construct[];
   readonly securityGroup: ec2.SecurityGroup;
   readonly parameterGroup: rds.ParameterGroup;
+  private readonly rotationSettings: {
+    readonly vpc: ec2.IVpc;
+    readonly vpcSubnets: ec2.SubnetSelection;
+    readonly interval: cdk.Duration;
+    readonly removalPolicy: cdk.RemovalPolicy;
+  };
 
   constructor(scope: Construct, id: string, props: DatabaseProps) {
     super(scope, id);
@@ -133,38 +149,27 @@ export class Database extends Construct {
     this.readyForClients = [this.instance.node.defaultChild as Construct, ...functionsIngress];
     // (the secrets' attachments too, but not the constructs: the rotation schedules are their children)
 
-    // The application role's login: the migrate function sets this password on the role (as a SCRAM
-    // verifier) and the functions connect with it. attach() adds host, port, engine and dbname.
-    const application = new rds.DatabaseSecret(this, 'ApplicationCredentials', {
-      username: APPLICATION_USER,
-      dbname: DATABASE_NAME,
-    });
-    application.applyRemovalPolicy(retainSecrets);
-    this.applicationSecret = application.attach(this.instance);
-    for (const secret of [this.secret, this.applicationSecret]) {
-      const attachment = secret.node.defaultChild;
-      if (attachment) this.readyForClients.push(attachment as Construct);
-    }
-
-    // Single-user rotation of both: a rotation changes the password in the database, then in the
-    // secret; a function whose new connection is refused in between re-reads the secret once
+    const ownerAttachment = this.secret.node.defaultChild;
+    if (ownerAttachment) this.readyForClients.push(ownerAttachment as Construct);
+    // Single-user rotation of every login: a rotation changes the password in the database, then in
+    // the secret; a function whose new connection is refused in between re-reads the secret once
     // (lambdas/runtime/database.ts), and open connections are not affected.
-    const rotationSubnets = props.rotationSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS };
-    this.rotations = [
-      this.instance.addRotationSingleUser({ automaticallyAfter: props.rotationInterval, vpcSubnets: rotationSubnets }),
-      new secretsmanager.SecretRotation(this, 'ApplicationRotation', {
-        application: secretsmanager.SecretRotationApplication.POSTGRES_ROTATION_SINGLE_USER,
-        secret: this.applicationSecret,
-        target: this.instance,
-        vpc: props.vpc,
-        vpcSubnets: rotationSubnets,
-        automaticallyAfter: props.rotationInterval,
-      }),
-    ];
-    for (const secret of [this.secret, this.applicationSecret]) {
-      const schedule = secret.node.tryFindChild('RotationSchedule');
-      if (schedule) this.rotations.push(schedule as Construct);
-    }
+    this.rotationSettings = {
+      vpc: props.vpc,
+      vpcSubnets: props.rotationSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+      interval: props.rotationInterval,
+      removalPolicy: retainSecrets,
+    };
+    this.rotations = [this.instance.addRotationSingleUser({ automaticallyAfter: props.rotationInterval, vpcSubnets: this.rotationSettings.vpcSubnets })];
+    const schedule = this.secret.node.tryFindChild('RotationSchedule');
+    if (schedule) this.rotations.push(schedule as Construct);
+
+    // The application role's login: the migrate function sets this password on the role (as a SCRAM
+    // verifier) and the functions connect with it.
+    const application = this.addLogin('Application', APPLICATION_USER);
+    this.applicationSecret = application.secret;
+    this.readyForClients.push(...application.ready);
+    this.rotations.push(...application.rotations);
 
     cdk.Validations.of(this.instance).acknowledge({
       id: 'AwsSolutions-RDS11',
@@ -201,5 +206,32 @@ export class Database extends Construct {
         },
       );
     }
+  }
+
+  /**
+   * A login of its own on this instance for `username` (the application role; an outcome consumer's
+   * role): a generated secret attached to the instance (host, port, engine, dbname), rotated like
+   * the owner's. The migrate function creates the role if needed and sets this password on it, so
+   * `ready` must exist before the migrations run and `rotations` may start only after them.
+   */
+  addLogin(id: string, username: string): DatabaseLogin {
+    const generated = new rds.DatabaseSecret(this, `${id}Credentials`, { username, dbname: DATABASE_NAME });
+    generated.applyRemovalPolicy(this.rotationSettings.removalPolicy);
+    const secret = generated.attach(this.instance);
+    const rotation = new secretsmanager.SecretRotation(this, `${id}Rotation`, {
+      application: secretsmanager.SecretRotationApplication.POSTGRES_ROTATION_SINGLE_USER,
+      secret,
+      target: this.instance,
+      vpc: this.rotationSettings.vpc,
+      vpcSubnets: this.rotationSettings.vpcSubnets,
+      automaticallyAfter: this.rotationSettings.interval,
+    });
+    const attachment = secret.node.defaultChild;
+    const schedule = secret.node.tryFindChild('RotationSchedule');
+    return {
+      secret,
+      ready: attachment ? [attachment as Construct] : [],
+      rotations: [rotation, ...(schedule ? [schedule as Construct] : [])],
+    };
   }
 }

@@ -5,11 +5,18 @@
 //   pipeline.grantSendChargeRequests(orderService);
 export { ALARM_CATALOG, type AlarmDescription, type AlarmName, CONSUMER_ALARM_CATALOG, type ConsumerAlarmName } from './alarm-catalog.ts';
 export { ChargeFunction, type ChargeFunctionProps } from './charge-function.ts';
-export { CHARGE_PIPELINE_DEFAULTS, ChargePipeline, type ChargePipelineProps, type ExistingDatabase } from './charge-pipeline.ts';
+export {
+  CHARGE_PIPELINE_DEFAULTS,
+  ChargePipeline,
+  type ChargePipelineProps,
+  type ConsumerDatabaseLogin,
+  type ConsumerDatabaseLoginOptions,
+  type ExistingDatabase,
+} from './charge-pipeline.ts';
 export { ChargePipelineStack, type ChargePipelineStackProps, stackNameFor } from './charge-pipeline-stack.ts';
 export { ChargeQueue, type ChargeQueueProps } from './charge-queue.ts';
 export { type DeploymentSettings, DeploymentSettingsError, settingsFromContext } from './config.ts';
-export { APPLICATION_USER, DATABASE_ENGINE_VERSION, Database, type DatabaseProps } from './database.ts';
+export { APPLICATION_USER, DATABASE_ENGINE_VERSION, Database, type DatabaseLogin, type DatabaseProps } from './database.ts';
 export { Migrations, type MigrationsProps } from './migrations.ts';
 export { Network, type NetworkProps } from './network.ts';
 export { DATABASE_ALARMS, Observability, type PipelineAlarm, type PipelineMetricName, type PipelineMetrics, pipelineMetric, pipelineMetrics } from './observability.ts';

@@ -3,7 +3,7 @@
 //
 //   pipeline bus ──rule (source + detail-types)──▶ SQS queue ──▶ consumer λ ──▶ its effect (e-mail, …)
 //                         │ undeliverable            │ DLQ           │
-//                         └──────────────▶ DLQ ◀─────┘               └──▶ PostgreSQL: outcome_consumer.*, its own schema
+//                         └──────────────▶ DLQ ◀─────┘               └──▶ PostgreSQL: outcome_consumer.*, its own schema, as its own role
 //   alarms (CONSUMER_ALARM_CATALOG): DLQ, queue age, function errors, poison, abandoned, failed
 //
 // addReceiptNotifier() wires the first consumer, the receipt notifier, onto a ChargePipelineStack;
@@ -25,10 +25,10 @@ import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { CONSUMER_METRICS } from '../lambdas/consumers/kit/metrics.ts';
 import { isPolicy, type ConsumerPolicy } from '../lambdas/consumers/kit/types.ts';
-import { DEFAULT_RECEIPTS_POLICY, RECEIPT_DETAIL_TYPES } from '../lambdas/consumers/receipts/contract.ts';
+import { DEFAULT_RECEIPTS_POLICY, RECEIPT_DETAIL_TYPES, RECEIPTS_DATABASE_ROLE, RECEIPTS_SCHEMAS } from '../lambdas/consumers/receipts/contract.ts';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import { CONSUMER_ALARM_CATALOG, CONSUMER_METRICS_NAMESPACE, type ConsumerAlarmName } from './alarm-catalog.ts';
-import type { ChargePipeline } from './charge-pipeline.ts';
+import type { ChargePipeline, ConsumerDatabaseLogin } from './charge-pipeline.ts';
 import { DeploymentSettingsError } from './config.ts';
 import { LAMBDA_RDS_CA_BUNDLE, PROJECT_ROOT, RDS_CA_BUNDLE_SOURCE, type PipelineLogLevel } from './pipeline-function.ts';
 
@@ -55,7 +55,12 @@ export interface OutcomeConsumerProps {
   readonly migrations?: Readonly<Record<string, string>>;
   readonly vpc: ec2.IVpc;
   readonly securityGroup: ec2.ISecurityGroup;
-  /** The RDS-generated secret of the database the consumer keeps its inbox in. */
+  /**
+   * The consumer's own login (JSON with username, password, host, port, dbname) on the database it
+   * keeps its inbox in, which it alone reads: on the pipeline's database the secret of
+   * `pipeline.addConsumerDatabaseLogin()` (a role that owns only its schemas), never the owner's; on
+   * a database of the team's own, that database's secret. The function may read no other.
+   */
   readonly databaseSecret: secretsmanager.ISecret;
   /** More variables for the function (the consumer's own settings). @default {} */
   readonly environment?: Readonly<Record<string, string>>;
@@ -339,9 +344,15 @@ export function receiptNotifierFromContext(tryGetContext: (key: string) => unkno
 export interface ReceiptNotifier {
   readonly consumer: OutcomeConsumer;
   readonly emailSecret: secretsmanager.ISecret;
+  /** Its own role on the pipeline's database (RECEIPTS_DATABASE_ROLE), owning RECEIPTS_SCHEMAS only. */
+  readonly databaseLogin: ConsumerDatabaseLogin;
 }
 
-/** The receipt notifier as an OutcomeConsumer of this pipeline (its bus, VPC, database). */
+/**
+ * The receipt notifier as an OutcomeConsumer of this pipeline (its bus, VPC, database). It logs in
+ * as its own role, which the pipeline's migrate function creates: an e-mail sender never holds the
+ * owner's credentials, nor any that reach payment_operations or the outbox (docs/decisions.md).
+ */
 export function addReceiptNotifier(scope: Construct, pipeline: ChargePipeline, settings: ReceiptNotifierSettings): ReceiptNotifier {
   const emailSecret = settings.emailSecretArn
     ? secretsmanager.Secret.fromSecretCompleteArn(scope, 'ReceiptsEmailSecret', settings.emailSecretArn)
@@ -359,6 +370,7 @@ export function addReceiptNotifier(scope: Construct, pipeline: ChargePipeline, s
     });
   }
   const receipts = path.join(PROJECT_ROOT, 'lambdas', 'consumers');
+  const databaseLogin = pipeline.addConsumerDatabaseLogin('ReceiptNotifier', { role: RECEIPTS_DATABASE_ROLE, schemas: RECEIPTS_SCHEMAS });
   const consumer = new OutcomeConsumer(scope, 'ReceiptNotifier', {
     consumerName: 'receipts',
     policy: settings.policy,
@@ -368,8 +380,9 @@ export function addReceiptNotifier(scope: Construct, pipeline: ChargePipeline, s
     migrations: { kit: path.join(receipts, 'kit', 'migrations'), receipts: path.join(receipts, 'receipts', 'migrations') },
     vpc: pipeline.vpc,
     securityGroup: pipeline.functionsSecurityGroup,
-    databaseSecret: pipeline.databaseSecret,
+    databaseSecret: databaseLogin.secret,
     environment: {
+      ...databaseLogin.environment,
       RECEIPTS_POLICY: settings.policy,
       EMAIL_API_BASE: settings.emailApiBase,
       EMAIL_API_KEY_SECRET_ARN: emailSecret.secretArn,
@@ -381,5 +394,7 @@ export function addReceiptNotifier(scope: Construct, pipeline: ChargePipeline, s
     metricsNamespace: pipeline.metricsNamespace,
   });
   emailSecret.grantRead(consumer.function);
-  return { consumer, emailSecret };
+  // Its role exists (and has its password) only once the migrations ran: first deploy and every later one.
+  pipeline.migrationTrigger.executeBefore(consumer.function);
+  return { consumer, emailSecret, databaseLogin };
 }

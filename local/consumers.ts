@@ -10,10 +10,13 @@
 //   receipts-at-most-once   at-most-once, provider without keys (the wrong choice for a receipt: shown to measure it)
 //
 // Each instance has its own inbox rows (consumer name) and its own pool, counted, so the ledger can
-// give DB statements per event.
+// give DB statements per event. As deployed, they log in as the notifier's own role
+// (RECEIPTS_DATABASE_ROLE), which the pipeline's migrations runner provisions as the owner, and apply
+// their migrations as that role: a local run refused a pipeline table the way AWS does.
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import path from 'node:path';
 import pg from 'pg';
 import { createConsumerHandler } from '../lambdas/consumers/kit/lambda.ts';
 import { countResults } from '../lambdas/consumers/kit/consumer.ts';
@@ -21,7 +24,9 @@ import { inboxCounts } from '../lambdas/consumers/kit/inbox-store.ts';
 import { migrateConsumer } from '../lambdas/consumers/kit/migrations.ts';
 import type { BatchCounts, ConsumerPolicy, RecordResult } from '../lambdas/consumers/kit/types.ts';
 import { HttpEmailProvider } from '../lambdas/consumers/receipts/email-provider.ts';
+import { RECEIPTS_DATABASE_ROLE, RECEIPTS_SCHEMAS } from '../lambdas/consumers/receipts/contract.ts';
 import { createReceiptNotifier, RECEIPT_DETAIL_TYPES, receiptMigrations, templateRecipient } from '../lambdas/consumers/receipts/notifier.ts';
+import { loadMigrations, migrate } from '../lambdas/runtime/migrations.ts';
 import { countingDb } from '../lambdas/payments/db.ts';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import { SqsEventSource } from './event-source.ts';
@@ -105,9 +110,29 @@ export interface LocalConsumers {
   stop(): Promise<void>;
 }
 
+/**
+ * The notifier's local password. Fixed, not generated: roles are per server, and two runs (or test
+ * files) on one embedded server would otherwise reset each other's. The server listens on 127.0.0.1
+ * only, and its owner's password is no more secret (postgres/postgres).
+ */
+const LOCAL_CONSUMER_PASSWORD = 'receipt-notifier-local-only';
+
+/** What the migrate function does on AWS with DB_CONSUMER_LOGINS; the URL to log in as that role. */
+export async function provisionLocalConsumerLogin(ownerUrl: string): Promise<string> {
+  const migrations = await loadMigrations(path.resolve(import.meta.dirname, '..', 'migrations'));
+  await migrate(ownerUrl, migrations, () => {}, {
+    consumerLogins: [{ role: RECEIPTS_DATABASE_ROLE, password: LOCAL_CONSUMER_PASSWORD, schemas: [...RECEIPTS_SCHEMAS] }],
+  });
+  const url = new URL(ownerUrl);
+  url.username = RECEIPTS_DATABASE_ROLE;
+  url.password = LOCAL_CONSUMER_PASSWORD;
+  return url.toString();
+}
+
 export async function startLocalConsumers(options: LocalConsumersOptions): Promise<LocalConsumers> {
   const p = options.pipeline;
-  await migrateConsumer(p.databaseUrl, receiptMigrations());
+  const consumerUrl = await provisionLocalConsumerLogin(p.databaseUrl);
+  await migrateConsumer(consumerUrl, receiptMigrations());
   const quiet = options.faults === 'none';
   const rates = options.faults ? EMAIL_FAULTS[options.faults] : null;
   const timing = options.timing ?? DEMO_TIMING;
@@ -120,7 +145,7 @@ export async function startLocalConsumers(options: LocalConsumersOptions): Promi
     for (const [i, spec] of INSTANCES.entries()) {
       const email = await startFakeEmail({ idempotency: spec.idempotency, ...(rates ? { faultRates: { seed: options.seed + 100 + i, ...rates } } : {}) });
       cleanups.push(() => email.close());
-      const pool = new pg.Pool({ connectionString: p.databaseUrl, max: 4, application_name: spec.name });
+      const pool = new pg.Pool({ connectionString: consumerUrl, max: 4, application_name: spec.name });
       // An idle connection that dies (the server stopping) must not crash the run.
       pool.on('error', (error) => options.log?.(`${spec.name} pool: ${error.message}`));
       // …and a client the server drops while checked out or while being ended (pool.end() does not

@@ -13,6 +13,16 @@ describe('loadConfig', () => {
     expect(loadConfig(base).database.ssl).toBe('off');
   });
 
+  it('reads DB_CONSUMER_LOGINS (migrate: the consumers’ logins to provision) and refuses a malformed one, saying what it must be', () => {
+    expect(loadConfig(base).database.consumerLogins).toEqual([]);
+    const logins = [{ secretArn: 'arn:aws:secretsmanager:eu-west-1:1:secret:receipts', schemas: ['outcome_consumer', 'receipts'] }];
+    expect(loadConfig({ ...base, DB_CONSUMER_LOGINS: JSON.stringify(logins) }).database.consumerLogins).toEqual(logins);
+    expect(() => loadConfig({ ...base, DB_CONSUMER_LOGINS: 'receipts' })).toThrow(/DB_CONSUMER_LOGINS must be a JSON list .* it is not JSON/);
+    expect(() => loadConfig({ ...base, DB_CONSUMER_LOGINS: '{}' })).toThrow(/DB_CONSUMER_LOGINS must be a JSON list/);
+    expect(() => loadConfig({ ...base, DB_CONSUMER_LOGINS: JSON.stringify([{ secretArn: 'arn:x', schemas: [] }]) })).toThrow(/DB_CONSUMER_LOGINS\[0\] must be .*at least one/);
+    expect(() => loadConfig({ ...base, DB_CONSUMER_LOGINS: JSON.stringify([{ secretArn: 'arn:x', schemas: ['Receipts; DROP'] }]) })).toThrow(/DB_CONSUMER_LOGINS\[0\]/);
+  });
+
   it('keeps the production policy unless told otherwise', () => {
     const { policy } = loadConfig(base);
     expect(policy.keyWindowMs).toBe(DEFAULT_POLICY.keyWindowMs);

@@ -6,8 +6,8 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
 import { loadConfig, type RuntimeConfig } from '../runtime/config.ts';
-import { getSecretString } from '../runtime/secrets.ts';
-import { APPLICATION_ROLE, defaultMigrationsDir, loadMigrations, migrate, type MigrationResult } from '../runtime/migrations.ts';
+import { forgetSecrets, getSecretString } from '../runtime/secrets.ts';
+import { APPLICATION_ROLE, defaultMigrationsDir, loadMigrations, migrate, type ConsumerLogin, type MigrationResult } from '../runtime/migrations.ts';
 import { createLogger, describeError } from '../runtime/observability.ts';
 import { databaseClientConfig } from '../runtime/database.ts';
 
@@ -19,6 +19,9 @@ export interface MigrateResult extends MigrationResult {
 
 async function applyMigrations(): Promise<MigrateResult> {
   const migrationsDir = defaultMigrationsDir();
+  // Every run reads the secrets as they are now: a warm container's copy from an earlier deploy
+  // would put a password back that a rotation has since replaced (and lock that login out).
+  forgetSecrets();
   try {
     const config = loadConfig(process.env);
     const files = await loadMigrations(migrationsDir);
@@ -28,6 +31,7 @@ async function applyMigrations(): Promise<MigrateResult> {
       statementTimeoutMs: config.database.migrationStatementTimeoutMs,
       lockTimeoutMs: config.database.migrationLockTimeoutMs,
       applicationRolePassword: await applicationRolePassword(config),
+      consumerLogins: await consumerLogins(config),
     });
     logger.info('migrations done', { applied: result.applied, alreadyApplied: result.alreadyApplied.length, migrationsDir });
     return { ...result, migrationsDir };
@@ -46,6 +50,20 @@ async function applicationRolePassword(config: RuntimeConfig): Promise<string | 
     throw new Error(`the application secret ${arn} must hold username "${APPLICATION_ROLE}" and a password`);
   }
   return secret.password;
+}
+
+/**
+ * AWS: each outcome consumer's login (DB_CONSUMER_LOGINS): the role is the secret's username, the
+ * password its password; migrate creates the role, hands it its schemas and sets the password.
+ */
+async function consumerLogins(config: RuntimeConfig): Promise<ConsumerLogin[]> {
+  const logins: ConsumerLogin[] = [];
+  for (const { secretArn, schemas } of config.database.consumerLogins) {
+    const secret = JSON.parse(await getSecretString(secretArn, config.region)) as { username?: string; password?: string };
+    if (!secret.username || !secret.password) throw new Error(`the consumer login secret ${secretArn} must hold a username (the role) and a password`);
+    logins.push({ role: secret.username, password: secret.password, schemas });
+  }
+  return logins;
 }
 
 export const handler = middy(applyMigrations).use(injectLambdaContext(logger, { resetKeys: true, logEvent: false }));

@@ -12,6 +12,8 @@ export interface RuntimeConfig {
     readonly secretArn: string | undefined;
     /** AWS, migrate only: the application role's secret, whose password migrate sets on the role. */
     readonly appSecretArn: string | undefined;
+    /** AWS, migrate only: outcome consumers' logins (DB_CONSUMER_LOGINS), whose roles migrate creates. */
+    readonly consumerLogins: readonly ConsumerLoginConfig[];
     /** Override the secret's host / port / dbname (an RDS Proxy or cluster endpoint, a credentials-only secret). */
     readonly host: string | undefined;
     readonly port: number | undefined;
@@ -77,6 +79,36 @@ export interface RuntimeConfig {
   readonly region: string | undefined;
 }
 
+/** One outcome consumer's login: its secret (username = the role, password) and the schemas it owns. */
+export interface ConsumerLoginConfig {
+  readonly secretArn: string;
+  readonly schemas: readonly string[];
+}
+
+/**
+ * DB_CONSUMER_LOGINS: JSON `[{"secretArn": "arn:…", "schemas": ["outcome_consumer", "receipts"]}]`,
+ * written by the CDK construct (ChargePipeline.addConsumerDatabaseLogin). Unset or empty: none.
+ */
+function consumerLogins(raw: string | undefined): ConsumerLoginConfig[] {
+  if (raw === undefined) return [];
+  const shape = 'a JSON list of {"secretArn": "arn:…", "schemas": ["name", …]}';
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    throw new ConfigError(`DB_CONSUMER_LOGINS must be ${shape}; it is not JSON`);
+  }
+  if (!Array.isArray(parsed)) throw new ConfigError(`DB_CONSUMER_LOGINS must be ${shape}`);
+  return parsed.map((entry: unknown, i) => {
+    const e = entry as { secretArn?: unknown; schemas?: unknown };
+    const ok =
+      typeof e === 'object' && e !== null && typeof e.secretArn === 'string' && e.secretArn !== '' &&
+      Array.isArray(e.schemas) && e.schemas.length > 0 && e.schemas.every((s) => typeof s === 'string' && /^[a-z_][a-z0-9_]{0,62}$/.test(s));
+    if (!ok) throw new ConfigError(`DB_CONSUMER_LOGINS[${i}] must be {"secretArn": "arn:…", "schemas": [lowercase identifiers, at least one]}`);
+    return { secretArn: e.secretArn as string, schemas: [...(e.schemas as string[])] };
+  });
+}
+
 export class ConfigError extends Error {
   override readonly name = 'ConfigError';
 }
@@ -125,6 +157,7 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
       url: blank(env.DATABASE_URL),
       secretArn: blank(env.DB_SECRET_ARN),
       appSecretArn: blank(env.DB_APP_SECRET_ARN),
+      consumerLogins: consumerLogins(blank(env.DB_CONSUMER_LOGINS)),
       host: blank(env.DB_HOST),
       port: blank(env.DB_PORT) === undefined ? undefined : integer(env, 'DB_PORT', 5432, 1, 65535),
       name: blank(env.DB_NAME),

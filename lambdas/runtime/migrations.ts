@@ -38,12 +38,38 @@ export interface MigrateOptions {
   /** Set this password on APPLICATION_ROLE and let it log in (AWS: from the application secret). */
   readonly applicationRolePassword?: string;
   /**
+   * Outcome consumers' own logins on this database (AWS: DB_CONSUMER_LOGINS): each role is created
+   * if missing, may connect and create schemas, gets its password, and owns the schemas it names.
+   * @default [] (none)
+   */
+  readonly consumerLogins?: readonly ConsumerLogin[];
+  /**
    * Where applied files are recorded. A second set of migrations (an outcome consumer's, in its own
    * schema) keeps its own record, so neither set ever sees the other's files as "missing". A
    * schema-qualified name creates its schema first. @default 'schema_migrations' (the pipeline's)
    */
   readonly trackingTable?: string;
 }
+
+/**
+ * An outcome consumer's login (lib/charge-pipeline.ts addConsumerDatabaseLogin): a role that may use
+ * only its own schemas and nothing of the pipeline's. It runs its own migrations (the kit's and its
+ * own, lambdas/consumers/kit/migrations.ts) as itself, so it needs CREATE on the database (CREATE
+ * SCHEMA IF NOT EXISTS checks that privilege even when the schema exists) and owns what it creates.
+ */
+export interface ConsumerLogin {
+  readonly role: string;
+  readonly password: string;
+  /**
+   * The schemas its migrations create. One that already exists, made by the owner (a consumer that
+   * migrated as the owner before it had a login), is handed over with its tables and sequences; one
+   * owned by any other role is refused (two consumers never share a schema).
+   */
+  readonly schemas: readonly string[];
+}
+
+/** A role or schema name: a lowercase identifier, never input that could reach SQL unquoted. */
+const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
 
 const LOCK_NOT_AVAILABLE = '55P03';
 const QUERY_CANCELED = '57014';
@@ -140,7 +166,8 @@ export async function migrate(
           throw new MigrationError(`migration ${file.name} failed: ${explain(error, statementTimeoutMs, lockTimeoutMs)}`, { cause: error });
         }
       }
-      if (options.applicationRolePassword !== undefined) await setApplicationRolePassword(client, options.applicationRolePassword);
+      if (options.applicationRolePassword !== undefined) await setRolePassword(client, APPLICATION_ROLE, options.applicationRolePassword, 'application');
+      for (const login of options.consumerLogins ?? []) await provisionConsumerLogin(client, login);
       return { applied: pending.map((file) => file.name), alreadyApplied: rows.map((row) => row.name) };
     } finally {
       await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]).catch(() => {});
@@ -161,19 +188,108 @@ function explain(error: unknown, statementTimeoutMs: number, lockTimeoutMs: numb
   return String(message ?? error);
 }
 
-/** Give the application role its password (as a SCRAM verifier) and LOGIN. */
-async function setApplicationRolePassword(client: pg.Client, password: string): Promise<void> {
-  if (password.length < 16) throw new MigrationError(`the ${APPLICATION_ROLE} password from the application secret is shorter than 16 characters`);
-  // ALTER ROLE takes no bind parameters: format() quotes the verifier on the server side.
+/**
+ * Give a role its password (as a SCRAM verifier) and LOGIN: the application role, and every
+ * consumer login after provisionConsumerLogin made its role. `secret` names the secret in errors.
+ */
+async function setRolePassword(client: pg.Client, role: string, password: string, secret: string): Promise<void> {
+  if (password.length < 16) throw new MigrationError(`the ${role} password from the ${secret} secret is shorter than 16 characters`);
+  // ALTER ROLE takes no bind parameters: format() quotes the name and the verifier on the server side.
   await client.query('BEGIN');
   try {
-    await client.query(`SELECT set_config('charges.app_verifier', $1, true)`, [scramVerifier(password)]);
+    await client.query(`SELECT set_config('charges.login_role', $1, true), set_config('charges.login_verifier', $2, true)`, [role, scramVerifier(password)]);
     await client.query(`DO $$ BEGIN
-      EXECUTE format('ALTER ROLE %I WITH LOGIN PASSWORD %L', '${APPLICATION_ROLE}', current_setting('charges.app_verifier'));
+      EXECUTE format('ALTER ROLE %I WITH LOGIN PASSWORD %L', current_setting('charges.login_role'), current_setting('charges.login_verifier'));
     END $$`);
     await client.query('COMMIT');
   } catch (error) {
     await client.query('ROLLBACK');
-    throw new MigrationError(`setting the ${APPLICATION_ROLE} password failed: ${(error as Error).message}`, { cause: error });
+    throw new MigrationError(`setting the ${role} password failed: ${(error as Error).message}`, { cause: error });
   }
+}
+
+/**
+ * An outcome consumer's role, in one transaction (names travel as settings, quoted by format()):
+ *   1. the role, NOLOGIN until step 5, with no attribute beyond LOGIN (duplicate: fine, roles are
+ *      cluster-wide and another database of the server may have made it; one with an attribute or
+ *      a membership in any role is refused);
+ *   2. CONNECT and CREATE on this database — its migrations create its schemas — and nothing on any
+ *      pipeline table (it is granted none; the application role's default privileges name only
+ *      charges_app);
+ *   3. the search path of the pipeline's own roles in this database pinned to public: a role that
+ *      may create schemas could otherwise create one named after charges_app (or the owner), which
+ *      "$user" puts first, and shadow payment_operations with a table of its own;
+ *   4. its schemas: one the owner made earlier is handed over with its tables and sequences (the
+ *      owner becomes a member of the role, without inheriting it, as ALTER … OWNER requires); one
+ *      owned by another role is refused;
+ *   5. its password and LOGIN (setRolePassword).
+ */
+async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): Promise<void> {
+  const problems: string[] = [];
+  if (!IDENTIFIER.test(login.role)) problems.push(`the consumer role must be a lowercase identifier, got ${JSON.stringify(login.role)}`);
+  if (login.role === APPLICATION_ROLE) problems.push(`a consumer may not log in as the application role ${APPLICATION_ROLE}`);
+  if (login.schemas.length === 0) problems.push(`the consumer role ${login.role} names no schema of its own`);
+  for (const schema of login.schemas) {
+    if (!IDENTIFIER.test(schema) || schema === 'public' || schema.startsWith('pg_')) problems.push(`the consumer schema must be a lowercase identifier other than public and pg_*, got ${JSON.stringify(schema)}`);
+  }
+  if (problems.length > 0) throw new MigrationError(`consumer login: ${problems.join('; ')}`);
+  await client.query('BEGIN');
+  try {
+    await client.query(
+      `SELECT set_config('charges.consumer_role', $1, true), set_config('charges.consumer_schemas', $2, true), set_config('charges.application_role', $3, true)`,
+      [login.role, login.schemas.join(','), APPLICATION_ROLE],
+    );
+    await client.query(`DO $$
+    DECLARE
+      consumer text := current_setting('charges.consumer_role');
+      schema_name text;
+      schema_owner text;
+      relation record;
+    BEGIN
+      IF consumer = current_user THEN
+        RAISE EXCEPTION 'the consumer role % is the login running the migrations', consumer;
+      END IF;
+      BEGIN
+        EXECUTE format('CREATE ROLE %I NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION NOBYPASSRLS', consumer);
+      EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+      END;
+      -- A role of that name made some other way may carry more: refuse it rather than hand it a login.
+      IF EXISTS (SELECT FROM pg_roles WHERE rolname = consumer AND (rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls))
+         OR EXISTS (SELECT FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = consumer) THEN
+        RAISE EXCEPTION 'the role % already exists with an attribute or a role membership: a consumer login has neither (drop or rename it)', consumer;
+      END IF;
+      EXECUTE format('GRANT CONNECT, CREATE ON DATABASE %I TO %I', current_database(), consumer);
+      IF EXISTS (SELECT FROM pg_roles WHERE rolname = current_setting('charges.application_role')) THEN
+        EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = public', current_setting('charges.application_role'), current_database());
+      END IF;
+      EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = public', current_user, current_database());
+      FOREACH schema_name IN ARRAY string_to_array(current_setting('charges.consumer_schemas'), ',') LOOP
+        SELECT pg_get_userbyid(nspowner) INTO schema_owner FROM pg_namespace WHERE nspname = schema_name;
+        CONTINUE WHEN schema_owner IS NULL OR schema_owner = consumer;
+        IF schema_owner <> current_user THEN
+          RAISE EXCEPTION 'schema % belongs to %, not to the consumer role % (or to the owner, who would hand it over): two consumers never share a schema', schema_name, schema_owner, consumer;
+        END IF;
+        EXECUTE format('GRANT %I TO %I WITH INHERIT FALSE, SET TRUE', consumer, current_user);
+        -- A new table owner needs CREATE on the schema; the schema changes hands last, while the
+        -- owner can still reach its tables. Tables first (indexes and owned sequences follow).
+        EXECUTE format('GRANT USAGE, CREATE ON SCHEMA %I TO %I', schema_name, consumer);
+        FOR relation IN SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                        WHERE n.nspname = schema_name AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = current_user) AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+        LOOP
+          EXECUTE format('ALTER TABLE %I.%I OWNER TO %I', schema_name, relation.relname, consumer);
+        END LOOP;
+        FOR relation IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                        WHERE n.nspname = schema_name AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = current_user) AND c.relkind = 'S'
+        LOOP
+          EXECUTE format('ALTER SEQUENCE %I.%I OWNER TO %I', schema_name, relation.relname, consumer);
+        END LOOP;
+        EXECUTE format('ALTER SCHEMA %I OWNER TO %I', schema_name, consumer);
+      END LOOP;
+    END $$`);
+    await client.query('COMMIT');
+  } catch (error) {
+    await client.query('ROLLBACK');
+    throw new MigrationError(`provisioning the consumer role ${login.role} failed: ${(error as Error).message}`, { cause: error });
+  }
+  await setRolePassword(client, login.role, login.password, `${login.role} consumer`);
 }

@@ -12,6 +12,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
 import { createDatabase } from '../../local/postgres.ts';
 import { databaseUrl } from '../support/db.ts';
+import { startFakeSecrets, type FakeSecrets } from '../support/fake-secrets.ts';
 import { lambdaContext } from '../support/sqs-event.ts';
 
 type MigrateHandler = (event: unknown, context: unknown) => Promise<{ applied: string[]; alreadyApplied: string[]; migrationsDir: string }>;
@@ -104,6 +105,68 @@ describe('migrate handler', () => {
     await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/ECONNREFUSED/);
     delete process.env.DATABASE_URL;
     await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toMatchObject({ name: 'ConfigError' });
+  });
+});
+
+describe('migrate handler: the outcome consumers\' logins (DB_CONSUMER_LOGINS)', () => {
+  const role = `receipts_mig_${Math.random().toString(16).slice(2, 10)}`;
+  const arn = `arn:aws:secretsmanager:eu-west-1:111111111111:secret:${role}-AbCdEf`;
+  const secretOf = (password: string, username: string | null = role) => JSON.stringify({ ...(username ? { username } : {}), password, dbname: 'charges' });
+  let secrets: FakeSecrets;
+  const env = { ...process.env };
+  beforeAll(async () => {
+    secrets = await startFakeSecrets();
+    // The real SDK against the fake endpoint (the SDK signs; the fake does not check).
+    Object.assign(process.env, { AWS_ENDPOINT_URL_SECRETS_MANAGER: secrets.url, AWS_REGION: 'eu-west-1', AWS_ACCESS_KEY_ID: 'AKIDEXAMPLE', AWS_SECRET_ACCESS_KEY: 'secret-example' });
+  });
+  afterAll(async () => {
+    process.env = env;
+    await secrets?.close();
+    const admin = new pg.Client({ connectionString: inject('pgAdminUrl') });
+    await admin.connect();
+    try {
+      for (const name of created.splice(0)) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await admin.query(`DROP ROLE IF EXISTS ${role}`);
+    } finally {
+      await admin.end();
+    }
+  });
+  beforeEach(() => {
+    process.env.DB_CONSUMER_LOGINS = JSON.stringify([{ secretArn: arn, schemas: ['outcome_consumer', 'receipts'] }]);
+  });
+
+  const loginAs = async (password: string) => {
+    const u = new URL(url);
+    u.username = role;
+    u.password = password;
+    const client = new pg.Client({ connectionString: u.toString() });
+    await client.connect();
+    try {
+      return (await client.query<{ user: string }>('SELECT current_user AS user')).rows[0]!.user;
+    } finally {
+      await client.end();
+    }
+  };
+
+  it('creates each role from its secret and sets the password the secret holds — read afresh on every run, so a rotation since a warm container\'s last run is not undone', async () => {
+    secrets.put(arn, secretOf('first-password-0000001'));
+    await handler({}, lambdaContext(60_000, 'migrate'));
+    expect(await loginAs('first-password-0000001')).toBe(role);
+    // The rotation function changes the password in the database, then in the secret; the next deploy's migrate must set the new one.
+    secrets.put(arn, secretOf('rotated-password-000002'));
+    const reads = secrets.reads(arn);
+    await handler({}, lambdaContext(60_000, 'migrate'));
+    expect(secrets.reads(arn)).toBe(reads + 1);
+    expect(await loginAs('rotated-password-000002')).toBe(role);
+  });
+
+  it('throws, failing the deploy, on a secret without a username or password, or one it cannot read', async () => {
+    secrets.put(arn, secretOf('some-password-00000003', null));
+    await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/the consumer login secret .* must hold a username \(the role\) and a password/);
+    process.env.DB_CONSUMER_LOGINS = JSON.stringify([{ secretArn: `${arn}-missing`, schemas: ['receipts'] }]);
+    await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/can't find the specified secret/);
+    process.env.DB_CONSUMER_LOGINS = 'not json';
+    await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toMatchObject({ name: 'ConfigError', message: expect.stringMatching(/DB_CONSUMER_LOGINS/) });
   });
 });
 

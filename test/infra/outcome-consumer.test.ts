@@ -2,21 +2,24 @@
 // -c receiptNotifier=true): queue + DLQ, a rule on the pipeline's bus with the consumer's pattern,
 // the function with a partial-batch event source, the alarms of CONSUMER_ALARM_CATALOG, and
 // cdk-nag AwsSolutions clean.
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import * as cdk from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
+import * as rds from 'aws-cdk-lib/aws-rds';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CONSUMER_ALARM_CATALOG } from '../../lib/alarm-catalog.ts';
+import { ChargePipeline } from '../../lib/charge-pipeline.ts';
 import { ChargePipelineStack, stackNameFor } from '../../lib/charge-pipeline-stack.ts';
 import { DeploymentSettingsError, settingsFromContext } from '../../lib/config.ts';
 import { addReceiptNotifier, OutcomeConsumer, receiptNotifierFromContext } from '../../lib/outcome-consumer.ts';
 import { PROJECT_ROOT } from '../../lib/pipeline-function.ts';
-import { type CfnResource, logicalId, newApp, ofType, removeSynthOutput } from './support.ts';
+import { asArray, type CfnResource, dependsOn, logicalId, newApp, ofType, policyStatements, removeSynthOutput } from './support.ts';
 
 afterAll(removeSynthOutput);
 
@@ -98,8 +101,8 @@ describe('the receipt notifier as an OutcomeConsumer', () => {
       POWERTOOLS_METRICS_NAMESPACE: withReceipts.stack.pipeline.metricsNamespace,
       DB_SSL: 'verify-full',
       DB_SSL_CA_FILE: '/var/task/rds-ca/global-bundle.pem',
-      // the owner's secret: the notifier applies its own schemas' migrations (docs/decisions.md)
-      DB_SECRET_ARN: { Ref: logicalId(withReceipts.stack.pipeline.databaseSecret as secretsmanager.Secret) },
+      // its own login, never the owner's (the next describe, docs/decisions.md)
+      DB_SECRET_ARN: { Ref: logicalId(withReceipts.notifier!.databaseLogin.secret) },
     });
     const [[, mapping]] = ofType(withReceipts.resources, 'AWS::Lambda::EventSourceMapping').filter(
       ([, m]) => JSON.stringify(m.Properties!.EventSourceArn).includes(logicalId(consumer.queue)),
@@ -134,6 +137,122 @@ describe('the receipt notifier as an OutcomeConsumer', () => {
     const report = new AwsSolutionsChecks(withReceipts.app).validateScope(withReceipts.app);
     const findings = report.violations.flatMap((v) => v.violatingResources.map((r) => `${v.ruleName} at ${r.constructPath}`));
     expect(findings).toEqual([]);
+  });
+});
+
+describe('the receipt notifier’s database login', () => {
+  const pipeline = withReceipts.stack.pipeline;
+  const login = withReceipts.notifier!.databaseLogin;
+  const loginRef = { Ref: logicalId(login.secret) };
+  const ownerRef = { Ref: logicalId(pipeline.databaseSecret as secretsmanager.Secret) };
+  const fnRole = logicalId(consumer.function.role!);
+  /** The secrets a role's policies let it read, as the template names them. */
+  const secretsReadBy = (role: string) =>
+    policyStatements(withReceipts.resources)
+      .filter(({ owner, statement }) => {
+        const policy = withReceipts.resources[owner]!;
+        const roles = policy.Type === 'AWS::IAM::Role' ? [{ Ref: owner }] : asArray(policy.Properties?.Roles);
+        return roles.some((r: unknown) => JSON.stringify(r) === JSON.stringify({ Ref: role })) && asArray(statement.Action).some((a: string) => a.startsWith('secretsmanager:'));
+      })
+      .flatMap(({ statement }) => asArray(statement.Resource));
+
+  it('is a role of its own, owning the kit’s and its own schemas', () => {
+    expect(login).toMatchObject({ role: 'receipt_notifier', schemas: ['outcome_consumer', 'receipts'] });
+    // the generated secret: that username, attached to the instance (host, port, dbname), retained
+    const [[, secret]] = ofType(withReceipts.resources, 'AWS::SecretsManager::Secret').filter(([, r]) =>
+      String(r.Properties?.GenerateSecretString?.SecretStringTemplate ?? '').includes('"receipt_notifier"'),
+    ) as [[string, CfnResource]];
+    expect(JSON.parse(secret.Properties!.GenerateSecretString.SecretStringTemplate)).toEqual({ username: 'receipt_notifier', dbname: 'charges' });
+    expect(secret.DeletionPolicy).toBe('Retain');
+    expect(props(login.secret as never)).toMatchObject({ TargetType: 'AWS::RDS::DBInstance' });
+  });
+
+  it('is all the function may read of the database: the owner’s and the application role’s secrets are not in its policy', () => {
+    const readable = secretsReadBy(fnRole);
+    expect(readable).toContainEqual(loginRef);
+    expect(readable).not.toContainEqual(ownerRef);
+    expect(readable).not.toContainEqual({ Ref: logicalId(pipeline.applicationDatabaseSecret) });
+    expect(JSON.stringify(props(consumer.function).Environment.Variables)).not.toContain(logicalId(pipeline.databaseSecret as secretsmanager.Secret));
+  });
+
+  it('is created by the pipeline’s migrate function, which reads its secret, before the function is created or updated', () => {
+    const migrate = props(pipeline.migrateFunction);
+    expect(JSON.parse(JSON.stringify(migrate.Environment.Variables.DB_CONSUMER_LOGINS))).toEqual({
+      'Fn::Join': ['', ['[{"secretArn":"', loginRef, '","schemas":["outcome_consumer","receipts"]}]']],
+    });
+    expect(secretsReadBy(logicalId((pipeline.migrateFunction as typeof consumer.function).role!))).toContainEqual(loginRef);
+    const trigger = logicalId(pipeline.migrationTrigger.node.defaultChild as never);
+    expect(dependsOn(withReceipts.resources[logicalId(consumer.function)]!)).toContain(trigger);
+    // …after the secret is attached to the instance, so that the role gets the password the function reads
+    expect(dependsOn(withReceipts.resources[trigger]!)).toContain(logicalId(login.secret));
+  });
+
+  it('is rotated like the application role’s, starting only after the migrations gave the role its password', () => {
+    const schedules = ofType(withReceipts.resources, 'AWS::SecretsManager::RotationSchedule').filter(([, r]) => JSON.stringify(r.Properties!.SecretId) === JSON.stringify(loginRef));
+    expect(schedules).toHaveLength(1);
+    const [[, schedule]] = schedules as [[string, CfnResource]];
+    expect(schedule.Properties!.RotationRules).toMatchObject({ ScheduleExpression: 'rate(30 days)' });
+    const trigger = logicalId(pipeline.migrationTrigger.node.defaultChild as never);
+    expect(dependsOn(schedule)).toContain(trigger);
+  });
+
+  it('with existingDatabase: a generated secret without a host, the endpoint in the function’s variables, re-applied by migrate instead of rotated', () => {
+    const app = newApp();
+    const stack = new cdk.Stack(app, 'EmbeddingStack');
+    const pipeline = new ChargePipeline(stack, 'Charges', {
+      vpc: new ec2.Vpc(stack, 'TheirVpc', {
+        maxAzs: 2,
+        natGateways: 1,
+        subnetConfiguration: [
+          { name: 'public', subnetType: ec2.SubnetType.PUBLIC },
+          { name: 'private', subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+        ],
+      }),
+      existingDatabase: {
+        endpoint: new rds.Endpoint('proxy.proxy-abc.eu-west-1.rds.amazonaws.com', 5432),
+        secret: secretsmanager.Secret.fromSecretCompleteArn(stack, 'Owner', 'arn:aws:secretsmanager:eu-west-1:111111111111:secret:owner-AbCdEf'),
+        databaseName: 'payments',
+      },
+    });
+    const theirs = pipeline.addConsumerDatabaseLogin('Receipts', { role: 'receipt_notifier', schemas: ['outcome_consumer', 'receipts'] });
+    const template = Template.fromStack(stack).toJSON().Resources as Record<string, CfnResource>;
+    expect(theirs.environment).toEqual({ DB_HOST: 'proxy.proxy-abc.eu-west-1.rds.amazonaws.com', DB_PORT: '5432', DB_NAME: 'payments' });
+    const secret = template[logicalId(theirs.secret)]!;
+    expect(JSON.parse(secret.Properties!.GenerateSecretString.SecretStringTemplate)).toEqual({ username: 'receipt_notifier' });
+    expect(ofType(template, 'AWS::SecretsManager::RotationSchedule').filter(([, r]) => JSON.stringify(r.Properties!.SecretId).includes(logicalId(theirs.secret)))).toEqual([]);
+    expect(template[logicalId(pipeline.migrateFunction)]!.Properties!.Environment.Variables.DB_CONSUMER_LOGINS).toBeDefined();
+  });
+
+  it('passes cfn-lint without an error (the template with the notifier and its login)', () => {
+    let version: string;
+    try {
+      version = execFileSync('cfn-lint', ['--version'], { encoding: 'utf8' }).trim();
+    } catch {
+      console.log('cfn-lint is not installed (pip install cfn-lint): the cfn-lint check of the receipts template is skipped');
+      return;
+    }
+    const file = path.join(withReceipts.app.outdir, withReceipts.stack.templateFile);
+    expect(readFileSync(file, 'utf8')).toContain('receipt_notifier');
+    let output: string;
+    try {
+      output = execFileSync('cfn-lint', ['--format', 'json', file], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+    } catch (error) {
+      output = (error as { stdout: string }).stdout; // exit code bits: 2 = error, 4 = warning, 8 = informational
+    }
+    const matches = JSON.parse(output) as { Level: string; Rule: { Id: string }; Message: string }[];
+    expect(matches.filter((m) => m.Level === 'Error').map((m) => `${m.Rule.Id}: ${m.Message}`), version).toEqual([]);
+  }, 120_000);
+
+  it('refuses a second login on one of its schemas, the pipeline’s own roles and the public schema', () => {
+    const app = newApp();
+    const other = { stack: new ChargePipelineStack(app, stackNameFor('dev'), { settings: settingsFromContext(() => undefined) }) };
+    other.stack.pipeline.addConsumerDatabaseLogin('First', { role: 'ledger', schemas: ['outcome_consumer', 'ledger'] });
+    expect(() => other.stack.pipeline.addConsumerDatabaseLogin('Second', { role: 'mailer', schemas: ['outcome_consumer'] })).toThrow(
+      /schema 'outcome_consumer' belongs to the login of 'ledger' already/,
+    );
+    expect(() => other.stack.pipeline.addConsumerDatabaseLogin('Third', { role: 'charges_app', schemas: ['public'] })).toThrow(
+      /role 'charges_app' is the pipeline's own[\s\S]*other than public/,
+    );
   });
 });
 

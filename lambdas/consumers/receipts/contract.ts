@@ -7,3 +7,9 @@ export const RECEIPT_DETAIL_TYPES = ['Charge Succeeded', 'Refund Succeeded'] as 
 
 /** seed §7: a duplicate receipt is a small harm, a missing one a medium harm. */
 export const DEFAULT_RECEIPTS_POLICY: ConsumerPolicy = 'at-least-once';
+
+/** The role the notifier logs in as on the pipeline's database (ChargePipeline.addConsumerDatabaseLogin). */
+export const RECEIPTS_DATABASE_ROLE = 'receipt_notifier';
+
+/** The schemas its migrations create and its role owns: the kit's inbox, its own record (receiptMigrations). */
+export const RECEIPTS_SCHEMAS = ['outcome_consumer', 'receipts'] as const;

@@ -3,8 +3,10 @@
 //
 // Migrations: the notifier applies ITS OWN sets (outcome_consumer.*, receipts.*) once per container
 // before the first batch, recorded and under the runner's advisory lock, so a team's consumer
-// deploys with no Trigger of its own and never needs the pipeline's migrate function. Turn it off
-// (CONSUMER_MIGRATE_ON_START=false) where the function's database role may not run DDL.
+// deploys with no Trigger of its own and never needs the pipeline's migrate function. On AWS it
+// connects as its own role (receipt_notifier, lib ChargePipeline.addConsumerDatabaseLogin), which
+// owns those schemas and nothing of the pipeline's. Turn it off (CONSUMER_MIGRATE_ON_START=false)
+// where the function's database role may not run DDL.
 import { createLogger, createMetrics, describeError } from '../../runtime/observability.ts';
 import { loadConfig } from '../../runtime/config.ts';
 import { databaseClientConfig } from '../../runtime/database.ts';
