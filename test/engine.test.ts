@@ -2,33 +2,25 @@
 // First every row of the seed's test table (§6), then what this design adds beyond the seed.
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { countingDb } from '../lambdas/payments/db.ts';
 import { idempotencyKey } from '../lambdas/payments/decisions.ts';
-import { ChargeEngine, type EngineOptions } from '../lambdas/payments/engine.ts';
+import type { EngineOptions } from '../lambdas/payments/engine.ts';
 import { OrderConflictError } from '../lambdas/payments/errors.ts';
 import { recordOutcomes } from '../lambdas/payments/operations-store.ts';
 import { lastPossibleSendAt, loadOperationHistory } from '../lambdas/payments/review.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
-import { startStripe, type StripeHarness } from './support/stripe.ts';
+import type { TestDatabase } from './support/db.ts';
+import { testEngine } from './support/engine.ts';
+import type { StripeHarness } from './support/stripe.ts';
 import { chargeOrder } from './support/orders.ts';
+import { useWorld } from './support/world.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
+useWorld('engine', (w) => ({ db, stripe } = w));
 
-beforeAll(async () => {
-  db = await createTestDatabase('engine');
-  stripe = await startStripe();
-});
-afterAll(async () => {
-  await stripe.close();
-  await db.drop();
-});
-beforeEach(() => stripe.fake.reset());
-
-const engine = (options: Partial<EngineOptions> = {}) =>
-  new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5, ...options });
+const engine = (options: Partial<EngineOptions> = {}) => testEngine({ db, stripe }, options);
 
 const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => chargeOrder(overrides);
 /** AMBIGUOUS_RESOLUTION=review: the Search path these tests describe (List evidence: test/evidence.test.ts). */

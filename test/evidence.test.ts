@@ -3,44 +3,26 @@
 // (settle 150 ms, proofs 200 ms apart, re-issue 400 ms after the last send) and the driver waits until
 // the operation is due by the database's clock: nothing here asserts on time, only on order.
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { chargeOutcomeDetailSchema } from '../lambdas/events/contract.ts';
-import { DEFAULT_POLICY, idempotencyKey, type EnginePolicy } from '../lambdas/payments/decisions.ts';
+import { idempotencyKey, type EnginePolicy } from '../lambdas/payments/decisions.ts';
 import { ChargeEngine, type EngineOptions, type Execution } from '../lambdas/payments/engine.ts';
-import type { ChargeInput } from '../lambdas/payments/types.ts';
 import { knownPaymentIntentIds, loadOperationHistory } from '../lambdas/payments/review.ts';
 import { RequestRateLimiter } from '../lambdas/reconcile/rate-limiter.ts';
 import { sdkAttemptsWhenConnectionCloses } from '../local/fake-stripe/faults.ts';
 import { checkInvariants } from '../local/invariants.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
-import { chargeOrder } from './support/orders.ts';
-import { startStripe, type StripeHarness } from './support/stripe.ts';
+import type { TestDatabase } from './support/db.ts';
+import { FAST_LIST_POLICY, testEngine } from './support/engine.ts';
+import { chargeOrderOfItsOwnCustomer as order } from './support/orders.ts';
+import type { StripeHarness } from './support/stripe.ts';
+import { useWorld } from './support/world.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
-
-beforeAll(async () => {
-  db = await createTestDatabase('evidence');
-  stripe = await startStripe();
-});
-afterAll(async () => {
-  await stripe.close();
-  await db.drop();
-});
-beforeEach(() => stripe.fake.reset());
-
-const FAST: Partial<EnginePolicy> = {
-  listSettleMs: 150,
-  listWindowMarginMs: 2_000,
-  proofSpacingMs: 200,
-  reissueAfterLastSendMs: 400,
-  backoff: { ...DEFAULT_POLICY.backoff, ambiguous: { baseMs: 20, capMs: 50 }, rateLimited: { baseMs: 20, capMs: 50 }, configuration: { baseMs: 20, capMs: 50 } },
-};
+useWorld('evidence', (w) => ({ db, stripe } = w));
 
 const engine = (policy: Partial<EnginePolicy> = {}, options: Partial<EngineOptions> = {}) =>
-  new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5, policy: { ...FAST, ...policy }, ...options });
-
-const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => chargeOrder({ customerId: `cus_${randomUUID().slice(0, 8)}`, ...overrides });
+  testEngine({ db, stripe }, { policy: { ...FAST_LIST_POLICY, ...policy }, ...options });
 
 async function row(id: string) {
   const { rows } = await db.pool.query('SELECT * FROM payment_operations WHERE id = $1', [id]);

@@ -2,9 +2,8 @@
 // fake Stripe: settle, never undo, idempotent per event id, wait for a held lease, contradictions and
 // unrecorded charges as findings, refunds and disputes as outcome events, the EventBridge door.
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { chargeAftermathDetailSchema, chargeOutcomeDetailSchema } from '../../lambdas/events/contract.ts';
-import { ChargeEngine } from '../../lambdas/payments/engine.ts';
 import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
 import { inboxGauges } from '../../lambdas/payments/inbox-store.ts';
 import { claimById, findOperation, recordOutcomes } from '../../lambdas/payments/operations-store.ts';
@@ -12,27 +11,20 @@ import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
 import { checkInvariants } from '../../local/invariants.ts';
 import { receivePartnerEvent, receiveWebhook, RejectCode } from '../../lambdas/stripe-events/receive.ts';
 import { makeStripeEvent, WebhookDispatcher, type StripeEventJson } from '../../local/fake-stripe/webhooks.ts';
-import { createTestDatabase, type TestDatabase } from '../support/db.ts';
+import type { TestDatabase } from '../support/db.ts';
+import { testEngine } from '../support/engine.ts';
 import { chargeOrder } from '../support/orders.ts';
-import { startStripe, type StripeHarness } from '../support/stripe.ts';
-import { count, delivery, inboxRow, piEvent, SECRET } from './support.ts';
+import type { StripeHarness } from '../support/stripe.ts';
+import { useWorld } from '../support/world.ts';
+import { count, deliverWebhook, delivery, inboxRow, piEvent, SECRET, testApplier, WEBHOOK_SETTINGS as settings } from './support.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
-beforeAll(async () => {
-  db = await createTestDatabase('applier');
-  stripe = await startStripe();
-});
-afterAll(async () => {
-  await stripe.close();
-  await db.drop();
-});
-beforeEach(() => stripe.fake.reset());
+useWorld('applier', (w) => ({ db, stripe } = w));
 
-const engine = () => new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5 });
-const applier = () => new StripeEventApplier({ db: db.pool, gateway: stripe.gateway, actor: 'stripe-events', random: () => 0.5 });
-const settings = { secret: SECRET, maxBodyBytes: 256 * 1024 };
-const deliver = (event: StripeEventJson) => receiveWebhook(delivery(event), settings, { db: db.pool, applier: applier(), publisher: null });
+const engine = () => testEngine({ db, stripe });
+const applier = () => testApplier({ db, stripe });
+const deliver = (event: StripeEventJson) => deliverWebhook({ db, stripe }, event);
 
 /** An operation whose PaymentIntent Stripe left `processing`: the engine wrote `unknown` + its id. */
 async function processingOperation() {

@@ -51,3 +51,16 @@ export async function createTestDatabase(label = 't'): Promise<TestDatabase> {
     },
   };
 }
+
+/**
+ * Time passes for an operation's audit trail: every line moved back by `interval` (a PostgreSQL
+ * interval, e.g. '3 minutes'). The trail is append-only; its trigger is set aside for the shift only.
+ */
+export async function shiftAuditTrail(pool: pg.Pool, operationId: string, interval: string): Promise<void> {
+  await pool.query('ALTER TABLE payment_operation_events DISABLE TRIGGER payment_operation_events_append_only');
+  try {
+    await pool.query(`UPDATE payment_operation_events SET occurred_at = occurred_at - $2::interval WHERE operation_id = $1`, [operationId, interval]);
+  } finally {
+    await pool.query('ALTER TABLE payment_operation_events ENABLE TRIGGER payment_operation_events_append_only');
+  }
+}
