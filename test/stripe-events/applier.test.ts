@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { chargeAftermathDetailSchema, chargeOutcomeDetailSchema } from '../../lambdas/events/contract.ts';
 import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
-import { inboxGauges } from '../../lambdas/payments/inbox-store.ts';
+import { claimForEvent, inboxGauges } from '../../lambdas/payments/inbox-store.ts';
 import { claimById, findOperation, recordOutcomes } from '../../lambdas/payments/operations-store.ts';
 import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
 import { checkInvariants } from '../../local/invariants.ts';
@@ -92,6 +92,29 @@ describe('payment_intent.* for an open operation', () => {
     expect((await audit(op.id)).filter((a) => a.action === 'outcome_recorded' && a.detail.stripeEventId === event.id)).toHaveLength(1);
     expect(await outbox(op.id)).toHaveLength(1);
     expect(await inboxRow(db.pool, event.id)).toMatchObject({ outcome: 'settled', attempts: 1 });
+  });
+
+  it('an event’s claim is the engine’s claim (one SET, one attempt_started line) plus its Stripe event id; a live lease is not taken twice', async () => {
+    const { op } = await processingOperation();
+    const before = (await db.pool.query('SELECT first_attempted_at, attempts, updated_at FROM payment_operations WHERE id = $1', [op.id])).rows[0];
+    const token = randomUUID();
+    const claim = await claimForEvent(db.pool, op.id, token, 60_000, 'stripe-events', 'evt_claim_test');
+    expect(claim?.claimed).toMatchObject({ id: op.id, leaseToken: token });
+    const { rows: [leased] } = await db.pool.query(
+      `SELECT lease_token::text, lease_until = next_attempt_at AS due_when_lease_ends, lease_until > now() + interval '50 seconds' AS lease_ahead,
+              first_attempted_at, updated_at > $2 AS touched FROM payment_operations WHERE id = $1`,
+      [op.id, before.updated_at],
+    );
+    expect(leased).toMatchObject({ lease_token: token, due_when_lease_ends: true, lease_ahead: true, first_attempted_at: before.first_attempted_at, touched: true });
+    const line = (await audit(op.id)).at(-1);
+    expect(line).toMatchObject({
+      actor: 'stripe-events', action: 'attempt_started', from_status: 'unknown', to_status: 'unknown', key_generation: 0,
+      detail: { attempt: before.attempts + 1, leaseToken: token, stripeEventId: 'evt_claim_test' },
+    });
+    expect(Object.keys(line.detail).sort()).toEqual(['attempt', 'leaseToken', 'leaseUntil', 'stripeEventId']);
+    const again = await claimForEvent(db.pool, op.id, randomUUID(), 60_000, 'stripe-events', 'evt_claim_test_2');
+    expect(again).toMatchObject({ claimed: null, operation: { leaseToken: token } });
+    expect(again && !again.claimed && again.leaseUntil).toBeInstanceOf(Date);
   });
 
   it('an event while a worker holds the lease waits in the inbox, and is applied after that worker’s write', async () => {
