@@ -21,7 +21,7 @@ import { ChargeEngine, type EngineOptions } from '../lambdas/payments/engine.ts'
 import { OrderConflictError, RefundRejectedError } from '../lambdas/payments/errors.ts';
 import { parseQueueMessage } from '../lambdas/payments/message.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
-import { shiftAuditTrail, type TestDatabase } from './support/db.ts';
+import { auditTrail, operationRow, shiftAuditTrail, type TestDatabase } from './support/db.ts';
 import { chargedOrder as charged, testEngine } from './support/engine.ts';
 import { chargeOrder, refundOf } from './support/orders.ts';
 import type { StripeHarness } from './support/stripe.ts';
@@ -36,14 +36,8 @@ const engine = (options: Partial<EngineOptions> = {}) => testEngine({ db, stripe
 /** An order charged (succeeded) through the engine. */
 const chargedOrder = (overrides: Partial<ChargeInput> = {}) => charged(engine(), chargeOrder(overrides));
 
-async function row(id: string) {
-  const { rows } = await db.pool.query('SELECT * FROM payment_operations WHERE id = $1', [id]);
-  return rows[0];
-}
-async function events(id: string) {
-  const { rows } = await db.pool.query('SELECT * FROM payment_operation_events WHERE operation_id = $1 ORDER BY id', [id]);
-  return rows;
-}
+const row = (id: string) => operationRow(db.pool, id);
+const events = (id: string) => auditTrail(db.pool, id);
 async function outbox(id: string) {
   const { rows } = await db.pool.query('SELECT event_type, payload FROM outcome_events WHERE operation_id = $1 ORDER BY created_at', [id]);
   return rows as { event_type: string; payload: Record<string, unknown> }[];

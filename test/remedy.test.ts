@@ -19,7 +19,7 @@ import type { PaymentIntentRecord } from '../local/fake-stripe/types.ts';
 import type { TestDatabase } from './support/db.ts';
 import { chargedOrder as charged, FAST_LIST_POLICY, testEngine } from './support/engine.ts';
 import { chargeOrderOfItsOwnCustomer as order } from './support/orders.ts';
-import type { StripeHarness } from './support/stripe.ts';
+import { plantPaymentIntent, type StripeHarness } from './support/stripe.ts';
 import { useWorld } from './support/world.ts';
 import { deliverWebhook, piEvent, testApplier } from './stripe-events/support.ts';
 
@@ -245,10 +245,7 @@ describe('evidence from an operator', () => {
     // A second PaymentIntent of this operation (another key) that has not settled when List looks.
     const plantedKey = `planted-${randomUUID()}`;
     stripe.fake.injectFault({ idempotencyKey: plantedKey }, 'processing');
-    const planted = await stripe.gateway.createPaymentIntent({
-      idempotencyKey: plantedKey, amount: input.amount, currency: input.currency, customerId: input.customerId, paymentMethod: input.paymentMethod,
-      metadata: { operation_id: id, order_id: input.orderId, key_generation: '0' },
-    });
+    const planted = await plantPaymentIntent(stripe, input, id, { idempotencyKey: plantedKey });
     expect(planted.ok && planted.value.status).toBe('processing');
     const plantedId = planted.ok ? planted.value.id : '';
     stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'error_500_after_commit');

@@ -64,3 +64,15 @@ export async function shiftAuditTrail(pool: pg.Pool, operationId: string, interv
     await pool.query('ALTER TABLE payment_operation_events ENABLE TRIGGER payment_operation_events_append_only');
   }
 }
+
+/** The operation's row as stored, every column (undefined: no such operation). */
+export async function operationRow(pool: pg.Pool, operationId: string) {
+  const { rows } = await pool.query('SELECT * FROM payment_operations WHERE id = $1', [operationId]);
+  return rows[0];
+}
+
+/** The operation's audit trail (payment_operation_events), oldest first, every column. */
+export async function auditTrail(pool: pg.Pool, operationId: string) {
+  const { rows } = await pool.query('SELECT * FROM payment_operation_events WHERE operation_id = $1 ORDER BY id', [operationId]);
+  return rows;
+}
