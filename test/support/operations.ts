@@ -1,12 +1,12 @@
-// A claimed charge operation as the pure decision functions see it, on a fixed id and clock (T0):
-// the decision tests override what each case is about.
-import type { ClaimedOperation } from '../../lambdas/payments/types.ts';
+// Operations as the pure decision and rendering functions see them, on a fixed id and clock (T0):
+// the tests override what each case is about.
+import type { ClaimedOperation, Operation } from '../../lambdas/payments/types.ts';
 
 export const OP_ID = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
 export const T0 = new Date('2026-11-29T09:00:00Z');
 
-/** Pending, never attempted, claimed at T0 with a one-minute lease. */
-export function claimedOperation(overrides: Partial<ClaimedOperation> = {}): ClaimedOperation {
+/** A charge of 1999 eur, pending, never attempted, first sent at T0, nobody's lease. */
+export function operation(overrides: Partial<Operation> = {}): Operation {
   return {
     id: OP_ID,
     kind: 'charge',
@@ -22,14 +22,25 @@ export function claimedOperation(overrides: Partial<ClaimedOperation> = {}): Cla
     firstAttemptedAt: T0,
     lastError: null,
     lastErrorClass: null,
-    leaseToken: 'lease',
-    leaseUntil: new Date(T0.getTime() + 60_000),
+    leaseToken: null,
+    leaseUntil: null,
     nextAttemptAt: T0,
     reviewReason: null,
     keyGeneration: 0,
     createdAt: T0,
     updatedAt: T0,
     settledAt: null,
+    ...overrides,
+  };
+}
+
+/** That operation claimed at T0 with a one-minute lease. */
+export function claimedOperation(overrides: Partial<ClaimedOperation> = {}): ClaimedOperation {
+  return {
+    ...operation(),
+    leaseToken: 'lease',
+    leaseUntil: new Date(T0.getTime() + 60_000),
+    firstAttemptedAt: T0,
     claimedAt: T0,
     ...overrides,
   };
