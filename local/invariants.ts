@@ -20,6 +20,7 @@
 //
 // It reads only: safe to run against a live pipeline (`requireQuiescent: false`) or at the end.
 import type { Db } from '../lambdas/payments/db.ts';
+import { REFUNDED_PAYMENT_INTENT } from '../lambdas/payments/operations-store.ts';
 import type { OperationStatus } from '../lambdas/payments/types.ts';
 import type { PaymentIntentRecord, PaymentIntentStatus, RefundRecord } from './fake-stripe/types.ts';
 import { netChargedByOrder } from './stripe-truth.ts';
@@ -147,6 +148,10 @@ interface OperationFacts {
   id: string;
   kind: 'charge' | 'refund';
   refund_payment_intent: string | null;
+  /** A refund: the PaymentIntent it refunds (operations-store.ts REFUNDED_PAYMENT_INTENT, the one definition). */
+  refunded_payment_intent: string | null;
+  /** The operation's mark (migrations/009): Stripe failed its Refund after it succeeded. */
+  failed_after_success: boolean;
   parent_operation_id: string | null;
   order_id: string;
   status: OperationStatus;
@@ -214,7 +219,8 @@ const OPERATIONS_SQL = `
       FROM payment_operation_events e JOIN scope s ON s.id = e.operation_id
      GROUP BY e.operation_id
   )
-  SELECT s.id::text, s.kind, s.refund_payment_intent, s.parent_operation_id::text, s.order_id, s.status, s.external_id, s.attempts, s.review_reason, s.last_error_class, s.amount::text, s.currency,
+  SELECT s.id::text, s.kind, s.refund_payment_intent, ${REFUNDED_PAYMENT_INTENT('s')} AS refunded_payment_intent,
+         s.failed_after_success_at IS NOT NULL AS failed_after_success, s.parent_operation_id::text, s.order_id, s.status, s.external_id, s.attempts, s.review_reason, s.last_error_class, s.amount::text, s.currency,
          coalesce(a.requested, 0) AS requested, coalesce(a.started, 0) AS started,
          coalesce(a.recorded, 0) AS recorded, coalesce(a.discarded, 0) AS discarded,
          coalesce(a.released, 0) AS released, coalesce(a.operator_resolved, 0) AS operator_resolved,
@@ -340,9 +346,16 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
   // ── The net amount, and refunds told truly ──────────────────────────────────────────────────
   if (net && stripeRefunds) {
     // Refund operations that stay `succeeded` but whose Refund failed at Stripe since, as recorded
-    // (the fact event): they refunded nothing, and Stripe's record (only succeeded refunds count,
-    // netChargedByOrder) agrees only if the ledger discounts them too.
-    const failedAfterSuccess = new Set(outboxRows.rows.filter((e) => e.event_type === REFUND_FAILED_AFTER_SUCCESS).map((e) => e.operation_id));
+    // (the operation's mark, migrations/009): they refunded nothing, and Stripe's record (only
+    // succeeded refunds count, netChargedByOrder) agrees only if the ledger discounts them too. The
+    // mark and the fact event are written in one statement: one without the other is a violation.
+    const failedAfterSuccess = new Set(refundOps.filter((r) => r.failed_after_success).map((r) => r.id));
+    const announced = new Set(outboxRows.rows.filter((e) => e.event_type === REFUND_FAILED_AFTER_SUCCESS).map((e) => e.operation_id));
+    for (const r of refundOps) {
+      if (failedAfterSuccess.has(r.id) !== announced.has(r.id)) {
+        violate('refund_mismatch', failedAfterSuccess.has(r.id) ? 'marked failed after success without its Refund Failed After Success event' : 'Refund Failed After Success event without the operation\'s mark', r);
+      }
+    }
     for (const op of charges) {
       const ours = refundsOfOrder.get(op.order_id) ?? [];
       const truth = net.get(op.order_id);
@@ -360,7 +373,6 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     }
     const refundById = new Map(stripeRefunds.map((r) => [r.id, r]));
     for (const r of refundOps) {
-      const charge = r.parent_operation_id ? (operations.find((c) => c.id === r.parent_operation_id) ?? null) : null;
       if (r.status === 'succeeded') {
         const refund = r.external_id === null ? undefined : refundById.get(r.external_id);
         // Failed after it succeeded, and recorded so: told truly (the fact says what Stripe says).
@@ -369,7 +381,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
           violate('succeeded_without_refund', `external_id ${r.external_id ?? 'null'} is ${refund ? `a ${refund.status} Refund` : 'no Refund at Stripe'}`, r);
           continue;
         }
-        const target = r.refund_payment_intent ?? charge?.external_id ?? null;
+        const target = r.refunded_payment_intent;
         const wrong: string[] = [];
         if (String(refund.amount) !== r.amount) wrong.push(`amount ${refund.amount} ≠ ${r.amount}`);
         if (refund.payment_intent !== target) wrong.push(`payment_intent ${refund.payment_intent} ≠ ${target}`);

@@ -9,13 +9,13 @@
 // Real PostgreSQL 18 (embedded), the real stripe SDK over HTTP, the real EventBridge client against the
 // fake PutEvents endpoint, on this machine. Options: --settled N (default 1000000), --open N (1000),
 // --latency ms (200), --rounds N (5), --skip-sweep, --skip-bundles, --json.
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs, promisify } from 'node:util';
-import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
+import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { build } from 'esbuild';
 import pg from 'pg';
 import { processChargeBatch } from '../lambdas/charge/batch.ts';
@@ -27,7 +27,8 @@ import { runReconcile, type ReconcileSettings } from '../lambdas/reconcile/sweep
 import { claimDue } from '../lambdas/payments/operations-store.ts';
 import { loadMigrations, migrate } from '../lambdas/runtime/migrations.ts';
 import { startFakeEventBridge } from '../local/fake-eventbridge/server.ts';
-import { createDatabase, freePort, startEmbeddedPostgres } from '../local/postgres.ts';
+import { createDatabase, startEmbeddedPostgres } from '../local/postgres.ts';
+import { sqsRecord, startStripeProcess } from './bench-support.ts';
 import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 
 const { values: args } = parseArgs({
@@ -55,20 +56,7 @@ const say = (line = '') => {
   if (!args.json) console.log(line);
 };
 
-function record(body: object, groupId: string): SQSRecord {
-  const now = String(Date.now());
-  return {
-    messageId: randomUUID(),
-    receiptHandle: randomUUID(),
-    body: JSON.stringify(body),
-    attributes: { ApproximateReceiveCount: '1', SentTimestamp: now, SenderId: 'bench', ApproximateFirstReceiveTimestamp: now, MessageGroupId: groupId },
-    messageAttributes: {},
-    md5OfBody: '',
-    eventSource: 'aws:sqs',
-    eventSourceARN: 'arn:aws:sqs:us-east-1:000000000000:charge-requests.fifo',
-    awsRegion: 'us-east-1',
-  };
-}
+const record = sqsRecord;
 const orders = (n: number) =>
   Array.from({ length: n }, () => {
     const orderId = `bench-${randomUUID()}`;
@@ -77,32 +65,6 @@ const orders = (n: number) =>
 function context(remainingMs = 60_000): Context {
   const deadline = Date.now() + remainingMs;
   return { functionName: 'charge', awsRequestId: randomUUID(), getRemainingTimeInMillis: () => deadline - Date.now() } as unknown as Context;
-}
-
-/**
- * The fake Stripe in its own Node process, as Stripe is in its own data centre: its CPU work (form
- * parsing, JSON, the ledger) must not queue behind the handler's on one event loop and count as ours.
- */
-async function startStripeProcess(latencyMs: number): Promise<{ url: string; stop(): Promise<void> }> {
-  const port = await freePort();
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'local/fake-stripe/cli.ts'), '--port', String(port), '--latency-ms', String(latencyMs)], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  await new Promise<void>((resolve, reject) => {
-    child.once('exit', (code) => reject(new Error(`fake Stripe exited with ${code}`)));
-    child.stdout!.on('data', (chunk: Buffer) => {
-      if (chunk.toString().includes('listening')) resolve();
-    });
-  });
-  return {
-    url: `http://127.0.0.1:${port}`,
-    stop: () =>
-      new Promise<void>((resolve) => {
-        child.removeAllListeners('exit');
-        child.once('exit', () => resolve());
-        child.kill('SIGTERM');
-      }),
-  };
 }
 
 async function main() {

@@ -40,6 +40,12 @@ export interface ChargeBatchDeps {
   readonly maxAmount?: number;
   /** Stripe calls in flight at once. */
   readonly concurrency?: number;
+  /**
+   * Message groups whose refunds are worked at once (each group's in record order). Default
+   * `concurrency`. 1 works the batch's refunds one after another, as before 059974b: only
+   * bench:refund-batch sets it, to measure what the overlap buys.
+   */
+  readonly refundConcurrency?: number;
   readonly policy?: Partial<EnginePolicy>;
   readonly random?: () => number;
   readonly actor?: string;
@@ -252,7 +258,7 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
   };
   const refundGroups = new Map<string, Parsed[]>();
   for (const p of parsed) if (p.refund) refundGroups.set(p.groupId, [...(refundGroups.get(p.groupId) ?? []), p]);
-  await mapBounded([...refundGroups.values()], deps.concurrency ?? 10, async (group) => {
+  await mapBounded([...refundGroups.values()], deps.refundConcurrency ?? deps.concurrency ?? 10, async (group) => {
     for (const p of group) await refundOne(p, p.refund!);
   });
 

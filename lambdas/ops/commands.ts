@@ -2,7 +2,6 @@
 // VPC). A command takes a parsed Command and an OpsContext (a database, a lazy Stripe look-up, an
 // optional publisher) and returns plain JSON-safe data; the entry points only move argv in and the
 // OpsResponse out, so `--json` on a laptop and the Lambda's answer are the same document.
-import { RefundFactDetailType } from '../events/contract.ts';
 import { publishLeased, type EventPublisher } from '../events/outbox.ts';
 import type { Db } from '../payments/db.ts';
 import { DEFAULT_POLICY, idempotencyKey, KIND_RULES, type EnginePolicy } from '../payments/decisions.ts';
@@ -33,7 +32,7 @@ import {
 } from '../payments/review.ts';
 import { listFindings, resolveFinding, type FindingRow } from '../payments/inbox-store.ts';
 import { findOperationByOrder, findRefundsOfOrder } from '../payments/operations-store.ts';
-import type { Operation, PaymentIntentView } from '../payments/types.ts';
+import { refundedPaymentIntent, type Operation, type PaymentIntentView } from '../payments/types.ts';
 import { ConflictError, NotFoundError, OpsError, RefusedError, StripeUnavailableError, UsageError } from './errors.ts';
 import { isAction, parseInvocation, usage, type Command, type CommandName, type OperatorAction } from './parse.ts';
 import { listRejected, loadStats, type RejectedMessage, type Stats } from './queries.ts';
@@ -89,12 +88,19 @@ export interface OperationView {
     readonly reason: string | null;
     readonly chargeOperationId: string;
     readonly paymentIntent: string | null;
+    /** Stripe failed the Refund after it succeeded (the operation's mark, migrations/009): it gave nothing back, and its amount is refundable again. */
+    readonly failedAfterSuccess: { readonly failureReason: string | null; readonly at: string } | null;
   } | null;
 }
 
 const isoOrNull = (date: Date | null): string | null => (date === null ? null : date.toISOString());
 
-export function operationView(op: Operation, refundedPaymentIntent: string | null = null): OperationView {
+/**
+ * `paymentIntent`: for a refund, the PaymentIntent it refunds as the command read it
+ * (review.ts OperationHistory.refundedPaymentIntent) or its charge's PaymentIntent — the view derives
+ * the refunded one with the one definition (types.ts refundedPaymentIntent).
+ */
+export function operationView(op: Operation, paymentIntent: string | null = null): OperationView {
   return {
     id: op.id,
     kind: op.kind,
@@ -119,7 +125,15 @@ export function operationView(op: Operation, refundedPaymentIntent: string | nul
     updatedAt: op.updatedAt.toISOString(),
     settledAt: isoOrNull(op.settledAt),
     refund: op.refund
-      ? { refundId: op.refund.refundId, reason: op.refund.reason, chargeOperationId: op.refund.parentOperationId, paymentIntent: op.refund.paymentIntentId ?? refundedPaymentIntent }
+      ? {
+          refundId: op.refund.refundId,
+          reason: op.refund.reason,
+          chargeOperationId: op.refund.parentOperationId,
+          paymentIntent: refundedPaymentIntent(op, paymentIntent),
+          failedAfterSuccess: op.refund.failedAfterSuccess
+            ? { failureReason: op.refund.failedAfterSuccess.failureReason, at: op.refund.failedAfterSuccess.at.toISOString() }
+            : null,
+        }
       : null,
   };
 }
@@ -245,12 +259,12 @@ export interface RefundsListResult {
     readonly refundId: string;
     readonly refundReason: string | null;
     readonly refundedPaymentIntent: string | null;
-    /** Stripe failed the Refund after it succeeded (the `Refund Failed After Success` fact): it gave nothing back. */
+    /** Stripe failed the Refund after it succeeded (the operation's mark, migrations/009, written with the `Refund Failed After Success` fact): it gave nothing back. */
     readonly failedAfterSuccess: { readonly failureReason: string | null; readonly at: string } | null;
   })[];
   /** Refunds that succeeded (and stayed so), and those still open (pending / unknown), of the charge's own PaymentIntent. */
   readonly refunded: number;
-  /** Succeeded refunds that Stripe failed since: not given back, yet still held against the charge by the refund rules. */
+  /** Succeeded refunds that Stripe failed since (the operation's mark, migrations/009): not given back, and refundable again. */
   readonly reversed: number;
   readonly inFlight: number;
   /** What a further refund may still ask for (charged amount − refunded − in flight); 0 for a charge that did not succeed. */
@@ -648,33 +662,31 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
       if (!charge) throw new NotFoundError(`no charge operation for order "${command.orderId}"`);
       const refunds = await findRefundsOfOrder(ctx.db, command.orderId);
       // A refund Stripe failed after it succeeded stays `succeeded` (final; the request executed) and
-      // is told by its fact event (docs/decisions.md): it gave nothing back.
-      const { rows: reversals } = await ctx.db.query<{ operation_id: string; failure_reason: string | null; at: string }>(
-        `SELECT operation_id::text, payload->>'failureReason' AS failure_reason, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS at
-           FROM outcome_events WHERE operation_id = ANY($1::uuid[]) AND event_type = $2`,
-        [refunds.map((r) => r.id), RefundFactDetailType.failedAfterSuccess],
-      );
-      const reversedBy = new Map(reversals.map((r) => [r.operation_id, { failureReason: r.failure_reason, at: r.at }]));
+      // carries the mark (migrations/009, set with its fact event): it gave nothing back, and holds
+      // nothing of the charge — the refund rules (operations-store.ts REFUND_HOLDS, the trigger) agree.
       const own = refunds.filter((r) => r.refund?.paymentIntentId === null);
-      const refunded = own.filter((r) => r.status === 'succeeded' && !reversedBy.has(r.id)).reduce((sum, r) => sum + r.amount, 0);
-      const reversed = own.filter((r) => reversedBy.has(r.id)).reduce((sum, r) => sum + r.amount, 0);
+      const reversedOf = (r: Operation) => Boolean(r.refund?.failedAfterSuccess);
+      const refunded = own.filter((r) => r.status === 'succeeded' && !reversedOf(r)).reduce((sum, r) => sum + r.amount, 0);
+      const reversed = own.filter(reversedOf).reduce((sum, r) => sum + r.amount, 0);
       const inFlight = own.filter((r) => r.status === 'pending' || r.status === 'unknown').reduce((sum, r) => sum + r.amount, 0);
       return {
         asOf: new Date().toISOString(),
         orderId: command.orderId,
         charge: operationView(charge),
-        refunds: refunds.map((r) => ({
-          ...operationView(r, charge.externalId),
-          refundId: r.refund?.refundId ?? '',
-          refundReason: r.refund?.reason ?? null,
-          refundedPaymentIntent: r.refund?.paymentIntentId ?? null,
-          failedAfterSuccess: reversedBy.get(r.id) ?? null,
-        })),
+        refunds: refunds.map((r) => {
+          const view = operationView(r, charge.externalId);
+          return {
+            ...view,
+            refundId: r.refund?.refundId ?? '',
+            refundReason: r.refund?.reason ?? null,
+            refundedPaymentIntent: r.refund?.paymentIntentId ?? null,
+            failedAfterSuccess: view.refund?.failedAfterSuccess ?? null,
+          };
+        }),
         refunded,
         reversed,
         inFlight,
-        // The refund rules (code and trigger) still hold a reversed refund against the charge.
-        left: charge.status === 'succeeded' ? Math.max(0, charge.amount - refunded - reversed - inFlight) : 0,
+        left: charge.status === 'succeeded' ? Math.max(0, charge.amount - refunded - inFlight) : 0,
       };
     }
     case 'refunds create': {

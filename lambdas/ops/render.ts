@@ -107,6 +107,9 @@ function detail(r: OperationDetailResult): string[] {
       ...(op.refund
         ? [`refund id ${op.refund.refundId}   reason ${dash(op.refund.reason)}   of charge ${op.refund.chargeOperationId}   PaymentIntent refunded ${dash(op.refund.paymentIntent)}`]
         : []),
+      ...(op.refund?.failedAfterSuccess
+        ? [`succeeded, then FAILED at Stripe (${op.refund.failedAfterSuccess.failureReason ?? 'no reason'}; recorded ${op.refund.failedAfterSuccess.at}): nothing was given back, the amount is refundable again`]
+        : []),
       ...(op.reviewReason ? [`review reason: ${op.reviewReason}`] : []),
       `customer ${op.customerId}   payment method ${op.paymentMethod}`,
       `key generation ${op.keyGeneration} (${op.idempotencyKey})   external id ${dash(op.externalId)}   attempts ${op.attempts}`,
@@ -249,7 +252,7 @@ function refundsList(r: ResultOf['refunds list']): string[] {
         dash(x.refundReason),
         x.failedAfterSuccess ? `succeeded, then failed at Stripe (${x.failedAfterSuccess.failureReason ?? 'no reason'})` : `${x.status}${x.inReview ? ' (review)' : ''}`,
         dash(x.externalId),
-        x.refundedPaymentIntent ? `${x.refundedPaymentIntent} (duplicate)` : dash(c.externalId),
+        `${dash(x.refund?.paymentIntent)}${x.refundedPaymentIntent ? ' (duplicate)' : ''}`,
         x.createdAt,
         clip(x.reviewReason ?? x.lastError ?? '—', 80),
       ]),

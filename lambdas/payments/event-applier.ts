@@ -270,9 +270,10 @@ export class StripeEventApplier {
 
   /** A refund event (refund.created / updated / failed, charge.refund.updated) for the refund operation it names, if any. */
   async #applyRefund(row: InboxRow, event: StripeEventView, refund: EventRefund, op: Operation | null, depth: number): Promise<Applied> {
-    // The PaymentIntent the operation refunds: the remedy's extra one, else its charge's.
+    // decideRefundEvent derives the PaymentIntent the operation refunds (types.ts
+    // refundedPaymentIntent) from the charge's: read only when the remedy names none.
     const charge = op?.kind === 'refund' && op.refund && op.refund.paymentIntentId === null ? await findOperation(this.#db, op.refund.parentOperationId) : null;
-    const decision = decideRefundEvent(op, refund, op?.refund?.paymentIntentId ?? charge?.externalId ?? null);
+    const decision = decideRefundEvent(op, refund, charge?.externalId ?? null);
     const evidence = {
       stripeEventId: event.id,
       eventType: event.type,

@@ -15,6 +15,8 @@ interface OperationJson {
   parent_operation_id?: string | null;
   refund_reason?: RefundReason | null;
   refund_payment_intent?: string | null;
+  failed_after_success_at?: string | null;
+  failed_after_success_reason?: string | null;
   description?: string | null;
   statement_descriptor_suffix?: string | null;
   charge_metadata?: Record<string, string> | null;
@@ -47,7 +49,15 @@ export function toOperation(row: OperationJson): Operation {
     kind: row.kind ?? 'charge',
     refund:
       row.kind === 'refund' && row.refund_id && row.parent_operation_id
-        ? { refundId: row.refund_id, parentOperationId: row.parent_operation_id, reason: row.refund_reason ?? null, paymentIntentId: row.refund_payment_intent ?? null }
+        ? {
+            refundId: row.refund_id,
+            parentOperationId: row.parent_operation_id,
+            reason: row.refund_reason ?? null,
+            paymentIntentId: row.refund_payment_intent ?? null,
+            failedAfterSuccess: row.failed_after_success_at
+              ? { at: new Date(row.failed_after_success_at), failureReason: row.failed_after_success_reason ?? null }
+              : null,
+          }
         : null,
     orderId: row.order_id,
     amount: Number(row.amount),
@@ -91,6 +101,21 @@ function toClaimed(row: OperationJson, claimedAt: Date, charge: ChargeJson | nul
     charge: charge ? { status: charge.status, paymentIntentId: charge.external_id } : null,
   };
 }
+
+/**
+ * A refund row `r` (an alias of payment_operations) that holds part of its charge's amount: not
+ * failed, and not failed by Stripe after it succeeded (migrations/009; Stripe counts only refunds that
+ * hold money). The insert trigger of 009 (payment_operations_refund_rules) says the same in plpgsql;
+ * the duplicate remedy's refunds (refund_payment_intent) are excluded by the callers, as there.
+ */
+export const REFUND_HOLDS = (r: string) => `${r}.status <> 'failed' AND ${r}.failed_after_success_at IS NULL`;
+
+/**
+ * The PaymentIntent a row `p` (an alias of payment_operations) refunds: the duplicate remedy's named
+ * one, else its charge operation's; NULL for a charge. The SQL form of types.ts refundedPaymentIntent.
+ */
+export const REFUNDED_PAYMENT_INTENT = (p: string) => `CASE WHEN ${p}.kind = 'refund' THEN coalesce(${p}.refund_payment_intent,
+  (SELECT rpi.external_id FROM payment_operations rpi WHERE rpi.id = ${p}.parent_operation_id)) END`;
 
 /** The charge of a refund row `x` (a CTE alias), read in the claim's statement: no extra round trip. */
 const CHARGE_OF = (x: string) =>
@@ -239,7 +264,7 @@ export interface RefundRequestRow {
   /** The refund operation (inserted, claimed or existing); null when refused. */
   readonly operation: Operation | null;
   readonly claimed: ClaimedOperation | null;
-  /** The order's charge: its amount, and the sum of its refunds that are not failed (this one excluded if new; the duplicate remedy's never counted). */
+  /** The order's charge: its amount, and the sum of its refunds that hold money (REFUND_HOLDS; this one excluded if new; the duplicate remedy's never counted). */
   readonly chargeAmount: number | null;
   readonly refundedOrHeld: number;
 }
@@ -273,9 +298,10 @@ export async function requestRefundAndClaim(
     `WITH i AS (SELECT $1::text AS order_id, $5::text AS refund_id, $6::bigint AS amount, $7::text AS reason, $8::boolean AS claim),
      charge AS (SELECT c.* FROM payment_operations c, i WHERE c.order_id = i.order_id AND c.kind = 'charge'),
      -- The duplicate remedy's refunds give back ANOTHER PaymentIntent: they do not count against the
-     -- charge's amount (as in the trigger of 007_refunds.sql; the property model found the difference).
+     -- charge's amount (as in the trigger of 007/009; the property model found the difference). Nor
+     -- does a refund Stripe failed after it succeeded (009): its amount is refundable again.
      held AS (SELECT coalesce(sum(r.amount), 0)::bigint AS held FROM payment_operations r, charge c
-               WHERE r.parent_operation_id = c.id AND r.kind = 'refund' AND r.status <> 'failed' AND r.refund_payment_intent IS NULL),
+               WHERE r.parent_operation_id = c.id AND r.kind = 'refund' AND ${REFUND_HOLDS('r')} AND r.refund_payment_intent IS NULL),
      existing AS (SELECT r.* FROM payment_operations r, i WHERE r.order_id = i.order_id AND r.kind = 'refund' AND r.refund_id = i.refund_id),
      verdict AS (
        SELECT CASE WHEN EXISTS (SELECT 1 FROM existing) THEN 'existing'

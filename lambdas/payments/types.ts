@@ -56,6 +56,24 @@ export interface RefundFields {
    * the refund is of the charge operation's own PaymentIntent.
    */
   readonly paymentIntentId: string | null;
+  /**
+   * Stripe failed the Refund after it had succeeded (migrations/009): the operation stays final
+   * `succeeded` (the request executed), but the money is back with the merchant and the amount is
+   * refundable again. Set once by the event applier with the `Refund Failed After Success` fact;
+   * never cleared. Absent or null: not so.
+   */
+  readonly failedAfterSuccess?: { readonly at: Date; readonly failureReason: string | null } | null;
+}
+
+/**
+ * THE PaymentIntent a refund operation gives money back from: the duplicate remedy's named extra one,
+ * else its charge operation's (`chargePaymentIntentId`, the charge's external_id — final-succeeded
+ * before the refund is claimed). Null for a charge, or while the charge's is unknown. The SQL form of
+ * this one definition is operations-store.ts REFUNDED_PAYMENT_INTENT.
+ */
+export function refundedPaymentIntent(op: Pick<Operation, 'kind' | 'refund'>, chargePaymentIntentId: string | null): string | null {
+  if (op.kind !== 'refund' || op.refund === null) return null;
+  return op.refund.paymentIntentId ?? chargePaymentIntentId;
 }
 
 /** A row of payment_operations as the engine sees it. */

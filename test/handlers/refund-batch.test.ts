@@ -134,6 +134,45 @@ describe('the charge handler routes refunds', () => {
     expect(stripe.fake.requests().filter((r) => r.endpoint === 'refund_create')).toHaveLength(0);
   });
 
+  /** Two orders charged through the batch; their refunds, one record each (two message groups), in one batch. */
+  async function twoChargedOrdersAndTheirRefunds() {
+    const charges = [chargeOrder({ amount: 900 }), chargeOrder({ amount: 900 })];
+    for (const charge of charges) await sendChargeRequest(sqs.client, sqs.queueUrl, charge);
+    expect((await processChargeBatch(toSqsEvent(await receiveInQueueOrder(2), queue).Records, deps(), plenty)).response.batchItemFailures).toEqual([]);
+    for (const [i, charge] of charges.entries()) await sendRefundRequest(sqs.client, sqs.queueUrl, { orderId: charge.orderId, refundId: `rf-${i}`, amount: 100 });
+    return { orders: charges.map((c) => c.orderId), records: toSqsEvent(await receiveInQueueOrder(2), queue).Records };
+  }
+  const refundRow = async (orderId: string) =>
+    (await db.pool.query(`SELECT status, created_at, settled_at FROM payment_operations WHERE order_id = $1 AND kind = 'refund'`, [orderId])).rows[0];
+
+  it('refunds of different message groups are worked side by side (059974b): both Stripe calls in flight at once', async () => {
+    const { orders, records } = await twoChargedOrdersAndTheirRefunds();
+    // Both refund creates parked at the fake: reached only if the second starts before the first has its answer.
+    const holds = orders.map((orderId) => stripe.fake.hold({ endpoint: 'refund_create', orderId }));
+    const batch = processChargeBatch(records, deps(), plenty);
+    await Promise.all(holds.map((h) => h.arrived));
+    for (const h of holds) h.release();
+    const result = await batch;
+    expect(result.records.map((r) => r.fate.kind === 'processed' && r.fate.status)).toEqual(['succeeded', 'succeeded']);
+  });
+
+  it('refundConcurrency 1 (what bench:refund-batch compares against): one refund after another, the second requested only after the first is recorded', async () => {
+    const { orders, records } = await twoChargedOrdersAndTheirRefunds();
+    // Two idle connections: what overlaps is decided by the code under test, not by a connection being set up.
+    await Promise.all([db.pool.query('SELECT pg_sleep(0.05)'), db.pool.query('SELECT pg_sleep(0.05)')]);
+    const first = stripe.fake.hold({ endpoint: 'refund_create', orderId: orders[0]! });
+    const batch = processChargeBatch(records, { ...deps(), refundConcurrency: 1 }, plenty);
+    await first.arrived;
+    // The first refund's Stripe call is in flight: the second refund is not even requested yet.
+    expect(await refundRow(orders[1]!)).toBeUndefined();
+    first.release();
+    const result = await batch;
+    expect(result.records.map((r) => r.fate.kind === 'processed' && r.fate.status)).toEqual(['succeeded', 'succeeded']);
+    const [a, b] = [await refundRow(orders[0]!), await refundRow(orders[1]!)];
+    // Database clock: the second refund's request statement ran after the first refund's outcome statement.
+    expect(b.created_at.getTime()).toBeGreaterThanOrEqual(a.settled_at.getTime());
+  });
+
   it('npm run produce -- --refund sends a refund request the handler works', async () => {
     const charge = chargeOrder({ amount: 800 });
     await sendChargeRequest(sqs.client, sqs.queueUrl, charge);

@@ -228,14 +228,14 @@ describe('a refund that fails after it succeeded', () => {
     expect(net).toMatchObject({ charged: 4000, refunded: 0, net: 4000 });
     expect((await checkInvariants(truth())).violations).toEqual([]);
 
-    // The operator sees it so: not refunded, and still held against the charge by the refund rules.
+    // The operator sees it so: not refunded, and refundable again (the operation's mark, migrations/009).
     const listed = await runOps(['refunds', 'list', input.orderId, '--json'], {
       defaultActor: 'tester',
       context: () => ({ db: db.pool, stripe: () => Promise.reject(new Error('no Stripe look-ups')), transport: { kind: 'test' } }),
     });
     expect(listed).toMatchObject({
       ok: true,
-      result: { refunded: 0, reversed: 1500, left: 2500, refunds: [{ id, status: 'succeeded', failedAfterSuccess: { failureReason: 'expired_or_canceled_card' } }] },
+      result: { refunded: 0, reversed: 1500, left: 4000, refunds: [{ id, status: 'succeeded', failedAfterSuccess: { failureReason: 'expired_or_canceled_card' } }] },
     });
     expect(render(listed, false).stdout.join('\n')).toMatch(/succeeded, then failed at Stripe \(expired_or_canceled_card\)/);
     await w.stop();
