@@ -112,10 +112,8 @@ export class StripeEvents extends Construct {
       logRetention: props.logRetention,
       removalPolicy: props.removalPolicy,
       ...(props.input === 'eventbridge' ? { asyncRetryAttempts: 2, asyncMaxEventAge: cdk.Duration.hours(6) } : { asyncRetryAttempts: 0 }),
+      reservedConcurrentExecutions: props.reservedConcurrency,
     });
-    if (props.reservedConcurrency !== undefined) {
-      (this.function.node.defaultChild as lambda.CfnFunction).reservedConcurrentExecutions = props.reservedConcurrency;
-    }
 
     // Least privilege: the application role's and Stripe's secrets, the signing secret, PutEvents on the outcome bus.
     props.applicationDatabaseSecret.grantRead(this.function);

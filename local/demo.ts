@@ -23,8 +23,8 @@ import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { deduplicationId } from '../lambdas/payments/message.ts';
-import { createStripeClient } from '../lambdas/payments/stripe-gateway.ts';
 import { chargeRequestMessage, refundRequestMessage, sendChargeRequests, sendRefundRequest, type ChargeRequest, type RefundRequest } from '../lambdas/producer/client.ts';
+import { AnotherSystem, remediesSettled } from './another-system.ts';
 import { buildLedger, type Ledger, type RunOutcome } from './ledger.ts';
 import { isSettled, type Pipeline, type PipelineSnapshot, type SettleResult } from './pipeline.ts';
 import { mulberry32 } from './random.ts';
@@ -454,34 +454,19 @@ async function chargeAgainBehindItsBack(
   options: RunWorkloadOptions,
 ): Promise<SettleResult['kind']> {
   if (!pipeline.fakeStripe || !pipeline.webhooks) return 'settled'; // nobody would tell the product
-  const { rows } = await pipeline.db.query<{ id: string; order_id: string; amount: string; currency: string; customer_id: string; payment_method: string }>(
-    `SELECT id::text, order_id, amount::text, currency, customer_id, payment_method FROM payment_operations WHERE kind = 'charge' AND status = 'succeeded' AND order_id = ANY($1::text[])`,
-    [[...orderIds]],
-  );
-  const stripe = createStripeClient({ apiKey: 'sk_test_another_system', apiBase: pipeline.fakeStripe.url, maxNetworkRetries: 3, timeoutMs: 5_000 });
+  const another = new AnotherSystem(pipeline.fakeStripe.url, { maxNetworkRetries: 3, timeoutMs: 5_000 });
   const extra: string[] = [];
-  for (const op of rows) {
-    // The fake's faults apply to this caller too: the SDK's retries reuse the key, so one PaymentIntent at most.
-    const pi = await stripe.paymentIntents
-      .create(
-        { amount: Number(op.amount), currency: op.currency, customer: op.customer_id, payment_method: op.payment_method, confirm: true, off_session: true, metadata: { operation_id: op.id, order_id: op.order_id, key_generation: '0' } },
-        { idempotencyKey: `another-system:${op.order_id}` },
-      )
-      .catch(() => null);
-    if (pi?.status !== 'succeeded') continue;
-    send.duplicateCharges[op.order_id] = pi.id;
-    extra.push(pi.id);
+  for (const { orderId, paymentIntent } of await another.chargeAgain(pipeline.db, orderIds)) {
+    if (paymentIntent?.status !== 'succeeded') continue;
+    send.duplicateCharges[orderId] = paymentIntent.id;
+    extra.push(paymentIntent.id);
   }
   if (extra.length === 0) return 'settled';
   const deadline = Date.now() + Math.max(30_000, options.timeoutMs / 2);
   for (;;) {
     const snapshot = await pipeline.snapshot();
     options.onSnapshot?.(snapshot, send);
-    const { rows: remedies } = await pipeline.db.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM payment_operations WHERE refund_payment_intent = ANY($1::text[]) AND (status IN ('succeeded', 'failed') OR review_reason IS NOT NULL)`,
-      [extra],
-    );
-    if (remedies[0]!.n === extra.length && isSettled(snapshot)) return 'settled';
+    if ((await remediesSettled(pipeline.db, extra)) && isSettled(snapshot)) return 'settled';
     if (options.signal?.aborted) return 'aborted';
     if (Date.now() >= deadline) return 'timeout';
     await sleep(250, undefined, options.signal ? { signal: options.signal } : {}).catch(() => {});

@@ -22,39 +22,10 @@ import {
 import { FailureKind, type GatewayFailure, type GatewayResult } from '../lambdas/payments/gateway.ts';
 import { classifyStripeError } from '../lambdas/payments/stripe-gateway.ts';
 import type { ClaimedOperation, OperationStatus, PaymentIntentView } from '../lambdas/payments/types.ts';
+import { claimedOperation, OP_ID, T0 } from './support/operations.ts';
 
 const HOUR = 3_600_000;
-const OP_ID = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
-const T0 = new Date('2026-11-29T09:00:00Z');
-
-function op(overrides: Partial<ClaimedOperation> = {}): ClaimedOperation {
-  return {
-    id: OP_ID,
-    kind: 'charge',
-    refund: null,
-    orderId: 'order-1',
-    amount: 1999,
-    currency: 'eur',
-    customerId: 'cus_1',
-    paymentMethod: 'pm_card_visa',
-    status: 'pending',
-    externalId: null,
-    attempts: 0,
-    firstAttemptedAt: T0,
-    lastError: null,
-    lastErrorClass: null,
-    leaseToken: 'lease',
-    leaseUntil: new Date(T0.getTime() + 60_000),
-    nextAttemptAt: T0,
-    reviewReason: null,
-    keyGeneration: 0,
-    createdAt: T0,
-    updatedAt: T0,
-    settledAt: null,
-    claimedAt: T0,
-    ...overrides,
-  };
-}
+const op = claimedOperation;
 
 const ctx = (overrides: Partial<ClaimedOperation> = {}, random = () => 0.5): DecisionContext => ({
   op: op(overrides),

@@ -2,46 +2,32 @@
 // First every row of the seed's test table (§6), then what this design adds beyond the seed.
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { countingDb } from '../lambdas/payments/db.ts';
 import { idempotencyKey } from '../lambdas/payments/decisions.ts';
-import { ChargeEngine, type EngineOptions } from '../lambdas/payments/engine.ts';
+import type { EngineOptions } from '../lambdas/payments/engine.ts';
 import { OrderConflictError } from '../lambdas/payments/errors.ts';
 import { recordOutcomes } from '../lambdas/payments/operations-store.ts';
 import { lastPossibleSendAt, loadOperationHistory } from '../lambdas/payments/review.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
-import { startStripe, type StripeHarness } from './support/stripe.ts';
+import { auditTrail, operationRow, type TestDatabase } from './support/db.ts';
+import { testEngine } from './support/engine.ts';
+import { plantPaymentIntent, type StripeHarness } from './support/stripe.ts';
 import { chargeOrder } from './support/orders.ts';
+import { useWorld } from './support/world.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
+useWorld('engine', (w) => ({ db, stripe } = w));
 
-beforeAll(async () => {
-  db = await createTestDatabase('engine');
-  stripe = await startStripe();
-});
-afterAll(async () => {
-  await stripe.close();
-  await db.drop();
-});
-beforeEach(() => stripe.fake.reset());
-
-const engine = (options: Partial<EngineOptions> = {}) =>
-  new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5, ...options });
+const engine = (options: Partial<EngineOptions> = {}) => testEngine({ db, stripe }, options);
 
 const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => chargeOrder(overrides);
 /** AMBIGUOUS_RESOLUTION=review: the Search path these tests describe (List evidence: test/evidence.test.ts). */
 const SEARCH_PATH: Partial<EngineOptions> = { policy: { ambiguousResolution: 'review' } };
 
-async function row(id: string) {
-  const { rows } = await db.pool.query('SELECT * FROM payment_operations WHERE id = $1', [id]);
-  return rows[0];
-}
-async function events(id: string) {
-  const { rows } = await db.pool.query('SELECT * FROM payment_operation_events WHERE operation_id = $1 ORDER BY id', [id]);
-  return rows;
-}
+const row = (id: string) => operationRow(db.pool, id);
+const events = (id: string) => auditTrail(db.pool, id);
 /** The reconciler's clock, fast-forwarded: the operation is due now. */
 const makeDue = (id: string) => db.pool.query('UPDATE payment_operations SET next_attempt_at = now() WHERE id = $1', [id]);
 /** Pretend the first send happened `interval` earlier (e.g. '24 hours' = the key window is over). */
@@ -83,15 +69,7 @@ describe('the seed’s test table (§6)', () => {
     const input = order();
     const id = await engine().requestCharge(input);
     stripe.fake.injectFault({ operationId: id }, 'truncated_response_after_commit');
-    const naive = (key: string) =>
-      stripe.gateway.createPaymentIntent({
-        idempotencyKey: key,
-        amount: input.amount,
-        currency: input.currency,
-        customerId: input.customerId,
-        paymentMethod: input.paymentMethod,
-        metadata: { operation_id: id, order_id: input.orderId, key_generation: '0' },
-      });
+    const naive = (key: string) => plantPaymentIntent(stripe, input, id, { idempotencyKey: key });
     const first = await naive(`naive-${randomUUID()}`);
     expect(first.ok).toBe(false); // the caller saw a timeout…
     const retry = await naive(`naive-${randomUUID()}`); // …and "retried" with a fresh key

@@ -23,41 +23,14 @@ import {
 import { summarizeEvidence, type EvidenceEvent } from '../lambdas/payments/evidence.ts';
 import { FailureKind, type GatewayFailure, type ListAnswer } from '../lambdas/payments/gateway.ts';
 import type { ClaimedOperation, PaymentIntentView } from '../lambdas/payments/types.ts';
+import { claimedOperation, OP_ID, T0 } from './support/operations.ts';
 
 const MIN = 60_000;
 const HOUR = 60 * MIN;
-const OP_ID = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
-const T0 = new Date('2026-11-29T09:00:00Z');
 const at = (ms: number) => new Date(T0.getTime() + ms);
 
-function op(overrides: Partial<ClaimedOperation> = {}): ClaimedOperation {
-  return {
-    id: OP_ID,
-    kind: 'charge',
-    refund: null,
-    orderId: 'order-1',
-    amount: 1999,
-    currency: 'eur',
-    customerId: 'cus_1',
-    paymentMethod: 'pm_card_visa',
-    status: 'unknown',
-    externalId: null,
-    attempts: 1,
-    firstAttemptedAt: T0,
-    lastError: null,
-    lastErrorClass: null,
-    leaseToken: 'lease',
-    leaseUntil: at(2 * MIN),
-    nextAttemptAt: T0,
-    reviewReason: null,
-    keyGeneration: 0,
-    createdAt: T0,
-    updatedAt: T0,
-    settledAt: null,
-    claimedAt: T0,
-    ...overrides,
-  };
-}
+/** Unknown after one attempt, claimed at T0 with a two-minute lease. */
+const op = (overrides: Partial<ClaimedOperation> = {}): ClaimedOperation => claimedOperation({ status: 'unknown', attempts: 1, leaseUntil: at(2 * MIN), ...overrides });
 
 const history = (overrides: Partial<EvidenceHistory> = {}): EvidenceHistory => ({
   firstSendAt: T0,

@@ -3,53 +3,30 @@
 // (settle 150 ms, proofs 200 ms apart, re-issue 400 ms after the last send) and the driver waits until
 // the operation is due by the database's clock: nothing here asserts on time, only on order.
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { chargeOutcomeDetailSchema } from '../lambdas/events/contract.ts';
-import { DEFAULT_POLICY, idempotencyKey, type EnginePolicy } from '../lambdas/payments/decisions.ts';
+import { idempotencyKey, type EnginePolicy } from '../lambdas/payments/decisions.ts';
 import { ChargeEngine, type EngineOptions, type Execution } from '../lambdas/payments/engine.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
 import { knownPaymentIntentIds, loadOperationHistory } from '../lambdas/payments/review.ts';
 import { RequestRateLimiter } from '../lambdas/reconcile/rate-limiter.ts';
 import { sdkAttemptsWhenConnectionCloses } from '../local/fake-stripe/faults.ts';
 import { checkInvariants } from '../local/invariants.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
-import { chargeOrder } from './support/orders.ts';
-import { startStripe, type StripeHarness } from './support/stripe.ts';
+import { auditTrail, operationRow, type TestDatabase } from './support/db.ts';
+import { FAST_LIST_POLICY, testEngine } from './support/engine.ts';
+import { chargeOrderOfItsOwnCustomer as order } from './support/orders.ts';
+import { plantPaymentIntent, type StripeHarness } from './support/stripe.ts';
+import { useWorld } from './support/world.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
-
-beforeAll(async () => {
-  db = await createTestDatabase('evidence');
-  stripe = await startStripe();
-});
-afterAll(async () => {
-  await stripe.close();
-  await db.drop();
-});
-beforeEach(() => stripe.fake.reset());
-
-const FAST: Partial<EnginePolicy> = {
-  listSettleMs: 150,
-  listWindowMarginMs: 2_000,
-  proofSpacingMs: 200,
-  reissueAfterLastSendMs: 400,
-  backoff: { ...DEFAULT_POLICY.backoff, ambiguous: { baseMs: 20, capMs: 50 }, rateLimited: { baseMs: 20, capMs: 50 }, configuration: { baseMs: 20, capMs: 50 } },
-};
+useWorld('evidence', (w) => ({ db, stripe } = w));
 
 const engine = (policy: Partial<EnginePolicy> = {}, options: Partial<EngineOptions> = {}) =>
-  new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5, policy: { ...FAST, ...policy }, ...options });
+  testEngine({ db, stripe }, { policy: { ...FAST_LIST_POLICY, ...policy }, ...options });
 
-const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => chargeOrder({ customerId: `cus_${randomUUID().slice(0, 8)}`, ...overrides });
-
-async function row(id: string) {
-  const { rows } = await db.pool.query('SELECT * FROM payment_operations WHERE id = $1', [id]);
-  return rows[0];
-}
-async function trail(id: string) {
-  const { rows } = await db.pool.query('SELECT * FROM payment_operation_events WHERE operation_id = $1 ORDER BY id', [id]);
-  return rows;
-}
+const row = (id: string) => operationRow(db.pool, id);
+const trail = (id: string) => auditTrail(db.pool, id);
 async function outbox(id: string) {
   const { rows } = await db.pool.query('SELECT event_type, payload FROM outcome_events WHERE operation_id = $1 ORDER BY created_at, event_id', [id]);
   return rows as { event_type: string; payload: Record<string, unknown> }[];
@@ -77,6 +54,8 @@ async function drive(e: ChargeEngine, id: string, maxClaims = 30): Promise<Execu
   }
   throw new Error(`operation ${id} still open after ${maxClaims} claims: ${executions.map((x) => x.step ?? x.disposition).join(' → ')}`);
 }
+/** Another order of the same customer (500 eur by card), the i-th: a PaymentIntent List must page past. */
+const stranger = (input: ChargeInput, i: number): ChargeInput => ({ ...input, orderId: `other-${i}`, amount: 500, currency: 'eur', paymentMethod: 'pm_card_visa' });
 const steps = (executions: readonly Execution[]) => executions.map((x) => (x.disposition === 'deferred' ? 'wait' : (x.step ?? x.disposition)));
 
 async function invariantsHold(orderIds: string[]) {
@@ -156,14 +135,7 @@ describe('List evidence inside the key window', () => {
     // it, and it has not settled (two that both charged are the duplicate remedy's: test/remedy.test.ts).
     const plantedKey = `planted-${randomUUID()}`;
     stripe.fake.injectFault({ idempotencyKey: plantedKey }, 'processing');
-    const planted = await stripe.gateway.createPaymentIntent({
-      idempotencyKey: plantedKey,
-      amount: input.amount,
-      currency: input.currency,
-      customerId: input.customerId,
-      paymentMethod: input.paymentMethod,
-      metadata: { operation_id: id, order_id: input.orderId, key_generation: '7' },
-    });
+    const planted = await plantPaymentIntent(stripe, input, id, { idempotencyKey: plantedKey, keyGeneration: 7 });
     expect(planted.ok).toBe(true);
     stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'error_500_after_commit');
     const executions = await drive(engine(), id);
@@ -181,14 +153,7 @@ describe('List evidence inside the key window', () => {
   it('a PaymentIntent of the order with another amount → review, not adopted', async () => {
     const input = order();
     const id = await engine().requestCharge(input);
-    await stripe.gateway.createPaymentIntent({
-      idempotencyKey: `other-${randomUUID()}`,
-      amount: input.amount + 1,
-      currency: input.currency,
-      customerId: input.customerId,
-      paymentMethod: input.paymentMethod,
-      metadata: { operation_id: id, order_id: input.orderId, key_generation: '0' },
-    });
+    await plantPaymentIntent(stripe, input, id, { idempotencyKey: `other-${randomUUID()}`, amount: input.amount + 1 });
     stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'error_500_before_commit');
     await drive(engine(), id);
     const r = await row(id);
@@ -203,14 +168,7 @@ describe('List evidence inside the key window', () => {
     const e = engine({ sameKeyResends: 0 });
     expect((await e.executeCharge(id)).status).toBe('unknown');
     for (let i = 0; i < 150; i++) {
-      const other = await stripe.gateway.createPaymentIntent({
-        idempotencyKey: `other-${i}-${randomUUID()}`,
-        amount: 500,
-        currency: 'eur',
-        customerId: input.customerId,
-        paymentMethod: 'pm_card_visa',
-        metadata: { operation_id: randomUUID(), order_id: `other-${i}`, key_generation: '0' },
-      });
+      const other = await plantPaymentIntent(stripe, stranger(input, i), randomUUID(), { idempotencyKey: `other-${i}-${randomUUID()}` });
       expect(other.ok).toBe(true);
     }
     // The reconciler's own limiter (sweep.ts passes limiter.acquire as beforeCall).
@@ -236,14 +194,7 @@ describe('List evidence inside the key window', () => {
     stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'error_500_before_commit');
     expect((await engine({ sameKeyResends: 0 }).executeCharge(id)).status).toBe('unknown');
     for (let i = 0; i < 101; i++) {
-      await stripe.gateway.createPaymentIntent({
-        idempotencyKey: `other-${i}-${randomUUID()}`,
-        amount: 500,
-        currency: 'eur',
-        customerId: input.customerId,
-        paymentMethod: 'pm_card_visa',
-        metadata: { operation_id: randomUUID(), order_id: `other-${i}`, key_generation: '0' },
-      });
+      await plantPaymentIntent(stripe, stranger(input, i), randomUUID(), { idempotencyKey: `other-${i}-${randomUUID()}` });
     }
     let calls = 0;
     const stingy = engine({ sameKeyResends: 0 }, { beforeCall: () => ++calls === 1 });
@@ -324,14 +275,7 @@ describe('the invariant checker and automatic re-issues', () => {
     expect(await row(id)).toMatchObject({ status: 'succeeded', key_generation: 1 });
     await invariantsHold([input.orderId]);
     // Plant what a wrong proof of absence would have missed: a charge under the old key generation.
-    const planted = await stripe.gateway.createPaymentIntent({
-      idempotencyKey: `planted-${randomUUID()}`,
-      amount: input.amount,
-      currency: input.currency,
-      customerId: input.customerId,
-      paymentMethod: input.paymentMethod,
-      metadata: { operation_id: id, order_id: input.orderId, key_generation: '0' },
-    });
+    const planted = await plantPaymentIntent(stripe, input, id);
     expect(planted.ok).toBe(true);
     const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), orderIds: [input.orderId], requireQuiescent: true });
     expect(report.violationsByKind).toMatchObject({ double_charge: 1, unsafe_reissue: 1 });
@@ -343,14 +287,7 @@ describe('the invariant checker and automatic re-issues', () => {
     const id = await engine().requestCharge(input);
     stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'error_500_before_commit');
     await drive(engine(), id);
-    await stripe.gateway.createPaymentIntent({
-      idempotencyKey: `planted-${randomUUID()}`,
-      amount: input.amount,
-      currency: input.currency,
-      customerId: input.customerId,
-      paymentMethod: 'pm_fake_processing',
-      metadata: { operation_id: id, order_id: input.orderId, key_generation: '0' },
-    });
+    await plantPaymentIntent(stripe, input, id, { paymentMethod: 'pm_fake_processing' });
     const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), orderIds: [input.orderId], requireQuiescent: true });
     expect(report.violationsByKind).toEqual({ unsafe_reissue: 1 });
   });

@@ -435,6 +435,16 @@ describe('npm run produce (CLI, spawned)', () => {
     expect(JSON.parse(messages[0]?.Body ?? '')).toEqual({ orderId: 'cli-1', amount: 4200, currency: 'usd', customerId: 'cus_Cli', paymentMethod: 'pm_Cli' });
   });
 
+  it('sends one refund given as flags', async () => {
+    const { code, stdout, stderr } = await runCli(['--refund', 'rf-cli-1', '--order', 'cli-r1', '--amount', '300', '--reason', 'duplicate', '--endpoint', sqs.endpoint, '--queue-url', sqs.queueUrl]);
+    expect(stderr).toBe('');
+    expect(code).toBe(0);
+    const messages = await drain(sqs.client, sqs.queueUrl);
+    expect(messages).toHaveLength(1);
+    expect(stdout.trim()).toBe(`sent cli-r1 ${messages[0]?.MessageId}`);
+    expect(JSON.parse(messages[0]?.Body ?? '')).toEqual({ type: 'refund', orderId: 'cli-r1', refundId: 'rf-cli-1', amount: 300, reason: 'duplicate' });
+  });
+
   it('sends a JSONL file (endpoint and queue from the environment); refuses a file with a bad line', async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'produce-'));
     try {

@@ -6,41 +6,30 @@
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import pg from 'pg';
-import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
 import { runOps } from '../lambdas/ops/commands.ts';
 import { render } from '../lambdas/ops/render.ts';
-import { ChargeEngine } from '../lambdas/payments/engine.ts';
-import { StripeEventApplier } from '../lambdas/payments/event-applier.ts';
 import { findOperation } from '../lambdas/payments/operations-store.ts';
 import type { ChargeInput, RefundInput } from '../lambdas/payments/types.ts';
 import { loadMigrations, migrate } from '../lambdas/runtime/migrations.ts';
-import { receiveWebhook } from '../lambdas/stripe-events/receive.ts';
 import { WebhookDispatcher, type StripeEventJson } from '../local/fake-stripe/webhooks.ts';
 import { checkInvariants } from '../local/invariants.ts';
 import { createDatabase } from '../local/postgres.ts';
 import { netChargedByOrder } from '../local/stripe-truth.ts';
-import { createTestDatabase, databaseUrl, type TestDatabase } from './support/db.ts';
-import { chargeOrder } from './support/orders.ts';
-import { startStripe, type StripeHarness } from './support/stripe.ts';
-import { delivery, SECRET } from './stripe-events/support.ts';
+import { databaseUrl, type TestDatabase } from './support/db.ts';
+import { chargedOrder as charged, testEngine } from './support/engine.ts';
+import { chargeOrder, refundOf as refundRequest } from './support/orders.ts';
+import type { StripeHarness } from './support/stripe.ts';
+import { useWorld } from './support/world.ts';
+import { deliverWebhook, SECRET } from './stripe-events/support.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
-beforeAll(async () => {
-  db = await createTestDatabase('refund_accounting');
-  stripe = await startStripe();
-});
-afterAll(async () => {
-  await stripe.close();
-  await db.drop();
-});
-beforeEach(() => stripe.fake.reset());
+useWorld('refund_accounting', (w) => ({ db, stripe } = w));
 
-const engine = () => new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5 });
-const applier = () => new StripeEventApplier({ db: db.pool, gateway: stripe.gateway, actor: 'stripe-events', random: () => 0.5 });
-const deliver = (event: StripeEventJson) =>
-  receiveWebhook(delivery(event), { secret: SECRET, maxBodyBytes: 256 * 1024 }, { db: db.pool, applier: applier(), publisher: null });
-const refundOf = (orderId: string, amount: number): RefundInput => ({ orderId, refundId: `rf-${randomUUID()}`, amount, reason: 'requested_by_customer' });
+const engine = () => testEngine({ db, stripe });
+const deliver = (event: StripeEventJson) => deliverWebhook({ db, stripe }, event);
+const refundOf = (orderId: string, amount: number): RefundInput => refundRequest(orderId, { amount });
 const mark = (id: string) =>
   db.pool
     .query<{ at: Date | null; reason: string | null; status: string }>(
@@ -54,12 +43,7 @@ const ops = (args: string[]) =>
     context: () => ({ db: db.pool, stripe: () => Promise.reject(new Error('no Stripe look-ups')), transport: { kind: 'test' } }),
   });
 
-async function chargedOrder(overrides: Partial<ChargeInput> = {}): Promise<{ input: ChargeInput; chargeId: string }> {
-  const input = chargeOrder(overrides);
-  const chargeId = await engine().requestCharge(input);
-  expect((await engine().executeCharge(chargeId)).status).toBe('succeeded');
-  return { input, chargeId };
-}
+const chargedOrder = (overrides: Partial<ChargeInput> = {}) => charged(engine(), chargeOrder(overrides));
 
 /**
  * A refund of `amount` that succeeded at Stripe and that Stripe then failed (pm_card_refundFail: the

@@ -3,7 +3,7 @@
 // refund rules (in the database as well as in code), then the round trips.
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { chargeOutcomeDetailSchema, refundOutcomeDetailSchema, RefundDetailType } from '../lambdas/events/contract.ts';
 import { countingDb } from '../lambdas/payments/db.ts';
 import { checkReviewable } from '../lambdas/payments/review.ts';
@@ -20,52 +20,24 @@ import { idempotencyKey } from '../lambdas/payments/decisions.ts';
 import { ChargeEngine, type EngineOptions } from '../lambdas/payments/engine.ts';
 import { OrderConflictError, RefundRejectedError } from '../lambdas/payments/errors.ts';
 import { parseQueueMessage } from '../lambdas/payments/message.ts';
-import type { ChargeInput, RefundInput } from '../lambdas/payments/types.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
-import { chargeOrder } from './support/orders.ts';
-import { startStripe, type StripeHarness } from './support/stripe.ts';
+import type { ChargeInput } from '../lambdas/payments/types.ts';
+import { auditTrail, operationRow, shiftAuditTrail, type TestDatabase } from './support/db.ts';
+import { chargedOrder as charged, testEngine } from './support/engine.ts';
+import { chargeOrder, refundOf } from './support/orders.ts';
+import type { StripeHarness } from './support/stripe.ts';
+import { useWorld } from './support/world.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
+useWorld('refunds', (w) => ({ db, stripe } = w));
 
-beforeAll(async () => {
-  db = await createTestDatabase('refunds');
-  stripe = await startStripe();
-});
-afterAll(async () => {
-  await stripe.close();
-  await db.drop();
-});
-beforeEach(() => stripe.fake.reset());
-
-const engine = (options: Partial<EngineOptions> = {}) =>
-  new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5, ...options });
+const engine = (options: Partial<EngineOptions> = {}) => testEngine({ db, stripe }, options);
 
 /** An order charged (succeeded) through the engine. */
-async function chargedOrder(overrides: Partial<ChargeInput> = {}): Promise<{ input: ChargeInput; chargeId: string }> {
-  const input = chargeOrder(overrides);
-  const chargeId = await engine().requestCharge(input);
-  const done = await engine().executeCharge(chargeId);
-  expect(done.status).toBe('succeeded');
-  return { input, chargeId };
-}
+const chargedOrder = (overrides: Partial<ChargeInput> = {}) => charged(engine(), chargeOrder(overrides));
 
-const refundOf = (orderId: string, overrides: Partial<RefundInput> = {}): RefundInput => ({
-  orderId,
-  refundId: `rf-${randomUUID()}`,
-  amount: 500,
-  reason: 'requested_by_customer',
-  ...overrides,
-});
-
-async function row(id: string) {
-  const { rows } = await db.pool.query('SELECT * FROM payment_operations WHERE id = $1', [id]);
-  return rows[0];
-}
-async function events(id: string) {
-  const { rows } = await db.pool.query('SELECT * FROM payment_operation_events WHERE operation_id = $1 ORDER BY id', [id]);
-  return rows;
-}
+const row = (id: string) => operationRow(db.pool, id);
+const events = (id: string) => auditTrail(db.pool, id);
 async function outbox(id: string) {
   const { rows } = await db.pool.query('SELECT event_type, payload FROM outcome_events WHERE operation_id = $1 ORDER BY created_at', [id]);
   return rows as { event_type: string; payload: Record<string, unknown> }[];
@@ -75,9 +47,7 @@ const makeDue = (id: string) => db.pool.query('UPDATE payment_operations SET nex
 const sentAgo = (id: string, interval: string) =>
   Promise.all([
     db.pool.query(`UPDATE payment_operations SET first_attempted_at = first_attempted_at - $2::interval, next_attempt_at = now() WHERE id = $1`, [id, interval]),
-    db.pool.query('ALTER TABLE payment_operation_events DISABLE TRIGGER payment_operation_events_append_only').then(() =>
-      db.pool.query(`UPDATE payment_operation_events SET occurred_at = occurred_at - $2::interval WHERE operation_id = $1`, [id, interval]),
-    ).finally(() => db.pool.query('ALTER TABLE payment_operation_events ENABLE TRIGGER payment_operation_events_append_only')),
+    shiftAuditTrail(db.pool, id, interval),
   ]);
 const refundCreates = (id: string) => stripe.fake.requests().filter((r) => r.endpoint === 'refund_create' && r.operationId === id);
 const refundsAtStripe = (id: string) => stripe.fake.refunds({ operationId: id });

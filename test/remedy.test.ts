@@ -3,51 +3,33 @@
 // holds the extra PaymentIntent for real: created through its API with our metadata, as a double
 // send under another key would. Each test fails if its wiring to the remedy is removed.
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { refundOutcomeDetailSchema, RefundDetailType } from '../lambdas/events/contract.ts';
-import { DEFAULT_POLICY, duplicateRefundId, judgeDuplicateCharge, judgeListedCharges, type EnginePolicy } from '../lambdas/payments/decisions.ts';
+import { duplicateRefundId, judgeDuplicateCharge, judgeListedCharges } from '../lambdas/payments/decisions.ts';
 import { countingDb, type Db } from '../lambdas/payments/db.ts';
-import { ChargeEngine } from '../lambdas/payments/engine.ts';
-import { StripeEventApplier } from '../lambdas/payments/event-applier.ts';
 import { findOperation } from '../lambdas/payments/operations-store.ts';
 import { createStripeClient } from '../lambdas/payments/stripe-gateway.ts';
 import type { ChargeInput, Operation, PaymentIntentView } from '../lambdas/payments/types.ts';
-import { receiveWebhook } from '../lambdas/stripe-events/receive.ts';
 import { runOps } from '../lambdas/ops/commands.ts';
 import { render } from '../lambdas/ops/render.ts';
 import { StripePaymentIntentLookup } from '../lambdas/ops/stripe-lookup.ts';
 import { checkInvariants } from '../local/invariants.ts';
 import { collectGauges } from '../lambdas/reconcile/gauges.ts';
 import type { PaymentIntentRecord } from '../local/fake-stripe/types.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
-import { chargeOrder } from './support/orders.ts';
-import { startStripe, type StripeHarness } from './support/stripe.ts';
-import { delivery, piEvent, SECRET } from './stripe-events/support.ts';
+import type { TestDatabase } from './support/db.ts';
+import { chargedOrder as charged, FAST_LIST_POLICY, testEngine } from './support/engine.ts';
+import { chargeOrderOfItsOwnCustomer as order } from './support/orders.ts';
+import { plantPaymentIntent, type StripeHarness } from './support/stripe.ts';
+import { useWorld } from './support/world.ts';
+import { deliverWebhook, piEvent, testApplier } from './stripe-events/support.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
-beforeAll(async () => {
-  db = await createTestDatabase('remedy');
-  stripe = await startStripe();
-});
-afterAll(async () => {
-  await stripe.close();
-  await db.drop();
-});
-beforeEach(() => stripe.fake.reset());
+useWorld('remedy', (w) => ({ db, stripe } = w));
 
-const FAST: Partial<EnginePolicy> = {
-  listSettleMs: 150,
-  listWindowMarginMs: 2_000,
-  proofSpacingMs: 200,
-  reissueAfterLastSendMs: 400,
-  backoff: { ...DEFAULT_POLICY.backoff, ambiguous: { baseMs: 20, capMs: 50 }, rateLimited: { baseMs: 20, capMs: 50 }, configuration: { baseMs: 20, capMs: 50 } },
-};
-const engine = () => new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5, policy: FAST });
-const applier = () => new StripeEventApplier({ db: db.pool, gateway: stripe.gateway, actor: 'stripe-events', random: () => 0.5 });
-const deliver = (pi: PaymentIntentRecord) =>
-  receiveWebhook(delivery(piEvent(pi)), { secret: SECRET, maxBodyBytes: 256 * 1024 }, { db: db.pool, applier: applier(), publisher: null });
-const order = (overrides: Partial<ChargeInput> = {}) => chargeOrder({ customerId: `cus_${randomUUID().slice(0, 8)}`, ...overrides });
+const engine = () => testEngine({ db, stripe }, { policy: FAST_LIST_POLICY });
+const applier = () => testApplier({ db, stripe });
+const deliver = (pi: PaymentIntentRecord) => deliverWebhook({ db, stripe }, piEvent(pi));
 
 /** A PaymentIntent for the order made behind the pipeline's back (another key), as Stripe holds it. */
 async function extraCharge(input: ChargeInput, operationId: string, overrides: { amount?: number; keyGeneration?: number } = {}): Promise<PaymentIntentRecord> {
@@ -69,9 +51,8 @@ async function extraCharge(input: ChargeInput, operationId: string, overrides: {
 }
 
 async function chargedOrder(input: ChargeInput = order()): Promise<{ input: ChargeInput; op: Operation }> {
-  const id = await engine().requestCharge(input);
-  expect((await engine().executeCharge(id)).status).toBe('succeeded');
-  return { input, op: (await findOperation(db.pool, id))! };
+  const { chargeId } = await charged(engine(), input);
+  return { input, op: (await findOperation(db.pool, chargeId))! };
 }
 
 const refundOps = (orderId: string) =>
@@ -264,10 +245,7 @@ describe('evidence from an operator', () => {
     // A second PaymentIntent of this operation (another key) that has not settled when List looks.
     const plantedKey = `planted-${randomUUID()}`;
     stripe.fake.injectFault({ idempotencyKey: plantedKey }, 'processing');
-    const planted = await stripe.gateway.createPaymentIntent({
-      idempotencyKey: plantedKey, amount: input.amount, currency: input.currency, customerId: input.customerId, paymentMethod: input.paymentMethod,
-      metadata: { operation_id: id, order_id: input.orderId, key_generation: '0' },
-    });
+    const planted = await plantPaymentIntent(stripe, input, id, { idempotencyKey: plantedKey });
     expect(planted.ok && planted.value.status).toBe('processing');
     const plantedId = planted.ok ? planted.value.id : '';
     stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'error_500_after_commit');

@@ -5,7 +5,7 @@
 import type pg from 'pg';
 import { prepared, type Db } from './db.ts';
 import type { StripeEventView } from './event-decisions.ts';
-import { toOperation, type OutcomeEventRow } from './operations-store.ts';
+import { attemptStartedEvent, CLAIM_SET, toOperation, type OutcomeEventRow } from './operations-store.ts';
 import type { ClaimedOperation, Operation } from './types.ts';
 
 /** A database that can also lend one connection for a transaction (a pg.Pool). */
@@ -200,12 +200,7 @@ export async function claimForEvent(
     db,
     'inbox.claim_operation',
     `WITH claimed AS (
-       UPDATE payment_operations AS p SET
-         lease_token = $2::uuid,
-         lease_until = now() + $3::bigint * interval '1 millisecond',
-         next_attempt_at = now() + $3::bigint * interval '1 millisecond',
-         first_attempted_at = coalesce(p.first_attempted_at, now()),
-         updated_at = now()
+       UPDATE payment_operations AS p SET ${CLAIM_SET}
         WHERE p.id = $1::uuid AND p.status IN ('pending', 'unknown') AND (p.review_reason IS NULL OR $6::boolean)
           AND (p.lease_until IS NULL OR p.lease_until <= now())
        RETURNING p.*
@@ -214,9 +209,7 @@ export async function claimForEvent(
      -- recorded, discarded, released — has its attempt_started).
      audit AS (
        INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
-       SELECT c.id, $4::text, 'attempt_started', c.status, c.status, c.key_generation,
-              jsonb_build_object('attempt', c.attempts + 1, 'leaseUntil', c.lease_until, 'leaseToken', c.lease_token, 'stripeEventId', $5::text)
-         FROM claimed c
+       ${attemptStartedEvent({ stripeEventIdParam: 5 })}
      )
      SELECT 'claimed' AS source, to_jsonb(c) AS op, now() AS db_now FROM claimed c
      UNION ALL
@@ -418,18 +411,12 @@ export async function inboxGauges(db: Db): Promise<InboxGauges> {
 
 // ── Findings, for the operator ───────────────────────────────────────────────────────────────────
 
-export interface FindingRow {
+/** A finding as stored: what recordFinding wrote (amount, currency, status nullable in the table), and its resolution. */
+export interface FindingRow extends Pick<Finding, 'kind' | 'paymentIntentId' | 'eventId' | 'operationId' | 'claimedOperationId' | 'orderId' | 'reason'> {
   readonly id: number;
-  readonly kind: 'unrecorded_charge' | 'contradiction';
-  readonly paymentIntentId: string;
-  readonly eventId: string;
-  readonly operationId: string | null;
-  readonly claimedOperationId: string | null;
-  readonly orderId: string | null;
   readonly amount: number | null;
   readonly currency: string | null;
   readonly status: string | null;
-  readonly reason: string;
   readonly foundAt: string;
   readonly resolvedAt: string | null;
   readonly resolvedBy: string | null;

@@ -121,10 +121,11 @@ export const REFUNDED_PAYMENT_INTENT = (p: string) => `CASE WHEN ${p}.kind = 're
 const CHARGE_OF = (x: string) =>
   `(SELECT jsonb_build_object('status', chg.status, 'external_id', chg.external_id) FROM payment_operations chg WHERE chg.id = ${x}.parent_operation_id)`;
 
-// The claim, shared by the three ways to claim. A claim takes the lease, starts the key window if it
-// has not started (this is the moment BEFORE the first send), and moves next_attempt_at to the end
-// of the lease: if this worker dies, the operation becomes due again exactly when the lease expires.
-const CLAIM_SET = `
+// The claim, shared by the three ways to claim (and an event's claim, inbox-store.ts claimForEvent).
+// A claim takes the lease, starts the key window if it has not started (this is the moment BEFORE the
+// first send), and moves next_attempt_at to the end of the lease: if this worker dies, the operation
+// becomes due again exactly when the lease expires. $2 is the lease token, $3 the lease in ms.
+export const CLAIM_SET = `
   lease_token = $2::uuid,
   lease_until = now() + $3::bigint * interval '1 millisecond',
   next_attempt_at = now() + $3::bigint * interval '1 millisecond',
@@ -140,10 +141,17 @@ const CLAIMABLE = `
   AND (p.kind = 'charge' OR EXISTS (SELECT 1 FROM payment_operations c
                                      WHERE c.id = p.parent_operation_id AND c.status IN ('succeeded', 'failed')))`;
 
-const ATTEMPT_STARTED_EVENT = `
+/**
+ * The claim's audit line, one per row of the CTE `claimed c`: $4 is the actor. An event's claim
+ * names the parameter that holds its Stripe event id, which the line then carries too.
+ */
+export const attemptStartedEvent = (options: { readonly stripeEventIdParam?: number } = {}) => `
   SELECT c.id, $4::text, 'attempt_started', c.status, c.status, c.key_generation,
-         jsonb_build_object('attempt', c.attempts + 1, 'leaseUntil', c.lease_until, 'leaseToken', c.lease_token)
+         jsonb_build_object('attempt', c.attempts + 1, 'leaseUntil', c.lease_until, 'leaseToken', c.lease_token${
+           options.stripeEventIdParam === undefined ? '' : `, 'stripeEventId', $${Math.trunc(options.stripeEventIdParam)}::text`
+         })
     FROM claimed c`;
+const ATTEMPT_STARTED_EVENT = attemptStartedEvent();
 
 export type RequestSource = 'inserted' | 'claimed' | 'existing';
 

@@ -173,34 +173,13 @@ export async function main(
     sqs = new SQSClient(config);
     const queueUrl = explicitQueueUrl ?? (await lookUpQueueUrl(sqs));
 
-    if (refund !== undefined) {
-      try {
-        const sent = await sendRefundRequest(sqs, queueUrl, refund, validation);
-        io.out(`sent ${sent.orderId} ${sent.messageId}`);
-        return EXIT.ok;
-      } catch (error) {
-        if (error instanceof ChargeRequestSendError) {
-          io.out(`failed ${error.orderId} ${error.code}: ${firstLine(error.reason)}`);
-          return EXIT.sendFailed;
-        }
-        throw error;
-      }
-    }
+    const client = sqs;
+    if (refund !== undefined) return await sendOne(io, () => sendRefundRequest(client, queueUrl, refund, validation));
 
     if (values.file === undefined) {
       const only = requests[0];
       if (!only) return EXIT.usage;
-      try {
-        const sent = await sendChargeRequest(sqs, queueUrl, only.request, validation);
-        io.out(`sent ${sent.orderId} ${sent.messageId}`);
-        return EXIT.ok;
-      } catch (error) {
-        if (error instanceof ChargeRequestSendError) {
-          io.out(`failed ${error.orderId} ${error.code}: ${firstLine(error.reason)}`);
-          return EXIT.sendFailed;
-        }
-        throw error;
-      }
+      return await sendOne(io, () => sendChargeRequest(client, queueUrl, only.request, validation));
     }
 
     const results = await sendChargeRequests(sqs, queueUrl, requests.map((r) => r.request), validation);
@@ -227,6 +206,21 @@ export async function main(
     return EXIT.sendFailed;
   } finally {
     sqs?.destroy();
+  }
+}
+
+/** One request from the command line: `sent <order> <message id>`, or `failed <order> <code>: <reason>`. */
+async function sendOne(io: CliIo, send: () => Promise<{ readonly orderId: string; readonly messageId: string }>): Promise<number> {
+  try {
+    const sent = await send();
+    io.out(`sent ${sent.orderId} ${sent.messageId}`);
+    return EXIT.ok;
+  } catch (error) {
+    if (error instanceof ChargeRequestSendError) {
+      io.out(`failed ${error.orderId} ${error.code}: ${firstLine(error.reason)}`);
+      return EXIT.sendFailed;
+    }
+    throw error;
   }
 }
 

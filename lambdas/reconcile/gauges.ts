@@ -1,12 +1,13 @@
 // The reconciler's gauges, one value per run (DESIGN §5): open operations by status, the oldest open
-// age, the review queue, rejected messages and duplicate-charge remedies in the last period, and the
-// outbox backlog.
+// age, the review queue, rejected messages and duplicate-charge remedies in the last period, the
+// outbox backlog, and — when the run works the Stripe event inbox — the inbox's backlog and open findings.
 //
 // Every query is O(open) or O(recent), never O(all): open operations through the partial index
 // payment_operations_open (WHERE status IN ('pending', 'unknown') matches its predicate, so settled
 // rows — the vast majority after a while — are never read), rejects through rejected_messages_received,
-// the outbox through outcome_events_unpublished.
+// the outbox through outcome_events_unpublished, the inbox through its partial indexes (inbox-store.ts).
 import type { Db } from '../payments/db.ts';
+import { inboxGauges, type InboxGauges } from '../payments/inbox-store.ts';
 import { countOpenOperations, countRecentRemedies } from '../payments/operations-store.ts';
 import { countRecentRejects } from '../payments/rejected-store.ts';
 import { outboxGauges } from '../events/outbox.ts';
@@ -24,14 +25,17 @@ export interface ReconcileGauges {
   readonly duplicateChargesRemediedLastPeriod: number;
   readonly unpublishedEvents: number;
   readonly oldestUnpublishedEventAgeSeconds: number;
+  /** The Stripe event inbox's gauges; null when the run does not work the inbox (not read, not published). */
+  readonly inbox: InboxGauges | null;
 }
 
-export async function collectGauges(db: Db, rejectedWindowSeconds: number): Promise<ReconcileGauges> {
-  const [open, rejectedLastPeriod, remedied, outbox] = await Promise.all([
+export async function collectGauges(db: Db, rejectedWindowSeconds: number, options: { readonly inbox?: boolean } = {}): Promise<ReconcileGauges> {
+  const [open, rejectedLastPeriod, remedied, outbox, inbox] = await Promise.all([
     countOpenOperations(db),
     countRecentRejects(db, rejectedWindowSeconds),
     countRecentRemedies(db, rejectedWindowSeconds),
     outboxGauges(db),
+    options.inbox ? inboxGauges(db) : null,
   ]);
   return {
     ...open,
@@ -39,5 +43,6 @@ export async function collectGauges(db: Db, rejectedWindowSeconds: number): Prom
     duplicateChargesRemediedLastPeriod: remedied,
     unpublishedEvents: outbox.unpublished,
     oldestUnpublishedEventAgeSeconds: Math.round(outbox.oldestUnpublishedAgeSeconds),
+    inbox,
   };
 }

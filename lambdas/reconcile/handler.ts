@@ -120,18 +120,18 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
     metrics.addMetric(METRICS.duplicateChargesRemedied, MetricUnit.Count, g.duplicateChargesRemediedLastPeriod);
     metrics.addMetric(METRICS.unpublishedEvents, MetricUnit.Count, g.unpublishedEvents);
     metrics.addMetric(METRICS.oldestUnpublishedEventAgeSeconds, MetricUnit.Seconds, g.oldestUnpublishedEventAgeSeconds);
+    if (g.inbox) {
+      metrics.addMetric(METRICS.inboxBacklog, MetricUnit.Count, g.inbox.backlog);
+      metrics.addMetric(METRICS.oldestInboxEventAgeSeconds, MetricUnit.Seconds, g.inbox.oldestBacklogAgeSeconds);
+      metrics.addMetric(METRICS.openContradictions, MetricUnit.Count, g.inbox.openContradictions);
+      metrics.addMetric(METRICS.openUnrecordedCharges, MetricUnit.Count, g.inbox.openUnrecordedCharges);
+    }
   }
   const inbox = summary.stripeEvents;
   if (inbox) {
     metrics.addMetric(METRICS.stripeEventsApplied, MetricUnit.Count, inbox.applied);
     metrics.addMetric(METRICS.stripeEventContradictions, MetricUnit.Count, inbox.contradictions);
     metrics.addMetric(METRICS.unrecordedCharges, MetricUnit.Count, inbox.unrecordedCharges);
-    if (inbox.gauges) {
-      metrics.addMetric(METRICS.inboxBacklog, MetricUnit.Count, inbox.gauges.backlog);
-      metrics.addMetric(METRICS.oldestInboxEventAgeSeconds, MetricUnit.Seconds, inbox.gauges.oldestBacklogAgeSeconds);
-      metrics.addMetric(METRICS.openContradictions, MetricUnit.Count, inbox.gauges.openContradictions);
-      metrics.addMetric(METRICS.openUnrecordedCharges, MetricUnit.Count, inbox.gauges.openUnrecordedCharges);
-    }
   }
   const { errors, ...rest } = summary;
   logger.info('reconcile run done', { ...rest, errorCount: errors.length });

@@ -18,7 +18,7 @@ import type { PaymentGateway } from '../payments/gateway.ts';
 import { publishLeased, relayUnpublished, type EventPublisher } from '../events/outbox.ts';
 import { describeError, silentLog, type InvocationClock, type LogSink } from '../runtime/observability.ts';
 import { StripeEventApplier } from '../payments/event-applier.ts';
-import { inboxGauges, type InboxGauges, type TransactionalDb } from '../payments/inbox-store.ts';
+import type { TransactionalDb } from '../payments/inbox-store.ts';
 import { collectGauges, type ReconcileGauges } from './gauges.ts';
 import { RequestRateLimiter } from './rate-limiter.ts';
 
@@ -67,7 +67,6 @@ export interface StripeEventsRun {
   readonly contradictions: number;
   readonly unrecordedCharges: number;
   readonly byOutcome: Readonly<Record<string, number>>;
-  readonly gauges: InboxGauges | null;
 }
 
 export type StopReason =
@@ -234,8 +233,7 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
         published += sent.published;
         publishFailed += sent.failed;
       }
-      stripeEvents = { applied: run.applied, deferred: run.deferred, failed: run.failed, contradictions: run.contradictions, unrecordedCharges: run.unrecordedCharges, byOutcome: run.byOutcome, gauges: null };
-      stripeEvents = { ...stripeEvents, gauges: await inboxGauges(deps.db) };
+      stripeEvents = { applied: run.applied, deferred: run.deferred, failed: run.failed, contradictions: run.contradictions, unrecordedCharges: run.unrecordedCharges, byOutcome: run.byOutcome };
     } catch (error) {
       const described = describeError(error);
       errors.push(`inbox: ${described.errorName}: ${described.errorMessage}`);
@@ -262,7 +260,9 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
 
   let gauges: ReconcileGauges | null = null;
   try {
-    gauges = await collectGauges(deps.db, settings.rejectedWindowSeconds);
+    // The inbox's gauges with the others, whenever the run works the inbox: also when its apply
+    // failed above, so that the backlog and findings alarms see the inbox then too.
+    gauges = await collectGauges(deps.db, settings.rejectedWindowSeconds, { inbox: Boolean(deps.inboxDb) });
   } catch (error) {
     const described = describeError(error);
     errors.push(`gauges: ${described.errorName}: ${described.errorMessage}`);

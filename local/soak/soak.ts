@@ -24,7 +24,6 @@ import { SendMessageBatchCommand, type SendMessageBatchRequestEntry } from '@aws
 import type { Context, SQSEvent } from 'aws-lambda';
 import pg from 'pg';
 import { worstCaseCallMs } from '../../lambdas/payments/call-budget.ts';
-import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
 import { chargeRequestMessage, refundRequestMessage } from '../../lambdas/producer/client.ts';
 import type { ChargeRequest, RefundRequest } from '../../lambdas/payments/message.ts';
 import type { FakeStripeStats, FaultProfileName } from '../fake-stripe/server.ts';
@@ -32,6 +31,7 @@ import { checkInvariants, formatReport, type InvariantReport } from '../invarian
 import { describeTimeLapse, keyPruneAfterMsFor, queuedGroups, startPipeline, type Pipeline, type TimeLapse } from '../pipeline.ts';
 import { ContainerPool, KILL_POINTS, type ContainerCounters, type KillKind, type KillPlan } from './containers.ts';
 import { waitForPostgres } from '../postgres.ts';
+import { ANOTHER_SYSTEM_KEY_PREFIX, AnotherSystem, remediesSettled } from '../another-system.ts';
 import { DEFAULT_DELIVERY_FAULTS, readStripeEventsLedger, type StripeEventsLedger } from '../stripe-events.ts';
 import { mulberry32 } from '../random.ts';
 
@@ -398,38 +398,22 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       .map((r) => [r.orderId, r]),
   );
   const duplicatesTargeted = duplicateTargets.size;
-  const another = createStripeClient({ apiKey: 'sk_test_another_system', apiBase: fake.url, maxNetworkRetries: 2, timeoutMs: 2_000 });
+  const another = new AnotherSystem(fake.url, { maxNetworkRetries: 2, timeoutMs: 2_000 });
   /** Charge again, behind the pipeline's back, each target whose charge operation has succeeded. */
   const chargeAgain = async (): Promise<void> => {
     if (duplicateTargets.size === 0) return;
-    const { rows } = await pipeline.db
-      .query<{ id: string; order_id: string }>(`SELECT id::text, order_id FROM payment_operations WHERE kind = 'charge' AND status = 'succeeded' AND order_id = ANY($1::text[])`, [[...duplicateTargets.keys()]])
-      .catch(() => ({ rows: [] as { id: string; order_id: string }[] }));
-    for (const op of rows) {
-      const r = duplicateTargets.get(op.order_id)!;
-      duplicateTargets.delete(op.order_id);
-      // Under the same Stripe faults: the SDK retries with the same key (one PaymentIntent at most); a
-      // declined one charges nothing, a processing one succeeds later. Stripe's record says what came of it.
-      await another.paymentIntents
-        .create(
-          { amount: r.amount, currency: r.currency, customer: r.customerId, payment_method: r.paymentMethod, confirm: true, off_session: true, metadata: { operation_id: op.id, order_id: r.orderId, key_generation: '0' } },
-          { idempotencyKey: `another-system:${r.orderId}` },
-        )
-        .catch(() => null);
-    }
+    // Under the same Stripe faults: a declined one charges nothing, a processing one succeeds later;
+    // Stripe's record says what came of it. A database fault leaves the targets for the next call.
+    const charged = await another.chargeAgain(pipeline.db, [...duplicateTargets.keys()]).catch(() => []);
+    for (const { orderId } of charged) duplicateTargets.delete(orderId);
   };
-  const extraCharges = () => fake.paymentIntents().filter((pi) => pi.idempotencyKey?.startsWith('another-system:') && pi.status === 'succeeded');
+  const byAnotherSystem = (status: string) => fake.paymentIntents().filter((pi) => pi.idempotencyKey?.startsWith(ANOTHER_SYSTEM_KEY_PREFIX) && pi.status === status);
+  const extraCharges = () => byAnotherSystem('succeeded');
   /** Every extra PaymentIntent that charged has its remedy refund final (or in review). */
   const remediesDone = async (): Promise<boolean> => {
     // One still processing at Stripe may yet charge (targets whose charge did not succeed are not charged again).
-    if (fake.paymentIntents().some((pi) => pi.idempotencyKey?.startsWith('another-system:') && pi.status === 'processing')) return false;
-    const extra = extraCharges().map((pi) => pi.id);
-    if (extra.length === 0) return true;
-    const { rows } = await pipeline.db.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM payment_operations WHERE refund_payment_intent = ANY($1::text[]) AND (status IN ('succeeded', 'failed') OR review_reason IS NOT NULL)`,
-      [extra],
-    );
-    return rows[0]!.n === extra.length;
+    if (byAnotherSystem('processing').length > 0) return false;
+    return remediesSettled(pipeline.db, extraCharges().map((pi) => pi.id));
   };
   // Shuffled: duplicates and conflicts arrive in any order relative to their original.
   for (let i = entries.length - 1; i > 0; i--) {

@@ -15,6 +15,7 @@ import { createStandardQueue, LocalEventRules } from '../../local/event-rules.ts
 import { startLocalSqs, type LocalSqs } from '../../local/sqs.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { deliverOnce, type QueueRef, type SqsHandler } from '../support/sqs-event.ts';
+import { captureOutput as capture } from '../support/output.ts';
 
 let db: TestDatabase;
 let email: FakeEmail;
@@ -60,25 +61,6 @@ afterAll(async () => {
   await email?.close();
   await db?.drop();
 });
-
-async function capture<T>(work: () => Promise<T>): Promise<{ result: T; lines: string[] }> {
-  const chunks: string[] = [];
-  const out = process.stdout.write.bind(process.stdout);
-  const err = process.stderr.write.bind(process.stderr);
-  const grab = ((chunk: unknown) => {
-    chunks.push(typeof chunk === 'string' ? chunk : Buffer.from(chunk as Uint8Array).toString('utf8'));
-    return true;
-  }) as typeof process.stdout.write;
-  process.stdout.write = grab;
-  process.stderr.write = grab;
-  try {
-    const result = await work();
-    return { result, lines: chunks.join('').split('\n').filter((l) => l.trim() !== '') };
-  } finally {
-    process.stdout.write = out;
-    process.stderr.write = err;
-  }
-}
 
 function outcome(eventType: string, orderId: string) {
   const eventId = randomUUID();

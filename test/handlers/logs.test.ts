@@ -14,6 +14,7 @@ import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { deliverOnce, lambdaContext, type QueueRef, type SqsHandler } from '../support/sqs-event.ts';
 import { startStripe, type StripeHarness } from '../support/stripe.ts';
 import { chargeOrder } from '../support/orders.ts';
+import { captureOutput as capture } from '../support/output.ts';
 
 const SECRET_KEY = 'sk_test_LOGSCAN_9f8e7d6c5b4a';
 const POISON_MARKER = 'POISON-MARKER-31337';
@@ -57,26 +58,6 @@ afterAll(async () => {
   await stripe.close();
   await db.drop();
 });
-
-/** Run `work` with stdout and stderr captured line by line (Powertools writes to process.stdout). */
-async function capture<T>(work: () => Promise<T>): Promise<{ result: T; lines: string[] }> {
-  const chunks: string[] = [];
-  const out = process.stdout.write.bind(process.stdout);
-  const err = process.stderr.write.bind(process.stderr);
-  const grab = (chunk: unknown) => {
-    chunks.push(typeof chunk === 'string' ? chunk : Buffer.from(chunk as Uint8Array).toString('utf8'));
-    return true;
-  };
-  process.stdout.write = grab as typeof process.stdout.write;
-  process.stderr.write = grab as typeof process.stderr.write;
-  try {
-    const result = await work();
-    return { result, lines: chunks.join('').split('\n').filter((l) => l.trim() !== '') };
-  } finally {
-    process.stdout.write = out;
-    process.stderr.write = err;
-  }
-}
 
 const order = (overrides: Partial<ChargeRequest> = {}): ChargeRequest => chargeOrder({ amount: 4200, customerId: 'cus_logscan', paymentMethod: 'pm_logscanSuccess4242', ...overrides });
 

@@ -8,6 +8,7 @@ import { ChargeEngine } from '../../lambdas/payments/engine.ts';
 import { recordRejectedMessages } from '../../lambdas/payments/rejected-store.ts';
 import type { ChargeInput } from '../../lambdas/payments/types.ts';
 import { RequestRateLimiter } from '../../lambdas/reconcile/rate-limiter.ts';
+import type { TransactionalDb } from '../../lambdas/payments/inbox-store.ts';
 import { runReconcile, type ReconcileSettings, type ReconcileSummary } from '../../lambdas/reconcile/sweep.ts';
 import type { RequestRecord } from '../../local/fake-stripe/types.ts';
 import { startFakeEventBridge, type FakeEventBridge } from '../../local/fake-eventbridge/server.ts';
@@ -204,6 +205,7 @@ describe('rate cap and time budget (the exported handler, configured by environm
       plenty,
     );
     expect(summary.stoppedBecause).toBe('drained');
+    expect(summary.gauges?.inbox).toBeNull(); // a run that does not work the inbox does not read (or publish) its gauges
     expect(summary.pages).toBeGreaterThanOrEqual(2); // the first page could not finish its 20 calls
     expect(summary.released).toBeGreaterThan(0);
     expect(summary.byOutcome.succeeded).toBe(20);
@@ -265,10 +267,32 @@ describe('outbox sweep and gauges', () => {
     expect(bus.events().some((e) => (e.detail as { operationId?: string }).operationId === due)).toBe(true);
     const { oldestOpenAgeSeconds, ...counts } = summary.gauges!;
     // (the operation settled in this run is no longer open)
-    expect(counts).toEqual({ openPending: 1, openUnknown: 1, reviewQueueSize: 1, rejectedLastPeriod: 1, duplicateChargesRemediedLastPeriod: 0, unpublishedEvents: 0, oldestUnpublishedEventAgeSeconds: 0 });
+    expect(counts).toEqual({
+      openPending: 1, openUnknown: 1, reviewQueueSize: 1, rejectedLastPeriod: 1, duplicateChargesRemediedLastPeriod: 0, unpublishedEvents: 0, oldestUnpublishedEventAgeSeconds: 0,
+      // the handler works the Stripe event inbox too: its gauges are read with the others
+      inbox: { backlog: 0, oldestBacklogAgeSeconds: 0, openContradictions: 0, openUnrecordedCharges: 0 },
+    });
     // The review row is older, but it waits for a human: the age alarm watches what machines own.
     expect(oldestOpenAgeSeconds).toBeGreaterThanOrEqual(599);
     expect(oldestOpenAgeSeconds).toBeLessThan(660);
+  });
+
+  it('the Stripe event inbox failing to apply does not blind its gauges: the run reports the inbox error and still reads them', async () => {
+    const eventId = `evt_${randomUUID().replaceAll('-', '')}`;
+    await db.pool.query(
+      `INSERT INTO stripe_events (event_id, event_type, stripe_created_at, source, payload) VALUES ($1, 'payment_intent.succeeded', now(), 'webhook', '{}'::jsonb)`,
+      [eventId],
+    );
+    const broken = new Error('inbox connection refused');
+    const inboxDb = { query: () => Promise.reject(broken), connect: () => Promise.reject(broken) } as unknown as TransactionalDb;
+    try {
+      const summary = await runReconcile({ db: db.pool, gateway: stripe.gateway, publisher: null, settings: settings(), inboxDb }, plenty);
+      expect(summary.stripeEvents).toBeNull();
+      expect(summary.errors).toEqual([expect.stringMatching(/^inbox: .*inbox connection refused/)]);
+      expect(summary.gauges?.inbox).toMatchObject({ backlog: 1 });
+    } finally {
+      await db.pool.query(`UPDATE stripe_events SET applied_at = now(), outcome = 'foreign' WHERE event_id = $1`, [eventId]); // rows are never deleted
+    }
   });
 
   it('the open-operations gauge reads the partial index, not the table', async () => {

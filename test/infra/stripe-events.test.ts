@@ -94,6 +94,7 @@ describe('stripeEvents: webhook (the default)', () => {
   it('caps its concurrency when asked', () => {
     const capped = synthPipeline({ stripeEventsReservedConcurrency: 10 });
     expect(capped.resources[logicalId(capped.pipeline.stripeEvents!.function)]!.Properties!.ReservedConcurrentExecutions).toBe(10);
+    expect(fn.Properties!.ReservedConcurrentExecutions).toBeUndefined(); // not asked: unreserved
   });
 });
 

@@ -14,35 +14,25 @@ import {
 import type { Operation } from '../../lambdas/payments/types.ts';
 import { parseInvocation } from '../../lambdas/ops/parse.ts';
 import { formatAmount, formatSeconds } from '../../lambdas/ops/render.ts';
+import { operation } from '../support/operations.ts';
 
 const T0 = Date.parse('2030-01-01T00:00:00Z');
 const at = (minutes: number) => new Date(T0 + minutes * 60_000).toISOString();
 
-const op = (overrides: Partial<Operation> = {}): Operation => ({
-  id: '0190aaaa-0000-7000-8000-000000000001',
-  kind: 'charge',
-  refund: null,
-  orderId: 'order-1',
-  amount: 1999,
-  currency: 'eur',
-  customerId: 'cus_1',
-  paymentMethod: 'pm_1',
-  status: 'unknown',
-  externalId: null,
-  attempts: 2,
-  firstAttemptedAt: new Date(T0),
-  lastError: null,
-  lastErrorClass: null,
-  leaseToken: null,
-  leaseUntil: null,
-  nextAttemptAt: null,
-  reviewReason: 'key window expired …',
-  keyGeneration: 0,
-  createdAt: new Date(T0),
-  updatedAt: new Date(T0),
-  settledAt: null,
-  ...overrides,
-});
+/** An operation in review (the key window expired after two attempts), on this file's clock. */
+const op = (overrides: Partial<Operation> = {}): Operation =>
+  operation({
+    id: '0190aaaa-0000-7000-8000-000000000001',
+    paymentMethod: 'pm_1',
+    status: 'unknown',
+    attempts: 2,
+    firstAttemptedAt: new Date(T0),
+    nextAttemptAt: null,
+    reviewReason: 'key window expired …',
+    createdAt: new Date(T0),
+    updatedAt: new Date(T0),
+    ...overrides,
+  });
 
 let seq = 0;
 const ev = (action: string, minutes: number, step: string | null = null): AuditEvent => ({

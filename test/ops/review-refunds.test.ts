@@ -3,64 +3,42 @@
 // of the refunded PaymentIntent's refunds and a retrieve of every Refund id we hold — through the
 // real stripe SDK against the fake Stripe, written by the same fenced statements as a charge's.
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { duplicateRefundId, idempotencyKey } from '../../lambdas/payments/decisions.ts';
 import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
 import { claimById } from '../../lambdas/payments/operations-store.ts';
-import type { ChargeInput, RefundInput } from '../../lambdas/payments/types.ts';
-import { createTestDatabase } from '../support/db.ts';
-import { startStripe } from '../support/stripe.ts';
-import { auditEvents, cli, cliJson, engine, operationRow, opsEnv, order, outboxRows, resultOf, reviewReason, type Harness } from './support.ts';
+import type { ChargeInput } from '../../lambdas/payments/types.ts';
+import { shiftAuditTrail } from '../support/db.ts';
+import { chargedOrder } from '../support/engine.ts';
+import { refundOf } from '../support/orders.ts';
+import { useWorld } from '../support/world.ts';
+import { auditEvents, cli, cliJson, engine, operationRow, opsEnv, order, outboxRows, resultOf, reviewReason, windowExpired, type Harness } from './support.ts';
 
 let h: Harness;
 let env: NodeJS.ProcessEnv;
 
-beforeAll(async () => {
-  h = { db: await createTestDatabase('ops_review_refunds'), stripe: await startStripe() };
+// The fake is not reset between this file's tests (it never was here).
+useWorld('ops_review_refunds', (w) => {
+  h = w;
   env = opsEnv(h);
-});
-afterAll(async () => {
-  await h.stripe.close();
-  await h.db.drop();
-});
+}, { resetFakeBeforeEach: false });
 
 const because = ['--reason', 'TICKET-7: checked the refunds of the PaymentIntent', '--actor', 'alice'];
 
 /** An order charged (succeeded) through the engine, and its PaymentIntent. */
 async function charged(overrides: Partial<ChargeInput> = {}): Promise<{ input: ChargeInput; chargeId: string; paymentIntentId: string }> {
-  const input = order(overrides);
-  const e = engine(h);
-  const chargeId = await e.requestCharge(input);
-  expect((await e.executeCharge(chargeId)).status).toBe('succeeded');
+  const { input, chargeId } = await chargedOrder(engine(h), order(overrides));
   return { input, chargeId, paymentIntentId: (await operationRow(h, chargeId)).external_id as string };
 }
-
-const refundOf = (orderId: string, overrides: Partial<RefundInput> = {}): RefundInput => ({
-  orderId,
-  refundId: `rf-${randomUUID()}`,
-  amount: 500,
-  reason: 'requested_by_customer',
-  ...overrides,
-});
-
-const windowExpired = (id: string) =>
-  h.db.pool.query(`UPDATE payment_operations SET first_attempted_at = now() - interval '24 hours', next_attempt_at = now() WHERE id = $1`, [id]);
 
 const refundsAtStripe = (id: string) => h.stripe.fake.refunds({ operationId: id });
 
 /**
  * Time passes: the operation's audit trail moved back, as if its last send was `interval` ago (past
- * the List settle delay, LIST_SETTLE_MS, default 2 min). The trail is append-only; its trigger is
- * set aside for the shift, as test/refunds.test.ts does.
+ * the List settle delay, LIST_SETTLE_MS, default 2 min). The trail is append-only; shiftAuditTrail
+ * sets its trigger aside for the shift.
  */
-async function sentAgo(id: string, interval: string) {
-  await h.db.pool.query('ALTER TABLE payment_operation_events DISABLE TRIGGER payment_operation_events_append_only');
-  try {
-    await h.db.pool.query(`UPDATE payment_operation_events SET occurred_at = occurred_at - $2::interval WHERE operation_id = $1`, [id, interval]);
-  } finally {
-    await h.db.pool.query('ALTER TABLE payment_operation_events ENABLE TRIGGER payment_operation_events_append_only');
-  }
-}
+const sentAgo = (id: string, interval: string) => shiftAuditTrail(h.db.pool, id, interval);
 
 /**
  * Nothing refunded: the create met a 500 before Stripe executed it; after the key window List of
@@ -73,7 +51,7 @@ async function intoReviewNothingRefunded(beforeReview: (id: string) => Promise<v
   const id = await e.requestRefund(refundOf(c.input.orderId, { amount: 400 }));
   h.stripe.fake.injectFault({ endpoint: 'refund_create', operationId: id }, 'error_500_before_commit');
   expect((await e.executeCharge(id)).status).toBe('unknown');
-  await windowExpired(id);
+  await windowExpired(h, id);
   await beforeReview(id);
   await e.executeCharge(id);
   expect(await reviewReason(h, id)).toMatch(/List proves that no Refund exists/);
@@ -325,7 +303,7 @@ describe('the duplicate-charge remedy’s refund in review', () => {
     const remedy = await e.remedyDuplicateCharge(c.chargeId, { id: extra.id, status: extra.status, amount: extra.amount, currency: extra.currency, metadata: extra.metadata });
     const id = remedy.refundOperationId!;
     expect(remedy.execution?.status).toBe('unknown');
-    await windowExpired(id);
+    await windowExpired(h, id);
     await e.executeCharge(id);
     expect(await reviewReason(h, id)).toMatch(/List proves that no Refund exists/);
     await sentAgo(id, '3 minutes');

@@ -1,12 +1,13 @@
 // Shared by the ops tests: the CLI run in-process against a test database and the fake Stripe, and
 // the scenarios that put an operation into review through the REAL engine (never hand-written rows).
 import { idempotencyKey } from '../../lambdas/payments/decisions.ts';
-import { ChargeEngine, type EngineOptions } from '../../lambdas/payments/engine.ts';
+import type { ChargeEngine, EngineOptions } from '../../lambdas/payments/engine.ts';
 import type { ChargeInput } from '../../lambdas/payments/types.ts';
 import { main } from '../../lambdas/ops/cli.ts';
 import type { OpsResponse, ResultOf } from '../../lambdas/ops/commands.ts';
 import type { TestDatabase } from '../support/db.ts';
 import type { StripeHarness } from '../support/stripe.ts';
+import { testEngine } from '../support/engine.ts';
 import { chargeOrder } from '../support/orders.ts';
 
 export interface CliRun {
@@ -58,11 +59,11 @@ export function resultOf<K extends keyof ResultOf>(response: OpsResponse, comman
 export const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => chargeOrder(overrides);
 
 export function engine(h: Harness, options: Partial<EngineOptions> = {}): ChargeEngine {
-  return new ChargeEngine({ db: h.db.pool, gateway: h.stripe.gateway, actor: 'test-engine', random: () => 0.5, ...options });
+  return testEngine(h, { actor: 'test-engine', ...options });
 }
 
 /** Pretend the first send happened a day ago: the key window is over, the next claim searches. */
-const windowExpired = (h: Harness, id: string) =>
+export const windowExpired = (h: Harness, id: string) =>
   h.db.pool.query(`UPDATE payment_operations SET first_attempted_at = now() - interval '24 hours', next_attempt_at = now() WHERE id = $1`, [id]);
 
 export async function reviewReason(h: Harness, id: string): Promise<string | null> {

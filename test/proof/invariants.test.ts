@@ -3,37 +3,24 @@
 // fail proves nothing about the soak or the model that rely on it.
 import { randomUUID } from 'node:crypto';
 import { reissueInReview } from '../../lambdas/payments/review.ts';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { ChargeEngine } from '../../lambdas/payments/engine.ts';
+import { afterAll, describe, expect, it } from 'vitest';
 import type { ChargeInput } from '../../lambdas/payments/types.ts';
 import type { PaymentIntentRecord } from '../../local/fake-stripe/types.ts';
 import { checkInvariants, formatReport, VIOLATION_KINDS, type CheckInvariantsInput, type ViolationKind } from '../../local/invariants.ts';
 import { readDatabaseCounts } from '../../local/pipeline.ts';
-import { createTestDatabase, type TestDatabase } from '../support/db.ts';
-import { startStripe, type StripeHarness } from '../support/stripe.ts';
+import type { TestDatabase } from '../support/db.ts';
+import { testEngine } from '../support/engine.ts';
+import { chargeOrder } from '../support/orders.ts';
+import type { StripeHarness } from '../support/stripe.ts';
+import { useWorld } from '../support/world.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
+useWorld('invariants', (w) => ({ db, stripe } = w));
 
-beforeAll(async () => {
-  db = await createTestDatabase('invariants');
-  stripe = await startStripe();
-});
-afterAll(async () => {
-  await stripe.close();
-  await db.drop();
-});
-beforeEach(() => stripe.fake.reset());
-
-const engine = () => new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'checker-test', random: () => 0.5 });
-const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => ({
-  orderId: `inv-${randomUUID()}`,
-  amount: 1500,
-  currency: 'eur',
-  customerId: 'cus_test',
-  paymentMethod: 'pm_card_visa',
-  ...overrides,
-});
+const engine = () => testEngine({ db, stripe }, { actor: 'checker-test' });
+/** This file's orders: `inv-…` (a test makes a stranger's order id from it), 1500 (what fakeSucceededPi forges). */
+const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => chargeOrder({ orderId: `inv-${randomUUID()}`, amount: 1500, ...overrides });
 
 /** A small, healthy world made by the real engine: one success, one decline, one open, one in review. */
 async function healthyWorld() {

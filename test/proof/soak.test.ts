@@ -6,7 +6,8 @@
 //
 //   SOAK_ORDERS=300 npx vitest run test/proof/soak.test.ts
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_SOAK, FAST_TIME_LAPSE, formatSoakReport, runSoak } from '../../local/soak/soak.ts';
+import { formatSoakReport, runSoak } from '../../local/soak/soak.ts';
+import { SHORT_CHAOS_SOAK } from '../support/soak.ts';
 
 // 85: with a fifth of the orders refunded instead of sent twice, about the traffic 100 orders made
 // before refunds (~135 messages).
@@ -16,19 +17,9 @@ describe('chaos soak (short)', () => {
   it(`${ORDERS} orders under kills, database restarts and crashes, Stripe faults: no violation`, { timeout: 300_000 }, async () => {
     const lines: string[] = [];
     const report = await runSoak({
-      ...DEFAULT_SOAK,
+      ...SHORT_CHAOS_SOAK,
       orders: ORDERS,
       seed: Number(process.env.SOAK_SEED ?? 20261129),
-      timeLapse: FAST_TIME_LAPSE,
-      // Many small batches, so that ~100 orders still give every kill point a few chances.
-      batchSize: 4,
-      killRate: 0.25,
-      randomKillRate: 0.05,
-      pgRestarts: 1,
-      pgCrashes: 1,
-      visibilityTimeoutSeconds: 3,
-      awaitOutbox: true,
-      quiescenceTimeoutMs: 90_000,
       log: (line) => lines.push(line),
     });
     const text = formatSoakReport(report);

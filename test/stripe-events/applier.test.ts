@@ -2,37 +2,29 @@
 // fake Stripe: settle, never undo, idempotent per event id, wait for a held lease, contradictions and
 // unrecorded charges as findings, refunds and disputes as outcome events, the EventBridge door.
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { chargeAftermathDetailSchema, chargeOutcomeDetailSchema } from '../../lambdas/events/contract.ts';
-import { ChargeEngine } from '../../lambdas/payments/engine.ts';
 import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
-import { inboxGauges } from '../../lambdas/payments/inbox-store.ts';
+import { claimForEvent, inboxGauges } from '../../lambdas/payments/inbox-store.ts';
 import { claimById, findOperation, recordOutcomes } from '../../lambdas/payments/operations-store.ts';
 import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
 import { checkInvariants } from '../../local/invariants.ts';
 import { receivePartnerEvent, receiveWebhook, RejectCode } from '../../lambdas/stripe-events/receive.ts';
 import { makeStripeEvent, WebhookDispatcher, type StripeEventJson } from '../../local/fake-stripe/webhooks.ts';
-import { createTestDatabase, type TestDatabase } from '../support/db.ts';
+import type { TestDatabase } from '../support/db.ts';
+import { testEngine } from '../support/engine.ts';
 import { chargeOrder } from '../support/orders.ts';
-import { startStripe, type StripeHarness } from '../support/stripe.ts';
-import { count, delivery, inboxRow, piEvent, SECRET } from './support.ts';
+import type { StripeHarness } from '../support/stripe.ts';
+import { useWorld } from '../support/world.ts';
+import { count, deliverWebhook, delivery, inboxRow, piEvent, SECRET, testApplier, WEBHOOK_SETTINGS as settings } from './support.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
-beforeAll(async () => {
-  db = await createTestDatabase('applier');
-  stripe = await startStripe();
-});
-afterAll(async () => {
-  await stripe.close();
-  await db.drop();
-});
-beforeEach(() => stripe.fake.reset());
+useWorld('applier', (w) => ({ db, stripe } = w));
 
-const engine = () => new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5 });
-const applier = () => new StripeEventApplier({ db: db.pool, gateway: stripe.gateway, actor: 'stripe-events', random: () => 0.5 });
-const settings = { secret: SECRET, maxBodyBytes: 256 * 1024 };
-const deliver = (event: StripeEventJson) => receiveWebhook(delivery(event), settings, { db: db.pool, applier: applier(), publisher: null });
+const engine = () => testEngine({ db, stripe });
+const applier = () => testApplier({ db, stripe });
+const deliver = (event: StripeEventJson) => deliverWebhook({ db, stripe }, event);
 
 /** An operation whose PaymentIntent Stripe left `processing`: the engine wrote `unknown` + its id. */
 async function processingOperation() {
@@ -100,6 +92,29 @@ describe('payment_intent.* for an open operation', () => {
     expect((await audit(op.id)).filter((a) => a.action === 'outcome_recorded' && a.detail.stripeEventId === event.id)).toHaveLength(1);
     expect(await outbox(op.id)).toHaveLength(1);
     expect(await inboxRow(db.pool, event.id)).toMatchObject({ outcome: 'settled', attempts: 1 });
+  });
+
+  it('an event’s claim is the engine’s claim (one SET, one attempt_started line) plus its Stripe event id; a live lease is not taken twice', async () => {
+    const { op } = await processingOperation();
+    const before = (await db.pool.query('SELECT first_attempted_at, attempts, updated_at FROM payment_operations WHERE id = $1', [op.id])).rows[0];
+    const token = randomUUID();
+    const claim = await claimForEvent(db.pool, op.id, token, 60_000, 'stripe-events', 'evt_claim_test');
+    expect(claim?.claimed).toMatchObject({ id: op.id, leaseToken: token });
+    const { rows: [leased] } = await db.pool.query(
+      `SELECT lease_token::text, lease_until = next_attempt_at AS due_when_lease_ends, lease_until > now() + interval '50 seconds' AS lease_ahead,
+              first_attempted_at, updated_at > $2 AS touched FROM payment_operations WHERE id = $1`,
+      [op.id, before.updated_at],
+    );
+    expect(leased).toMatchObject({ lease_token: token, due_when_lease_ends: true, lease_ahead: true, first_attempted_at: before.first_attempted_at, touched: true });
+    const line = (await audit(op.id)).at(-1);
+    expect(line).toMatchObject({
+      actor: 'stripe-events', action: 'attempt_started', from_status: 'unknown', to_status: 'unknown', key_generation: 0,
+      detail: { attempt: before.attempts + 1, leaseToken: token, stripeEventId: 'evt_claim_test' },
+    });
+    expect(Object.keys(line.detail).sort()).toEqual(['attempt', 'leaseToken', 'leaseUntil', 'stripeEventId']);
+    const again = await claimForEvent(db.pool, op.id, randomUUID(), 60_000, 'stripe-events', 'evt_claim_test_2');
+    expect(again).toMatchObject({ claimed: null, operation: { leaseToken: token } });
+    expect(again && !again.claimed && again.leaseUntil).toBeInstanceOf(Date);
   });
 
   it('an event while a worker holds the lease waits in the inbox, and is applied after that worker’s write', async () => {

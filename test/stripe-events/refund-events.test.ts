@@ -3,7 +3,7 @@
 // signed, received by the real webhook path, applied on real PostgreSQL with the engine's own writes;
 // the Refunds really made through the real stripe SDK against the fake.
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { refundFactDetailSchema, refundOutcomeDetailSchema } from '../../lambdas/events/contract.ts';
 import type pg from 'pg';
 import { runOps } from '../../lambdas/ops/commands.ts';
@@ -13,46 +13,27 @@ import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
 import { inboxGauges, type TransactionalDb } from '../../lambdas/payments/inbox-store.ts';
 import { claimById, findOperation, recordOutcomes } from '../../lambdas/payments/operations-store.ts';
 import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
-import type { ChargeInput, RefundInput } from '../../lambdas/payments/types.ts';
+import type { ChargeInput } from '../../lambdas/payments/types.ts';
 import { receiveWebhook } from '../../lambdas/stripe-events/receive.ts';
 import { makeStripeEvent, WebhookDispatcher, type StripeEventJson } from '../../local/fake-stripe/webhooks.ts';
 import { checkInvariants } from '../../local/invariants.ts';
 import { netChargedByOrder } from '../../local/stripe-truth.ts';
-import { createTestDatabase, type TestDatabase } from '../support/db.ts';
-import { chargeOrder } from '../support/orders.ts';
-import { startStripe, type StripeHarness } from '../support/stripe.ts';
-import { count, delivery, inboxRow, SECRET } from './support.ts';
+import type { TestDatabase } from '../support/db.ts';
+import { chargedOrder as charged, testEngine } from '../support/engine.ts';
+import { chargeOrder, refundOf } from '../support/orders.ts';
+import type { StripeHarness } from '../support/stripe.ts';
+import { useWorld } from '../support/world.ts';
+import { count, deliverWebhook, delivery, inboxRow, SECRET, testApplier, WEBHOOK_SETTINGS as settings } from './support.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
-beforeAll(async () => {
-  db = await createTestDatabase('refund_events');
-  stripe = await startStripe();
-});
-afterAll(async () => {
-  await stripe.close();
-  await db.drop();
-});
-beforeEach(() => stripe.fake.reset());
+useWorld('refund_events', (w) => ({ db, stripe } = w));
 
-const engine = () => new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5 });
-const applier = () => new StripeEventApplier({ db: db.pool, gateway: stripe.gateway, actor: 'stripe-events', random: () => 0.5 });
-const settings = { secret: SECRET, maxBodyBytes: 256 * 1024 };
-const deliver = (event: StripeEventJson) => receiveWebhook(delivery(event), settings, { db: db.pool, applier: applier(), publisher: null });
+const engine = () => testEngine({ db, stripe });
+const applier = () => testApplier({ db, stripe });
+const deliver = (event: StripeEventJson) => deliverWebhook({ db, stripe }, event);
 
-async function chargedOrder(overrides: Partial<ChargeInput> = {}): Promise<ChargeInput> {
-  const input = chargeOrder(overrides);
-  const id = await engine().requestCharge(input);
-  expect((await engine().executeCharge(id)).status).toBe('succeeded');
-  return input;
-}
-const refundOf = (orderId: string, overrides: Partial<RefundInput> = {}): RefundInput => ({
-  orderId,
-  refundId: `rf-${randomUUID()}`,
-  amount: 500,
-  reason: 'requested_by_customer',
-  ...overrides,
-});
+const chargedOrder = async (overrides: Partial<ChargeInput> = {}): Promise<ChargeInput> => (await charged(engine(), chargeOrder(overrides))).input;
 const outbox = (id: string) =>
   db.pool.query('SELECT event_type, payload FROM outcome_events WHERE operation_id = $1 ORDER BY created_at, event_id', [id]).then((r) => r.rows as { event_type: string; payload: Record<string, unknown> }[]);
 const retrieves = () => stripe.fake.requests().filter((r) => r.endpoint === 'refund_retrieve').length;
@@ -181,7 +162,7 @@ describe('a refund operation in review', () => {
     const input = await chargedOrder({ paymentMethod: 'pm_card_pendingRefund', amount: 2000 });
     const id = await engine().requestRefund(refundOf(input.orderId));
     // The engine's rule for an unsettled object (here at once instead of after 7 days): review.
-    const impatient = new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5, policy: { unsettledReviewAfterMs: 0 } });
+    const impatient = testEngine({ db, stripe }, { policy: { unsettledReviewAfterMs: 0 } });
     await impatient.executeCharge(id);
     expect(await findOperation(db.pool, id)).toMatchObject({ status: 'unknown', reviewReason: expect.stringMatching(/still pending/) });
     const w = watcher();

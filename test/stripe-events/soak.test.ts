@@ -1,24 +1,16 @@
 // The chaos soak, short, with Stripe events OFF (polling only): the default soak (test/proof/
 // soak.test.ts) runs with them on; the promise must hold both ways.
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_SOAK, FAST_TIME_LAPSE, formatSoakReport, runSoak } from '../../local/soak/soak.ts';
+import { formatSoakReport, runSoak } from '../../local/soak/soak.ts';
+import { SHORT_CHAOS_SOAK } from '../support/soak.ts';
 
 describe('chaos soak (short), polling only', () => {
   it('60 orders under kills, database restarts and crashes, Stripe faults, no webhooks: no violation', { timeout: 300_000 }, async () => {
     const lines: string[] = [];
     const report = await runSoak({
-      ...DEFAULT_SOAK,
+      ...SHORT_CHAOS_SOAK,
       orders: 60,
       seed: 20261201,
-      timeLapse: FAST_TIME_LAPSE,
-      batchSize: 4,
-      killRate: 0.25,
-      randomKillRate: 0.05,
-      pgRestarts: 1,
-      pgCrashes: 1,
-      visibilityTimeoutSeconds: 3,
-      awaitOutbox: true,
-      quiescenceTimeoutMs: 90_000,
       webhooks: false,
       log: (line) => lines.push(line),
     });

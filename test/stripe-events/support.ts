@@ -1,8 +1,11 @@
-// Shared by the Stripe-events tests: signed deliveries as Stripe makes them, and inbox reads.
+// Shared by the Stripe-events tests: signed deliveries as Stripe makes them, received by the real
+// webhook path and applied on a test file's world, and inbox reads.
 import type { Db } from '../../lambdas/payments/db.ts';
+import { StripeEventApplier, type ApplierOptions } from '../../lambdas/payments/event-applier.ts';
 import { makeStripeEvent, paymentIntentEventType, paymentIntentJson, signStripePayload, type StripeEventJson } from '../../local/fake-stripe/webhooks.ts';
 import type { PaymentIntentRecord } from '../../local/fake-stripe/types.ts';
-import type { WebhookRequest } from '../../lambdas/stripe-events/receive.ts';
+import { receiveWebhook, type WebhookRequest } from '../../lambdas/stripe-events/receive.ts';
+import type { World } from '../support/world.ts';
 
 export const SECRET = 'whsec_test_endpoint_secret_0123456789';
 
@@ -17,6 +20,18 @@ export function delivery(event: StripeEventJson, options: { secret?: string; at?
     isBase64Encoded: options.base64 ?? false,
     headers: { 'stripe-signature': header, 'content-type': 'application/json' },
   };
+}
+
+/** The applier as the webhook function runs it, on the world's database and fake Stripe (fixed jitter). */
+export function testApplier(world: World, options: Partial<ApplierOptions> = {}): StripeEventApplier {
+  return new StripeEventApplier({ db: world.db.pool, gateway: world.stripe.gateway, actor: 'stripe-events', random: () => 0.5, ...options });
+}
+
+export const WEBHOOK_SETTINGS = { secret: SECRET, maxBodyBytes: 256 * 1024 };
+
+/** The event signed and delivered to the real webhook path: inbox insert, then the inline apply (no bus). */
+export function deliverWebhook(world: World, event: StripeEventJson) {
+  return receiveWebhook(delivery(event), WEBHOOK_SETTINGS, { db: world.db.pool, applier: testApplier(world), publisher: null });
 }
 
 /** A payment_intent.* event for a PaymentIntent as the fake's ledger holds it (status overridable: an older snapshot). */

@@ -51,3 +51,28 @@ export async function createTestDatabase(label = 't'): Promise<TestDatabase> {
     },
   };
 }
+
+/**
+ * Time passes for an operation's audit trail: every line moved back by `interval` (a PostgreSQL
+ * interval, e.g. '3 minutes'). The trail is append-only; its trigger is set aside for the shift only.
+ */
+export async function shiftAuditTrail(pool: pg.Pool, operationId: string, interval: string): Promise<void> {
+  await pool.query('ALTER TABLE payment_operation_events DISABLE TRIGGER payment_operation_events_append_only');
+  try {
+    await pool.query(`UPDATE payment_operation_events SET occurred_at = occurred_at - $2::interval WHERE operation_id = $1`, [operationId, interval]);
+  } finally {
+    await pool.query('ALTER TABLE payment_operation_events ENABLE TRIGGER payment_operation_events_append_only');
+  }
+}
+
+/** The operation's row as stored, every column (undefined: no such operation). */
+export async function operationRow(pool: pg.Pool, operationId: string) {
+  const { rows } = await pool.query('SELECT * FROM payment_operations WHERE id = $1', [operationId]);
+  return rows[0];
+}
+
+/** The operation's audit trail (payment_operation_events), oldest first, every column. */
+export async function auditTrail(pool: pg.Pool, operationId: string) {
+  const { rows } = await pool.query('SELECT * FROM payment_operation_events WHERE operation_id = $1 ORDER BY id', [operationId]);
+  return rows;
+}

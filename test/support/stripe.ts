@@ -1,4 +1,6 @@
 // The real stripe SDK, over HTTP, against the project's fake Stripe server.
+import { randomUUID } from 'node:crypto';
+import type { ChargeInput } from '../../lambdas/payments/types.ts';
 import { startFakeStripe } from '../../local/fake-stripe/server.ts';
 import type { FakeStripe, FakeStripeOptions } from '../../local/fake-stripe/types.ts';
 import { createStripeClient, StripeGateway } from '../../lambdas/payments/stripe-gateway.ts';
@@ -21,4 +23,26 @@ export async function startStripe(
     maxNetworkRetries: client.maxNetworkRetries ?? 0,
   });
   return { fake, gateway: new StripeGateway(stripe), close: () => fake.close() };
+}
+
+/**
+ * A PaymentIntent for `order` carrying `operationId`'s metadata, made through the gateway under a key
+ * that is not the engine's (a double send under another key, another system, a stranger): what the
+ * List, the checker or the remedy must then explain. Key generation 0 and the order's own amount and
+ * payment method unless said.
+ */
+export function plantPaymentIntent(
+  harness: StripeHarness,
+  order: ChargeInput,
+  operationId: string,
+  options: { readonly idempotencyKey?: string; readonly amount?: number; readonly paymentMethod?: string; readonly keyGeneration?: number } = {},
+) {
+  return harness.gateway.createPaymentIntent({
+    idempotencyKey: options.idempotencyKey ?? `planted-${randomUUID()}`,
+    amount: options.amount ?? order.amount,
+    currency: order.currency,
+    customerId: order.customerId,
+    paymentMethod: options.paymentMethod ?? order.paymentMethod,
+    metadata: { operation_id: operationId, order_id: order.orderId, key_generation: String(options.keyGeneration ?? 0) },
+  });
 }
