@@ -19,7 +19,8 @@
 -- request statement in lambdas/payments/operations-store.ts). The operation's status stays `succeeded`.
 --
 -- Privileges (003): the application role already has UPDATE on the table; what it may change is said
--- by the guard, here as for every other column — the mark, once, on a final succeeded refund, and
+-- by the guard, here as for every other column — the mark, once, on a refund ALREADY final succeeded
+-- (never in the UPDATE that makes it so), and
 -- nothing else. No new grant.
 
 ALTER TABLE payment_operations
@@ -69,7 +70,14 @@ BEGIN
     RAISE EXCEPTION 'the refund parameters of payment operation % cannot change', OLD.id
       USING ERRCODE = 'integrity_constraint_violation';
   END IF;
-  -- An open operation cannot carry the mark: failed_after_success_is_of_a_succeeded_refund refuses it.
+  -- An open operation has no mark (the CHECK keeps it off anything but a succeeded refund), and it
+  -- cannot get one on its way to final either: the mark is set only on a row that is ALREADY final
+  -- succeeded (above), so pending → succeeded with the mark in one UPDATE is refused here — else the
+  -- refund would stop holding its amount the moment it succeeded, without any fact from Stripe.
+  IF NEW.failed_after_success_at IS NOT NULL OR NEW.failed_after_success_reason IS NOT NULL THEN
+    RAISE EXCEPTION 'payment operation % is open (%); only a final succeeded refund can be marked failed after success', OLD.id, OLD.status
+      USING ERRCODE = 'integrity_constraint_violation';
+  END IF;
   RETURN NEW;
 END $$;
 
