@@ -662,7 +662,7 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
       if (!charge) throw new NotFoundError(`no charge operation for order "${command.orderId}"`);
       const refunds = await findRefundsOfOrder(ctx.db, command.orderId);
       // A refund Stripe failed after it succeeded stays `succeeded` (final; the request executed) and
-      // carries the mark (migrations/009, set with its fact event): it gave nothing back, and holds
+      // carries the mark (migrations/009, set by its fact event's insert trigger): it gave nothing back, and holds
       // nothing of the charge — the refund rules (operations-store.ts REFUND_HOLDS, the trigger) agree.
       const own = refunds.filter((r) => r.refund?.paymentIntentId === null);
       const reversedOf = (r: Operation) => Boolean(r.refund?.failedAfterSuccess);

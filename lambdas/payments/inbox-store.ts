@@ -337,23 +337,19 @@ export interface RefundFailedAfterSuccessWrite {
 }
 
 /**
- * A succeeded refund that Stripe says failed since: the audit line, the outbox fact (contract.ts,
- * refundFactDetailSchema, `Refund Failed After Success`) and the operation's mark
- * (failed_after_success_at / _reason, migrations/009) in ONE statement. The operation stays final
+ * A succeeded refund that Stripe says failed since: the audit line and the outbox fact (contract.ts,
+ * refundFactDetailSchema, `Refund Failed After Success`) in ONE statement. The operation stays final
  * `succeeded` — the request did execute; what changed is the money (docs/decisions.md, 2026-12-01 "a
- * refund that fails after it succeeded"), and with the mark its amount is no longer held against the
- * charge (operations-store.ts REFUND_HOLDS). The mark is written only where it is not yet: set once.
+ * refund that fails after it succeeded"). The operation's mark (failed_after_success_at / _reason),
+ * with which its amount is no longer held against the charge, is NOT written here: the fact's insert
+ * trigger sets it (migrations/009, outcome_events_mark_refund_failed_after_success) — one writer, so
+ * code that knows only the fact marks the refund too. Its time is the fact's created_at (now()).
  */
 export async function recordRefundFailedAfterSuccess(db: Db, w: RefundFailedAfterSuccessWrite, publishLeaseMs: number): Promise<OutcomeEventRow> {
   const refund = w.operation.refund;
   if (w.operation.kind !== 'refund' || refund === null) throw new Error(`operation ${w.operation.id} is not a refund operation`);
   const { rows } = await db.query<{ event_id: string; event_type: string; payload: Record<string, unknown> }>(
     `WITH e AS (SELECT uuidv7() AS event_id, now() AS occurred_at),
-     mark AS (
-       UPDATE payment_operations SET failed_after_success_at = now(), failed_after_success_reason = nullif(left($9::text, 200), '')
-        WHERE id = $1::uuid AND kind = 'refund' AND status = 'succeeded' AND failed_after_success_at IS NULL
-       RETURNING id
-     ),
      audit AS (
        INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, external_id, key_generation, detail)
        SELECT $1::uuid, $2, 'stripe_event', $3, $3, $4, $5,
