@@ -59,7 +59,11 @@ export const VIOLATION_KINDS = [
   'over_refund',
   /** A refund operation `succeeded` whose external_id is not a succeeded Refund at Stripe. */
   'succeeded_without_refund',
-  /** A refund operation `succeeded` on a Refund of another amount, PaymentIntent or operation. */
+  /**
+   * A refund operation `succeeded` on a Refund of another amount, PaymentIntent or operation (refunds
+   * given); or, from the ledger alone, a failed-after-success mark without its fact event or a fact
+   * event without the mark (migrations/009).
+   */
   'refund_mismatch',
   /**
    * (refunds given) A Refund at Stripe that returns money (succeeded or pending) which no refund
@@ -344,18 +348,20 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
   }
 
   // ── The net amount, and refunds told truly ──────────────────────────────────────────────────
-  if (net && stripeRefunds) {
-    // Refund operations that stay `succeeded` but whose Refund failed at Stripe since, as recorded
-    // (the operation's mark, migrations/009): they refunded nothing, and Stripe's record (only
-    // succeeded refunds count, netChargedByOrder) agrees only if the ledger discounts them too. The
-    // mark and the fact event are written in one statement: one without the other is a violation.
-    const failedAfterSuccess = new Set(refundOps.filter((r) => r.failed_after_success).map((r) => r.id));
-    const announced = new Set(outboxRows.rows.filter((e) => e.event_type === REFUND_FAILED_AFTER_SUCCESS).map((e) => e.operation_id));
-    for (const r of refundOps) {
-      if (failedAfterSuccess.has(r.id) !== announced.has(r.id)) {
-        violate('refund_mismatch', failedAfterSuccess.has(r.id) ? 'marked failed after success without its Refund Failed After Success event' : 'Refund Failed After Success event without the operation\'s mark', r);
-      }
+  // Refund operations that stay `succeeded` but whose Refund failed at Stripe since, as recorded (the
+  // operation's mark, migrations/009): they refunded nothing, and Stripe's record (only succeeded
+  // refunds count, netChargedByOrder) agrees only if the ledger discounts them too. A ledger-only
+  // rule, judged with or without Stripe's refunds: the mark follows its fact event (the fact's insert
+  // trigger), so one without the other means someone wrote around the trigger — a violation.
+  const failedAfterSuccess = new Set(refundOps.filter((r) => r.failed_after_success).map((r) => r.id));
+  const announced = new Set(outboxRows.rows.filter((e) => e.event_type === REFUND_FAILED_AFTER_SUCCESS).map((e) => e.operation_id));
+  for (const r of refundOps) {
+    if (failedAfterSuccess.has(r.id) !== announced.has(r.id)) {
+      violate('refund_mismatch', failedAfterSuccess.has(r.id) ? 'marked failed after success without its Refund Failed After Success event' : 'Refund Failed After Success event without the operation\'s mark', r);
     }
+  }
+
+  if (net && stripeRefunds) {
     for (const op of charges) {
       const ours = refundsOfOrder.get(op.order_id) ?? [];
       const truth = net.get(op.order_id);
