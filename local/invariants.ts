@@ -20,7 +20,7 @@
 //
 // It reads only: safe to run against a live pipeline (`requireQuiescent: false`) or at the end.
 import type { Db } from '../lambdas/payments/db.ts';
-import { REFUNDED_PAYMENT_INTENT } from '../lambdas/payments/operations-store.ts';
+import { PAYMENT_INTENT_OF_REFUND } from '../lambdas/payments/operations-store.ts';
 import type { OperationStatus } from '../lambdas/payments/types.ts';
 import type { PaymentIntentRecord, PaymentIntentStatus, RefundRecord } from './fake-stripe/types.ts';
 import { netChargedByOrder } from './stripe-truth.ts';
@@ -152,7 +152,7 @@ interface OperationFacts {
   id: string;
   kind: 'charge' | 'refund';
   refund_payment_intent: string | null;
-  /** A refund: the PaymentIntent it refunds (operations-store.ts REFUNDED_PAYMENT_INTENT, the one definition). */
+  /** A refund: the PaymentIntent it refunds (operations-store.ts PAYMENT_INTENT_OF_REFUND, the one definition). */
   refunded_payment_intent: string | null;
   /** The operation's mark (migrations/009): Stripe failed its Refund after it succeeded. */
   failed_after_success: boolean;
@@ -223,7 +223,7 @@ const OPERATIONS_SQL = `
       FROM payment_operation_events e JOIN scope s ON s.id = e.operation_id
      GROUP BY e.operation_id
   )
-  SELECT s.id::text, s.kind, s.refund_payment_intent, ${REFUNDED_PAYMENT_INTENT('s')} AS refunded_payment_intent,
+  SELECT s.id::text, s.kind, s.refund_payment_intent, ${PAYMENT_INTENT_OF_REFUND('s')} AS refunded_payment_intent,
          s.failed_after_success_at IS NOT NULL AS failed_after_success, s.parent_operation_id::text, s.order_id, s.status, s.external_id, s.attempts, s.review_reason, s.last_error_class, s.amount::text, s.currency,
          coalesce(a.requested, 0) AS requested, coalesce(a.started, 0) AS started,
          coalesce(a.recorded, 0) AS recorded, coalesce(a.discarded, 0) AS discarded,

@@ -32,7 +32,7 @@ import {
 } from '../payments/review.ts';
 import { listFindings, resolveFinding, type FindingRow } from '../payments/inbox-store.ts';
 import { findOperationByOrder, findRefundsOfOrder } from '../payments/operations-store.ts';
-import { refundedPaymentIntent, type Operation, type PaymentIntentView } from '../payments/types.ts';
+import { paymentIntentOfRefund, type Operation, type PaymentIntentView } from '../payments/types.ts';
 import { ConflictError, NotFoundError, OpsError, RefusedError, StripeUnavailableError, UsageError } from './errors.ts';
 import { isAction, parseInvocation, usage, type Command, type CommandName, type OperatorAction } from './parse.ts';
 import { listRejected, loadStats, type RejectedMessage, type Stats } from './queries.ts';
@@ -98,7 +98,7 @@ const isoOrNull = (date: Date | null): string | null => (date === null ? null : 
 /**
  * `paymentIntent`: for a refund, the PaymentIntent it refunds as the command read it
  * (review.ts OperationHistory.refundedPaymentIntent) or its charge's PaymentIntent — the view derives
- * the refunded one with the one definition (types.ts refundedPaymentIntent).
+ * the refunded one with the one definition (types.ts paymentIntentOfRefund).
  */
 export function operationView(op: Operation, paymentIntent: string | null = null): OperationView {
   return {
@@ -129,7 +129,7 @@ export function operationView(op: Operation, paymentIntent: string | null = null
           refundId: op.refund.refundId,
           reason: op.refund.reason,
           chargeOperationId: op.refund.parentOperationId,
-          paymentIntent: refundedPaymentIntent(op, paymentIntent),
+          paymentIntent: paymentIntentOfRefund(op, paymentIntent),
           failedAfterSuccess: op.refund.failedAfterSuccess
             ? { failureReason: op.refund.failedAfterSuccess.failureReason, at: op.refund.failedAfterSuccess.at.toISOString() }
             : null,

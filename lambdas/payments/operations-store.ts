@@ -112,9 +112,9 @@ export const REFUND_HOLDS = (r: string) => `${r}.status <> 'failed' AND ${r}.fai
 
 /**
  * The PaymentIntent a row `p` (an alias of payment_operations) refunds: the duplicate remedy's named
- * one, else its charge operation's; NULL for a charge. The SQL form of types.ts refundedPaymentIntent.
+ * one, else its charge operation's; NULL for a charge. The SQL form of types.ts paymentIntentOfRefund.
  */
-export const REFUNDED_PAYMENT_INTENT = (p: string) => `CASE WHEN ${p}.kind = 'refund' THEN coalesce(${p}.refund_payment_intent,
+export const PAYMENT_INTENT_OF_REFUND = (p: string) => `CASE WHEN ${p}.kind = 'refund' THEN coalesce(${p}.refund_payment_intent,
   (SELECT rpi.external_id FROM payment_operations rpi WHERE rpi.id = ${p}.parent_operation_id)) END`;
 
 /** The charge of a refund row `x` (a CTE alias), read in the claim's statement: no extra round trip. */
