@@ -132,14 +132,20 @@ BEGIN
 END $$;
 
 -- Refunds that carry the fact already (recorded under 008): marked now, from the fact's own row — the
--- moment it was recorded and Stripe's failure_reason it carried. The guard above allows exactly this.
+-- moment it was recorded and Stripe's failure_reason it carried (the first, if several). The guard
+-- above allows exactly this. Driven from the refund rows (succeeded, unmarked), each looked up in
+-- outcome_events by operation (002's outcome_events_by_operation index), not by scanning the whole
+-- outbox: this runs inside the migration's transaction, which holds ACCESS EXCLUSIVE on
+-- payment_operations (the ALTER TABLEs above) until it commits.
 UPDATE payment_operations p
-   SET failed_after_success_at = f.created_at,
-       failed_after_success_reason = nullif(left(f.payload ->> 'failureReason', 200), '')
-  FROM (SELECT DISTINCT ON (operation_id) operation_id, created_at, payload
-          FROM outcome_events WHERE event_type = 'Refund Failed After Success'
-         ORDER BY operation_id, created_at, event_id) f
- WHERE p.id = f.operation_id AND p.kind = 'refund' AND p.status = 'succeeded' AND p.failed_after_success_at IS NULL;
+   SET (failed_after_success_at, failed_after_success_reason) = (
+         SELECT f.created_at, nullif(left(f.payload ->> 'failureReason', 200), '')
+           FROM outcome_events f
+          WHERE f.operation_id = p.id AND f.event_type = 'Refund Failed After Success'
+          ORDER BY f.created_at, f.event_id
+          LIMIT 1)
+ WHERE p.kind = 'refund' AND p.status = 'succeeded' AND p.failed_after_success_at IS NULL
+   AND EXISTS (SELECT 1 FROM outcome_events f WHERE f.operation_id = p.id AND f.event_type = 'Refund Failed After Success');
 
 -- The mark follows the fact (header): whoever writes `Refund Failed After Success` marks its refund,
 -- if it is a final succeeded refund not marked yet — a second fact of the same refund (a replayed

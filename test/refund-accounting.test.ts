@@ -343,6 +343,12 @@ describe('migration 009 on a database that already holds the fact', () => {
          VALUES ($1::uuid, $2, 'Refund Failed After Success', jsonb_build_object('eventId', $1::text, 'failureReason', 'lost_or_stolen_card'), '2026-11-30T10:00:00Z')`,
         [eventId, reversed],
       );
+      // A later fact of the same refund (a replay): the first one's time and reason are the mark's.
+      await client.query(
+        `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, created_at)
+         VALUES ($1::uuid, $2, 'Refund Failed After Success', jsonb_build_object('eventId', $1::text, 'failureReason', 'unknown'), '2026-11-30T11:00:00Z')`,
+        [randomUUID(), reversed],
+      );
       // Before 009 the rules hold all 1000.
       await expect(refund('c', 600)).rejects.toMatchObject({ constraint: 'refunds_within_charge' });
 
