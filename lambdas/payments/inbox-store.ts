@@ -5,7 +5,7 @@
 import type pg from 'pg';
 import { prepared, type Db } from './db.ts';
 import type { StripeEventView } from './event-decisions.ts';
-import { attemptStartedEvent, CLAIM_SET, toOperation, type OutcomeEventRow } from './operations-store.ts';
+import { attemptStartedEvent, CHARGE_PAYMENT_INTENT, CLAIM_SET, toOperation, type OutcomeEventRow } from './operations-store.ts';
 import type { ClaimedOperation, Operation } from './types.ts';
 
 /** A database that can also lend one connection for a transaction (a pg.Pool). */
@@ -171,6 +171,28 @@ export async function findOperationByExternalId(db: Db, externalId: string): Pro
     [externalId],
   );
   return rows[0] ? toOperation(rows[0].op) : null;
+}
+
+/**
+ * A refund event's operation — the one its metadata names (`claimedId`, a uuid), else the first that
+ * recorded the Refund id — with its charge's PaymentIntent (null for a charge or an unknown charge),
+ * which decideRefundEvent needs to derive the PaymentIntent refunded: one statement, not an operation
+ * read and then its charge's.
+ */
+export async function findRefundEventOperation(
+  db: Db,
+  claimedId: string | null,
+  refundId: string,
+): Promise<{ readonly operation: Operation; readonly chargePaymentIntentId: string | null } | null> {
+  const { rows } = await db.query<{ op: Parameters<typeof toOperation>[0]; charge_payment_intent: string | null }>(
+    `SELECT to_jsonb(p) AS op, ${CHARGE_PAYMENT_INTENT('p')} AS charge_payment_intent
+       FROM payment_operations p
+      WHERE p.id = $1::uuid OR p.external_id = $2
+      ORDER BY (p.id = $1::uuid) IS TRUE DESC, p.created_at
+      LIMIT 1`,
+    [claimedId, refundId],
+  );
+  return rows[0] ? { operation: toOperation(rows[0].op), chargePaymentIntentId: rows[0].charge_payment_intent } : null;
 }
 
 export type EventClaim =

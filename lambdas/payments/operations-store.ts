@@ -110,12 +110,15 @@ function toClaimed(row: OperationJson, claimedAt: Date, charge: ChargeJson | nul
  */
 export const REFUND_HOLDS = (r: string) => `${r}.status <> 'failed' AND ${r}.failed_after_success_at IS NULL`;
 
+/** The charge operation's PaymentIntent (its external_id) of a refund row `p`; NULL for a charge (no parent). */
+export const CHARGE_PAYMENT_INTENT = (p: string) => `(SELECT rpi.external_id FROM payment_operations rpi WHERE rpi.id = ${p}.parent_operation_id)`;
+
 /**
  * The PaymentIntent a row `p` (an alias of payment_operations) refunds: the duplicate remedy's named
  * one, else its charge operation's; NULL for a charge. The SQL form of types.ts paymentIntentOfRefund.
  */
 export const PAYMENT_INTENT_OF_REFUND = (p: string) => `CASE WHEN ${p}.kind = 'refund' THEN coalesce(${p}.refund_payment_intent,
-  (SELECT rpi.external_id FROM payment_operations rpi WHERE rpi.id = ${p}.parent_operation_id)) END`;
+  ${CHARGE_PAYMENT_INTENT(p)}) END`;
 
 /** The charge of a refund row `x` (a CTE alias), read in the claim's statement: no extra round trip. */
 const CHARGE_OF = (x: string) =>
