@@ -662,8 +662,11 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
       if (!charge) throw new NotFoundError(`no charge operation for order "${command.orderId}"`);
       const refunds = await findRefundsOfOrder(ctx.db, command.orderId);
       // A refund Stripe failed after it succeeded stays `succeeded` (final; the request executed) and
-      // carries the mark (migrations/009, set by its fact event's insert trigger): it gave nothing back, and holds
-      // nothing of the charge — the refund rules (operations-store.ts REFUND_HOLDS, the trigger) agree.
+      // carries the mark (migrations/009, set by its fact event's insert trigger): it gave nothing back,
+      // and holds nothing of the charge. refunded + inFlight below MUST be what holds money by
+      // operations-store.ts REFUND_HOLDS (and 009's payment_operations_refund_rules): the order's own
+      // refunds (no refund_payment_intent) that are not `failed` and not marked — a marked one is never
+      // open (the guard), so open = in flight and succeeded-unmarked = refunded. Change one, change all.
       const own = refunds.filter((r) => r.refund?.paymentIntentId === null);
       const reversedOf = (r: Operation) => Boolean(r.refund?.failedAfterSuccess);
       const refunded = own.filter((r) => r.status === 'succeeded' && !reversedOf(r)).reduce((sum, r) => sum + r.amount, 0);

@@ -107,8 +107,9 @@ function toClaimed(row: OperationJson, claimedAt: Date, charge: ChargeJson | nul
  * failed, and not failed by Stripe after it succeeded (migrations/009; Stripe counts only refunds that
  * hold money). The insert trigger of 009 (payment_operations_refund_rules) says the same in plpgsql;
  * the duplicate remedy's refunds (refund_payment_intent) are excluded by the callers, as there.
+ * `ops refunds list` (lambdas/ops/commands.ts) counts refunded + in flight by the same rule in TypeScript.
  */
-export const REFUND_HOLDS = (r: string) => `${r}.status <> 'failed' AND ${r}.failed_after_success_at IS NULL`;
+const REFUND_HOLDS = (r: string) => `${r}.status <> 'failed' AND ${r}.failed_after_success_at IS NULL`;
 
 /** The charge operation's PaymentIntent (its external_id) of a refund row `p`; NULL for a charge (no parent). */
 export const CHARGE_PAYMENT_INTENT = (p: string) => `(SELECT rpi.external_id FROM payment_operations rpi WHERE rpi.id = ${p}.parent_operation_id)`;
