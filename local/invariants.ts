@@ -20,7 +20,7 @@
 //
 // It reads only: safe to run against a live pipeline (`requireQuiescent: false`) or at the end.
 import type { Db } from '../lambdas/payments/db.ts';
-import { REFUNDED_PAYMENT_INTENT } from '../lambdas/payments/operations-store.ts';
+import { PAYMENT_INTENT_OF_REFUND } from '../lambdas/payments/operations-store.ts';
 import type { OperationStatus } from '../lambdas/payments/types.ts';
 import type { PaymentIntentRecord, PaymentIntentStatus, RefundRecord } from './fake-stripe/types.ts';
 import { netChargedByOrder } from './stripe-truth.ts';
@@ -59,7 +59,11 @@ export const VIOLATION_KINDS = [
   'over_refund',
   /** A refund operation `succeeded` whose external_id is not a succeeded Refund at Stripe. */
   'succeeded_without_refund',
-  /** A refund operation `succeeded` on a Refund of another amount, PaymentIntent or operation. */
+  /**
+   * A refund operation `succeeded` on a Refund of another amount, PaymentIntent or operation (refunds
+   * given); or, from the ledger alone, a failed-after-success mark without its fact event or a fact
+   * event without the mark (migrations/009).
+   */
   'refund_mismatch',
   /**
    * (refunds given) A Refund at Stripe that returns money (succeeded or pending) which no refund
@@ -148,7 +152,7 @@ interface OperationFacts {
   id: string;
   kind: 'charge' | 'refund';
   refund_payment_intent: string | null;
-  /** A refund: the PaymentIntent it refunds (operations-store.ts REFUNDED_PAYMENT_INTENT, the one definition). */
+  /** A refund: the PaymentIntent it refunds (operations-store.ts PAYMENT_INTENT_OF_REFUND, the one definition). */
   refunded_payment_intent: string | null;
   /** The operation's mark (migrations/009): Stripe failed its Refund after it succeeded. */
   failed_after_success: boolean;
@@ -219,7 +223,7 @@ const OPERATIONS_SQL = `
       FROM payment_operation_events e JOIN scope s ON s.id = e.operation_id
      GROUP BY e.operation_id
   )
-  SELECT s.id::text, s.kind, s.refund_payment_intent, ${REFUNDED_PAYMENT_INTENT('s')} AS refunded_payment_intent,
+  SELECT s.id::text, s.kind, s.refund_payment_intent, ${PAYMENT_INTENT_OF_REFUND('s')} AS refunded_payment_intent,
          s.failed_after_success_at IS NOT NULL AS failed_after_success, s.parent_operation_id::text, s.order_id, s.status, s.external_id, s.attempts, s.review_reason, s.last_error_class, s.amount::text, s.currency,
          coalesce(a.requested, 0) AS requested, coalesce(a.started, 0) AS started,
          coalesce(a.recorded, 0) AS recorded, coalesce(a.discarded, 0) AS discarded,
@@ -344,18 +348,20 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
   }
 
   // ── The net amount, and refunds told truly ──────────────────────────────────────────────────
-  if (net && stripeRefunds) {
-    // Refund operations that stay `succeeded` but whose Refund failed at Stripe since, as recorded
-    // (the operation's mark, migrations/009): they refunded nothing, and Stripe's record (only
-    // succeeded refunds count, netChargedByOrder) agrees only if the ledger discounts them too. The
-    // mark and the fact event are written in one statement: one without the other is a violation.
-    const failedAfterSuccess = new Set(refundOps.filter((r) => r.failed_after_success).map((r) => r.id));
-    const announced = new Set(outboxRows.rows.filter((e) => e.event_type === REFUND_FAILED_AFTER_SUCCESS).map((e) => e.operation_id));
-    for (const r of refundOps) {
-      if (failedAfterSuccess.has(r.id) !== announced.has(r.id)) {
-        violate('refund_mismatch', failedAfterSuccess.has(r.id) ? 'marked failed after success without its Refund Failed After Success event' : 'Refund Failed After Success event without the operation\'s mark', r);
-      }
+  // Refund operations that stay `succeeded` but whose Refund failed at Stripe since, as recorded (the
+  // operation's mark, migrations/009): they refunded nothing, and Stripe's record (only succeeded
+  // refunds count, netChargedByOrder) agrees only if the ledger discounts them too. A ledger-only
+  // rule, judged with or without Stripe's refunds: the mark follows its fact event (the fact's insert
+  // trigger), so one without the other means someone wrote around the trigger — a violation.
+  const failedAfterSuccess = new Set(refundOps.filter((r) => r.failed_after_success).map((r) => r.id));
+  const announced = new Set(outboxRows.rows.filter((e) => e.event_type === REFUND_FAILED_AFTER_SUCCESS).map((e) => e.operation_id));
+  for (const r of refundOps) {
+    if (failedAfterSuccess.has(r.id) !== announced.has(r.id)) {
+      violate('refund_mismatch', failedAfterSuccess.has(r.id) ? 'marked failed after success without its Refund Failed After Success event' : 'Refund Failed After Success event without the operation\'s mark', r);
     }
+  }
+
+  if (net && stripeRefunds) {
     for (const op of charges) {
       const ours = refundsOfOrder.get(op.order_id) ?? [];
       const truth = net.get(op.order_id);

@@ -10,17 +10,25 @@
 -- executed. But the refund rules went on counting the amount against the charge, so it could never be
 -- refunded again through the product. From here the operation carries the fact too:
 --
---   failed_after_success_at      when the ledger learnt that Stripe failed the Refund (set by the
---                                event applier in the SAME statement as the fact and the audit line,
---                                in the transaction of the finding); set once, never cleared;
---   failed_after_success_reason  Stripe's failure_reason then (may be null: Stripe did not say).
+--   failed_after_success_at      when the ledger learnt that Stripe failed the Refund: the created_at
+--                                of its `Refund Failed After Success` fact; set once, never cleared;
+--   failed_after_success_reason  Stripe's failure_reason then, the fact's `failureReason` (may be
+--                                null: Stripe did not say).
+--
+-- The mark FOLLOWS THE FACT, in the database: an AFTER INSERT trigger on outcome_events (below) sets
+-- it when the fact row is written, in the writer's statement and transaction. So code that writes the
+-- fact without knowing the mark (008's event applier, still running during a deploy — migrations go
+-- first, functions' code after — or rolled back to) marks the refund all the same; there is one writer
+-- of the mark, and the event applier only writes the fact.
 --
 -- and a marked refund is not "refunded or in flight" (payment_operations_refund_rules below, and the
 -- request statement in lambdas/payments/operations-store.ts). The operation's status stays `succeeded`.
 --
 -- Privileges (003): the application role already has UPDATE on the table; what it may change is said
--- by the guard, here as for every other column — the mark, once, on a final succeeded refund, and
--- nothing else. No new grant.
+-- by the guard, here as for every other column — the mark, once, on a refund ALREADY final succeeded
+-- (never in the UPDATE that makes it so), and nothing else. No new grant: the mark trigger is not
+-- SECURITY DEFINER, it runs as the role that inserts the fact (charges_app), whose UPDATE the guard
+-- judges like any other.
 
 ALTER TABLE payment_operations
   ADD COLUMN failed_after_success_at     timestamptz,
@@ -69,7 +77,14 @@ BEGIN
     RAISE EXCEPTION 'the refund parameters of payment operation % cannot change', OLD.id
       USING ERRCODE = 'integrity_constraint_violation';
   END IF;
-  -- An open operation cannot carry the mark: failed_after_success_is_of_a_succeeded_refund refuses it.
+  -- An open operation has no mark (the CHECK keeps it off anything but a succeeded refund), and it
+  -- cannot get one on its way to final either: the mark is set only on a row that is ALREADY final
+  -- succeeded (above), so pending → succeeded with the mark in one UPDATE is refused here — else the
+  -- refund would stop holding its amount the moment it succeeded, without any fact from Stripe.
+  IF NEW.failed_after_success_at IS NOT NULL OR NEW.failed_after_success_reason IS NOT NULL THEN
+    RAISE EXCEPTION 'payment operation % is open (%); only a final succeeded refund can be marked failed after success', OLD.id, OLD.status
+      USING ERRCODE = 'integrity_constraint_violation';
+  END IF;
   RETURN NEW;
 END $$;
 
@@ -117,11 +132,36 @@ BEGIN
 END $$;
 
 -- Refunds that carry the fact already (recorded under 008): marked now, from the fact's own row — the
--- moment it was recorded and Stripe's failure_reason it carried. The guard above allows exactly this.
+-- moment it was recorded and Stripe's failure_reason it carried (the first, if several). The guard
+-- above allows exactly this. Driven from the refund rows (succeeded, unmarked), each looked up in
+-- outcome_events by operation (002's outcome_events_by_operation index), not by scanning the whole
+-- outbox: this runs inside the migration's transaction, which holds ACCESS EXCLUSIVE on
+-- payment_operations (the ALTER TABLEs above) until it commits.
 UPDATE payment_operations p
-   SET failed_after_success_at = f.created_at,
-       failed_after_success_reason = nullif(left(f.payload ->> 'failureReason', 200), '')
-  FROM (SELECT DISTINCT ON (operation_id) operation_id, created_at, payload
-          FROM outcome_events WHERE event_type = 'Refund Failed After Success'
-         ORDER BY operation_id, created_at, event_id) f
- WHERE p.id = f.operation_id AND p.kind = 'refund' AND p.status = 'succeeded' AND p.failed_after_success_at IS NULL;
+   SET (failed_after_success_at, failed_after_success_reason) = (
+         SELECT f.created_at, nullif(left(f.payload ->> 'failureReason', 200), '')
+           FROM outcome_events f
+          WHERE f.operation_id = p.id AND f.event_type = 'Refund Failed After Success'
+          ORDER BY f.created_at, f.event_id
+          LIMIT 1)
+ WHERE p.kind = 'refund' AND p.status = 'succeeded' AND p.failed_after_success_at IS NULL
+   AND EXISTS (SELECT 1 FROM outcome_events f WHERE f.operation_id = p.id AND f.event_type = 'Refund Failed After Success');
+
+-- The mark follows the fact (header): whoever writes `Refund Failed After Success` marks its refund,
+-- if it is a final succeeded refund not marked yet — a second fact of the same refund (a replayed
+-- event, an old writer) moves nothing. A fact of anything else marks nothing; the invariant checker
+-- reports a fact without its mark (local/invariants.ts, refund_mismatch).
+CREATE FUNCTION outcome_events_mark_refund_failed_after_success() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE payment_operations
+     SET failed_after_success_at = NEW.created_at,
+         failed_after_success_reason = nullif(left(NEW.payload ->> 'failureReason', 200), '')
+   WHERE id = NEW.operation_id AND kind = 'refund' AND status = 'succeeded' AND failed_after_success_at IS NULL;
+  RETURN NULL;
+END $$;
+
+CREATE TRIGGER outcome_events_mark_refund_failed_after_success
+  AFTER INSERT ON outcome_events
+  FOR EACH ROW WHEN (NEW.event_type = 'Refund Failed After Success')
+  EXECUTE FUNCTION outcome_events_mark_refund_failed_after_success();

@@ -24,11 +24,11 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import type { SQSRecord } from 'aws-lambda';
-import pg, { type QueryConfig, type QueryResultRow } from 'pg';
+import pg from 'pg';
 import { processChargeBatch, type ChargeBatchDeps } from '../lambdas/charge/batch.ts';
 import { EventBridgePublisher } from '../lambdas/events/outbox.ts';
 import { worstCaseCallMs } from '../lambdas/payments/call-budget.ts';
-import type { Db } from '../lambdas/payments/db.ts';
+import { countingDb, type Db } from '../lambdas/payments/db.ts';
 import { createStripeClient, StripeGateway } from '../lambdas/payments/stripe-gateway.ts';
 import { loadConfig } from '../lambdas/runtime/config.ts';
 import { loadMigrations, migrate } from '../lambdas/runtime/migrations.ts';
@@ -54,32 +54,22 @@ const root = path.resolve(import.meta.dirname, '..');
 
 const REFUND_REQUEST = 'payments.request_refund_and_claim';
 
-/** A Db that counts round trips and the client-side time of each named statement (pool wait included). */
+/** A Db that counts round trips (countingDb) and the client-side time of each named statement (pool wait included). */
 function measuredDb(db: Db) {
-  let roundTrips = 0;
   const byName = new Map<string, { count: number; ms: number }>();
   // The refund request statements of the batch in progress: from the first one sent to the last one answered.
   let requests: { first: number; last: number } | null = null;
-  const wrapped: Db = {
-    async query<R extends QueryResultRow = QueryResultRow>(textOrConfig: string | QueryConfig, values?: unknown[]) {
-      roundTrips += 1;
-      const name = typeof textOrConfig === 'string' ? 'unnamed' : (textOrConfig.name ?? 'unnamed');
-      const t0 = performance.now();
-      try {
-        return await (typeof textOrConfig === 'string' ? db.query<R>(textOrConfig, values) : db.query<R>(textOrConfig));
-      } finally {
-        const entry = byName.get(name) ?? { count: 0, ms: 0 };
-        entry.count += 1;
-        const t1 = performance.now();
-        entry.ms += t1 - t0;
-        byName.set(name, entry);
-        if (name === REFUND_REQUEST) requests = { first: Math.min(requests?.first ?? t0, t0), last: Math.max(requests?.last ?? t1, t1) };
-      }
-    },
-  } as Db;
+  const counted = countingDb(db, ({ name: named, startedAt: t0, endedAt: t1 }) => {
+    const name = named ?? 'unnamed';
+    const entry = byName.get(name) ?? { count: 0, ms: 0 };
+    entry.count += 1;
+    entry.ms += t1 - t0;
+    byName.set(name, entry);
+    if (name === REFUND_REQUEST) requests = { first: Math.min(requests?.first ?? t0, t0), last: Math.max(requests?.last ?? t1, t1) };
+  });
   return {
-    db: wrapped,
-    snapshot: () => ({ roundTrips, byName: new Map([...byName].map(([k, v]) => [k, { ...v }])) }),
+    db: counted as Db,
+    snapshot: () => ({ roundTrips: counted.roundTrips, byName: new Map([...byName].map(([k, v]) => [k, { ...v }])) }),
     /** The span of the refund request statements since the last call, in ms (0: none), and a fresh start. */
     takeRequestSpan: () => {
       const span = requests ? requests.last - requests.first : 0;

@@ -141,14 +141,29 @@ describe('a refund Stripe failed after it succeeded gives its amount back to the
     await db.pool.query(`UPDATE payment_operations SET failed_after_success_at = now() WHERE id = $1`, [rows[0]!.id]);
     const unmarked = (await insertRefund(input.orderId, chargeId, 'announced-alone', 300)).rows[0]!.id;
     await settle(unmarked, 'succeeded');
+    // The fact's insert trigger marks its refund (009): a fact without the mark needs a writer that goes
+    // around the trigger — the owner, with the trigger disabled for this one transaction.
     const eventId = randomUUID();
-    await db.pool.query(
-      `INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1::uuid, $2, 'Refund Failed After Success', jsonb_build_object('eventId', $1::text))`,
-      [eventId, unmarked],
-    );
-    const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), refunds: stripe.fake.refunds(), orderIds: [input.orderId] });
-    const mismatches = report.violations.filter((v) => v.kind === 'refund_mismatch').map((v) => v.detail);
-    expect(mismatches).toEqual(expect.arrayContaining([expect.stringMatching(/marked failed after success without/), expect.stringMatching(/event without the operation's mark/)]));
+    const owner = await db.pool.connect();
+    try {
+      await owner.query('BEGIN');
+      await owner.query('ALTER TABLE outcome_events DISABLE TRIGGER outcome_events_mark_refund_failed_after_success');
+      await owner.query(
+        `INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1::uuid, $2, 'Refund Failed After Success', jsonb_build_object('eventId', $1::text))`,
+        [eventId, unmarked],
+      );
+      await owner.query('ALTER TABLE outcome_events ENABLE TRIGGER outcome_events_mark_refund_failed_after_success');
+      await owner.query('COMMIT');
+    } finally {
+      owner.release();
+    }
+    expect(await mark(unmarked)).toMatchObject({ at: null });
+    // A ledger-only rule: judged with Stripe's refunds and without them (a caller that passes none).
+    for (const refunds of [stripe.fake.refunds(), undefined]) {
+      const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), refunds, orderIds: [input.orderId] });
+      const mismatches = report.violations.filter((v) => v.kind === 'refund_mismatch').map((v) => v.detail);
+      expect(mismatches).toEqual(expect.arrayContaining([expect.stringMatching(/marked failed after success without/), expect.stringMatching(/event without the operation's mark/)]));
+    }
   });
 });
 
@@ -164,6 +179,57 @@ describe('the database agrees: the insert trigger and the update guard (009)', (
     await insertRefund(input.orderId, chargeId, 'sql-2', 1000);
     // sql-2 is in flight and holds the whole charge again.
     await expect(insertRefund(input.orderId, chargeId, 'sql-3', 1)).rejects.toMatchObject({ constraint: 'refunds_within_charge' });
+  });
+
+  it('the mark follows the fact: an outbox INSERT alone, as 008\'s code (old or rolled back) writes it as charges_app, marks the refund', async () => {
+    const { input, chargeId } = await chargedOrder({ amount: 1000 });
+    const id = (await insertRefund(input.orderId, chargeId, 'old-1', 1000)).rows[0]!.id;
+    await settle(id, 'succeeded');
+    const fact = async (operationId: string, failureReason: string | null) => {
+      const client = await db.pool.connect();
+      try {
+        await client.query('BEGIN');
+        await client.query('SET LOCAL ROLE charges_app');
+        const eventId = randomUUID();
+        // What 008's statement writes that matters here: the outbox row; the operation is not touched.
+        const { rows } = await client.query<{ created_at: Date }>(
+          `INSERT INTO outcome_events (event_id, operation_id, event_type, payload)
+           VALUES ($1::uuid, $2::uuid, 'Refund Failed After Success',
+                   jsonb_build_object('version', 1, 'eventId', $1::text, 'operationId', $2::uuid, 'kind', 'refund_failed_after_success', 'failureReason', $3::text))
+           RETURNING created_at`,
+          [eventId, operationId, failureReason],
+        );
+        await client.query('COMMIT');
+        return rows[0]!.created_at;
+      } catch (error) {
+        await client.query('ROLLBACK');
+        throw error;
+      } finally {
+        client.release();
+      }
+    };
+    const at = await fact(id, 'lost_or_stolen_card');
+    expect(await mark(id)).toEqual({ status: 'succeeded', at, reason: 'lost_or_stolen_card' });
+    // A second fact of the same refund (a replay, an old writer) moves nothing.
+    await fact(id, 'unknown');
+    expect(await mark(id)).toEqual({ status: 'succeeded', at, reason: 'lost_or_stolen_card' });
+    // …and the refund is not "refunded": ops, the trigger and the engine give the amount back.
+    expect(await ops(['refunds', 'list', input.orderId, '--json'])).toMatchObject({ ok: true, result: { refunded: 0, reversed: 1000, left: 1000 } });
+    await insertRefund(input.orderId, chargeId, 'old-2', 1000);
+
+    // No reason from Stripe (null or empty): the mark without one. A fact of an open refund marks nothing.
+    const other = await chargedOrder({ amount: 500 });
+    const silent = (await insertRefund(other.input.orderId, other.chargeId, 'old-3', 200)).rows[0]!.id;
+    const empty = (await insertRefund(other.input.orderId, other.chargeId, 'old-4', 200)).rows[0]!.id;
+    const open = (await insertRefund(other.input.orderId, other.chargeId, 'old-5', 100)).rows[0]!.id;
+    await settle(silent, 'succeeded');
+    await settle(empty, 'succeeded');
+    expect((await mark(silent)).at).toBeNull();
+    expect(await fact(silent, null)).toEqual((await mark(silent)).at);
+    expect(await fact(empty, '')).toEqual((await mark(empty)).at);
+    expect([(await mark(silent)).reason, (await mark(empty)).reason]).toEqual([null, null]);
+    await fact(open, 'unknown');
+    expect(await mark(open)).toEqual({ status: 'pending', at: null, reason: null });
   });
 
   it('a refund in `failed` status gives its amount back, as before; a remedy refund is never counted, marked or not', async () => {
@@ -199,7 +265,7 @@ describe('the database agrees: the insert trigger and the update guard (009)', (
     // On a failed refund, a charge, an open refund: refused.
     await expect(update('failed_after_success_at = now()', failed)).rejects.toThrow(/is final \(failed\)/);
     await expect(update('failed_after_success_at = now()', chargeId)).rejects.toThrow(/is final \(succeeded\)/);
-    await expect(update('failed_after_success_at = now()', open)).rejects.toMatchObject({ constraint: 'failed_after_success_is_of_a_succeeded_refund' });
+    await expect(update('failed_after_success_at = now()', open)).rejects.toThrow(/is open \(pending\); only a final succeeded refund can be marked/);
     // A reason without the mark: refused.
     await expect(update(`failed_after_success_reason = 'unknown'`)).rejects.toThrow(/is final/);
 
@@ -209,6 +275,19 @@ describe('the database agrees: the insert trigger and the update guard (009)', (
       await client.query('BEGIN');
       await client.query('SET LOCAL ROLE charges_app');
       await client.query(`UPDATE payment_operations SET failed_after_success_at = now(), failed_after_success_reason = 'unknown' WHERE id = $1`, [id]);
+      // An OPEN refund cannot be settled succeeded and marked in one UPDATE (any time, any reason):
+      // the mark would free its amount without any fact from Stripe (review of 009). The control: the
+      // same settle without the mark is allowed.
+      for (const set of [`failed_after_success_at = now(), failed_after_success_reason = 'unknown'`, `failed_after_success_at = '2000-01-01'`]) {
+        await client.query('SAVEPOINT s');
+        await expect(
+          client.query(`UPDATE payment_operations SET status = 'succeeded', external_id = 're_open_marked', settled_at = now(), next_attempt_at = NULL, ${set} WHERE id = $1`, [open]),
+        ).rejects.toThrow(/is open \(pending\); only a final succeeded refund can be marked/);
+        await client.query('ROLLBACK TO SAVEPOINT s');
+      }
+      await client.query('SAVEPOINT s');
+      await client.query(`UPDATE payment_operations SET status = 'succeeded', external_id = 're_open_marked', settled_at = now(), next_attempt_at = NULL WHERE id = $1`, [open]);
+      await client.query('ROLLBACK TO SAVEPOINT s');
       // …and the application role cannot clear it.
       await client.query('SAVEPOINT s');
       await expect(client.query(`UPDATE payment_operations SET failed_after_success_at = NULL, failed_after_success_reason = NULL WHERE id = $1`, [id])).rejects.toThrow(/never changed or cleared/);
@@ -263,6 +342,12 @@ describe('migration 009 on a database that already holds the fact', () => {
         `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, created_at)
          VALUES ($1::uuid, $2, 'Refund Failed After Success', jsonb_build_object('eventId', $1::text, 'failureReason', 'lost_or_stolen_card'), '2026-11-30T10:00:00Z')`,
         [eventId, reversed],
+      );
+      // A later fact of the same refund (a replay): the first one's time and reason are the mark's.
+      await client.query(
+        `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, created_at)
+         VALUES ($1::uuid, $2, 'Refund Failed After Success', jsonb_build_object('eventId', $1::text, 'failureReason', 'unknown'), '2026-11-30T11:00:00Z')`,
+        [randomUUID(), reversed],
       );
       // Before 009 the rules hold all 1000.
       await expect(refund('c', 600)).rejects.toMatchObject({ constraint: 'refunds_within_charge' });

@@ -32,7 +32,7 @@ import {
 } from '../payments/review.ts';
 import { listFindings, resolveFinding, type FindingRow } from '../payments/inbox-store.ts';
 import { findOperationByOrder, findRefundsOfOrder } from '../payments/operations-store.ts';
-import { refundedPaymentIntent, type Operation, type PaymentIntentView } from '../payments/types.ts';
+import { paymentIntentOfRefund, type Operation, type PaymentIntentView } from '../payments/types.ts';
 import { ConflictError, NotFoundError, OpsError, RefusedError, StripeUnavailableError, UsageError } from './errors.ts';
 import { isAction, parseInvocation, usage, type Command, type CommandName, type OperatorAction } from './parse.ts';
 import { listRejected, loadStats, type RejectedMessage, type Stats } from './queries.ts';
@@ -98,7 +98,7 @@ const isoOrNull = (date: Date | null): string | null => (date === null ? null : 
 /**
  * `paymentIntent`: for a refund, the PaymentIntent it refunds as the command read it
  * (review.ts OperationHistory.refundedPaymentIntent) or its charge's PaymentIntent — the view derives
- * the refunded one with the one definition (types.ts refundedPaymentIntent).
+ * the refunded one with the one definition (types.ts paymentIntentOfRefund).
  */
 export function operationView(op: Operation, paymentIntent: string | null = null): OperationView {
   return {
@@ -129,7 +129,7 @@ export function operationView(op: Operation, paymentIntent: string | null = null
           refundId: op.refund.refundId,
           reason: op.refund.reason,
           chargeOperationId: op.refund.parentOperationId,
-          paymentIntent: refundedPaymentIntent(op, paymentIntent),
+          paymentIntent: paymentIntentOfRefund(op, paymentIntent),
           failedAfterSuccess: op.refund.failedAfterSuccess
             ? { failureReason: op.refund.failedAfterSuccess.failureReason, at: op.refund.failedAfterSuccess.at.toISOString() }
             : null,
@@ -662,8 +662,11 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
       if (!charge) throw new NotFoundError(`no charge operation for order "${command.orderId}"`);
       const refunds = await findRefundsOfOrder(ctx.db, command.orderId);
       // A refund Stripe failed after it succeeded stays `succeeded` (final; the request executed) and
-      // carries the mark (migrations/009, set with its fact event): it gave nothing back, and holds
-      // nothing of the charge — the refund rules (operations-store.ts REFUND_HOLDS, the trigger) agree.
+      // carries the mark (migrations/009, set by its fact event's insert trigger): it gave nothing back,
+      // and holds nothing of the charge. refunded + inFlight below MUST be what holds money by
+      // operations-store.ts REFUND_HOLDS (and 009's payment_operations_refund_rules): the order's own
+      // refunds (no refund_payment_intent) that are not `failed` and not marked — a marked one is never
+      // open (the guard), so open = in flight and succeeded-unmarked = refunded. Change one, change all.
       const own = refunds.filter((r) => r.refund?.paymentIntentId === null);
       const reversedOf = (r: Operation) => Boolean(r.refund?.failedAfterSuccess);
       const refunded = own.filter((r) => r.status === 'succeeded' && !reversedOf(r)).reduce((sum, r) => sum + r.amount, 0);

@@ -16,8 +16,18 @@ export function prepared<R extends QueryResultRow = QueryResultRow>(db: Db, name
   return db.query<R>({ name, text, values });
 }
 
-/** Wraps a Db to count round trips (benchmarks and tests that hold the engine to its budget). */
-export function countingDb(db: Db): Db & { readonly roundTrips: number; reset(): void } {
+/** One statement as countingDb saw it: its prepared name (unnamed: null) and when it was sent and answered (performance.now()). */
+export interface CountedStatement {
+  readonly name: string | null;
+  readonly startedAt: number;
+  readonly endedAt: number;
+}
+
+/**
+ * Wraps a Db to count round trips (benchmarks and tests that hold the engine to its budget);
+ * `onStatement`, if given, sees each statement once it is answered or failed (a benchmark's timing).
+ */
+export function countingDb(db: Db, onStatement?: (statement: CountedStatement) => void): Db & { readonly roundTrips: number; reset(): void } {
   let roundTrips = 0;
   return {
     get roundTrips() {
@@ -28,7 +38,11 @@ export function countingDb(db: Db): Db & { readonly roundTrips: number; reset():
     },
     query<R extends QueryResultRow = QueryResultRow>(textOrConfig: string | QueryConfig, values?: unknown[]) {
       roundTrips += 1;
-      return typeof textOrConfig === 'string' ? db.query<R>(textOrConfig, values) : db.query<R>(textOrConfig);
+      const startedAt = onStatement ? performance.now() : 0;
+      const sent = typeof textOrConfig === 'string' ? db.query<R>(textOrConfig, values) : db.query<R>(textOrConfig);
+      if (!onStatement) return sent;
+      const name = typeof textOrConfig === 'string' ? null : (textOrConfig.name ?? null);
+      return sent.finally(() => onStatement({ name, startedAt, endedAt: performance.now() }));
     },
   };
 }

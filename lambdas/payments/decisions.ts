@@ -2,7 +2,7 @@
 // step, read the answer, schedule the next attempt. No I/O here — every branch is tested exhaustively
 // in test/decisions.test.ts, and the engine is thin I/O around these functions.
 import { FailureKind, type GatewayFailure, type GatewayResult, type ListAnswer } from './gateway.ts';
-import { REMEDY_REFUND_ID_PREFIX, refundedPaymentIntent, type ClaimedOperation, type OperationKind, type OperationStatus, type PaymentIntentView } from './types.ts';
+import { REMEDY_REFUND_ID_PREFIX, paymentIntentOfRefund, type ClaimedOperation, type OperationKind, type OperationStatus, type PaymentIntentView } from './types.ts';
 
 export interface Backoff {
   readonly baseMs: number;
@@ -286,7 +286,7 @@ export const KIND_RULES: Readonly<Record<OperationKind, KindRules>> = {
     statusOf: statusOfRefund,
     searchable: false,
     listSubject: (op) => refundListSubject(op),
-    listScope: (op) => ({ payment_intent: refundedPaymentIntent(op, op.charge?.paymentIntentId ?? null) ?? '' }),
+    listScope: (op) => ({ payment_intent: paymentIntentOfRefund(op, op.charge?.paymentIntentId ?? null) ?? '' }),
     objectName: 'Refund',
     settleRefusalByEvidence: isRefundRefusal,
   },

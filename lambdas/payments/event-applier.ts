@@ -39,6 +39,7 @@ import {
   claimForEvent,
   deferEvent,
   findOperationByExternalId,
+  findRefundEventOperation,
   markApplied,
   recordAftermath,
   recordFinding,
@@ -195,8 +196,8 @@ export class StripeEventApplier {
       if (!refund) return this.#finish(row, 'unreadable', null, `${event.type} without a readable Refund`);
       // Ours by the operation id we put in its metadata, else by the Refund id an operation recorded.
       const claimedId = claimedOperationId(refund);
-      const op = (claimedId ? await findOperation(this.#db, claimedId) : null) ?? (await findOperationByExternalId(this.#db, refund.id));
-      return this.#applyRefund(row, event, refund, op, 0);
+      const found = await findRefundEventOperation(this.#db, claimedId, refund.id);
+      return this.#applyRefund(row, event, refund, found?.operation ?? null, found?.chargePaymentIntentId ?? null, 0);
     }
     return this.#finish(row, 'ignored_type', null, `${event.type} is not acted on`);
   }
@@ -269,17 +270,19 @@ export class StripeEventApplier {
   }
 
   /** A refund event (refund.created / updated / failed, charge.refund.updated) for the refund operation it names, if any. */
-  async #applyRefund(row: InboxRow, event: StripeEventView, refund: EventRefund, op: Operation | null, depth: number): Promise<Applied> {
-    // decideRefundEvent derives the PaymentIntent the operation refunds (types.ts
-    // refundedPaymentIntent) from the charge's: read only when the remedy names none.
-    const charge = op?.kind === 'refund' && op.refund && op.refund.paymentIntentId === null ? await findOperation(this.#db, op.refund.parentOperationId) : null;
-    const decision = decideRefundEvent(op, refund, charge?.externalId ?? null);
+  /**
+   * `chargePaymentIntentId`: the charge's PaymentIntent, read with the operation (findRefundEventOperation),
+   * from which decideRefundEvent derives the PaymentIntent the operation refunds (types.ts
+   * paymentIntentOfRefund). A final charge's never changes, so a re-decision after a settle reuses it.
+   */
+  async #applyRefund(row: InboxRow, event: StripeEventView, refund: EventRefund, op: Operation | null, chargePaymentIntentId: string | null, depth: number): Promise<Applied> {
+    const decision = decideRefundEvent(op, refund, chargePaymentIntentId);
     const evidence = {
       stripeEventId: event.id,
       eventType: event.type,
       refund: { id: refund.id, status: refund.status, amount: refund.amount, currency: refund.currency, paymentIntent: refund.paymentIntentId, failureReason: refund.failureReason },
     };
-    return this.#applyRefundDecision(row, event, refund, op, decision, evidence, depth);
+    return this.#applyRefundDecision(row, event, refund, op, decision, evidence, depth, chargePaymentIntentId);
   }
 
   async #applyRefundDecision(
@@ -290,6 +293,7 @@ export class StripeEventApplier {
     decision: RefundEventDecision,
     evidence: Record<string, unknown>,
     depth: number,
+    chargePaymentIntentId: string | null,
   ): Promise<Applied> {
     switch (decision.kind) {
       case 'ignore':
@@ -361,14 +365,14 @@ export class StripeEventApplier {
             return this.#result(row, 'deferred', op!.id, `retrieve failed: ${answer.failure.errorClass}`);
           }
           const reason = `refund operation failed; a snapshot of ${refund.id} says succeeded and retrieving it failed (${answer.failure.errorClass}${'code' in answer.failure && answer.failure.code ? ` ${answer.failure.code}` : ''})`;
-          return this.#applyRefundDecision(row, event, refund, op, { kind: 'contradiction', reason }, evidence, depth);
+          return this.#applyRefundDecision(row, event, refund, op, { kind: 'contradiction', reason }, evidence, depth, chargePaymentIntentId);
         }
-        return this.#applyRefundDecision(row, event, refund, op, decideRefundAfterRetrieve(answer.value), { ...evidence, retrieved: { status: answer.value.status } }, depth);
+        return this.#applyRefundDecision(row, event, refund, op, decideRefundAfterRetrieve(answer.value), { ...evidence, retrieved: { status: answer.value.status } }, depth, chargePaymentIntentId);
       }
       case 'settle':
         return this.#applyToOpen(row, event, op!, { kind: 'snapshot', view: refund }, { ...evidence }, async (now) => {
           if (depth > 1) return this.#finish(row, 'stale', op!.id, 'operation changed while the event was applied');
-          return this.#applyRefund(row, event, refund, now, depth + 1);
+          return this.#applyRefund(row, event, refund, now, chargePaymentIntentId, depth + 1);
         }, { inReview: true });
     }
   }

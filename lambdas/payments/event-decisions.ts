@@ -13,7 +13,7 @@
 // settled by retrieving the PaymentIntent now, exactly as the reconciler would.
 import { z } from 'zod';
 import { judgeDuplicateCharge, type DuplicateRemedy } from './decisions.ts';
-import { refundedPaymentIntent, type Operation, type PaymentIntentView } from './types.ts';
+import { paymentIntentOfRefund, type Operation, type PaymentIntentView } from './types.ts';
 
 // The subscribed types live in a dependency-free module the construct imports (the npm package).
 export { SUBSCRIBED_EVENT_TYPES, type SubscribedEventType } from './stripe-event-types.ts';
@@ -333,7 +333,7 @@ export function decideRefundEvent(op: Operation | null, refund: EventRefund, cha
   const mismatch: string[] = [];
   if (refund.amount !== op.amount) mismatch.push(`amount ${refund.amount} ≠ ${op.amount}`);
   if (refund.currency !== op.currency) mismatch.push(`currency ${refund.currency} ≠ ${op.currency}`);
-  const target = refundedPaymentIntent(op, chargePaymentIntentId);
+  const target = paymentIntentOfRefund(op, chargePaymentIntentId);
   if (target !== null && refund.paymentIntentId !== target) mismatch.push(`payment_intent ${refund.paymentIntentId ?? 'none'} ≠ ${target}`);
   if (refund.metadata.order_id !== undefined && refund.metadata.order_id !== op.orderId) mismatch.push('metadata.order_id');
   if (refund.metadata.operation_id !== undefined && refund.metadata.operation_id.toLowerCase() !== op.id) mismatch.push('metadata.operation_id');

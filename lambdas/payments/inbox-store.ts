@@ -5,7 +5,7 @@
 import type pg from 'pg';
 import { prepared, type Db } from './db.ts';
 import type { StripeEventView } from './event-decisions.ts';
-import { attemptStartedEvent, CLAIM_SET, toOperation, type OutcomeEventRow } from './operations-store.ts';
+import { attemptStartedEvent, CHARGE_PAYMENT_INTENT, CLAIM_SET, toOperation, type OutcomeEventRow } from './operations-store.ts';
 import type { ClaimedOperation, Operation } from './types.ts';
 
 /** A database that can also lend one connection for a transaction (a pg.Pool). */
@@ -173,6 +173,28 @@ export async function findOperationByExternalId(db: Db, externalId: string): Pro
   return rows[0] ? toOperation(rows[0].op) : null;
 }
 
+/**
+ * A refund event's operation — the one its metadata names (`claimedId`, a uuid), else the first that
+ * recorded the Refund id — with its charge's PaymentIntent (null for a charge or an unknown charge),
+ * which decideRefundEvent needs to derive the PaymentIntent refunded: one statement, not an operation
+ * read and then its charge's.
+ */
+export async function findRefundEventOperation(
+  db: Db,
+  claimedId: string | null,
+  refundId: string,
+): Promise<{ readonly operation: Operation; readonly chargePaymentIntentId: string | null } | null> {
+  const { rows } = await db.query<{ op: Parameters<typeof toOperation>[0]; charge_payment_intent: string | null }>(
+    `SELECT to_jsonb(p) AS op, ${CHARGE_PAYMENT_INTENT('p')} AS charge_payment_intent
+       FROM payment_operations p
+      WHERE p.id = $1::uuid OR p.external_id = $2
+      ORDER BY (p.id = $1::uuid) IS TRUE DESC, p.created_at
+      LIMIT 1`,
+    [claimedId, refundId],
+  );
+  return rows[0] ? { operation: toOperation(rows[0].op), chargePaymentIntentId: rows[0].charge_payment_intent } : null;
+}
+
 export type EventClaim =
   | { readonly claimed: ClaimedOperation }
   /** Someone else's live lease: the event waits until it ends (their write comes first). */
@@ -337,23 +359,19 @@ export interface RefundFailedAfterSuccessWrite {
 }
 
 /**
- * A succeeded refund that Stripe says failed since: the audit line, the outbox fact (contract.ts,
- * refundFactDetailSchema, `Refund Failed After Success`) and the operation's mark
- * (failed_after_success_at / _reason, migrations/009) in ONE statement. The operation stays final
+ * A succeeded refund that Stripe says failed since: the audit line and the outbox fact (contract.ts,
+ * refundFactDetailSchema, `Refund Failed After Success`) in ONE statement. The operation stays final
  * `succeeded` — the request did execute; what changed is the money (docs/decisions.md, 2026-12-01 "a
- * refund that fails after it succeeded"), and with the mark its amount is no longer held against the
- * charge (operations-store.ts REFUND_HOLDS). The mark is written only where it is not yet: set once.
+ * refund that fails after it succeeded"). The operation's mark (failed_after_success_at / _reason),
+ * with which its amount is no longer held against the charge, is NOT written here: the fact's insert
+ * trigger sets it (migrations/009, outcome_events_mark_refund_failed_after_success) — one writer, so
+ * code that knows only the fact marks the refund too. Its time is the fact's created_at (now()).
  */
 export async function recordRefundFailedAfterSuccess(db: Db, w: RefundFailedAfterSuccessWrite, publishLeaseMs: number): Promise<OutcomeEventRow> {
   const refund = w.operation.refund;
   if (w.operation.kind !== 'refund' || refund === null) throw new Error(`operation ${w.operation.id} is not a refund operation`);
   const { rows } = await db.query<{ event_id: string; event_type: string; payload: Record<string, unknown> }>(
     `WITH e AS (SELECT uuidv7() AS event_id, now() AS occurred_at),
-     mark AS (
-       UPDATE payment_operations SET failed_after_success_at = now(), failed_after_success_reason = nullif(left($9::text, 200), '')
-        WHERE id = $1::uuid AND kind = 'refund' AND status = 'succeeded' AND failed_after_success_at IS NULL
-       RETURNING id
-     ),
      audit AS (
        INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, external_id, key_generation, detail)
        SELECT $1::uuid, $2, 'stripe_event', $3, $3, $4, $5,

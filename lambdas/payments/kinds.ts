@@ -9,7 +9,7 @@
 // event names in the outbox — never a second engine or a copied state machine.
 import { idempotencyKey, paymentIntentMetadata, refundMetadata, type ListWindow } from './decisions.ts';
 import type { GatewayResult, ListAnswer, PaymentGateway } from './gateway.ts';
-import { refundedPaymentIntent, type ClaimedOperation, type OperationKind, type PaymentIntentView } from './types.ts';
+import { paymentIntentOfRefund, type ClaimedOperation, type OperationKind, type PaymentIntentView } from './types.ts';
 
 export interface KindAdapter {
   create(gateway: PaymentGateway, op: ClaimedOperation): Promise<GatewayResult<PaymentIntentView>>;
@@ -45,7 +45,7 @@ const refund: KindAdapter = {
     // A refund is claimable only once its charge is final (operations-store.ts CLAIMABLE), and one of
     // a failed charge never gets here (decidePrecondition): the PaymentIntent is known.
     // The duplicate-charge remedy names the extra PaymentIntent it refunds; any other refund is of the charge's.
-    const paymentIntentId = refundedPaymentIntent(op, op.charge?.paymentIntentId ?? null);
+    const paymentIntentId = paymentIntentOfRefund(op, op.charge?.paymentIntentId ?? null);
     if (!op.refund || !paymentIntentId) throw new Error(`refund operation ${op.id} was claimed without its charge's PaymentIntent`);
     return gateway.createRefund({
       idempotencyKey: idempotencyKey(op.id, op.keyGeneration),

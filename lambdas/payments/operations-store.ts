@@ -107,15 +107,19 @@ function toClaimed(row: OperationJson, claimedAt: Date, charge: ChargeJson | nul
  * failed, and not failed by Stripe after it succeeded (migrations/009; Stripe counts only refunds that
  * hold money). The insert trigger of 009 (payment_operations_refund_rules) says the same in plpgsql;
  * the duplicate remedy's refunds (refund_payment_intent) are excluded by the callers, as there.
+ * `ops refunds list` (lambdas/ops/commands.ts) counts refunded + in flight by the same rule in TypeScript.
  */
-export const REFUND_HOLDS = (r: string) => `${r}.status <> 'failed' AND ${r}.failed_after_success_at IS NULL`;
+const REFUND_HOLDS = (r: string) => `${r}.status <> 'failed' AND ${r}.failed_after_success_at IS NULL`;
+
+/** The charge operation's PaymentIntent (its external_id) of a refund row `p`; NULL for a charge (no parent). */
+export const CHARGE_PAYMENT_INTENT = (p: string) => `(SELECT rpi.external_id FROM payment_operations rpi WHERE rpi.id = ${p}.parent_operation_id)`;
 
 /**
  * The PaymentIntent a row `p` (an alias of payment_operations) refunds: the duplicate remedy's named
- * one, else its charge operation's; NULL for a charge. The SQL form of types.ts refundedPaymentIntent.
+ * one, else its charge operation's; NULL for a charge. The SQL form of types.ts paymentIntentOfRefund.
  */
-export const REFUNDED_PAYMENT_INTENT = (p: string) => `CASE WHEN ${p}.kind = 'refund' THEN coalesce(${p}.refund_payment_intent,
-  (SELECT rpi.external_id FROM payment_operations rpi WHERE rpi.id = ${p}.parent_operation_id)) END`;
+export const PAYMENT_INTENT_OF_REFUND = (p: string) => `CASE WHEN ${p}.kind = 'refund' THEN coalesce(${p}.refund_payment_intent,
+  ${CHARGE_PAYMENT_INTENT(p)}) END`;
 
 /** The charge of a refund row `x` (a CTE alias), read in the claim's statement: no extra round trip. */
 const CHARGE_OF = (x: string) =>

@@ -23,7 +23,7 @@
 import type { Db } from './db.ts';
 import { DEFAULT_POLICY, KIND_RULES } from './decisions.ts';
 import type { GatewayResult } from './gateway.ts';
-import { outboxInsertSql, REFUNDED_PAYMENT_INTENT, REISSUE_SET, toOperation } from './operations-store.ts';
+import { outboxInsertSql, PAYMENT_INTENT_OF_REFUND, REISSUE_SET, toOperation } from './operations-store.ts';
 import type { Operation, OperationKind, OperationStatus, PaymentIntentView } from './types.ts';
 
 type OperationRow = Parameters<typeof toOperation>[0];
@@ -643,7 +643,7 @@ export interface OperationHistory {
 export async function loadOperationHistory(db: Db, by: { readonly operationId: string } | { readonly orderId: string }): Promise<OperationHistory | null> {
   const where = 'operationId' in by ? 'p.id = $1::uuid' : `p.order_id = $1 AND p.kind = 'charge'`;
   const { rows } = await db.query<{ op: OperationRow; events: AuditRow[]; outbox: OutboxRow[]; as_of: Date; refunded_payment_intent: string | null }>(
-    `SELECT to_jsonb(p) AS op, ${REFUNDED_PAYMENT_INTENT('p')} AS refunded_payment_intent,
+    `SELECT to_jsonb(p) AS op, ${PAYMENT_INTENT_OF_REFUND('p')} AS refunded_payment_intent,
             coalesce((SELECT jsonb_agg(to_jsonb(e) ORDER BY e.id) FROM payment_operation_events e WHERE e.operation_id = p.id), '[]'::jsonb) AS events,
             coalesce((SELECT jsonb_agg(to_jsonb(o) ORDER BY o.created_at, o.event_id) FROM outcome_events o WHERE o.operation_id = p.id), '[]'::jsonb) AS outbox,
             now() AS as_of
@@ -684,7 +684,7 @@ export interface ReviewQueuePage {
 export async function listReviewQueue(db: Db, filter: ReviewQueueFilter): Promise<ReviewQueuePage> {
   const { rows } = await db.query<{ as_of: Date; total: number; items: (OperationRow & { refunded_payment_intent: string | null })[] }>(
     `WITH queue AS (
-       SELECT p.*, ${REFUNDED_PAYMENT_INTENT('p')} AS refunded_payment_intent FROM payment_operations p
+       SELECT p.*, ${PAYMENT_INTENT_OF_REFUND('p')} AS refunded_payment_intent FROM payment_operations p
         WHERE p.status IN ('pending', 'unknown') AND p.review_reason IS NOT NULL
           AND ($1::bigint IS NULL OR p.updated_at <= now() - $1::bigint * interval '1 millisecond')
           AND ($2::text IS NULL OR strpos(lower(p.review_reason), lower($2::text)) > 0)

@@ -69,9 +69,10 @@ export interface RefundFields {
  * THE PaymentIntent a refund operation gives money back from: the duplicate remedy's named extra one,
  * else its charge operation's (`chargePaymentIntentId`, the charge's external_id — final-succeeded
  * before the refund is claimed). Null for a charge, or while the charge's is unknown. The SQL form of
- * this one definition is operations-store.ts REFUNDED_PAYMENT_INTENT.
+ * this one definition is operations-store.ts PAYMENT_INTENT_OF_REFUND. Not the event contract's
+ * `refundedPaymentIntent` (contract.ts: the remedy's extra PaymentIntent only, null otherwise).
  */
-export function refundedPaymentIntent(op: Pick<Operation, 'kind' | 'refund'>, chargePaymentIntentId: string | null): string | null {
+export function paymentIntentOfRefund(op: Pick<Operation, 'kind' | 'refund'>, chargePaymentIntentId: string | null): string | null {
   if (op.kind !== 'refund' || op.refund === null) return null;
   return op.refund.paymentIntentId ?? chargePaymentIntentId;
 }

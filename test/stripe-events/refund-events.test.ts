@@ -378,5 +378,8 @@ describe('what settling a pending refund costs, by event and by polling (printed
     );
     expect(eventStripeCalls).toBe(0);
     expect(pollStripeCalls).toBe(1);
+    // The budget by event: the operation is read WITH its charge's PaymentIntent (findRefundEventOperation),
+    // not read and then its charge read again (8 statements before).
+    expect(eventStatements).toBe(7);
   });
 });
