@@ -6,7 +6,7 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
 import { loadConfig, type RuntimeConfig } from '../runtime/config.ts';
-import { forgetSecrets, getSecretString } from '../runtime/secrets.ts';
+import { forgetSecrets, getSecretString, parseLoginSecret } from '../runtime/secrets.ts';
 import { APPLICATION_ROLE, defaultMigrationsDir, loadMigrations, migrate, type ConsumerLogin, type MigrationResult } from '../runtime/migrations.ts';
 import { createLogger, describeError } from '../runtime/observability.ts';
 import { databaseClientConfig } from '../runtime/database.ts';
@@ -45,11 +45,7 @@ async function applyMigrations(): Promise<MigrateResult> {
 async function applicationRolePassword(config: RuntimeConfig): Promise<string | undefined> {
   const arn = config.database.appSecretArn;
   if (!arn) return undefined;
-  const secret = JSON.parse(await getSecretString(arn, config.region)) as { username?: string; password?: string };
-  if (secret.username !== APPLICATION_ROLE || !secret.password) {
-    throw new Error(`the application secret ${arn} must hold username "${APPLICATION_ROLE}" and a password`);
-  }
-  return secret.password;
+  return parseLoginSecret(arn, await getSecretString(arn, config.region), APPLICATION_ROLE).password;
 }
 
 /**
@@ -59,8 +55,7 @@ async function applicationRolePassword(config: RuntimeConfig): Promise<string | 
 async function consumerLogins(config: RuntimeConfig): Promise<ConsumerLogin[]> {
   const logins: ConsumerLogin[] = [];
   for (const { secretArn, schemas } of config.database.consumerLogins) {
-    const secret = JSON.parse(await getSecretString(secretArn, config.region)) as { username?: string; password?: string };
-    if (!secret.username || !secret.password) throw new Error(`the consumer login secret ${secretArn} must hold a username (the role) and a password`);
+    const secret = parseLoginSecret(secretArn, await getSecretString(secretArn, config.region));
     logins.push({ role: secret.username, password: secret.password, schemas });
   }
   return logins;

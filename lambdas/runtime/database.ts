@@ -14,15 +14,7 @@ import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import pg from 'pg';
 import { ConfigError, type RuntimeConfig } from './config.ts';
-import { forgetSecrets, getSecretString } from './secrets.ts';
-
-interface RdsSecret {
-  host?: string;
-  port?: number | string;
-  username: string;
-  password: string;
-  dbname?: string;
-}
+import { forgetSecrets, getSecretString, parseLoginSecret, type LoginSecret } from './secrets.ts';
 
 /** PostgreSQL's invalid_password: the server refused the password (or the user does not exist). */
 export const INVALID_PASSWORD = '28P01';
@@ -69,10 +61,8 @@ function hostOfUrl(url: string): string | undefined {
   }
 }
 
-async function readSecret(arn: string, config: RuntimeConfig): Promise<RdsSecret> {
-  const secret = JSON.parse(await getSecretString(arn, config.region)) as RdsSecret;
-  if (!secret.username || !secret.password) throw new ConfigError(`the database secret ${arn} lacks username or password`);
-  return secret;
+async function readSecret(arn: string, config: RuntimeConfig): Promise<LoginSecret> {
+  return parseLoginSecret(arn, await getSecretString(arn, config.region));
 }
 
 /** Client settings for the configured database; getPool adds the pool settings. */

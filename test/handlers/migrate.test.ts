@@ -9,7 +9,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
-import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, inject, it, vi } from 'vitest';
+import { describeError } from '../../lambdas/runtime/observability.ts';
 import { createDatabase } from '../../local/postgres.ts';
 import { databaseUrl } from '../support/db.ts';
 import { startFakeSecrets, type FakeSecrets } from '../support/fake-secrets.ts';
@@ -162,11 +163,45 @@ describe('migrate handler: the outcome consumers\' logins (DB_CONSUMER_LOGINS)',
 
   it('throws, failing the deploy, on a secret without a username or password, or one it cannot read', async () => {
     secrets.put(arn, secretOf('some-password-00000003', null));
-    await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/the consumer login secret .* must hold a username \(the role\) and a password/);
+    await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/the login secret .* must hold a username and a password/);
     process.env.DB_CONSUMER_LOGINS = JSON.stringify([{ secretArn: `${arn}-missing`, schemas: ['receipts'] }]);
     await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/can't find the specified secret/);
     process.env.DB_CONSUMER_LOGINS = 'not json';
     await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toMatchObject({ name: 'ConfigError', message: expect.stringMatching(/DB_CONSUMER_LOGINS/) });
+  });
+
+  it('names a secret that is not JSON by its ARN only: its text is in neither the error, its description nor the log line (each of the three login secrets)', async () => {
+    // Node 24's JSON.parse message would quote the first characters: `Unexpected token 'h', "hunter2-su"...`.
+    const password = 'hunter2-supersecret-0004';
+    const { logger } = await import('../../lambdas/migrate/handler.ts');
+    const logged = vi.spyOn(logger, 'error');
+    const cases: [string, Record<string, string | undefined>][] = [
+      ['consumer login', {}],
+      ['application', { DB_APP_SECRET_ARN: `${arn}-app` }],
+      ['database', { DB_SECRET_ARN: `${arn}-db`, DATABASE_URL: undefined, DB_HOST: '127.0.0.1' }],
+    ];
+    try {
+      for (const [label, vars] of cases) {
+        const saved = { ...process.env };
+        for (const [name, value] of Object.entries(vars)) {
+          if (value === undefined) delete process.env[name];
+          else process.env[name] = value;
+        }
+        const secretArn = vars.DB_SECRET_ARN ?? vars.DB_APP_SECRET_ARN ?? arn;
+        secrets.put(secretArn, password);
+        logged.mockClear();
+        const error = await handler({}, lambdaContext(60_000, 'migrate')).then(() => undefined, (e: unknown) => e as Error);
+        process.env = saved;
+        expect(error, label).toBeInstanceOf(Error);
+        expect(error!.message, label).toBe(`secret ${secretArn} is not JSON (a login secret is {"username": …, "password": …})`);
+        expect(logged, label).toHaveBeenCalledTimes(1);
+        const everything = JSON.stringify([error!.message, String(error!.stack), describeError(error), logged.mock.calls]);
+        expect(everything, label).toContain(secretArn);
+        expect(everything, label).not.toContain('hunter2');
+      }
+    } finally {
+      logged.mockRestore();
+    }
   });
 });
 
