@@ -219,9 +219,10 @@ async function setRolePassword(client: pg.Client, role: string, password: string
  *   3. the search path of the pipeline's own roles in this database pinned to public: a role that
  *      may create schemas could otherwise create one named after charges_app (or the owner), which
  *      "$user" puts first, and shadow payment_operations with a table of its own;
- *   4. its schemas: one the owner made earlier is handed over with its tables and sequences (the
- *      owner becomes a member of the role, without inheriting it, as ALTER … OWNER requires); one
- *      owned by another role is refused;
+ *   4. its schemas: one the owner made earlier is handed over with its tables and sequences; one
+ *      owned by another role is refused. The owner is a member of the role (SET, as ALTER … OWNER
+ *      requires, and INHERIT, so that it still reads and migrates them: a rollback's notifier logs in
+ *      as the owner);
  *   5. its password and LOGIN (setRolePassword).
  */
 async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): Promise<void> {
@@ -259,6 +260,11 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
         RAISE EXCEPTION 'the role % already exists with an attribute or a role membership: a consumer login has neither (drop or rename it)', consumer;
       END IF;
       EXECUTE format('GRANT CONNECT, CREATE ON DATABASE %I TO %I', current_database(), consumer);
+      -- The owner keeps reading and migrating the consumer's schemas (INHERIT): a CloudFormation
+      -- rollback brings back a notifier that logs in as the owner, and the runbook queries them as
+      -- the owner. SET lets it hand a schema over (ALTER … OWNER TO needs it). Every run, so that a
+      -- membership an earlier version granted WITH INHERIT FALSE is mended.
+      EXECUTE format('GRANT %I TO %I WITH INHERIT TRUE, SET TRUE', consumer, current_user);
       IF EXISTS (SELECT FROM pg_roles WHERE rolname = current_setting('charges.application_role')) THEN
         EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = public', current_setting('charges.application_role'), current_database());
       END IF;
@@ -269,7 +275,6 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
         IF schema_owner <> current_user THEN
           RAISE EXCEPTION 'schema % belongs to %, not to the consumer role % (or to the owner, who would hand it over): two consumers never share a schema', schema_name, schema_owner, consumer;
         END IF;
-        EXECUTE format('GRANT %I TO %I WITH INHERIT FALSE, SET TRUE', consumer, current_user);
         -- A new table owner needs CREATE on the schema; the schema changes hands last, while the
         -- owner can still reach its tables. Tables first (indexes and owned sequences follow).
         EXECUTE format('GRANT USAGE, CREATE ON SCHEMA %I TO %I', schema_name, consumer);

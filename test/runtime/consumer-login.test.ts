@@ -86,6 +86,18 @@ afterAll(async () => {
   });
 });
 
+/** What the old notifier (logged in as the owner) does on start, and what the runbook does as the owner. */
+async function ownerStillWorks(ownerUrl: string): Promise<void> {
+  const again = await migrateConsumer(ownerUrl, receiptMigrations());
+  expect(again['receipts.schema_migrations']).toEqual({ applied: [], alreadyApplied: ['001_receipts.sql'] });
+  const owner = pool(ownerUrl);
+  await owner.query('SELECT count(*) FROM receipts.sent_receipts');
+  await owner.query('SELECT count(*) FROM outcome_consumer.inbox');
+  await owner.query('CREATE TABLE IF NOT EXISTS receipts.sent_receipts (event_id uuid)');
+  await owner.query('CREATE TABLE IF NOT EXISTS outcome_consumer.owner_probe (x int)');
+  await owner.query('DROP TABLE outcome_consumer.owner_probe');
+}
+
 it('names as the receipt notifier’s schemas (what the CDK login claims) exactly the schemas its migrations record in', () => {
   expect(receiptMigrations().map((set) => set.trackingTable.split('.')[0])).toEqual(SCHEMAS);
 });
@@ -130,6 +142,10 @@ describe('a consumer login provisioned by the migrate run', () => {
     expect(recorded.rows).toEqual([{ order_id: event.orderId }]);
     const inbox = await consumer.query('SELECT state FROM outcome_consumer.inbox WHERE event_id = $1', [event.eventId]);
     expect(inbox.rows).toEqual([{ state: 'done' }]);
+  });
+
+  it('leaves the owner able to read and migrate the consumer’s schemas (a rollback brings back a notifier that logs in as the owner; the runbook queries them as the owner)', async () => {
+    await ownerStillWorks(db.ownerUrl);
   });
 
   it('is refused every pipeline table: no SELECT on any, no INSERT into the outbox, no UPDATE, DELETE or TRUNCATE', async () => {
@@ -236,6 +252,7 @@ describe('a consumer that migrated as the owner before it had a login', () => {
       ),
     );
     expect(owners.rows).toEqual([{ owner: CONSUMER }]);
+    await ownerStillWorks(db.ownerUrl);
     const consumer = pool(consumerUrl);
     await consumer.query(`INSERT INTO outcome_consumer.poison_events (consumer, message_id, reason, body) VALUES ('receipts', 'm-1', 'test', '{}')`);
     await expect(consumer.query('SELECT * FROM payment_operations')).rejects.toThrow(/permission denied for table payment_operations/);
