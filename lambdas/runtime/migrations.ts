@@ -210,9 +210,10 @@ async function setRolePassword(client: pg.Client, role: string, password: string
 
 /**
  * An outcome consumer's role, in one transaction (names travel as settings, quoted by format()):
- *   1. the role, NOLOGIN until step 5, with no attribute beyond LOGIN (duplicate: fine, roles are
- *      cluster-wide and another database of the server may have made it; one with an attribute or
- *      a membership in any role is refused);
+ *   1. the role, NOLOGIN until step 5, with no attribute beyond LOGIN. One that exists already is
+ *      refused if it has an attribute, a membership in any role, or any privilege outside its own
+ *      schemas — CREATE on (or ownership of) another database included: roles are cluster-wide, so
+ *      that is another pipeline's consumer of the same name, whose password this run would reset;
  *   2. CONNECT and CREATE on this database — its migrations create its schemas — and nothing on any
  *      pipeline table (it is granted none; the application role's default privileges name only
  *      charges_app);
@@ -246,6 +247,9 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
       schema_name text;
       schema_owner text;
       relation record;
+      own_schemas text[] := string_to_array(current_setting('charges.consumer_schemas'), ',');
+      consumer_oid oid;
+      foreign_grants text;
     BEGIN
       IF consumer = current_user THEN
         RAISE EXCEPTION 'the consumer role % is the login running the migrations', consumer;
@@ -254,10 +258,44 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
         EXECUTE format('CREATE ROLE %I NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION NOBYPASSRLS', consumer);
       EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
       END;
+      SELECT oid INTO consumer_oid FROM pg_roles WHERE rolname = consumer;
       -- A role of that name made some other way may carry more: refuse it rather than hand it a login.
       IF EXISTS (SELECT FROM pg_roles WHERE rolname = consumer AND (rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls))
          OR EXISTS (SELECT FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = consumer) THEN
         RAISE EXCEPTION 'the role % already exists with an attribute or a role membership: a consumer login has neither (drop or rename it)', consumer;
+      END IF;
+      -- …or privileges: a role the owner made earlier with GRANT SELECT ON payment_operations would
+      -- keep reading it. Anything granted to it by name on a relation, column or schema outside its
+      -- own schemas, a default privilege naming it, or a database other than this one it may create
+      -- in (or owns): that is another pipeline's consumer of the same name (roles are cluster-wide).
+      -- (Indexes and TOAST tables follow their table.)
+      SELECT string_agg(what, ', ' ORDER BY what) INTO foreign_grants FROM (
+        SELECT format('%s on %I.%I', string_agg(DISTINCT a.privilege_type, '/'), n.nspname, c.relname) AS what
+          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace CROSS JOIN LATERAL aclexplode(c.relacl) a
+         WHERE a.grantee = consumer_oid AND n.nspname <> ALL (own_schemas) AND n.nspowner <> consumer_oid GROUP BY n.nspname, c.relname
+        UNION ALL
+        SELECT format('%s on columns of %I.%I', string_agg(DISTINCT a.privilege_type, '/'), n.nspname, c.relname)
+          FROM pg_attribute t JOIN pg_class c ON c.oid = t.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace CROSS JOIN LATERAL aclexplode(t.attacl) a
+         WHERE a.grantee = consumer_oid AND n.nspname <> ALL (own_schemas) AND n.nspowner <> consumer_oid GROUP BY n.nspname, c.relname
+        UNION ALL
+        SELECT format('ownership of %I.%I', n.nspname, c.relname)
+          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE c.relowner = consumer_oid AND n.nspname <> ALL (own_schemas) AND n.nspowner <> consumer_oid AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+        UNION ALL
+        SELECT format('%s on schema %I', string_agg(DISTINCT a.privilege_type, '/'), n.nspname)
+          FROM pg_namespace n CROSS JOIN LATERAL aclexplode(n.nspacl) a
+         WHERE a.grantee = consumer_oid AND n.nspname <> ALL (own_schemas) AND n.nspowner <> consumer_oid GROUP BY n.nspname
+        UNION ALL
+        SELECT format('default privileges %s', string_agg(DISTINCT a.privilege_type, '/'))
+          FROM pg_default_acl d CROSS JOIN LATERAL aclexplode(d.defaclacl) a WHERE a.grantee = consumer_oid HAVING count(*) > 0
+        UNION ALL
+        SELECT format('%s on database %I', CASE WHEN d.datdba = consumer_oid THEN 'ownership' ELSE 'CREATE' END, d.datname)
+          FROM pg_database d
+         WHERE d.datname <> current_database()
+           AND (d.datdba = consumer_oid OR EXISTS (SELECT FROM aclexplode(d.datacl) a WHERE a.grantee = consumer_oid AND a.privilege_type = 'CREATE'))
+      ) grants;
+      IF foreign_grants IS NOT NULL THEN
+        RAISE EXCEPTION 'the role % already holds % — a consumer login may use only its own schemas (%): it is another pipeline''s or an older grant; revoke those, or give this consumer another role name', consumer, foreign_grants, array_to_string(own_schemas, ', ');
       END IF;
       EXECUTE format('GRANT CONNECT, CREATE ON DATABASE %I TO %I', current_database(), consumer);
       -- The owner keeps reading and migrating the consumer's schemas (INHERIT): a CloudFormation
@@ -269,7 +307,7 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
         EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = public', current_setting('charges.application_role'), current_database());
       END IF;
       EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = public', current_user, current_database());
-      FOREACH schema_name IN ARRAY string_to_array(current_setting('charges.consumer_schemas'), ',') LOOP
+      FOREACH schema_name IN ARRAY own_schemas LOOP
         SELECT pg_get_userbyid(nspowner) INTO schema_owner FROM pg_namespace WHERE nspname = schema_name;
         CONTINUE WHEN schema_owner IS NULL OR schema_owner = consumer;
         IF schema_owner <> current_user THEN

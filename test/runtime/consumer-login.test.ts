@@ -25,6 +25,9 @@ const suffix = randomBytes(4).toString('hex');
 const OWNER = `owner_${suffix}`;
 const CONSUMER = `receipts_${suffix}`;
 const OTHER = `other_${suffix}`;
+// A role is one pipeline's consumer: a second database of the server gets a role of its own.
+const HANDOVER = `handover_${suffix}`;
+const GRANTED = `granted_${suffix}`;
 const PASSWORDS = { owner: `owner-${randomBytes(12).toString('hex')}`, consumer: `cons-${randomBytes(12).toString('hex')}`, other: `other-${randomBytes(12).toString('hex')}` };
 const SCHEMAS = [...RECEIPTS_SCHEMAS];
 const databases: string[] = [];
@@ -82,7 +85,7 @@ afterAll(async () => {
   await email?.close();
   await asAdmin('postgres', async (c) => {
     for (const name of databases) await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-    for (const role of [CONSUMER, OTHER, OWNER]) await c.query(`DROP ROLE IF EXISTS ${role}`);
+    for (const role of [CONSUMER, OTHER, HANDOVER, GRANTED, OWNER]) await c.query(`DROP ROLE IF EXISTS ${role}`);
   });
 });
 
@@ -193,6 +196,7 @@ describe('a consumer login provisioned by the migrate run', () => {
       ),
     );
     expect(settings.rows).toEqual(expect.arrayContaining([{ role: APPLICATION_ROLE, config: ['search_path=public'] }, { role: OWNER, config: ['search_path=public'] }]));
+    await consumer.query(`DROP SCHEMA ${OWNER} CASCADE`);
   });
 
   it('is provisioned again harmlessly by the next deploy, with the secret’s current password (a rotation)', async () => {
@@ -224,6 +228,34 @@ describe('a consumer login provisioned by the migrate run', () => {
     }
   });
 
+  it('refuses an existing role that holds a privilege outside its schemas (the owner granted it SELECT on payment_operations), naming the grant', async () => {
+    const owner = pool(db.ownerUrl);
+    await owner.query(`CREATE ROLE ${GRANTED} NOLOGIN`);
+    await owner.query(`GRANT SELECT ON payment_operations TO ${GRANTED}`);
+    await owner.query(`GRANT UPDATE (status) ON payment_operations TO ${GRANTED}`);
+    await owner.query(`ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO ${GRANTED}`);
+    const run = migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login({ role: GRANTED, schemas: ['granted_own'] })] });
+    await expect(run).rejects.toThrow(MigrationError);
+    await expect(run).rejects.toThrow(
+      new RegExp(`the role ${GRANTED} already holds SELECT on public\\.payment_operations, UPDATE on columns of public\\.payment_operations, default privileges SELECT — a consumer login may use only its own schemas \\(granted_own\\)`),
+    );
+    // Nothing of the run stayed: no login, no CREATE on the database.
+    const role = await owner.query(`SELECT rolcanlogin, has_database_privilege($1, current_database(), 'CREATE') AS can_create FROM pg_roles WHERE rolname = $1`, [GRANTED]);
+    expect(role.rows).toEqual([{ rolcanlogin: false, can_create: false }]);
+    await owner.query(`ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE SELECT ON TABLES FROM ${GRANTED}`);
+    await owner.query(`REVOKE ALL ON payment_operations FROM ${GRANTED}`);
+    await expect(migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login({ role: GRANTED, schemas: ['granted_own'] })] })).resolves.toBeDefined();
+  });
+
+  it('refuses the role on a second database of the server (two pipelines, one role name): naming the other database, never resetting its password', async () => {
+    const second = await ownedDatabase('consumer_second');
+    const run = migrate(second.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login({ password: PASSWORDS.other })] });
+    await expect(run).rejects.toThrow(new RegExp(`the role ${CONSUMER} already holds CREATE on database ${db.name} .*give this consumer another role name`));
+    // The first pipeline's consumer still logs in with its own password.
+    const { rows } = await pool(urlAs(db.name, CONSUMER, PASSWORDS.consumer)).query<{ user: string }>('SELECT current_user AS user');
+    expect(rows[0]!.user).toBe(CONSUMER);
+  });
+
   it.each([
     ['the application role', login({ role: APPLICATION_ROLE }), /may not log in as the application role/],
     ['the owner itself', login({ role: OWNER }), /is the login running the migrations/],
@@ -241,8 +273,8 @@ describe('a consumer that migrated as the owner before it had a login', () => {
     const db = await ownedDatabase('consumer_handover');
     await migrate(db.ownerUrl, await loadMigrations('migrations'));
     await migrateConsumer(db.ownerUrl, receiptMigrations()); // the old way: as the owner, on start
-    await migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login()] });
-    const consumerUrl = urlAs(db.name, CONSUMER, PASSWORDS.consumer);
+    await migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login({ role: HANDOVER })] });
+    const consumerUrl = urlAs(db.name, HANDOVER, PASSWORDS.consumer);
     const again = await migrateConsumer(consumerUrl, receiptMigrations());
     expect(again['outcome_consumer.schema_migrations']).toEqual({ applied: [], alreadyApplied: ['001_consumer_inbox.sql'] });
     const owners = await asAdmin(db.name, (c) =>
@@ -251,7 +283,7 @@ describe('a consumer that migrated as the owner before it had a login', () => {
         [SCHEMAS],
       ),
     );
-    expect(owners.rows).toEqual([{ owner: CONSUMER }]);
+    expect(owners.rows).toEqual([{ owner: HANDOVER }]);
     await ownerStillWorks(db.ownerUrl);
     const consumer = pool(consumerUrl);
     await consumer.query(`INSERT INTO outcome_consumer.poison_events (consumer, message_id, reason, body) VALUES ('receipts', 'm-1', 'test', '{}')`);
