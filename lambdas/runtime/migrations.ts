@@ -295,7 +295,7 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
            AND (d.datdba = consumer_oid OR EXISTS (SELECT FROM aclexplode(d.datacl) a WHERE a.grantee = consumer_oid AND a.privilege_type = 'CREATE'))
       ) grants;
       IF foreign_grants IS NOT NULL THEN
-        RAISE EXCEPTION 'the role % already holds % — a consumer login may use only its own schemas (%): it is another pipeline''s or an older grant; revoke those, or give this consumer another role name', consumer, foreign_grants, array_to_string(own_schemas, ', ');
+        RAISE EXCEPTION 'the role % already holds % — a consumer login may use only its own schemas (%): it is another pipeline''s consumer or an older grant; revoke those, or give this consumer another role name (addConsumerDatabaseLogin''s role; the receipt notifier: -c receiptsDatabaseRole=…, docs/deploy.md)', consumer, foreign_grants, array_to_string(own_schemas, ', ');
       END IF;
       EXECUTE format('GRANT CONNECT, CREATE ON DATABASE %I TO %I', current_database(), consumer);
       -- The owner keeps reading and migrating the consumer's schemas (INHERIT): a CloudFormation

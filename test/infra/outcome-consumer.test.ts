@@ -47,7 +47,7 @@ describe('the default app', () => {
   });
 
   it('refuses bad -c values for it, all at once, saying what to change', () => {
-    const context = { receiptNotifier: 'true', receiptsPolicy: 'exactly-once', receiptsEmailApiBase: 'http://insecure' };
+    const context = { receiptNotifier: 'true', receiptsPolicy: 'exactly-once', receiptsEmailApiBase: 'http://insecure', receiptsDatabaseRole: 'Receipts-2' };
     expect(() => receiptNotifierFromContext((key) => (context as Record<string, unknown>)[key])).toThrow(DeploymentSettingsError);
     try {
       receiptNotifierFromContext((key) => (context as Record<string, unknown>)[key]);
@@ -55,6 +55,7 @@ describe('the default app', () => {
       expect((error as DeploymentSettingsError).problems).toEqual([
         "receiptsPolicy must be idempotent, at-least-once or at-most-once, got 'exactly-once'",
         "receiptsEmailApiBase must be the e-mail API's https URL (e.g. https://api.resend.com), got 'http://insecure'",
+        "receiptsDatabaseRole must be a lowercase identifier (/^[a-z_][a-z0-9_]{0,62}$/), got 'Receipts-2'",
       ]);
     }
     const idem = { receiptNotifier: 'true', receiptsPolicy: 'idempotent', receiptsEmailApiBase: 'https://api.resend.com' };
@@ -221,6 +222,19 @@ describe('the receipt notifier’s database login', () => {
     expect(JSON.parse(secret.Properties!.GenerateSecretString.SecretStringTemplate)).toEqual({ username: 'receipt_notifier' });
     expect(ofType(template, 'AWS::SecretsManager::RotationSchedule').filter(([, r]) => JSON.stringify(r.Properties!.SecretId).includes(logicalId(theirs.secret)))).toEqual([]);
     expect(template[logicalId(pipeline.migrateFunction)]!.Properties!.Environment.Variables.DB_CONSUMER_LOGINS).toBeDefined();
+  });
+
+  it('takes its role name from receiptsDatabaseRole (a second pipeline on the same server needs another): the login, its secret’s username, DB_CONSUMER_LOGINS', () => {
+    const app = newApp({ context: { receiptNotifier: 'true', receiptsEmailApiBase: 'https://api.resend.com', receiptsDatabaseRole: 'receipts_shop2' } });
+    const settings = receiptNotifierFromContext((key) => app.node.tryGetContext(key))!;
+    expect(settings.databaseRole).toBe('receipts_shop2');
+    const stack = new ChargePipelineStack(app, stackNameFor('dev'), { settings: settingsFromContext(() => undefined) });
+    const notifier = addReceiptNotifier(stack, stack.pipeline, settings);
+    expect(notifier.databaseLogin.role).toBe('receipts_shop2');
+    const resources = Template.fromStack(stack).toJSON().Resources as Record<string, CfnResource>;
+    const templates = ofType(resources, 'AWS::SecretsManager::Secret').map(([, r]) => String(r.Properties?.GenerateSecretString?.SecretStringTemplate ?? ''));
+    expect(templates.map((t) => (t ? (JSON.parse(t) as { username?: string }).username : undefined))).toContain('receipts_shop2');
+    expect(JSON.stringify(resources)).not.toContain('receipt_notifier');
   });
 
   it('passes cfn-lint without an error (the template with the notifier and its login)', () => {
