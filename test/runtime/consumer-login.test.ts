@@ -28,6 +28,7 @@ const OTHER = `other_${suffix}`;
 // A role is one pipeline's consumer: a second database of the server gets a role of its own.
 const HANDOVER = `handover_${suffix}`;
 const GRANTED = `granted_${suffix}`;
+const RENAMED = `renamed_${suffix}`;
 const PASSWORDS = { owner: `owner-${randomBytes(12).toString('hex')}`, consumer: `cons-${randomBytes(12).toString('hex')}`, other: `other-${randomBytes(12).toString('hex')}` };
 const SCHEMAS = [...RECEIPTS_SCHEMAS];
 const databases: string[] = [];
@@ -43,6 +44,16 @@ function urlAs(database: string, user: string, password: string): string {
 
 async function asAdmin<T>(database: string, work: (client: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString: databaseUrl(database) });
+  await client.connect();
+  try {
+    return await work(client);
+  } finally {
+    await client.end();
+  }
+}
+
+async function asOwner<T>(ownerUrl: string, work: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: ownerUrl });
   await client.connect();
   try {
     return await work(client);
@@ -85,7 +96,7 @@ afterAll(async () => {
   await email?.close();
   await asAdmin('postgres', async (c) => {
     for (const name of databases) await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-    for (const role of [CONSUMER, OTHER, HANDOVER, GRANTED, OWNER]) await c.query(`DROP ROLE IF EXISTS ${role}`);
+    for (const role of [CONSUMER, OTHER, HANDOVER, GRANTED, RENAMED, OWNER]) await c.query(`DROP ROLE IF EXISTS ${role}`);
   });
 });
 
@@ -269,7 +280,7 @@ describe('a consumer login provisioned by the migrate run', () => {
 });
 
 describe('a consumer that migrated as the owner before it had a login', () => {
-  it('gets its schemas handed over, with their tables: its migrations are already applied and its inbox works', async () => {
+  it('gets its schemas handed over, with their tables: its migrations are already applied and its inbox works; and renamed the documented way', async () => {
     const db = await ownedDatabase('consumer_handover');
     await migrate(db.ownerUrl, await loadMigrations('migrations'));
     await migrateConsumer(db.ownerUrl, receiptMigrations()); // the old way: as the owner, on start
@@ -288,5 +299,17 @@ describe('a consumer that migrated as the owner before it had a login', () => {
     const consumer = pool(consumerUrl);
     await consumer.query(`INSERT INTO outcome_consumer.poison_events (consumer, message_id, reason, body) VALUES ('receipts', 'm-1', 'test', '{}')`);
     await expect(consumer.query('SELECT * FROM payment_operations')).rejects.toThrow(/permission denied for table payment_operations/);
+
+    // Renaming the role, as docs/deploy.md "Renaming a consumer role" says: back to the owner, deploy with the new name, drop the old.
+    await asOwner(db.ownerUrl, (c) => c.query(`REASSIGN OWNED BY ${HANDOVER} TO CURRENT_USER`));
+    await migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login({ role: RENAMED })] });
+    await asOwner(db.ownerUrl, async (c) => {
+      await c.query(`DROP OWNED BY ${HANDOVER}`);
+      await c.query(`DROP ROLE ${HANDOVER}`);
+    });
+    const renamed = await migrateConsumer(urlAs(db.name, RENAMED, PASSWORDS.consumer), receiptMigrations());
+    expect(renamed['receipts.schema_migrations']).toEqual({ applied: [], alreadyApplied: ['001_receipts.sql'] });
+    const poison = await pool(urlAs(db.name, RENAMED, PASSWORDS.consumer)).query('SELECT message_id FROM outcome_consumer.poison_events');
+    expect(poison.rows).toEqual([{ message_id: 'm-1' }]);
   });
 });
