@@ -219,7 +219,8 @@ async function setRolePassword(client: pg.Client, role: string, password: string
  *      charges_app);
  *   3. the search path of the pipeline's own roles in this database pinned to public: a role that
  *      may create schemas could otherwise create one named after charges_app (or the owner), which
- *      "$user" puts first, and shadow payment_operations with a table of its own;
+ *      "$user" puts first, and shadow payment_operations with a table of its own (for NEW sessions:
+ *      the runtime's connections also pin it at start-up, runtime/database.ts);
  *   4. its schemas: one the owner made earlier is handed over with its tables and sequences; one
  *      owned by another role is refused. The owner is a member of the role (SET, as ALTER … OWNER
  *      requires, and INHERIT, so that it still reads and migrates them: a rollback's notifier logs in
