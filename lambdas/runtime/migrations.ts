@@ -36,7 +36,7 @@ export interface MigrateOptions {
   readonly statementTimeoutMs?: number;
   readonly lockTimeoutMs?: number;
   /** Set this password on APPLICATION_ROLE and let it log in (AWS: from the application secret). */
-  readonly applicationRolePassword?: string;
+  readonly applicationRolePassword?: Password;
   /**
    * Outcome consumers' own logins on this database (AWS: DB_CONSUMER_LOGINS): each role is created
    * if missing, may connect and create schemas, gets its password, and owns the schemas it names.
@@ -59,7 +59,7 @@ export interface MigrateOptions {
  */
 export interface ConsumerLogin {
   readonly role: string;
-  readonly password: string;
+  readonly password: Password;
   /**
    * The schemas its migrations create. One that already exists, made by the owner (a consumer that
    * migrated as the owner before it had a login), is handed over with its tables and sequences; one
@@ -67,6 +67,13 @@ export interface ConsumerLogin {
    */
   readonly schemas: readonly string[];
 }
+
+/**
+ * A password, or how to read it: a getter is called just before the role gets it, so that a
+ * rotation promoted while this run waited for the migration lock is not undone by a password read
+ * before (AWS: the migrate function re-reads the secret).
+ */
+export type Password = string | (() => Promise<string>);
 
 /** A role or schema name: a lowercase identifier, never input that could reach SQL unquoted. */
 const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -88,7 +95,7 @@ export function scramVerifier(password: string, salt: Buffer = randomBytes(16), 
 }
 
 /** Arbitrary but fixed: the advisory lock every migrator of this schema takes. */
-const MIGRATION_LOCK_KEY = 727_001_001;
+export const MIGRATION_LOCK_KEY = 727_001_001;
 const FILE_NAME = /^\d{3,}_[a-z0-9_]+\.sql$/;
 /** `schema_migrations` or `some_schema.schema_migrations`: an identifier, never input. */
 const TRACKING_TABLE = /^(?:([a-z_][a-z0-9_]{0,62})\.)?[a-z_][a-z0-9_]{0,62}$/;
@@ -192,7 +199,9 @@ function explain(error: unknown, statementTimeoutMs: number, lockTimeoutMs: numb
  * Give a role its password (as a SCRAM verifier) and LOGIN: the application role, and every
  * consumer login after provisionConsumerLogin made its role. `secret` names the secret in errors.
  */
-async function setRolePassword(client: pg.Client, role: string, password: string, secret: string): Promise<void> {
+async function setRolePassword(client: pg.Client, role: string, passwordOrGetter: Password, secret: string): Promise<void> {
+  // Read now: the window in which a rotation can be undone is this one statement.
+  const password = typeof passwordOrGetter === 'string' ? passwordOrGetter : await passwordOrGetter();
   if (password.length < 16) throw new MigrationError(`the ${role} password from the ${secret} secret is shorter than 16 characters`);
   // ALTER ROLE takes no bind parameters: format() quotes the name and the verifier on the server side.
   await client.query('BEGIN');
