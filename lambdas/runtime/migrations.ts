@@ -223,8 +223,8 @@ async function setRolePassword(client: pg.Client, role: string, passwordOrGetter
  *      refused if it has an attribute, a membership in any role, or any privilege outside its own
  *      schemas — CREATE on (or ownership of) another database included: roles are cluster-wide, so
  *      that is another pipeline's consumer of the same name, whose password this run would reset;
- *   2. CONNECT and CREATE on this database — its migrations create its schemas — and nothing on any
- *      pipeline table (it is granted none; the application role's default privileges name only
+ *   2. CONNECT and CREATE on this database — its migrations create its schemas; a schema it owns
+ *      beyond those it declares is refused on every run — and nothing on any pipeline table (it is granted none; the application role's default privileges name only
  *      charges_app);
  *   3. the search path of the pipeline's own roles in this database pinned to public: a role that
  *      may create schemas could otherwise create one named after charges_app (or the owner), which
@@ -260,6 +260,7 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
       own_schemas text[] := string_to_array(current_setting('charges.consumer_schemas'), ',');
       consumer_oid oid;
       foreign_grants text;
+      stray_schemas text;
     BEGIN
       IF consumer = current_user THEN
         RAISE EXCEPTION 'the consumer role % is the login running the migrations', consumer;
@@ -278,7 +279,7 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
       -- keep reading it. Anything granted to it by name on a relation, column or schema outside its
       -- own schemas, a default privilege naming it, or a database other than this one it may create
       -- in (or owns): that is another pipeline's consumer of the same name (roles are cluster-wide).
-      -- (Indexes and TOAST tables follow their table.)
+      -- (Indexes and TOAST tables follow their table; schemas the role owns are checked below.)
       SELECT string_agg(what, ', ' ORDER BY what) INTO foreign_grants FROM (
         SELECT format('%s on %I.%I', string_agg(DISTINCT a.privilege_type, '/'), n.nspname, c.relname) AS what
           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace CROSS JOIN LATERAL aclexplode(c.relacl) a
@@ -306,6 +307,13 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
       ) grants;
       IF foreign_grants IS NOT NULL THEN
         RAISE EXCEPTION 'the role % already holds % — a consumer login may use only its own schemas (%): it is another pipeline''s consumer or an older grant; revoke those, or give this consumer another role name (addConsumerDatabaseLogin''s role; the receipt notifier: -c receiptsDatabaseRole=…, docs/deploy.md)', consumer, foreign_grants, array_to_string(own_schemas, ', ');
+      END IF;
+      -- CREATE on the database lets it make any schema (and a trusted extension in one): those beyond
+      -- its declared ones are refused on every run, so that one it made is seen at the next deploy.
+      SELECT string_agg(format('%I', nspname), ', ' ORDER BY nspname) INTO stray_schemas
+        FROM pg_namespace WHERE nspowner = consumer_oid AND nspname <> ALL (own_schemas);
+      IF stray_schemas IS NOT NULL THEN
+        RAISE EXCEPTION 'the role % owns schemas beyond its own (%): % — drop them (as the owner: DROP SCHEMA … CASCADE) or declare them in its login', consumer, array_to_string(own_schemas, ', '), stray_schemas;
       END IF;
       EXECUTE format('GRANT CONNECT, CREATE ON DATABASE %I TO %I', current_database(), consumer);
       -- The owner keeps reading and migrating the consumer's schemas (INHERIT): a CloudFormation

@@ -210,6 +210,19 @@ describe('a consumer login provisioned by the migrate run', () => {
     await consumer.query(`DROP SCHEMA ${OWNER} CASCADE`);
   });
 
+  it('refuses, on the next provisioning run, a schema the consumer made beyond its own (CREATE on the database lets it make any), naming it', async () => {
+    await consumer.query('CREATE SCHEMA stray_one');
+    await consumer.query('CREATE TABLE stray_one.t (x int)');
+    try {
+      await expect(migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login()] })).rejects.toThrow(
+        new RegExp(`the role ${CONSUMER} owns schemas beyond its own \\(outcome_consumer, receipts\\): stray_one — drop them`),
+      );
+    } finally {
+      await consumer.query('DROP SCHEMA stray_one CASCADE');
+    }
+    await migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login()] });
+  });
+
   it('is provisioned again harmlessly by the next deploy, with the secret’s current password (a rotation)', async () => {
     const rotated = `cons-rotated-${randomBytes(12).toString('hex')}`;
     await migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login({ password: rotated })] });
