@@ -6,7 +6,7 @@ import { createHash, createHmac, pbkdf2Sync, randomBytes } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import pg from 'pg';
-import { PIPELINE } from './settings.ts';
+import { isConsumerSchemaName, PIPELINE, SQL_IDENTIFIER } from './settings.ts';
 
 export interface MigrationFile {
   readonly name: string;
@@ -75,8 +75,6 @@ export interface ConsumerLogin {
  */
 export type Password = string | (() => Promise<string>);
 
-/** A role or schema name: a lowercase identifier, never input that could reach SQL unquoted. */
-const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
 
 const LOCK_NOT_AVAILABLE = '55P03';
 const QUERY_CANCELED = '57014';
@@ -238,11 +236,11 @@ async function setRolePassword(client: pg.Client, role: string, passwordOrGetter
  */
 async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): Promise<void> {
   const problems: string[] = [];
-  if (!IDENTIFIER.test(login.role)) problems.push(`the consumer role must be a lowercase identifier, got ${JSON.stringify(login.role)}`);
+  if (!SQL_IDENTIFIER.test(login.role)) problems.push(`the consumer role must be a lowercase identifier, got ${JSON.stringify(login.role)}`);
   if (login.role === APPLICATION_ROLE) problems.push(`a consumer may not log in as the application role ${APPLICATION_ROLE}`);
   if (login.schemas.length === 0) problems.push(`the consumer role ${login.role} names no schema of its own`);
   for (const schema of login.schemas) {
-    if (!IDENTIFIER.test(schema) || schema === 'public' || schema.startsWith('pg_')) problems.push(`the consumer schema must be a lowercase identifier other than public and pg_*, got ${JSON.stringify(schema)}`);
+    if (!isConsumerSchemaName(schema)) problems.push(`the consumer schema must be a lowercase identifier other than public and pg_*, got ${JSON.stringify(schema)}`);
   }
   if (problems.length > 0) throw new MigrationError(`consumer login: ${problems.join('; ')}`);
   await client.query('BEGIN');
