@@ -274,11 +274,11 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
         RAISE EXCEPTION 'the role % already exists with an attribute or a role membership: a consumer login has neither (drop or rename it)', consumer;
       END IF;
       -- …or privileges: a role the owner made earlier with GRANT SELECT ON payment_operations would
-      -- keep reading it. Anything granted to it by name on a relation, column or schema outside its
+      -- keep reading it. Anything granted to it by name on a relation, column, function or schema outside its
       -- own schemas, a default privilege naming it, or a database other than this one it may create
       -- in (or owns): that is another pipeline's consumer of the same name (roles are cluster-wide).
       -- (Indexes and TOAST tables follow their table; schemas the role owns are checked below.)
-      SELECT string_agg(what, ', ' ORDER BY what) INTO foreign_grants FROM (
+      SELECT string_agg(what, ', ' ORDER BY what COLLATE "C") INTO foreign_grants FROM (
         SELECT format('%s on %I.%I', string_agg(DISTINCT a.privilege_type, '/'), n.nspname, c.relname) AS what
           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace CROSS JOIN LATERAL aclexplode(c.relacl) a
          WHERE a.grantee = consumer_oid AND n.nspname <> ALL (own_schemas) AND n.nspowner <> consumer_oid GROUP BY n.nspname, c.relname
@@ -286,6 +286,10 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
         SELECT format('%s on columns of %I.%I', string_agg(DISTINCT a.privilege_type, '/'), n.nspname, c.relname)
           FROM pg_attribute t JOIN pg_class c ON c.oid = t.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace CROSS JOIN LATERAL aclexplode(t.attacl) a
          WHERE a.grantee = consumer_oid AND n.nspname <> ALL (own_schemas) AND n.nspowner <> consumer_oid GROUP BY n.nspname, c.relname
+        UNION ALL
+        SELECT format('%s on function %I.%I', string_agg(DISTINCT a.privilege_type, '/'), n.nspname, p.proname)
+          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace CROSS JOIN LATERAL aclexplode(p.proacl) a
+         WHERE a.grantee = consumer_oid AND n.nspname <> ALL (own_schemas) AND n.nspowner <> consumer_oid GROUP BY n.nspname, p.proname
         UNION ALL
         SELECT format('ownership of %I.%I', n.nspname, c.relname)
           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -258,16 +258,19 @@ describe('a consumer login provisioned by the migrate run', () => {
     await owner.query(`GRANT SELECT ON payment_operations TO ${GRANTED}`);
     await owner.query(`GRANT UPDATE (status) ON payment_operations TO ${GRANTED}`);
     await owner.query(`ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO ${GRANTED}`);
+    await owner.query(`CREATE FUNCTION public.granted_probe() RETURNS int LANGUAGE sql SECURITY DEFINER AS 'SELECT count(*)::int FROM payment_operations'`);
+    await owner.query(`GRANT EXECUTE ON FUNCTION public.granted_probe() TO ${GRANTED}`);
     const run = migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login({ role: GRANTED, schemas: ['granted_own'] })] });
     await expect(run).rejects.toThrow(MigrationError);
     await expect(run).rejects.toThrow(
-      new RegExp(`the role ${GRANTED} already holds SELECT on public\\.payment_operations, UPDATE on columns of public\\.payment_operations, default privileges SELECT — a consumer login may use only its own schemas \\(granted_own\\)`),
+      new RegExp(`the role ${GRANTED} already holds EXECUTE on function public\\.granted_probe, SELECT on public\\.payment_operations, UPDATE on columns of public\\.payment_operations, default privileges SELECT — a consumer login may use only its own schemas \\(granted_own\\)`),
     );
     // Nothing of the run stayed: no login, no CREATE on the database.
     const role = await owner.query(`SELECT rolcanlogin, has_database_privilege($1, current_database(), 'CREATE') AS can_create FROM pg_roles WHERE rolname = $1`, [GRANTED]);
     expect(role.rows).toEqual([{ rolcanlogin: false, can_create: false }]);
     await owner.query(`ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE SELECT ON TABLES FROM ${GRANTED}`);
     await owner.query(`REVOKE ALL ON payment_operations FROM ${GRANTED}`);
+    await owner.query('DROP FUNCTION public.granted_probe()');
     await expect(migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login({ role: GRANTED, schemas: ['granted_own'] })] })).resolves.toBeDefined();
   });
 
