@@ -43,17 +43,26 @@ export interface LoginSecret {
  * is not JSON is named by its ARN only. With `expectedUser`, the username must be that role.
  */
 export function parseLoginSecret(arn: string, raw: string, expectedUser?: string): LoginSecret {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(raw);
-  } catch {
-    throw new ConfigError(`secret ${arn} is not JSON (a login secret is {"username": …, "password": …})`);
-  }
-  const secret = (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) ? parsed : {}) as Record<string, unknown>;
+  const secret = parseSecretJson(arn, raw, '{"username": …, "password": …}');
   const { username, password } = secret;
   const wanted = expectedUser === undefined ? 'a username' : `username "${expectedUser}"`;
   if (typeof username !== 'string' || username === '' || typeof password !== 'string' || password === '' || (expectedUser !== undefined && username !== expectedUser)) {
     throw new ConfigError(`the login secret ${arn} must hold ${wanted} and a password`);
   }
   return secret as unknown as LoginSecret;
+}
+
+/**
+ * A secret's JSON object, or a ConfigError naming the secret by its ARN and the shape it must have:
+ * never JSON.parse's own message, which quotes the text near the error (a key's first characters:
+ * `Unexpected token 's', ..."apiKey": sk_live_ab"... is not valid JSON`). Not an object: {}.
+ */
+export function parseSecretJson(arn: string, raw: string, shape: string): Record<string, unknown> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    throw new ConfigError(`secret ${arn} is not JSON (it must be ${shape})`);
+  }
+  return (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) ? parsed : {}) as Record<string, unknown>;
 }

@@ -229,7 +229,7 @@ describe('migrate handler: the outcome consumers\' logins (DB_CONSUMER_LOGINS)',
         const error = await handler({}, lambdaContext(60_000, 'migrate')).then(() => undefined, (e: unknown) => e as Error);
         process.env = saved;
         expect(error, label).toBeInstanceOf(Error);
-        expect(error!.message, label).toBe(`secret ${secretArn} is not JSON (a login secret is {"username": …, "password": …})`);
+        expect(error!.message, label).toBe(`secret ${secretArn} is not JSON (it must be {"username": …, "password": …})`);
         expect(logged, label).toHaveBeenCalledTimes(1);
         const everything = JSON.stringify([error!.message, String(error!.stack), describeError(error), logged.mock.calls]);
         expect(everything, label).toContain(secretArn);
