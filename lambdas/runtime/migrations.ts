@@ -75,7 +75,6 @@ export interface ConsumerLogin {
  */
 export type Password = string | (() => Promise<string>);
 
-
 const LOCK_NOT_AVAILABLE = '55P03';
 const QUERY_CANCELED = '57014';
 
@@ -222,8 +221,8 @@ async function setRolePassword(client: pg.Client, role: string, passwordOrGetter
  *      schemas — CREATE on (or ownership of) another database included: roles are cluster-wide, so
  *      that is another pipeline's consumer of the same name, whose password this run would reset;
  *   2. CONNECT and CREATE on this database — its migrations create its schemas; a schema it owns
- *      beyond those it declares is refused on every run — and nothing on any pipeline table (it is granted none; the application role's default privileges name only
- *      charges_app);
+ *      beyond those it declares is refused on every run — and nothing on any pipeline table (it is
+ *      granted none; the application role's default privileges name only charges_app);
  *   3. the search path of the pipeline's own roles in this database pinned to public: a role that
  *      may create schemas could otherwise create one named after charges_app (or the owner), which
  *      "$user" puts first, and shadow payment_operations with a table of its own (for NEW sessions:
@@ -274,9 +273,9 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
         RAISE EXCEPTION 'the role % already exists with an attribute or a role membership: a consumer login has neither (drop or rename it)', consumer;
       END IF;
       -- …or privileges: a role the owner made earlier with GRANT SELECT ON payment_operations would
-      -- keep reading it. Anything granted to it by name on a relation, column, function or schema outside its
-      -- own schemas, a default privilege naming it, or a database other than this one it may create
-      -- in (or owns): that is another pipeline's consumer of the same name (roles are cluster-wide).
+      -- keep reading it. Anything granted to it by name on a relation, column, function or schema
+      -- outside its own schemas, a default privilege naming it, or a database other than this one it
+      -- may create in (or owns): another pipeline's consumer of the same name (roles are cluster-wide).
       -- (Indexes and TOAST tables follow their table; schemas the role owns are checked below.)
       SELECT string_agg(what, ', ' ORDER BY what COLLATE "C") INTO foreign_grants FROM (
         SELECT format('%s on %I.%I', string_agg(DISTINCT a.privilege_type, '/'), n.nspname, c.relname) AS what
