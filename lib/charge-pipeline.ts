@@ -21,7 +21,7 @@ import type * as sns from 'aws-cdk-lib/aws-sns';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type * as triggers from 'aws-cdk-lib/triggers';
 import { Construct } from 'constructs';
-import { PIPELINE } from '../lambdas/runtime/settings.ts';
+import { isConsumerSchemaName, PIPELINE, SQL_IDENTIFIER } from '../lambdas/runtime/settings.ts';
 import { ChargeFunction } from './charge-function.ts';
 import { ChargeQueue } from './charge-queue.ts';
 import { DATABASE_NAME, DATABASE_USER, Database } from './database.ts';
@@ -252,8 +252,6 @@ export interface ConsumerDatabaseLogin {
   /** What else the consumer's function needs to reach the database: DB_HOST, DB_PORT, DB_NAME with existingDatabase; else none. */
   readonly environment: Readonly<Record<string, string>>;
 }
-
-const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
 
 export const CHARGE_PIPELINE_DEFAULTS = {
   natGateways: 1,
@@ -572,12 +570,12 @@ export class ChargePipeline extends Construct {
   addConsumerDatabaseLogin(id: string, options: ConsumerDatabaseLoginOptions): ConsumerDatabaseLogin {
     const problems: string[] = [];
     const { role, schemas } = options;
-    if (!IDENTIFIER.test(role)) problems.push(`role must be a lowercase identifier (${IDENTIFIER}), got '${role}'`);
+    if (!SQL_IDENTIFIER.test(role)) problems.push(`role must be a lowercase identifier (${SQL_IDENTIFIER}), got '${role}'`);
     if (role === PIPELINE.applicationRole || role === DATABASE_USER) problems.push(`role '${role}' is the pipeline's own; give the consumer a role of its own`);
     if (this.#consumerLogins.some((l) => l.role === role)) problems.push(`role '${role}' has a login already`);
     if (schemas.length === 0) problems.push('schemas must name at least one schema (those its migrations create)');
     for (const schema of schemas) {
-      if (!IDENTIFIER.test(schema) || schema === 'public' || schema.startsWith('pg_')) problems.push(`schema must be a lowercase identifier other than public and pg_*, got '${schema}'`);
+      if (!isConsumerSchemaName(schema)) problems.push(`schema must be a lowercase identifier other than public and pg_*, got '${schema}'`);
       const holder = this.#consumerLogins.find((l) => l.schemas.includes(schema));
       if (holder) problems.push(`schema '${schema}' belongs to the login of '${holder.role}' already: two consumers never share a schema`);
     }
@@ -604,11 +602,6 @@ export class ChargePipeline extends Construct {
     }
     this.#consumerLogins.push(login);
     return login;
-  }
-
-  /** Outcome consumers' own logins on the database, in the order they were added. */
-  get consumerDatabaseLogins(): readonly ConsumerDatabaseLogin[] {
-    return this.#consumerLogins;
   }
 
   /** A login's secret for a database the construct did not create (no host: DB_HOST has it). */

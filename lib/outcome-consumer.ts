@@ -26,7 +26,7 @@ import { Construct } from 'constructs';
 import { CONSUMER_METRICS } from '../lambdas/consumers/kit/metrics.ts';
 import { isPolicy, type ConsumerPolicy } from '../lambdas/consumers/kit/types.ts';
 import { DEFAULT_RECEIPTS_POLICY, RECEIPT_DETAIL_TYPES, RECEIPTS_DATABASE_ROLE, RECEIPTS_SCHEMAS } from '../lambdas/consumers/receipts/contract.ts';
-import { PIPELINE } from '../lambdas/runtime/settings.ts';
+import { PIPELINE, SQL_IDENTIFIER } from '../lambdas/runtime/settings.ts';
 import { CONSUMER_ALARM_CATALOG, CONSUMER_METRICS_NAMESPACE, type ConsumerAlarmName } from './alarm-catalog.ts';
 import type { ChargePipeline, ConsumerDatabaseLogin } from './charge-pipeline.ts';
 import { DeploymentSettingsError } from './config.ts';
@@ -305,11 +305,18 @@ export interface ReceiptNotifierSettings {
   /** Whether the provider deduplicates on Idempotency-Key (required for policy idempotent). */
   readonly emailIdempotency: boolean;
   readonly from?: string;
+  /**
+   * Its database role (roles are per server: a second pipeline on the same server, existingDatabase,
+   * needs another name, or each migrate run would be refused the other's role). A lowercase identifier.
+   * @default RECEIPTS_DATABASE_ROLE ('receipt_notifier')
+   */
+  readonly databaseRole?: string;
 }
 
 /**
  * `-c receiptNotifier=true -c receiptsEmailApiBase=https://api.resend.com [-c receiptsPolicy=…]
- * [-c receiptsEmailSecretArn=…] [-c receiptsEmailIdempotency=true] [-c receiptsFrom=…]`; null when
+ * [-c receiptsEmailSecretArn=…] [-c receiptsEmailIdempotency=true] [-c receiptsFrom=…]
+ * [-c receiptsDatabaseRole=…]`; null when
  * not asked for. Problems are reported all at once, as settingsFromContext does.
  */
 export function receiptNotifierFromContext(tryGetContext: (key: string) => unknown): ReceiptNotifierSettings | null {
@@ -336,15 +343,24 @@ export function receiptNotifierFromContext(tryGetContext: (key: string) => unkno
   }
   const emailIdempotency = flag('receiptsEmailIdempotency') ?? false;
   if (policy === 'idempotent' && !emailIdempotency) problems.push('receiptsPolicy=idempotent needs receiptsEmailIdempotency=true (a provider that deduplicates on keys)');
+  const databaseRole = str('receiptsDatabaseRole');
+  if (databaseRole !== undefined && !SQL_IDENTIFIER.test(databaseRole)) problems.push(`receiptsDatabaseRole must be a lowercase identifier (${SQL_IDENTIFIER}), got '${databaseRole}'`);
   if (problems.length > 0) throw new DeploymentSettingsError(problems);
   const from = str('receiptsFrom');
-  return { policy: policy as ConsumerPolicy, emailApiBase: emailApiBase!, emailIdempotency, ...(emailSecretArn ? { emailSecretArn } : {}), ...(from ? { from } : {}) };
+  return {
+    policy: policy as ConsumerPolicy,
+    emailApiBase: emailApiBase!,
+    emailIdempotency,
+    ...(emailSecretArn ? { emailSecretArn } : {}),
+    ...(from ? { from } : {}),
+    ...(databaseRole ? { databaseRole } : {}),
+  };
 }
 
 export interface ReceiptNotifier {
   readonly consumer: OutcomeConsumer;
   readonly emailSecret: secretsmanager.ISecret;
-  /** Its own role on the pipeline's database (RECEIPTS_DATABASE_ROLE), owning RECEIPTS_SCHEMAS only. */
+  /** Its own role on the pipeline's database (settings.databaseRole, RECEIPTS_DATABASE_ROLE by default), owning RECEIPTS_SCHEMAS only. */
   readonly databaseLogin: ConsumerDatabaseLogin;
 }
 
@@ -370,7 +386,7 @@ export function addReceiptNotifier(scope: Construct, pipeline: ChargePipeline, s
     });
   }
   const receipts = path.join(PROJECT_ROOT, 'lambdas', 'consumers');
-  const databaseLogin = pipeline.addConsumerDatabaseLogin('ReceiptNotifier', { role: RECEIPTS_DATABASE_ROLE, schemas: RECEIPTS_SCHEMAS });
+  const databaseLogin = pipeline.addConsumerDatabaseLogin('ReceiptNotifier', { role: settings.databaseRole ?? RECEIPTS_DATABASE_ROLE, schemas: RECEIPTS_SCHEMAS });
   const consumer = new OutcomeConsumer(scope, 'ReceiptNotifier', {
     consumerName: 'receipts',
     policy: settings.policy,

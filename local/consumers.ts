@@ -11,11 +11,12 @@
 //
 // Each instance has its own inbox rows (consumer name) and its own pool, counted, so the ledger can
 // give DB statements per event. As deployed, they log in as the notifier's own role
-// (RECEIPTS_DATABASE_ROLE), which the pipeline's migrations runner provisions as the owner, and apply
+// (RECEIPTS_DATABASE_ROLE, suffixed per database), which the pipeline's migrations runner provisions as the owner, and apply
 // their migrations as that role: a local run refused a pipeline table the way AWS does.
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import { createHash } from 'node:crypto';
 import path from 'node:path';
 import pg from 'pg';
 import { createConsumerHandler } from '../lambdas/consumers/kit/lambda.ts';
@@ -103,6 +104,8 @@ export interface ConsumerLedgerEntry {
 }
 
 export interface LocalConsumers {
+  /** The database role the notifiers log in as (receipt_notifier_<hash of the database name>). */
+  readonly role: string;
   readonly instances: readonly { readonly name: string; readonly policy: ConsumerPolicy; readonly emailUrl: string }[];
   /** Forward what is on the bus and wait until every consumer queue is empty (or the time is up). */
   drain(timeoutMs: number): Promise<boolean>;
@@ -111,27 +114,38 @@ export interface LocalConsumers {
 }
 
 /**
- * The notifier's local password. Fixed, not generated: roles are per server, and two runs (or test
- * files) on one embedded server would otherwise reset each other's. The server listens on 127.0.0.1
- * only, and its owner's password is no more secret (postgres/postgres).
+ * The notifier's local password. Fixed, not generated: the role is per database (below), and two
+ * runs on one database would otherwise reset each other's. The server listens on 127.0.0.1 only,
+ * and its owner's password is no more secret (postgres/postgres).
  */
 const LOCAL_CONSUMER_PASSWORD = 'receipt-notifier-local-only';
 
+/**
+ * The notifier's local role: one per database, as on AWS one per pipeline. Roles are per server, and
+ * the migrate run refuses a role that may create in another database (another pipeline's consumer):
+ * a persistent local server keeps earlier runs' databases, each with its own notifier.
+ */
+function localConsumerRole(databaseUrl: string): string {
+  const database = decodeURIComponent(new URL(databaseUrl).pathname.slice(1));
+  return `${RECEIPTS_DATABASE_ROLE}_${createHash('sha256').update(database).digest('hex').slice(0, 10)}`;
+}
+
 /** What the migrate function does on AWS with DB_CONSUMER_LOGINS; the URL to log in as that role. */
-export async function provisionLocalConsumerLogin(ownerUrl: string): Promise<string> {
+async function provisionLocalConsumerLogin(ownerUrl: string, role: string): Promise<string> {
   const migrations = await loadMigrations(path.resolve(import.meta.dirname, '..', 'migrations'));
   await migrate(ownerUrl, migrations, () => {}, {
-    consumerLogins: [{ role: RECEIPTS_DATABASE_ROLE, password: LOCAL_CONSUMER_PASSWORD, schemas: [...RECEIPTS_SCHEMAS] }],
+    consumerLogins: [{ role, password: LOCAL_CONSUMER_PASSWORD, schemas: [...RECEIPTS_SCHEMAS] }],
   });
   const url = new URL(ownerUrl);
-  url.username = RECEIPTS_DATABASE_ROLE;
+  url.username = role;
   url.password = LOCAL_CONSUMER_PASSWORD;
   return url.toString();
 }
 
 export async function startLocalConsumers(options: LocalConsumersOptions): Promise<LocalConsumers> {
   const p = options.pipeline;
-  const consumerUrl = await provisionLocalConsumerLogin(p.databaseUrl);
+  const role = localConsumerRole(p.databaseUrl);
+  const consumerUrl = await provisionLocalConsumerLogin(p.databaseUrl, role);
   await migrateConsumer(consumerUrl, receiptMigrations());
   const quiet = options.faults === 'none';
   const rates = options.faults ? EMAIL_FAULTS[options.faults] : null;
@@ -211,6 +225,7 @@ export async function startLocalConsumers(options: LocalConsumersOptions): Promi
     };
     let stopped: Promise<void> | null = null;
     return {
+      role,
       instances: instances.map((i) => ({ name: i.name, policy: i.policy, emailUrl: i.email.url })),
       async drain(timeoutMs) {
         const deadline = Date.now() + timeoutMs;

@@ -21,6 +21,10 @@ describe('loadConfig', () => {
     expect(() => loadConfig({ ...base, DB_CONSUMER_LOGINS: '{}' })).toThrow(/DB_CONSUMER_LOGINS must be a JSON list/);
     expect(() => loadConfig({ ...base, DB_CONSUMER_LOGINS: JSON.stringify([{ secretArn: 'arn:x', schemas: [] }]) })).toThrow(/DB_CONSUMER_LOGINS\[0\] must be .*at least one/);
     expect(() => loadConfig({ ...base, DB_CONSUMER_LOGINS: JSON.stringify([{ secretArn: 'arn:x', schemas: ['Receipts; DROP'] }]) })).toThrow(/DB_CONSUMER_LOGINS\[0\]/);
+    // the same rule as the construct and the migrate run: never the pipeline's public, never pg_*
+    for (const schema of ['public', 'pg_catalog']) {
+      expect(() => loadConfig({ ...base, DB_CONSUMER_LOGINS: JSON.stringify([{ secretArn: 'arn:x', schemas: ['receipts', schema] }]) }), schema).toThrow(/DB_CONSUMER_LOGINS\[0\] must be .*other than public and pg_\*/);
+    }
   });
 
   it('keeps the production policy unless told otherwise', () => {

@@ -1,13 +1,14 @@
 // The migrate Lambda: applies migrations/ (bundled into the asset, MIGRATIONS_DIR) to the database
-// named by DB_SECRET_ARN (AWS) or DATABASE_URL (local). The CDK Trigger invokes it on every deploy
-// before anything that takes traffic is updated; it THROWS on any failure so that the Trigger fails
+// named by DB_SECRET_ARN (AWS) or DATABASE_URL (local). The CDK Trigger invokes it before anything
+// that takes traffic is updated, on every deploy that changes the migrate function's version (its
+// code, migrations or environment: lib/migrations.ts); it THROWS on any failure so that the Trigger fails
 // the deploy and CloudFormation rolls back (lib/migrations.ts). Migrations are recorded and run
 // under an advisory lock (runtime/migrations.ts), so a re-run or two at once are harmless.
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
 import { loadConfig, type RuntimeConfig } from '../runtime/config.ts';
-import { forgetSecrets, getSecretString } from '../runtime/secrets.ts';
-import { APPLICATION_ROLE, defaultMigrationsDir, loadMigrations, migrate, type ConsumerLogin, type MigrationResult } from '../runtime/migrations.ts';
+import { forgetSecrets, getSecretString, parseLoginSecret } from '../runtime/secrets.ts';
+import { APPLICATION_ROLE, defaultMigrationsDir, loadMigrations, migrate, type ConsumerLogin, type MigrationResult, type Password } from '../runtime/migrations.ts';
 import { createLogger, describeError } from '../runtime/observability.ts';
 import { databaseClientConfig } from '../runtime/database.ts';
 
@@ -41,15 +42,25 @@ async function applyMigrations(): Promise<MigrateResult> {
   }
 }
 
+/**
+ * A login secret's password as a getter, read again when migrate sets it (after the migration lock
+ * and the migrations): a rotation promoted meanwhile is not undone. The secret is read once now too,
+ * so that a malformed one fails the run before any migration.
+ */
+async function passwordGetter(arn: string, region: string | undefined, role?: string): Promise<{ username: string; password: Password }> {
+  const { username } = parseLoginSecret(arn, await getSecretString(arn, region), role);
+  const password = async () => {
+    forgetSecrets(arn);
+    return parseLoginSecret(arn, await getSecretString(arn, region), username).password;
+  };
+  return { username, password };
+}
+
 /** AWS: the password of the application secret (DB_APP_SECRET_ARN), which migrate sets on the role. */
-async function applicationRolePassword(config: RuntimeConfig): Promise<string | undefined> {
+async function applicationRolePassword(config: RuntimeConfig): Promise<Password | undefined> {
   const arn = config.database.appSecretArn;
   if (!arn) return undefined;
-  const secret = JSON.parse(await getSecretString(arn, config.region)) as { username?: string; password?: string };
-  if (secret.username !== APPLICATION_ROLE || !secret.password) {
-    throw new Error(`the application secret ${arn} must hold username "${APPLICATION_ROLE}" and a password`);
-  }
-  return secret.password;
+  return (await passwordGetter(arn, config.region, APPLICATION_ROLE)).password;
 }
 
 /**
@@ -59,9 +70,8 @@ async function applicationRolePassword(config: RuntimeConfig): Promise<string | 
 async function consumerLogins(config: RuntimeConfig): Promise<ConsumerLogin[]> {
   const logins: ConsumerLogin[] = [];
   for (const { secretArn, schemas } of config.database.consumerLogins) {
-    const secret = JSON.parse(await getSecretString(secretArn, config.region)) as { username?: string; password?: string };
-    if (!secret.username || !secret.password) throw new Error(`the consumer login secret ${secretArn} must hold a username (the role) and a password`);
-    logins.push({ role: secret.username, password: secret.password, schemas });
+    const { username, password } = await passwordGetter(secretArn, config.region);
+    logins.push({ role: username, password, schemas });
   }
   return logins;
 }

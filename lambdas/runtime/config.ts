@@ -2,7 +2,7 @@
 // Secrets Manager ARNs on AWS. Parsed once, validated with clear messages, no secret ever logged.
 import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
 import { callBudgetProblem, worstCaseCallMs, type CallingFunction } from '../payments/call-budget.ts';
-import { PIPELINE } from './settings.ts';
+import { isConsumerSchemaName, PIPELINE } from './settings.ts';
 
 export interface RuntimeConfig {
   readonly database: {
@@ -103,8 +103,8 @@ function consumerLogins(raw: string | undefined): ConsumerLoginConfig[] {
     const e = entry as { secretArn?: unknown; schemas?: unknown };
     const ok =
       typeof e === 'object' && e !== null && typeof e.secretArn === 'string' && e.secretArn !== '' &&
-      Array.isArray(e.schemas) && e.schemas.length > 0 && e.schemas.every((s) => typeof s === 'string' && /^[a-z_][a-z0-9_]{0,62}$/.test(s));
-    if (!ok) throw new ConfigError(`DB_CONSUMER_LOGINS[${i}] must be {"secretArn": "arn:…", "schemas": [lowercase identifiers, at least one]}`);
+      Array.isArray(e.schemas) && e.schemas.length > 0 && e.schemas.every((s) => typeof s === 'string' && isConsumerSchemaName(s));
+    if (!ok) throw new ConfigError(`DB_CONSUMER_LOGINS[${i}] must be {"secretArn": "arn:…", "schemas": [lowercase identifiers other than public and pg_*, at least one]}`);
     return { secretArn: e.secretArn as string, schemas: [...(e.schemas as string[])] };
   });
 }

@@ -14,15 +14,7 @@ import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import pg from 'pg';
 import { ConfigError, type RuntimeConfig } from './config.ts';
-import { forgetSecrets, getSecretString } from './secrets.ts';
-
-interface RdsSecret {
-  host?: string;
-  port?: number | string;
-  username: string;
-  password: string;
-  dbname?: string;
-}
+import { forgetSecrets, getSecretString, parseLoginSecret, type LoginSecret } from './secrets.ts';
 
 /** PostgreSQL's invalid_password: the server refused the password (or the user does not exist). */
 export const INVALID_PASSWORD = '28P01';
@@ -69,10 +61,28 @@ function hostOfUrl(url: string): string | undefined {
   }
 }
 
-async function readSecret(arn: string, config: RuntimeConfig): Promise<RdsSecret> {
-  const secret = JSON.parse(await getSecretString(arn, config.region)) as RdsSecret;
-  if (!secret.username || !secret.password) throw new ConfigError(`the database secret ${arn} lacks username or password`);
-  return secret;
+async function readSecret(arn: string, config: RuntimeConfig): Promise<LoginSecret> {
+  return parseLoginSecret(arn, await getSecretString(arn, config.region));
+}
+
+/**
+ * Every connection of ours resolves names in `public` first, whatever the role's settings: a libpq
+ * startup option (pg sends `options` in the startup packet), which outranks `ALTER ROLE … SET` and
+ * holds from the session's first statement. The role-level pin (runtime/migrations.ts
+ * provisionConsumerLogin) reaches NEW sessions only (and psql, an ops shell); this one holds for a
+ * session whatever was provisioned when. A constant: no input reaches it.
+ *
+ * Not through an RDS Proxy: it refuses the connection ("FATAL: Feature not supported: RDS Proxy
+ * currently doesn't support command-line options", psycopg/psycopg2#1577, stac-utils/pgstac#156).
+ * There the proxy's own `initQuery: 'SET search_path = public'` does the same for each connection it
+ * opens (docs/deploy.md "RDS Proxy"), and the role-level pin holds meanwhile.
+ */
+const SEARCH_PATH_OPTION = '-c search_path=public';
+const RDS_PROXY_HOST = /\.proxy-[a-z0-9]+\.[a-z0-9-]+\.rds\.amazonaws\.com(?:\.cn)?$/i;
+
+/** The startup `options` for a connection to `host`: the search-path pin, unless it is an RDS Proxy endpoint. */
+export function startupOptions(host: string | undefined): Pick<pg.ClientConfig, 'options'> {
+  return host !== undefined && RDS_PROXY_HOST.test(host) ? {} : { options: SEARCH_PATH_OPTION };
 }
 
 /** Client settings for the configured database; getPool adds the pool settings. */
@@ -83,7 +93,10 @@ export async function databaseClientConfig(config: RuntimeConfig): Promise<pg.Cl
     statement_timeout: db.statementTimeoutMs,
     application_name: db.applicationName,
   };
-  if (db.url) return { ...common, connectionString: db.url, ssl: sslOptions(config, hostOfUrl(db.url)) };
+  if (db.url) {
+    const host = hostOfUrl(db.url);
+    return { ...common, ...startupOptions(host), connectionString: db.url, ssl: sslOptions(config, host) };
+  }
   const arn = db.secretArn!;
   const secret = await readSecret(arn, config);
   // DB_HOST / DB_PORT / DB_NAME win over the secret: an RDS Proxy or cluster endpoint, or a secret
@@ -92,6 +105,7 @@ export async function databaseClientConfig(config: RuntimeConfig): Promise<pg.Cl
   if (!host) throw new ConfigError(`the database secret ${arn} has no host and DB_HOST is not set`);
   return {
     ...common,
+    ...startupOptions(host),
     host,
     port: db.port ?? Number(secret.port ?? 5432),
     user: secret.username,

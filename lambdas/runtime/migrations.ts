@@ -6,7 +6,7 @@ import { createHash, createHmac, pbkdf2Sync, randomBytes } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import pg from 'pg';
-import { PIPELINE } from './settings.ts';
+import { isConsumerSchemaName, PIPELINE, SQL_IDENTIFIER } from './settings.ts';
 
 export interface MigrationFile {
   readonly name: string;
@@ -36,7 +36,7 @@ export interface MigrateOptions {
   readonly statementTimeoutMs?: number;
   readonly lockTimeoutMs?: number;
   /** Set this password on APPLICATION_ROLE and let it log in (AWS: from the application secret). */
-  readonly applicationRolePassword?: string;
+  readonly applicationRolePassword?: Password;
   /**
    * Outcome consumers' own logins on this database (AWS: DB_CONSUMER_LOGINS): each role is created
    * if missing, may connect and create schemas, gets its password, and owns the schemas it names.
@@ -59,7 +59,7 @@ export interface MigrateOptions {
  */
 export interface ConsumerLogin {
   readonly role: string;
-  readonly password: string;
+  readonly password: Password;
   /**
    * The schemas its migrations create. One that already exists, made by the owner (a consumer that
    * migrated as the owner before it had a login), is handed over with its tables and sequences; one
@@ -68,8 +68,12 @@ export interface ConsumerLogin {
   readonly schemas: readonly string[];
 }
 
-/** A role or schema name: a lowercase identifier, never input that could reach SQL unquoted. */
-const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
+/**
+ * A password, or how to read it: a getter is called just before the role gets it, so that a
+ * rotation promoted while this run waited for the migration lock is not undone by a password read
+ * before (AWS: the migrate function re-reads the secret).
+ */
+export type Password = string | (() => Promise<string>);
 
 const LOCK_NOT_AVAILABLE = '55P03';
 const QUERY_CANCELED = '57014';
@@ -88,7 +92,7 @@ export function scramVerifier(password: string, salt: Buffer = randomBytes(16), 
 }
 
 /** Arbitrary but fixed: the advisory lock every migrator of this schema takes. */
-const MIGRATION_LOCK_KEY = 727_001_001;
+export const MIGRATION_LOCK_KEY = 727_001_001;
 const FILE_NAME = /^\d{3,}_[a-z0-9_]+\.sql$/;
 /** `schema_migrations` or `some_schema.schema_migrations`: an identifier, never input. */
 const TRACKING_TABLE = /^(?:([a-z_][a-z0-9_]{0,62})\.)?[a-z_][a-z0-9_]{0,62}$/;
@@ -192,7 +196,9 @@ function explain(error: unknown, statementTimeoutMs: number, lockTimeoutMs: numb
  * Give a role its password (as a SCRAM verifier) and LOGIN: the application role, and every
  * consumer login after provisionConsumerLogin made its role. `secret` names the secret in errors.
  */
-async function setRolePassword(client: pg.Client, role: string, password: string, secret: string): Promise<void> {
+async function setRolePassword(client: pg.Client, role: string, passwordOrGetter: Password, secret: string): Promise<void> {
+  // Read now: the window in which a rotation can be undone is this one statement.
+  const password = typeof passwordOrGetter === 'string' ? passwordOrGetter : await passwordOrGetter();
   if (password.length < 16) throw new MigrationError(`the ${role} password from the ${secret} secret is shorter than 16 characters`);
   // ALTER ROLE takes no bind parameters: format() quotes the name and the verifier on the server side.
   await client.query('BEGIN');
@@ -210,27 +216,30 @@ async function setRolePassword(client: pg.Client, role: string, password: string
 
 /**
  * An outcome consumer's role, in one transaction (names travel as settings, quoted by format()):
- *   1. the role, NOLOGIN until step 5, with no attribute beyond LOGIN (duplicate: fine, roles are
- *      cluster-wide and another database of the server may have made it; one with an attribute or
- *      a membership in any role is refused);
- *   2. CONNECT and CREATE on this database — its migrations create its schemas — and nothing on any
- *      pipeline table (it is granted none; the application role's default privileges name only
- *      charges_app);
+ *   1. the role, NOLOGIN until step 5, with no attribute beyond LOGIN. One that exists already is
+ *      refused if it has an attribute, a membership in any role, or any privilege outside its own
+ *      schemas — CREATE on (or ownership of) another database included: roles are cluster-wide, so
+ *      that is another pipeline's consumer of the same name, whose password this run would reset;
+ *   2. CONNECT and CREATE on this database — its migrations create its schemas; a schema it owns
+ *      beyond those it declares is refused on every run — and nothing on any pipeline table (it is
+ *      granted none; the application role's default privileges name only charges_app);
  *   3. the search path of the pipeline's own roles in this database pinned to public: a role that
  *      may create schemas could otherwise create one named after charges_app (or the owner), which
- *      "$user" puts first, and shadow payment_operations with a table of its own;
- *   4. its schemas: one the owner made earlier is handed over with its tables and sequences (the
- *      owner becomes a member of the role, without inheriting it, as ALTER … OWNER requires); one
- *      owned by another role is refused;
+ *      "$user" puts first, and shadow payment_operations with a table of its own (for NEW sessions:
+ *      the runtime's connections also pin it at start-up, runtime/database.ts);
+ *   4. its schemas: one the owner made earlier is handed over with its tables and sequences; one
+ *      owned by another role is refused. The owner is a member of the role (SET, as ALTER … OWNER
+ *      requires, and INHERIT, so that it still reads and migrates them: a rollback's notifier logs in
+ *      as the owner);
  *   5. its password and LOGIN (setRolePassword).
  */
 async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): Promise<void> {
   const problems: string[] = [];
-  if (!IDENTIFIER.test(login.role)) problems.push(`the consumer role must be a lowercase identifier, got ${JSON.stringify(login.role)}`);
+  if (!SQL_IDENTIFIER.test(login.role)) problems.push(`the consumer role must be a lowercase identifier, got ${JSON.stringify(login.role)}`);
   if (login.role === APPLICATION_ROLE) problems.push(`a consumer may not log in as the application role ${APPLICATION_ROLE}`);
   if (login.schemas.length === 0) problems.push(`the consumer role ${login.role} names no schema of its own`);
   for (const schema of login.schemas) {
-    if (!IDENTIFIER.test(schema) || schema === 'public' || schema.startsWith('pg_')) problems.push(`the consumer schema must be a lowercase identifier other than public and pg_*, got ${JSON.stringify(schema)}`);
+    if (!isConsumerSchemaName(schema)) problems.push(`the consumer schema must be a lowercase identifier other than public and pg_*, got ${JSON.stringify(schema)}`);
   }
   if (problems.length > 0) throw new MigrationError(`consumer login: ${problems.join('; ')}`);
   await client.query('BEGIN');
@@ -245,6 +254,10 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
       schema_name text;
       schema_owner text;
       relation record;
+      own_schemas text[] := string_to_array(current_setting('charges.consumer_schemas'), ',');
+      consumer_oid oid;
+      foreign_grants text;
+      stray_schemas text;
     BEGIN
       IF consumer = current_user THEN
         RAISE EXCEPTION 'the consumer role % is the login running the migrations', consumer;
@@ -253,23 +266,72 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
         EXECUTE format('CREATE ROLE %I NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION NOBYPASSRLS', consumer);
       EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
       END;
+      SELECT oid INTO consumer_oid FROM pg_roles WHERE rolname = consumer;
       -- A role of that name made some other way may carry more: refuse it rather than hand it a login.
       IF EXISTS (SELECT FROM pg_roles WHERE rolname = consumer AND (rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls))
          OR EXISTS (SELECT FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = consumer) THEN
         RAISE EXCEPTION 'the role % already exists with an attribute or a role membership: a consumer login has neither (drop or rename it)', consumer;
       END IF;
+      -- …or privileges: a role the owner made earlier with GRANT SELECT ON payment_operations would
+      -- keep reading it. Anything granted to it by name on a relation, column, function or schema
+      -- outside its own schemas, a default privilege naming it, or a database other than this one it
+      -- may create in (or owns): another pipeline's consumer of the same name (roles are cluster-wide).
+      -- (Indexes and TOAST tables follow their table; schemas the role owns are checked below.)
+      SELECT string_agg(what, ', ' ORDER BY what COLLATE "C") INTO foreign_grants FROM (
+        SELECT format('%s on %I.%I', string_agg(DISTINCT a.privilege_type, '/'), n.nspname, c.relname) AS what
+          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace CROSS JOIN LATERAL aclexplode(c.relacl) a
+         WHERE a.grantee = consumer_oid AND n.nspname <> ALL (own_schemas) AND n.nspowner <> consumer_oid GROUP BY n.nspname, c.relname
+        UNION ALL
+        SELECT format('%s on columns of %I.%I', string_agg(DISTINCT a.privilege_type, '/'), n.nspname, c.relname)
+          FROM pg_attribute t JOIN pg_class c ON c.oid = t.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace CROSS JOIN LATERAL aclexplode(t.attacl) a
+         WHERE a.grantee = consumer_oid AND n.nspname <> ALL (own_schemas) AND n.nspowner <> consumer_oid GROUP BY n.nspname, c.relname
+        UNION ALL
+        SELECT format('%s on function %I.%I', string_agg(DISTINCT a.privilege_type, '/'), n.nspname, p.proname)
+          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace CROSS JOIN LATERAL aclexplode(p.proacl) a
+         WHERE a.grantee = consumer_oid AND n.nspname <> ALL (own_schemas) AND n.nspowner <> consumer_oid GROUP BY n.nspname, p.proname
+        UNION ALL
+        SELECT format('ownership of %I.%I', n.nspname, c.relname)
+          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE c.relowner = consumer_oid AND n.nspname <> ALL (own_schemas) AND n.nspowner <> consumer_oid AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+        UNION ALL
+        SELECT format('%s on schema %I', string_agg(DISTINCT a.privilege_type, '/'), n.nspname)
+          FROM pg_namespace n CROSS JOIN LATERAL aclexplode(n.nspacl) a
+         WHERE a.grantee = consumer_oid AND n.nspname <> ALL (own_schemas) AND n.nspowner <> consumer_oid GROUP BY n.nspname
+        UNION ALL
+        SELECT format('default privileges %s', string_agg(DISTINCT a.privilege_type, '/'))
+          FROM pg_default_acl d CROSS JOIN LATERAL aclexplode(d.defaclacl) a WHERE a.grantee = consumer_oid HAVING count(*) > 0
+        UNION ALL
+        SELECT format('%s on database %I', CASE WHEN d.datdba = consumer_oid THEN 'ownership' ELSE 'CREATE' END, d.datname)
+          FROM pg_database d
+         WHERE d.datname <> current_database()
+           AND (d.datdba = consumer_oid OR EXISTS (SELECT FROM aclexplode(d.datacl) a WHERE a.grantee = consumer_oid AND a.privilege_type = 'CREATE'))
+      ) grants;
+      IF foreign_grants IS NOT NULL THEN
+        RAISE EXCEPTION 'the role % already holds % — a consumer login may use only its own schemas (%): it is another pipeline''s consumer or an older grant; revoke those, or give this consumer another role name (addConsumerDatabaseLogin''s role; the receipt notifier: -c receiptsDatabaseRole=…, docs/deploy.md)', consumer, foreign_grants, array_to_string(own_schemas, ', ');
+      END IF;
+      -- CREATE on the database lets it make any schema (and a trusted extension in one): those beyond
+      -- its declared ones are refused on every run, so that one it made is seen at the next deploy.
+      SELECT string_agg(format('%I', nspname), ', ' ORDER BY nspname) INTO stray_schemas
+        FROM pg_namespace WHERE nspowner = consumer_oid AND nspname <> ALL (own_schemas);
+      IF stray_schemas IS NOT NULL THEN
+        RAISE EXCEPTION 'the role % owns schemas beyond its own (%): % — drop them (as the owner: DROP SCHEMA … CASCADE) or declare them in its login', consumer, array_to_string(own_schemas, ', '), stray_schemas;
+      END IF;
       EXECUTE format('GRANT CONNECT, CREATE ON DATABASE %I TO %I', current_database(), consumer);
+      -- The owner keeps reading and migrating the consumer's schemas (INHERIT): a CloudFormation
+      -- rollback brings back a notifier that logs in as the owner, and the runbook queries them as
+      -- the owner. SET lets it hand a schema over (ALTER … OWNER TO needs it). Every run, so that a
+      -- membership an earlier version granted WITH INHERIT FALSE is mended.
+      EXECUTE format('GRANT %I TO %I WITH INHERIT TRUE, SET TRUE', consumer, current_user);
       IF EXISTS (SELECT FROM pg_roles WHERE rolname = current_setting('charges.application_role')) THEN
         EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = public', current_setting('charges.application_role'), current_database());
       END IF;
       EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = public', current_user, current_database());
-      FOREACH schema_name IN ARRAY string_to_array(current_setting('charges.consumer_schemas'), ',') LOOP
+      FOREACH schema_name IN ARRAY own_schemas LOOP
         SELECT pg_get_userbyid(nspowner) INTO schema_owner FROM pg_namespace WHERE nspname = schema_name;
         CONTINUE WHEN schema_owner IS NULL OR schema_owner = consumer;
         IF schema_owner <> current_user THEN
           RAISE EXCEPTION 'schema % belongs to %, not to the consumer role % (or to the owner, who would hand it over): two consumers never share a schema', schema_name, schema_owner, consumer;
         END IF;
-        EXECUTE format('GRANT %I TO %I WITH INHERIT FALSE, SET TRUE', consumer, current_user);
         -- A new table owner needs CREATE on the schema; the schema changes hands last, while the
         -- owner can still reach its tables. Tables first (indexes and owned sequences follow).
         EXECUTE format('GRANT USAGE, CREATE ON SCHEMA %I TO %I', schema_name, consumer);

@@ -8,7 +8,7 @@ import { EventBridgePublisher, type EventPublisher } from '../events/outbox.ts';
 import { createStripeClient, StripeGateway } from '../payments/stripe-gateway.ts';
 import { assertStripeConfigured, ConfigError, type RuntimeConfig } from './config.ts';
 import { CredentialRefreshingPool, databaseClientConfig, forgetDatabaseSecret } from './database.ts';
-import { forgetSecrets, getSecretString } from './secrets.ts';
+import { forgetSecrets, getSecretString, parseSecretJson } from './secrets.ts';
 
 export { getSecretString } from './secrets.ts';
 export { databaseClientConfig } from './database.ts';
@@ -52,7 +52,8 @@ export async function createConfiguredStripeClient(config: RuntimeConfig): Promi
   let apiKey = config.stripe.apiKey;
   if (!apiKey) {
     const raw = await getSecretString(config.stripe.secretArn!, config.region);
-    apiKey = raw.trim().startsWith('{') ? (JSON.parse(raw) as { apiKey?: string }).apiKey : raw.trim();
+    const value = raw.trim().startsWith('{') ? parseSecretJson(config.stripe.secretArn!, raw, '{"apiKey": "…"} or the key').apiKey : raw.trim();
+    apiKey = typeof value === 'string' ? value : undefined;
   }
   if (!apiKey) {
     if (config.stripe.secretArn) forgetSecrets(config.stripe.secretArn);

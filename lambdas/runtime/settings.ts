@@ -21,6 +21,14 @@ export const PIPELINE = {
   serviceName: 'charge-pipeline',
 } as const;
 
+/** A database role or schema name that SQL of ours names: a lowercase identifier, never input that could need quoting. */
+export const SQL_IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/** Whether `name` may be an outcome consumer's own schema: an identifier, not the pipeline's `public`, not the server's `pg_*`. */
+export function isConsumerSchemaName(name: string): boolean {
+  return SQL_IDENTIFIER.test(name) && name !== 'public' && !name.startsWith('pg_');
+}
+
 /** Metric names published as EMF (namespace PIPELINE.metricsNamespace, dimension service). Alarms use these. */
 export const METRICS = {
   // charge handler, counts per invocation

@@ -2,7 +2,7 @@
 // key, bus — is lambdas/runtime/config.ts, shared with every function). Validated with messages that
 // say what to change; no secret is ever logged.
 import { ConfigError } from '../runtime/config.ts';
-import { forgetSecrets, getSecretString } from '../runtime/secrets.ts';
+import { forgetSecrets, getSecretString, parseSecretJson } from '../runtime/secrets.ts';
 
 export interface StripeEventsConfig {
   /** Which door the function serves: a Function URL (webhook) or a partner-bus rule (eventbridge). */
@@ -68,7 +68,8 @@ export async function webhookSecret(config: StripeEventsConfig, region?: string)
     if (error instanceof ConfigError) return null;
     throw error;
   }
-  const value = raw.startsWith('{') ? ((JSON.parse(raw) as { secret?: string }).secret ?? '').trim() : raw;
+  const field = raw.startsWith('{') ? parseSecretJson(config.webhookSecretArn, raw, '{"secret": "whsec_…"} or the secret').secret : raw;
+  const value = typeof field === 'string' ? field.trim() : '';
   if (!value) {
     forgetSecrets(config.webhookSecretArn);
     return null;

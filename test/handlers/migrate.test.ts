@@ -9,7 +9,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
-import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, inject, it, vi } from 'vitest';
+import { MIGRATION_LOCK_KEY } from '../../lambdas/runtime/migrations.ts';
+import { describeError } from '../../lambdas/runtime/observability.ts';
 import { createDatabase } from '../../local/postgres.ts';
 import { databaseUrl } from '../support/db.ts';
 import { startFakeSecrets, type FakeSecrets } from '../support/fake-secrets.ts';
@@ -109,8 +111,10 @@ describe('migrate handler', () => {
 });
 
 describe('migrate handler: the outcome consumers\' logins (DB_CONSUMER_LOGINS)', () => {
-  const role = `receipts_mig_${Math.random().toString(16).slice(2, 10)}`;
-  const arn = `arn:aws:secretsmanager:eu-west-1:111111111111:secret:${role}-AbCdEf`;
+  // A role per test: each has a fresh database, and a role that may create in another one is refused.
+  const roles: string[] = [];
+  let role: string;
+  let arn: string;
   const secretOf = (password: string, username: string | null = role) => JSON.stringify({ ...(username ? { username } : {}), password, dbname: 'charges' });
   let secrets: FakeSecrets;
   const env = { ...process.env };
@@ -126,12 +130,15 @@ describe('migrate handler: the outcome consumers\' logins (DB_CONSUMER_LOGINS)',
     await admin.connect();
     try {
       for (const name of created.splice(0)) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await admin.query(`DROP ROLE IF EXISTS ${role}`);
+      for (const name of roles) await admin.query(`DROP ROLE IF EXISTS ${name}`);
     } finally {
       await admin.end();
     }
   });
   beforeEach(() => {
+    role = `receipts_mig_${Math.random().toString(16).slice(2, 10)}`;
+    roles.push(role);
+    arn = `arn:aws:secretsmanager:eu-west-1:111111111111:secret:${role}-AbCdEf`;
     process.env.DB_CONSUMER_LOGINS = JSON.stringify([{ secretArn: arn, schemas: ['outcome_consumer', 'receipts'] }]);
   });
 
@@ -156,17 +163,81 @@ describe('migrate handler: the outcome consumers\' logins (DB_CONSUMER_LOGINS)',
     secrets.put(arn, secretOf('rotated-password-000002'));
     const reads = secrets.reads(arn);
     await handler({}, lambdaContext(60_000, 'migrate'));
-    expect(secrets.reads(arn)).toBe(reads + 1);
+    expect(secrets.reads(arn)).toBe(reads + 2); // once to check it before any migration, once just before the password is set
     expect(await loginAs('rotated-password-000002')).toBe(role);
+  });
+
+  it('sets the password the secret holds when it sets it, not the one read before waiting for the migration lock (a rotation promoted meanwhile is kept)', async () => {
+    secrets.put(arn, secretOf('before-rotation-0000005'));
+    await handler({}, lambdaContext(60_000, 'migrate'));
+    // Another migrator holds the lock: this run reads the secret, then waits.
+    const locker = new pg.Client({ connectionString: url });
+    await locker.connect();
+    try {
+      await locker.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
+      const reads = secrets.reads(arn);
+      const run = handler({}, lambdaContext(60_000, 'migrate'));
+      for (;;) {
+        const waiting = await locker.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`);
+        if (waiting.rows[0]!.n > 0) break;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(secrets.reads(arn)).toBe(reads + 1);
+      // The rotation function, meanwhile: the new password in the database, then in the secret.
+      const admin = new pg.Client({ connectionString: url });
+      await admin.connect();
+      await admin.query(`ALTER ROLE ${role} PASSWORD 'after-rotation-00000006'`);
+      await admin.end();
+      secrets.put(arn, secretOf('after-rotation-00000006'));
+      await locker.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]);
+      await run;
+    } finally {
+      await locker.end();
+    }
+    expect(await loginAs('after-rotation-00000006')).toBe(role);
   });
 
   it('throws, failing the deploy, on a secret without a username or password, or one it cannot read', async () => {
     secrets.put(arn, secretOf('some-password-00000003', null));
-    await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/the consumer login secret .* must hold a username \(the role\) and a password/);
+    await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/the login secret .* must hold a username and a password/);
     process.env.DB_CONSUMER_LOGINS = JSON.stringify([{ secretArn: `${arn}-missing`, schemas: ['receipts'] }]);
     await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/can't find the specified secret/);
     process.env.DB_CONSUMER_LOGINS = 'not json';
     await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toMatchObject({ name: 'ConfigError', message: expect.stringMatching(/DB_CONSUMER_LOGINS/) });
+  });
+
+  it('names a secret that is not JSON by its ARN only: its text is in neither the error, its description nor the log line (each of the three login secrets)', async () => {
+    // Node 24's JSON.parse message would quote the first characters: `Unexpected token 'h', "hunter2-su"...`.
+    const password = 'hunter2-supersecret-0004';
+    const { logger } = await import('../../lambdas/migrate/handler.ts');
+    const logged = vi.spyOn(logger, 'error');
+    const cases: [string, Record<string, string | undefined>][] = [
+      ['consumer login', {}],
+      ['application', { DB_APP_SECRET_ARN: `${arn}-app` }],
+      ['database', { DB_SECRET_ARN: `${arn}-db`, DATABASE_URL: undefined, DB_HOST: '127.0.0.1' }],
+    ];
+    try {
+      for (const [label, vars] of cases) {
+        const saved = { ...process.env };
+        for (const [name, value] of Object.entries(vars)) {
+          if (value === undefined) delete process.env[name];
+          else process.env[name] = value;
+        }
+        const secretArn = vars.DB_SECRET_ARN ?? vars.DB_APP_SECRET_ARN ?? arn;
+        secrets.put(secretArn, password);
+        logged.mockClear();
+        const error = await handler({}, lambdaContext(60_000, 'migrate')).then(() => undefined, (e: unknown) => e as Error);
+        process.env = saved;
+        expect(error, label).toBeInstanceOf(Error);
+        expect(error!.message, label).toBe(`secret ${secretArn} is not JSON (it must be {"username": …, "password": …})`);
+        expect(logged, label).toHaveBeenCalledTimes(1);
+        const everything = JSON.stringify([error!.message, String(error!.stack), describeError(error), logged.mock.calls]);
+        expect(everything, label).toContain(secretArn);
+        expect(everything, label).not.toContain('hunter2');
+      }
+    } finally {
+      logged.mockRestore();
+    }
   });
 });
 

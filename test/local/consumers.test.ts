@@ -6,7 +6,7 @@
 //   at-most-once   no duplicate; one miss per ambiguous answer that came before the send
 import { inject } from 'vitest';
 import { describe, expect, it } from 'vitest';
-import { RECEIPTS_DATABASE_ROLE, RECEIPTS_SCHEMAS } from '../../lambdas/consumers/receipts/contract.ts';
+import { RECEIPTS_SCHEMAS } from '../../lambdas/consumers/receipts/contract.ts';
 import { startLocalConsumers } from '../../local/consumers.ts';
 import { buildWorkload, runWorkload } from '../../local/demo.ts';
 import { startPipeline } from '../../local/pipeline.ts';
@@ -57,10 +57,11 @@ describe('the receipt notifier on the local bus, once per policy', () => {
       expect(by.idempotent!.providerReplays).toBeGreaterThan(0);
       expect(by['at-most-once']).toMatchObject({ duplicateReceipts: 0, missedReceipts: f('at-most-once', 'error500BeforeCommit') });
       expect(by['at-most-once']!.inbox.abandoned).toBe(f('at-most-once', 'lostResponse') + f('at-most-once', 'error500AfterCommit') + f('at-most-once', 'error500BeforeCommit'));
-      // As deployed: the notifiers ran as their own role, which owns their schemas (it migrated them) and nothing else.
+      // As deployed: the notifiers ran as their own role (one per database), which owns their schemas (it migrated them) and nothing else.
+      expect(consumers.role).toMatch(/^receipt_notifier_[0-9a-f]{10}$/);
       const owners = await pipeline.db.query(`SELECT nspname, pg_get_userbyid(nspowner) AS owner FROM pg_namespace WHERE nspname = ANY($1) ORDER BY nspname`, [[...RECEIPTS_SCHEMAS]]);
-      expect(owners.rows).toEqual(RECEIPTS_SCHEMAS.map((nspname) => ({ nspname, owner: RECEIPTS_DATABASE_ROLE })));
-      const granted = await pipeline.db.query(`SELECT count(*)::int AS n FROM information_schema.role_table_grants WHERE grantee = $1 AND table_schema = 'public'`, [RECEIPTS_DATABASE_ROLE]);
+      expect(owners.rows).toEqual(RECEIPTS_SCHEMAS.map((nspname) => ({ nspname, owner: consumers.role })));
+      const granted = await pipeline.db.query(`SELECT count(*)::int AS n FROM information_schema.role_table_grants WHERE grantee = $1 AND table_schema = 'public'`, [consumers.role]);
       expect(granted.rows[0]).toEqual({ n: 0 });
     } finally {
       await consumers.stop();

@@ -25,6 +25,10 @@ const suffix = randomBytes(4).toString('hex');
 const OWNER = `owner_${suffix}`;
 const CONSUMER = `receipts_${suffix}`;
 const OTHER = `other_${suffix}`;
+// A role is one pipeline's consumer: a second database of the server gets a role of its own.
+const HANDOVER = `handover_${suffix}`;
+const GRANTED = `granted_${suffix}`;
+const RENAMED = `renamed_${suffix}`;
 const PASSWORDS = { owner: `owner-${randomBytes(12).toString('hex')}`, consumer: `cons-${randomBytes(12).toString('hex')}`, other: `other-${randomBytes(12).toString('hex')}` };
 const SCHEMAS = [...RECEIPTS_SCHEMAS];
 const databases: string[] = [];
@@ -40,6 +44,16 @@ function urlAs(database: string, user: string, password: string): string {
 
 async function asAdmin<T>(database: string, work: (client: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString: databaseUrl(database) });
+  await client.connect();
+  try {
+    return await work(client);
+  } finally {
+    await client.end();
+  }
+}
+
+async function asOwner<T>(ownerUrl: string, work: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: ownerUrl });
   await client.connect();
   try {
     return await work(client);
@@ -82,9 +96,21 @@ afterAll(async () => {
   await email?.close();
   await asAdmin('postgres', async (c) => {
     for (const name of databases) await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-    for (const role of [CONSUMER, OTHER, OWNER]) await c.query(`DROP ROLE IF EXISTS ${role}`);
+    for (const role of [CONSUMER, OTHER, HANDOVER, GRANTED, RENAMED, OWNER]) await c.query(`DROP ROLE IF EXISTS ${role}`);
   });
 });
+
+/** What the old notifier (logged in as the owner) does on start, and what the runbook does as the owner. */
+async function ownerStillWorks(ownerUrl: string): Promise<void> {
+  const again = await migrateConsumer(ownerUrl, receiptMigrations());
+  expect(again['receipts.schema_migrations']).toEqual({ applied: [], alreadyApplied: ['001_receipts.sql'] });
+  const owner = pool(ownerUrl);
+  await owner.query('SELECT count(*) FROM receipts.sent_receipts');
+  await owner.query('SELECT count(*) FROM outcome_consumer.inbox');
+  await owner.query('CREATE TABLE IF NOT EXISTS receipts.sent_receipts (event_id uuid)');
+  await owner.query('CREATE TABLE IF NOT EXISTS outcome_consumer.owner_probe (x int)');
+  await owner.query('DROP TABLE outcome_consumer.owner_probe');
+}
 
 it('names as the receipt notifier’s schemas (what the CDK login claims) exactly the schemas its migrations record in', () => {
   expect(receiptMigrations().map((set) => set.trackingTable.split('.')[0])).toEqual(SCHEMAS);
@@ -132,6 +158,10 @@ describe('a consumer login provisioned by the migrate run', () => {
     expect(inbox.rows).toEqual([{ state: 'done' }]);
   });
 
+  it('leaves the owner able to read and migrate the consumer’s schemas (a rollback brings back a notifier that logs in as the owner; the runbook queries them as the owner)', async () => {
+    await ownerStillWorks(db.ownerUrl);
+  });
+
   it('is refused every pipeline table: no SELECT on any, no INSERT into the outbox, no UPDATE, DELETE or TRUNCATE', async () => {
     const tables = await asAdmin(db.name, (c) => c.query<{ tablename: string }>(`SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`));
     const names = tables.rows.map((r) => r.tablename);
@@ -177,6 +207,20 @@ describe('a consumer login provisioned by the migrate run', () => {
       ),
     );
     expect(settings.rows).toEqual(expect.arrayContaining([{ role: APPLICATION_ROLE, config: ['search_path=public'] }, { role: OWNER, config: ['search_path=public'] }]));
+    await consumer.query(`DROP SCHEMA ${OWNER} CASCADE`);
+  });
+
+  it('refuses, on the next provisioning run, a schema the consumer made beyond its own (CREATE on the database lets it make any), naming it', async () => {
+    await consumer.query('CREATE SCHEMA stray_one');
+    await consumer.query('CREATE TABLE stray_one.t (x int)');
+    try {
+      await expect(migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login()] })).rejects.toThrow(
+        new RegExp(`the role ${CONSUMER} owns schemas beyond its own \\(outcome_consumer, receipts\\): stray_one — drop them`),
+      );
+    } finally {
+      await consumer.query('DROP SCHEMA stray_one CASCADE');
+    }
+    await migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login()] });
   });
 
   it('is provisioned again harmlessly by the next deploy, with the secret’s current password (a rotation)', async () => {
@@ -208,6 +252,37 @@ describe('a consumer login provisioned by the migrate run', () => {
     }
   });
 
+  it('refuses an existing role that holds a privilege outside its schemas (the owner granted it SELECT on payment_operations), naming the grant', async () => {
+    const owner = pool(db.ownerUrl);
+    await owner.query(`CREATE ROLE ${GRANTED} NOLOGIN`);
+    await owner.query(`GRANT SELECT ON payment_operations TO ${GRANTED}`);
+    await owner.query(`GRANT UPDATE (status) ON payment_operations TO ${GRANTED}`);
+    await owner.query(`ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO ${GRANTED}`);
+    await owner.query(`CREATE FUNCTION public.granted_probe() RETURNS int LANGUAGE sql SECURITY DEFINER AS 'SELECT count(*)::int FROM payment_operations'`);
+    await owner.query(`GRANT EXECUTE ON FUNCTION public.granted_probe() TO ${GRANTED}`);
+    const run = migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login({ role: GRANTED, schemas: ['granted_own'] })] });
+    await expect(run).rejects.toThrow(MigrationError);
+    await expect(run).rejects.toThrow(
+      new RegExp(`the role ${GRANTED} already holds EXECUTE on function public\\.granted_probe, SELECT on public\\.payment_operations, UPDATE on columns of public\\.payment_operations, default privileges SELECT — a consumer login may use only its own schemas \\(granted_own\\)`),
+    );
+    // Nothing of the run stayed: no login, no CREATE on the database.
+    const role = await owner.query(`SELECT rolcanlogin, has_database_privilege($1, current_database(), 'CREATE') AS can_create FROM pg_roles WHERE rolname = $1`, [GRANTED]);
+    expect(role.rows).toEqual([{ rolcanlogin: false, can_create: false }]);
+    await owner.query(`ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE SELECT ON TABLES FROM ${GRANTED}`);
+    await owner.query(`REVOKE ALL ON payment_operations FROM ${GRANTED}`);
+    await owner.query('DROP FUNCTION public.granted_probe()');
+    await expect(migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login({ role: GRANTED, schemas: ['granted_own'] })] })).resolves.toBeDefined();
+  });
+
+  it('refuses the role on a second database of the server (two pipelines, one role name): naming the other database, never resetting its password', async () => {
+    const second = await ownedDatabase('consumer_second');
+    const run = migrate(second.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login({ password: PASSWORDS.other })] });
+    await expect(run).rejects.toThrow(new RegExp(`the role ${CONSUMER} already holds CREATE on database ${db.name} .*give this consumer another role name`));
+    // The first pipeline's consumer still logs in with its own password.
+    const { rows } = await pool(urlAs(db.name, CONSUMER, PASSWORDS.consumer)).query<{ user: string }>('SELECT current_user AS user');
+    expect(rows[0]!.user).toBe(CONSUMER);
+  });
+
   it.each([
     ['the application role', login({ role: APPLICATION_ROLE }), /may not log in as the application role/],
     ['the owner itself', login({ role: OWNER }), /is the login running the migrations/],
@@ -221,12 +296,12 @@ describe('a consumer login provisioned by the migrate run', () => {
 });
 
 describe('a consumer that migrated as the owner before it had a login', () => {
-  it('gets its schemas handed over, with their tables: its migrations are already applied and its inbox works', async () => {
+  it('gets its schemas handed over, with their tables: its migrations are already applied and its inbox works; and renamed the documented way', async () => {
     const db = await ownedDatabase('consumer_handover');
     await migrate(db.ownerUrl, await loadMigrations('migrations'));
     await migrateConsumer(db.ownerUrl, receiptMigrations()); // the old way: as the owner, on start
-    await migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login()] });
-    const consumerUrl = urlAs(db.name, CONSUMER, PASSWORDS.consumer);
+    await migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login({ role: HANDOVER })] });
+    const consumerUrl = urlAs(db.name, HANDOVER, PASSWORDS.consumer);
     const again = await migrateConsumer(consumerUrl, receiptMigrations());
     expect(again['outcome_consumer.schema_migrations']).toEqual({ applied: [], alreadyApplied: ['001_consumer_inbox.sql'] });
     const owners = await asAdmin(db.name, (c) =>
@@ -235,9 +310,22 @@ describe('a consumer that migrated as the owner before it had a login', () => {
         [SCHEMAS],
       ),
     );
-    expect(owners.rows).toEqual([{ owner: CONSUMER }]);
+    expect(owners.rows).toEqual([{ owner: HANDOVER }]);
+    await ownerStillWorks(db.ownerUrl);
     const consumer = pool(consumerUrl);
     await consumer.query(`INSERT INTO outcome_consumer.poison_events (consumer, message_id, reason, body) VALUES ('receipts', 'm-1', 'test', '{}')`);
     await expect(consumer.query('SELECT * FROM payment_operations')).rejects.toThrow(/permission denied for table payment_operations/);
+
+    // Renaming the role, as docs/deploy.md "Renaming a consumer role" says: back to the owner, deploy with the new name, drop the old.
+    await asOwner(db.ownerUrl, (c) => c.query(`REASSIGN OWNED BY ${HANDOVER} TO CURRENT_USER`));
+    await migrate(db.ownerUrl, await loadMigrations('migrations'), () => {}, { consumerLogins: [login({ role: RENAMED })] });
+    await asOwner(db.ownerUrl, async (c) => {
+      await c.query(`DROP OWNED BY ${HANDOVER}`);
+      await c.query(`DROP ROLE ${HANDOVER}`);
+    });
+    const renamed = await migrateConsumer(urlAs(db.name, RENAMED, PASSWORDS.consumer), receiptMigrations());
+    expect(renamed['receipts.schema_migrations']).toEqual({ applied: [], alreadyApplied: ['001_receipts.sql'] });
+    const poison = await pool(urlAs(db.name, RENAMED, PASSWORDS.consumer)).query('SELECT message_id FROM outcome_consumer.poison_events');
+    expect(poison.rows).toEqual([{ message_id: 'm-1' }]);
   });
 });

@@ -10,7 +10,8 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ChargeEngine } from '../../lambdas/payments/engine.ts';
-import { CredentialRefreshingPool, INVALID_PASSWORD } from '../../lambdas/runtime/database.ts';
+import { CredentialRefreshingPool, databaseClientConfig, INVALID_PASSWORD, startupOptions } from '../../lambdas/runtime/database.ts';
+import { loadConfig } from '../../lambdas/runtime/config.ts';
 import { APPLICATION_ROLE, loadMigrations, migrate, MigrationError, scramVerifier, type MigrationFile } from '../../lambdas/runtime/migrations.ts';
 import { runReconcile } from '../../lambdas/reconcile/sweep.ts';
 import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
@@ -96,6 +97,43 @@ describe('the application role', () => {
     ['create a function', 'CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$', /permission denied for schema public/],
   ])('cannot %s', async (_label, sql, error) => {
     await expect(app.query(sql)).rejects.toThrow(error);
+  });
+});
+
+describe('the runtime pool\'s search path', () => {
+  it('is public for every connection as charges_app, whatever the role says: unpinned, reset, or set to another schema', async () => {
+    const runtime = loadConfig({ DATABASE_URL: appUrl, STRIPE_SECRET_KEY: 'sk_test_search_path' });
+    const pinned = new CredentialRefreshingPool({ ...(await databaseClientConfig(runtime)), max: 1 }, () => {});
+    const owner = new pg.Client({ connectionString: ownerUrl });
+    await owner.connect();
+    const path = async (pool: pg.Pool) => (await pool.query<{ search_path: string }>('SHOW search_path')).rows[0]!.search_path;
+    try {
+      // Without a pin (this database provisioned no consumer login), a plain connection has the default.
+      expect(await path(app)).toBe('"$user", public');
+      expect(await path(pinned)).toBe('public');
+      await owner.query(`ALTER ROLE ${APPLICATION_ROLE} IN DATABASE ${name} SET search_path = public`);
+      await owner.query(`ALTER ROLE ${APPLICATION_ROLE} IN DATABASE ${name} RESET search_path`);
+      await owner.query(`ALTER ROLE ${APPLICATION_ROLE} IN DATABASE ${name} SET search_path = "$user", pg_temp, public`);
+      await pinned.end();
+      const fresh = new CredentialRefreshingPool({ ...(await databaseClientConfig(runtime)), max: 1 }, () => {});
+      try {
+        expect(await path(fresh)).toBe('public');
+        const { rows } = await fresh.query<{ user: string }>('SELECT current_user AS user');
+        expect(rows[0]!.user).toBe(APPLICATION_ROLE);
+      } finally {
+        await fresh.end();
+      }
+    } finally {
+      await owner.query(`ALTER ROLE ${APPLICATION_ROLE} IN DATABASE ${name} RESET search_path`).catch(() => {});
+      await owner.end();
+    }
+  });
+  it('is not sent to an RDS Proxy endpoint, which refuses command-line options (its initQuery pins it there, docs/deploy.md)', () => {
+    expect(startupOptions('charges.proxy-abc123def456.eu-west-1.rds.amazonaws.com')).toEqual({});
+    expect(startupOptions('charges.proxy-abc123def456.cn-north-1.rds.amazonaws.com.cn')).toEqual({});
+    for (const host of ['charges.abc123def456.eu-west-1.rds.amazonaws.com', 'charges.cluster-abc123def456.eu-west-1.rds.amazonaws.com', '127.0.0.1', undefined]) {
+      expect(startupOptions(host), String(host)).toEqual({ options: '-c search_path=public' });
+    }
   });
 });
 
