@@ -2,7 +2,6 @@
 // -c receiptNotifier=true): queue + DLQ, a rule on the pipeline's bus with the consumer's pattern,
 // the function with a partial-batch event source, the alarms of CONSUMER_ALARM_CATALOG, and
 // cdk-nag AwsSolutions clean.
-import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import * as cdk from 'aws-cdk-lib';
@@ -19,6 +18,7 @@ import { ChargePipelineStack, stackNameFor } from '../../lib/charge-pipeline-sta
 import { DeploymentSettingsError, settingsFromContext } from '../../lib/config.ts';
 import { addReceiptNotifier, OutcomeConsumer, receiptNotifierFromContext } from '../../lib/outcome-consumer.ts';
 import { PROJECT_ROOT } from '../../lib/pipeline-function.ts';
+import { CFN_LINT_VERSION, cfnLintErrors } from '../support/cfn-lint.ts';
 import { asArray, type CfnResource, dependsOn, logicalId, newApp, ofType, policyStatements, removeSynthOutput } from './support.ts';
 
 afterAll(removeSynthOutput);
@@ -35,14 +35,6 @@ function synthApp(context: Record<string, unknown>, builtinValidation = false) {
 }
 
 // CloudFormation's own validation on: it is what refused an empty SecretString in a real synth.
-/** cfn-lint's version, or null when it is not installed (pip install cfn-lint). */
-const CFN_LINT_VERSION = (() => {
-  try {
-    return execFileSync('cfn-lint', ['--version'], { encoding: 'utf8' }).trim();
-  } catch {
-    return null;
-  }
-})();
 const withReceipts = synthApp({ receiptNotifier: 'true', receiptsEmailApiBase: 'https://api.resend.com' }, true);
 const consumer = withReceipts.notifier!.consumer;
 const props = (construct: Parameters<typeof logicalId>[0]) => withReceipts.resources[logicalId(construct)]!.Properties!;
@@ -250,14 +242,7 @@ describe('the receipt notifier’s database login', () => {
     const version = CFN_LINT_VERSION!;
     const file = path.join(withReceipts.app.outdir, withReceipts.stack.templateFile);
     expect(readFileSync(file, 'utf8')).toContain('receipt_notifier');
-    let output: string;
-    try {
-      output = execFileSync('cfn-lint', ['--format', 'json', file], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
-    } catch (error) {
-      output = (error as { stdout: string }).stdout; // exit code bits: 2 = error, 4 = warning, 8 = informational
-    }
-    const matches = JSON.parse(output) as { Level: string; Rule: { Id: string }; Message: string }[];
-    expect(matches.filter((m) => m.Level === 'Error').map((m) => `${m.Rule.Id}: ${m.Message}`), version).toEqual([]);
+    expect(cfnLintErrors(file), version).toEqual([]);
   }, 120_000);
 
   it('refuses a second login on one of its schemas, the pipeline’s own roles and the public schema', () => {

@@ -2,19 +2,20 @@
 // function), installed into a fresh CDK app in a temporary folder outside this repository, used from
 // plain JavaScript (examples/embedding/app.mjs: two pipelines in one stack, cdk-nag on), synthesized
 // with `node app.mjs`. Then: no duplicate physical names, every alarm on its own instance's metrics,
-// cfn-lint without errors (skipped, saying so, where cfn-lint is not installed), cdk-nag clean.
+// cfn-lint without errors (reported as skipped where cfn-lint is not installed), cdk-nag clean.
 //
 // Installing: `npm install --offline --legacy-peer-deps <tarball>` installs the package itself (it
 // has no dependencies: the Lambda code is bundled); its peer dependencies aws-cdk-lib and constructs,
 // and cdk-nag for the app, are linked from this project's node_modules, so the test needs neither the
 // registry nor a populated npm cache.
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PIPELINE } from '../../lambdas/runtime/settings.ts';
+import { CFN_LINT_VERSION, cfnLintErrors } from '../support/cfn-lint.ts';
 import { PIPELINE_HANDLERS, PROJECT_ROOT } from '../../lib/pipeline-function.ts';
 
 const run = promisify(execFile);
@@ -135,22 +136,7 @@ describe('the npm package', () => {
     expect(result.output).toMatch(/AwsSolutions-IAM4\[Policy::arn:<AWS::Partition>:iam::aws:policy\/AdministratorAccess\]/);
   }, 60_000);
 
-  it('passes cfn-lint without an error', () => {
-    let version: string;
-    try {
-      version = execFileSync('cfn-lint', ['--version'], { encoding: 'utf8' }).trim();
-    } catch {
-      console.log('cfn-lint is not installed (pip install cfn-lint): the cfn-lint check of the packed template is skipped');
-      return;
-    }
-    let output: string;
-    try {
-      output = execFileSync('cfn-lint', ['--format', 'json', path.join(outdir, 'Payments.template.json')], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
-    } catch (error) {
-      // exit code bits: 2 = error, 4 = warning, 8 = informational; the JSON is on stdout either way
-      output = (error as { stdout: string }).stdout;
-    }
-    const matches = JSON.parse(output) as { Level: string; Rule: { Id: string }; Message: string }[];
-    expect(matches.filter((m) => m.Level === 'Error').map((m) => `${m.Rule.Id}: ${m.Message}`), version).toEqual([]);
+  it.skipIf(!CFN_LINT_VERSION)('passes cfn-lint without an error', () => {
+    expect(cfnLintErrors(path.join(outdir, 'Payments.template.json')), CFN_LINT_VERSION!).toEqual([]);
   }, 60_000);
 });
