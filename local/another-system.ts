@@ -1,6 +1,10 @@
 // "Another system" holding a key to the same Stripe account: it charges an order a second time behind
-// the pipeline's back — its own idempotency key (`another-system:<order>`), the order's metadata
-// (operation_id, order_id, key_generation 0) — as a second integration's double send would. Only
+// the pipeline's back — its own idempotency key (`another-system:<order>`), the metadata the pipeline
+// sends for the operation (operation_id, order_id, and the operation's CURRENT key_generation) — as a
+// second integration's double send would. (It wrote key_generation 0 until 2026-12-01: when the chosen
+// order's charge had been re-issued to generation 1 by the List step, the stray looked like our own
+// generation-0 attempt succeeding after the re-issue, and the checker rightly called that an
+// `unsafe_reissue` — of a re-issue the pipeline never made unsafe; test/local/pipeline-chaos failed on it once.) Only
 // Stripe's events tell the product (a contradiction: the charge operation holds another
 // PaymentIntent), and the duplicate-charge remedy refunds it. The demo and the soak drive the remedy
 // end to end with it.
@@ -31,15 +35,15 @@ export class AnotherSystem {
    */
   async chargeAgain(db: Db, orderIds: readonly string[]): Promise<ChargedAgain[]> {
     if (orderIds.length === 0) return [];
-    const { rows } = await db.query<{ id: string; order_id: string; amount: string; currency: string; customer_id: string; payment_method: string }>(
-      `SELECT id::text, order_id, amount::text, currency, customer_id, payment_method FROM payment_operations WHERE kind = 'charge' AND status = 'succeeded' AND order_id = ANY($1::text[])`,
+    const { rows } = await db.query<{ id: string; order_id: string; amount: string; currency: string; customer_id: string; payment_method: string; key_generation: number }>(
+      `SELECT id::text, order_id, amount::text, currency, customer_id, payment_method, key_generation FROM payment_operations WHERE kind = 'charge' AND status = 'succeeded' AND order_id = ANY($1::text[])`,
       [[...orderIds]],
     );
     const charged: ChargedAgain[] = [];
     for (const op of rows) {
       const paymentIntent = await this.#stripe.paymentIntents
         .create(
-          { amount: Number(op.amount), currency: op.currency, customer: op.customer_id, payment_method: op.payment_method, confirm: true, off_session: true, metadata: { operation_id: op.id, order_id: op.order_id, key_generation: '0' } },
+          { amount: Number(op.amount), currency: op.currency, customer: op.customer_id, payment_method: op.payment_method, confirm: true, off_session: true, metadata: { operation_id: op.id, order_id: op.order_id, key_generation: String(op.key_generation) } },
           { idempotencyKey: `${ANOTHER_SYSTEM_KEY_PREFIX}${op.order_id}` },
         )
         .catch(() => null);

@@ -13,6 +13,7 @@ import type { ChargeInput, Operation, PaymentIntentView } from '../lambdas/payme
 import { runOps } from '../lambdas/ops/commands.ts';
 import { render } from '../lambdas/ops/render.ts';
 import { StripePaymentIntentLookup } from '../lambdas/ops/stripe-lookup.ts';
+import { AnotherSystem } from '../local/another-system.ts';
 import { checkInvariants } from '../local/invariants.ts';
 import { collectGauges } from '../lambdas/reconcile/gauges.ts';
 import type { PaymentIntentRecord } from '../local/fake-stripe/types.ts';
@@ -194,6 +195,24 @@ describe('evidence from the List step', () => {
     // The re-issue stays flagged as unsafe (the planted late charge says its proof was wrong); the
     // net amount charged — what the remedy restores — is the amount asked.
     await expectRemedied(input, id, late.id, ['unsafe_reissue']);
+  });
+
+  it("local/another-system (the demo's and the soak's double sender) names the operation's current key generation: a re-issued order charged again behind our back is a duplicate the remedy refunds, not an unsafe re-issue", async () => {
+    const input = order();
+    const id = await engine().requestCharge(input);
+    stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'error_500_before_commit');
+    await driveUntil(id, (r) => r.key_generation === 1);
+    await driveUntil(id, (r) => r.status === 'succeeded');
+    const [again] = await new AnotherSystem(stripe.fake.url, { maxNetworkRetries: 0, timeoutMs: 5_000 }).chargeAgain(db.pool, [input.orderId]);
+    expect(again!.paymentIntent).toMatchObject({ status: 'succeeded', metadata: { operation_id: id, key_generation: '1' } });
+    // With key_generation 0 (the driver before 2026-12-01) this read as our own generation-0 attempt
+    // succeeding after the re-issue: unsafe_reissue (test/local/pipeline-chaos failed on it once).
+    const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), refunds: stripe.fake.refunds(), orderIds: [input.orderId] });
+    expect(report.violations.map((v) => v.kind).sort()).toEqual(['double_charge', 'net_amount']); // not yet remedied: charged twice
+    expect(await deliver(stripe.fake.paymentIntents({ operationId: id }).find((p) => p.id === again!.paymentIntent!.id)!)).toMatchObject({ applied: { outcome: 'contradiction' } });
+    const [refund] = await refundOps(input.orderId);
+    await sweepRefund(refund.id);
+    await expectRemedied(input, id, again!.paymentIntent!.id);
   });
 
   it('judgeListedCharges (and judgeDuplicateCharge under it): the current generation is kept, then the highest below it, a tie by id; anything not certainly a charge of this operation is for a human', () => {
