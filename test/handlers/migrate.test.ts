@@ -14,7 +14,7 @@ import { MIGRATION_LOCK_KEY } from '../../lambdas/runtime/migrations.ts';
 import { describeError } from '../../lambdas/runtime/observability.ts';
 import { createDatabase } from '../../local/postgres.ts';
 import { databaseUrl } from '../support/db.ts';
-import { startFakeSecrets, type FakeSecrets } from '../support/fake-secrets.ts';
+import { useFakeSecrets } from '../support/fake-secrets.ts';
 import { lambdaContext } from '../support/sqs-event.ts';
 
 type MigrateHandler = (event: unknown, context: unknown) => Promise<{ applied: string[]; alreadyApplied: string[]; migrationsDir: string }>;
@@ -116,16 +116,9 @@ describe('migrate handler: the outcome consumers\' logins (DB_CONSUMER_LOGINS)',
   let role: string;
   let arn: string;
   const secretOf = (password: string, username: string | null = role) => JSON.stringify({ ...(username ? { username } : {}), password, dbname: 'charges' });
-  let secrets: FakeSecrets;
-  const env = { ...process.env };
-  beforeAll(async () => {
-    secrets = await startFakeSecrets();
-    // The real SDK against the fake endpoint (the SDK signs; the fake does not check).
-    Object.assign(process.env, { AWS_ENDPOINT_URL_SECRETS_MANAGER: secrets.url, AWS_REGION: 'eu-west-1', AWS_ACCESS_KEY_ID: 'AKIDEXAMPLE', AWS_SECRET_ACCESS_KEY: 'secret-example' });
-  });
+  // The real SDK against the fake endpoint (the SDK signs; the fake does not check).
+  const fakeSecrets = useFakeSecrets();
   afterAll(async () => {
-    process.env = env;
-    await secrets?.close();
     const admin = new pg.Client({ connectionString: inject('pgAdminUrl') });
     await admin.connect();
     try {
@@ -156,39 +149,39 @@ describe('migrate handler: the outcome consumers\' logins (DB_CONSUMER_LOGINS)',
   };
 
   it('creates each role from its secret and sets the password the secret holds — read afresh on every run, so a rotation since a warm container\'s last run is not undone', async () => {
-    secrets.put(arn, secretOf('first-password-0000001'));
+    fakeSecrets().put(arn, secretOf('first-password-0000001'));
     await handler({}, lambdaContext(60_000, 'migrate'));
     expect(await loginAs('first-password-0000001')).toBe(role);
     // The rotation function changes the password in the database, then in the secret; the next deploy's migrate must set the new one.
-    secrets.put(arn, secretOf('rotated-password-000002'));
-    const reads = secrets.reads(arn);
+    fakeSecrets().put(arn, secretOf('rotated-password-000002'));
+    const reads = fakeSecrets().reads(arn);
     await handler({}, lambdaContext(60_000, 'migrate'));
-    expect(secrets.reads(arn)).toBe(reads + 2); // once to check it before any migration, once just before the password is set
+    expect(fakeSecrets().reads(arn)).toBe(reads + 2); // once to check it before any migration, once just before the password is set
     expect(await loginAs('rotated-password-000002')).toBe(role);
   });
 
   it('sets the password the secret holds when it sets it, not the one read before waiting for the migration lock (a rotation promoted meanwhile is kept)', async () => {
-    secrets.put(arn, secretOf('before-rotation-0000005'));
+    fakeSecrets().put(arn, secretOf('before-rotation-0000005'));
     await handler({}, lambdaContext(60_000, 'migrate'));
     // Another migrator holds the lock: this run reads the secret, then waits.
     const locker = new pg.Client({ connectionString: url });
     await locker.connect();
     try {
       await locker.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
-      const reads = secrets.reads(arn);
+      const reads = fakeSecrets().reads(arn);
       const run = handler({}, lambdaContext(60_000, 'migrate'));
       for (;;) {
         const waiting = await locker.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`);
         if (waiting.rows[0]!.n > 0) break;
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
-      expect(secrets.reads(arn)).toBe(reads + 1);
+      expect(fakeSecrets().reads(arn)).toBe(reads + 1);
       // The rotation function, meanwhile: the new password in the database, then in the secret.
       const admin = new pg.Client({ connectionString: url });
       await admin.connect();
       await admin.query(`ALTER ROLE ${role} PASSWORD 'after-rotation-00000006'`);
       await admin.end();
-      secrets.put(arn, secretOf('after-rotation-00000006'));
+      fakeSecrets().put(arn, secretOf('after-rotation-00000006'));
       await locker.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]);
       await run;
     } finally {
@@ -198,7 +191,7 @@ describe('migrate handler: the outcome consumers\' logins (DB_CONSUMER_LOGINS)',
   });
 
   it('throws, failing the deploy, on a secret without a username or password, or one it cannot read', async () => {
-    secrets.put(arn, secretOf('some-password-00000003', null));
+    fakeSecrets().put(arn, secretOf('some-password-00000003', null));
     await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/the login secret .* must hold a username and a password/);
     process.env.DB_CONSUMER_LOGINS = JSON.stringify([{ secretArn: `${arn}-missing`, schemas: ['receipts'] }]);
     await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/can't find the specified secret/);
@@ -224,7 +217,7 @@ describe('migrate handler: the outcome consumers\' logins (DB_CONSUMER_LOGINS)',
           else process.env[name] = value;
         }
         const secretArn = vars.DB_SECRET_ARN ?? vars.DB_APP_SECRET_ARN ?? arn;
-        secrets.put(secretArn, password);
+        fakeSecrets().put(secretArn, password);
         logged.mockClear();
         const error = await handler({}, lambdaContext(60_000, 'migrate')).then(() => undefined, (e: unknown) => e as Error);
         process.env = saved;

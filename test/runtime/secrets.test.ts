@@ -2,26 +2,16 @@
 // text near the error (`Unexpected token 's', ..."apiKey": sk_live_ab"... is not valid JSON`), and
 // describeError would carry it to the logs. The real SDK against the fake Secrets Manager endpoint.
 // (The login secrets, through the migrate handler: test/handlers/migrate.test.ts.)
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../lambdas/runtime/config.ts';
 import { describeError } from '../../lambdas/runtime/observability.ts';
 import { createConfiguredStripeClient } from '../../lambdas/runtime/resources.ts';
 import { forgetSecrets, parseLoginSecret, parseSecretJson } from '../../lambdas/runtime/secrets.ts';
 import { webhookSecret, type StripeEventsConfig } from '../../lambdas/stripe-events/config.ts';
-import { startFakeSecrets, type FakeSecrets } from '../support/fake-secrets.ts';
+import { useFakeSecrets } from '../support/fake-secrets.ts';
 
 const ARN = 'arn:aws:secretsmanager:eu-west-1:111111111111:secret:charges-stripe-AbCdEf';
-let secrets: FakeSecrets;
-const env = { ...process.env };
-
-beforeAll(async () => {
-  secrets = await startFakeSecrets();
-  Object.assign(process.env, { AWS_ENDPOINT_URL_SECRETS_MANAGER: secrets.url, AWS_REGION: 'eu-west-1', AWS_ACCESS_KEY_ID: 'AKIDEXAMPLE', AWS_SECRET_ACCESS_KEY: 'secret-example' });
-});
-afterAll(async () => {
-  process.env = env;
-  await secrets?.close();
-});
+const fakeSecrets = useFakeSecrets();
 
 /** What a caller would log of the error: its message, its stack and describeError's fields. */
 const everything = (error: unknown) => JSON.stringify([(error as Error).message, String((error as Error).stack), describeError(error)]);
@@ -43,7 +33,7 @@ describe('a secret that is not JSON', () => {
   });
 
   it('the Stripe key secret (JSON {"apiKey": …} or the key): refused naming the ARN, the key not quoted', async () => {
-    secrets.put(ARN, '{"apiKey": sk_live_abcdef123}');
+    fakeSecrets().put(ARN, '{"apiKey": sk_live_abcdef123}');
     forgetSecrets();
     const config = loadConfig({ DATABASE_URL: 'postgres://localhost/x', STRIPE_SECRET_ARN: ARN, AWS_REGION: 'eu-west-1' });
     const error = await createConfiguredStripeClient(config).then(() => undefined, (e: unknown) => e);
@@ -52,14 +42,14 @@ describe('a secret that is not JSON', () => {
   });
 
   it('the webhook signing secret (JSON {"secret": …} or the secret): refused naming the ARN, the secret not quoted', async () => {
-    secrets.put(ARN, '{"secret": whsec_abcdef123}');
+    fakeSecrets().put(ARN, '{"secret": whsec_abcdef123}');
     forgetSecrets();
     const config = { webhookSecret: undefined, webhookSecretArn: ARN } as unknown as StripeEventsConfig;
     const error = await webhookSecret(config, 'eu-west-1').then(() => undefined, (e: unknown) => e);
     expect(error).toMatchObject({ name: 'ConfigError', message: `secret ${ARN} is not JSON (it must be {"secret": "whsec_…"} or the secret)` });
     expect(everything(error)).not.toContain('whsec_abc');
     // …and the well-formed shapes still read.
-    secrets.put(ARN, '{"secret": "whsec_abcdef123"}');
+    fakeSecrets().put(ARN, '{"secret": "whsec_abcdef123"}');
     forgetSecrets();
     expect(await webhookSecret(config, 'eu-west-1')).toBe('whsec_abcdef123');
   });

@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll } from 'vitest';
 
 export interface FakeSecrets {
   readonly url: string;
@@ -54,5 +55,27 @@ export async function startFakeSecrets(): Promise<FakeSecrets> {
     },
     reads: (arn) => reads.get(arn) ?? 0,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/**
+ * Registers a describe's (or file's) hooks: the fake started before its tests, the real SDK pointed at
+ * it (a region and test credentials: the SDK signs, the fake does not check), and the environment and
+ * the server restored after. Returns a getter of the running fake.
+ */
+export function useFakeSecrets(): () => FakeSecrets {
+  let secrets: FakeSecrets | undefined;
+  const env = { ...process.env };
+  beforeAll(async () => {
+    secrets = await startFakeSecrets();
+    Object.assign(process.env, { AWS_ENDPOINT_URL_SECRETS_MANAGER: secrets.url, AWS_REGION: 'eu-west-1', AWS_ACCESS_KEY_ID: 'AKIDEXAMPLE', AWS_SECRET_ACCESS_KEY: 'secret-example' });
+  });
+  afterAll(async () => {
+    process.env = env;
+    await secrets?.close();
+  });
+  return () => {
+    if (!secrets) throw new Error('useFakeSecrets: the fake is started in beforeAll; read it inside a test');
+    return secrets;
   };
 }
