@@ -322,6 +322,10 @@ class FakeStripeServer implements FakeStripe {
     this.#refunds.settle(refundId, status);
   }
 
+  setDisputed(paymentIntentId: string, disputed: boolean): void {
+    this.#refunds.setDisputed(paymentIntentId, disputed);
+  }
+
   paymentIntents(filter: { readonly operationId?: string; readonly orderId?: string } = {}): PaymentIntentRecord[] {
     return this.#ledger.records(filter);
   }

@@ -256,6 +256,12 @@ export interface FakeStripe {
   refunds(filter?: RefundFilter): RefundRecord[];
   /** What Stripe (or the card network) does to a refund later: see RefundSettleStatus. */
   settleRefund(refundId: string, status: RefundSettleStatus): void;
+  /**
+   * The cardholder's bank charged the PaymentIntent's charge back (a dispute, not an inquiry): while
+   * `disputed`, a refund create of it is refused with `charge_disputed` (refunds.ts). `false`: the
+   * dispute was won, the funds are back, refunds are allowed again. WebhookDispatcher.dispute() calls it.
+   */
+  setDisputed(paymentIntentId: string, disputed: boolean): void;
   /** Ground truth: every PaymentIntent ever created, oldest first. */
   paymentIntents(filter?: { readonly operationId?: string; readonly orderId?: string }): PaymentIntentRecord[];
   /** Every /v1 request (up to requestLogLimit), oldest first; since = only those with seq > since. */
