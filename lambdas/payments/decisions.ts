@@ -55,7 +55,8 @@ export interface EnginePolicy {
   readonly maxAutoReissues: number;
   /**
    * Search failures that do not pass by themselves (400 unsupported query, 403 key without Search,
-   * 404) before the operation goes to a human with the reason, instead of retrying forever.
+   * 404) before the operation goes to a human with the reason, instead of retrying forever. For a
+   * kind without Search (a refund), its Lists failing that way.
    */
   readonly maxSearchFailures: number;
   readonly backoff: {
