@@ -144,6 +144,14 @@ describe('evidence from a Stripe event', () => {
   });
 });
 
+/** The operator's tool (`npm run ops`) against this world's database and fake Stripe. */
+const lookup = () => new StripePaymentIntentLookup(createStripeClient({ apiKey: 'sk_test_ops', apiBase: stripe.fake.url, maxNetworkRetries: 0 }));
+const ops = (argv: string[], database: Db = db.pool) =>
+  runOps(argv, {
+    defaultActor: 'tester',
+    context: () => ({ db: database, stripe: async () => lookup(), gateway: async () => stripe.gateway, transport: { kind: 'test' } }),
+  });
+
 describe('the remedy refund refused by Stripe: a human decides, never a final failed', () => {
   /** The remedy refund operation made by the event of the extra PaymentIntent, still pending. */
   async function remedyPending(input: ChargeInput, extra: PaymentIntentRecord) {
@@ -183,6 +191,16 @@ describe('the remedy refund refused by Stripe: a human decides, never a final fa
     expect(stripe.fake.refunds({ orderId: input.orderId })).toEqual([]);
     await expectInReview(input, op.id, extra.id, refund.id, /refund of pi_\w+ was refused by Stripe \(charge_disputed: Charge ch_\w+ has been charged back/);
     expect((await db.pool.query('SELECT last_error_class FROM payment_operations WHERE id = $1', [refund.id])).rows[0]).toMatchObject({ last_error_class: 'StripeInvalidRequestError' });
+    // The runbook: the dispute decides. Won — the money is back with us, the customer charged twice
+    // again — so the operator re-sends the remedy's refund under a new key; it now goes through.
+    dispatcher.dispute(extra.id, 'closed', 'won');
+    await shiftAuditTrail(db.pool, refund.id, '3 minutes'); // the tool's LIST_SETTLE_MS after the last send
+    const reissued = await ops(['review', 'reissue', refund.id, '--confirm-no-charge', '--reason', 'dispute won: refund the duplicate', '--actor', 'alice']);
+    expect(reissued, JSON.stringify(reissued)).toMatchObject({ ok: true });
+    await engine().reconcileDue(100);
+    expect(await findOperation(db.pool, refund.id)).toMatchObject({ status: 'succeeded', keyGeneration: 1, reviewReason: null });
+    expect(stripe.fake.refunds({ orderId: input.orderId })).toMatchObject([{ payment_intent: extra.id, amount: input.amount, status: 'succeeded' }]);
+    await netHolds([input.orderId]);
   });
 
   it('the extra charge was partly refunded by hand in the Dashboard: the full remedy refund is refused (amount_too_large), List shows no refund of ours → review, not failed; only the hand refund exists', async () => {
@@ -202,6 +220,13 @@ describe('the remedy refund refused by Stripe: a human decides, never a final fa
     expect(listed).toMatchObject({ step: 'list', status: 'unknown' });
     expect(stripe.fake.refunds({ orderId: input.orderId })).toMatchObject([{ payment_intent: extra.id, amount: 100 }]);
     await expectInReview(input, op.id, extra.id, refund.id, /refund of pi_\w+ was refused by Stripe \(amount_too_large\) and List shows no refund of this operation/, ['unrecorded_refund']);
+    // The runbook: refund the rest by hand, then resolve as failed — the hand refund does not block it.
+    await sdk.refunds.create({ payment_intent: extra.id }, { idempotencyKey: `dashboard-${randomUUID()}` });
+    await shiftAuditTrail(db.pool, refund.id, '3 minutes'); // the tool's LIST_SETTLE_MS after the last send
+    const resolved = await ops(['review', 'resolve', refund.id, '--as', 'failed', '--reason', 'refunded by hand in two parts', '--actor', 'alice']);
+    expect(resolved, JSON.stringify(resolved)).toMatchObject({ ok: true });
+    expect(await findOperation(db.pool, refund.id)).toMatchObject({ status: 'failed', reviewReason: null });
+    expect(stripe.fake.refunds({ orderId: input.orderId }).map((r) => r.amount)).toEqual([100, input.amount - 100]);
   });
 });
 
@@ -311,13 +336,7 @@ describe('evidence from the List step', () => {
 });
 
 describe('evidence from an operator', () => {
-  const lookup = () => new StripePaymentIntentLookup(createStripeClient({ apiKey: 'sk_test_ops', apiBase: stripe.fake.url, maxNetworkRetries: 0 }));
   const counted = () => countingDb(db.pool);
-  const ops = (argv: string[], database: Db = db.pool) =>
-    runOps(argv, {
-      defaultActor: 'tester',
-      context: () => ({ db: database, stripe: async () => lookup(), gateway: async () => stripe.gateway, transport: { kind: 'test' } }),
-    });
   const because = ['--reason', 'TICKET-15: two charges for one order', '--actor', 'alice'];
 
   it('review resolve --as succeeded with another succeeded PaymentIntent of the operation → resolved, and the other one refunded by the remedy (the operator as actor)', async () => {
