@@ -3,7 +3,8 @@
 // reconciler pages, against the REAL engine, real PostgreSQL 18 and the real stripe SDK over HTTP to
 // the fake Stripe; refund requests (partial, full, repeated, conflicting, over-refunds, before the
 // charge is final, of failed orders, crashed), faults on the Refunds API, and the duplicate-charge
-// remedy (a second succeeded PaymentIntent, its evidence delivered once or several times). After each
+// remedy (a second succeeded PaymentIntent, its evidence delivered once or several times), refunds
+// Stripe fails after they succeeded (their event told now, later, twice or — without events — never). After each
 // run the world heals; `checkInvariants` (net amount included) and the refund oracle
 // (model/refund-oracle.ts) judge it against the fake's ledger. fast-check shrinks a failure to a
 // minimal command list.
@@ -160,6 +161,20 @@ const refundCommand: fc.Arbitrary<Command> = fc.oneof(
       endpoint: fc.constantFrom<FaultEndpoint>('refund_create', 'refund_create', 'refund_retrieve', 'refund_list'),
     }),
   },
+  // Stripe fails a refund after it said succeeded (migrations/009), its event told now, later or at heal.
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      t: fc.constant('refund_fails_after_success' as const),
+      order: orderIndex,
+      pick: fc.nat({ max: 3 }),
+      type: fc.constantFrom('refund.failed' as const, 'refund.updated' as const),
+      copies: fc.integer({ min: 0, max: 2 }),
+      inline: fc.boolean(),
+      reask: fc.boolean(),
+    }),
+  },
+  { weight: 1, arbitrary: fc.record({ t: fc.constant('refund_event' as const), copies: fc.integer({ min: 1, max: 2 }), inline: fc.boolean() }) },
   // A refund created `pending` (Stripe's `processing` on a refund create), for settle_refund to finish — or fail, or cancel.
   {
     weight: 1,
@@ -205,10 +220,12 @@ interface Tally {
   refundEnds: Record<string, number>;
   refundsByCharge: Record<string, number>;
   duplicates: number;
+  failedAfterSuccess: number;
+  requestsAfterFailedRefund: Record<string, number>;
 }
 
 describe('the engine under every interleaving the model can generate', () => {
-  const tally: Tally = { runs: 0, commands: {}, finalStatus: {}, inReview: 0, healRounds: 0, timeSteps: 0, lists: 0, autoReissues: 0, refundVerdicts: {}, refundEnds: {}, refundsByCharge: {}, duplicates: 0 };
+  const tally: Tally = { runs: 0, commands: {}, finalStatus: {}, inReview: 0, healRounds: 0, timeSteps: 0, lists: 0, autoReissues: 0, refundVerdicts: {}, refundEnds: {}, refundsByCharge: {}, duplicates: 0, failedAfterSuccess: 0, requestsAfterFailedRefund: {} };
   const counts = (r: Record<string, number>) => Object.entries(r).sort().map(([k, v]) => `${k} ${v}`).join(', ');
 
   afterAll(() => {
@@ -218,7 +235,8 @@ describe('the engine under every interleaving the model can generate', () => {
         `[${Object.entries(c).sort().map(([k, v]) => `${k} ${v}`).join(', ')}]; final operations ` +
         `[${Object.entries(tally.finalStatus).sort().map(([k, v]) => `${k} ${v}`).join(', ')}], in review ${tally.inReview}; ` +
         `heal rounds ${tally.healRounds}, time steps ${tally.timeSteps}; List requests ${tally.lists}, automatic re-issues ${tally.autoReissues}; ` +
-        `refund requests [${counts(tally.refundVerdicts)}] (the charge then: [${counts(tally.refundsByCharge)}]), accepted refunds ended [${counts(tally.refundEnds)}], extra PaymentIntents made ${tally.duplicates}`,
+        `refund requests [${counts(tally.refundVerdicts)}] (the charge then: [${counts(tally.refundsByCharge)}]), accepted refunds ended [${counts(tally.refundEnds)}], extra PaymentIntents made ${tally.duplicates}; ` +
+        `refunds Stripe failed after success ${tally.failedAfterSuccess}, refund requests after one [${counts(tally.requestsAfterFailedRefund)}]`,
     );
   });
 
@@ -233,7 +251,7 @@ describe('the engine under every interleaving the model can generate', () => {
               ? `${cmd.t}:${cmd.via}:${cmd.point}`
               : cmd.t === 'fault'
                 ? `fault:${cmd.kind}${cmd.endpoint.startsWith('refund_') ? ':refund' : ''}`
-                : cmd.t === 'stripe_event' || cmd.t === 'apply_inbox'
+                : cmd.t === 'stripe_event' || cmd.t === 'apply_inbox' || cmd.t === 'refund_fails_after_success' || cmd.t === 'refund_event'
                   ? `${cmd.t}:${run.events ? 'on' : 'off'}`
                   : cmd.t === 'refund'
                     ? `refund:${cmd.pick}${cmd.crash ? ':crash' : ''}`
@@ -250,6 +268,8 @@ describe('the engine under every interleaving the model can generate', () => {
         for (const [k, v] of Object.entries(result.refundEnds)) tally.refundEnds[k] = (tally.refundEnds[k] ?? 0) + v;
         for (const [k, v] of Object.entries(result.refundsByCharge)) tally.refundsByCharge[k] = (tally.refundsByCharge[k] ?? 0) + v;
         tally.duplicates += result.duplicates;
+        tally.failedAfterSuccess += result.failedAfterSuccess;
+        for (const [k, v] of Object.entries(result.requestsAfterFailedRefund)) tally.requestsAfterFailedRefund[k] = (tally.requestsAfterFailedRefund[k] ?? 0) + v;
         if (!result.report.ok || result.problems.length > 0) {
           throw new Error(`${formatReport(result.report)}\n${result.problems.map((p) => `  ✗ ${p}`).join('\n')}\norders: ${result.orderIds.join(', ')}`);
         }
@@ -330,6 +350,45 @@ describe('a duplicate whose remedy Stripe fails', () => {
     expect(result.report.violations).toEqual([]);
     expect(result.refundEnds).toEqual({ remedy_in_review: 1 });
     expect(result.report.warnings).toEqual([expect.objectContaining({ kind: 'duplicate_awaiting_review', detail: expect.stringMatching(/remedy's Refund re_\w+ of pi_\w+ is failed at Stripe/) })]);
+  });
+});
+
+describe('a refund Stripe fails after it succeeded (migrations/009) is a path the model takes', () => {
+  // Charge 900, refund it all; Stripe fails that refund after it succeeded; a new refund of 900 comes
+  // before the event is applied, then after (recorded only, then the inbox sweep), then one more cent.
+  const run = (events: boolean): ModelRun => ({
+    orders: [{ paymentMethod: 'pm_card_visa', amount: 900 }],
+    commands: [
+      { t: 'deliver', orders: [0] },
+      { t: 'refund', order: 0, pick: 'new', size: 'full', reason: null, crash: null, afterCharge: true },
+      { t: 'refund_fails_after_success', order: 0, pick: 0, type: 'refund.failed', copies: 1, inline: false, reask: false },
+      { t: 'refund', order: 0, pick: 'new', size: 'full', reason: null, crash: null, afterCharge: true },
+      { t: 'apply_inbox' },
+      { t: 'refund_event', copies: 2, inline: true },
+      { t: 'refund', order: 0, pick: 'new', size: 'full', reason: null, crash: null, afterCharge: true },
+      { t: 'refund', order: 0, pick: 'new', size: 'over', reason: null, crash: null, afterCharge: true },
+    ],
+    healSettle: 'succeeded',
+    events,
+  });
+
+  it('with events: exceeds_charge until the fact is applied, then its amount is refundable again (once); the net amount is 0', { timeout: 120_000 }, async () => {
+    const result = await playRun(world, run(true));
+    expect(result.problems).toEqual([]);
+    expect(result.report.violations).toEqual([]);
+    // rf0 accepted; rf1 (the event only recorded) exceeds; rf2 (applied) accepted; rf3 (one more than is left) exceeds
+    expect(result.refundVerdicts).toEqual({ accepted: 2, exceeds_charge: 2 });
+    expect(result.refundEnds).toEqual({ failed_after_success_learnt: 1, succeeded: 1 });
+    expect([result.failedAfterSuccess, result.requestsAfterFailedRefund]).toEqual([1, { not_learnt: 1, learnt: 2 }]);
+  });
+
+  it('without events the product cannot know: the refund stays counted (exceeds_charge); the checker reports exactly that refund and its order', { timeout: 120_000 }, async () => {
+    const result = await playRun(world, run(false));
+    expect(result.problems).toEqual([]);
+    expect(result.report.violations).toEqual([]); // the expected ones set aside (and required) by the harness
+    expect(result.refundVerdicts).toEqual({ accepted: 1, exceeds_charge: 3 });
+    expect(result.refundEnds).toEqual({ failed_after_success_unknown: 1 });
+    expect([result.failedAfterSuccess, result.requestsAfterFailedRefund]).toEqual([1, { not_learnt: 3 }]);
   });
 });
 
