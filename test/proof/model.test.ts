@@ -373,24 +373,26 @@ describe('a duplicate whose remedy Stripe fails', () => {
   });
 });
 
+// Charge 900, refund it all; Stripe fails that refund after it succeeded; a new refund of 900 comes
+// before the event is applied, then after (recorded only, then the inbox sweep), then one more cent.
+const failedAfterSuccessRun = (events: boolean): ModelRun => ({
+  orders: [{ paymentMethod: 'pm_card_visa', amount: 900 }],
+  commands: [
+    { t: 'deliver', orders: [0] },
+    { t: 'refund', order: 0, pick: 'new', size: 'full', reason: null, crash: null, afterCharge: true },
+    { t: 'refund_fails_after_success', order: 0, pick: 0, type: 'refund.failed', copies: 1, inline: false, reask: false },
+    { t: 'refund', order: 0, pick: 'new', size: 'full', reason: null, crash: null, afterCharge: true },
+    { t: 'apply_inbox' },
+    { t: 'refund_event', copies: 2, inline: true },
+    { t: 'refund', order: 0, pick: 'new', size: 'full', reason: null, crash: null, afterCharge: true },
+    { t: 'refund', order: 0, pick: 'new', size: 'over', reason: null, crash: null, afterCharge: true },
+  ],
+  healSettle: 'succeeded',
+  events,
+});
+
 describe('a refund Stripe fails after it succeeded (migrations/009) is a path the model takes', () => {
-  // Charge 900, refund it all; Stripe fails that refund after it succeeded; a new refund of 900 comes
-  // before the event is applied, then after (recorded only, then the inbox sweep), then one more cent.
-  const run = (events: boolean): ModelRun => ({
-    orders: [{ paymentMethod: 'pm_card_visa', amount: 900 }],
-    commands: [
-      { t: 'deliver', orders: [0] },
-      { t: 'refund', order: 0, pick: 'new', size: 'full', reason: null, crash: null, afterCharge: true },
-      { t: 'refund_fails_after_success', order: 0, pick: 0, type: 'refund.failed', copies: 1, inline: false, reask: false },
-      { t: 'refund', order: 0, pick: 'new', size: 'full', reason: null, crash: null, afterCharge: true },
-      { t: 'apply_inbox' },
-      { t: 'refund_event', copies: 2, inline: true },
-      { t: 'refund', order: 0, pick: 'new', size: 'full', reason: null, crash: null, afterCharge: true },
-      { t: 'refund', order: 0, pick: 'new', size: 'over', reason: null, crash: null, afterCharge: true },
-    ],
-    healSettle: 'succeeded',
-    events,
-  });
+  const run = failedAfterSuccessRun;
 
   it('with events: exceeds_charge until the fact is applied, then its amount is refundable again (once); the net amount is 0', { timeout: 120_000 }, async () => {
     const result = await playRun(world, run(true));
@@ -437,6 +439,25 @@ async function findsCounterexample(broken: ModelWorld, runs: number): Promise<st
 }
 
 describe('the model catches broken engines', () => {
+  it('a ledger that never marks the refund Stripe failed after success (its fact written, the refund still counted) → the oracle and the checker disagree with it', { timeout: 120_000 }, async () => {
+    // The broken product: the fact's insert trigger (migrations/009) off, as a writer around it would be.
+    // The test database's owner may; the trigger is on again before anything else runs.
+    await db.pool.query('ALTER TABLE outcome_events DISABLE TRIGGER outcome_events_mark_refund_failed_after_success');
+    let result: Awaited<ReturnType<typeof playRun>>;
+    try {
+      result = await playRun(world, failedAfterSuccessRun(true));
+    } finally {
+      await db.pool.query('ALTER TABLE outcome_events ENABLE TRIGGER outcome_events_mark_refund_failed_after_success');
+    }
+    expect(result.problems).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/refund rf2 \(900, null\).*the oracle says accepted, the engine exceeds_charge/),
+        expect.stringMatching(/refund rf0: Stripe failed re_\w+ after it succeeded; its event was delivered, yet the operation is not marked/),
+      ]),
+    );
+    expect(result.report.violationsByKind).toMatchObject({ refund_mismatch: 1, net_amount: 1 });
+  });
+
   it('a fresh idempotency key per attempt (the seed\'s anti-pattern) → double_charge', { timeout: 300_000 }, async () => {
     const broken = mutant(world, (real) => ({
       createPaymentIntent: (request) => real.createPaymentIntent({ ...request, idempotencyKey: `fresh-${randomUUID()}` }),
