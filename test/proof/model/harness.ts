@@ -961,6 +961,13 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
       [[...ids, ...book.flatMap((b) => [...b.failedAfterSuccess.keys()])]],
     );
     if ((left.rows[0]?.n ?? 0) > 0) problems.push(`${left.rows[0]!.n} stripe event(s) never applied after heal`);
+    // A refund Stripe failed after success, told: the fact (failed_after_success), or — its operation still
+    // open when the event came — settled failed, or a repeat (stale). Never a contradiction: the event is the truth.
+    const told = await db.query<{ object_id: string; outcome: string }>(
+      `SELECT object_id, outcome FROM stripe_events WHERE object_id = ANY($1) AND outcome NOT IN ('failed_after_success', 'settled', 'stale')`,
+      [book.flatMap((b) => [...b.failedAfterSuccess.keys()])],
+    );
+    for (const r of told.rows) problems.push(`the event of Refund ${r.object_id}, failed after it succeeded, was applied as ${r.outcome}`);
   }
   // "Failed" must rest on evidence at Stripe: in this model nothing is refused before execution, so a
   // failed operation has a declined / canceled PaymentIntent of its own.
