@@ -15,7 +15,8 @@
 // than is left, a repeat of an earlier refund id, the same id with another amount), possibly crashed,
 // faults on the Refunds endpoints, pending refunds settled, and the duplicate-charge remedy — a second
 // succeeded PaymentIntent made at Stripe behind the pipeline's back, and its evidence delivered (by an
-// operator or a Stripe event, possibly several times). Each request's verdict is predicted by
+// operator or a Stripe event, possibly several times) — and a refund Stripe fails after it said
+// succeeded (migrations/009), its event told now, later, twice, or never (no events). Each request's verdict is predicted by
 // refund-oracle.ts before it is made; after heal the oracle judges every order's money.
 import { randomUUID } from 'node:crypto';
 import type { Db } from '../../../lambdas/payments/db.ts';
