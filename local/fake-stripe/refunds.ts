@@ -23,7 +23,7 @@
 //   "Refund amount (…) is greater than unrefunded amount on charge (…)". Caution, seen in the wild
 //   (edx/commerce-coordinator#360): Stripe has answered that refusal with an EMPTY code, so a client
 //   must not rely on the code alone — type invalid_request_error + param amount + HTTP 400 is the
-//   stable part. A PaymentIntent without a successful charge: 400 invalid_request_error, param
+//   stable part (the fake sends either form: OverRefundError). A PaymentIntent without a successful charge: 400 invalid_request_error, param
 //   payment_intent, "This PaymentIntent (pi_…) does not have a successful charge to refund." and no
 //   documented code (none is sent here either).
 // - Statuses (docs.stripe.com/api/refunds/object): pending, requires_action, succeeded, failed,
@@ -34,7 +34,9 @@
 // - List: GET /v1/refunds?payment_intent=&charge=&limit=&starting_after=&ending_before= — "sorted
 //   order, with the most recent refunds appearing first", limit 1–100 (default 10), `{object: 'list',
 //   url, has_more, data}`, "If you provide a non-existent charge ID, this call raises an error"
-//   (docs.stripe.com/api/refunds/list). Unlike Search, List is read in real time: no lag.
+//   (docs.stripe.com/api/refunds/list). Unlike Search, List is read in real time: no lag. An empty
+//   `payment_intent=` / `charge=` is refused (parameter_invalid_empty), not read as no filter.
+// - A refund made in the Dashboard is a Refund like any other (dashboardRefund): empty metadata, no key.
 // What the unrefunded amount counts: refunds that are pending, requires_action or succeeded. A failed
 // or canceled refund gives its amount back (Stripe returns the funds to the balance).
 import type { StoredResponse } from './idempotency.ts';
