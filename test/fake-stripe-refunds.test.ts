@@ -197,6 +197,50 @@ describe.concurrent('fake Stripe Refunds through stripe-node', () => {
       expect(fake.stats().refundCreatesExecuted).toBe(1);
     });
 
+    test('over-refund refused in the code-less form Stripe has been seen to send (overRefundError no_code): param amount, no code; switchable by the control API', async (ctx) => {
+      const { expect } = ctx;
+      const fake = await fakeFor(ctx, { overRefundError: 'no_code' });
+      const stripe = sdk(fake);
+      const pi = await charged(stripe);
+      await stripe.refunds.create(refundParams(pi, { amount: 1000 }), { idempotencyKey: 'k-nc1' });
+      const over = await rejection(stripe.refunds.create(refundParams(pi, { amount: 300 }), { idempotencyKey: 'k-nc2' }));
+      expect(over).toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
+      expect(over).toMatchObject({ statusCode: 400, param: 'amount', type: 'StripeInvalidRequestError' });
+      expect(over.code).toBeUndefined();
+      expect(over.message).toBe('Refund amount (¥300) is greater than unrefunded amount on charge (¥299)');
+      const config = (body: unknown) => fetch(`${fake.url}/__fake/config`, { method: 'POST', body: JSON.stringify(body) });
+      expect((await config({ overRefundError: 'sometimes' })).status).toBe(400);
+      expect((await config({ overRefundError: 'amount_too_large' })).status).toBe(200);
+      expect(await rejection(stripe.refunds.create(refundParams(pi, { amount: 300 }), { idempotencyKey: 'k-nc3' }))).toMatchObject({ code: 'amount_too_large', param: 'amount' });
+      // The answer stored for k-nc2 is replayed as it was (Stripe saves the first result for a key).
+      expect((await rejection(stripe.refunds.create(refundParams(pi, { amount: 300 }), { idempotencyKey: 'k-nc2' }))).code).toBeUndefined();
+      await expect(startFakeStripe({ overRefundError: 'none' as never })).rejects.toThrow(/overRefundError must be one of amount_too_large, no_code/);
+    });
+
+    test('a Dashboard refund (dashboardRefund, POST /__fake/dashboard_refund) is a Refund: empty metadata, no key, listed, counted against the charge', async (ctx) => {
+      const { expect } = ctx;
+      const fake = await fakeFor(ctx);
+      const stripe = sdk(fake);
+      const pi = await charged(stripe);
+      const dash = fake.dashboardRefund(pi.id, 1000);
+      expect(dash).toMatchObject({ object: 'refund', amount: 1000, payment_intent: pi.id, charge: chargeIdOf(pi.id), status: 'succeeded', metadata: {} });
+      expect(fake.refunds({ paymentIntentId: pi.id })).toMatchObject([{ id: dash.id, idempotencyKey: null }]);
+      expect((await stripe.refunds.list({ payment_intent: pi.id })).data.map((r) => r.id)).toEqual([dash.id]);
+      expect((await stripe.refunds.retrieve(dash.id)).amount).toBe(1000);
+      // What is left is what the Dashboard refund left: 299.
+      expect(await rejection(stripe.refunds.create(refundParams(pi, { amount: 300 })))).toMatchObject({ code: 'amount_too_large' });
+      const control = (body: unknown) => fetch(`${fake.url}/__fake/dashboard_refund`, { method: 'POST', body: JSON.stringify(body) });
+      const over = await control({ paymentIntentId: pi.id, amount: 300 });
+      expect(over.status).toBe(400);
+      expect(((await over.json()) as { error: { message: string } }).error.message).toMatch(/greater than unrefunded amount/);
+      expect((await control({ paymentIntentId: 'pi_nope' })).status).toBe(400);
+      const rest = await control({ paymentIntentId: pi.id });
+      expect(rest.status).toBe(200);
+      expect(await rest.json()).toMatchObject({ object: 'refund', amount: 299, metadata: {} });
+      expect(() => fake.dashboardRefund(pi.id)).toThrow(/has already been refunded/);
+      expect(fake.stats().refundCreatesExecuted).toBe(0); // no POST /v1/refunds ran
+    });
+
     test('the unrefunded amount is judged at execution: a concurrent refund that commits first is counted', async (ctx) => {
       const { expect } = ctx;
       const fake = await fakeFor(ctx);
@@ -579,6 +623,23 @@ describe.concurrent('fake Stripe Refunds through stripe-node', () => {
         code: 'parameter_invalid_integer',
         param: 'limit',
       });
+    });
+
+    test('list with an empty payment_intent= or charge= is refused (parameter_invalid_empty), not read as "every refund of the account"', async (ctx) => {
+      const { expect } = ctx;
+      const fake = await fakeFor(ctx);
+      const stripe = sdk(fake);
+      const pi = await charged(stripe);
+      await stripe.refunds.create(refundParams(pi, { amount: 10 }));
+      for (const param of ['payment_intent', 'charge'] as const) {
+        const refused = await rejection(stripe.refunds.list({ [param]: '' }));
+        expect(refused).toMatchObject({ statusCode: 400, code: 'parameter_invalid_empty', param });
+        expect(refused.message).toBe(`You passed an empty string for '${param}'. We assume empty values are an attempt to unset a parameter; however '${param}' cannot be unset. You should remove '${param}' from your request or supply a non-empty value.`);
+      }
+      const raw = await fetch(`${fake.url}/v1/refunds?payment_intent=&limit=100`, { headers: { Authorization: 'Bearer sk_test_fake' } });
+      expect(raw.status).toBe(400);
+      // Without the parameter at all: every refund (Stripe's documented "no filter").
+      expect((await stripe.refunds.list()).data).toHaveLength(1);
     });
   });
 

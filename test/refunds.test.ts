@@ -189,6 +189,66 @@ describe('every row of the charge table, for refunds', () => {
     expect(refundsAtStripe(id)).toHaveLength(1);
     expect((await row(id)).external_id).toBe(refundsAtStripe(id)[0]!.id);
   });
+
+  it('the same, with the over-refund refused in the code-less form Stripe has been seen to send (no code, param amount) → settled by List evidence, not failed', async () => {
+    stripe.fake.setOverRefundError('no_code');
+    try {
+      const { input } = await chargedOrder({ amount: 1000 });
+      const id = await engine().requestRefund(refundOf(input.orderId, { amount: 600 }));
+      stripe.fake.injectFault({ endpoint: 'refund_create', operationId: id }, 'truncated_response_after_commit');
+      expect((await engine().executeCharge(id)).status).toBe('unknown');
+      await db.pool.query('UPDATE payment_operations SET key_generation = 1, next_attempt_at = now() WHERE id = $1', [id]);
+      // 600 more of the 400 left: refused, and the refusal carries no code (only param amount).
+      const refused = await engine().executeCharge(id);
+      const answer = stripe.fake.requests().filter((r) => r.endpoint === 'refund_create' && r.operationId === id).at(-1)!;
+      expect(answer).toMatchObject({ status: 400, idempotencyKey: idempotencyKey(id, 1) });
+      expect(refused).toMatchObject({ status: 'unknown' });
+      expect(refused.outcome?.detail).toMatchObject({ settleByList: true });
+      await sentAgo(id, '3 minutes');
+      const adopted = await engine().executeCharge(id);
+      expect(adopted).toMatchObject({ status: 'succeeded', step: 'list' });
+      expect((await row(id)).external_id).toBe(refundsAtStripe(id)[0]!.id);
+      expect(refundsAtStripe(id)).toHaveLength(1);
+    } finally {
+      stripe.fake.setOverRefundError('amount_too_large');
+    }
+  });
+
+  it.each(['amount_too_large', 'no_code'] as const)(
+    'a Dashboard refund took part of the charge, then ours asks more than is left → refused (%s) → List: only the Dashboard Refund, not ours → failed with the refusal',
+    async (form) => {
+      stripe.fake.setOverRefundError(form);
+      try {
+        const { input, chargeId } = await chargedOrder({ amount: 1000 });
+        const pi = (await row(chargeId)).external_id as string;
+        const dashboard = stripe.fake.dashboardRefund(pi, 700);
+        // The product counts only its own refunds: 500 of 1000 passes its rules and is sent.
+        const id = await engine().requestRefund(refundOf(input.orderId, { amount: 500 }));
+        const first = await engine().executeCharge(id);
+        expect(first).toMatchObject({ status: 'unknown', step: 'create' });
+        expect(first.outcome?.detail).toMatchObject({ settleByList: true });
+        await sentAgo(id, '3 minutes');
+        const settled = await engine().executeCharge(id);
+        expect(settled).toMatchObject({ status: 'failed', step: 'list' });
+        expect((await row(id)).last_error).toBe(`refused by Stripe (${form === 'no_code' ? 'param amount' : form}) and List shows no refund of this operation`);
+        expect(refundCreates(id)).toHaveLength(1);
+        expect(stripe.fake.refunds({ paymentIntentId: pi }).map((r) => r.id)).toEqual([dashboard.id]);
+        expect((await outbox(id)).map((e) => e.event_type)).toEqual(['Refund Failed']);
+      } finally {
+        stripe.fake.setOverRefundError('amount_too_large');
+      }
+    },
+  );
+
+  it('the gateway never lists refunds for an empty PaymentIntent id (Stripe refuses payment_intent=; a lenient server would list the whole account): a clear error, nothing sent', async () => {
+    const before = stripe.fake.requests().length;
+    for (const empty of ['', ' ']) {
+      await expect(stripe.gateway.listRefunds({ scope: { payment_intent: empty }, createdGte: 0, createdLte: 2_000_000_000 })).rejects.toThrow(
+        /listRefunds needs a PaymentIntent id in scope\.payment_intent, got an empty one.*nothing was sent/,
+      );
+    }
+    expect(stripe.fake.requests().length).toBe(before);
+  });
 });
 
 describe('a refund whose List is refused for good', () => {

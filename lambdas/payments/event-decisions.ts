@@ -261,8 +261,12 @@ export function decidePaymentIntentEvent(op: Operation | null, pi: EventPaymentI
 //     refund is updated"), refund.failed ("Occurs whenever a refund has failed"), and
 //     charge.refund.updated ("on selected payment methods. For updates on all refunds, listen to
 //     refund.updated instead"); data.object is the Refund in every one of them;
-//   - changelog 2024-10-28.acacia "refund-webhook-update": those events apply to all refunds (our SDK
-//     pins 2026-10-28.endive, later than that);
+//   - changelog 2024-10-28.acacia "refund-webhook-update": those events apply to all refunds — for
+//     an endpoint whose api_version is that or later. Events are rendered for the WEBHOOK ENDPOINT's
+//     api_version ("The API version events are rendered as for this webhook endpoint",
+//     docs.stripe.com/api/webhook_endpoints), not for the SDK's pinned 2026-10-28.endive: an older
+//     endpoint sends a card refund's changes as charge.refund.updated only, which is why that event
+//     is read exactly like refund.updated here (docs/deploy.md pins the endpoint's version);
 //   - docs.stripe.com/api/refunds/object: status pending | requires_action | succeeded | failed |
 //     canceled; failure_reason once failed; and docs.stripe.com/refunds ("failed refunds"): a card
 //     refund can fail AFTER it said succeeded (the issuer cannot process it; the test card

@@ -307,6 +307,10 @@ export class StripeGateway implements PaymentGateway {
   async listRefunds(request: ListRequest): Promise<GatewayResult<ListAnswer<RefundView>>> {
     const paymentIntent = request.scope.payment_intent;
     if (paymentIntent === undefined) throw new Error('listRefunds needs scope.payment_intent');
+    // Never `payment_intent=`: Stripe refuses an empty value (400 parameter_invalid_empty, "You passed
+    // an empty string for 'payment_intent'"), and a Stripe-compatible server that read it as "no
+    // filter" would answer with every refund of the account — evidence about nothing. Nothing is sent.
+    if (paymentIntent.trim() === '') throw new Error('listRefunds needs a PaymentIntent id in scope.payment_intent, got an empty one: the refund operation names no PaymentIntent to list; nothing was sent');
     return readAllPages(
       request.beforePage,
       (startingAfter) => this.#stripe.refunds.list({ payment_intent: paymentIntent, limit: 100, ...(startingAfter ? { starting_after: startingAfter } : {}) }),

@@ -4,7 +4,8 @@ import { parseArgs } from 'node:util';
 import { FAULT_PROFILES, isFaultProfileName, startFakeStripe } from './server.ts';
 
 const USAGE = `usage: fake-stripe [--port 12111] [--latency-ms 0] [--search-lag-ms 0] [--processing-settle-ms N]
-                   [--faults none|flaky|chaos] [--seed N] [--rate-limit N]`;
+                   [--faults none|flaky|chaos] [--seed N] [--rate-limit N]
+                   [--over-refund-error amount_too_large|no_code]`;
 
 function numberOption(name: string, value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
@@ -25,6 +26,7 @@ const { values } = parseArgs({
     faults: { type: 'string', default: 'none' },
     seed: { type: 'string' },
     'rate-limit': { type: 'string' },
+    'over-refund-error': { type: 'string', default: 'amount_too_large' },
     help: { type: 'boolean', short: 'h' },
   },
 });
@@ -41,6 +43,11 @@ if (!isFaultProfileName(profile)) {
 // A printed seed makes any run reproducible: pass it back with --seed.
 const seed = numberOption('seed', values.seed) ?? Math.floor(Math.random() * 2 ** 31);
 const rateLimit = numberOption('rate-limit', values['rate-limit']);
+const overRefundError = values['over-refund-error'];
+if (overRefundError !== 'amount_too_large' && overRefundError !== 'no_code') {
+  console.error(`--over-refund-error must be amount_too_large or no_code, got ${overRefundError}\n${USAGE}`);
+  process.exit(2);
+}
 
 const fake = await startFakeStripe({
   port: numberOption('port', values.port) ?? 12111,
@@ -49,6 +56,7 @@ const fake = await startFakeStripe({
   processingSettleMs: numberOption('processing-settle-ms', values['processing-settle-ms']) ?? null,
   faults: { seed, rates: FAULT_PROFILES[profile] },
   ...(rateLimit !== undefined ? { rateLimit: { perSecond: rateLimit } } : {}),
+  overRefundError,
 });
 
 console.log(`fake Stripe listening on ${fake.url} (faults: ${profile}, seed: ${seed})`);

@@ -119,8 +119,13 @@ export async function handleControl(fake: FakeStripe, req: IncomingMessage, res:
       case 'POST /__fake/config': {
         const latencyMs = optionalNumber(body, 'latencyMs');
         const searchLagMs = optionalNumber(body, 'searchLagMs');
+        const overRefundError = optionalString(body, 'overRefundError');
+        if (overRefundError !== undefined && overRefundError !== 'amount_too_large' && overRefundError !== 'no_code') {
+          throw new ControlError('overRefundError must be amount_too_large or no_code');
+        }
         if (latencyMs !== undefined) fake.setLatency(latencyMs);
         if (searchLagMs !== undefined) fake.setSearchLag(searchLagMs);
+        if (overRefundError !== undefined) fake.setOverRefundError(overRefundError);
         return reply(res, 200, { ok: true });
       }
       case 'POST /__fake/settle': {
@@ -142,6 +147,12 @@ export async function handleControl(fake: FakeStripe, req: IncomingMessage, res:
         }
         fake.settleRefund(refundId, status as RefundSettleStatus);
         return reply(res, 200, { ok: true });
+      }
+      case 'POST /__fake/dashboard_refund': {
+        // A refund made in the Dashboard: a Refund (empty metadata), listed and announced like any other.
+        const paymentIntentId = optionalString(body, 'paymentIntentId');
+        if (paymentIntentId === undefined) throw new ControlError('paymentIntentId is required');
+        return reply(res, 200, fake.dashboardRefund(paymentIntentId, optionalNumber(body, 'amount')));
       }
       case 'POST /__fake/reset':
         fake.reset();

@@ -23,7 +23,7 @@
 //   "Refund amount (…) is greater than unrefunded amount on charge (…)". Caution, seen in the wild
 //   (edx/commerce-coordinator#360): Stripe has answered that refusal with an EMPTY code, so a client
 //   must not rely on the code alone — type invalid_request_error + param amount + HTTP 400 is the
-//   stable part. A PaymentIntent without a successful charge: 400 invalid_request_error, param
+//   stable part (the fake sends either form: OverRefundError). A PaymentIntent without a successful charge: 400 invalid_request_error, param
 //   payment_intent, "This PaymentIntent (pi_…) does not have a successful charge to refund." and no
 //   documented code (none is sent here either).
 // - Statuses (docs.stripe.com/api/refunds/object): pending, requires_action, succeeded, failed,
@@ -34,7 +34,9 @@
 // - List: GET /v1/refunds?payment_intent=&charge=&limit=&starting_after=&ending_before= — "sorted
 //   order, with the most recent refunds appearing first", limit 1–100 (default 10), `{object: 'list',
 //   url, has_more, data}`, "If you provide a non-existent charge ID, this call raises an error"
-//   (docs.stripe.com/api/refunds/list). Unlike Search, List is read in real time: no lag.
+//   (docs.stripe.com/api/refunds/list). Unlike Search, List is read in real time: no lag. An empty
+//   `payment_intent=` / `charge=` is refused (parameter_invalid_empty), not read as no filter.
+// - A refund made in the Dashboard is a Refund like any other (dashboardRefund): empty metadata, no key.
 // What the unrefunded amount counts: refunds that are pending, requires_action or succeeded. A failed
 // or canceled refund gives its amount back (Stripe returns the funds to the balance).
 import type { StoredResponse } from './idempotency.ts';
@@ -237,6 +239,11 @@ export class RefundBook {
 
 // ------------------------------------------------------------------------------------------ the API
 
+function checkedOverRefundError(form: OverRefundError): OverRefundError {
+  if (!OVER_REFUND_ERRORS.includes(form)) throw new RangeError(`overRefundError must be one of ${OVER_REFUND_ERRORS.join(', ')}, got ${JSON.stringify(form)}`);
+  return form;
+}
+
 export interface RefundReadFacts {
   readonly operationId: string | null;
   readonly orderId: string | null;
@@ -287,12 +294,39 @@ function parseListQuery(query: URLSearchParams): ListQuery {
   if (startingAfter !== null && endingBefore !== null) {
     invalid('You may only specify one of these parameters: starting_after, ending_before.', 'parameter_invalid_string', 'ending_before');
   }
-  const named = query.get('payment_intent') || null;
-  const charge = query.get('charge') || null;
+  // `payment_intent=` (an empty value) is not "no filter": Stripe reads an empty value as an attempt
+  // to unset a parameter and refuses it where it cannot be unset — 400 invalid_request_error, code
+  // `parameter_invalid_empty` (docs.stripe.com/error-codes: "One or more required values were not
+  // provided"), message "You passed an empty string for '…'. We assume empty values are an attempt
+  // to unset a parameter; however '…' cannot be unset. You should remove '…' from your request or
+  // supply a non-empty value." Before this, the fake listed EVERY refund of the account for it.
+  for (const name of ['payment_intent', 'charge'] as const) if (query.get(name) === '') refuseEmpty(name);
+  const named = query.get('payment_intent');
+  const charge = query.get('charge');
   // An unknown charge id maps to no PaymentIntent, which list() answers with resource_missing.
   const paymentIntentId = named ?? (charge === null ? null : (paymentIntentIdOfCharge(charge) ?? charge));
   return { paymentIntentId, limit, startingAfter, endingBefore, created, expandPaymentIntent };
 }
+
+function refuseEmpty(name: string): never {
+  return invalid(
+    `You passed an empty string for '${name}'. We assume empty values are an attempt to unset a parameter; however '${name}' cannot be unset. You should remove '${name}' from your request or supply a non-empty value.`,
+    'parameter_invalid_empty',
+    name,
+  );
+}
+
+/**
+ * How "more than is left on the charge" is refused. Stripe's error-code list documents
+ * `amount_too_large` ("The specified amount is greater than the maximum amount allowed",
+ * docs.stripe.com/error-codes), the default. Stripe has also been seen answering this very refusal
+ * with NO code and param `amount` (edx/commerce-coordinator#360, 2025: "`ex.code` is empty,
+ * `ex.param` is `amount`"; the message forms "Refund amount (…) is greater than unrefunded amount on
+ * charge (…)" and, older, "… is greater than charge amount (…)", woocommerce-gateway-stripe#1315):
+ * 'no_code' gives that form, so a client that reads only the code is caught.
+ */
+export type OverRefundError = 'amount_too_large' | 'no_code';
+export const OVER_REFUND_ERRORS: readonly OverRefundError[] = ['amount_too_large', 'no_code'];
 
 export interface Answer {
   readonly status: number;
@@ -310,10 +344,16 @@ export class RefundApi {
   readonly #timers = new Set<NodeJS.Timeout>();
   /** PaymentIntents whose charge is charged back (a dispute): refunds of them are refused. */
   readonly #disputed = new Set<string>();
+  #overRefundError: OverRefundError;
 
-  constructor(paymentIntent: (id: string) => PaymentIntentJson | null, settleAfterMs: number | null) {
+  constructor(paymentIntent: (id: string) => PaymentIntentJson | null, settleAfterMs: number | null, overRefundError: OverRefundError = 'amount_too_large') {
     this.#paymentIntent = paymentIntent;
     this.#settleAfterMs = settleAfterMs;
+    this.#overRefundError = checkedOverRefundError(overRefundError);
+  }
+
+  setOverRefundError(form: OverRefundError): void {
+    this.#overRefundError = checkedOverRefundError(form);
   }
 
   // ---------------------------------------------------------------------------------------- create
@@ -403,39 +443,64 @@ export class RefundApi {
     if (fault === 'error_500_before_commit') {
       return { status: 500, body: JSON.stringify(errors.apiError()), requestId, paymentIntentId: params.paymentIntentId, refundId: null };
     }
+    const judged = this.#judge(params);
+    if (!judged.ok) return refused(judged.error);
+    const { pi, amount } = judged;
+    const refund = this.#take(pi, amount, params, fault === 'processing', request.idempotencyKey, request.nowMs);
+    if (fault === 'error_500_after_commit') {
+      return { status: 500, body: JSON.stringify(errors.apiError()), requestId, paymentIntentId: pi.id, refundId: refund.id };
+    }
+    return { status: 200, body: JSON.stringify(refund), requestId, paymentIntentId: pi.id, refundId: refund.id };
+  }
+
+  /** What is left on the charge now, and whether this refund fits in it. */
+  #judge(params: RefundParams): { readonly ok: true; readonly pi: PaymentIntentJson; readonly amount: number } | { readonly ok: false; readonly error: ErrorEnvelope } {
     const pi = this.#paymentIntent(params.paymentIntentId);
-    if (pi === null) return refused(errors.resourceMissing('payment_intent', params.paymentIntentId, 'payment_intent'));
+    if (pi === null) return { ok: false, error: errors.resourceMissing('payment_intent', params.paymentIntentId, 'payment_intent') };
     if (pi.status !== 'succeeded') {
-      return refused(errors.invalidRequest(`This PaymentIntent (${pi.id}) does not have a successful charge to refund.`, undefined, 'payment_intent'));
+      return { ok: false, error: errors.invalidRequest(`This PaymentIntent (${pi.id}) does not have a successful charge to refund.`, undefined, 'payment_intent') };
     }
     if (this.#disputed.has(pi.id)) {
       // docs.stripe.com/error-codes#charge-disputed: "The charge you're attempting to refund has been
       // charged back." An invalid_request_error (HTTP 400) like every refusal of this endpoint; it
       // depends on the charge's state at execution, so it is stored for the key like the ones below.
-      return refused(errors.invalidRequest(`Charge ${chargeIdOf(pi.id)} has been charged back; cannot issue a refund.`, 'charge_disputed'));
+      return { ok: false, error: errors.invalidRequest(`Charge ${chargeIdOf(pi.id)} has been charged back; cannot issue a refund.`, 'charge_disputed') };
     }
     const left = pi.amount - this.book.refundedAmount(pi.id);
     if (left <= 0) {
-      return refused(errors.invalidRequest(`Charge ${chargeIdOf(pi.id)} has already been refunded.`, 'charge_already_refunded'));
+      return { ok: false, error: errors.invalidRequest(`Charge ${chargeIdOf(pi.id)} has already been refunded.`, 'charge_already_refunded') };
     }
     const amount = params.amount ?? left;
     if (amount > left) {
-      return refused(
-        errors.invalidRequest(
-          `Refund amount (${money(amount, pi.currency)}) is greater than unrefunded amount on charge (${money(left, pi.currency)})`,
-          'amount_too_large',
-          'amount',
-        ),
-      );
+      const message = `Refund amount (${money(amount, pi.currency)}) is greater than unrefunded amount on charge (${money(left, pi.currency)})`;
+      return { ok: false, error: errors.invalidRequest(message, this.#overRefundError === 'no_code' ? undefined : 'amount_too_large', 'amount') };
     }
-    const pending = fault === 'processing' || pi.payment_method === PENDING_REFUND_PAYMENT_METHOD;
-    const refund = this.book.create(pi, amount, params, pending, request.idempotencyKey, request.nowMs);
+    return { ok: true, pi, amount };
+  }
+
+  /** The Refund made, and what happens to it later (Stripe's test payment methods). */
+  #take(pi: PaymentIntentJson, amount: number, params: RefundParams, processing: boolean, idempotencyKey: string | null, nowMs: number): RefundJson {
+    const pending = processing || pi.payment_method === PENDING_REFUND_PAYMENT_METHOD;
+    const refund = this.book.create(pi, amount, params, pending, idempotencyKey, nowMs);
     if (pending) this.#scheduleSettle(refund.id, 'pending', 'succeeded');
     else if (pi.payment_method === FAILING_REFUND_PAYMENT_METHOD) this.#scheduleSettle(refund.id, 'succeeded', 'failed');
-    if (fault === 'error_500_after_commit') {
-      return { status: 500, body: JSON.stringify(errors.apiError()), requestId, paymentIntentId: pi.id, refundId: refund.id };
-    }
-    return { status: 200, body: JSON.stringify(refund), requestId, paymentIntentId: pi.id, refundId: refund.id };
+    return refund;
+  }
+
+  /**
+   * A refund made in the Dashboard (or by any other integration of the account): a Refund like any
+   * other — listed by GET /v1/refunds, taken from what is left on the charge, announced by the same
+   * events — only without our metadata (empty) and without an Idempotency-Key. "You can optionally
+   * refund only part of a charge ... until the entire charge has been refunded" holds for it too, so
+   * a refund of more than is left is refused (RangeError, with Stripe's message).
+   * Stripe: "You can issue refunds using the API or the Dashboard" (docs.stripe.com/refunds).
+   */
+  dashboardRefund(paymentIntentId: string, amount: number | null, nowMs: number): RefundJson {
+    if (amount !== null && (!Number.isInteger(amount) || amount < 1)) throw new RangeError(`a refund amount is a positive integer, got ${amount}`);
+    const params: RefundParams = { paymentIntentId, amount, reason: null, metadata: {} };
+    const judged = this.#judge(params);
+    if (!judged.ok) throw new RangeError(judged.error.error.message);
+    return this.#take(judged.pi, judged.amount, params, false, null, nowMs);
   }
 
   // ------------------------------------------------------------------------------------- retrieve

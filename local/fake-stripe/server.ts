@@ -14,7 +14,7 @@ import { handleControl } from './control.ts';
 import { faultStage, FaultPlan, matches, type ChosenFault, type RequestFacts, type RequestPhase } from './faults.ts';
 import { IdempotencyStore, type Lookup, type StoredResponse } from './idempotency.ts';
 import { Ledger, type CreatedRange } from './ledger.ts';
-import { RefundApi, type Answer, type RefundParams } from './refunds.ts';
+import { RefundApi, type Answer, type OverRefundError, type RefundParams } from './refunds.ts';
 import {
   FAULT_KINDS,
   type Endpoint,
@@ -27,6 +27,7 @@ import {
   type HoldHandle,
   type PaymentIntentRecord,
   type RefundFilter,
+  type RefundJson,
   type RefundRecord,
   type RefundSettleStatus,
   type RequestOutcome,
@@ -235,7 +236,7 @@ class FakeStripeServer implements FakeStripe {
     this.#plan = new FaultPlan(options.faults?.seed ?? 0, options.faults?.rates ?? {});
     this.#faultKeyBy = options.faults?.keyBy ?? 'idempotency_key';
     this.#logLimit = options.requestLogLimit ?? 100_000;
-    this.#refunds = new RefundApi((id) => this.#ledger.get(id), this.#processingSettleMs);
+    this.#refunds = new RefundApi((id) => this.#ledger.get(id), this.#processingSettleMs, options.overRefundError);
     this.#server = createServer((req, res) => this.#onRequest(req, res));
     this.#server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
   }
@@ -324,6 +325,14 @@ class FakeStripeServer implements FakeStripe {
 
   setDisputed(paymentIntentId: string, disputed: boolean): void {
     this.#refunds.setDisputed(paymentIntentId, disputed);
+  }
+
+  dashboardRefund(paymentIntentId: string, amount?: number): RefundJson {
+    return this.#refunds.dashboardRefund(paymentIntentId, amount ?? null, Date.now());
+  }
+
+  setOverRefundError(form: OverRefundError): void {
+    this.#refunds.setOverRefundError(form);
   }
 
   paymentIntents(filter: { readonly operationId?: string; readonly orderId?: string } = {}): PaymentIntentRecord[] {

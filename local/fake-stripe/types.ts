@@ -97,6 +97,11 @@ export interface FakeStripeOptions {
   readonly apiKeys?: readonly string[];
   /** How many request records requests() keeps (oldest dropped first). Counters in stats() never drop. Default 100 000. */
   readonly requestLogLimit?: number;
+  /**
+   * How a refund of more than is left on the charge is refused: 'amount_too_large' (default, the code
+   * docs.stripe.com/error-codes documents) or 'no_code' (param `amount`, no code: seen from Stripe, refunds.ts).
+   */
+  readonly overRefundError?: 'amount_too_large' | 'no_code';
 }
 
 export type PaymentIntentStatus =
@@ -262,6 +267,12 @@ export interface FakeStripe {
    * dispute was won, the funds are back, refunds are allowed again. WebhookDispatcher.dispute() calls it.
    */
   setDisputed(paymentIntentId: string, disputed: boolean): void;
+  /**
+   * A refund made in the Dashboard: a Refund with empty metadata and no key, counted against the
+   * charge, listed, announced like any other (amount omitted: what is left). More than is left: RangeError.
+   */
+  dashboardRefund(paymentIntentId: string, amount?: number): RefundJson;
+  setOverRefundError(form: 'amount_too_large' | 'no_code'): void;
   /** Ground truth: every PaymentIntent ever created, oldest first. */
   paymentIntents(filter?: { readonly operationId?: string; readonly orderId?: string }): PaymentIntentRecord[];
   /** Every /v1 request (up to requestLogLimit), oldest first; since = only those with seq > since. */

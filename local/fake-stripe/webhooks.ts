@@ -41,11 +41,11 @@ export interface StripeEventJson {
   readonly type: string;
 }
 
-export function makeStripeEvent(type: string, object: Record<string, unknown>, options: { createdMs?: number; previousAttributes?: Record<string, unknown> } = {}): StripeEventJson {
+export function makeStripeEvent(type: string, object: Record<string, unknown>, options: { createdMs?: number; previousAttributes?: Record<string, unknown>; apiVersion?: string } = {}): StripeEventJson {
   return {
     id: randomId('evt_', 24),
     object: 'event',
-    api_version: FAKE_API_VERSION,
+    api_version: options.apiVersion ?? FAKE_API_VERSION,
     created: Math.floor((options.createdMs ?? Date.now()) / 1000),
     data: { object: structuredClone(object), ...(options.previousAttributes ? { previous_attributes: options.previousAttributes } : {}) },
     livemode: false,
@@ -122,6 +122,23 @@ export interface WebhookDispatcherOptions {
    * selected payment methods" only; an account may still be subscribed to it). Default false.
    */
   readonly chargeRefundUpdated?: boolean;
+  /**
+   * The Webhook Endpoint's `api_version` (docs.stripe.com/api/webhook_endpoints/create: "Events sent
+   * to this endpoint will be generated with this Stripe Version instead of your account's default
+   * Stripe Version"): events carry it, and it decides which refund events exist. Before
+   * 2024-10-28.acacia (changelog "Adds created, updated, and failed events for all refund types")
+   * a CARD refund sends no refund.created / refund.updated / refund.failed — only
+   * `charge.refund.updated` when it changes (and charge.refunded when it is made). Default FAKE_API_VERSION.
+   */
+  readonly apiVersion?: string;
+}
+
+/** The API version that gave every refund its refund.created / .updated / .failed events. */
+export const REFUND_EVENTS_API_VERSION = '2024-10-28.acacia';
+
+/** Stripe versions are dated: the date part orders them. */
+export function hasRefundEvents(apiVersion: string): boolean {
+  return apiVersion.slice(0, 10) >= REFUND_EVENTS_API_VERSION.slice(0, 10);
 }
 
 export interface DeliveryStats {
@@ -161,6 +178,8 @@ export class WebhookDispatcher {
   /** Each Refund's status when last looked at: a change is a refund.updated (and refund.failed). */
   readonly #refundStatus = new Map<string, string>();
   readonly #chargeRefundUpdated: boolean;
+  readonly #apiVersion: string;
+  readonly #refundEvents: boolean;
   /** Amount refunded so far per PaymentIntent, as the events told it. */
   readonly #refunded = new Map<string, number>();
   readonly #deliverEvents: boolean;
@@ -185,6 +204,14 @@ export class WebhookDispatcher {
     this.#maxAttempts = options.maxAttempts ?? RETRY_SCHEDULE_MS.length + 1;
     this.#deliverEvents = options.deliver ?? true;
     this.#chargeRefundUpdated = options.chargeRefundUpdated ?? false;
+    this.#apiVersion = options.apiVersion ?? FAKE_API_VERSION;
+    if (!/^\d{4}-\d{2}-\d{2}(\.\w+)?$/.test(this.#apiVersion)) throw new RangeError(`apiVersion must be a Stripe version like ${FAKE_API_VERSION}, got ${JSON.stringify(this.#apiVersion)}`);
+    this.#refundEvents = hasRefundEvents(this.#apiVersion);
+  }
+
+  /** An event as rendered for this endpoint's api_version. */
+  #event(type: string, object: Record<string, unknown>, previousAttributes?: Record<string, unknown>): StripeEventJson {
+    return makeStripeEvent(type, object, { apiVersion: this.#apiVersion, ...(previousAttributes ? { previousAttributes } : {}) });
   }
 
   /** PaymentIntent id → when Stripe settled it (first seen final after being seen processing / requiring action). */
@@ -261,7 +288,7 @@ export class WebhookDispatcher {
       if ((before === 'processing' || before === 'requires_action') && pi.status !== 'processing' && pi.status !== 'requires_action') this.#settledAt.set(pi.id, Date.now());
       if (!this.#deliverEvents) continue;
       const type = paymentIntentEventType(pi.status);
-      if (type) this.emit(makeStripeEvent(type, paymentIntentJson(pi)));
+      if (type) this.emit(this.#event(type, paymentIntentJson(pi)));
     }
   }
 
@@ -290,7 +317,7 @@ export class WebhookDispatcher {
       const before = this.#refunded.get(pi.id) ?? 0;
       const after = Math.min(pi.amount, before + refund.amount);
       this.#refunded.set(pi.id, after);
-      if (this.#deliverEvents) this.emit(makeStripeEvent('charge.refunded', this.#charge(pi, after), { previousAttributes: { amount_refunded: before, refunded: before === pi.amount } }));
+      if (this.#deliverEvents) this.emit(this.#event('charge.refunded', this.#charge(pi, after), { amount_refunded: before, refunded: before === pi.amount }));
     }
   }
 
@@ -301,13 +328,18 @@ export class WebhookDispatcher {
     if (!this.#deliverEvents) return;
     const object = refundJson(refund);
     if (before === undefined) {
-      this.emit(makeStripeEvent('refund.created', object));
+      if (this.#refundEvents) this.emit(this.#event('refund.created', object));
       return;
     }
     const previousAttributes = { status: before, ...(refund.status !== 'pending' && before === 'pending' ? { pending_reason: 'processing' } : {}) };
-    this.emit(makeStripeEvent('refund.updated', object, { previousAttributes }));
-    if (this.#chargeRefundUpdated) this.emit(makeStripeEvent('charge.refund.updated', object, { previousAttributes }));
-    if (refund.status === 'failed') this.emit(makeStripeEvent('refund.failed', object, { previousAttributes }));
+    if (!this.#refundEvents) {
+      // An endpoint on a version before 2024-10-28.acacia: a card refund's change is told by this alone.
+      this.emit(this.#event('charge.refund.updated', object, previousAttributes));
+      return;
+    }
+    this.emit(this.#event('refund.updated', object, previousAttributes));
+    if (this.#chargeRefundUpdated) this.emit(this.#event('charge.refund.updated', object, previousAttributes));
+    if (refund.status === 'failed') this.emit(this.#event('refund.failed', object, previousAttributes));
   }
 
   #charge(pi: PaymentIntentRecord, amountRefunded: number): Record<string, unknown> {
@@ -326,24 +358,19 @@ export class WebhookDispatcher {
     };
   }
 
-  /** A refund made in the Dashboard, given directly: charge.refunded with the charge as it is after it. */
-  refund(paymentIntentId: string, amount?: number, alreadyRefunded = 0): StripeEventJson {
-    const pi = this.#record(paymentIntentId);
-    const refunded = Math.min(pi.amount, alreadyRefunded + (amount ?? pi.amount - alreadyRefunded));
-    const charge = {
-      id: chargeIdOf(pi.id),
-      object: 'charge',
-      amount: pi.amount,
-      amount_refunded: refunded,
-      currency: pi.currency,
-      customer: pi.customer,
-      payment_intent: pi.id,
-      paid: true,
-      refunded: refunded === pi.amount,
-      status: 'succeeded',
-      metadata: {},
-    };
-    return this.emit(makeStripeEvent('charge.refunded', charge, { previousAttributes: { amount_refunded: alreadyRefunded, refunded: false } }));
+  /**
+   * A refund made in the Dashboard: a Refund at the fake (empty metadata, no key; FakeStripe.dashboardRefund),
+   * counted against the charge and listed by GET /v1/refunds; then the refunds are looked at, so its
+   * events are made as for any Refund (refund.created, charge.refunded — per this endpoint's
+   * api_version). Returns this refund's events (the look also makes those of any other refund not
+   * yet seen). Stripe: a Dashboard refund is a Refund like one made through the API (docs.stripe.com/refunds).
+   * More than is left on the charge: RangeError, as the Dashboard refuses it.
+   */
+  refund(paymentIntentId: string, amount?: number): StripeEventJson[] {
+    const made = this.#events.length;
+    const refund = this.#fake.dashboardRefund(paymentIntentId, amount);
+    this.#pollRefunds();
+    return this.#events.slice(made).filter((e) => e.data.object.id === refund.id || (e.type === 'charge.refunded' && e.data.object.payment_intent === paymentIntentId));
   }
 
   /**

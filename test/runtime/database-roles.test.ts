@@ -160,12 +160,13 @@ describe('Stripe events in, as the application role', () => {
     const [r] = await engine().processRequests([chargeOrder({ amount: 3000 })]);
     const op = (await findOperation(app, r!.operationId))!;
     const dispatcher = new WebhookDispatcher({ fake: stripe.fake, endpoint: null, secret: SECRET });
-    for (const event of [dispatcher.refund(op.externalId!, 1000), dispatcher.dispute(op.externalId!, 'created')]) {
+    // A Dashboard refund is a Refund: refund.created (foreign: no operation_id) beside charge.refunded.
+    for (const event of [...dispatcher.refund(op.externalId!, 1000), dispatcher.dispute(op.externalId!, 'created')]) {
       expect(await receiveWebhook(delivery(event), settings, { db: app, applier: null, publisher: null })).toMatchObject({ kind: 'recorded', duplicate: false });
     }
-    expect((await inboxGauges(app)).backlog).toBe(2);
+    expect((await inboxGauges(app)).backlog).toBe(3);
     const summary = await applier().applyDue();
-    expect(summary).toMatchObject({ applied: 2, failed: 0, byOutcome: { aftermath: 2 } });
+    expect(summary).toMatchObject({ applied: 3, failed: 0, byOutcome: { aftermath: 2, foreign: 1 } });
     expect(await outbox(op.id)).toEqual(['Charge Succeeded', 'Charge Refunded', 'Charge Disputed']);
   });
 

@@ -221,14 +221,23 @@ describe('events that the ledger cannot explain', () => {
 });
 
 describe('after the charge: refunds and disputes', () => {
-  it('a Dashboard refund → a Charge Refunded event with the amounts; the charge stays succeeded', async () => {
+  it('a Dashboard refund → a Refund at Stripe (listed, counted) whose refund.created is foreign, and a Charge Refunded event with the amounts; the charge stays succeeded', async () => {
     const [r] = await engine().processRequests([chargeOrder({ amount: 5000 })]);
     const op = (await findOperation(db.pool, r!.operationId))!;
     const dispatcher = new WebhookDispatcher({ fake: stripe.fake, endpoint: null, secret: SECRET });
-    const partial = dispatcher.refund(op.externalId!, 1500);
+    const first = dispatcher.refund(op.externalId!, 1500);
+    expect(first.map((e) => e.type).sort()).toEqual(['charge.refunded', 'refund.created']);
+    const created = first.find((e) => e.type === 'refund.created')!;
+    expect(created.data.object).toMatchObject({ object: 'refund', amount: 1500, payment_intent: op.externalId, metadata: {} });
+    expect(await deliver(created)).toMatchObject({ applied: { outcome: 'foreign' } });
+    const partial = first.find((e) => e.type === 'charge.refunded')!;
     expect(await deliver(partial)).toMatchObject({ applied: { outcome: 'aftermath' } });
-    const rest = dispatcher.refund(op.externalId!, undefined, 1500);
-    await deliver(rest);
+    // The rest: what is left on the charge, as Stripe counts it (the first refund took 1500).
+    const rest = dispatcher.refund(op.externalId!);
+    for (const e of rest) await deliver(e);
+    expect(() => dispatcher.refund(op.externalId!, 1)).toThrow(/already been refunded/);
+    const listed = await createStripeClient({ apiKey: 'sk_test_refunds', apiBase: stripe.fake.url, timeoutMs: 2_000, maxNetworkRetries: 0 }).refunds.list({ payment_intent: op.externalId! });
+    expect(listed.data.map((x) => x.amount)).toEqual([3500, 1500]);
     const events = (await outbox(op.id)).filter((e) => e.event_type === 'Charge Refunded');
     expect(events.map((e) => [e.payload.amount, e.payload.amountRefunded])).toEqual([[1500, 1500], [3500, 5000]]);
     for (const e of events) expect(chargeAftermathDetailSchema.safeParse(e.payload).success).toBe(true);

@@ -41,7 +41,7 @@ const refundAt = (operationId: string) => stripe.fake.refunds({ operationId })[0
 const findings = (refundId: string) => db.pool.query('SELECT * FROM stripe_event_findings WHERE payment_intent_id = $1', [refundId]).then((r) => r.rows);
 
 /** The fake's events since the last call, of the refund types (what Stripe would send for its ledger's changes). */
-function watcher(options: { chargeRefundUpdated?: boolean } = {}) {
+function watcher(options: { chargeRefundUpdated?: boolean; apiVersion?: string } = {}) {
   const dispatcher = new WebhookDispatcher({ fake: stripe.fake, endpoint: null, secret: SECRET, ...options });
   let seen = 0;
   return {
@@ -239,6 +239,26 @@ describe('a refund that fails after it succeeded', () => {
     });
     expect(render(listed, false).stdout.join('\n')).toMatch(/succeeded, then failed at Stripe \(expired_or_canceled_card\)/);
     await w.stop();
+  });
+
+  it('an endpoint on an API version before 2024-10-28.acacia gets only charge.refund.updated for a card refund: the failure after success still reaches the operation through it alone', async () => {
+    const input = await chargedOrder({ amount: 2000, paymentMethod: 'pm_card_refundFail' });
+    const id = await engine().requestRefund(refundOf(input.orderId, { amount: 800 }));
+    expect((await engine().executeCharge(id)).status).toBe('succeeded');
+    const w = watcher({ apiVersion: '2024-09-30.acacia' });
+    expect(w.next()).toEqual([]); // no refund.created for this endpoint's version (charge.refunded only)
+    const charged = w.dispatcher.events().filter((e) => e.type === 'charge.refunded');
+    expect(charged.map((e) => e.api_version)).toEqual(['2024-09-30.acacia']);
+    stripe.fake.settleRefund(refundAt(id).id, 'failed');
+    const later = w.next();
+    expect(later.map((e) => e.type)).toEqual(['charge.refund.updated']);
+    expect(later[0]!.data).toMatchObject({ object: { object: 'refund', id: refundAt(id).id, status: 'failed' }, previous_attributes: { status: 'succeeded' } });
+    expect(await deliver(later[0]!)).toMatchObject({ applied: { outcome: 'failed_after_success', operationId: id, newFinding: true } });
+    expect(await findOperation(db.pool, id)).toMatchObject({ status: 'succeeded' });
+    expect((await outbox(id)).map((e) => e.event_type)).toEqual(['Refund Succeeded', 'Refund Failed After Success']);
+    expect(await findings(refundAt(id).id)).toHaveLength(1);
+    await w.stop();
+    expect(() => new WebhookDispatcher({ fake: stripe.fake, endpoint: null, secret: SECRET, apiVersion: 'latest' })).toThrow(/apiVersion must be a Stripe version/);
   });
 
   it('through the sweep (applyDue) the finding counts as a contradiction: the StripeEventContradictions metric', async () => {

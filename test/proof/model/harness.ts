@@ -15,7 +15,8 @@
 // than is left, a repeat of an earlier refund id, the same id with another amount), possibly crashed,
 // faults on the Refunds endpoints, pending refunds settled, and the duplicate-charge remedy — a second
 // succeeded PaymentIntent made at Stripe behind the pipeline's back, and its evidence delivered (by an
-// operator or a Stripe event, possibly several times). Each request's verdict is predicted by
+// operator or a Stripe event, possibly several times) — and a refund Stripe fails after it said
+// succeeded (migrations/009), its event told now, later, twice, or never (no events). Each request's verdict is predicted by
 // refund-oracle.ts before it is made; after heal the oracle judges every order's money.
 import { randomUUID } from 'node:crypto';
 import type { Db } from '../../../lambdas/payments/db.ts';
@@ -32,7 +33,7 @@ import type {
 } from '../../../lambdas/payments/gateway.ts';
 import type { ChargeInput, OperationStatus, PaymentIntentView, RefundInput, RefundReason } from '../../../lambdas/payments/types.ts';
 import { createStripeClient } from '../../../lambdas/payments/stripe-gateway.ts';
-import { judgeOrder, predictRefund, type AcceptedRefund, type AskedRefund, type ChargeState, type RefundEnd, type RefundRow, type RefundVerdict } from './refund-oracle.ts';
+import { holdsMoney, judgeOrder, predictRefund, type AcceptedRefund, type AskedRefund, type ChargeState, type RefundEnd, type RefundRow, type RefundVerdict } from './refund-oracle.ts';
 import { faultCanTarget } from '../../../local/fake-stripe/faults.ts';
 import type { FakeStripe, FaultKind, FaultMatch, HoldHandle, PaymentIntentRecord, RefundSettleStatus, SettleStatus } from '../../../local/fake-stripe/types.ts';
 import { checkInvariants, type InvariantReport } from '../../../local/invariants.ts';
@@ -40,7 +41,8 @@ import { StripeEventApplier } from '../../../lambdas/payments/event-applier.ts';
 import { readStripeEvent } from '../../../lambdas/payments/event-decisions.ts';
 import type { TransactionalDb } from '../../../lambdas/payments/inbox-store.ts';
 import { recordAndApply } from '../../../lambdas/stripe-events/receive.ts';
-import { makeStripeEvent, paymentIntentEventType, paymentIntentJson } from '../../../local/fake-stripe/webhooks.ts';
+import { makeStripeEvent, paymentIntentEventType, paymentIntentJson, refundJson } from '../../../local/fake-stripe/webhooks.ts';
+import type { StripeEventView } from '../../../lambdas/payments/event-decisions.ts';
 
 // ── Commands ─────────────────────────────────────────────────────────────────────────────────────
 
@@ -119,7 +121,20 @@ export type Command =
    */
   | { readonly t: 'stripe_event'; readonly order: number; readonly snapshot: 'current' | 'old_processing'; readonly copies: number; readonly inline: boolean }
   /** The reconciler's pass over the inbox. */
-  | { readonly t: 'apply_inbox' };
+  | { readonly t: 'apply_inbox' }
+  /**
+   * Stripe fails one of the order's refunds after it said succeeded (a card refund the issuer could
+   * not process: the fake's documented succeeded → failed, settleRefund): the `pick`-th of the producer
+   * refunds Stripe holds succeeded, the order's first, then the next orders' (so that the command finds
+   * one more often than an order alone would have); its event (`refund.failed`, or the `refund.updated` of the
+   * same change) is delivered `copies` times now (0: later — a `refund_event`, or heal), inline or
+   * only recorded for the inbox sweep. Without Stripe events in the run nothing tells the product.
+   * `reask`: then the producer, told the customer got nothing, asks for that amount again (a new refund
+   * id) — refundable again only if the ledger learnt the failure by then.
+   */
+  | { readonly t: 'refund_fails_after_success'; readonly order: number; readonly pick: number; readonly type: 'refund.failed' | 'refund.updated'; readonly copies: number; readonly inline: boolean; readonly reask: boolean }
+  /** Stripe redelivers the events of the order's refunds it failed after success (the same event ids). */
+  | { readonly t: 'refund_event'; readonly copies: number; readonly inline: boolean };
 
 export type FaultEndpoint = 'any' | 'create' | 'retrieve' | 'search' | 'list' | 'refund_create' | 'refund_retrieve' | 'refund_list';
 
@@ -163,6 +178,10 @@ export interface RunResult {
   readonly refundsByCharge: Readonly<Partial<Record<ChargeState['kind'], number>>>;
   /** Extra PaymentIntents made at Stripe (duplicate commands that applied). */
   readonly duplicates: number;
+  /** Refunds Stripe failed after they succeeded (refund_fails_after_success commands that found one). */
+  readonly failedAfterSuccess: number;
+  /** Refund requests of an order with such a refund, by whether the ledger had learnt it (its event applied) then. */
+  readonly requestsAfterFailedRefund: Readonly<Partial<Record<'learnt' | 'not_learnt', number>>>;
 }
 
 const HOUR = 3_600_000;
@@ -382,6 +401,8 @@ interface OrderRefundBook {
   readonly unacked: Map<string, AskedRefund>;
   /** Idempotency keys of the PaymentIntents made behind the pipeline's back (the extras, once succeeded). */
   readonly strayKeys: Set<string>;
+  /** Refunds Stripe failed after they succeeded (Stripe id → the event telling it, redelivered with its id). */
+  readonly failedAfterSuccess: Map<string, StripeEventView>;
   next: number;
 }
 
@@ -416,10 +437,13 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   const orderAt = (i: number) => orders[i % orders.length]!;
   const applier = new StripeEventApplier({ db: db as TransactionalDb, gateway: world.gateway, actor: 'model-events', random: () => 0.5, policy });
   const eventsOn = run.events ?? false;
-  const book: OrderRefundBook[] = orders.map(() => ({ asked: [], accepted: new Map(), unacked: new Map(), strayKeys: new Set(), next: 0 }));
+  const book: OrderRefundBook[] = orders.map(() => ({ asked: [], accepted: new Map(), unacked: new Map(), strayKeys: new Set(), failedAfterSuccess: new Map(), next: 0 }));
   const refundVerdicts: Partial<Record<RefundVerdict, number>> = {};
   const refundsByCharge: Partial<Record<ChargeState['kind'], number>> = {};
   let duplicates = 0;
+  /** Refunds the run had Stripe fail after success; refund requests judged with one of the order's in view, by whether the ledger had learnt it. */
+  let failedAfterSuccessMade = 0;
+  const requestsAfterFailedRefund: Partial<Record<'learnt' | 'not_learnt', number>> = {};
   // Short timeout: a stray create that meets a scripted `hang` gives up soon (the PaymentIntent is found by its key).
   const strayStripe = createStripeClient({ apiKey: 'sk_test_model', apiBase: fake.url, timeoutMs: 1_000, maxNetworkRetries: 0 });
 
@@ -449,15 +473,29 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
       [order.orderId],
     )).rows[0] ?? null;
   const refundRowsOf = async (order: ChargeInput): Promise<RefundRow[]> =>
-    (await db.query<{ id: string; refund_id: string; status: OperationStatus; external_id: string | null; review_reason: string | null; amount: number; refund_reason: RefundReason | null; refund_payment_intent: string | null }>(
-      `SELECT id::text, refund_id, status, external_id, review_reason, amount::int, refund_reason, refund_payment_intent
+    (await db.query<{ id: string; refund_id: string; status: OperationStatus; external_id: string | null; review_reason: string | null; amount: number; refund_reason: RefundReason | null; refund_payment_intent: string | null; marked: boolean }>(
+      `SELECT id::text, refund_id, status, external_id, review_reason, amount::int, refund_reason, refund_payment_intent, failed_after_success_at IS NOT NULL AS marked
          FROM payment_operations WHERE order_id = $1 AND kind = 'refund' ORDER BY created_at, id`,
       [order.orderId],
-    )).rows.map((r) => ({ id: r.id, refundId: r.refund_id, status: r.status, externalId: r.external_id, reviewReason: r.review_reason, amount: r.amount, reason: r.refund_reason, paymentIntent: r.refund_payment_intent }));
+    )).rows.map((r) => ({ id: r.id, refundId: r.refund_id, status: r.status, externalId: r.external_id, reviewReason: r.review_reason, amount: r.amount, reason: r.refund_reason, paymentIntent: r.refund_payment_intent, failedAfterSuccess: r.marked }));
   /** What the oracle is given: the accepted producer refunds, with their operations' statuses now. */
   const acceptedNow = async (i: number): Promise<AcceptedRefund[]> => {
-    const statuses = new Map((await refundRowsOf(orders[i]!)).map((r) => [r.refundId, r.status]));
-    return [...book[i]!.accepted.values()].map((a) => ({ ...a, status: statuses.get(a.refundId) ?? 'pending' }));
+    const rows = new Map((await refundRowsOf(orders[i]!)).map((r) => [r.refundId, r]));
+    // Learnt: the event telling that Stripe failed the refund after it succeeded is applied (the inbox's own record of it).
+    const told = [...book[i]!.failedAfterSuccess.entries()];
+    const applied = told.length === 0 || !eventsOn
+      ? new Set<string>()
+      : new Set((await db.query<{ event_id: string }>('SELECT event_id FROM stripe_events WHERE event_id = ANY($1) AND applied_at IS NOT NULL', [told.map(([, e]) => e.id)])).rows.map((r) => r.event_id));
+    const learnt = new Set(told.filter(([, e]) => applied.has(e.id)).map(([refund]) => refund));
+    return [...book[i]!.accepted.values()].map((a) => {
+      const row = rows.get(a.refundId);
+      return { ...a, status: row?.status ?? 'pending', failedAfterSuccessLearnt: row?.externalId != null && learnt.has(row.externalId) };
+    });
+  };
+  /** Stripe's event about a refund it failed after success, `copies` times (a run without events: nothing reaches the product). */
+  const deliverRefundEvent = async (event: StripeEventView, copies: number, inline: boolean) => {
+    if (!eventsOn) return;
+    for (let c = 0; c < copies; c++) await live('stripe event (refund)', recordAndApply(event, 'webhook', { db, applier: inline ? applier : null, publisher: null }));
   };
   /** The order's extra PaymentIntents: those made behind the pipeline's back that charged. */
   const extrasOf = (i: number) => fake.paymentIntents({ orderId: orders[i]!.orderId }).filter((pi) => pi.status === 'succeeded' && pi.idempotencyKey !== null && book[i]!.strayKeys.has(pi.idempotencyKey));
@@ -472,7 +510,12 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     const charge = await chargeOf(order);
     const state: ChargeState =
       charge === null ? { kind: 'none' } : { kind: charge.status === 'succeeded' || charge.status === 'failed' ? charge.status : 'open', amount: charge.amount };
-    const predicted = predictRefund(state, await acceptedNow(i), ask);
+    const seen = await acceptedNow(i);
+    const predicted = predictRefund(state, seen, ask);
+    if (b.failedAfterSuccess.size > 0) {
+      const key = seen.some((r) => r.failedAfterSuccessLearnt === true) ? 'learnt' : 'not_learnt';
+      requestsAfterFailedRefund[key] = (requestsAfterFailedRefund[key] ?? 0) + 1;
+    }
     refundsByCharge[state.kind] = (refundsByCharge[state.kind] ?? 0) + 1;
     const input: RefundInput = { orderId: order.orderId, refundId: ask.refundId, amount: ask.amount, reason: ask.reason };
     const refundCreates = () => fake.stats().requests.refund_create;
@@ -722,7 +765,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
         } else {
           // Sized against what is left as the model sees it (the oracle still judges the request itself).
           const charged = orders[i]!.amount;
-          const held = (await acceptedNow(i)).filter((r) => r.status !== 'failed').reduce((sum, r) => sum + r.amount, 0);
+          const held = (await acceptedNow(i)).filter(holdsMoney).reduce((sum, r) => sum + r.amount, 0);
           const left = Math.max(0, charged - held);
           const amount = { partial: Math.max(1, Math.floor(left / 3)), rest: Math.max(1, left), full: charged, over: left + 1 }[command.size];
           ask = { refundId: `rf${b.next++}`, amount, reason: command.reason };
@@ -767,8 +810,72 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
       case 'duplicate_evidence':
         await deliverDuplicateEvidence(command.order % orders.length, extrasOf(command.order % orders.length), command.via, command.copies);
         break;
+      case 'refund_fails_after_success': {
+        // One of ours: a producer refund the model saw accepted (not the remedy's), that Stripe holds succeeded.
+        const held = orders.flatMap((_, k) => {
+          const i = (command.order + k) % orders.length;
+          const ours = new Set([...book[i]!.accepted.values()].map((a) => a.operationId));
+          return fake.refunds({ orderId: orders[i]!.orderId }).filter((r) => r.status === 'succeeded' && ours.has(r.metadata.operation_id ?? '')).map((r) => ({ i, id: r.id }));
+        });
+        if (held.length === 0) break;
+        const { i, id } = held[command.pick % held.length]!;
+        const b = book[i]!;
+        fake.settleRefund(id, 'failed');
+        failedAfterSuccessMade += 1;
+        const now = fake.refunds({ orderId: orders[i]!.orderId }).find((r) => r.id === id)!;
+        const json = makeStripeEvent(command.type, refundJson(now), command.type === 'refund.updated' ? { previousAttributes: { status: 'succeeded' } } : {});
+        const read = readStripeEvent(json);
+        if (!read.ok) {
+          problems.push(`the fake's ${command.type} of ${id} does not read: ${read.reason}`);
+          break;
+        }
+        b.failedAfterSuccess.set(id, read.event);
+        await deliverRefundEvent(read.event, command.copies, command.inline);
+        if (command.reask) {
+          const ask: AskedRefund = { refundId: `rf${b.next++}`, amount: now.amount, reason: null };
+          b.asked.push(ask);
+          await requestRefund(i, ask, null);
+        }
+        break;
+      }
+      case 'refund_event':
+        for (const b of book) for (const event of b.failedAfterSuccess.values()) await deliverRefundEvent(event, command.copies, command.inline);
+        break;
     }
   }
+
+  /**
+   * Without Stripe events, a refund Stripe failed after it succeeded is one the product cannot know of
+   * (polling never looks at a final refund again): its operation stays succeeded and unmarked, still
+   * counted. The checker, judging the ledger against Stripe's refunds, must then say so — and only so:
+   * `succeeded_without_refund` on exactly that operation (its Refund is `failed`, no fact recorded),
+   * and `net_amount` on its order's charge only (Stripe kept more than the ledger thinks). Those are
+   * the oracle's expected findings, set aside (and required); every other violation stands.
+   */
+  const expectBlindness = async (r: InvariantReport): Promise<InvariantReport> => {
+    if (eventsOn) return r;
+    const blind = new Map<string, string>(); // refund operation id → its order
+    for (const [i, b] of book.entries()) {
+      if (b.failedAfterSuccess.size === 0) continue;
+      for (const row of await refundRowsOf(orders[i]!)) {
+        if (row.status === 'succeeded' && row.externalId !== null && b.failedAfterSuccess.has(row.externalId)) blind.set(row.id, orders[i]!.orderId);
+      }
+    }
+    if (blind.size === 0) return r;
+    const blindOrders = new Set(blind.values());
+    const expected = (v: InvariantReport['violations'][number]) =>
+      (v.kind === 'succeeded_without_refund' && v.operationId !== undefined && blind.has(v.operationId)) ||
+      (v.kind === 'net_amount' && v.orderId !== undefined && blindOrders.has(v.orderId));
+    for (const id of blind.keys()) {
+      if (!r.violations.some((v) => v.kind === 'succeeded_without_refund' && v.operationId === id)) {
+        problems.push(`refund operation ${id}: Stripe failed its Refund after it succeeded and no event told it, yet the checker does not report succeeded_without_refund`);
+      }
+    }
+    const violations = r.violations.filter((v) => !expected(v));
+    const violationsByKind: Partial<Record<InvariantReport['violations'][number]['kind'], number>> = {};
+    for (const v of violations) violationsByKind[v.kind] = (violationsByKind[v.kind] ?? 0) + 1;
+    return { ...r, ok: violations.length === 0, violations, violationsByKind };
+  };
 
   // ── Heal: faults stop, Stripe settles, SQS redelivers what was never acknowledged, the reconciler
   // runs until nothing changes; when only time can decide, time moves on. ──
@@ -776,6 +883,9 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   fake.setSearchLag(0);
   for (const order of orders) if (sent.has(order.orderId) && !acked.has(order.orderId)) await deliver([order]);
   for (const [i, b] of book.entries()) for (const ask of [...b.unacked.values()]) await requestRefund(i, ask, null);
+  // Stripe retries a webhook until it is acknowledged: every refund it failed after success is told at
+  // least once (recorded again if it was: the inbox keeps one row per event id; the sweep below applies it).
+  for (const b of book) for (const event of b.failedAfterSuccess.values()) await deliverRefundEvent(event, 1, false);
   // Evidence of every extra PaymentIntent reaches the product at least once (Stripe's event when the run
   // has events and the PaymentIntent names our operation; an operator otherwise — the event of one
   // naming no operation is "foreign" to the applier, so a person acts on what Stripe shows).
@@ -825,7 +935,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     if (interval === '24 hours') fake.pruneKeys();
   }
 
-  const report = await checkInvariants({
+  const checked = await checkInvariants({
     db,
     paymentIntents: fake.paymentIntents(),
     // Given refunds, the checker judges the net amount per order (and a duplicate refunded in full is no double charge).
@@ -834,6 +944,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     orderIds,
     requireQuiescent: true,
   });
+  const report = await expectBlindness(checked);
   // The fake counts double charges by operation; the extra PaymentIntents the model made itself (the
   // duplicate remedy's cases, judged by the net amount) are left out of that count.
   const stray = new Set(book.flatMap((b) => [...b.strayKeys]));
@@ -848,9 +959,16 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     for (const f of findings.rows) problems.push(`stripe event finding ${f.kind}: ${f.reason}`);
     const left = await db.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM stripe_events WHERE applied_at IS NULL AND object_id = ANY($1)`,
-      [ids],
+      [[...ids, ...book.flatMap((b) => [...b.failedAfterSuccess.keys()])]],
     );
     if ((left.rows[0]?.n ?? 0) > 0) problems.push(`${left.rows[0]!.n} stripe event(s) never applied after heal`);
+    // A refund Stripe failed after success, told: the fact (failed_after_success), or — its operation still
+    // open when the event came — settled failed, or a repeat (stale). Never a contradiction: the event is the truth.
+    const told = await db.query<{ object_id: string; outcome: string }>(
+      `SELECT object_id, outcome FROM stripe_events WHERE object_id = ANY($1) AND outcome NOT IN ('failed_after_success', 'settled', 'stale')`,
+      [book.flatMap((b) => [...b.failedAfterSuccess.keys()])],
+    );
+    for (const r of told.rows) problems.push(`the event of Refund ${r.object_id}, failed after it succeeded, was applied as ${r.outcome}`);
   }
   // "Failed" must rest on evidence at Stripe: in this model nothing is refused before execution, so a
   // failed operation has a declined / canceled PaymentIntent of its own.
@@ -877,11 +995,13 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
       refundRows: await refundRowsOf(order),
       paymentIntents: fake.paymentIntents({ orderId: order.orderId }),
       refunds: fake.refunds({ orderId: order.orderId }),
+      failedAfterSuccess: new Set(book[i]!.failedAfterSuccess.keys()),
+      events: eventsOn,
     });
     problems.push(...judged.problems);
     for (const end of judged.ends) refundEnds[end] = (refundEnds[end] ?? 0) + 1;
   }
   // Leave nothing claimable behind for later runs sharing the database.
   await scoped(`UPDATE payment_operations SET review_reason = 'model: retired after its run' WHERE order_id = ANY($1) AND status IN ('pending','unknown') AND review_reason IS NULL`);
-  return { report, problems, orderIds, healRounds, timeSteps, lists, autoReissues, refundVerdicts, refundEnds, refundsByCharge, duplicates };
+  return { report, problems, orderIds, healRounds, timeSteps, lists, autoReissues, refundVerdicts, refundEnds, refundsByCharge, duplicates, failedAfterSuccess: failedAfterSuccessMade, requestsAfterFailedRefund };
 }

@@ -21,6 +21,25 @@ export interface AskedRefund {
 export interface AcceptedRefund extends AskedRefund {
   readonly operationId: string;
   readonly status: OperationStatus;
+  /**
+   * Stripe failed its Refund after it said succeeded AND the ledger learnt it: Stripe's event telling
+   * it was delivered and applied (the inbox row of that event is applied). False while Stripe holds it
+   * succeeded, while the event is only on its way, and in a run without Stripe events (polling never
+   * looks at a final refund again: the product cannot know).
+   */
+  readonly failedAfterSuccessLearnt?: boolean;
+}
+
+/**
+ * What holds money of the charge — docs/model.md, refund rules: "what holds money: a refund that is
+ * pending, unknown or succeeded — not a failed one, not one Stripe failed after it succeeded (marked)";
+ * migrations/009's header: "a marked refund is not 'refunded or in flight'", and the mark follows the
+ * fact ("when the ledger learnt that Stripe failed the Refund"). So a refund Stripe failed after it
+ * succeeded gives its amount back ONLY once the ledger learnt it; before that (or never, without
+ * events) it still counts, and a new refund of that amount is `exceeds_charge`.
+ */
+export function holdsMoney(r: AcceptedRefund): boolean {
+  return r.status !== 'failed' && r.failedAfterSuccessLearnt !== true;
 }
 
 export type RefundVerdict = 'accepted' | 'repeat' | 'no_charge' | 'charge_failed' | 'exceeds_charge' | 'refund_conflict';
@@ -32,8 +51,9 @@ export type RefundVerdict = 'accepted' | 'repeat' | 'no_charge' | 'charge_failed
  *   (at-least-once delivery), answered with the refund operation it already made;
  * - no charge operation for the order: nothing to refund (the producer orders a refund after its charge);
  * - "a refund of a failed … order → rejected with the reason once the charge is final-failed";
- * - "the sum of an order's refunds never exceeds its charged amount": the refunds that are not failed
- *   (succeeded, or still in flight) count; a failed one gives its amount back;
+ * - "the sum of an order's refunds never exceeds its charged amount": the refunds that hold money
+ *   count (holdsMoney: succeeded, or still in flight); a failed one gives its amount back, and so does
+ *   one Stripe failed after it succeeded, once the ledger learnt it;
  * - otherwise accepted — also while the charge is open: "a refund waits (durably, acknowledged) until
  *   the order's charge is final".
  * The duplicate remedy's refunds are not in `accepted` (they give back another PaymentIntent, not
@@ -44,7 +64,7 @@ export function predictRefund(charge: ChargeState, accepted: readonly AcceptedRe
   if (same) return same.amount === ask.amount && same.reason === ask.reason ? { verdict: 'repeat', operationId: same.operationId } : { verdict: 'refund_conflict' };
   if (charge.kind === 'none') return { verdict: 'no_charge' };
   if (charge.kind === 'failed') return { verdict: 'charge_failed' };
-  const held = accepted.filter((r) => r.status !== 'failed').reduce((sum, r) => sum + r.amount, 0);
+  const held = accepted.filter(holdsMoney).reduce((sum, r) => sum + r.amount, 0);
   if (held + ask.amount > charge.amount) return { verdict: 'exceeds_charge' };
   return { verdict: 'accepted' };
 }
@@ -59,6 +79,8 @@ export interface RefundRow {
   readonly amount: number;
   readonly reason: RefundReason | null;
   readonly paymentIntent: string | null;
+  /** The operation's mark (migrations/009): the ledger recorded that Stripe failed its Refund after it succeeded. */
+  readonly failedAfterSuccess: boolean;
 }
 
 export interface OrderAfterHeal {
@@ -72,13 +94,17 @@ export interface OrderAfterHeal {
   readonly refundRows: readonly RefundRow[];
   readonly paymentIntents: readonly PaymentIntentRecord[];
   readonly refunds: readonly RefundRecord[];
+  /** Refunds (Stripe ids) the model had Stripe fail after they succeeded (the fake's succeeded → failed). */
+  readonly failedAfterSuccess: ReadonlySet<string>;
+  /** Whether Stripe's events reach the product in this run: only then can the ledger learn such a failure. */
+  readonly events: boolean;
 }
 
 const HOLDING: readonly string[] = ['pending', 'requires_action', 'succeeded'];
 const isOpen = (s: OperationStatus) => s === 'pending' || s === 'unknown';
 
 /** What the model tallies: every accepted refund by its end. */
-export type RefundEnd = 'succeeded' | 'failed_charge_failed' | 'failed_at_stripe' | 'in_review' | 'waiting_for_charge_review' | 'remedy_succeeded' | 'remedy_in_review';
+export type RefundEnd = 'succeeded' | 'failed_after_success_learnt' | 'failed_after_success_unknown' | 'failed_charge_failed' | 'failed_at_stripe' | 'in_review' | 'waiting_for_charge_review' | 'remedy_succeeded' | 'remedy_in_review';
 
 /**
  * After heal, per order:
@@ -127,10 +153,17 @@ export function judgeOrder(o: OrderAfterHeal): { problems: string[]; ends: Refun
     } else if (chargeStatus === 'succeeded') {
       if (row.status === 'succeeded') {
         const made = atStripe.find((r) => r.id === row.externalId);
-        if (!made || made.status !== 'succeeded' || made.amount !== ask.amount || made.payment_intent !== o.charge!.externalId) {
+        // Stripe failed it after it succeeded (the model did, through the fake's documented control):
+        // the operation stays succeeded; with events the ledger learnt it (the mark), without it cannot.
+        const failedLater = made !== undefined && made.status === 'failed' && o.failedAfterSuccess.has(made.id);
+        if (!made || (made.status !== 'succeeded' && !failedLater) || made.amount !== ask.amount || made.payment_intent !== o.charge!.externalId) {
           say(`refund ${ask.refundId} succeeded on ${row.externalId}, which is ${made ? `${made.status} ${made.amount} of ${made.payment_intent}` : 'no Refund of it at Stripe'}`);
         }
-        ends.push('succeeded');
+        if (failedLater && row.failedAfterSuccess !== o.events) {
+          say(`refund ${ask.refundId}: Stripe failed ${made.id} after it succeeded; ${o.events ? 'its event was delivered, yet the operation is not marked' : 'no event told it, yet the operation is marked'}`);
+        }
+        if (!failedLater && row.failedAfterSuccess) say(`refund ${ask.refundId} is marked failed after success, but Stripe holds ${made?.id ?? 'nothing'} ${made?.status ?? ''}`);
+        ends.push(failedLater ? (o.events ? 'failed_after_success_learnt' : 'failed_after_success_unknown') : 'succeeded');
       } else if (row.status === 'failed') {
         if (holding.length > 0) say(`refund ${ask.refundId} is failed, but Refund ${holding[0]!.id} is ${holding[0]!.status}`);
         if (!atStripe.some((r) => r.status === 'failed' || r.status === 'canceled')) say(`refund ${ask.refundId} failed without a failed or canceled Refund at Stripe`);
@@ -190,7 +223,12 @@ export function judgeOrder(o: OrderAfterHeal): { problems: string[]; ends: Refun
   const waiting = (o.charge !== null && (isOpen(o.charge.status) || o.charge.inReview)) || o.refundRows.some((r) => isOpen(r.status));
   if (!waiting) {
     if (unrefunded > 1) say(`${unrefunded} succeeded PaymentIntents not refunded in full`);
-    const refundedAsked = o.accepted.reduce((s, a) => s + (rowsById.get(a.refundId)?.status === 'succeeded' ? a.amount : 0), 0);
+    // Refunded as asked: a refund that succeeded and that Stripe still holds succeeded — one Stripe failed
+    // after it succeeded gave the customer nothing, whether the ledger learnt it or not (the money is Stripe's truth).
+    const refundedAsked = o.accepted.reduce((s, a) => {
+      const row = rowsById.get(a.refundId);
+      return s + (row?.status === 'succeeded' && !(row.externalId !== null && o.failedAfterSuccess.has(row.externalId)) ? a.amount : 0);
+    }, 0);
     const expected = o.charge?.status === 'succeeded' ? o.charge.amount - refundedAsked : 0;
     if (net !== expected) say(`net amount at Stripe ${net}, expected ${expected} (charge ${o.charge?.status ?? 'none'}, ${refundedAsked} refunded as asked)`);
   }
