@@ -358,7 +358,8 @@ describe('a refund: a refused remedy goes to a human; a List refused for good is
   });
 
   it('a refusal List shows is not ours (charge_already_refunded, amount_too_large): the remedy refund to review, an ordinary refund final failed with the code', () => {
-    for (const refusal of ['charge_already_refunded', 'amount_too_large']) {
+    // 'param amount': the over-refund refusal in the form Stripe has sent without a code.
+    for (const refusal of ['charge_already_refunded', 'amount_too_large', 'param amount']) {
       const h = history({ refusal });
       const remedy = decideList(ctx(refundOp('pi_extra'), h), window, { ok: true, value: listed([]) });
       expect(remedy).toMatchObject({ status: 'unknown', retryAfterMs: null, errorCode: refusal, detail: { absenceProven: true } });
