@@ -324,3 +324,87 @@ describe('reading the evidence back from the audit trail (summarizeEvidence)', (
     expect(h).toMatchObject({ listUnavailable: false, permanentSearchFailures: 1, autoReissues: 1 });
   });
 });
+
+describe('a refund: a refused remedy goes to a human; a List refused for good is bounded', () => {
+  const window = { createdGte: 0, createdLte: 1 };
+  /** A refund operation; `extra`: the duplicate-charge remedy's refund of that PaymentIntent. */
+  const refundOp = (extra: string | null, overrides: Partial<ClaimedOperation> = {}): Partial<ClaimedOperation> => ({
+    kind: 'refund',
+    refund: { refundId: extra ? `duplicate:${extra}` : 'rf-1', parentOperationId: 'charge-op', reason: extra ? 'duplicate' : null, paymentIntentId: extra },
+    charge: { status: 'succeeded', paymentIntentId: 'pi_kept' },
+    ...overrides,
+  });
+  const refused = (code: string | undefined, param?: string): GatewayFailure => ({
+    kind: FailureKind.invalidRequest,
+    errorClass: 'StripeInvalidRequestError',
+    message: code === 'charge_disputed' ? 'Charge ch_extra has been charged back; cannot issue a refund.' : 'refused',
+    httpStatus: 400,
+    ...(code ? { code } : {}),
+    ...(param ? { param } : {}),
+  });
+
+  it('a create refused before execution (charge_disputed): the remedy refund to review naming the refusal and the extra PaymentIntent; an ordinary refund final failed', () => {
+    const remedy = decideCreate(ctx(refundOp('pi_extra', { status: 'pending' }), null), { ok: false, failure: refused('charge_disputed') });
+    expect(remedy).toMatchObject({ status: 'unknown', retryAfterMs: null, errorCode: 'charge_disputed' });
+    expect(remedy.reviewReason).toBe(
+      "the duplicate-charge remedy's refund of pi_extra was refused by Stripe (charge_disputed: Charge ch_extra has been charged back; cannot issue a refund.): the extra charge stands — return the money another way, then resolve",
+    );
+    const ordinary = decideCreate(ctx(refundOp(null, { status: 'pending' }), null), { ok: false, failure: refused('charge_disputed') });
+    expect(ordinary).toMatchObject({ status: 'failed', reviewReason: null, errorCode: 'charge_disputed' });
+    // A refusal evidence must settle (maybe our own earlier refund) still goes to List first, remedy or not.
+    for (const extra of ['pi_extra', null]) {
+      expect(decideCreate(ctx(refundOp(extra, { status: 'pending' }), null), { ok: false, failure: refused(undefined, 'amount') })).toMatchObject({ status: 'unknown', reviewReason: null, detail: { settleByList: true } });
+    }
+  });
+
+  it('a refusal List shows is not ours (charge_already_refunded, amount_too_large): the remedy refund to review, an ordinary refund final failed with the code', () => {
+    // 'param amount': the over-refund refusal in the form Stripe has sent without a code.
+    for (const refusal of ['charge_already_refunded', 'amount_too_large', 'param amount']) {
+      const h = history({ refusal });
+      const remedy = decideList(ctx(refundOp('pi_extra'), h), window, { ok: true, value: listed([]) });
+      expect(remedy).toMatchObject({ status: 'unknown', retryAfterMs: null, errorCode: refusal, detail: { absenceProven: true } });
+      expect(remedy.reviewReason).toMatch(new RegExp(`^the duplicate-charge remedy's refund of pi_extra was refused by Stripe \\(${refusal}\\) and List shows no refund of this operation: the extra charge stands`));
+      expect(decideList(ctx(refundOp(null), h), window, { ok: true, value: listed([]) })).toMatchObject({ status: 'failed', reviewReason: null, errorCode: refusal });
+    }
+  });
+
+  it('a refund List that will not pass: counted, open below maxSearchFailures, then a human with what to fix; a charge keeps the Search path', () => {
+    const forbidden: GatewayFailure = { kind: FailureKind.permission, errorClass: 'StripePermissionError', message: 'x', httpStatus: 403 };
+    for (const extra of ['pi_extra', null]) {
+      for (let before = 0; before < DEFAULT_POLICY.maxSearchFailures - 1; before++) {
+        const open = decideList(ctx(refundOp(extra), history({ listUnavailable: before > 0, permanentListFailures: before })), window, { ok: false, failure: forbidden });
+        expect(open).toMatchObject({ status: 'unknown', reviewReason: null, detail: { listUnavailable: true, listFailures: before + 1 } });
+        expect(open.retryAfterMs).toBeGreaterThan(0);
+      }
+      const last = decideList(ctx(refundOp(extra), history({ listUnavailable: true, permanentListFailures: DEFAULT_POLICY.maxSearchFailures - 1 })), window, { ok: false, failure: forbidden });
+      expect(last).toMatchObject({ status: 'unknown', retryAfterMs: null, detail: { listFailures: DEFAULT_POLICY.maxSearchFailures } });
+      expect(last.reviewReason).toMatch(/^List of the PaymentIntent's refunds failed 3 times and will not pass by itself \(StripePermissionError 403\).*give the key read permission for Refunds \(a restricted key: Refunds Read\)/);
+    }
+    // A transient failure is not counted.
+    expect(decideList(ctx(refundOp(null), history({ permanentListFailures: 2 })), window, { ok: false, failure: failure(FailureKind.ambiguous, 500) })).toMatchObject({ reviewReason: null });
+    // A charge: List unavailable hands over to Search (which has its own bound), never a review here.
+    expect(decideList(ctx({}, history({ permanentListFailures: 5 })), window, { ok: false, failure: forbidden })).toMatchObject({ reviewReason: null, detail: { listUnavailable: true } });
+  });
+
+  it('a refund whose List is unavailable lists again instead of re-sending the same key (nothing else can settle it); a charge takes the Search path', () => {
+    const unavailable = history({ listUnavailable: true, permanentListFailures: 1 });
+    expect(chooseStep(op(refundOp(null)), DEFAULT_POLICY, unavailable)).toEqual({ kind: 'list' });
+    expect(chooseStep(op(refundOp('pi_extra', { claimedAt: at(30 * MIN) })), DEFAULT_POLICY, unavailable)).toEqual({ kind: 'list' });
+    expect(chooseStep(op(refundOp(null, { claimedAt: at(25 * HOUR) })), DEFAULT_POLICY, unavailable)).toEqual({ kind: 'list' });
+    expect(chooseStep(op({ claimedAt: at(30 * MIN) }), DEFAULT_POLICY, unavailable)).toEqual({ kind: 'early_search' });
+    // List available: a refund inside the window re-sends its key as before.
+    expect(chooseStep(op(refundOp(null)), DEFAULT_POLICY, history({ sameKeySends: 1 }))).toEqual({ kind: 'create' });
+  });
+
+  it('reads permanent List failures from the trail, per key generation', () => {
+    const ev = (action: string, ms: number, step: string | null, detail: Record<string, unknown>, keyGeneration = 0): EvidenceEvent => ({ action, step, occurredAt: at(ms).toISOString(), keyGeneration, detail });
+    const events = [
+      ev('outcome_recorded', 1, 'list', { listUnavailable: true }),
+      ev('outcome_recorded', 2, 'list', { listUnavailable: true }),
+      ev('outcome_recorded', 3, 'list', {}),
+      ev('outcome_recorded', 4, 'list', { listUnavailable: true }, 1),
+    ];
+    expect(summarizeEvidence(op(refundOp(null)), events, { leaseMs: 2 * MIN })).toMatchObject({ listUnavailable: true, permanentListFailures: 2 });
+    expect(summarizeEvidence(op(refundOp(null, { keyGeneration: 1 })), events, { leaseMs: 2 * MIN })).toMatchObject({ permanentListFailures: 1 });
+  });
+});

@@ -11,6 +11,7 @@ import {
   type RefundRecord,
   type RequestRecord,
 } from '../local/fake-stripe/server.ts';
+import { WebhookDispatcher } from '../local/fake-stripe/webhooks.ts';
 import { controlApiTruth, fakeTruth, listApiTruth, netChargedByOrder } from '../local/stripe-truth.ts';
 
 type Ctx = TestContext;
@@ -140,6 +141,31 @@ describe.concurrent('fake Stripe Refunds through stripe-node', () => {
       const again = await rejection(stripe.refunds.create(refundParams(pi), { idempotencyKey: 'k-p3' }));
       expect(again.headers?.['idempotent-replayed']).toBe('true');
       expect(fake.refunds({ paymentIntentId: pi.id }).map((r) => r.amount)).toEqual([300, 999]);
+    });
+
+    test('a charged-back charge (a dispute, not an inquiry) is refused with charge_disputed (400), stored for its key; an inquiry does not block, a won dispute lifts it', async (ctx) => {
+      const { expect } = ctx;
+      const fake = await fakeFor(ctx);
+      const stripe = sdk(fake);
+      const pi = await charged(stripe);
+      const dashboard = new WebhookDispatcher({ fake, endpoint: null, secret: 'whsec_test', deliver: false });
+      const opened = dashboard.dispute(pi.id, 'created');
+      expect(opened.data.object).toMatchObject({ object: 'dispute', payment_intent: pi.id, is_charge_refundable: false });
+      const refused = await rejection(stripe.refunds.create(refundParams(pi), { idempotencyKey: 'k-d1' }));
+      // docs.stripe.com/error-codes#charge-disputed: "The charge you're attempting to refund has been charged back."
+      expect(refused).toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
+      expect(refused).toMatchObject({ statusCode: 400, code: 'charge_disputed', type: 'StripeInvalidRequestError' });
+      expect(refused.raw).toMatchObject({ type: 'invalid_request_error' });
+      expect(refused.message).toBe(`Charge ${chargeIdOf(pi.id)} has been charged back; cannot issue a refund.`);
+      const again = await rejection(stripe.refunds.create(refundParams(pi), { idempotencyKey: 'k-d1' }));
+      expect(again.headers?.['idempotent-replayed']).toBe('true');
+      expect(fake.refunds({ paymentIntentId: pi.id })).toEqual([]);
+      dashboard.dispute(pi.id, 'closed', 'won');
+      expect(await stripe.refunds.create(refundParams(pi), { idempotencyKey: 'k-d2' })).toMatchObject({ status: 'succeeded', amount: 1299 });
+      // An inquiry (warning_needs_response) takes no funds: the charge can be refunded.
+      const asked = await charged(stripe);
+      dashboard.dispute(asked.id, 'created', 'warning_needs_response');
+      expect(await stripe.refunds.create(refundParams(asked), { idempotencyKey: 'k-d3' })).toMatchObject({ status: 'succeeded' });
     });
 
     test('amount omitted after a partial refund = the remainder', async (ctx) => {

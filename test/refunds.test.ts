@@ -16,13 +16,13 @@ import { receiveWebhook } from '../lambdas/stripe-events/receive.ts';
 import { checkInvariants } from '../local/invariants.ts';
 import { netChargedByOrder } from '../local/stripe-truth.ts';
 import { delivery, piEvent, SECRET } from './stripe-events/support.ts';
-import { idempotencyKey } from '../lambdas/payments/decisions.ts';
+import { DEFAULT_POLICY, idempotencyKey } from '../lambdas/payments/decisions.ts';
 import { ChargeEngine, type EngineOptions } from '../lambdas/payments/engine.ts';
 import { OrderConflictError, RefundRejectedError } from '../lambdas/payments/errors.ts';
 import { parseQueueMessage } from '../lambdas/payments/message.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
 import { auditTrail, operationRow, shiftAuditTrail, type TestDatabase } from './support/db.ts';
-import { chargedOrder as charged, testEngine } from './support/engine.ts';
+import { chargedOrder as charged, FAST_LIST_POLICY, testEngine } from './support/engine.ts';
 import { chargeOrder, refundOf } from './support/orders.ts';
 import type { StripeHarness } from './support/stripe.ts';
 import { useWorld } from './support/world.ts';
@@ -248,6 +248,35 @@ describe('every row of the charge table, for refunds', () => {
       );
     }
     expect(stripe.fake.requests().length).toBe(before);
+  });
+});
+
+describe('a refund whose List is refused for good', () => {
+  it('403 on every List (a restricted key without Refunds read) → a human after maxSearchFailures lists, told what to fix; no re-send, nothing refunded', async () => {
+    const { input, chargeId } = await chargedOrder({ amount: 800 });
+    const charge = (await row(chargeId)).external_id as string;
+    const id = await engine().requestRefund(refundOf(input.orderId, { amount: 800 }));
+    // Stripe's own 500 is replayed for the key: List, not a same-key re-send, is the evidence.
+    stripe.fake.injectFault({ endpoint: 'refund_create', operationId: id }, 'error_500_before_commit');
+    const bound = DEFAULT_POLICY.maxSearchFailures;
+    stripe.fake.injectFault({ endpoint: 'refund_list', paymentIntentId: charge }, 'permission_403', bound);
+    const e = engine({ policy: { ...FAST_LIST_POLICY, sameKeyResends: 0 } });
+    expect(await e.executeCharge(id)).toMatchObject({ step: 'create', status: 'unknown' });
+    const steps: string[] = [];
+    for (let claim = 0; claim < 2 * bound && (await row(id)).review_reason === null; claim++) {
+      await sentAgo(id, '1 second');
+      steps.push((await e.executeCharge(id)).step ?? 'none');
+    }
+    expect(steps).toEqual(Array(bound).fill('list'));
+    const inReview = await row(id);
+    expect(inReview).toMatchObject({ status: 'unknown', last_error_class: 'StripePermissionError' });
+    expect(inReview.review_reason).toMatch(new RegExp(`^List of the PaymentIntent's refunds failed ${bound} times and will not pass by itself \\(StripePermissionError 403.*Refunds Read`));
+    expect(stripe.fake.requests().filter((r) => r.endpoint === 'refund_list' && r.paymentIntentId === charge).map((r) => r.status)).toEqual(Array(bound).fill(403));
+    // In review the reconciler leaves it alone: no re-send, nothing at Stripe.
+    await makeDue(id);
+    expect((await e.reconcileDue(100)).find((x) => x.operationId === id)).toBeUndefined();
+    expect(refundCreates(id)).toHaveLength(1);
+    expect(refundsAtStripe(id)).toEqual([]);
   });
 });
 

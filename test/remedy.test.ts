@@ -17,12 +17,13 @@ import { AnotherSystem } from '../local/another-system.ts';
 import { checkInvariants } from '../local/invariants.ts';
 import { collectGauges } from '../lambdas/reconcile/gauges.ts';
 import type { PaymentIntentRecord } from '../local/fake-stripe/types.ts';
-import type { TestDatabase } from './support/db.ts';
+import { shiftAuditTrail, type TestDatabase } from './support/db.ts';
 import { chargedOrder as charged, FAST_LIST_POLICY, testEngine } from './support/engine.ts';
 import { chargeOrderOfItsOwnCustomer as order } from './support/orders.ts';
 import { plantPaymentIntent, type StripeHarness } from './support/stripe.ts';
 import { useWorld } from './support/world.ts';
-import { deliverWebhook, piEvent, testApplier } from './stripe-events/support.ts';
+import { deliverWebhook, piEvent, SECRET, testApplier } from './stripe-events/support.ts';
+import { WebhookDispatcher } from '../local/fake-stripe/webhooks.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
@@ -143,6 +144,92 @@ describe('evidence from a Stripe event', () => {
   });
 });
 
+/** The operator's tool (`npm run ops`) against this world's database and fake Stripe. */
+const lookup = () => new StripePaymentIntentLookup(createStripeClient({ apiKey: 'sk_test_ops', apiBase: stripe.fake.url, maxNetworkRetries: 0 }));
+const ops = (argv: string[], database: Db = db.pool) =>
+  runOps(argv, {
+    defaultActor: 'tester',
+    context: () => ({ db: database, stripe: async () => lookup(), gateway: async () => stripe.gateway, transport: { kind: 'test' } }),
+  });
+
+describe('the remedy refund refused by Stripe: a human decides, never a final failed', () => {
+  /** The remedy refund operation made by the event of the extra PaymentIntent, still pending. */
+  async function remedyPending(input: ChargeInput, extra: PaymentIntentRecord) {
+    await deliver(extra);
+    const [refund] = await refundOps(input.orderId);
+    expect(refund).toMatchObject({ status: 'pending', refund_payment_intent: extra.id });
+    return refund;
+  }
+
+  /** `planted`: violations the test made on purpose (a refund made by hand beside the pipeline). */
+  async function expectInReview(input: ChargeInput, chargeId: string, extraId: string, refundOperationId: string, reason: RegExp, planted: readonly string[] = []) {
+    const row = (await findOperation(db.pool, refundOperationId))!;
+    expect(row).toMatchObject({ status: 'unknown', reviewReason: expect.stringMatching(reason) });
+    expect(row.reviewReason).toContain(extraId);
+    expect(row.reviewReason).toMatch(/the extra charge stands/);
+    // The checker reads it as a second charge that waits for a human, not as a double charge no one knows of.
+    const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), refunds: stripe.fake.refunds(), orderIds: [input.orderId], requireQuiescent: true });
+    expect(report.violations.filter((v) => !planted.includes(v.kind))).toEqual([]);
+    expect(report.warnings).toMatchObject([{ kind: 'duplicate_awaiting_review', operationId: chargeId, orderId: input.orderId }]);
+    // In review the reconciler leaves it alone: nothing more is sent.
+    const sent = stripe.fake.requests().filter((q) => q.endpoint === 'refund_create').length;
+    await db.pool.query('UPDATE payment_operations SET next_attempt_at = now() WHERE id = $1', [refundOperationId]);
+    expect((await engine().reconcileDue(100)).find((e) => e.operationId === refundOperationId)).toBeUndefined();
+    expect(stripe.fake.requests().filter((q) => q.endpoint === 'refund_create').length).toBe(sent);
+  }
+
+  it('the extra charge is disputed (charged back): the refund create is refused with charge_disputed → the remedy refund in review naming the refusal and the extra PaymentIntent, nothing refunded', async () => {
+    const { input, op } = await chargedOrder();
+    const extra = await extraCharge(input, op.id);
+    const refund = await remedyPending(input, extra);
+    const dispatcher = new WebhookDispatcher({ fake: stripe.fake, endpoint: null, secret: SECRET, deliver: false });
+    dispatcher.dispute(extra.id, 'created');
+    const [execution] = (await engine().reconcileDue(100)).filter((e) => e.operationId === refund.id);
+    expect(execution).toMatchObject({ step: 'create', status: 'unknown' });
+    const created = stripe.fake.requests().filter((q) => q.endpoint === 'refund_create' && q.paymentIntentId === extra.id);
+    expect(created.map((q) => q.status)).toEqual([400]);
+    expect(stripe.fake.refunds({ orderId: input.orderId })).toEqual([]);
+    await expectInReview(input, op.id, extra.id, refund.id, /refund of pi_\w+ was refused by Stripe \(charge_disputed: Charge ch_\w+ has been charged back/);
+    expect((await db.pool.query('SELECT last_error_class FROM payment_operations WHERE id = $1', [refund.id])).rows[0]).toMatchObject({ last_error_class: 'StripeInvalidRequestError' });
+    // The runbook: the dispute decides. Won — the money is back with us, the customer charged twice
+    // again — so the operator re-sends the remedy's refund under a new key; it now goes through.
+    dispatcher.dispute(extra.id, 'closed', 'won');
+    await shiftAuditTrail(db.pool, refund.id, '3 minutes'); // the tool's LIST_SETTLE_MS after the last send
+    const reissued = await ops(['review', 'reissue', refund.id, '--confirm-no-charge', '--reason', 'dispute won: refund the duplicate', '--actor', 'alice']);
+    expect(reissued, JSON.stringify(reissued)).toMatchObject({ ok: true });
+    await engine().reconcileDue(100);
+    expect(await findOperation(db.pool, refund.id)).toMatchObject({ status: 'succeeded', keyGeneration: 1, reviewReason: null });
+    expect(stripe.fake.refunds({ orderId: input.orderId })).toMatchObject([{ payment_intent: extra.id, amount: input.amount, status: 'succeeded' }]);
+    await netHolds([input.orderId]);
+  });
+
+  it('the extra charge was partly refunded by hand in the Dashboard: the full remedy refund is refused (amount_too_large), List shows no refund of ours → review, not failed; only the hand refund exists', async () => {
+    const { input, op } = await chargedOrder();
+    const extra = await extraCharge(input, op.id);
+    const refund = await remedyPending(input, extra);
+    // An operator refunds part of it by hand, beside the pipeline (the SDK, another key, no metadata of ours).
+    const sdk = createStripeClient({ apiKey: 'sk_test_engine', apiBase: stripe.fake.url, maxNetworkRetries: 0 });
+    await sdk.refunds.create({ payment_intent: extra.id, amount: 100 }, { idempotencyKey: `dashboard-${randomUUID()}` });
+    const [refused] = (await engine().reconcileDue(100)).filter((e) => e.operationId === refund.id);
+    expect(refused).toMatchObject({ step: 'create', status: 'unknown' });
+    expect(refused!.outcome?.detail).toMatchObject({ settleByList: true, refusal: 'amount_too_large' });
+    // List (due once the send settled: the trail moved back past the settle delay) finds only the hand refund: the refusal stands.
+    await db.pool.query(`UPDATE payment_operations SET first_attempted_at = first_attempted_at - interval '1 second', next_attempt_at = now() WHERE id = $1`, [refund.id]);
+    await shiftAuditTrail(db.pool, refund.id, '1 second');
+    const [listed] = (await engine().reconcileDue(100)).filter((e) => e.operationId === refund.id);
+    expect(listed).toMatchObject({ step: 'list', status: 'unknown' });
+    expect(stripe.fake.refunds({ orderId: input.orderId })).toMatchObject([{ payment_intent: extra.id, amount: 100 }]);
+    await expectInReview(input, op.id, extra.id, refund.id, /refund of pi_\w+ was refused by Stripe \(amount_too_large\) and List shows no refund of this operation/, ['unrecorded_refund']);
+    // The runbook: refund the rest by hand, then resolve as failed — the hand refund does not block it.
+    await sdk.refunds.create({ payment_intent: extra.id }, { idempotencyKey: `dashboard-${randomUUID()}` });
+    await shiftAuditTrail(db.pool, refund.id, '3 minutes'); // the tool's LIST_SETTLE_MS after the last send
+    const resolved = await ops(['review', 'resolve', refund.id, '--as', 'failed', '--reason', 'refunded by hand in two parts', '--actor', 'alice']);
+    expect(resolved, JSON.stringify(resolved)).toMatchObject({ ok: true });
+    expect(await findOperation(db.pool, refund.id)).toMatchObject({ status: 'failed', reviewReason: null });
+    expect(stripe.fake.refunds({ orderId: input.orderId }).map((r) => r.amount)).toEqual([100, input.amount - 100]);
+  });
+});
+
 describe('evidence from the List step', () => {
   async function row(id: string) {
     return (await db.pool.query('SELECT * FROM payment_operations WHERE id = $1', [id])).rows[0];
@@ -249,13 +336,7 @@ describe('evidence from the List step', () => {
 });
 
 describe('evidence from an operator', () => {
-  const lookup = () => new StripePaymentIntentLookup(createStripeClient({ apiKey: 'sk_test_ops', apiBase: stripe.fake.url, maxNetworkRetries: 0 }));
   const counted = () => countingDb(db.pool);
-  const ops = (argv: string[], database: Db = db.pool) =>
-    runOps(argv, {
-      defaultActor: 'tester',
-      context: () => ({ db: database, stripe: async () => lookup(), gateway: async () => stripe.gateway, transport: { kind: 'test' } }),
-    });
   const because = ['--reason', 'TICKET-15: two charges for one order', '--actor', 'alice'];
 
   it('review resolve --as succeeded with another succeeded PaymentIntent of the operation → resolved, and the other one refunded by the remedy (the operator as actor)', async () => {

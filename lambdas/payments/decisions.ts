@@ -55,7 +55,8 @@ export interface EnginePolicy {
   readonly maxAutoReissues: number;
   /**
    * Search failures that do not pass by themselves (400 unsupported query, 403 key without Search,
-   * 404) before the operation goes to a human with the reason, instead of retrying forever.
+   * 404) before the operation goes to a human with the reason, instead of retrying forever. For a
+   * kind without Search (a refund), its Lists failing that way.
    */
   readonly maxSearchFailures: number;
   readonly backoff: {
@@ -167,6 +168,11 @@ export interface EvidenceHistory {
   /** Searches that failed that way under the current generation. */
   readonly permanentSearchFailures: number;
   /**
+   * Lists that failed that way under the current generation. Counted for kinds without Search (a
+   * refund): for them List is the only evidence, so its failures are bounded like Search's.
+   */
+  readonly permanentListFailures?: number;
+  /**
    * Lists under the current generation that stopped before their end for lack of request budget
    * (each claim starts a list from its first page again): bounded by MAX_INCOMPLETE_LISTS.
    */
@@ -191,6 +197,9 @@ export function chooseStep(op: ClaimedOperation, policy: EnginePolicy = DEFAULT_
   // Search after the window, and inside it the same key is simply re-sent.
   if (!KIND_RULES[op.kind].searchable) {
     if (step.kind === 'search') return { kind: 'list' };
+    // List failed for good and there is no Search to turn to: a further same-key send would only
+    // replay what the key holds. List again, bounded by maxSearchFailures (decideList), then a human.
+    if (history?.listUnavailable && (step.kind === 'early_search' || step.kind === 'create') && op.status === 'unknown') return { kind: 'list' };
     if (step.kind === 'early_search') return { kind: 'create' };
   }
   return step;
@@ -382,6 +391,26 @@ function toReview(reason: string, detail: Record<string, unknown>, failure?: Gat
 }
 
 /**
+ * The duplicate-charge remedy's refund (op.refund.paymentIntentId: the extra PaymentIntent it gives
+ * back) would end `failed` — its Refund failed or was canceled at Stripe, or Stripe refused to make
+ * it (the extra charge disputed: charge_disputed; partly refunded by hand: amount_too_large). The
+ * extra PaymentIntent is still charged, and no machine can give the money back another way. Final
+ * `failed` would leave a double charge no one is asked about (issue 15: the net amount is the amount
+ * asked): a human decides (docs/runbook.md, the duplicate-charge remedy). The one rule for every such
+ * end; `what` names it, given the extra PaymentIntent. Null for any other operation: its `failed` stands.
+ */
+function remedyStands(op: ClaimedOperation, what: (extraPaymentIntentId: string) => string, detail: Record<string, unknown>, failure?: GatewayFailure, externalId: string | null = null): Outcome | null {
+  const extra = op.kind === 'refund' ? op.refund?.paymentIntentId : null;
+  if (!extra) return null;
+  return toReview(`the duplicate-charge remedy's ${what(extra)}: the extra charge stands — return the money another way, then resolve`, detail, failure, externalId);
+}
+
+/** A refusal of the remedy's refund create, as the operator reads it: the code and Stripe's message. */
+function refusalText(failure: GatewayFailure): string {
+  return `${failure.code ?? `${failure.errorClass}${failure.param ? ` param ${failure.param}` : ''}`}: ${failure.message.slice(0, 200)}`;
+}
+
+/**
  * A failure that teaches nothing about the operation itself (throttled, misconfigured, unreachable).
  * `notExecutedStatus`: the status after a 429 / 401 / 403 (the operation's own, unless that answer
  * cannot prove nothing was executed).
@@ -412,17 +441,9 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
   }
   const status = KIND_RULES[op.kind].statusOf(pi.status);
   const base = { externalId: pi.id, error: null, errorClass: null, errorCode: null };
-  if (status === 'failed' && op.kind === 'refund' && op.refund?.paymentIntentId) {
-    // The duplicate-charge remedy's Refund failed (or was canceled) at Stripe: the extra PaymentIntent
-    // is still charged, and no machine can give the money back another way. Final `failed` would
-    // leave a double charge no one is asked about (issue 15: the net amount is the amount asked):
-    // a human decides (docs/runbook.md, the duplicate-charge remedy). Found by the property model.
-    return toReview(
-      `the duplicate-charge remedy's Refund ${pi.id} of ${op.refund.paymentIntentId} is ${pi.status} at Stripe: the extra charge stands — return the money another way, then resolve`,
-      { ...detail, paymentIntentStatus: pi.status },
-      undefined,
-      pi.id,
-    );
+  if (status === 'failed') {
+    const remedy = remedyStands(op, (extra) => `Refund ${pi.id} of ${extra} is ${pi.status} at Stripe`, { ...detail, paymentIntentStatus: pi.status }, undefined, pi.id);
+    if (remedy) return remedy;
   }
   if (status !== 'unknown') {
     return { ...base, status, reviewReason: null, retryAfterMs: null, detail: { ...detail, paymentIntentStatus: pi.status } };
@@ -478,8 +499,10 @@ export function decideCreate(ctx: Context, result: GatewayResult<PaymentIntentVi
           detail: { ...failureDetail(failure), settleByList: true, refusal: failure.code ?? `param ${failure.param ?? ''}`.trim() },
         };
       }
-      // Refused before execution (bad customer, bad parameters): nothing was charged. Final.
-      return { status: 'failed', externalId: null, reviewReason: null, retryAfterMs: null, ...failureFields(failure), detail: failureDetail(failure) };
+      // Refused before execution (bad customer, bad parameters): nothing was charged. Final — unless
+      // it is the remedy's refund (the extra charge disputed, charge_disputed): then a human decides.
+      return remedyStands(ctx.op, (extra) => `refund of ${extra} was refused by Stripe (${refusalText(failure)})`, { refused: failure.code ?? null }, failure) ??
+        { status: 'failed', externalId: null, reviewReason: null, retryAfterMs: null, ...failureFields(failure), detail: failureDetail(failure) };
     case FailureKind.idempotencyMisuse:
       return toReview(`Stripe rejected the idempotency key ${idempotencyKey(ctx.op.id, ctx.op.keyGeneration)} as reused with other parameters: a bug in key use (${failure.message.slice(0, 200)})`,
         {},
@@ -722,8 +745,20 @@ export function decideList(ctx: Context, window: ListWindow, result: GatewayResu
   if (!result.ok) {
     const failure = result.failure;
     const outcome = transientFailure(ctx, failure, op.status);
-    const unavailable = isPermanentReadFailure(failure) ? { listUnavailable: true } : {};
-    return { ...outcome, detail: { ...outcome.detail, ...listEvidence(null, window, scope), ...unavailable } };
+    if (!isPermanentReadFailure(failure)) return { ...outcome, detail: { ...outcome.detail, ...listEvidence(null, window, scope) } };
+    if (rules.searchable) return { ...outcome, detail: { ...outcome.detail, ...listEvidence(null, window, scope), listUnavailable: true } };
+    // No Search to take over (a refund): List is the only evidence, so a List that will not pass is
+    // bounded like a Search that will not pass — never an open operation retried forever, no reason.
+    const failures = (ctx.history?.permanentListFailures ?? 0) + 1;
+    const evidence = { ...listEvidence(null, window, scope), listUnavailable: true, listFailures: failures };
+    if (failures >= policy.maxSearchFailures) {
+      return toReview(`List of ${what} failed ${failures} times and will not pass by itself (${failure.errorClass} ${failure.httpStatus ?? ''} ${failure.code ?? ''}`.trimEnd() +
+        `): nothing else can show whether this ${rules.objectName} exists — give the key read permission for ${rules.objectName}s (a restricted key: ${rules.objectName}s Read), then resolve the operation`,
+        evidence,
+        failure,
+      );
+    }
+    return { ...outcome, detail: { ...outcome.detail, ...evidence } };
   }
   const answer = result.value;
   const evidence = listEvidence(answer, window, scope);
@@ -762,7 +797,10 @@ export function decideList(ctx: Context, window: ListWindow, result: GatewayResu
   const history = ctx.history ?? EMPTY_HISTORY;
   if (history.refusal) {
     // Stripe refused ("already refunded", "more than is left") and none of the refunds it holds for
-    // the PaymentIntent is ours: the refusal is about someone else's refund. Final, with its code.
+    // the PaymentIntent is ours: the refusal is about someone else's refund. Final, with its code —
+    // unless it is the remedy's refund (the extra charge refunded by hand, wholly or in part).
+    const remedy = remedyStands(op, (extra) => `refund of ${extra} was refused by Stripe (${history.refusal}) and List shows no refund of this operation`, proof);
+    if (remedy) return { ...remedy, errorClass: 'StripeInvalidRequestError', errorCode: history.refusal, error: `refused by Stripe (${history.refusal})` };
     return {
       status: 'failed',
       externalId: null,

@@ -32,6 +32,7 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
   let autoReissues = 0;
   let listUnavailable = false;
   let permanentSearchFailures = 0;
+  let permanentListFailures = 0;
   let incompleteLists = 0;
   let keyReplaysError = false;
   let refusal: string | null = null;
@@ -49,7 +50,10 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
       refusal = event.action === 'outcome_recorded' && refused.settleByList === true && typeof refused.refusal === 'string' ? refused.refusal : null;
     }
     if (event.action !== 'outcome_recorded') continue;
-    if (event.step === 'list' && detail.listUnavailable === true) listUnavailable = true;
+    if (event.step === 'list' && detail.listUnavailable === true) {
+      listUnavailable = true;
+      permanentListFailures++;
+    }
     const list = (event.detail as { list?: { complete?: unknown } }).list;
     if (event.step === 'list' && list?.complete === false) incompleteLists++;
     if ((event.step === 'search' || event.step === 'early_search') && detail.searchFailure === 'permanent') permanentSearchFailures++;
@@ -60,5 +64,5 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
     }
   }
   proofs.sort((a, b) => a.getTime() - b.getTime());
-  return { firstSendAt, lastSendAt, sameKeySends, keyReplaysError, refusal, proofs, autoReissues, listUnavailable, permanentSearchFailures, incompleteLists };
+  return { firstSendAt, lastSendAt, sameKeySends, keyReplaysError, refusal, proofs, autoReissues, listUnavailable, permanentSearchFailures, permanentListFailures, incompleteLists };
 }

@@ -342,6 +342,8 @@ export class RefundApi {
   readonly #paymentIntent: (id: string) => PaymentIntentJson | null;
   readonly #settleAfterMs: number | null;
   readonly #timers = new Set<NodeJS.Timeout>();
+  /** PaymentIntents whose charge is charged back (a dispute): refunds of them are refused. */
+  readonly #disputed = new Set<string>();
   #overRefundError: OverRefundError;
 
   constructor(paymentIntent: (id: string) => PaymentIntentJson | null, settleAfterMs: number | null, overRefundError: OverRefundError = 'amount_too_large') {
@@ -457,6 +459,12 @@ export class RefundApi {
     if (pi === null) return { ok: false, error: errors.resourceMissing('payment_intent', params.paymentIntentId, 'payment_intent') };
     if (pi.status !== 'succeeded') {
       return { ok: false, error: errors.invalidRequest(`This PaymentIntent (${pi.id}) does not have a successful charge to refund.`, undefined, 'payment_intent') };
+    }
+    if (this.#disputed.has(pi.id)) {
+      // docs.stripe.com/error-codes#charge-disputed: "The charge you're attempting to refund has been
+      // charged back." An invalid_request_error (HTTP 400) like every refusal of this endpoint; it
+      // depends on the charge's state at execution, so it is stored for the key like the ones below.
+      return { ok: false, error: errors.invalidRequest(`Charge ${chargeIdOf(pi.id)} has been charged back; cannot issue a refund.`, 'charge_disputed') };
     }
     const left = pi.amount - this.book.refundedAmount(pi.id);
     if (left <= 0) {
@@ -596,8 +604,14 @@ export class RefundApi {
     this.#timers.clear();
   }
 
+  setDisputed(paymentIntentId: string, disputed: boolean): void {
+    if (disputed) this.#disputed.add(paymentIntentId);
+    else this.#disputed.delete(paymentIntentId);
+  }
+
   clear(): void {
     this.stopTimers();
     this.book.clear();
+    this.#disputed.clear();
   }
 }

@@ -323,6 +323,10 @@ class FakeStripeServer implements FakeStripe {
     this.#refunds.settle(refundId, status);
   }
 
+  setDisputed(paymentIntentId: string, disputed: boolean): void {
+    this.#refunds.setDisputed(paymentIntentId, disputed);
+  }
+
   dashboardRefund(paymentIntentId: string, amount?: number): RefundJson {
     return this.#refunds.dashboardRefund(paymentIntentId, amount ?? null, Date.now());
   }

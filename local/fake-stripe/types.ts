@@ -262,6 +262,12 @@ export interface FakeStripe {
   /** What Stripe (or the card network) does to a refund later: see RefundSettleStatus. */
   settleRefund(refundId: string, status: RefundSettleStatus): void;
   /**
+   * The cardholder's bank charged the PaymentIntent's charge back (a dispute, not an inquiry): while
+   * `disputed`, a refund create of it is refused with `charge_disputed` (refunds.ts). `false`: the
+   * dispute was won, the funds are back, refunds are allowed again. WebhookDispatcher.dispute() calls it.
+   */
+  setDisputed(paymentIntentId: string, disputed: boolean): void;
+  /**
    * A refund made in the Dashboard: a Refund with empty metadata and no key, counted against the
    * charge, listed, announced like any other (amount omitted: what is left). More than is left: RangeError.
    */

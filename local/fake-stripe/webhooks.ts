@@ -373,9 +373,15 @@ export class WebhookDispatcher {
     return this.#events.slice(made).filter((e) => e.data.object.id === refund.id || (e.type === 'charge.refunded' && e.data.object.payment_intent === paymentIntentId));
   }
 
-  /** A dispute opened by the cardholder's bank (created) or decided (closed: won / lost). */
+  /**
+   * A dispute opened by the cardholder's bank (created) or decided (closed: won / lost). A dispute
+   * that is not an inquiry (`warning_…`) charges the charge back: the fake refuses refunds of it
+   * (charge_disputed) until the dispute is won (docs.stripe.com/api/disputes/object: is_charge_refundable).
+   */
   dispute(paymentIntentId: string, phase: 'created' | 'closed', status = phase === 'created' ? 'needs_response' : 'lost'): StripeEventJson {
     const pi = this.#record(paymentIntentId);
+    const chargedBack = !status.startsWith('warning_') && !(phase === 'closed' && status === 'won');
+    this.#fake.setDisputed(pi.id, chargedBack);
     const dispute = {
       id: `dp_${pi.id.slice(3)}`,
       object: 'dispute',
@@ -385,6 +391,7 @@ export class WebhookDispatcher {
       payment_intent: pi.id,
       reason: 'fraudulent',
       status,
+      is_charge_refundable: !chargedBack,
     };
     return this.emit(makeStripeEvent(`charge.dispute.${phase}`, dispute));
   }
