@@ -30,14 +30,16 @@ export class AnotherSystem {
 
   /**
    * Charge again, with what its charge operation holds, each of these orders whose charge has
-   * succeeded (the others are left out: nothing to double). The fake's faults apply to this caller
+   * succeeded (the others are left out: nothing to double) — the first `limit` of them, in the order given. The fake's faults apply to this caller
    * too: the SDK's retries reuse the key, so one PaymentIntent per order at most.
    */
-  async chargeAgain(db: Db, orderIds: readonly string[]): Promise<ChargedAgain[]> {
-    if (orderIds.length === 0) return [];
+  async chargeAgain(db: Db, orderIds: readonly string[], limit: number = orderIds.length): Promise<ChargedAgain[]> {
+    if (orderIds.length === 0 || limit <= 0) return [];
     const { rows } = await db.query<{ id: string; order_id: string; amount: string; currency: string; customer_id: string; payment_method: string; key_generation: number }>(
-      `SELECT id::text, order_id, amount::text, currency, customer_id, payment_method, key_generation FROM payment_operations WHERE kind = 'charge' AND status = 'succeeded' AND order_id = ANY($1::text[])`,
-      [[...orderIds]],
+      `SELECT id::text, order_id, amount::text, currency, customer_id, payment_method, key_generation FROM payment_operations
+        WHERE kind = 'charge' AND status = 'succeeded' AND order_id = ANY($1::text[])
+        ORDER BY array_position($1::text[], order_id) LIMIT $2`,
+      [[...orderIds], limit],
     );
     const charged: ChargedAgain[] = [];
     for (const op of rows) {

@@ -392,20 +392,25 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   // The orders to charge again behind the pipeline's back (a PRNG of its own: the rest of the run is unchanged).
   const refundedOrders = new Set(refundPlans.map((p) => p.orderId));
   const pickDuplicate = mulberry32(options.seed ^ 0xd0b1e);
-  const duplicateTargets = new Map(
-    (options.webhooks === false ? [] : chargeRequests)
-      .filter((r) => !refundedOrders.has(r.orderId) && r.paymentMethod === 'pm_card_visa' && r.customerId !== 'cus_missing' && pickDuplicate() < options.duplicateChargeRate)
-      .map((r) => [r.orderId, r]),
-  );
-  const duplicatesTargeted = duplicateTargets.size;
+  // Candidates in the PRNG's order: a target whose charge never succeeds (declined, or in review on
+  // the compressed clock) or whose second charge Stripe declines is replaced by the next candidate,
+  // so that the run makes the extra PaymentIntents it planned whatever the chaos did to the first
+  // picks (test/proof/soak once made none of 3: every target's charge had ended in review).
+  const eligible = (options.webhooks === false ? [] : chargeRequests).filter((r) => !refundedOrders.has(r.orderId) && r.paymentMethod === 'pm_card_visa' && r.customerId !== 'cus_missing');
+  const duplicatesTargeted = eligible.filter(() => pickDuplicate() < options.duplicateChargeRate).length;
+  const candidates = eligible.map((r) => ({ r, k: pickDuplicate() })).sort((a, b) => a.k - b.k).map((x) => x.r.orderId);
   const another = new AnotherSystem(fake.url, { maxNetworkRetries: 2, timeoutMs: 2_000 });
-  /** Charge again, behind the pipeline's back, each target whose charge operation has succeeded. */
+  /**
+   * Charge again, behind the pipeline's back, candidates whose charge operation has succeeded, until
+   * Stripe holds `duplicatesTargeted` extra PaymentIntents that charged or may (processing).
+   */
   const chargeAgain = async (): Promise<void> => {
-    if (duplicateTargets.size === 0) return;
+    const wanted = duplicatesTargeted - byAnotherSystem('succeeded').length - byAnotherSystem('processing').length;
+    if (wanted <= 0 || candidates.length === 0) return;
     // Under the same Stripe faults: a declined one charges nothing, a processing one succeeds later;
-    // Stripe's record says what came of it. A database fault leaves the targets for the next call.
-    const charged = await another.chargeAgain(pipeline.db, [...duplicateTargets.keys()]).catch(() => []);
-    for (const { orderId } of charged) duplicateTargets.delete(orderId);
+    // Stripe's record says what came of it. A database fault leaves the candidates for the next call.
+    const charged = await another.chargeAgain(pipeline.db, candidates, wanted).catch(() => []);
+    for (const { orderId } of charged) candidates.splice(candidates.indexOf(orderId), 1);
   };
   const byAnotherSystem = (status: string) => fake.paymentIntents().filter((pi) => pi.idempotencyKey?.startsWith(ANOTHER_SYSTEM_KEY_PREFIX) && pi.status === status);
   const extraCharges = () => byAnotherSystem('succeeded');
