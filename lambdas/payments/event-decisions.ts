@@ -85,19 +85,28 @@ function dataOf(event: StripeEventView): { object: Record<string, unknown>; prev
   return { object, previous };
 }
 
-/** data.object of a payment_intent.* event, or null when it is not a PaymentIntent we can read. */
-export function paymentIntentOf(event: StripeEventView): EventPaymentIntent | null {
+/**
+ * The fields every Stripe object we settle by carries (id, status, amount, currency, string metadata),
+ * when `data.object` is of that object type and has them all; null otherwise.
+ */
+function moneyObjectOf(event: StripeEventView, type: 'payment_intent' | 'refund') {
   const { object } = dataOf(event);
   const id = str(object.id);
   const status = str(object.status);
   const amount = int(object.amount);
   const currency = str(object.currency);
-  if (object.object !== 'payment_intent' || !id || !status || amount === null || !currency) return null;
+  if (object.object !== type || !id || !status || amount === null || !currency) return null;
   const metadata: Record<string, string> = {};
   if (typeof object.metadata === 'object' && object.metadata !== null) {
     for (const [k, v] of Object.entries(object.metadata)) if (typeof v === 'string') metadata[k] = v;
   }
-  return { id, status, amount, currency, metadata, customer: idOf(object.customer) };
+  return { object, fields: { id, status, amount, currency, metadata } };
+}
+
+/** data.object of a payment_intent.* event, or null when it is not a PaymentIntent we can read. */
+export function paymentIntentOf(event: StripeEventView): EventPaymentIntent | null {
+  const read = moneyObjectOf(event, 'payment_intent');
+  return read && { ...read.fields, customer: idOf(read.object.customer) };
 }
 
 /** What a charge.refunded / charge.dispute.* event says happened after the charge. */
@@ -286,17 +295,8 @@ export interface EventRefund extends PaymentIntentView {
 export const REFUND_EVENT_TYPES: ReadonlySet<string> = new Set(['refund.created', 'refund.updated', 'refund.failed', 'charge.refund.updated']);
 
 export function refundOf(event: StripeEventView): EventRefund | null {
-  const { object } = dataOf(event);
-  const id = str(object.id);
-  const status = str(object.status);
-  const amount = int(object.amount);
-  const currency = str(object.currency);
-  if (object.object !== 'refund' || !id || !status || amount === null || !currency) return null;
-  const metadata: Record<string, string> = {};
-  if (typeof object.metadata === 'object' && object.metadata !== null) {
-    for (const [k, v] of Object.entries(object.metadata)) if (typeof v === 'string') metadata[k] = v;
-  }
-  return { id, status, amount, currency, metadata, paymentIntentId: idOf(object.payment_intent), failureReason: str(object.failure_reason) };
+  const read = moneyObjectOf(event, 'refund');
+  return read && { ...read.fields, paymentIntentId: idOf(read.object.payment_intent), failureReason: str(read.object.failure_reason) };
 }
 
 export type RefundEventDecision =
