@@ -364,10 +364,15 @@ export class StripeEventApplier {
             await deferEvent(this.#db, row, { afterMs: deferralDelayMs(row.attempts) }, `retrieve failed: ${answer.failure.errorClass}`, op!.id);
             return this.#result(row, 'deferred', op!.id, `retrieve failed: ${answer.failure.errorClass}`);
           }
+          if (op!.status !== 'failed') {
+            // In review: without Stripe's answer the review stands; the snapshot is noted for the operator.
+            const note = `a snapshot of ${refund.id} says succeeded and retrieving it failed (${answer.failure.errorClass}); the review stands`;
+            return this.#applyRefundDecision(row, event, refund, op, { kind: 'in_review', reason: note }, evidence, depth, chargePaymentIntentId);
+          }
           const reason = `refund operation failed; a snapshot of ${refund.id} says succeeded and retrieving it failed (${answer.failure.errorClass}${'code' in answer.failure && answer.failure.code ? ` ${answer.failure.code}` : ''})`;
           return this.#applyRefundDecision(row, event, refund, op, { kind: 'contradiction', reason }, evidence, depth, chargePaymentIntentId);
         }
-        return this.#applyRefundDecision(row, event, refund, op, decideRefundAfterRetrieve(answer.value), { ...evidence, retrieved: { status: answer.value.status } }, depth, chargePaymentIntentId);
+        return this.#applyRefundDecision(row, event, refund, op, decideRefundAfterRetrieve(answer.value, op!), { ...evidence, retrieved: { status: answer.value.status } }, depth, chargePaymentIntentId);
       }
       case 'settle':
         return this.#applyToOpen(row, event, op!, { kind: 'snapshot', view: refund }, { ...evidence }, async (now) => {

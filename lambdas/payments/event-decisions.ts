@@ -358,6 +358,17 @@ export function decideRefundEvent(op: Operation | null, refund: EventRefund, cha
     return { kind: 'stale', reason: `refund operation already failed; event status ${refund.status}` };
   }
 
+  if (op.refund?.paymentIntentId && op.reviewReason !== null && op.externalId === refund.id) {
+    // The duplicate remedy's refund, in review while holding THIS Refund: its end at Stripe was
+    // failed or canceled, which for a remedy is a review, not `failed` (decisions.ts remedyStands) —
+    // so, unlike an ordinary refund, its failure does not end it and later events still reach it.
+    // Stripe does not deliver events in order: an older `succeeded` snapshot must
+    // not clear that review (the extra charge would stand with nobody asked) — retrieve, then decide
+    // on what Stripe holds now; another failed/canceled copy of the same end is a note, not a second
+    // review (one failure comes as refund.updated + refund.failed, maybe charge.refund.updated too).
+    if (refund.status === 'succeeded') return { kind: 'retrieve', reason: `refund operation is in review holding ${refund.id}; a snapshot says succeeded: retrieved before it may settle anything` };
+    return { kind: 'in_review', reason: `refund operation is in review holding ${refund.id}; ${describeRefund(refund)} is noted for the operator` };
+  }
   if (refund.status === 'succeeded' || REFUND_TERMINAL_FAILURE.has(refund.status)) {
     // In review too: a signed, matching, final Refund naming this operation is the evidence the
     // operator would look for (what a retrieve would show); the settling write clears the review.
@@ -369,8 +380,17 @@ export function decideRefundEvent(op: Operation | null, refund: EventRefund, cha
   return { kind: 'stale', reason: `${describeRefund(refund)} is not final yet; the operation stays ${op.status} on its schedule` };
 }
 
-/** A failed operation, a succeeded snapshot, and what a retrieve of the Refund says now. */
-export function decideRefundAfterRetrieve(now: EventRefund | PaymentIntentView): RefundEventDecision {
+/**
+ * A succeeded snapshot of the Refund an operation failed with, or holds in review, and what a
+ * retrieve of it says now. In review: Stripe's current answer decides — succeeded settles (what a
+ * human would find), anything else is noted and the review stays.
+ */
+export function decideRefundAfterRetrieve(now: EventRefund | PaymentIntentView, op: Pick<Operation, 'status' | 'reviewReason'>): RefundEventDecision {
+  if (op.status !== 'failed') {
+    return now.status === 'succeeded'
+      ? { kind: 'settle', reason: `Stripe holds Refund ${now.id} as succeeded now: it settles the refund operation in review` }
+      : { kind: 'in_review', reason: `refund operation is in review; Refund ${now.id} is ${now.status} now (the succeeded snapshot was older), noted for the operator` };
+  }
   if (now.status === 'succeeded') {
     return { kind: 'contradiction', reason: `refund operation failed, but Stripe holds Refund ${now.id} as succeeded now: money was given back that the ledger says was not` };
   }

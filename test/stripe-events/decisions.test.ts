@@ -121,6 +121,19 @@ describe('decideRefundEvent', () => {
     expect(decide(refundOp({ reviewReason: 'still pending after 7 days' }), refund({ amount: 1 }))).toBe('contradiction');
   });
 
+  it("the remedy's refund in review holding its failed Refund: an older succeeded snapshot is retrieved first, another failed copy is a note (no second review)", () => {
+    const remedyInReview = refundOp({ reviewReason: "the duplicate-charge remedy's Refund re_1 of pi_extra is failed at Stripe", refund: { refundId: 'dup', parentOperationId: CHARGE_ID, reason: 'duplicate', paymentIntentId: 'pi_extra' } });
+    const remedyRefund = (status: string) => refund({ status, paymentIntentId: 'pi_extra' });
+    expect(decideRefundEvent(remedyInReview, remedyRefund('succeeded'), 'pi_1').kind).toBe('retrieve');
+    expect(decideRefundEvent(remedyInReview, remedyRefund('failed'), 'pi_1').kind).toBe('in_review');
+    expect(decideRefundEvent(remedyInReview, remedyRefund('canceled'), 'pi_1').kind).toBe('in_review');
+    // After the retrieve, Stripe's answer now decides: only a Refund it holds succeeded settles.
+    expect(decideRefundAfterRetrieve(remedyRefund('failed'), remedyInReview).kind).toBe('in_review');
+    expect(decideRefundAfterRetrieve(remedyRefund('succeeded'), remedyInReview).kind).toBe('settle');
+    // Not yet holding a Refund (its create was refused): a matching final Refund is still the evidence.
+    expect(decideRefundEvent({ ...remedyInReview, externalId: null }, remedyRefund('succeeded'), 'pi_1').kind).toBe('settle');
+  });
+
   it('ownership: another amount, currency, PaymentIntent, order, operation id or Refund id is a contradiction, whatever the status', () => {
     expect(decide(refundOp(), refund({ amount: 401 }))).toBe('contradiction');
     expect(decide(refundOp(), refund({ currency: 'usd' }))).toBe('contradiction');
@@ -142,8 +155,8 @@ describe('decideRefundEvent', () => {
     expect(decide(refundOp({ status: 'failed' }), refund({ status: 'succeeded' }))).toBe('retrieve');
     expect(decide(refundOp({ status: 'failed' }), refund({ status: 'failed' }))).toBe('stale');
     expect(decide(refundOp({ status: 'failed' }), refund({ status: 'pending' }))).toBe('stale');
-    expect(decideRefundAfterRetrieve(refund({ status: 'succeeded' })).kind).toBe('contradiction');
-    expect(decideRefundAfterRetrieve(refund({ status: 'failed' })).kind).toBe('stale');
+    expect(decideRefundAfterRetrieve(refund({ status: 'succeeded' }), { status: 'failed', reviewReason: null }).kind).toBe('contradiction');
+    expect(decideRefundAfterRetrieve(refund({ status: 'failed' }), { status: 'failed', reviewReason: null }).kind).toBe('stale');
   });
 
   it('not ours: a Dashboard refund (no metadata, no operation) is foreign; a charge operation is no refund operation', () => {
