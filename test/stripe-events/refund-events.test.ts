@@ -200,7 +200,7 @@ describe('a refund that fails after it succeeded', () => {
     const later = w.next();
     expect(later.map((e) => e.type)).toEqual(['refund.updated', 'charge.refund.updated', 'refund.failed']);
     // The checker sees the failure the ledger has not learnt yet: the invariant can fail.
-    expect((await checkInvariants(truth())).violations.map((v) => v.kind)).toEqual(expect.arrayContaining(['succeeded_without_refund', 'net_amount']));
+    expect((await checkInvariants(truth())).violations.map((v) => v.kind).sort()).toEqual(['net_amount', 'succeeded_without_refund']);
 
     const [first, ...rest] = [later.find((e) => e.type === 'refund.failed')!, ...later.filter((e) => e.type !== 'refund.failed')];
     const applied = await deliver(first!);
@@ -298,7 +298,7 @@ describe('refunds that are not ours, and refunds that do not match', () => {
       const reception = await deliver(e);
       outcomes.push([e.type, reception.kind === 'recorded' ? reception.applied?.outcome : reception.kind]);
     }
-    expect(outcomes).toEqual(expect.arrayContaining([['refund.created', 'foreign'], ['refund.updated', 'foreign'], ['charge.refunded', 'aftermath']]));
+    expect([...outcomes].sort()).toEqual([['charge.refunded', 'aftermath'], ['refund.created', 'foreign'], ['refund.updated', 'foreign']]);
     expect(await count(db.pool, "payment_operations WHERE order_id = $1 AND kind = 'refund'", [input.orderId])).toBe(0);
     const refunded = (await outbox(charge.id)).filter((e) => e.event_type === 'Charge Refunded');
     expect(refunded.map((e) => e.payload.amount)).toEqual([700]);
