@@ -103,6 +103,9 @@ describe('evidence from a Stripe event', () => {
     const refunds = await refundOps(input.orderId);
     expect(refunds).toHaveLength(1);
     expect(refunds[0]).toMatchObject({ status: 'pending', refund_payment_intent: extra.id });
+    // The same audit detail as the List path's and the operator's: what is given back, from which charge, told by what.
+    const requested = (await db.pool.query(`SELECT detail FROM payment_operation_events WHERE operation_id = $1 AND action = 'requested'`, [refunds[0].id])).rows;
+    expect(requested).toMatchObject([{ detail: { remedy: 'duplicate_charge', refundedPaymentIntent: extra.id, chargeOperationId: op.id, evidence: 'stripe_event' } }]);
     expect(await findings(extra.id)).toMatchObject([{ kind: 'contradiction', operation_id: op.id, resolved_at: null }]);
     await sweepRefund(refunds[0].id);
     await expectRemedied(input, op.id, extra.id);
@@ -368,7 +371,7 @@ describe('evidence from an operator', () => {
     expect(result!.warnings.filter((w) => /charged more than once|not refunded/.test(w))).toEqual([]);
     const [refund] = await refundOps(input.orderId);
     const requested = (await db.pool.query(`SELECT actor, detail FROM payment_operation_events WHERE operation_id = $1 AND action = 'requested'`, [refund.id])).rows;
-    expect(requested).toMatchObject([{ actor: 'operator:alice', detail: { remedy: 'duplicate_charge', by: 'operator', command: 'review resolve --as succeeded', reason: because[1] } }]);
+    expect(requested).toMatchObject([{ actor: 'operator:alice', detail: { remedy: 'duplicate_charge', chargeOperationId: id, evidence: 'operator', by: 'operator', command: 'review resolve --as succeeded', reason: because[1] } }]);
     expect(render(response, false).stdout.join('\n')).toMatch(new RegExp(`duplicate ${plantedId}: refund operation ${refund.id} succeeded \\(created\\)`));
     await expectRemedied(input, id, plantedId);
   });

@@ -474,7 +474,7 @@ async function resolve(ctx: OpsContext, command: Extract<Command, { name: 'revie
   if (op.kind === 'charge' && others.length > 0) {
     // The charge is now final-succeeded with the operator's PaymentIntent: every other one that
     // charged the order is the remedy's (issue 15), with the operator as actor and this command as evidence.
-    const evidenceOf = { by: 'operator', command: `review resolve --as succeeded`, reason: command.action.reason, transport: ctx.transport };
+    const evidenceOf = { evidence: 'operator', by: 'operator', command: `review resolve --as succeeded`, reason: command.action.reason, transport: ctx.transport };
     const engine = await remedyEngine(ctx, command.action.actor);
     for (const other of others) {
       const { view: made } = await remedy(engine, op.id, other, evidenceOf);
@@ -545,6 +545,7 @@ async function refundsRemedy(ctx: OpsContext, command: Extract<Command, { name: 
   const stripeDetail = { paymentIntent: { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency, customer: pi.customer ?? null, metadata: pi.metadata } };
   // The engine judges (judgeDuplicateCharge, the remedy's one rule) and makes nothing it refuses.
   const { view: made, refused } = await remedy(await remedyEngine(ctx, command.action.actor), charge.id, pi, {
+    evidence: 'operator',
     by: 'operator',
     command: 'refunds remedy',
     reason: command.action.reason,

@@ -225,7 +225,7 @@ export class StripeEventApplier {
         let newFinding = false;
         const done = await this.#transaction(async (client) => {
           if (op && remedy) {
-            const made = await insertDuplicateRefund(client, op, remedy, this.#actor, { stripeEventId: event.id, eventType: event.type });
+            const made = await insertDuplicateRefund(client, op, remedy, this.#actor, { evidence: 'stripe_event', stripeEventId: event.id, eventType: event.type });
             remedyOperationId = made?.created ? made.id : null;
           }
           newFinding = await recordFinding(client, {

@@ -369,6 +369,14 @@ export async function requestRefundAndClaim(
 }
 
 /**
+ * The `requested` audit detail of a duplicate-charge remedy's refund, the same from every path (a
+ * Stripe event, an operator, the List step in recordOutcomes): which PaymentIntent it gives back, from
+ * which charge operation; the caller's evidence is merged after it (`evidence` names its kind).
+ */
+const remedyRequestedDetail = (paymentIntent: string, chargeOperation: string) =>
+  `jsonb_build_object('remedy', 'duplicate_charge', 'refundedPaymentIntent', ${paymentIntent}, 'chargeOperationId', ${chargeOperation})`;
+
+/**
  * The duplicate-charge remedy's refund operation (decisions.ts judgeDuplicateCharge): reason
  * `duplicate`, the extra PaymentIntent named, its refund id derived from it — inserted once however
  * often the evidence arrives (unique (order_id, refund_id) and refund_payment_intent). Not claimed: the
@@ -388,12 +396,12 @@ export async function insertDuplicateRefund(
        SELECT c.order_id, 'refund', $3::text, c.id, 'duplicate', $4::text, $5::bigint, c.currency, c.customer_id, c.payment_method
          FROM payment_operations c WHERE c.id = $1::uuid AND c.order_id = $2 AND c.kind = 'charge' AND c.status = 'succeeded'
        ON CONFLICT DO NOTHING
-       RETURNING p.id, p.status, p.key_generation
+       RETURNING p.id, p.status, p.key_generation, p.parent_operation_id
      ),
      audit AS (
        INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
        SELECT id, $6::text, 'requested', NULL, status, key_generation,
-              jsonb_build_object('remedy', 'duplicate_charge', 'refundedPaymentIntent', $4::text) || $7::jsonb
+              ${remedyRequestedDetail('$4::text', 'parent_operation_id')} || $7::jsonb
          FROM inserted
      )
      SELECT id::text, true AS created FROM inserted
@@ -646,8 +654,7 @@ export async function recordOutcomes(
      remedy_audit AS (
        INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
        SELECT id, $2::text, 'requested', NULL, status, key_generation,
-              jsonb_build_object('remedy', 'duplicate_charge', 'refundedPaymentIntent', refund_payment_intent,
-                                 'chargeOperationId', parent_operation_id, 'evidence', 'list')
+              ${remedyRequestedDetail('refund_payment_intent', 'parent_operation_id')} || jsonb_build_object('evidence', 'list')
          FROM remedy
      ),
      outcome AS (
