@@ -278,8 +278,18 @@ export interface KindRules {
  * to send with an empty code — param `amount` on a 400 is the stable part, docs/fake-stripe.md).
  */
 export function isRefundRefusal(failure: GatewayFailure): boolean {
-  if (failure.kind !== FailureKind.invalidRequest) return false;
-  return failure.code === 'charge_already_refunded' || failure.code === 'amount_too_large' || (failure.code === undefined && failure.param === 'amount');
+  return refusalCode(failure) !== null;
+}
+
+/**
+ * The refusal's Stripe code: its own, or `amount_too_large` for the code-less form of the same
+ * refusal (no code, `param: amount`; docs/fake-stripe.md) — the documented code, so that error_code and
+ * the published event's `reason` only ever hold Stripe codes. Null when it is no such refusal.
+ */
+function refusalCode(failure: GatewayFailure): string | null {
+  if (failure.kind !== FailureKind.invalidRequest) return null;
+  if (failure.code === 'charge_already_refunded' || failure.code === 'amount_too_large') return failure.code;
+  return failure.code === undefined && failure.param === 'amount' ? 'amount_too_large' : null;
 }
 
 export const KIND_RULES: Readonly<Record<OperationKind, KindRules>> = {
@@ -496,7 +506,7 @@ export function decideCreate(ctx: Context, result: GatewayResult<PaymentIntentVi
           reviewReason: null,
           retryAfterMs: ctx.policy.listSettleMs,
           ...failureFields(failure),
-          detail: { ...failureDetail(failure), settleByList: true, refusal: failure.code ?? `param ${failure.param ?? ''}`.trim() },
+          detail: { ...failureDetail(failure), settleByList: true, refusal: refusalCode(failure), ...(failure.code === undefined ? { refusalWithoutCode: true } : {}) },
         };
       }
       // Refused before execution (bad customer, bad parameters): nothing was charged. Final — unless
