@@ -380,6 +380,10 @@ describe('a refund: a refused remedy goes to a human; a List refused for good is
       expect(last).toMatchObject({ status: 'unknown', retryAfterMs: null, detail: { listFailures: DEFAULT_POLICY.maxSearchFailures } });
       expect(last.reviewReason).toMatch(/^List of the PaymentIntent's refunds failed 3 times and will not pass by itself \(StripePermissionError 403\).*give the key read permission for Refunds \(a restricted key: Refunds Read\)/);
     }
+    // A 404 (test key against a live object, …) is not a permission problem: the advice says so.
+    const missing = decideList(ctx(refundOp(null), history({ listUnavailable: true, permanentListFailures: 2 })), window, { ok: false, failure: failure(FailureKind.notFound, 404) });
+    expect(missing.reviewReason).toMatch(/check the key and the account \(test or live\)/);
+    expect(missing.reviewReason).not.toMatch(/Refunds Read/);
     // A transient failure is not counted.
     expect(decideList(ctx(refundOp(null), history({ permanentListFailures: 2 })), window, { ok: false, failure: failure(FailureKind.ambiguous, 500) })).toMatchObject({ reviewReason: null });
     // A charge: List unavailable hands over to Search (which has its own bound), never a review here.

@@ -763,7 +763,9 @@ export function decideList(ctx: Context, window: ListWindow, result: GatewayResu
     const evidence = { ...listEvidence(null, window, scope), listUnavailable: true, listFailures: failures };
     if (failures >= policy.maxSearchFailures) {
       return toReview(`List of ${what} failed ${failures} times and will not pass by itself (${failure.errorClass} ${failure.httpStatus ?? ''} ${failure.code ?? ''}`.trimEnd() +
-        `): nothing else can show whether this ${rules.objectName} exists — give the key read permission for ${rules.objectName}s (a restricted key: ${rules.objectName}s Read), then resolve the operation`,
+        `): nothing else can show whether this ${rules.objectName} exists — ${failure.kind === FailureKind.permission
+          ? `give the key read permission for ${rules.objectName}s (a restricted key: ${rules.objectName}s Read)`
+          : 'check the key and the account (test or live) and what the List request asks for'}, then resolve the operation`,
         evidence,
         failure,
       );

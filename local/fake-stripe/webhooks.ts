@@ -393,7 +393,7 @@ export class WebhookDispatcher {
       status,
       is_charge_refundable: !chargedBack,
     };
-    return this.emit(makeStripeEvent(`charge.dispute.${phase}`, dispute));
+    return this.emit(this.#event(`charge.dispute.${phase}`, dispute));
   }
 
   /** Queue an event for delivery (with the configured faults). */
