@@ -57,11 +57,20 @@ export async function createTestDatabase(label = 't'): Promise<TestDatabase> {
  * interval, e.g. '3 minutes'). The trail is append-only; its trigger is set aside for the shift only.
  */
 export async function shiftAuditTrail(pool: pg.Pool, operationId: string, interval: string): Promise<void> {
-  await pool.query('ALTER TABLE payment_operation_events DISABLE TRIGGER payment_operation_events_append_only');
+  // One transaction on one connection: DDL is transactional in PostgreSQL, so no other session ever
+  // sees the append-only trigger off, and a failure leaves it on.
+  const client = await pool.connect();
   try {
-    await pool.query(`UPDATE payment_operation_events SET occurred_at = occurred_at - $2::interval WHERE operation_id = $1`, [operationId, interval]);
+    await client.query('BEGIN');
+    await client.query('ALTER TABLE payment_operation_events DISABLE TRIGGER payment_operation_events_append_only');
+    await client.query(`UPDATE payment_operation_events SET occurred_at = occurred_at - $2::interval WHERE operation_id = $1`, [operationId, interval]);
+    await client.query('ALTER TABLE payment_operation_events ENABLE TRIGGER payment_operation_events_append_only');
+    await client.query('COMMIT');
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw error;
   } finally {
-    await pool.query('ALTER TABLE payment_operation_events ENABLE TRIGGER payment_operation_events_append_only');
+    client.release();
   }
 }
 
