@@ -365,6 +365,10 @@ describe('migration 009 on a database that already holds the fact', () => {
       await expect(refund('d', 1)).rejects.toMatchObject({ constraint: 'refunds_within_charge' });
     } finally {
       await client.end();
+      // Its own database (not the file's clone): dropped here, as test/support/db.ts drops the clones.
+      const admin = new pg.Client({ connectionString: inject('pgAdminUrl') });
+      await admin.connect();
+      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).finally(() => admin.end());
     }
   });
 });

@@ -257,7 +257,12 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
     report(p, { orderId: refund.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId!, status, disposition } });
   };
   const refundGroups = new Map<string, Parsed[]>();
-  for (const p of parsed) if (p.refund) refundGroups.set(p.groupId, [...(refundGroups.get(p.groupId) ?? []), p]);
+  for (const p of parsed) {
+    if (!p.refund) continue;
+    const group = refundGroups.get(p.groupId);
+    if (group) group.push(p);
+    else refundGroups.set(p.groupId, [p]);
+  }
   await mapBounded([...refundGroups.values()], deps.refundConcurrency ?? deps.concurrency ?? 10, async (group) => {
     for (const p of group) await refundOne(p, p.refund!);
   });

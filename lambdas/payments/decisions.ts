@@ -886,7 +886,7 @@ export function judgeDuplicateCharge(
   return { kind: 'refund', refundId: duplicateRefundId(pi.id), paymentIntentId: pi.id, amount: pi.amount };
 }
 
-export interface ListedCharges {
+interface ListedCharges {
   /** The PaymentIntent the operation settles on. */
   readonly keep: PaymentIntentView;
   /** The others, each refunded by the remedy. */

@@ -326,7 +326,7 @@ function refuseEmpty(name: string): never {
  * 'no_code' gives that form, so a client that reads only the code is caught.
  */
 export type OverRefundError = 'amount_too_large' | 'no_code';
-export const OVER_REFUND_ERRORS: readonly OverRefundError[] = ['amount_too_large', 'no_code'];
+const OVER_REFUND_ERRORS: readonly OverRefundError[] = ['amount_too_large', 'no_code'];
 
 export interface Answer {
   readonly status: number;

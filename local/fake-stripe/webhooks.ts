@@ -134,10 +134,10 @@ export interface WebhookDispatcherOptions {
 }
 
 /** The API version that gave every refund its refund.created / .updated / .failed events. */
-export const REFUND_EVENTS_API_VERSION = '2024-10-28.acacia';
+const REFUND_EVENTS_API_VERSION = '2024-10-28.acacia';
 
 /** Stripe versions are dated: the date part orders them. */
-export function hasRefundEvents(apiVersion: string): boolean {
+function hasRefundEvents(apiVersion: string): boolean {
   return apiVersion.slice(0, 10) >= REFUND_EVENTS_API_VERSION.slice(0, 10);
 }
 

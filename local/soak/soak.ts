@@ -606,7 +606,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   const check = await checkInvariants({
     db: pipeline.db,
     paymentIntents: fake.paymentIntents(),
-    // The net-amount invariant (issue 15): a duplicate-charge remedy's refund counts, nothing else is refunded here.
+    // The net-amount invariant (issue 15): Stripe's refunds — the requested ones and the remedies' — against the ledger's.
     refunds: fake.refunds(),
     sentOrderIds,
     dlqOrderIds,

@@ -18,7 +18,7 @@ export interface FakeSecrets {
   close(): Promise<void>;
 }
 
-export async function startFakeSecrets(): Promise<FakeSecrets> {
+async function startFakeSecrets(): Promise<FakeSecrets> {
   const secrets = new Map<string, { value: string; versionId: string; created: number }>();
   const reads = new Map<string, number>();
   const server = createServer((req, res) => {
