@@ -180,8 +180,6 @@ export class WebhookDispatcher {
   readonly #chargeRefundUpdated: boolean;
   readonly #apiVersion: string;
   readonly #refundEvents: boolean;
-  /** Amount refunded so far per PaymentIntent, as the events told it. */
-  readonly #refunded = new Map<string, number>();
   readonly #deliverEvents: boolean;
   /** When a PaymentIntent that was seen unsettled (processing, requires_action) was first seen settled. */
   readonly #settledAt = new Map<string, number>();
@@ -314,9 +312,12 @@ export class WebhookDispatcher {
       if (refund.status === 'failed' || refund.status === 'canceled') continue;
       const pi = this.#fake.paymentIntents().find((p) => p.id === refund.payment_intent);
       if (!pi) continue;
-      const before = this.#refunded.get(pi.id) ?? 0;
+      // The Charge's amount_refunded as Stripe keeps it: the refunds that hold money (a failed or
+      // canceled one gave its amount back), those already told before this one.
+      const before = Math.min(pi.amount, refunds
+        .filter((r) => r.payment_intent === pi.id && r.id !== refund.id && this.#seenRefunds.has(r.id) && r.status !== 'failed' && r.status !== 'canceled')
+        .reduce((sum, r) => sum + r.amount, 0));
       const after = Math.min(pi.amount, before + refund.amount);
-      this.#refunded.set(pi.id, after);
       if (this.#deliverEvents) this.emit(this.#event('charge.refunded', this.#charge(pi, after), { amount_refunded: before, refunded: before === pi.amount }));
     }
   }

@@ -305,6 +305,22 @@ describe('refunds that are not ours, and refunds that do not match', () => {
     await dispatcher.stop();
   });
 
+  it("the fake's charge.refunded tells amount_refunded as Stripe keeps it: a Refund that failed gave its amount back", async () => {
+    const input = await chargedOrder({ amount: 2500, paymentMethod: 'pm_card_pendingRefund' });
+    const pi = (await db.pool.query("SELECT external_id FROM payment_operations WHERE order_id = $1 AND kind = 'charge'", [input.orderId])).rows[0].external_id;
+    const sdk = createStripeClient({ apiKey: 'sk_test_dashboard', apiBase: stripe.fake.url, timeoutMs: 2_000, maxNetworkRetries: 0 });
+    const dispatcher = new WebhookDispatcher({ fake: stripe.fake, endpoint: null, secret: SECRET });
+    const first = await sdk.refunds.create({ payment_intent: pi, amount: 700 });
+    dispatcher.poll();
+    stripe.fake.settleRefund(first.id, 'failed');
+    dispatcher.poll();
+    await sdk.refunds.create({ payment_intent: pi, amount: 300 });
+    dispatcher.poll();
+    const told = dispatcher.events().filter((e) => e.type === 'charge.refunded').map((e) => (e.data.object as { amount_refunded: number }).amount_refunded);
+    expect(told).toEqual([700, 300]); // it told 1000 while the failed 700 still counted
+    await dispatcher.stop();
+  });
+
   it('a Refund naming our operation with another amount or PaymentIntent → contradiction: finding, audit line, no state change', async () => {
     const { id } = await pendingRefund();
     const refund = refundAt(id);
