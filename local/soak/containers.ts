@@ -125,7 +125,16 @@ export class ContainerPool {
         }
       }, plan.killAfterMs);
     }
-    c.child.send({ type: 'invoke', id, fn: this.#fn, event, remainingMs, killAt: plan.killAt } satisfies InvokeMessage);
+    // A container that replied and then died (a kill after its answer) can be idle here before its
+    // 'exit' arrives: the send fails with ERR_IPC_CHANNEL_CLOSED — a killed container, not an error
+    // for the process (without a callback Node emits it as an 'error' nobody listens to: uncaught).
+    c.child.send({ type: 'invoke', id, fn: this.#fn, event, remainingMs, killAt: plan.killAt } satisfies InvokeMessage, (error) => {
+      if (error && c.pending?.id === id) {
+        const pending = c.pending;
+        c.pending = null;
+        pending.reject(new ContainerKilled(`container ${c.child.pid} gone before the invocation was sent (${error.message})`));
+      }
+    });
     try {
       const result = await reply;
       if (result.type !== 'result') throw new Error('unexpected reply');
