@@ -451,12 +451,21 @@ export function lastPossibleSendAt(
       if (event.action !== 'lease_released' && !(event.step !== null && NON_SENDING_STEPS.has(event.step))) consider(Date.parse(event.occurredAt));
       return;
     }
-    if (event.action === 'attempt_started' && ownOutcome(events, index) === undefined) consider(Date.parse(event.occurredAt) + leaseMs);
+    // A claim without its outcome may have been sending until its lease ran out: the lease end the
+    // claim RECORDED (it may have been claimed with another LEASE_MS than this reader's), else the
+    // claim's time plus the reader's lease for trails written before the claim recorded it.
+    if (event.action === 'attempt_started' && ownOutcome(events, index) === undefined) consider(leaseEndOf(event) ?? Date.parse(event.occurredAt) + leaseMs);
   });
   return last === null ? null : new Date(last);
 }
 
 type TrailEvent = Pick<AuditEvent, 'action' | 'step' | 'occurredAt' | 'detail'>;
+/** The lease end an `attempt_started` recorded (its `leaseUntil`), in ms; null when absent or unreadable. */
+function leaseEndOf(event: TrailEvent): number | null {
+  const until = event.detail?.leaseUntil;
+  const ms = typeof until === 'string' ? Date.parse(until) : Number.NaN;
+  return Number.isNaN(ms) ? null : ms;
+}
 const leaseTokenOf = (event: TrailEvent): string | null => (typeof event.detail?.leaseToken === 'string' ? event.detail.leaseToken : null);
 
 /** The outcome row of the claim at `index`: by lease token, or (older trails) the next outcome before the next claim. */
