@@ -117,6 +117,20 @@ export const DEFAULT_POLICY: EnginePolicy = {
   },
 };
 
+/** When the watch a re-issue starts looks (REISSUE_WATCH_FIRST_AFTER_MS, REISSUE_WATCH_FINAL_AFTER_MS; watch.ts). */
+export interface WatchTimings {
+  readonly firstAfterMs: number;
+  readonly finalAfterFirstSendMs: number;
+}
+
+/** The watch timings of a (partial) policy: an operator's re-issue is watched like the engine's. */
+export function watchTimings(policy: Partial<EnginePolicy> = {}): WatchTimings {
+  return {
+    firstAfterMs: policy.watchFirstAfterMs ?? DEFAULT_POLICY.watchFirstAfterMs,
+    finalAfterFirstSendMs: policy.watchFinalAfterFirstSendMs ?? DEFAULT_POLICY.watchFinalAfterFirstSendMs,
+  };
+}
+
 // ── Keys and metadata ────────────────────────────────────────────────────────────────────────────
 
 /**

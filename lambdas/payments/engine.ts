@@ -28,6 +28,7 @@ import {
   type EvidenceHistory,
   type Outcome,
   type Step,
+  watchTimings,
 } from './decisions.ts';
 import { summarizeEvidence } from './evidence.ts';
 import { KIND_ADAPTERS } from './kinds.ts';
@@ -362,7 +363,7 @@ export class ChargeEngine {
     }
     const [recordedRows, reissuedRows] = await Promise.all([
       recordOutcomes(this.#db, writes, this.#actor, this.#publishLeaseMs),
-      reissueAfterProof(this.#db, reissues, this.#actor, this.#publishLeaseMs),
+      reissueAfterProof(this.#db, reissues, this.#actor, this.#publishLeaseMs, watchTimings(this.#policy)),
     ]);
     const recorded = new Map<string, RecordResult>([...recordedRows, ...reissuedRows].map((r) => [r.operationId, r]));
     return attempts.map(({ op, step, outcome, waitUntilMs }) => {

@@ -21,9 +21,9 @@
 // PaymentIntent + retrieve — and a few facts of the kind (REVIEW_KINDS: which objects are its own,
 // which flag names the proof, how long its evidence lags).
 import type { Db } from './db.ts';
-import { DEFAULT_POLICY, KIND_RULES } from './decisions.ts';
+import { DEFAULT_POLICY, KIND_RULES, type WatchTimings } from './decisions.ts';
 import type { GatewayResult } from './gateway.ts';
-import { outboxInsertSql, PAYMENT_INTENT_OF_REFUND, REISSUE_SET, toOperation } from './operations-store.ts';
+import { outboxInsertSql, PAYMENT_INTENT_OF_REFUND, REISSUE_SET, toOperation, watchOnReissueSql } from './operations-store.ts';
 import type { Operation, OperationKind, OperationStatus, PaymentIntentView } from './types.ts';
 
 type OperationRow = Parameters<typeof toOperation>[0];
@@ -820,6 +820,8 @@ export interface ReissueWrite {
   readonly fence: ReviewFence;
   readonly actor: string;
   readonly detail: Readonly<Record<string, unknown>>;
+  /** The watch the re-issue starts (watch.ts): an operator's re-issue is watched exactly like the engine's. */
+  readonly watch: WatchTimings;
 }
 
 /**
@@ -834,7 +836,10 @@ export async function reissueInReview(db: Db, write: ReissueWrite): Promise<Oper
     `WITH upd AS (
        UPDATE payment_operations AS p SET ${REISSUE_SET}
         WHERE ${FENCE}
-       RETURNING p.*, old.external_id AS previous_external_id
+       RETURNING p.*, old.external_id AS previous_external_id, old.first_attempted_at AS retired_first_sent_at
+     ),
+     watch AS (
+       ${watchOnReissueSql('upd', '$7', '$8')}
      ),
      audit AS (
        INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, external_id, key_generation, detail)
@@ -842,7 +847,7 @@ export async function reissueInReview(db: Db, write: ReissueWrite): Promise<Oper
        RETURNING *
      )
      SELECT to_jsonb(u) AS op, (SELECT to_jsonb(a) FROM audit a) AS audit FROM upd u`,
-    [fence.operationId, fence.status, fence.reviewReason, fence.keyGeneration, write.actor, JSON.stringify(write.detail)],
+    [fence.operationId, fence.status, fence.reviewReason, fence.keyGeneration, write.actor, JSON.stringify(write.detail), write.watch.firstAfterMs, write.watch.finalAfterFirstSendMs],
   );
   const row = rows[0];
   if (!row) return null;

@@ -3,6 +3,7 @@
 // fail proves nothing about the soak or the model that rely on it.
 import { randomUUID } from 'node:crypto';
 import { reissueInReview } from '../../lambdas/payments/review.ts';
+import { watchTimings } from '../../lambdas/payments/decisions.ts';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { ChargeInput } from '../../lambdas/payments/types.ts';
 import type { PaymentIntentRecord } from '../../local/fake-stripe/types.ts';
@@ -251,6 +252,7 @@ describe('checkInvariants detects every kind of broken promise', () => {
       fence: { operationId: w.reviewId, status: op.status, reviewReason: op.review_reason, keyGeneration: 0 },
       actor: 'operator:test',
       detail: {},
+      watch: watchTimings(),
     });
     expect(reissued?.operation.keyGeneration).toBe(1);
     const older = fakeSucceededPi({ status: 'processing', metadata: { operation_id: w.reviewId, order_id: w.orders[3]!, key_generation: '0' } });
