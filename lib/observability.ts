@@ -341,6 +341,11 @@ export class Observability extends Construct {
         width,
         left: [gauge(METRICS.unpublishedEvents), gauge(METRICS.rejectedLastPeriod), gauge(METRICS.duplicateChargesRemedied)],
       }),
+      new cw.GraphWidget({
+        title: 'Re-issued operations under watch, open watch findings',
+        width,
+        left: [gauge(METRICS.openWatches), gauge(METRICS.openWatchFindings)],
+      }),
     );
     dashboard.addWidgets(
       new cw.GraphWidget({

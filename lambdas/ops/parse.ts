@@ -78,7 +78,7 @@ export type Command =
   | { readonly name: 'refunds remedy'; readonly orderId: string; readonly paymentIntentId: string; readonly action: OperatorAction }
   | { readonly name: 'stats' };
 
-export const FINDING_KINDS = ['contradiction', 'unrecorded_charge'] as const;
+export const FINDING_KINDS = ['contradiction', 'unrecorded_charge', 'refunded_twice', 'watch_blind'] as const;
 
 /** Where the CLI sends the command; never part of what the ops Lambda accepts. */
 export interface TransportOptions {

@@ -268,7 +268,7 @@ describe('outbox sweep and gauges', () => {
     const { oldestOpenAgeSeconds, ...counts } = summary.gauges!;
     // (the operation settled in this run is no longer open)
     expect(counts).toEqual({
-      openPending: 1, openUnknown: 1, reviewQueueSize: 1, rejectedLastPeriod: 1, duplicateChargesRemediedLastPeriod: 0, unpublishedEvents: 0, oldestUnpublishedEventAgeSeconds: 0,
+      openPending: 1, openUnknown: 1, reviewQueueSize: 1, rejectedLastPeriod: 1, duplicateChargesRemediedLastPeriod: 0, unpublishedEvents: 0, oldestUnpublishedEventAgeSeconds: 0, openWatches: 0, openWatchFindings: 0,
       // the handler works the Stripe event inbox too: its gauges are read with the others
       inbox: { backlog: 0, oldestBacklogAgeSeconds: 0, openContradictions: 0, openUnrecordedCharges: 0 },
     });
