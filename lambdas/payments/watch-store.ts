@@ -1,4 +1,4 @@
-// All SQL of the watch after a re-issue (migrations/010_reissue_watch.sql; the decisions are watch.ts).
+// All SQL of the watch after a re-issue (migrations/012_reissue_watch.sql; the decisions are watch.ts).
 // The watch is started by the re-issue's own statement (watchOnReissueSql, in operations-store.ts
 // reissueAfterProof and review.ts reissueInReview), so no re-issue can exist without its watch; a look
 // is claimed (lease, SKIP LOCKED) and recorded (fenced by the lease) in one statement each, like an

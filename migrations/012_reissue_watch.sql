@@ -50,7 +50,7 @@ CREATE TRIGGER payment_operation_watches_kept
   FOR EACH ROW EXECUTE FUNCTION append_only();
 
 -- The audit trail's new action (widened in place, keeping what other migrations added).
-CREATE FUNCTION pg_temp.widen_in_check_011(tbl regclass, col text, additions text[]) RETURNS void
+CREATE FUNCTION pg_temp.widen_in_check_012(tbl regclass, col text, additions text[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
   con record;
@@ -70,9 +70,9 @@ BEGIN
     (SELECT string_agg(quote_literal(v), ', ' ORDER BY v) FROM unnest(allowed) v));
 END $$;
 
-SELECT pg_temp.widen_in_check_011('payment_operation_events', 'action', ARRAY['watch_checked']);
-SELECT pg_temp.widen_in_check_011('stripe_event_findings', 'kind', ARRAY['refunded_twice', 'watch_blind']);
-DROP FUNCTION pg_temp.widen_in_check_011(regclass, text, text[]);
+SELECT pg_temp.widen_in_check_012('payment_operation_events', 'action', ARRAY['watch_checked']);
+SELECT pg_temp.widen_in_check_012('stripe_event_findings', 'kind', ARRAY['refunded_twice', 'watch_blind']);
+DROP FUNCTION pg_temp.widen_in_check_012(regclass, text, text[]);
 
 -- A finding the watch made has no Stripe event behind it: its evidence is our own List, in `detail`.
 ALTER TABLE stripe_event_findings
