@@ -346,6 +346,8 @@ const FAULT_LABELS: Record<string, string> = {
   proxy_502_after_commit: '502 without error body',
   truncated_response_after_commit: 'truncated response',
   stall_after_commit: 'stall (crash)',
+  error_500_late_commit: '500, committed later',
+  in_flight_then_commit: 'in flight, committed later',
 };
 
 const n = (value: number) => value.toLocaleString('en-US');
