@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { countingDb } from '../lambdas/payments/db.ts';
-import { idempotencyKey } from '../lambdas/payments/decisions.ts';
+import { backoffDelay, DEFAULT_POLICY, idempotencyKey } from '../lambdas/payments/decisions.ts';
 import type { EngineOptions } from '../lambdas/payments/engine.ts';
 import { OrderConflictError } from '../lambdas/payments/errors.ts';
 import { claimById, recordOutcomes, reissueAfterProof } from '../lambdas/payments/operations-store.ts';
@@ -36,6 +36,9 @@ const sentAgo = (id: string, interval: string) =>
     `UPDATE payment_operations SET first_attempted_at = now() - $2::interval, next_attempt_at = now() WHERE id = $1`,
     [id, interval],
   );
+/** How far in the future the last write put next_attempt_at, by the database's clock of that write (ms). */
+const backoffWritten = async (id: string) =>
+  (await db.pool.query<{ ms: number }>('SELECT round(extract(epoch FROM next_attempt_at - updated_at) * 1000)::int AS ms FROM payment_operations WHERE id = $1', [id])).rows[0]!.ms;
 const createsFor = (id: string) => stripe.fake.requests().filter((r) => r.endpoint === 'create' && r.operationId === id);
 const callsFor = (id: string) => stripe.fake.requests().filter((r) => r.operationId === id);
 const succeededAtStripe = (id: string) => stripe.fake.paymentIntents({ operationId: id }).filter((p) => p.status === 'succeeded');
@@ -249,7 +252,8 @@ describe('beyond the seed', () => {
     const r = await row(id);
     expect(r.status).toBe('pending');
     expect(r.last_error_class).toBe('StripeRateLimitError');
-    expect(r.next_attempt_at.getTime()).toBeGreaterThan(Date.now());
+    // Due after the rate-limit backoff (jitter fixed at 0.5), counted from the write itself.
+    expect(await backoffWritten(id)).toBe(backoffDelay(1, DEFAULT_POLICY.backoff.rateLimited, () => 0.5));
     expect((await engine().executeCharge(id)).disposition).toBe('skipped');
     await makeDue(id);
     expect((await engine().executeCharge(id)).status).toBe('succeeded');
@@ -262,7 +266,7 @@ describe('beyond the seed', () => {
     expect((await engine().executeCharge(id)).status).toBe('pending');
     const r = await row(id);
     expect(r.last_error_class).toBe('StripeAuthenticationError');
-    expect(r.next_attempt_at.getTime() - Date.now()).toBeGreaterThan(20_000);
+    expect(await backoffWritten(id)).toBe(backoffDelay(1, DEFAULT_POLICY.backoff.configuration, () => 0.5));
     expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(0);
   });
 
