@@ -279,6 +279,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
         ...(available ? ['double charges', 'wrongly failed', 'succeeded without charge', 'charge mismatch', 'unrecorded charge'] : []),
         ...(available && truthRefunds ? ['net amount per order', 'over-refunds', 'refunds told truly', 'unrecorded refunds'] : []),
         'lost orders',
+        ...(sentRefunds && sentRefunds.length > 0 ? ['lost refunds'] : []),
         ...(report.quiescent ? ['unsettled'] : []),
         'audit trail',
         'outbox vs outcome',
