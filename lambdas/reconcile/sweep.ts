@@ -53,6 +53,11 @@ export interface ReconcileDeps {
   /** Monotonic milliseconds (tests). */
   readonly now?: () => number;
   /**
+   * How the rate limiter waits for a slot, on the `now` clock; default a timer. A test that gives
+   * `now` gives this too (its clock moves when the limiter asks to wait), and asserts on the slots.
+   */
+  readonly sleep?: (ms: number) => Promise<void>;
+  /**
    * Set: the Stripe event inbox is worked too — whatever the endpoint recorded but could not apply
    * (a held lease, Stripe unreachable, a crash) — and its gauges published. The same pool as `db`.
    */
@@ -126,7 +131,12 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
   let pageLatestStart = latestStart;
   const canStartInPage = () => now() < pageLatestStart;
 
-  const limiter = new RequestRateLimiter({ requestsPerSecond: settings.maxRequestsPerSecond, searchesPerSecond: settings.maxSearchesPerSecond, now });
+  const limiter = new RequestRateLimiter({
+    requestsPerSecond: settings.maxRequestsPerSecond,
+    searchesPerSecond: settings.maxSearchesPerSecond,
+    now,
+    ...(deps.sleep ? { sleep: deps.sleep } : {}),
+  });
   const gateway = deps.gateway;
   const engine = gateway && new ChargeEngine({
     db: deps.db,

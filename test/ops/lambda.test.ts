@@ -1,13 +1,15 @@
 // One core, two entry points: the ops Lambda's handler answers exactly what `npm run ops -- … --json`
 // prints, and the CLI's --lambda mode reaches it through the real @aws-sdk/client-lambda.
+import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { OpsResponse } from '../../lambdas/ops/commands.ts';
+import { recordRejectedMessages } from '../../lambdas/payments/rejected-store.ts';
 import { resetResources } from '../../lambdas/runtime/resources.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { startStripe } from '../support/stripe.ts';
 import { startLambdaEndpoint, type LambdaEndpoint } from './lambda-endpoint.ts';
-import { auditEvents, cli, cliJson, intoReviewChargedUnseen, intoReviewNothingCharged, opsEnv, resultOf, type Harness } from './support.ts';
+import { auditEvents, cli, cliJson, engine, intoReviewChargedUnseen, intoReviewNothingCharged, opsEnv, order, resultOf, type Harness } from './support.ts';
 
 let h: Harness;
 let env: NodeJS.ProcessEnv;
@@ -126,8 +128,31 @@ describe('the ops Lambda', () => {
     expect(missing.stderr).toMatch(/error: .*not found/i);
   });
 
-  it('answers a command from `aws lambda invoke` shape without --json (the Lambda always answers JSON)', async () => {
-    const answer = await handler({ command: ['stats'] });
-    expect(resultOf(answer, 'stats').operations.total).toBeGreaterThan(0);
+  it('answers a command from `aws lambda invoke` shape without --json (the Lambda always answers JSON): stats of a known database, figure by figure', async () => {
+    // A database of its own, so that the figures are this setup's only: one of each state.
+    const known: Harness = { db: await createTestDatabase('ops_lambda_stats'), stripe: h.stripe };
+    try {
+      const e = engine(known);
+      const paid = await e.requestCharge(order());
+      expect((await e.executeCharge(paid)).status).toBe('succeeded');
+      const declined = await e.requestCharge(order({ paymentMethod: 'pm_card_chargeDeclined' }));
+      expect((await e.executeCharge(declined)).status).toBe('failed');
+      const review = await intoReviewNothingCharged(known);
+      const waiting = await e.requestCharge(order()); // durable, never attempted, due now
+      await recordRejectedMessages(known.db.pool, [{ messageId: `m-${randomUUID()}`, reasonCode: 'invalid_json', reason: 'body is not valid JSON', rawBody: 'x' }]);
+      process.env.DATABASE_URL = known.db.url;
+      await resetResources();
+      const stats = resultOf(await handler({ command: ['stats'] }), 'stats');
+      expect(stats.operations).toEqual({ pending: 1, unknown: 1, succeeded: 1, failed: 1, total: 4 });
+      expect(stats.open).toMatchObject({ pending: 1, unknown: 0, oldestOperationId: waiting, dueNow: 1, leased: 0 });
+      expect(stats.review).toMatchObject({ size: 1, oldestOperationId: review });
+      expect(stats.rejected).toEqual({ last24h: 1 });
+      // Charge Succeeded, Charge Failed, Charge Needs Review: written, never published (no bus here).
+      expect(stats.outbox.unpublished).toBe(3);
+    } finally {
+      process.env.DATABASE_URL = env.DATABASE_URL;
+      await resetResources();
+      await known.db.drop();
+    }
   });
 });
