@@ -88,7 +88,11 @@ describe('the ops CLI as a process', () => {
     const env = { DATABASE_URL: db.url, STRIPE_SECRET_KEY: 'sk_test_x', STRIPE_API_BASE: stripe.fake.url, OPS_SEARCH_SETTLE_MS: '0' };
     const started = Date.now();
     const run = await ops(['review', 'resolve', id, '--as', 'failed', '--reason', 'INC-9: no charge at Stripe'], env);
-    expect(run.stderr).toBe('');
+    const url = new URL(db.url);
+    // Only the target banner on stderr: where it went, and that the actor is only said.
+    expect(run.stderr).toBe(
+      `target: local pipeline — database ${url.hostname}:${url.port}${url.pathname} (DATABASE_URL), Stripe ${stripe.fake.url}, direct; actor operator:${os.userInfo().username} (as said, not verified)\n`,
+    );
     expect(run.code).toBe(0);
     expect(run.stdout).toMatch(/Resolved .* as failed/);
     expect(run.stdout).toContain(`by operator:${os.userInfo().username}`);
