@@ -91,7 +91,11 @@ describe('the ops CLI as a process', () => {
     // never exit: ops() kills it at its 20 s timeout, and a killed process has no exit code 0 — the
     // condition, where a bound on the run's duration (10 s: pg's idle timeout) failed on load.
     const run = await ops(['review', 'resolve', id, '--as', 'failed', '--reason', 'INC-9: no charge at Stripe'], { ...env, NODE_OPTIONS: `--import=${NEVER_IDLE}` });
-    expect(run.stderr).toBe('');
+    const url = new URL(db.url);
+    // Only the target banner on stderr: where it went, and that the actor is only said.
+    expect(run.stderr).toBe(
+      `target: local pipeline — database ${url.hostname}:${url.port}${url.pathname} (DATABASE_URL), Stripe ${stripe.fake.url}, direct; actor operator:${os.userInfo().username} (as said, not verified)\n`,
+    );
     expect(run.code).toBe(0);
     expect(run.stdout).toMatch(/Resolved .* as failed/);
     expect(run.stdout).toContain(`by operator:${os.userInfo().username}`);
