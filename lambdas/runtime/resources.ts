@@ -5,7 +5,7 @@ import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import pg from 'pg';
 import type Stripe from 'stripe';
 import { EventBridgePublisher, type EventPublisher } from '../events/outbox.ts';
-import { createStripeClient, StripeGateway } from '../payments/stripe-gateway.ts';
+import { createStripeClient, type StripeGateway, stripeGatewayFor } from '../payments/stripe-gateway.ts';
 import { assertStripeConfigured, ConfigError, type RuntimeConfig } from './config.ts';
 import { CredentialRefreshingPool, databaseClientConfig, forgetDatabaseSecret } from './database.ts';
 import { forgetSecrets, getSecretString, parseSecretJson } from './secrets.ts';
@@ -43,11 +43,11 @@ export function getPool(config: RuntimeConfig, onIdleError: (error: Error) => vo
 }
 
 /**
- * The Stripe client from the configuration: STRIPE_SECRET_KEY locally; on AWS the Secrets Manager
+ * The Stripe key from the configuration: STRIPE_SECRET_KEY locally; on AWS the Secrets Manager
  * secret, holding the key or JSON {"apiKey": "…"}. The stack creates that secret empty and an operator
  * fills it in: an empty read is forgotten, so a warm container sees the key as soon as it is there.
  */
-export async function createConfiguredStripeClient(config: RuntimeConfig): Promise<Stripe> {
+async function configuredStripeKey(config: RuntimeConfig): Promise<string> {
   assertStripeConfigured(config);
   let apiKey = config.stripe.apiKey;
   if (!apiKey) {
@@ -59,14 +59,28 @@ export async function createConfiguredStripeClient(config: RuntimeConfig): Promi
     if (config.stripe.secretArn) forgetSecrets(config.stripe.secretArn);
     throw new ConfigError('the Stripe secret is empty: put the key into it (see docs/deploy.md, Put the Stripe key)');
   }
-  return createStripeClient({ apiKey, apiBase: config.stripe.apiBase, timeoutMs: config.stripe.timeoutMs, maxNetworkRetries: config.stripe.maxNetworkRetries });
+  return apiKey;
+}
+
+const clientOptions = (config: RuntimeConfig, apiKey: string) => ({
+  apiKey,
+  apiBase: config.stripe.apiBase,
+  timeoutMs: config.stripe.timeoutMs,
+  maxNetworkRetries: config.stripe.maxNetworkRetries,
+});
+
+/** The Stripe client from the configuration (configuredStripeKey). */
+export async function createConfiguredStripeClient(config: RuntimeConfig): Promise<Stripe> {
+  return createStripeClient(clientOptions(config, await configuredStripeKey(config)));
 }
 
 let gateway: Promise<StripeGateway> | undefined;
 
 export function getStripeGateway(config: RuntimeConfig): Promise<StripeGateway> {
   if (!gateway) {
-    gateway = createConfiguredStripeClient(config).then((stripe) => new StripeGateway(stripe));
+    // The gateway knows its key's mode (live / test, from the key's prefix): Stripe events are
+    // trusted only from that mode (event-decisions.ts judgeEventOrigin). The key itself stays in the client.
+    gateway = configuredStripeKey(config).then((apiKey) => stripeGatewayFor(clientOptions(config, apiKey)));
     gateway.catch(() => {
       gateway = undefined;
     });
