@@ -158,6 +158,20 @@ describe('payment_intent.* for an open operation', () => {
     expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'unknown', leaseToken: null });
   });
 
+  it('no Stripe key yet: even an event that would only be recorded waits (its mode cannot be checked against ours); with the key it is applied', async () => {
+    const event = makeStripeEvent('payment_intent.succeeded', {
+      id: 'pi_waits_for_key', object: 'payment_intent', status: 'succeeded', amount: 500, currency: 'eur', customer: 'cus_x',
+      metadata: { operation_id: randomUUID(), order_id: 'order-waits', key_generation: '0' },
+    });
+    const noKey = new StripeEventApplier({ db: db.pool, gateway: null, random: () => 0.5 });
+    const r = await receiveWebhook(delivery(event), settings, { db: db.pool, applier: noKey, publisher: null });
+    expect(r).toMatchObject({ applied: { outcome: 'deferred', reason: expect.stringMatching(/no Stripe key yet/) } });
+    expect(await inboxRow(db.pool, event.id)).toMatchObject({ applied_at: null });
+    expect(await count(db.pool, `stripe_event_findings WHERE payment_intent_id = 'pi_waits_for_key'`)).toBe(0);
+    await db.pool.query('UPDATE stripe_events SET next_attempt_at = now() WHERE event_id = $1', [event.id]);
+    expect((await applier().applyDue()).byOutcome).toMatchObject({ unrecorded: 1 });
+  });
+
   it('a PaymentIntent of another customer naming our operation is not adopted: review, decided on the PaymentIntent Stripe holds', async () => {
     const { op } = await processingOperation();
     // A real second PaymentIntent at Stripe, of another customer, carrying the operation's metadata.

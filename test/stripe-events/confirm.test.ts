@@ -211,3 +211,17 @@ describe('two deliveries of one event before the first is applied: one effect', 
     expect(stripe.fake.requests().filter((q) => q.endpoint === 'retrieve').length).toBe(1);
   });
 });
+
+describe('the sweep counts refusals apart from contradictions (the StripeEventsRefused metric)', () => {
+  it('a refused event recorded by the endpoint and applied by the sweep: refused 1, contradictions 0; again for the same object: no new finding', async () => {
+    stripe.fake.injectFault({}, 'processing');
+    const [r] = await engine().processRequests([chargeOrder()]);
+    const pi = stripe.fake.paymentIntents({ operationId: r!.operationId })[0]!;
+    const record = (e: StripeEventJson) => receiveWebhook(delivery(e), settings, { db: db.pool, applier: null, publisher: null });
+    await record(makeStripeEvent('payment_intent.succeeded', { ...paymentIntentJson(pi), status: 'succeeded' }, { account: 'acct_1Elsewhere' }));
+    expect(await testApplier({ db, stripe }).applyDue()).toMatchObject({ applied: 1, refused: 1, contradictions: 0, unrecordedCharges: 0, byOutcome: { foreign_account: 1 } });
+    await record(makeStripeEvent('payment_intent.succeeded', { ...paymentIntentJson(pi), status: 'succeeded' }, { account: 'acct_1Elsewhere' }));
+    expect(await testApplier({ db, stripe }).applyDue()).toMatchObject({ applied: 1, refused: 0, contradictions: 0, byOutcome: { foreign_account: 1 } });
+    expect(await findOperation(db.pool, r!.operationId)).toMatchObject({ status: 'unknown' });
+  });
+});

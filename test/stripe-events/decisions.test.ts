@@ -203,6 +203,9 @@ describe('where an event comes from (judgeEventOrigin) and the key mode (stripeK
     expect(verdict({ livemode: undefined }, policy('test'))).toBe('livemode_mismatch');
     expect(verdict({ livemode: false }, policy('unrecognised'))).toBe('livemode_mismatch');
     expect(verdict({ livemode: true }, policy('unrecognised'))).toBe('livemode_mismatch');
+    // The reason tells the operator what to change: the key, not the endpoint.
+    expect(judgeEventOrigin(view({ livemode: false }), policy('unrecognised'))).toMatchObject({ reason: expect.stringMatching(/neither sk_live_\/rk_live_ nor sk_test_\/rk_test_/) });
+    expect(judgeEventOrigin(view({ livemode: true }), policy('test'))).toMatchObject({ reason: expect.stringMatching(/a live-mode event, and our key is test/) });
     // No key yet: the mode cannot be compared — the event waits, it is not refused.
     expect(verdict({ livemode: false }, policy('no_key'))).toBe('wait');
   });
