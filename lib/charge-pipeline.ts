@@ -189,6 +189,11 @@ export interface ChargePipelineProps {
   readonly stripeEventsReservedConcurrency?: number;
   /** StripeEventBacklogTooOld fires above this. @default Duration.minutes(10) */
   readonly oldestStripeEventAgeAlarmThreshold?: cdk.Duration;
+  /**
+   * StripeEventsNotArriving fires when operations have reached Stripe for longer than this with no
+   * Stripe event arriving since. @default Duration.minutes(15)
+   */
+  readonly stripeEventsSilenceAlarmThreshold?: cdk.Duration;
 
   // ── operators ────────────────────────────────────────────────────────────────────────────────
   /**
@@ -295,6 +300,7 @@ export const CHARGE_PIPELINE_DEFAULTS = {
   oldestOpenOperationAgeAlarmMinutes: 60,
   oldestUnpublishedEventAgeAlarmMinutes: 5,
   oldestStripeEventAgeAlarmMinutes: 10,
+  stripeEventsSilenceAlarmMinutes: 15,
   logLevel: 'INFO',
   opsFunctionTimeoutSeconds: 60,
   databaseSecretRotationDays: 30,
@@ -591,6 +597,7 @@ export class ChargePipeline extends Construct {
         ? {
             function: this.stripeEvents.function,
             oldestEventAgeThreshold: props.oldestStripeEventAgeAlarmThreshold ?? cdk.Duration.minutes(d.oldestStripeEventAgeAlarmMinutes),
+            silenceThreshold: props.stripeEventsSilenceAlarmThreshold ?? cdk.Duration.minutes(d.stripeEventsSilenceAlarmMinutes),
           }
         : undefined,
     });

@@ -71,6 +71,8 @@ export interface StripeEventsRun {
   readonly failed: number;
   readonly contradictions: number;
   readonly unrecordedCharges: number;
+  /** New findings of events refused (account, mode) or not confirmed by our key. */
+  readonly refused: number;
   readonly byOutcome: Readonly<Record<string, number>>;
 }
 
@@ -243,7 +245,7 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
         published += sent.published;
         publishFailed += sent.failed;
       }
-      stripeEvents = { applied: run.applied, deferred: run.deferred, failed: run.failed, contradictions: run.contradictions, unrecordedCharges: run.unrecordedCharges, byOutcome: run.byOutcome };
+      stripeEvents = { applied: run.applied, deferred: run.deferred, failed: run.failed, contradictions: run.contradictions, unrecordedCharges: run.unrecordedCharges, refused: run.refused, byOutcome: run.byOutcome };
     } catch (error) {
       const described = describeError(error);
       errors.push(`inbox: ${described.errorName}: ${described.errorMessage}`);

@@ -15,8 +15,10 @@ import {
   type PaymentGateway,
   type RefundView,
   type SearchPaymentIntentsRequest,
+  stripeKeyMode,
+  type StripeKeyMode,
 } from '../payments/gateway.ts';
-import { createStripeClient, StripeGateway } from '../payments/stripe-gateway.ts';
+import { createStripeClient, stripeGatewayFor } from '../payments/stripe-gateway.ts';
 import type { PaymentIntentView } from '../payments/types.ts';
 import { assertStripeConfigured, ConfigError, isLiveStripeKey, localOverrideProblem, type RuntimeConfig } from './config.ts';
 import { CredentialRefreshingPool, databaseClientConfig, forgetDatabaseSecret } from './database.ts';
@@ -82,8 +84,13 @@ export async function createConfiguredStripeClient(config: RuntimeConfig): Promi
   return clientFor(config, await currentStripeKey(config));
 }
 
-const clientFor = (config: RuntimeConfig, apiKey: string): Stripe =>
-  createStripeClient({ apiKey, apiBase: config.stripe.apiBase, timeoutMs: config.stripe.timeoutMs, maxNetworkRetries: config.stripe.maxNetworkRetries });
+const clientOptions = (config: RuntimeConfig, apiKey: string) => ({
+  apiKey,
+  apiBase: config.stripe.apiBase,
+  timeoutMs: config.stripe.timeoutMs,
+  maxNetworkRetries: config.stripe.maxNetworkRetries,
+});
+const clientFor = (config: RuntimeConfig, apiKey: string): Stripe => createStripeClient(clientOptions(config, apiKey));
 
 /**
  * The functions' gateway: every call goes out with the key the secret holds now (a rolled key is used
@@ -97,9 +104,17 @@ export class CurrentKeyGateway implements PaymentGateway {
   readonly #config: RuntimeConfig;
   #current: { readonly key: string; readonly gateway: PaymentGateway };
 
-  constructor(config: RuntimeConfig, key: string, gateway: PaymentGateway = new StripeGateway(clientFor(config, key))) {
+  constructor(config: RuntimeConfig, key: string, gateway: PaymentGateway = stripeGatewayFor(clientOptions(config, key))) {
     this.#config = config;
     this.#current = { key, gateway };
+  }
+
+  /**
+   * The mode (live / test, from the key's prefix) of the key the calls go out with now: Stripe events
+   * are trusted only from that mode (event-decisions.ts judgeEventOrigin). The key itself stays here.
+   */
+  get keyMode(): StripeKeyMode | null {
+    return stripeKeyMode(this.#current.key);
   }
 
   createPaymentIntent(request: CreatePaymentIntentRequest): Promise<GatewayResult<PaymentIntentView>> {
@@ -132,7 +147,7 @@ export class CurrentKeyGateway implements PaymentGateway {
       const message = error instanceof Error ? error.message : String(error);
       return { ok: false, failure: { kind: FailureKind.authentication, errorClass: 'ConfigError', message, httpAttempts: 0 } };
     }
-    if (key !== this.#current.key) this.#current = { key, gateway: new StripeGateway(clientFor(this.#config, key)) };
+    if (key !== this.#current.key) this.#current = { key, gateway: stripeGatewayFor(clientOptions(this.#config, key)) };
     const result = await send(this.#current.gateway);
     if (!result.ok && result.failure.kind === FailureKind.authentication && this.#config.stripe.secretArn) {
       refreshSecret(this.#config.stripe.secretArn, STALE_PROOF_REFRESH_MIN_AGE_MS);

@@ -17,6 +17,7 @@ import { loadConfig } from '../runtime/config.ts';
 import { createLogger, createMetrics, describeError } from '../runtime/observability.ts';
 import { refreshSecret, STALE_PROOF_REFRESH_MIN_AGE_MS } from '../runtime/secrets.ts';
 import { METRICS } from '../runtime/settings.ts';
+import { isRefusal } from '../payments/inbox-store.ts';
 import { loadStripeEventsConfig, webhookSecrets, type StripeEventsConfig } from './config.ts';
 import { receivePartnerEvent, receiveWebhook, RejectCode, toHttpAnswer, type PartnerEvent, type Reception, type WebhookSettings } from './receive.ts';
 import { receiveDeps } from './resources.ts';
@@ -71,8 +72,15 @@ function report(reception: Reception): void {
       metrics.addMetric(METRICS.stripeEventsReceived, MetricUnit.Count, 1);
       metrics.addMetric(METRICS.stripeEventDuplicates, MetricUnit.Count, reception.duplicate ? 1 : 0);
       if (reception.applied?.newFinding) {
-        // A contradiction, or a refund that failed after it succeeded (event-applier.ts): both are findings an operator resolves.
-        metrics.addMetric(reception.applied.outcome === 'unrecorded' ? METRICS.unrecordedCharges : METRICS.stripeEventContradictions, MetricUnit.Count, 1);
+        // An unrecorded charge; an event refused for its account or mode, or not confirmed by our key;
+        // else a contradiction or a refund that failed after it succeeded (event-applier.ts): all are
+        // findings an operator resolves.
+        const outcome = reception.applied.outcome;
+        metrics.addMetric(
+          outcome === 'unrecorded' ? METRICS.unrecordedCharges : isRefusal(outcome) ? METRICS.stripeEventsRefused : METRICS.stripeEventContradictions,
+          MetricUnit.Count,
+          1,
+        );
       }
       logger.info('stripe event recorded', {
         stripeEventId: reception.eventId,

@@ -74,6 +74,8 @@ const EXPECTED: Record<Exclude<AlarmName, 'ReconcilerNotRunning'>, Expected> = {
   StripeWebhookUnavailable: { namespace: 'ChargePipeline', metricName: METRICS.stripeWebhookUnavailable, dimensions: service, statistic: 'Sum', threshold: 0 },
   StripeEventBacklogTooOld: { namespace: 'ChargePipeline', metricName: METRICS.oldestInboxEventAgeSeconds, dimensions: service, statistic: 'Maximum', threshold: 600 },
   StripeEventContradiction: { namespace: 'ChargePipeline', metricName: METRICS.openContradictions, dimensions: service, statistic: 'Maximum', threshold: 0 },
+  StripeEventRefused: { namespace: 'ChargePipeline', metricName: METRICS.openRefusedStripeEvents, dimensions: service, statistic: 'Maximum', threshold: 0 },
+  StripeEventsNotArriving: { namespace: 'ChargePipeline', metricName: METRICS.stripeEventsSilentSeconds, dimensions: service, statistic: 'Maximum', threshold: 900 },
   UnrecordedCharge: { namespace: 'ChargePipeline', metricName: METRICS.openUnrecordedCharges, dimensions: service, statistic: 'Maximum', threshold: 0 },
   DatabaseFreeStorageLow: {
     namespace: 'AWS/RDS',
@@ -169,6 +171,7 @@ describe('the alarms', () => {
       oldestMessageAgeAlarmThreshold: cdk.Duration.minutes(3),
       oldestOpenOperationAgeAlarmThreshold: cdk.Duration.hours(6),
       oldestUnpublishedEventAgeAlarmThreshold: cdk.Duration.minutes(2),
+      stripeEventsSilenceAlarmThreshold: cdk.Duration.minutes(40),
     });
     const thresholds = Object.fromEntries(
       ofType(configured.resources, 'AWS::CloudWatch::Alarm').map(([, a]) => [a.Properties!.AlarmName, a.Properties!.Threshold]),
@@ -177,6 +180,7 @@ describe('the alarms', () => {
       'payments-OldestMessageTooOld': 180,
       'payments-OldestOpenOperationTooOld': 21600,
       'payments-OutcomeEventsNotPublished': 120,
+      'payments-StripeEventsNotArriving': 2400,
     });
   });
 });

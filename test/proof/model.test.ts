@@ -16,7 +16,7 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { FailureKind, type PaymentGateway } from '../../lambdas/payments/gateway.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createStripeClient, StripeGateway } from '../../lambdas/payments/stripe-gateway.ts';
+import { stripeGatewayFor } from '../../lambdas/payments/stripe-gateway.ts';
 import { startFakeStripe } from '../../local/fake-stripe/server.ts';
 import { FAULT_KINDS, type FakeStripe } from '../../local/fake-stripe/types.ts';
 import { formatReport } from '../../local/invariants.ts';
@@ -36,7 +36,7 @@ let world: ModelWorld;
 beforeAll(async () => {
   db = await createTestDatabase('model');
   fake = await startFakeStripe();
-  const client = (timeoutMs: number) => new StripeGateway(createStripeClient({ apiKey: 'sk_test_model', apiBase: fake.url, timeoutMs, maxNetworkRetries: 0 }));
+  const client = (timeoutMs: number) => stripeGatewayFor({ apiKey: 'sk_test_model', apiBase: fake.url, timeoutMs, maxNetworkRetries: 0 });
   // 250 ms: a `hang` costs little; the fake answers in a few ms. The patient client serves workers
   // parked at Stripe, whose answer must be the real one once released.
   world = { db: db.pool, fake, gateway: client(250), patientGateway: client(20_000) };
