@@ -17,7 +17,8 @@ export default defineConfig({
     // results cache removed, others' tests running too, 2026-12-01): 1 worker 348 s (load ≈ 2);
     // 2 workers 290 s and 237 s (load 5-7); 3 workers 261 s, 283 s and 221 s (load 7-13) — faster,
     // but the extra CPU contention made an arrival-time assertion fail once (reconcile rate test,
-    // 1328 ms against ≥ 1340): two, until that test no longer depends on scheduling jitter.
+    // 1328 ms against ≥ 1340). That test now runs on the sweep's own clock (2026-12-02); two stay the
+    // default until three are measured again.
     // `--maxWorkers=N` or vitest's own VITEST_MAX_WORKERS=N overrides it.
     maxWorkers: 2,
     // Longest files first, so that the run does not end on a long file started last (see the file).

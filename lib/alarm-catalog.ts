@@ -154,6 +154,18 @@ export const ALARM_CATALOG = [
     metrics: [{ namespace: APP, metricName: METRICS.openContradictions }],
   },
   {
+    name: 'StripeEventRefused',
+    meaning:
+      "A Stripe event was refused: from a connected account or the other mode than our key's, or our key's retrieve did not confirm it (unknown object, not ours). Nothing changed; polling settles. A misconfigured endpoint, or forged events.",
+    metrics: [{ namespace: APP, metricName: METRICS.openRefusedStripeEvents }],
+  },
+  {
+    name: 'StripeEventsNotArriving',
+    meaning:
+      'Operations reach Stripe but no Stripe event has arrived since, for longer than the threshold: the fast path is off (endpoint not registered, wrong signing secret, partner rule disabled). Polling still settles, slower.',
+    metrics: [{ namespace: APP, metricName: METRICS.stripeEventsSilentSeconds }],
+  },
+  {
     name: 'UnrecordedCharge',
     meaning:
       'Stripe reported a PaymentIntent carrying our metadata for an operation the ledger does not have: money may have moved that the ledger does not know of.',

@@ -54,6 +54,7 @@ export class ChargePipelineStack extends cdk.Stack {
       reconcileMaxRps: s.reconcileMaxRps,
       reconcileSearchMaxRps: s.reconcileSearchMaxRps,
       reconcileConcurrency: s.reconcileConcurrency,
+      producerRoles: s.producerRoleArns?.map((arn, i) => iam.Role.fromRoleArn(this, `ProducerRole${i}`, arn, { mutable: false })),
       operatorRole: s.opsRoleArn
         ? iam.Role.fromRoleArn(this, 'OperatorRole', s.opsRoleArn, { mutable: false })
         : undefined,

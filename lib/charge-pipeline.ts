@@ -30,6 +30,7 @@ import { Network } from './network.ts';
 import { Observability, type PipelineAlarm, type PipelineMetricName, type PipelineMetrics, pipelineMetric, pipelineMetrics } from './observability.ts';
 import { OpsFunction } from './ops-function.ts';
 import { OutcomeEvents } from './outcome-events.ts';
+import { operatorArns, Perimeter, principalArnOf, stripeSecretKey } from './perimeter.ts';
 import type { PipelineLogLevel } from './pipeline-function.ts';
 import { Reconciler } from './reconciler.ts';
 import { StripeEvents, type StripeEventsInput } from './stripe-events.ts';
@@ -59,6 +60,15 @@ export interface ChargePipelineProps {
    * @default - a new group with no other egress
    */
   readonly functionsSecurityGroup?: ec2.ISecurityGroup;
+  /**
+   * Where the functions may open HTTPS (443) connections: Stripe's API, and the AWS APIs they call
+   * (Secrets Manager, EventBridge, STS). Security groups cannot name a host, and api.stripe.com has
+   * no small fixed address set, so the default is anywhere; a platform team that keeps a prefix list
+   * of Stripe's API addresses and interface endpoints for the AWS APIs narrows it here
+   * (docs/deploy.md, "Egress").
+   * @default [ec2.Peer.anyIpv4()]
+   */
+  readonly functionsHttpsEgress?: readonly ec2.IPeer[];
 
   // ── database ─────────────────────────────────────────────────────────────────────────────────
   /** @default t4g.micro (db.t4g.micro) */
@@ -116,6 +126,12 @@ export interface ChargePipelineProps {
   readonly deadLetterQueueName?: string;
   /** Receives before a record that could not be made durable goes to the DLQ. @default PIPELINE.maxReceiveCount (5) */
   readonly maxReceiveCount?: number;
+  /**
+   * The roles that may send charge requests: the intake queue's policy denies sqs:SendMessage to
+   * every other principal (each still needs its own grant: grantSendChargeRequests adds both).
+   * @default - none: only grantSendChargeRequests' grantees and the operator role (for a DLQ redrive)
+   */
+  readonly producerRoles?: readonly iam.IRole[];
 
   // ── charge function ──────────────────────────────────────────────────────────────────────────
   /**
@@ -173,6 +189,11 @@ export interface ChargePipelineProps {
   readonly stripeEventsReservedConcurrency?: number;
   /** StripeEventBacklogTooOld fires above this. @default Duration.minutes(10) */
   readonly oldestStripeEventAgeAlarmThreshold?: cdk.Duration;
+  /**
+   * StripeEventsNotArriving fires when operations have reached Stripe for longer than this with no
+   * Stripe event arriving since. @default Duration.minutes(15)
+   */
+  readonly stripeEventsSilenceAlarmThreshold?: cdk.Duration;
 
   // ── operators ────────────────────────────────────────────────────────────────────────────────
   /**
@@ -182,6 +203,14 @@ export interface ChargePipelineProps {
    *   lambda:InvokeFunction on it (administrators) can invoke it
    */
   readonly operatorRole?: iam.IRole;
+  /**
+   * Who may write (and read raw bodies) through the ops function, besides `operatorRole`: IAM role
+   * ARNs (any session of the role), role-session ARNs (arn:aws:sts::…:assumed-role/<role>/<session>)
+   * or IAM user ARNs. The function verifies each caller with STS; reads stay open to any principal
+   * allowed to invoke it (docs/operations.md).
+   * @default - the operator role only; none without one (then no write goes through the function)
+   */
+  readonly operatorPrincipals?: readonly string[];
 
   // ── observability ────────────────────────────────────────────────────────────────────────────
   /** Subscribe this address to the alarm topic (the recipient confirms by e-mail). @default - no subscription */
@@ -271,6 +300,7 @@ export const CHARGE_PIPELINE_DEFAULTS = {
   oldestOpenOperationAgeAlarmMinutes: 60,
   oldestUnpublishedEventAgeAlarmMinutes: 5,
   oldestStripeEventAgeAlarmMinutes: 10,
+  stripeEventsSilenceAlarmMinutes: 15,
   logLevel: 'INFO',
   opsFunctionTimeoutSeconds: 60,
   databaseSecretRotationDays: 30,
@@ -312,6 +342,7 @@ export class ChargePipeline extends Construct {
   readonly metrics: PipelineMetrics;
   readonly metricsNamespace: string;
   readonly #consumerLogins: ConsumerDatabaseLogin[] = [];
+  readonly #perimeter: Perimeter;
   private readonly databaseConstruct?: Database;
   private readonly migrations: Migrations;
   private readonly removalPolicy: cdk.RemovalPolicy;
@@ -338,6 +369,7 @@ export class ChargePipeline extends Construct {
       vpc: props.vpc,
       natGateways: props.natGateways ?? d.natGateways,
       functionsSecurityGroup: props.functionsSecurityGroup,
+      httpsEgress: props.functionsHttpsEgress,
       logRetention,
       removalPolicy,
     });
@@ -480,7 +512,8 @@ export class ChargePipeline extends Construct {
     const ops = new OpsFunction(this, 'Ops', {
       ...placement,
       ...common,
-      environment: pipelineEnv,
+      // Who may write through it (lambdas/ops/identity.ts): verified with STS, then looked up here.
+      environment: { ...pipelineEnv, OPS_OPERATOR_ARNS: operatorArns(this, props.operatorRole, props.operatorPrincipals).join(',') },
       operatorRole: props.operatorRole,
       timeout: cdk.Duration.seconds(d.opsFunctionTimeoutSeconds),
     });
@@ -511,6 +544,19 @@ export class ChargePipeline extends Construct {
       this.stripeSecret.grantRead(fn);
       outcomes.grantPutEvents(fn);
     }
+
+    // Resource policies (lib/perimeter.ts): the identity grants above are the only way in.
+    const pipelineRoles = [charge.function, reconciler.function, ops.function, ...(this.stripeEvents ? [this.stripeEvents.function] : [])].map((fn) => fn.role!);
+    this.#perimeter = new Perimeter(this, 'Perimeter', {
+      stripeSecret: this.stripeSecret,
+      stripeKeyReaders: pipelineRoles,
+      webhookSecret: this.stripeEvents?.webhookSecret,
+      webhookSecretReaders: this.stripeEvents ? [this.stripeEvents.function.role!] : [],
+      queue: this.queue,
+      senders: [charge.function.role!.roleArn, ...(props.operatorRole ? [props.operatorRole.roleArn] : []), ...(props.producerRoles ?? []).map((r) => r.roleArn)],
+      eventBus: outcomes.eventBus,
+      publishers: pipelineRoles,
+    });
 
     // Nothing takes traffic before the schema is there: on the first deploy the event source
     // mapping and the schedule are created only after the migrations succeeded; on later deploys
@@ -551,6 +597,7 @@ export class ChargePipeline extends Construct {
         ? {
             function: this.stripeEvents.function,
             oldestEventAgeThreshold: props.oldestStripeEventAgeAlarmThreshold ?? cdk.Duration.minutes(d.oldestStripeEventAgeAlarmMinutes),
+            silenceThreshold: props.stripeEventsSilenceAlarmThreshold ?? cdk.Duration.minutes(d.stripeEventsSilenceAlarmMinutes),
           }
         : undefined,
     });
@@ -631,6 +678,8 @@ export class ChargePipeline extends Construct {
       // Created empty: the functions refuse to call Stripe ("the Stripe secret is empty") until an
       // operator puts the key; the key itself never passes through the template.
       secretObjectValue: { apiKey: cdk.SecretValue.unsafePlainText('') },
+      // A key of its own (rotated yearly): the key policy, not only the account's default key, guards it.
+      encryptionKey: stripeSecretKey(this, removalPolicy),
       // Kept unless DESTROY: deleting it would make whoever redeploys hunt for the key again.
       removalPolicy: removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
     });
@@ -644,6 +693,7 @@ export class ChargePipeline extends Construct {
 
   /** Let a producer send charge requests (sqs:SendMessage on the intake queue). */
   grantSendChargeRequests(grantee: iam.IGrantable): iam.Grant {
+    this.#perimeter.allowSender(principalArnOf(this, grantee, 'grantSendChargeRequests'));
     return this.queue.grantSendMessages(grantee);
   }
 
@@ -659,6 +709,7 @@ export class ChargePipeline extends Construct {
 
   /** Let a principal publish outcome events on the bus (a test harness, a replay tool). */
   grantPutOutcomeEvents(grantee: iam.IGrantable): iam.Grant {
+    this.#perimeter.allowPublisher(principalArnOf(this, grantee, 'grantPutOutcomeEvents'));
     return this.eventBus.grantPutEventsTo(grantee);
   }
 

@@ -26,6 +26,8 @@ export interface DeploymentSettings {
   readonly databasePoolMax?: number;
   /** The role operators assume to invoke the ops function. */
   readonly opsRoleArn?: string;
+  /** Roles that may send charge requests (the intake queue's policy denies everyone else). */
+  readonly producerRoleArns?: readonly string[];
   readonly removalPolicy?: RemovalPolicyName;
   readonly deletionProtection?: boolean;
   readonly logLevel?: string;
@@ -56,6 +58,7 @@ const KEYS = {
   reconcileConcurrency: 'integer',
   databasePoolMax: 'integer',
   opsRoleArn: 'string',
+  producerRoleArns: 'string',
   removalPolicy: 'string',
   deletionProtection: 'boolean',
   logLevel: 'string',
@@ -110,6 +113,13 @@ export function settingsFromContext(tryGetContext: (key: string) => unknown): De
   }
   if (s.opsRoleArn !== undefined && !ROLE_ARN.test(s.opsRoleArn)) {
     problems.push(`opsRoleArn must be an IAM role ARN (arn:aws:iam::<account>:role/<name>), got '${s.opsRoleArn}'`);
+  }
+  const producers = settings.producerRoleArns;
+  if (typeof producers === 'string') {
+    const arns = producers.split(',').map((a) => a.trim()).filter((a) => a !== '');
+    const bad = arns.filter((a) => !ROLE_ARN.test(a));
+    if (bad.length > 0) problems.push(`producerRoleArns must be comma-separated IAM role ARNs (arn:aws:iam::<account>:role/<name>), got '${bad.join("', '")}'`);
+    s.producerRoleArns = arns;
   }
   if (s.removalPolicy !== undefined) {
     const lower = s.removalPolicy.toLowerCase() as RemovalPolicyName;

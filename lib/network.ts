@@ -12,6 +12,8 @@ export interface NetworkProps {
   readonly natGateways: number;
   /** Use this group for the functions instead of creating one (it gets the egress rules below). */
   readonly functionsSecurityGroup?: ec2.ISecurityGroup;
+  /** Where the functions may open HTTPS connections. @default anywhere (IPv4) */
+  readonly httpsEgress?: readonly ec2.IPeer[];
   readonly logRetention: logs.RetentionDays;
   readonly removalPolicy: cdk.RemovalPolicy;
 }
@@ -56,11 +58,13 @@ export class Network extends Construct {
         description: 'Charge pipeline functions: HTTPS out, PostgreSQL to the database',
         allowAllOutbound: false,
       });
-    // Stripe, Secrets Manager and EventBridge are HTTPS endpoints reached through the NAT gateway.
-    this.functionsSecurityGroup.addEgressRule(
-      ec2.Peer.anyIpv4(),
-      ec2.Port.tcp(443),
-      'HTTPS to Stripe and AWS APIs through the NAT gateway',
-    );
+    // Stripe, Secrets Manager, EventBridge and STS are HTTPS endpoints reached through the NAT gateway
+    // (or interface endpoints in the VPC). A security group cannot name a host and api.stripe.com has no
+    // small fixed address set, so "anywhere" unless the platform narrows it (docs/deploy.md, "Egress").
+    const peers = props.httpsEgress ?? [ec2.Peer.anyIpv4()];
+    if (peers.length === 0) throw new Error('functionsHttpsEgress must name at least one peer: the functions cannot work without HTTPS (Stripe, Secrets Manager, EventBridge, STS)');
+    for (const peer of peers) {
+      this.functionsSecurityGroup.addEgressRule(peer, ec2.Port.tcp(443), props.httpsEgress ? 'HTTPS to Stripe and AWS APIs (functionsHttpsEgress)' : 'HTTPS to Stripe and AWS APIs through the NAT gateway');
+    }
   }
 }

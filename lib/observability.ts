@@ -71,7 +71,7 @@ export interface ObservabilityProps {
   readonly dashboardName?: string;
   readonly removalPolicy: cdk.RemovalPolicy;
   /** Stripe events in (lib/stripe-events.ts): its alarms and dashboard row. */
-  readonly stripeEvents?: { readonly function: lambda.IFunction; readonly oldestEventAgeThreshold: cdk.Duration };
+  readonly stripeEvents?: { readonly function: lambda.IFunction; readonly oldestEventAgeThreshold: cdk.Duration; readonly silenceThreshold: cdk.Duration };
 }
 
 const FIVE_MINUTES = cdk.Duration.minutes(5);
@@ -184,6 +184,11 @@ export class Observability extends Construct {
       add('StripeWebhookUnavailable', app(METRICS.stripeWebhookUnavailable, sum), 0);
       add('StripeEventBacklogTooOld', app(METRICS.oldestInboxEventAgeSeconds, max), props.stripeEvents.oldestEventAgeThreshold.toSeconds());
       add('StripeEventContradiction', app(METRICS.openContradictions, max), 0);
+      // Refused and unconfirmed events: open findings keep the gauge up until an operator resolves them.
+      add('StripeEventRefused', app(METRICS.openRefusedStripeEvents, max), 0);
+      // The fast path silent while operations reach Stripe (the reconciler's gauge; 0 when idle). A
+      // reconciler that stops publishing is ReconcilerNotRunning's: missing data is not a breach here.
+      add('StripeEventsNotArriving', app(METRICS.stripeEventsSilentSeconds, max), props.stripeEvents.silenceThreshold.toSeconds());
       add('UnrecordedCharge', app(METRICS.openUnrecordedCharges, max), 0);
     }
     // The database (when it is the construct's, or its instance identifier is known)
@@ -361,15 +366,22 @@ export class Observability extends Construct {
         ...(props.stripeEvents ? { right: [props.stripeEvents.function.metricErrors({ label: 'function errors', period: cdk.Duration.minutes(1) })] } : {}),
       }),
       new cw.GraphWidget({
-        title: 'Stripe event inbox: backlog and oldest (s)',
+        title: 'Stripe event inbox: backlog; oldest and silent for (s)',
         width,
         left: [gauge(METRICS.inboxBacklog)],
-        right: [gauge(METRICS.oldestInboxEventAgeSeconds)],
+        right: [gauge(METRICS.oldestInboxEventAgeSeconds), gauge(METRICS.stripeEventsSilentSeconds)],
       }),
       new cw.GraphWidget({
-        title: 'Contradictions and unrecorded charges (should stay at 0)',
+        title: 'Contradictions, unrecorded charges, refused events (should stay at 0)',
         width,
-        left: [gauge(METRICS.openContradictions), gauge(METRICS.openUnrecordedCharges), sum(METRICS.stripeEventContradictions), sum(METRICS.unrecordedCharges)],
+        left: [
+          gauge(METRICS.openContradictions),
+          gauge(METRICS.openUnrecordedCharges),
+          gauge(METRICS.openRefusedStripeEvents),
+          sum(METRICS.stripeEventContradictions),
+          sum(METRICS.unrecordedCharges),
+          sum(METRICS.stripeEventsRefused),
+        ],
       }),
     );
     const databaseMetric = (metricName: string, label: string) =>

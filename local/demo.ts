@@ -28,6 +28,7 @@ import { AnotherSystem, remediesSettled } from './another-system.ts';
 import { buildLedger, type Ledger, type RunOutcome } from './ledger.ts';
 import { isSettled, type Pipeline, type PipelineSnapshot, type SettleResult } from './pipeline.ts';
 import { mulberry32 } from './random.ts';
+import type { SentRefund } from './invariants.ts';
 
 export interface DemoOptions {
   readonly orders: number;
@@ -272,6 +273,8 @@ export interface SendReport {
   sendFailures: number;
   /** Their ids, for the lost-order check: every one must end somewhere visible. */
   readonly sentOrderIds: string[];
+  /** The refund requests SQS accepted (repeats included), for the lost-refund check: each must end as its refund operation or its rejection. */
+  readonly sentRefunds: SentRefund[];
   duplicateSends: number;
   /** Duplicate sends SQS answered with the original MessageId: dropped by FIFO deduplication. */
   duplicatesDroppedBySqs: number;
@@ -303,6 +306,7 @@ export function emptySendReport(): SendReport {
     ordersSent: 0,
     sendFailures: 0,
     sentOrderIds: [],
+    sentRefunds: [],
     duplicateSends: 0,
     duplicatesDroppedBySqs: 0,
     lateDuplicates: 0,
@@ -397,6 +401,7 @@ export async function sendWorkload(
         try {
           const result = await sendRefundRequest(sqs, queueUrl, step.request, options);
           report.refunds.sent += 1;
+          report.sentRefunds.push({ orderId: step.request.orderId, refundId: step.request.refundId });
           if (step.repeat && result.messageId === messageIds.get(key)) report.refunds.droppedBySqs += 1;
           else report.messagesEnqueued += 1;
           if (!step.repeat) messageIds.set(key, result.messageId);
@@ -414,6 +419,7 @@ export async function sendWorkload(
         stamp();
         await sendRaw(sqs, queueUrl, refundRequestMessage(step.request).MessageBody, step.request.orderId, `late-refund-${++lateSerial}`, signal);
         report.refunds.sent += 1;
+        report.sentRefunds.push({ orderId: step.request.orderId, refundId: step.request.refundId });
         report.refunds.late += 1;
         report.messagesEnqueued += 1;
         break;

@@ -11,7 +11,8 @@
 //   refunds told truly      — a succeeded refund operation names a succeeded Refund of its amount;
 //                             every Refund that returns money is named by its operation
 //   no unsafe re-issue      — no new key generation while an older one's PaymentIntent is or may become a charge
-//   nothing lost            — every sent order has an operation, a rejected_messages row, or is in the DLQ
+//   nothing lost            — every sent order has an operation, a rejected_messages row, or is in the DLQ;
+//                             every sent refund request its refund operation or its rejected_messages row
 //   nothing wrongly failed  — no operation `failed` while a succeeded PaymentIntent exists for it
 //   nothing falsely paid    — no operation `succeeded` without the succeeded PaymentIntent it names
 //   nothing unaccounted     — every succeeded PaymentIntent is known by its operation
@@ -30,6 +31,11 @@ export const VIOLATION_KINDS = [
   'double_charge',
   /** A sent order with no operation, no rejected_messages row, and not in the DLQ. */
   'lost_order',
+  /**
+   * A sent refund request with no refund operation of its (order, refund id), no rejected_messages row
+   * of its body, and not in the DLQ: acknowledged and gone (the lost_order of a refund).
+   */
+  'lost_refund',
   /** An operation `failed` while a succeeded PaymentIntent exists for it. */
   'wrongly_failed',
   /** An operation `succeeded` whose external_id is not a succeeded PaymentIntent. */
@@ -98,6 +104,12 @@ export interface Warning {
   readonly detail: string;
 }
 
+/** A refund request as a producer sent it: `{"type":"refund","orderId":…,"refundId":…}`. */
+export interface SentRefund {
+  readonly orderId: string;
+  readonly refundId: string;
+}
+
 export interface CheckInvariantsInput {
   readonly db: Db;
   /** Ground truth from the fake Stripe: `fake.paymentIntents()` (or GET /__fake/payment_intents). */
@@ -112,6 +124,14 @@ export interface CheckInvariantsInput {
   readonly sentOrderIds?: readonly string[];
   /** Orders whose message is in the DLQ ("intake not recorded — redrive": visible, not lost). */
   readonly dlqOrderIds?: readonly string[];
+  /**
+   * Refund requests a producer sent (the body's orderId and refundId; repeats may be listed once or
+   * more): each must end as the refund operation of its (order, refund id), a rejected_messages row
+   * of its body, or in the DLQ — by its message group, the order id (`dlqOrderIds`). Give only the
+   * requests that reached the queue, and that the pipeline worked: a caller that drives the engine
+   * itself (no rejected_messages row for a refusal) gives only the requests it saw accepted.
+   */
+  readonly sentRefunds?: readonly SentRefund[];
   /**
    * After faults stopped and the reconciler ran until nothing changed: every operation must be final
    * or in review, and every succeeded PaymentIntent known by a succeeded operation. Default false.
@@ -136,6 +156,8 @@ export interface InvariantReport {
   readonly paymentIntents: { readonly total: number; readonly byStatus: Readonly<Partial<Record<PaymentIntentStatus, number>>> };
   readonly rejectedMessages: number;
   readonly sentOrders: number | null;
+  /** Distinct refund requests (order, refund id) given as sent; null when none were given. */
+  readonly sentRefunds: number | null;
   readonly dlqOrders: number;
   readonly outboxEvents: number;
   readonly violations: readonly Violation[];
@@ -151,6 +173,7 @@ export interface InvariantReport {
 interface OperationFacts {
   id: string;
   kind: 'charge' | 'refund';
+  refund_id: string | null;
   refund_payment_intent: string | null;
   /** A refund: the PaymentIntent it refunds (operations-store.ts PAYMENT_INTENT_OF_REFUND, the one definition). */
   refunded_payment_intent: string | null;
@@ -223,7 +246,7 @@ const OPERATIONS_SQL = `
       FROM payment_operation_events e JOIN scope s ON s.id = e.operation_id
      GROUP BY e.operation_id
   )
-  SELECT s.id::text, s.kind, s.refund_payment_intent, ${PAYMENT_INTENT_OF_REFUND('s')} AS refunded_payment_intent,
+  SELECT s.id::text, s.kind, s.refund_id, s.refund_payment_intent, ${PAYMENT_INTENT_OF_REFUND('s')} AS refunded_payment_intent,
          s.failed_after_success_at IS NOT NULL AS failed_after_success, s.parent_operation_id::text, s.order_id, s.status, s.external_id, s.attempts, s.review_reason, s.last_error_class, s.amount::text, s.currency,
          coalesce(a.requested, 0) AS requested, coalesce(a.started, 0) AS started,
          coalesce(a.recorded, 0) AS recorded, coalesce(a.discarded, 0) AS discarded,
@@ -238,8 +261,11 @@ const OUTBOX_SQL = `
    WHERE $1::text[] IS NULL OR p.order_id = ANY($1::text[])
    ORDER BY e.created_at, e.event_id`;
 
+// The body only when refund requests are judged, and only of the rows that can be one (a refund's
+// rejection is matched by its refund id, read from the body the producer sent).
 const REJECTED_SQL = `
-  SELECT order_id FROM rejected_messages
+  SELECT order_id, CASE WHEN $2::boolean AND raw_body LIKE '%"refund"%' THEN raw_body END AS raw_body
+    FROM rejected_messages
    WHERE $1::text[] IS NULL OR order_id = ANY($1::text[])`;
 
 /**
@@ -249,12 +275,12 @@ const REJECTED_SQL = `
  * outbox_mismatch that never existed (seen in test/local/shutdown.test.ts under load). REPEATABLE
  * READ takes its snapshot at the first statement and keeps it for the others.
  */
-async function readFacts(db: Db, scope: string[] | null) {
+async function readFacts(db: Db, scope: string[] | null, rejectedBodies: boolean) {
   const read = (on: Db) =>
     [
       () => on.query<OperationFacts>(OPERATIONS_SQL, [scope]),
       () => on.query<OutboxFacts>(OUTBOX_SQL, [scope]),
-      () => on.query<{ order_id: string | null }>(REJECTED_SQL, [scope]),
+      () => on.query<{ order_id: string | null; raw_body: string | null }>(REJECTED_SQL, [scope, rejectedBodies]),
     ] as const;
   const lender = db as Db & { connect?: () => Promise<Db & { release: (error?: Error) => void }> };
   if (typeof lender.connect !== 'function') {
@@ -280,7 +306,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
   const quiescent = input.requireQuiescent ?? false;
   const scope = input.orderIds ? [...input.orderIds] : null;
   const inScope = scope ? new Set(scope) : null;
-  const [operationRows, outboxRows, rejectedRows] = await readFacts(input.db, scope);
+  const [operationRows, outboxRows, rejectedRows] = await readFacts(input.db, scope, input.sentRefunds !== undefined);
   const operations = operationRows.rows;
   const charges = operations.filter((op) => op.kind === 'charge');
   const refundOps = operations.filter((op) => op.kind === 'refund');
@@ -430,6 +456,29 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
   for (const orderId of new Set(input.sentOrderIds ?? [])) {
     if (!byOrder.has(orderId) && !rejectedOrders.has(orderId) && !dlq.has(orderId)) {
       violate('lost_order', 'sent, but no operation, no rejected_messages row and not in the DLQ', null, orderId);
+    }
+  }
+  // …and every sent refund request: its refund operation (a repeat finds the first one, a conflict
+  // the one it conflicts with), or its own rejection, or the DLQ. A refund the charge handler
+  // acknowledged without writing either is gone (a request statement that failed, reported as done).
+  const refundKey = (orderId: string, refundId: string) => JSON.stringify([orderId, refundId]);
+  const sentRefunds = new Map((input.sentRefunds ?? []).map((r) => [refundKey(r.orderId, r.refundId), r]));
+  if (sentRefunds.size > 0) {
+    const made = new Set(refundOps.flatMap((r) => (r.refund_id === null ? [] : [refundKey(r.order_id, r.refund_id)])));
+    const refused = new Set<string>();
+    for (const { order_id, raw_body } of rejectedRows.rows) {
+      if (order_id === null || raw_body === null) continue;
+      try {
+        const body = JSON.parse(raw_body) as { type?: unknown; orderId?: unknown; refundId?: unknown };
+        if (body.type === 'refund' && body.orderId === order_id && typeof body.refundId === 'string') refused.add(refundKey(order_id, body.refundId));
+      } catch {
+        // Not JSON: no refund request's row.
+      }
+    }
+    for (const [key, { orderId, refundId }] of sentRefunds) {
+      if (!made.has(key) && !refused.has(key) && !dlq.has(orderId)) {
+        violate('lost_refund', `refund ${refundId} sent, but no refund operation, no rejected_messages row and not in the DLQ`, null, orderId);
+      }
     }
   }
 
@@ -585,6 +634,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     paymentIntents: { total: paymentIntents.length, byStatus: piByStatus },
     rejectedMessages: rejectedRows.rows.length,
     sentOrders: input.sentOrderIds ? new Set(input.sentOrderIds).size : null,
+    sentRefunds: input.sentRefunds ? sentRefunds.size : null,
     dlqOrders: dlq.size,
     outboxEvents: outboxRows.rows.length,
     violations,
@@ -601,7 +651,7 @@ export function formatReport(report: InvariantReport, options: { maxViolations?:
   const lines = [
     `operations ${report.operations}: succeeded ${s.succeeded}, failed ${s.failed}, open ${report.open} (pending ${s.pending}, unknown ${s.unknown} incl. review), in review ${report.inReview}`,
     `PaymentIntents ${report.paymentIntents.total}: ${Object.entries(report.paymentIntents.byStatus).map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}`,
-    `rejected messages ${report.rejectedMessages}, outbox events ${report.outboxEvents}${report.sentOrders === null ? '' : `, sent orders ${report.sentOrders}`}, in DLQ ${report.dlqOrders}`,
+    `rejected messages ${report.rejectedMessages}, outbox events ${report.outboxEvents}${report.sentOrders === null ? '' : `, sent orders ${report.sentOrders}`}${report.sentRefunds === null ? '' : `, sent refunds ${report.sentRefunds}`}, in DLQ ${report.dlqOrders}`,
     report.ok
       ? `invariants: OK (0 violations${report.quiescent ? ', quiescent' : ''})`
       : `invariants: ${report.violations.length} VIOLATION(S) — ${Object.entries(report.violationsByKind).map(([k, v]) => `${k} ${v}`).join(', ')}`,

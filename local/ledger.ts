@@ -138,6 +138,8 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
   const inDlq = queuedGroups(p.sqs, 'dlq');
   // An order still waiting in the queue (a run cut short) is not lost: it is where a producer left it.
   const sent = send ? send.sentOrderIds.filter((id) => !stillQueued.has(id)) : undefined;
+  // A refund still queued is not lost either (its message group is its order).
+  const sentRefunds = send ? send.sentRefunds.filter((r) => !stillQueued.has(r.orderId)) : undefined;
   const orderIds = send ? new Set(send.sentOrderIds) : undefined;
 
   const [truthPis, truthRefunds, stats] = await Promise.all([
@@ -152,6 +154,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
     paymentIntents: truthPis ?? [],
     ...(truthRefunds ? { refunds: truthRefunds } : {}),
     ...(sent ? { sentOrderIds: sent } : {}),
+    ...(sentRefunds ? { sentRefunds } : {}),
     dlqOrderIds: inDlq,
     requireQuiescent: input.outcome === 'settled',
   });
@@ -276,6 +279,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
         ...(available ? ['double charges', 'wrongly failed', 'succeeded without charge', 'charge mismatch', 'unrecorded charge'] : []),
         ...(available && truthRefunds ? ['net amount per order', 'over-refunds', 'refunds told truly', 'unrecorded refunds'] : []),
         'lost orders',
+        ...(sentRefunds && sentRefunds.length > 0 ? ['lost refunds'] : []),
         ...(report.quiescent ? ['unsettled'] : []),
         'audit trail',
         'outbox vs outcome',
@@ -346,6 +350,8 @@ const FAULT_LABELS: Record<string, string> = {
   proxy_502_after_commit: '502 without error body',
   truncated_response_after_commit: 'truncated response',
   stall_after_commit: 'stall (crash)',
+  error_500_late_commit: '500, committed later',
+  in_flight_then_commit: 'in flight, committed later',
 };
 
 const n = (value: number) => value.toLocaleString('en-US');

@@ -349,6 +349,12 @@ function runIdNow(): string {
 
 export async function startPipeline(options: PipelineOptions): Promise<Pipeline> {
   if (active !== null) throw new Error(`a local pipeline (${active}) is already running in this process: the handlers' environment is process-wide`);
+  // The handlers refuse the local overrides (STRIPE_API_BASE, EVENTS_ENDPOINT, DB_SSL off) where
+  // Lambda's own marker is set (lambdas/runtime/config.ts runsInLambda): this runtime is not Lambda and
+  // never sets it, and one inherited from the shell would make every handler refuse to start.
+  if (process.env.AWS_LAMBDA_FUNCTION_NAME || options.env?.AWS_LAMBDA_FUNCTION_NAME) {
+    throw new Error('AWS_LAMBDA_FUNCTION_NAME is set: it marks a function running in Lambda, where the handlers refuse the local runtime\'s fakes; unset it to run the pipeline locally');
+  }
   if (options.stripe.kind === 'external' && /^(sk|rk)_live_/.test(options.stripe.secretKey)) {
     throw new Error('refusing a live Stripe key: the local runtime only ever charges in test mode (sk_test_…)');
   }

@@ -10,13 +10,17 @@ import path from 'node:path';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import type pg from 'pg';
 import type { FakeStripe } from './fake-stripe/types.ts';
-import { WebhookDispatcher, type DeliveryFaults, type DeliveryStats } from './fake-stripe/webhooks.ts';
+import { WebhookDispatcher, type DeliveryFaults, type DeliveryStats, type EventOrigin } from './fake-stripe/webhooks.ts';
 
 export interface LocalWebhookOptions {
   readonly faults?: DeliveryFaults;
   readonly seed?: number;
   /** Stripe's retry schedule × this (default 1/60: the first retry after a second). */
   readonly retryScale?: number;
+  /** The endpoint's origin: a Connect endpoint's connected account, the other mode (default: this account, test mode). */
+  readonly origin?: EventOrigin;
+  /** false: the dispatcher does not watch the ledger; only what a caller sends (dispatcher.send / emit) is delivered. Default true. */
+  readonly watch?: boolean;
 }
 
 /** Delivery faults of `npm start` with faults on: every kind Stripe documents, a few of each. */
@@ -81,8 +85,9 @@ export async function startLocalWebhooks(fake: FakeStripe, secret: string, optio
     faults: options.faults ?? {},
     seed: options.seed ?? 1,
     retryScale: options.retryScale ?? 1 / 60,
+    ...(options.origin ? { origin: options.origin } : {}),
   });
-  dispatcher.start();
+  if (options.watch ?? true) dispatcher.start();
   return {
     url,
     dispatcher,

@@ -22,7 +22,7 @@ import { countingDb } from '../lambdas/payments/db.ts';
 import { DEFAULT_POLICY, type EnginePolicy } from '../lambdas/payments/decisions.ts';
 import { ChargeEngine } from '../lambdas/payments/engine.ts';
 import { StripeEventApplier } from '../lambdas/payments/event-applier.ts';
-import { createStripeClient, StripeGateway } from '../lambdas/payments/stripe-gateway.ts';
+import { stripeGatewayFor } from '../lambdas/payments/stripe-gateway.ts';
 import { loadMigrations, migrate } from '../lambdas/runtime/migrations.ts';
 import { receiveWebhook } from '../lambdas/stripe-events/receive.ts';
 import { startFakeStripe } from '../local/fake-stripe/server.ts';
@@ -118,7 +118,7 @@ async function settleLatency(adminUrl: string, dbName: string, webhooks: boolean
   // An idle connection ended by the server (its shutdown at the end) is not a benchmark failure.
   pool.on('error', () => {});
   const fake = await startFakeStripe();
-  const gateway = new StripeGateway(createStripeClient({ apiKey: 'sk_test_bench', apiBase: fake.url, timeoutMs: 5_000, maxNetworkRetries: 0 }));
+  const gateway = stripeGatewayFor({ apiKey: 'sk_test_bench', apiBase: fake.url, timeoutMs: 5_000, maxNetworkRetries: 0 });
   const policy = scaledPolicy(SCALE);
   const engine = new ChargeEngine({ db: pool, gateway, actor: 'bench', policy });
   const applier = new StripeEventApplier({ db: pool, gateway, policy });

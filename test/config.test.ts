@@ -118,3 +118,45 @@ describe('loadConfig', () => {
     expect(() => loadConfig({ ...base, DB_SSL: 'maybe' })).toThrow(/DB_SSL must be one of off, require, verify-full/);
   });
 });
+
+// The local overrides point a function at a server of ours (the fake Stripe, the fake EventBridge) and
+// weaker TLS: fine on a laptop and in the local runtime, refused where the function is deployed (Lambda
+// sets AWS_LAMBDA_FUNCTION_NAME, the local runtime never does) or the key moves real money.
+describe('local overrides, refused in Lambda and with a live key', () => {
+  const aws = { DB_SECRET_ARN: 'arn:aws:secretsmanager:eu-west-1:111111111111:secret:db-AbCdEf', AWS_LAMBDA_FUNCTION_NAME: 'charge-prod', AWS_REGION: 'eu-west-1' };
+  const live = { ...base, STRIPE_SECRET_KEY: 'sk_live_0123456789' };
+
+  it('in Lambda: STRIPE_API_BASE, EVENTS_ENDPOINT and any DB_SSL but verify-full are refused at start, saying what to change', () => {
+    expect(loadConfig(aws).runtime).toBe('lambda');
+    expect(() => loadConfig({ ...aws, STRIPE_API_BASE: 'https://stripe-mock.internal' })).toThrow(
+      /^STRIPE_API_BASE is refused in Lambda \(the Stripe key would be sent to https:\/\/stripe-mock.internal\): unset it/,
+    );
+    expect(() => loadConfig({ ...aws, EVENTS_ENDPOINT: 'http://10.0.0.5:4010' })).toThrow(/^EVENTS_ENDPOINT is refused in Lambda .*: unset it/);
+    expect(() => loadConfig({ ...aws, DB_SSL: 'require' })).toThrow(/^DB_SSL must be verify-full in Lambda, got "require": set DB_SSL=verify-full/);
+    expect(() => loadConfig({ ...aws, DB_SSL: 'off' })).toThrow(/^DB_SSL must be verify-full in Lambda/);
+    // a URL in Lambda defaults to off: refused too
+    expect(() => loadConfig({ DATABASE_URL: 'postgres://u:p@db.internal/x', AWS_LAMBDA_FUNCTION_NAME: 'ops' })).toThrow(/^DB_SSL must be verify-full in Lambda, got "off"/);
+    expect(loadConfig({ ...aws, DB_SSL: 'verify-full' }).database.ssl).toBe('verify-full');
+    for (const error of [() => loadConfig({ ...aws, DB_SSL: 'require' }), () => loadConfig({ ...aws, STRIPE_API_BASE: 'https://x' })]) expect(error).toThrow(ConfigError);
+  });
+
+  it('with a live key, anywhere: STRIPE_API_BASE and EVENTS_ENDPOINT are refused (a restricted live key too)', () => {
+    expect(() => loadConfig({ ...live, STRIPE_API_BASE: 'https://stripe-compatible.example' })).toThrow(/^STRIPE_API_BASE is refused with a live Stripe key/);
+    expect(() => loadConfig({ ...base, STRIPE_SECRET_KEY: 'rk_live_abc', STRIPE_API_BASE: 'http://127.0.0.1:12111' })).toThrow(/^STRIPE_API_BASE is refused with a live Stripe key/);
+    expect(() => loadConfig({ ...live, EVENTS_ENDPOINT: 'http://127.0.0.1:4010' })).toThrow(/^EVENTS_ENDPOINT is refused with a live Stripe key/);
+    expect(loadConfig(live).stripe.apiKey).toBe('sk_live_0123456789');
+  });
+
+  it('locally (no AWS_LAMBDA_FUNCTION_NAME, a test key): the fakes on this machine over http, anything else over https only', () => {
+    const local = { ...base, STRIPE_SECRET_KEY: 'sk_test_x' };
+    expect(loadConfig(local).runtime).toBe('local');
+    for (const apiBase of ['http://127.0.0.1:12111', 'http://localhost:12111', 'http://[::1]:12111', 'https://stripe-mock.internal:12111']) {
+      expect(loadConfig({ ...local, STRIPE_API_BASE: apiBase, EVENTS_ENDPOINT: 'http://127.0.0.1:4010', DB_SSL: 'require' }).stripe.apiBase, apiBase).toBe(apiBase);
+    }
+    expect(() => loadConfig({ ...local, STRIPE_API_BASE: 'http://stripe-mock.internal:12111' })).toThrow(/^STRIPE_API_BASE must be https \(plain http only to this machine/);
+    expect(() => loadConfig({ ...local, STRIPE_API_BASE: 'ftp://127.0.0.1' })).toThrow(/^STRIPE_API_BASE must be https/);
+    expect(() => loadConfig({ ...local, STRIPE_API_BASE: 'not a url' })).toThrow(/^STRIPE_API_BASE must be a URL/);
+    // an empty AWS_LAMBDA_FUNCTION_NAME is not Lambda (the variable is blank-means-unset, like every other)
+    expect(loadConfig({ ...local, AWS_LAMBDA_FUNCTION_NAME: '' }).runtime).toBe('local');
+  });
+});

@@ -4,10 +4,10 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { countingDb } from '../lambdas/payments/db.ts';
-import { idempotencyKey } from '../lambdas/payments/decisions.ts';
+import { backoffDelay, DEFAULT_POLICY, idempotencyKey, watchTimings } from '../lambdas/payments/decisions.ts';
 import type { EngineOptions } from '../lambdas/payments/engine.ts';
 import { OrderConflictError } from '../lambdas/payments/errors.ts';
-import { recordOutcomes } from '../lambdas/payments/operations-store.ts';
+import { claimById, recordOutcomes, reissueAfterProof } from '../lambdas/payments/operations-store.ts';
 import { lastPossibleSendAt, loadOperationHistory } from '../lambdas/payments/review.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
 import { auditTrail, operationRow, type TestDatabase } from './support/db.ts';
@@ -36,6 +36,9 @@ const sentAgo = (id: string, interval: string) =>
     `UPDATE payment_operations SET first_attempted_at = now() - $2::interval, next_attempt_at = now() WHERE id = $1`,
     [id, interval],
   );
+/** How far in the future the last write put next_attempt_at, by the database's clock of that write (ms). */
+const backoffWritten = async (id: string) =>
+  (await db.pool.query<{ ms: number }>('SELECT round(extract(epoch FROM next_attempt_at - updated_at) * 1000)::int AS ms FROM payment_operations WHERE id = $1', [id])).rows[0]!.ms;
 const createsFor = (id: string) => stripe.fake.requests().filter((r) => r.endpoint === 'create' && r.operationId === id);
 const callsFor = (id: string) => stripe.fake.requests().filter((r) => r.operationId === id);
 const succeededAtStripe = (id: string) => stripe.fake.paymentIntents({ operationId: id }).filter((p) => p.status === 'succeeded');
@@ -249,7 +252,8 @@ describe('beyond the seed', () => {
     const r = await row(id);
     expect(r.status).toBe('pending');
     expect(r.last_error_class).toBe('StripeRateLimitError');
-    expect(r.next_attempt_at.getTime()).toBeGreaterThan(Date.now());
+    // Due after the rate-limit backoff (jitter fixed at 0.5), counted from the write itself.
+    expect(await backoffWritten(id)).toBe(backoffDelay(1, DEFAULT_POLICY.backoff.rateLimited, () => 0.5));
     expect((await engine().executeCharge(id)).disposition).toBe('skipped');
     await makeDue(id);
     expect((await engine().executeCharge(id)).status).toBe('succeeded');
@@ -262,7 +266,7 @@ describe('beyond the seed', () => {
     expect((await engine().executeCharge(id)).status).toBe('pending');
     const r = await row(id);
     expect(r.last_error_class).toBe('StripeAuthenticationError');
-    expect(r.next_attempt_at.getTime() - Date.now()).toBeGreaterThan(20_000);
+    expect(await backoffWritten(id)).toBe(backoffDelay(1, DEFAULT_POLICY.backoff.configuration, () => 0.5));
     expect(stripe.fake.paymentIntents({ operationId: id })).toHaveLength(0);
   });
 
@@ -386,6 +390,49 @@ describe('beyond the seed', () => {
     expect((await row(id)).status).toBe('failed');
     // And the database itself refuses, whoever writes.
     await expect(db.pool.query(`UPDATE payment_operations SET status = 'pending', settled_at = NULL WHERE id = $1`, [id])).rejects.toThrow(/final/);
+  });
+
+  it("a stale worker's automatic re-issue is fenced by its lease token: discarded while a live worker's same-key create is in flight", async () => {
+    const input = order();
+    const id = await engine().requestCharge(input);
+    // Worker A claims (the engine's claim statement, its own token) and goes quiet: it will come back
+    // with a re-issue decided from the List it made under that claim.
+    const tokenA = randomUUID();
+    const claimedA = await claimById(db.pool, id, tokenA, 120_000, 'worker-a');
+    expect(claimedA?.claimed?.leaseToken).toBe(tokenA);
+    // A's lease runs out; worker B claims and is mid-create under generation 0's key.
+    await db.pool.query(`UPDATE payment_operations SET lease_until = now() - interval '1 second', next_attempt_at = now() WHERE id = $1`, [id]);
+    const hold = stripe.fake.hold({ operationId: id, endpoint: 'create' });
+    const workerB = engine({ actor: 'worker-b' }).executeCharge(id);
+    await hold.arrived;
+    const leasedByB = await row(id);
+    expect(leasedByB.lease_token).not.toBe(tokenA);
+
+    // A's re-issue write, as the engine writes it (its old token, the generation it saw, its proof):
+    // status and generation still match, only the token does not.
+    const proof = { absenceProven: true, provenAt: new Date().toISOString(), list: { scope: { customer: input.customerId }, pages: 1, complete: true } };
+    const [late] = await reissueAfterProof(db.pool, [{ operationId: id, leaseToken: tokenA, fromStatus: 'pending', keyGeneration: 0, detail: proof }], 'worker-a', 60_000, watchTimings());
+    expect(late).toEqual({ operationId: id, applied: false, status: null, event: null });
+    expect(await row(id)).toMatchObject({ key_generation: 0, status: 'pending', lease_token: leasedByB.lease_token, attempts: 0 });
+
+    hold.release();
+    expect(await workerB).toMatchObject({ status: 'succeeded', disposition: 'attempted', step: 'create' });
+    const r = await row(id);
+    expect(r).toMatchObject({ status: 'succeeded', key_generation: 0, attempts: 1 });
+    const trail = await events(id);
+    expect(trail.map((e) => [e.action, e.actor, e.key_generation])).toEqual([
+      ['requested', 'test', 0],
+      ['attempt_started', 'worker-a', 0],
+      ['attempt_started', 'worker-b', 0],
+      ['outcome_discarded', 'worker-a', 0],
+      ['outcome_recorded', 'worker-b', 0],
+    ]);
+    expect(trail[3]).toMatchObject({ step: 'list', to_status: null, detail: { leaseToken: tokenA, discardedStatus: 'pending', absenceProven: true } });
+    // No re-issue was announced; one charge, under generation 0's key, the one the row names.
+    const { rows: outbox } = await db.pool.query('SELECT event_type FROM outcome_events WHERE operation_id = $1', [id]);
+    expect(outbox.map((e) => e.event_type)).toEqual(['Charge Succeeded']);
+    const pis = stripe.fake.paymentIntents({ orderId: input.orderId });
+    expect(pis.map((pi) => [pi.id, pi.status, pi.idempotencyKey])).toEqual([[r.external_id, 'succeeded', idempotencyKey(id, 0)]]);
   });
 
   it('conflicting parameters for one order → typed error, one operation, nothing charged', async () => {

@@ -682,12 +682,14 @@ describe.concurrent('fake Stripe Refunds through stripe-node', () => {
       const { expect } = ctx;
       const fake = await fakeFor(ctx);
       const stripe = sdk(fake);
+      // The run's window opens before its first object (a second back: `created` is in whole seconds).
+      const runStarted = new Date(Date.now() - 1_000);
       const mine = await charged(stripe, { order: 'order-mine' });
       const theirs = await charged(stripe, { order: 'order-theirs' });
       // The refund's own metadata may say anything (a Dashboard refund has none): the PaymentIntent decides.
       const a = await stripe.refunds.create({ payment_intent: mine.id, amount: 10 });
       await stripe.refunds.create({ payment_intent: theirs.id, amount: 20, metadata: { order_id: 'order-mine' } });
-      const truth = listApiTruth(stripe, new Date(Date.now() - 5_000), 'the fake, as if it were Stripe');
+      const truth = listApiTruth(stripe, runStarted, 'the fake, as if it were Stripe');
       const found = await truth.refunds(new Set(['order-mine']));
       expect(found?.map((r) => [r.id, r.payment_intent, r.paymentIntentOrderId, r.amount])).toEqual([[a.id, mine.id, 'order-mine', 10]]);
       expect(await truth.refunds()).toHaveLength(2);

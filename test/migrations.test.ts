@@ -210,6 +210,146 @@ describe('schema constraints live in the database', () => {
     await expect(db.pool.query(`DELETE FROM payment_operations WHERE id = $1`, [id])).rejects.toThrow(/never deleted/);
   });
 
+  /**
+   * A succeeded charge and a succeeded refund of it, written as the owner the way the engine's
+   * statements leave them (inserted open, then settled: open → final is an allowed change).
+   */
+  async function succeededChargeAndRefund(): Promise<{ orderId: string; chargeId: string; refundId: string }> {
+    const orderId = `o-guard-${randomUUID()}`;
+    const chargeId = (await insert(orderId, 1000)).rows[0].id as string;
+    await db.pool.query(`UPDATE payment_operations SET status = 'succeeded', external_id = 'pi_guard', attempts = 1, settled_at = now(), next_attempt_at = NULL WHERE id = $1`, [chargeId]);
+    const { rows } = await db.pool.query(
+      `INSERT INTO payment_operations (order_id, kind, refund_id, parent_operation_id, refund_reason, amount, currency, customer_id, payment_method)
+       VALUES ($1, 'refund', 'rf-guard', $2, 'requested_by_customer', 400, 'eur', 'cus_1', 'pm_card_visa') RETURNING id`,
+      [orderId, chargeId],
+    );
+    const refundId = rows[0].id as string;
+    await db.pool.query(`UPDATE payment_operations SET status = 'succeeded', external_id = 're_guard', attempts = 1, settled_at = now(), next_attempt_at = NULL WHERE id = $1`, [refundId]);
+    return { orderId, chargeId, refundId };
+  }
+
+  /** Every column of payment_operations with an expression that changes its value, from the catalog: a column a later migration adds is covered too. */
+  async function everyColumnChanged(): Promise<{ column: string; set: string }[]> {
+    const { rows } = await db.pool.query<{ column_name: string; data_type: string }>(
+      `SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'payment_operations' ORDER BY ordinal_position`,
+    );
+    return rows.map(({ column_name: column, data_type: type }) => {
+      const c = `"${column}"`;
+      const changed: Record<string, string> = {
+        uuid: 'gen_random_uuid()',
+        text: `coalesce(${c} || 'x', 'x')`,
+        integer: `coalesce(${c} + 1, 1)`,
+        bigint: `coalesce(${c} + 1, 1)`,
+        'timestamp with time zone': `coalesce(${c} + interval '1 second', now())`,
+        jsonb: `coalesce(${c}, '{}'::jsonb) || '{"changed": true}'::jsonb`,
+        boolean: `NOT coalesce(${c}, false)`,
+      };
+      if (!changed[type]) throw new Error(`no change expression for ${column} (${type}): add one, so that the guard is tried on it`);
+      return { column, set: `${c} = ${changed[type]}` };
+    });
+  }
+
+  /** As the application role (003's privileges), one UPDATE per entry, each in a savepoint: what each one did. */
+  async function asApplicationRole(id: string, sets: readonly string[]): Promise<(string | 'updated')[]> {
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query('SET LOCAL ROLE charges_app');
+      const outcomes: (string | 'updated')[] = [];
+      for (const set of sets) {
+        await client.query('SAVEPOINT s');
+        try {
+          const { rowCount } = await client.query(`UPDATE payment_operations SET ${set} WHERE id = $1`, [id]);
+          outcomes.push(rowCount === 1 ? 'updated' : `${rowCount} rows`);
+        } catch (error) {
+          const e = error as { code?: string; message: string };
+          outcomes.push(`${e.code}: ${e.message.replace(id, '<id>')}`);
+        }
+        await client.query('ROLLBACK TO SAVEPOINT s');
+      }
+      await client.query('ROLLBACK');
+      return outcomes;
+    } finally {
+      client.release();
+    }
+  }
+
+  it('a SUCCEEDED charge and a succeeded refund: every column change is refused by the guard, as the application role — the one exception is the failed-after-success mark on the refund', async () => {
+    const { chargeId, refundId } = await succeededChargeAndRefund();
+    const columns = await everyColumnChanged();
+    // The catalog read is the list the guard is tried on: it holds every kind of column there is.
+    expect(columns.map((c) => c.column)).toEqual(expect.arrayContaining(['id', 'status', 'external_id', 'amount', 'key_generation', 'lease_token', 'refund_id', 'charge_metadata', 'event_sequence', 'failed_after_success_at']));
+    const final = (status: string) => `23000: payment operation <id> is final (${status}) and cannot change`;
+
+    // The charge: nothing, not even the mark (it is a refund's).
+    expect(await asApplicationRole(chargeId, columns.map((c) => c.set))).toEqual(columns.map(() => final('succeeded')));
+
+    // The refund: nothing but the mark (its time, with or without Stripe's reason, 009), and the
+    // mark with anything else, or a reason without the mark, is refused too.
+    const mark = columns.find((c) => c.column === 'failed_after_success_at')!;
+    const others = columns.filter((c) => !c.column.startsWith('failed_after_success_'));
+    expect(columns.length - others.length).toBe(2);
+    expect(await asApplicationRole(refundId, others.map((c) => c.set))).toEqual(others.map(() => final('succeeded')));
+    expect(await asApplicationRole(refundId, others.map((c) => `${mark.set}, ${c.set}`))).toEqual(others.map(() => final('succeeded')));
+    expect(await asApplicationRole(refundId, [`failed_after_success_reason = 'unknown'`, mark.set, `${mark.set}, failed_after_success_reason = 'unknown'`])).toEqual([
+      final('succeeded'),
+      'updated',
+      'updated',
+    ]);
+
+    // Marked (its one allowed change, made once): from then on nothing changes, the mark included.
+    await db.pool.query(`UPDATE payment_operations SET failed_after_success_at = now(), failed_after_success_reason = 'unknown' WHERE id = $1`, [refundId]);
+    const markNeverChanges = '23000: payment operation <id> is marked failed after success at Stripe; the mark is never changed or cleared';
+    expect(await asApplicationRole(refundId, columns.map((c) => c.set))).toEqual(
+      columns.map((c) => (c.column.startsWith('failed_after_success_') ? markNeverChanges : final('succeeded'))),
+    );
+    // And no statement moved anything: the rows are as settled (the mark aside).
+    const { rows } = await db.pool.query(`SELECT id, status, external_id, amount::int, key_generation, attempts FROM payment_operations WHERE id = ANY($1) ORDER BY kind`, [[chargeId, refundId]]);
+    expect(rows).toEqual([
+      { id: chargeId, status: 'succeeded', external_id: 'pi_guard', amount: 1000, key_generation: 0, attempts: 1 },
+      { id: refundId, status: 'succeeded', external_id: 're_guard', amount: 400, key_generation: 0, attempts: 1 },
+    ]);
+  });
+
+  it('the refund insert rules, as the application role: a refund is of its own order’s CHARGE and in its currency (refund_of_its_charge)', async () => {
+    const mine = await succeededChargeAndRefund();
+    const theirs = await succeededChargeAndRefund();
+    const client = await db.pool.connect();
+    const tried: Record<string, string> = {};
+    try {
+      await client.query('BEGIN');
+      await client.query('SET LOCAL ROLE charges_app');
+      const refund = async (label: string, fields: { orderId: string; parent: string; currency: string }) => {
+        await client.query('SAVEPOINT s');
+        try {
+          await client.query(
+            `INSERT INTO payment_operations (order_id, kind, refund_id, parent_operation_id, amount, currency, customer_id, payment_method)
+             VALUES ($1, 'refund', $2, $3, 100, $4, 'cus_1', 'pm_card_visa')`,
+            [fields.orderId, `rf-${label}`, fields.parent, fields.currency],
+          );
+          tried[label] = 'inserted';
+        } catch (error) {
+          const e = error as { code?: string; constraint?: string };
+          tried[label] = `${e.code} ${e.constraint}`;
+        }
+        await client.query('ROLLBACK TO SAVEPOINT s');
+      };
+      await refund('control', { orderId: mine.orderId, parent: mine.chargeId, currency: 'eur' });
+      await refund('other-currency', { orderId: mine.orderId, parent: mine.chargeId, currency: 'usd' });
+      await refund('another-orders-charge', { orderId: mine.orderId, parent: theirs.chargeId, currency: 'eur' });
+      await refund('parent-is-a-refund', { orderId: mine.orderId, parent: mine.refundId, currency: 'eur' });
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    expect(tried).toEqual({
+      control: 'inserted',
+      'other-currency': '23514 refund_of_its_charge',
+      'another-orders-charge': '23514 refund_of_its_charge',
+      'parent-is-a-refund': '23514 refund_of_its_charge',
+    });
+  });
+
   it('keeps the audit trail append-only', async () => {
     const { rows } = await insert('o-audit', 100);
     await db.pool.query(

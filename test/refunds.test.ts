@@ -567,8 +567,9 @@ describe('ops: refunds list | show', () => {
       ['requested', 'operator:alice'],
       ['attempt_started', 'operator:alice'],
       ['outcome_recorded', 'operator:alice'],
-      ['operator_note', 'operator:alice'],
     ]);
+    // The operator's reason is in the refund's own `requested` event, written by the statement that made it.
+    expect((await events(id))[0]!.detail).toMatchObject({ refundId: 'op-1', reason: 'TICKET-9: customer asked', command: 'refunds create', identity: { verified: false, claimed: 'alice', claimedFrom: '--actor' } });
     expect(refundsAtStripe(id)).toMatchObject([{ amount: 400, reason: 'requested_by_customer' }]);
     const before = stripe.fake.requests().length;
     const refused = await ops(['refunds', 'create', input.orderId, '--refund-id', 'op-2', '--amount', '601', '--reason', 'TICKET-9', '--actor', 'alice']);

@@ -31,10 +31,50 @@ export function osUser(env: NodeJS.ProcessEnv): string | null {
   return env.USER ?? env.USERNAME ?? null;
 }
 
+/**
+ * Where a command goes, said before it runs (on stderr, so `--json` output stays one document):
+ * deployed (the ops function, or a deployed database from a bastion: DB_SECRET_ARN, or a live Stripe
+ * key) or local, which function or database, region, and whether the actor is verified.
+ */
+export interface Target {
+  readonly deployed: boolean;
+  readonly banner: string;
+}
+
+export function targetOf(invocation: Invocation, env: NodeJS.ProcessEnv): Target {
+  const lambda = invocation.transport.lambda;
+  if (lambda) {
+    const region = invocation.transport.region ?? env.AWS_REGION ?? env.AWS_DEFAULT_REGION ?? '(the profile\'s region)';
+    const via = invocation.transport.endpoint ? ` through the Lambda API at ${invocation.transport.endpoint}` : '';
+    const ignored = env.OPS_SEARCH_SETTLE_MS ? '; OPS_SEARCH_SETTLE_MS here is ignored (the function has its own settings)' : '';
+    return { deployed: true, banner: `target: deployed pipeline — ops function ${lambda} in ${region}${via}; you act as the IAM identity STS verifies${ignored}` };
+  }
+  const live = /^(sk|rk)_live_/.test(env.STRIPE_SECRET_KEY ?? '');
+  const deployedDb = Boolean(env.DB_SECRET_ARN) && !env.DATABASE_URL;
+  let database = '(no DATABASE_URL or DB_SECRET_ARN)';
+  if (env.DATABASE_URL) {
+    try {
+      const url = new URL(env.DATABASE_URL);
+      database = `${url.hostname}${url.port ? `:${url.port}` : ''}${url.pathname} (DATABASE_URL)`;
+    } catch {
+      database = '(DATABASE_URL is not a URL)';
+    }
+  } else if (env.DB_SECRET_ARN) {
+    database = `${env.DB_HOST ?? 'the host in'} secret ${env.DB_SECRET_ARN} (DB_SECRET_ARN)`;
+  }
+  const stripe = env.STRIPE_API_BASE ?? 'api.stripe.com';
+  const command = invocation.command;
+  const actor = isAction(command) ? `; actor ${command.action.actor} (as said, not verified)` : '';
+  const deployed = deployedDb || live;
+  const ignored = deployed && env.OPS_SEARCH_SETTLE_MS ? '; OPS_SEARCH_SETTLE_MS is ignored (not a local run)' : '';
+  return { deployed, banner: `target: ${deployed ? 'deployed' : 'local'} pipeline — database ${database}, Stripe ${stripe}${live ? ' (live key)' : ''}, direct${actor}${ignored}` };
+}
+
 function forwardedArgv(invocation: Invocation): string[] {
   const argv = [...invocation.forwardArgv];
   const command = invocation.command;
-  // Inside the function there is no OS user: name the actor resolved here.
+  // Inside the function there is no OS user: the actor is the identity STS verifies; the OS user
+  // travels as the --actor note beside it (who sat at the keyboard, as said).
   const named = argv.some((a) => a === '--actor' || a.startsWith('--actor='));
   if (isAction(command) && !named) argv.push('--actor', command.action.actor.replace(/^operator:/, ''));
   return argv;
@@ -57,6 +97,17 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   if (invocation.command.name === 'help') {
     print(render({ ok: true, exitCode: 0, command: 'help', result: { usage: usage(invocation.command.topic) } }, invocation.json), io);
     return EXIT.ok;
+  }
+
+  const target = targetOf(invocation, env);
+  io.err(target.banner);
+  if (target.deployed && isAction(invocation.command) && !invocation.confirmed) {
+    const refused = failure(
+      invocation.command.name,
+      new UsageError(`${invocation.command.name} writes to a deployed pipeline (the target above): check it, then run the command again with --yes`),
+    );
+    print(render(refused, invocation.json), io);
+    return refused.exitCode;
   }
 
   let response: OpsResponse;

@@ -47,10 +47,40 @@ export interface OpsContext {
   readonly policy?: ReviewPolicy;
   /** How the command arrived (`{kind: 'lambda', requestId}` / `{kind: 'direct', host}`): written into every audit event. */
   readonly transport: Readonly<Record<string, unknown>>;
+  /**
+   * Who runs it: the caller STS verified (the ops function; the action's actor is then
+   * `operator:<ARN>`), or nobody verified (a laptop, a bastion: the actor is the name said). Written
+   * into every audit event. @default unverified
+   */
+  readonly identity?: OperatorIdentity;
   /** The engine's Stripe gateway, created on first use: only `refunds create` sends anything. */
   readonly gateway?: () => Promise<PaymentGateway>;
   /** The deployment's engine policy (LEASE_MS, …), for the engine `refunds create` runs. */
   readonly enginePolicy?: Partial<EnginePolicy>;
+}
+
+/** Who runs a command (see OpsContext.identity). */
+export type OperatorIdentity =
+  | {
+      readonly verified: true;
+      readonly method: 'sts:GetCallerIdentity';
+      readonly arn: string;
+      readonly account: string;
+      readonly userId: string;
+      /** The allow-list entry (OPS_OPERATOR_ARNS) the caller matched; null for a reader not on it. */
+      readonly allowedBy: string | null;
+    }
+  | { readonly verified: false };
+
+/**
+ * The identity part of every audit detail an operator command writes: what was verified, or that
+ * nothing was — and the name said (`--actor` / the OS user), as the actor where nothing is verified,
+ * as a free-text note beside a verified identity.
+ */
+export function identityDetail(ctx: Pick<OpsContext, 'identity'>, action: OperatorAction): Record<string, unknown> {
+  const identity = ctx.identity ?? { verified: false };
+  if (identity.verified) return { identity, ...(action.claimed ? { actorNote: action.claimed } : {}) };
+  return { identity: { verified: false, claimed: action.claimed, claimedFrom: action.claimedFrom } };
 }
 
 // ── Views (JSON-safe: ISO strings, no Dates) ─────────────────────────────────────────────────────
@@ -387,6 +417,7 @@ function actionDetail(ctx: OpsContext, command: string, action: OperatorAction, 
     reason: action.reason,
     command,
     transport: ctx.transport,
+    ...identityDetail(ctx, action),
     // What was decided: the row loses its review reason, the audit trail keeps it.
     reviewed: { status: history.operation.status, reviewReason: history.operation.reviewReason, keyGeneration: history.operation.keyGeneration },
     ...extra,
@@ -474,7 +505,7 @@ async function resolve(ctx: OpsContext, command: Extract<Command, { name: 'revie
   if (op.kind === 'charge' && others.length > 0) {
     // The charge is now final-succeeded with the operator's PaymentIntent: every other one that
     // charged the order is the remedy's (issue 15), with the operator as actor and this command as evidence.
-    const evidenceOf = { evidence: 'operator', by: 'operator', command: `review resolve --as succeeded`, reason: command.action.reason, transport: ctx.transport };
+    const evidenceOf = { evidence: 'operator', by: 'operator', command: `review resolve --as succeeded`, reason: command.action.reason, transport: ctx.transport, ...identityDetail(ctx, command.action) };
     const engine = await remedyEngine(ctx, command.action.actor);
     for (const other of others) {
       const { view: made } = await remedy(engine, op.id, other, evidenceOf);
@@ -550,6 +581,7 @@ async function refundsRemedy(ctx: OpsContext, command: Extract<Command, { name: 
     command: 'refunds remedy',
     reason: command.action.reason,
     transport: ctx.transport,
+    ...identityDetail(ctx, command.action),
     ...stripeDetail,
   });
   if (refused !== null) throw new RefusedError(`not refunded as a duplicate: ${refused}`, stripeDetail);
@@ -594,7 +626,7 @@ async function note(ctx: OpsContext, command: Extract<Command, { name: 'review n
   const event = await appendOperatorNote(ctx.db, {
     operationId: command.operationId,
     actor: command.action.actor,
-    detail: { reason: command.action.reason, command: 'review note', transport: ctx.transport },
+    detail: { reason: command.action.reason, command: 'review note', transport: ctx.transport, ...identityDetail(ctx, command.action) },
   });
   if (!event) throw new NotFoundError(`payment operation ${command.operationId} does not exist`);
   const history = await historyOf(ctx, command.operationId);
@@ -602,6 +634,11 @@ async function note(ctx: OpsContext, command: Extract<Command, { name: 'review n
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** The reader of raw bodies as recorded: the verified ARN, else the name said. */
+function rawBodyReader(ctx: OpsContext): string {
+  return ctx.identity?.verified ? `operator:${ctx.identity.arn}` : 'operator:unverified';
+}
 
 async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help' }>): Promise<ResultOf[CommandName]> {
   switch (command.name) {
@@ -648,7 +685,19 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
     case 'review note':
       return note(ctx, command);
     case 'rejected list':
-      return listRejected(ctx.db, command);
+      // Producers' raw bodies are read only with a record of who read them, in the same statement.
+      return listRejected(
+        ctx.db,
+        command,
+        command.withBody
+          ? {
+              actor: rawBodyReader(ctx),
+              verified: ctx.identity?.verified ?? false,
+              command: 'rejected list --with-body',
+              detail: { transport: ctx.transport, identity: ctx.identity ?? { verified: false }, filter: { sinceMs: command.sinceMs, reasonCode: command.reasonCode, orderId: command.orderId, limit: command.limit } },
+            }
+          : undefined,
+      );
     case 'findings list':
       return listFindings(ctx.db, command);
     case 'findings resolve': {
@@ -697,16 +746,25 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
     case 'refunds create': {
       if (!ctx.gateway) throw new StripeUnavailableError('this entry point has no Stripe gateway configured: refunds create cannot send');
       const engine = new ChargeEngine({ db: ctx.db, gateway: await ctx.gateway(), actor: command.action.actor, ...(ctx.enginePolicy ? { policy: ctx.enginePolicy } : {}) });
-      const result = await engine.processRefund({ orderId: command.orderId, refundId: command.refundId, amount: command.amount, reason: command.refundReason });
+      // The operator's reason and identity go into the refund's own `requested` audit event, written
+      // by the statement that makes the refund: there is no refund without them.
+      const why = { reason: command.action.reason, command: 'refunds create', amount: command.amount, transport: ctx.transport, ...identityDetail(ctx, command.action) };
+      const result = await engine.processRefund(
+        { orderId: command.orderId, refundId: command.refundId, amount: command.amount, reason: command.refundReason },
+        { requestedDetail: why },
+      );
       // A rejection is a refusal with the engine's reason; nothing was created or sent.
       if (result.rejection) throw new RefusedError(`${result.rejection.code}: ${result.rejection.message}`, { code: result.rejection.code });
-      const auditEvent = await appendOperatorNote(ctx.db, {
-        operationId: result.operationId!,
-        actor: command.action.actor,
-        detail: { reason: command.action.reason, command: 'refunds create', refundId: command.refundId, amount: command.amount, transport: ctx.transport },
-      });
+      // The same refund id again made nothing: the trail says who asked again, and why.
+      const auditEvent = result.created
+        ? null
+        : await appendOperatorNote(ctx.db, { operationId: result.operationId!, actor: command.action.actor, detail: { ...why, refundId: command.refundId, repeated: true } });
       const history = await historyOf(ctx, result.operationId!);
-      return { operation: operationView(history.operation), disposition: result.execution?.disposition ?? null, auditEvent };
+      return {
+        operation: operationView(history.operation),
+        disposition: result.execution?.disposition ?? null,
+        auditEvent: auditEvent ?? history.events.find((e) => e.action === 'requested') ?? null,
+      };
     }
     case 'refunds remedy':
       return refundsRemedy(ctx, command);
@@ -735,6 +793,7 @@ async function auditRefusal(ctx: OpsContext, command: Command, error: OpsError):
       reason: command.action.reason,
       command: command.name,
       transport: ctx.transport,
+      ...identityDetail(ctx, command.action),
       refused: { code: error.code, message: error.message },
       ...(error.details ?? {}),
     },
@@ -757,10 +816,20 @@ export async function runCommand(command: Command, context: () => Promise<OpsCon
 }
 
 /** argv in, OpsResponse out: what the ops Lambda does with its event. */
-export async function runOps(argv: readonly string[], options: { defaultActor: string | null; context: () => Promise<OpsContext> | OpsContext }): Promise<OpsResponse> {
+export async function runOps(
+  argv: readonly string[],
+  options: {
+    readonly defaultActor: string | null;
+    /** `--actor` is a note: the actor is the identity `gate` establishes. */
+    readonly actorOptional?: boolean;
+    /** Before any connection: who calls, and may they run this (throws an OpsError; may replace the action's actor). */
+    readonly gate?: (command: Exclude<Command, { name: 'help' }>) => Promise<Exclude<Command, { name: 'help' }>>;
+    readonly context: () => Promise<OpsContext> | OpsContext;
+  },
+): Promise<OpsResponse> {
   let command: Command;
   try {
-    const invocation = parseInvocation(argv, options.defaultActor);
+    const invocation = parseInvocation(argv, options.defaultActor, { actorOptional: options.actorOptional ?? false });
     if (invocation.transport.lambda || invocation.transport.endpoint || invocation.transport.region) {
       throw new UsageError('--lambda, --region and --endpoint are options of the CLI, not of the ops function');
     }
@@ -769,5 +838,17 @@ export async function runOps(argv: readonly string[], options: { defaultActor: s
     if (error instanceof UsageError) return failure(null, error);
     throw error;
   }
+  if (command.name !== 'help' && options.gate) {
+    try {
+      command = await options.gate(command);
+    } catch (error) {
+      // Refused before anything was read: nothing to note on an operation (the function's log has it).
+      if (error instanceof OpsError) return failure(command.name, error);
+      throw error;
+    }
+  }
   return runCommand(command, options.context);
 }
+
+/** Commands that read producers' raw bodies: recorded (operator_reads), and gated like writes in the ops function. */
+export const readsRawBodies = (command: Command): boolean => command.name === 'rejected list' && command.withBody;

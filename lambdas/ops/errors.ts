@@ -17,6 +17,8 @@ export const ErrorCode = {
   conflict: 'conflict',
   /** Stripe could not be asked, so the evidence is incomplete; nothing was changed. */
   stripeUnavailable: 'stripe_unavailable',
+  /** The deployed function could not verify who calls, or the caller may not do this; nothing was read or written. */
+  unauthorized: 'unauthorized',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
@@ -75,5 +77,13 @@ export class StripeUnavailableError extends OpsError {
   override readonly name = 'StripeUnavailableError';
   constructor(message: string, details?: Readonly<Record<string, unknown>>) {
     super(ErrorCode.stripeUnavailable, EXIT.refused, message, details);
+  }
+}
+
+/** Who calls is not proved (no proof, a proof STS refused), or the verified caller is not allowed this command. */
+export class UnauthorizedError extends OpsError {
+  override readonly name = 'UnauthorizedError';
+  constructor(message: string, details?: Readonly<Record<string, unknown>>) {
+    super(ErrorCode.unauthorized, EXIT.refused, message, details);
   }
 }

@@ -14,15 +14,18 @@ import type { Context } from 'aws-lambda';
 import type { Pool } from 'pg';
 import { getEventPublisher, getPool } from '../runtime/resources.ts';
 import { PIPELINE } from '../runtime/settings.ts';
-import { runOps, type OpsContext } from './commands.ts';
+import { isAction } from './parse.ts';
+import { readsRawBodies, runOps, type OpsContext, type OperatorIdentity } from './commands.ts';
 import { failure, type OpsResponse } from './response.ts';
-import { lazyGateway, lazyLookup, opsConfig, reviewPolicy } from './environment.ts';
-import { UsageError } from './errors.ts';
-import type { StripeLookup } from '../payments/review.ts';
-import type { PaymentGateway } from '../payments/gateway.ts';
+import { identitySettings, lazyGateway, lazyLookup, opsConfig, reviewPolicy } from './environment.ts';
+import { UnauthorizedError, UsageError } from './errors.ts';
+import { allowedBy, verifyIdentityProof, type IdentityProof } from './identity.ts';
+import { recordIdentityProof } from './queries.ts';
 
 export interface OpsEvent {
   readonly command: readonly string[];
+  /** The caller's identity proof (identity.ts): what `npm run ops -- … --lambda` sends. Writes are refused without it. */
+  readonly identity?: IdentityProof;
 }
 
 const logger = new Logger({ serviceName: PIPELINE.serviceName });
@@ -41,25 +44,55 @@ function argvOf(event: unknown): string[] {
   return command as string[];
 }
 
-// Per container, like every pipeline function (runtime/resources.ts): the pool and the Stripe client.
-let stripeLookup: (() => Promise<StripeLookup>) | undefined;
-let stripeGateway: (() => Promise<PaymentGateway>) | undefined;
+/**
+ * Who calls, before anything is read: the identity proof verified with STS, the allow-list for
+ * writes and raw-body reads (OPS_OPERATOR_ARNS), the proof used once. Reads need no proof: any
+ * principal IAM lets invoke the function may run them (docs/decisions.md, who may write through ops).
+ */
+function gate(event: unknown, argv: readonly string[], context: Context | undefined, verified: (identity: OperatorIdentity) => void) {
+  return async <C extends Parameters<NonNullable<Parameters<typeof runOps>[1]['gate']>>[0]>(command: C): Promise<C> => {
+    const guarded = isAction(command) || readsRawBodies(command);
+    const proof = (event as { identity?: unknown }).identity;
+    if (proof === undefined) {
+      if (!guarded) return command;
+      throw new UnauthorizedError(
+        `${command.name} writes${readsRawBodies(command) ? ' (reads raw bodies)' : ''}: through the ops function only as a caller STS verified — ` +
+          'run it with npm run ops -- … --lambda <function>, which signs an identity proof with your AWS credentials (a plain lambda invoke carries none)',
+      );
+    }
+    const settings = identitySettings(process.env, context?.functionName);
+    const caller = await verifyIdentityProof(proof, { argv, audience: settings.functionName, stsEndpoint: settings.stsEndpoint, now: Date.now() });
+    const entry = allowedBy(caller.arn, settings.operators);
+    if (guarded && !entry) {
+      throw new UnauthorizedError(
+        `${caller.arn} may not run ${command.name} through the ops function: writes and raw-body reads are for the operators allowed by OPS_OPERATOR_ARNS ` +
+          `(${settings.operators.length === 0 ? 'none: the construct\'s operatorRole / operatorPrincipals set it' : settings.operators.map((p) => p.arn).join(', ')}); reads are open to you`,
+        { caller: caller.arn },
+      );
+    }
+    const db = await getPool(opsConfig(process.env), (error) => logger.error('idle database connection failed', { error }));
+    if (!(await recordIdentityProof(db, caller))) {
+      throw new UnauthorizedError('this identity proof was used already: each command is signed anew (run it again with npm run ops)');
+    }
+    verified({ verified: true, method: 'sts:GetCallerIdentity', arn: caller.arn, account: caller.account, userId: caller.userId, allowedBy: entry?.arn ?? null });
+    return isAction(command) ? { ...command, action: { ...command.action, actor: `operator:${caller.arn}` } } : command;
+  };
+}
 
-async function lambdaContext(env: NodeJS.ProcessEnv, context: Context | undefined): Promise<OpsContext> {
+async function lambdaContext(env: NodeJS.ProcessEnv, context: Context | undefined, identity: OperatorIdentity): Promise<OpsContext> {
   const config = opsConfig(env);
   const pool: Pool = await getPool(config, (error) => logger.error('idle database connection failed', { error }));
-  stripeLookup ??= lazyLookup(config);
-  stripeGateway ??= lazyGateway(config);
   return {
     db: pool,
-    stripe: stripeLookup,
-    gateway: stripeGateway,
+    // Per invocation: each reads the Stripe key through the secret cache (5 minutes), never a container's life.
+    stripe: lazyLookup(config),
+    gateway: lazyGateway(config),
     enginePolicy: config.policy,
     publisher: () => getEventPublisher(config),
     policy: reviewPolicy(config, env),
-    // The actor is what the caller says; the request id ties the audit event to CloudTrail's record
-    // of the Invoke (when data events are on), which names the IAM principal that really called.
+    // The request id ties the audit event to CloudTrail's record of the Invoke (with data events on).
     transport: { kind: 'lambda', requestId: context?.awsRequestId ?? null, functionName: context?.functionName ?? null },
+    identity,
   };
 }
 
@@ -71,11 +104,20 @@ export const handler = async (event: unknown, context?: Context): Promise<OpsRes
     if (error instanceof UsageError) return failure(null, error);
     throw error;
   }
-  // Inside the function there is no OS user: the CLI always names the actor when it forwards.
-  const response = await runOps(argv, { defaultActor: null, context: () => lambdaContext(process.env, context) });
+  const who: { identity: OperatorIdentity } = { identity: { verified: false } };
+  // Inside the function there is no OS user: the actor is the verified caller; --actor is a note.
+  const response = await runOps(argv, {
+    defaultActor: null,
+    actorOptional: true,
+    gate: gate(event, argv, context, (verified) => {
+      who.identity = verified;
+    }),
+    context: () => lambdaContext(process.env, context, who.identity),
+  });
   logger.info('ops command', {
     command: response.command,
     exitCode: response.exitCode,
+    caller: who.identity.verified ? who.identity.arn : null,
     ...(response.ok ? {} : { errorCode: response.error.code, error: response.error.message }),
   });
   return response;

@@ -1,8 +1,10 @@
 // The CLI's `--lambda <function>` transport: the same argv, sent to the ops Lambda with IAM auth
-// (the usual AWS credential chain: profile, SSO, an assumed operator role).
+// (the usual AWS credential chain: profile, SSO, an assumed operator role), with an identity proof
+// signed by the same credentials (sign.ts), so that the function knows who calls.
 import { InvokeCommand, LambdaClient, type LambdaClientConfig } from '@aws-sdk/client-lambda';
 import type { OpsResponse } from './commands.ts';
 import type { OpsEvent } from './handler.ts';
+import { signIdentityProof } from './sign.ts';
 
 export interface LambdaTarget {
   readonly functionName: string;
@@ -21,14 +23,25 @@ export async function invokeOpsFunction(target: LambdaTarget, argv: readonly str
     ...(target.region ? { region: target.region } : {}),
     ...(target.endpoint ? { endpoint: target.endpoint } : {}),
     ...(target.endpoint && !target.region && !env.AWS_REGION ? { region: 'us-east-1' } : {}),
-    ...(target.endpoint && !env.AWS_ACCESS_KEY_ID && !env.AWS_PROFILE ? { credentials: { accessKeyId: 'local', secretAccessKey: 'local' } } : {}),
+    // A local Lambda API: the credentials of the environment given (placeholders without), never a profile's.
+    ...(target.endpoint && !env.AWS_PROFILE
+      ? {
+          credentials: env.AWS_ACCESS_KEY_ID
+            ? { accessKeyId: env.AWS_ACCESS_KEY_ID, secretAccessKey: env.AWS_SECRET_ACCESS_KEY ?? '', ...(env.AWS_SESSION_TOKEN ? { sessionToken: env.AWS_SESSION_TOKEN } : {}) }
+            : { accessKeyId: 'local', secretAccessKey: 'local' },
+        }
+      : {}),
     // An operator command runs once, seen by a person: a lost answer is reported, not re-sent
     // (a re-sent resolve would only be refused by its fence, but would confuse the reader).
     maxAttempts: 1,
   };
   const client = new LambdaClient(config);
   try {
-    const event: OpsEvent = { command: [...argv] };
+    const region = await client.config.region();
+    // A fake STS only with a local Lambda API (--endpoint): against AWS the proof is for STS itself.
+    const stsEndpoint = target.endpoint && env.OPS_STS_ENDPOINT ? env.OPS_STS_ENDPOINT : undefined;
+    const identity = await signIdentityProof({ argv, functionName: target.functionName, region, credentials: () => client.config.credentials(), stsEndpoint });
+    const event: OpsEvent = { command: [...argv], identity };
     const out = await client.send(
       new InvokeCommand({ FunctionName: target.functionName, InvocationType: 'RequestResponse', Payload: new TextEncoder().encode(JSON.stringify(event)) }),
     );

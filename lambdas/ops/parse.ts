@@ -27,9 +27,15 @@ export type CommandName = (typeof COMMAND_NAMES)[number];
 
 /** Who acts and why: required on every command that writes. */
 export interface OperatorAction {
-  /** As written to the audit trail: `operator:<name>`. */
+  /**
+   * As written to the audit trail: `operator:<name>` where the name is only said (a laptop, a bastion:
+   * `--actor` or the OS user); the ops function replaces it with `operator:<IAM ARN>` STS verified.
+   */
   readonly actor: string;
   readonly reason: string;
+  /** The name said (`--actor`, else the OS user): the actor where nothing is verified, a free-text note beside a verified one. */
+  readonly claimed: string | null;
+  readonly claimedFrom: '--actor' | 'os-user' | null;
 }
 
 /** The codes rejected_messages can hold: the store's own list (rejected-store.ts RejectReason). */
@@ -78,7 +84,9 @@ export type Command =
   | { readonly name: 'refunds remedy'; readonly orderId: string; readonly paymentIntentId: string; readonly action: OperatorAction }
   | { readonly name: 'stats' };
 
-export const FINDING_KINDS = ['contradiction', 'unrecorded_charge', 'refunded_twice', 'watch_blind'] as const;
+// The kinds of stripe_event_findings (migrations/006, 011, 012; inbox-store.ts Finding): events refused
+// for their account or mode, or that our key did not confirm; and the watch after a re-issue's.
+export const FINDING_KINDS = ['contradiction', 'unrecorded_charge', 'foreign_account', 'livemode_mismatch', 'unconfirmed', 'refunded_twice', 'watch_blind'] as const;
 
 /** Where the CLI sends the command; never part of what the ops Lambda accepts. */
 export interface TransportOptions {
@@ -94,6 +102,8 @@ export interface Invocation {
   readonly transport: TransportOptions;
   /** argv without the transport options: what the CLI forwards to the ops Lambda. */
   readonly forwardArgv: readonly string[];
+  /** `--yes`: a write against a deployed pipeline was confirmed (the CLI refuses one without it). */
+  readonly confirmed: boolean;
 }
 
 // ── The command table ────────────────────────────────────────────────────────────────────────────
@@ -113,7 +123,8 @@ const ACTION_OPTIONS = {
 
 const ACTION_HELP = [
   ['--reason <text>', 'required: why (ticket, what was checked); written to the audit trail'],
-  ['--actor <name>', 'who acts (default: the OS user); recorded as operator:<name>'],
+  ['--actor <name>', 'who acts (default: the OS user), as said: the actor locally; against the ops function'],
+  ['', 'a note beside the IAM identity STS verified, which is the actor'],
 ] as const;
 
 export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
@@ -219,7 +230,7 @@ export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
     args: '<finding-id>',
     summary: 'close a finding once explained (the alarm goes down with the next sweep); changes no operation',
     options: { ...ACTION_OPTIONS },
-    help: [['--reason <text>', 'required: what you found and did (refunded, recorded in the order system, …)'], ACTION_HELP[1]],
+    help: [['--reason <text>', 'required: what you found and did (refunded, recorded in the order system, …)'], ACTION_HELP[1], ACTION_HELP[2]],
     positionals: ['finding-id'],
   },
   'refunds list': {
@@ -273,9 +284,11 @@ const GLOBAL_OPTIONS = {
   lambda: { type: 'string' },
   region: { type: 'string' },
   endpoint: { type: 'string' },
+  yes: { type: 'boolean', short: 'y' },
 } as const satisfies ParseArgsOptionsConfig;
 
-const TRANSPORT_OPTIONS = new Set(['lambda', 'region', 'endpoint']);
+/** The CLI's own options: never forwarded to the ops function (nor part of what its identity proof signs). */
+const TRANSPORT_OPTIONS = new Set(['lambda', 'region', 'endpoint', 'yes']);
 
 export const GLOBAL_HELP = [
   ['--json', 'print JSON (the same document the ops Lambda returns)'],
@@ -283,6 +296,7 @@ export const GLOBAL_HELP = [
   ['', 'the database; uses the usual AWS credential chain'],
   ['--region <region>', 'AWS region for --lambda (default $AWS_REGION)'],
   ['--endpoint <url>', 'a local Lambda API endpoint for --lambda (tests, emulators)'],
+  ['-y, --yes', 'confirm a command that writes against a deployed pipeline (--lambda, or DB_SECRET_ARN)'],
   ['-h, --help', 'help; `<command> --help` for one command'],
 ] as const;
 
@@ -347,14 +361,18 @@ function operationIdOf(text: string): string {
   return text.toLowerCase();
 }
 
-function action(values: { reason?: string | undefined; actor?: string | undefined }, defaultActor: string | null): OperatorAction {
+/** The actor written until a verified identity replaces it (the ops function refuses writes it cannot verify). */
+export const UNVERIFIED_ACTOR = 'operator:unverified';
+
+function action(values: { reason?: string | undefined; actor?: string | undefined }, defaultActor: string | null, actorOptional: boolean): OperatorAction {
   const reason = values.reason?.trim();
   if (!reason) throw new UsageError('--reason is required: say why (a ticket, what you checked); it goes to the audit trail');
   if (reason.length > 2000) throw new UsageError('--reason must be at most 2000 characters');
+  const claimedFrom = values.actor !== undefined ? '--actor' : defaultActor !== null ? 'os-user' : null;
   const name = (values.actor ?? defaultActor ?? '').trim().replace(/^operator:/, '');
-  if (!name) throw new UsageError('--actor is required (no OS user is known here)');
-  if (!/^[\x21-\x7e]{1,100}$/.test(name)) throw new UsageError(`--actor must be 1-100 printable characters without spaces (got "${name}")`);
-  return { actor: `operator:${name}`, reason };
+  if (!name && !actorOptional) throw new UsageError('--actor is required (no OS user is known here)');
+  if (name && !/^[\x21-\x7e]{1,100}$/.test(name)) throw new UsageError(`--actor must be 1-100 printable characters without spaces (got "${name}")`);
+  return { actor: name ? `operator:${name}` : UNVERIFIED_ACTOR, reason, claimed: name || null, claimedFrom: name ? claimedFrom : null };
 }
 
 function oneOf<T extends string>(flag: string, value: string, allowed: readonly T[]): T {
@@ -373,14 +391,15 @@ function commandName(argv: readonly string[]): { name: CommandName | null; rest:
 }
 
 /**
- * Parse one invocation. `defaultActor` is the OS user on a laptop and null inside the Lambda, where
- * the actor must be named (the CLI always names it when it forwards).
+ * Parse one invocation. `defaultActor` is the OS user on a laptop and null inside the Lambda, whose
+ * actor is the caller STS verified (`actorOptional`: `--actor` is then only a note).
  */
-export function parseInvocation(argv: readonly string[], defaultActor: string | null): Invocation {
+export function parseInvocation(argv: readonly string[], defaultActor: string | null, options: { readonly actorOptional?: boolean } = {}): Invocation {
+  const actorOptional = options.actorOptional ?? false;
   const { name, rest } = commandName(argv);
   if (name === null) {
     const wantsHelp = argv.length === 0 || argv.every((a) => a === '--help' || a === '-h' || a === '--json');
-    if (wantsHelp && argv.length > 0) return { command: { name: 'help', topic: null }, json: argv.includes('--json'), transport: {}, forwardArgv: [...argv] };
+    if (wantsHelp && argv.length > 0) return { command: { name: 'help', topic: null }, json: argv.includes('--json'), transport: {}, forwardArgv: [...argv], confirmed: false };
     const first = argv.find((a) => !a.startsWith('-'));
     throw new UsageError(
       argv.length === 0
@@ -421,7 +440,8 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
   };
   if ((transport.region || transport.endpoint) && !transport.lambda) throw new UsageError('--region and --endpoint only go with --lambda <function>');
   const json = bool('json');
-  if (bool('help')) return { command: { name: 'help', topic: name }, json, transport, forwardArgv };
+  const confirmed = bool('yes');
+  if (bool('help')) return { command: { name: 'help', topic: name }, json, transport, forwardArgv, confirmed };
 
   const positionals = parsed.positionals;
   if (positionals.length !== spec.positionals.length) {
@@ -465,15 +485,15 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
         if (outcome === 'failed' && refund !== undefined) throw new UsageError('--refund goes with --as succeeded only');
         if (pi !== undefined && !PAYMENT_INTENT_ID.test(pi)) throw new UsageError(`--payment-intent must be a PaymentIntent id pi_… (got "${pi}")`);
         if (refund !== undefined && !REFUND_ID.test(refund)) throw new UsageError(`--refund must be a Stripe Refund id re_… (got "${refund}")`);
-        return { name, operationId: operationIdOf(first), as: outcome, paymentIntentId: pi ?? null, stripeRefundId: refund ?? null, action: action(values, defaultActor) };
+        return { name, operationId: operationIdOf(first), as: outcome, paymentIntentId: pi ?? null, stripeRefundId: refund ?? null, action: action(values, defaultActor, actorOptional) };
       }
       case 'review reissue':
         if (!bool('confirm-no-charge')) {
           throw new UsageError('review reissue needs --confirm-no-charge: a new key can charge again, so confirm you established that nothing was charged');
         }
-        return { name, operationId: operationIdOf(first), action: action(values, defaultActor) };
+        return { name, operationId: operationIdOf(first), action: action(values, defaultActor, actorOptional) };
       case 'review note':
-        return { name, operationId: operationIdOf(first), action: action(values, defaultActor) };
+        return { name, operationId: operationIdOf(first), action: action(values, defaultActor, actorOptional) };
       case 'operations show':
         if (!first.trim()) throw new UsageError('operations show: the order id is empty');
         return { name, orderOrOperation: first, stripe: bool('stripe') };
@@ -494,7 +514,7 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
       }
       case 'findings resolve':
         if (!/^[1-9]\d{0,17}$/.test(first)) throw new UsageError(`the finding id must be a positive integer (got "${first}"); see findings list`);
-        return { name, findingId: Number(first), action: action(values, defaultActor) };
+        return { name, findingId: Number(first), action: action(values, defaultActor, actorOptional) };
       case 'refunds list':
         if (!first.trim()) throw new UsageError('refunds list: the order id is empty');
         return { name, orderId: first };
@@ -517,20 +537,20 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
           refundId,
           amount: Number(amountText),
           refundReason: reason === undefined ? null : oneOf('--refund-reason', reason, REFUND_REASONS),
-          action: action(values, defaultActor),
+          action: action(values, defaultActor, actorOptional),
         };
       }
       case 'refunds remedy': {
         if (!/^[\x21-\x7e]{1,128}$/.test(first)) throw new UsageError(`refunds remedy: the order id must be 1-128 printable characters without spaces (got "${first}")`);
         const pi = str('payment-intent');
         if (pi === undefined || !PAYMENT_INTENT_ID.test(pi)) throw new UsageError(`refunds remedy: --payment-intent pi_… is required (got "${pi ?? ''}")`);
-        return { name, orderId: first, paymentIntentId: pi, action: action(values, defaultActor) };
+        return { name, orderId: first, paymentIntentId: pi, action: action(values, defaultActor, actorOptional) };
       }
       case 'stats':
         return { name };
     }
   })();
-  return { command, json, transport, forwardArgv };
+  return { command, json, transport, forwardArgv, confirmed };
 }
 
 /** Commands that write (and so need an actor and a reason). */

@@ -122,13 +122,36 @@ export interface RejectedFilter {
   readonly withBody: boolean;
 }
 
-export async function listRejected(db: Db, filter: RejectedFilter): Promise<{ asOf: string; total: number; messages: RejectedMessage[] }> {
+/**
+ * Who reads producers' raw bodies (they may hold anything a producer sent): written to
+ * operator_reads (migrations/010, append-only) by the same statement that reads them, so no body is
+ * ever shown without its record.
+ */
+export interface RawBodyReader {
+  readonly actor: string;
+  readonly verified: boolean;
+  readonly command: string;
+  readonly detail: Readonly<Record<string, unknown>>;
+}
+
+export async function listRejected(
+  db: Db,
+  filter: RejectedFilter,
+  reader?: RawBodyReader,
+): Promise<{ asOf: string; total: number; messages: RejectedMessage[] }> {
+  if (filter.withBody && !reader) throw new Error('listRejected: raw bodies are only read with the reader recorded');
   const { rows } = await db.query<{ as_of: Date; total: number; items: RejectedRow[] }>(
     `WITH matching AS (
        SELECT * FROM rejected_messages r
         WHERE ($1::bigint IS NULL OR r.received_at > now() - $1::bigint * interval '1 millisecond')
           AND ($2::text IS NULL OR r.reason_code = $2::text)
           AND ($3::text IS NULL OR r.order_id = $3::text)
+     ),
+     page AS (SELECT * FROM matching ORDER BY received_at DESC, id DESC LIMIT $4),
+     audit AS (
+       INSERT INTO operator_reads (actor, verified, command, what, rejected_message_ids, detail)
+       SELECT $6::text, $7::boolean, $8::text, 'rejected_message_body', coalesce(array_agg(p.id ORDER BY p.id), '{}'), $9::jsonb
+         FROM page p HAVING $5::boolean
      )
      SELECT now() AS as_of,
             (SELECT count(*)::int FROM matching) AS total,
@@ -137,11 +160,30 @@ export async function listRejected(db: Db, filter: RejectedFilter): Promise<{ as
                         'reason', m.reason, 'order_id', m.order_id, 'operation_id', m.operation_id, 'body_sha256', m.body_sha256,
                         'body_bytes', octet_length(m.raw_body), 'raw_body', CASE WHEN $5::boolean THEN m.raw_body END)
                         ORDER BY m.received_at DESC, m.id DESC)
-                        FROM (SELECT * FROM matching ORDER BY received_at DESC, id DESC LIMIT $4) m), '[]'::jsonb) AS items`,
-    [filter.sinceMs, filter.reasonCode, filter.orderId, filter.limit, filter.withBody],
+                        FROM page m), '[]'::jsonb) AS items`,
+    [
+      filter.sinceMs,
+      filter.reasonCode,
+      filter.orderId,
+      filter.limit,
+      filter.withBody,
+      reader?.actor ?? null,
+      reader?.verified ?? false,
+      reader?.command ?? null,
+      JSON.stringify(reader?.detail ?? {}),
+    ],
   );
   const row = rows[0]!;
   return { asOf: row.as_of.toISOString(), total: row.total, messages: row.items.map((r) => toRejected(r, filter.withBody)) };
+}
+
+/** The record of raw-body reads, newest first (operator_reads). */
+export async function listRawBodyReads(db: Db, limit = 50): Promise<readonly { id: number; occurredAt: string; actor: string; verified: boolean; command: string; rejectedMessageIds: number[]; detail: Record<string, unknown> }[]> {
+  const { rows } = await db.query<{ id: string; occurred_at: Date; actor: string; verified: boolean; command: string; rejected_message_ids: string[]; detail: Record<string, unknown> }>(
+    `SELECT id, occurred_at, actor, verified, command, rejected_message_ids, detail FROM operator_reads ORDER BY id DESC LIMIT $1`,
+    [limit],
+  );
+  return rows.map((r) => ({ id: Number(r.id), occurredAt: r.occurred_at.toISOString(), actor: r.actor, verified: r.verified, command: r.command, rejectedMessageIds: r.rejected_message_ids.map(Number), detail: r.detail }));
 }
 
 interface RejectedRow {
@@ -170,4 +212,17 @@ function toRejected(row: RejectedRow, withBody: boolean): RejectedMessage {
     bodyBytes: row.body_bytes,
     ...(withBody && row.raw_body !== null ? { rawBody: row.raw_body } : {}),
   };
+}
+
+/**
+ * Accept an identity proof once (ops_identity_proofs, migrations/010): false when its signature was
+ * used before. Proofs older than a day (STS honours one for 15 minutes) are removed by the same statement.
+ */
+export async function recordIdentityProof(db: Db, caller: { readonly signature: string; readonly arn: string }): Promise<boolean> {
+  const { rows } = await db.query<{ signature: string }>(
+    `WITH expired AS (DELETE FROM ops_identity_proofs WHERE used_at < now() - interval '1 day')
+     INSERT INTO ops_identity_proofs (signature, caller_arn) VALUES ($1, $2) ON CONFLICT (signature) DO NOTHING RETURNING signature`,
+    [caller.signature, caller.arn],
+  );
+  return rows.length === 1;
 }

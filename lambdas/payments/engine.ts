@@ -108,6 +108,8 @@ export interface RefundRequestResult {
   readonly execution: Execution | null;
   /** The refund is durable but its outcome write failed (the reconciler settles it, same key). */
   readonly outcomeNotRecorded?: unknown;
+  /** This request made the operation (false: the same refund id was asked for before). */
+  readonly created?: boolean;
 }
 
 /** A concurrent refund of the same order committed first: the trigger of 007_refunds.sql said so. */
@@ -269,7 +271,10 @@ export class ChargeEngine {
    * is final: the reconciler then claims it), the Stripe call, ONE statement records the outcome.
    * Rejections (conflict, no charge, failed charge, more than charged) are values, nothing is sent.
    */
-  async processRefund(input: RefundInput, options: { execute?: boolean; canStart?: () => boolean } = {}): Promise<RefundRequestResult> {
+  async processRefund(
+    input: RefundInput,
+    options: { execute?: boolean; canStart?: () => boolean; requestedDetail?: Readonly<Record<string, unknown>> } = {},
+  ): Promise<RefundRequestResult> {
     const execute = options.execute ?? true;
     const claim = execute && (options.canStart?.() ?? true);
     const token = randomUUID();
@@ -277,7 +282,7 @@ export class ChargeEngine {
     for (let round = 0; row === null; round++) {
       if (round === 5) throw new Error(`could not read back refund ${input.refundId} of order ${input.orderId} after concurrent inserts`);
       try {
-        row = await requestRefundAndClaim(this.#db, input, claim, token, this.#policy.leaseMs, this.#actor);
+        row = await requestRefundAndClaim(this.#db, input, claim, token, this.#policy.leaseMs, this.#actor, options.requestedDetail);
       } catch (error) {
         // Another refund of the order committed while this statement waited on the charge's row lock:
         // asked again, the statement sees it and judges the sum with it.
@@ -304,13 +309,14 @@ export class ChargeEngine {
     if (fields.length > 0) {
       return { ...reject('refund_conflict', `refund ${input.refundId} of order ${input.orderId} already exists as operation ${op.id} with a different ${fields.join(', ')}`, op), operationId: op.id };
     }
-    if (!row.claimed) return { input, operationId: op.id, rejection: null, execution: execute ? skipped(op) : null };
+    const created = row.verdict === 'inserted';
+    if (!row.claimed) return { input, operationId: op.id, rejection: null, execution: execute ? skipped(op) : null, created };
     try {
       const [execution] = await this.#executeClaimed([row.claimed], options.canStart);
-      return { input, operationId: op.id, rejection: null, execution: execution! };
+      return { input, operationId: op.id, rejection: null, execution: execution!, created };
     } catch (cause) {
       // Durable and claimed: the lease expires and the reconciler asks Stripe again with the same key.
-      return { input, operationId: op.id, rejection: null, execution: null, outcomeNotRecorded: cause };
+      return { input, operationId: op.id, rejection: null, execution: null, outcomeNotRecorded: cause, created };
     }
   }
 

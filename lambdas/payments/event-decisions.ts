@@ -1,18 +1,28 @@
 // Stripe events in, as pure decisions: read an event, and decide what it may do to the operation it
 // names. No I/O; the applier (event-applier.ts) is thin I/O around these functions, and the writes it
-// makes are the engine's own (claim → fromPaymentIntent / decideRetrieve → recordOutcomes).
+// makes are the engine's own (claim → retrieve → fromPaymentIntent → recordOutcomes).
 //
 // What Stripe documents and this file relies on (https://docs.stripe.com/webhooks, /api/events/object):
-//   - an event is { id: "evt_…", object: "event", type, created (unix s), api_version, livemode,
-//     data: { object, previous_attributes? } }; data.object is the resource AS IT WAS when the event
-//     was made (a snapshot, possibly older than the resource is now);
+//   - an event is { id: "evt_…", object: "event", account?, type, created (unix s), api_version,
+//     livemode, data: { object, previous_attributes? } }; data.object is the resource AS IT WAS when
+//     the event was made (a snapshot, possibly older than the resource is now);
+//   - `account` is "The connected account that originates the event": a Connect platform's endpoint
+//     receives its connected accounts' events, which "include an account attribute"; `livemode` is
+//     the mode the object exists in, and "Objects in one mode aren't accessible to the other"
+//     (docs.stripe.com/keys);
 //   - delivery is at least once and NOT in order ("Stripe doesn't guarantee delivery of events in
 //     the order in which they're generated"); failed deliveries are retried for up to three days.
-// Hence: an event is a hint, never a command. A snapshot is trusted alone only when its status is
-// terminal at Stripe (succeeded, canceled: a PaymentIntent never leaves them); any other status is
-// settled by retrieving the PaymentIntent now, exactly as the reconciler would.
+// Hence: an event is a hint, never a command. A signature proves that Stripe sent the event to this
+// endpoint — not that the object is ours (a Connect endpoint signs every connected account's events;
+// a test endpoint's events are signed too; the EventBridge door has no signature at all). So:
+//   1. an event from another account, or from the other mode, is refused whole (judgeEventOrigin);
+//   2. nothing that changes an operation is decided on the snapshot: the object is retrieved with
+//      our own key (one retrieve), checked to be the one the event named (confirmRetrieved), and the
+//      same decision is made again on what Stripe returned and on the operation as the claim found it;
+//   3. what only records (a finding, a contradiction, an aftermath fact) may rest on the snapshot.
 import { z } from 'zod';
 import { judgeDuplicateCharge, type DuplicateRemedy } from './decisions.ts';
+import type { StripeKeyMode } from './gateway.ts';
 import { paymentIntentOfRefund, type Operation, type PaymentIntentView } from './types.ts';
 
 // The subscribed types live in a dependency-free module the construct imports (the npm package).
@@ -23,6 +33,8 @@ export { SUBSCRIBED_EVENT_TYPES, type SubscribedEventType } from './stripe-event
 const stripeEventSchema = z.object({
   id: z.string().min(1).max(255),
   object: z.literal('event').optional(),
+  account: z.string().max(255).nullable().optional(),
+  context: z.string().max(255).nullable().optional(),
   type: z.string().min(1).max(255),
   created: z.number().int().nonnegative(),
   api_version: z.string().nullable().optional(),
@@ -40,7 +52,12 @@ export interface StripeEventView {
   readonly created: Date;
   readonly objectId: string | null;
   readonly apiVersion: string | null;
-  readonly livemode: boolean;
+  /** The event's `livemode`; null when it does not say (Stripe always does: such an event is refused). */
+  readonly livemode: boolean | null;
+  /** The connected account the event comes from (Connect), or null: our own account's event. */
+  readonly account: string | null;
+  /** The authentication context needed to fetch the object ("context"), or null. */
+  readonly context: string | null;
   readonly payload: Readonly<Record<string, unknown>>;
 }
 
@@ -62,10 +79,62 @@ export function readStripeEvent(json: unknown): ReadResult {
       created: new Date(e.created * 1000),
       objectId: e.data.object.id ?? null,
       apiVersion: e.api_version ?? null,
-      livemode: e.livemode ?? false,
+      livemode: e.livemode ?? null,
+      account: e.account || null,
+      context: e.context || null,
       payload: json as Record<string, unknown>,
     },
   };
+}
+
+// ── Where an event comes from ────────────────────────────────────────────────────────────────────
+
+/** Whose events this pipeline takes. */
+export interface EventOriginPolicy {
+  /**
+   * The mode of our Stripe key (gateway.ts stripeKeyMode): only events of that mode are ours.
+   * 'unrecognised': a key whose prefix says no mode — no event can be shown to be of ours, so every
+   * one is refused (polling, with the key itself, still settles everything). 'no_key': no key yet —
+   * the mode cannot be compared; the event waits in the inbox until there is one.
+   */
+  readonly keyMode: StripeKeyMode | 'unrecognised' | 'no_key';
+  /**
+   * Connected accounts (acct_…) whose events are taken. Empty — today's only value: every event
+   * with an `account` is refused. Taking one's events would also need the object retrieved AS that
+   * account (the Stripe-Account header), which the gateway does not do.
+   */
+  readonly connectedAccounts: ReadonlySet<string>;
+}
+
+export type OriginVerdict =
+  | { readonly kind: 'accepted' }
+  /** No key to compare the mode with yet: not refused, not applied — the event waits. */
+  | { readonly kind: 'wait'; readonly reason: string }
+  /** Not ours: a finding, the row applied with this outcome, never a state change. */
+  | { readonly kind: 'refused'; readonly outcome: 'foreign_account' | 'livemode_mismatch'; readonly reason: string };
+
+/**
+ * Before anything is read out of an event: is it this account's, in our key's mode? A signature (or
+ * the partner bus) proves only that Stripe delivered it to this endpoint. A Connect-enabled endpoint
+ * delivers every connected account's events, signed with the same secret, and their objects carry
+ * whatever metadata that account put on them; a test-mode event is signed too. Either could name
+ * our operation and amount.
+ */
+export function judgeEventOrigin(event: Pick<StripeEventView, 'account' | 'context' | 'livemode'>, policy: EventOriginPolicy): OriginVerdict {
+  if (event.account !== null && !policy.connectedAccounts.has(event.account)) {
+    return { kind: 'refused', outcome: 'foreign_account', reason: `the event comes from connected account ${event.account}, not from this account: its object is not ours` };
+  }
+  if (event.context !== null) {
+    return { kind: 'refused', outcome: 'foreign_account', reason: `the event needs authentication context ${event.context} to fetch its object: not this account's own` };
+  }
+  if (policy.keyMode === 'no_key') return { kind: 'wait', reason: 'no Stripe key yet: the event\'s mode cannot be compared with ours' };
+  const mode = event.livemode === null ? null : event.livemode ? 'live' : 'test';
+  if (policy.keyMode === 'unrecognised') {
+    return { kind: 'refused', outcome: 'livemode_mismatch', reason: `our Stripe key is neither sk_live_/rk_live_ nor sk_test_/rk_test_: its mode is unknown, so no ${mode ?? 'unmarked'}-mode event is trusted` };
+  }
+  if (mode === null) return { kind: 'refused', outcome: 'livemode_mismatch', reason: `the event does not say its mode (no livemode); our key is ${policy.keyMode}` };
+  if (mode !== policy.keyMode) return { kind: 'refused', outcome: 'livemode_mismatch', reason: `a ${mode}-mode event, and our key is ${policy.keyMode}: objects of one mode are not the other's` };
+  return { kind: 'accepted' };
 }
 
 // ── The objects inside ───────────────────────────────────────────────────────────────────────────
@@ -101,6 +170,35 @@ function moneyObjectOf(event: StripeEventView, type: 'payment_intent' | 'refund'
     for (const [k, v] of Object.entries(object.metadata)) if (typeof v === 'string') metadata[k] = v;
   }
   return { object, fields: { id, status, amount, currency, metadata } };
+}
+
+/** What an event's data.object says of itself, whatever its type: for the record of an event that is refused. */
+export interface EventObjectSummary {
+  readonly id: string | null;
+  readonly object: string | null;
+  readonly status: string | null;
+  readonly amount: number | null;
+  readonly currency: string | null;
+  /** metadata.operation_id as written (any string), and the operation id it names if shaped like ours. */
+  readonly operationIdAsWritten: string | null;
+  readonly claimedOperationId: string | null;
+  readonly orderId: string | null;
+}
+
+export function eventObjectOf(event: StripeEventView): EventObjectSummary {
+  const { object } = dataOf(event);
+  const metadata = typeof object.metadata === 'object' && object.metadata !== null ? (object.metadata as Record<string, unknown>) : {};
+  const operationId = str(metadata.operation_id);
+  return {
+    id: str(object.id),
+    object: str(object.object),
+    status: str(object.status),
+    amount: int(object.amount),
+    currency: str(object.currency),
+    operationIdAsWritten: operationId,
+    claimedOperationId: operationId !== null && UUID.test(operationId) ? operationId.toLowerCase() : null,
+    orderId: str(metadata.order_id),
+  };
 }
 
 /** data.object of a payment_intent.* event, or null when it is not a PaymentIntent we can read. */
@@ -165,8 +263,8 @@ export function aftermathOf(event: StripeEventView): Aftermath | null {
 
 // ── What a PaymentIntent event may do ────────────────────────────────────────────────────────────
 
-/** Statuses a PaymentIntent never leaves: a snapshot with one of them is as good as a retrieve. */
-const TERMINAL = new Set(['succeeded', 'canceled']);
+/** Statuses a PaymentIntent never leaves: a snapshot that says one of them cannot be older than a retrieve's answer. */
+const PAYMENT_INTENT_TERMINAL: ReadonlySet<string> = new Set(['succeeded', 'canceled']);
 /** Statuses in which money has moved or may still move without us asking again. */
 const MONEY_MAY_MOVE = new Set(['succeeded', 'processing', 'requires_capture']);
 
@@ -200,10 +298,17 @@ export type PaymentIntentEventDecision =
   | { readonly kind: 'await_final'; readonly reason: string }
   /** The operation waits for a human: the event is noted in its audit trail for the operator. */
   | { readonly kind: 'in_review'; readonly reason: string }
-  /** Open, and the event cannot be adopted (another customer, another key generation, a second PI): to review. */
+  /**
+   * Open, and the PaymentIntent cannot be adopted (another customer, another key generation, a second
+   * PI): to review. Judged on a snapshot, it is a hint — the applier retrieves the PaymentIntent under
+   * the operation's lease and decides again on Stripe's answer and the claimed row.
+   */
   | { readonly kind: 'review'; readonly reason: string }
-  /** Open: settle or move it on, from the snapshot (terminal status) or from a retrieve now. */
-  | { readonly kind: 'settle'; readonly evidence: 'snapshot' | 'retrieve' };
+  /**
+   * Open: settle or move it on by what Stripe holds (fromPaymentIntent). Judged on a snapshot, it is
+   * a hint — the applier claims the operation, retrieves the PaymentIntent, and decides again.
+   */
+  | { readonly kind: 'settle' };
 
 const describePi = (pi: EventPaymentIntent) => `PaymentIntent ${pi.id} (${pi.status}, ${pi.amount} ${pi.currency})`;
 
@@ -260,7 +365,7 @@ export function decidePaymentIntentEvent(op: Operation | null, pi: EventPaymentI
     if (!MONEY_MAY_MOVE.has(pi.status)) return { kind: 'ignore', outcome: 'other_payment_intent', reason: `${describePi(pi)} is not the operation's ${op.externalId} and charged nothing` };
     return { kind: 'review', reason: `a second ${describePi(pi)} for one operation (it holds ${op.externalId})` };
   }
-  return { kind: 'settle', evidence: TERMINAL.has(pi.status) ? 'snapshot' : 'retrieve' };
+  return { kind: 'settle' };
 }
 
 // ── What a Refund event may do (refund.created / refund.updated / refund.failed / charge.refund.updated) ──
@@ -281,10 +386,11 @@ export function decidePaymentIntentEvent(op: Operation | null, pi: EventPaymentI
 //     refund can fail AFTER it said succeeded (the issuer cannot process it; the test card
 //     pm_card_refundFail does exactly that, docs.stripe.com/testing#refunds). failed and canceled
 //     are terminal; succeeded is not.
-// Hence: failed / canceled snapshots are trusted alone; a succeeded snapshot settles an OPEN refund
-// operation (if it fails later, the failure is a fact of its own, below); against a FAILED operation
-// a succeeded snapshot may be older than the failure, so the Refund is retrieved before anything is
-// concluded.
+// Hence: a final snapshot (succeeded, failed, canceled) of an OPEN refund operation's Refund is a
+// reason to retrieve it under the operation's lease, and Stripe's answer settles it (if it fails
+// later, the failure is a fact of its own, below — recorded once Stripe confirms it); against a
+// FAILED operation a succeeded snapshot may be older than the failure, so the Refund is retrieved
+// before anything is concluded.
 
 /** data.object of a refund event, in the engine's terms (a Refund is read like a PaymentIntent, kinds.ts). */
 export interface EventRefund extends PaymentIntentView {
@@ -308,16 +414,24 @@ export type RefundEventDecision =
   | { readonly kind: 'contradiction'; readonly reason: string }
   /** The operation waits for a human: the event is noted in its audit trail. */
   | { readonly kind: 'in_review'; readonly reason: string }
-  /** Open, and the Refund is final at Stripe: settle by the snapshot, as the engine would by a retrieve. */
+  /**
+   * Open (or in review), and the Refund is final: settle by it, as the engine would by a retrieve.
+   * Judged on a snapshot, it is a hint — the applier claims the operation, retrieves the Refund and
+   * decides again on Stripe's answer and the claimed row.
+   */
   | { readonly kind: 'settle'; readonly reason: string }
   /** The operation failed and a succeeded snapshot says otherwise: retrieve the Refund now, then decide (decideRefundAfterRetrieve). */
   | { readonly kind: 'retrieve'; readonly reason: string }
-  /** The operation succeeded and Stripe says the refund failed since: the operation stays final, the failure is a recorded fact. */
+  /**
+   * The operation succeeded and the Refund failed since: the operation stays final, the failure is a
+   * recorded fact that makes its amount refundable again — so, judged on a snapshot, a hint: the
+   * Refund is retrieved and the fact recorded only when Stripe holds it failed.
+   */
   | { readonly kind: 'failed_after_success'; readonly reason: string };
 
 const describeRefund = (r: EventRefund) => `Refund ${r.id} (${r.status}, ${r.amount} ${r.currency})`;
-/** Statuses a Refund never leaves. */
-const REFUND_TERMINAL_FAILURE = new Set(['failed', 'canceled']);
+/** Statuses a Refund never leaves (succeeded is not one: a card refund can fail after it). */
+const REFUND_TERMINAL_FAILURE: ReadonlySet<string> = new Set(['failed', 'canceled']);
 
 /**
  * The PaymentIntent a refund operation refunds: the duplicate remedy's extra one, else its charge's
@@ -362,11 +476,12 @@ export function decideRefundEvent(op: Operation | null, refund: EventRefund, cha
     // The duplicate remedy's refund, in review while holding THIS Refund: its end at Stripe was
     // failed or canceled, which for a remedy is a review, not `failed` (decisions.ts remedyStands) —
     // so, unlike an ordinary refund, its failure does not end it and later events still reach it.
-    // Stripe does not deliver events in order: an older `succeeded` snapshot must
-    // not clear that review (the extra charge would stand with nobody asked) — retrieve, then decide
-    // on what Stripe holds now; another failed/canceled copy of the same end is a note, not a second
-    // review (one failure comes as refund.updated + refund.failed, maybe charge.refund.updated too).
-    if (refund.status === 'succeeded') return { kind: 'retrieve', reason: `refund operation is in review holding ${refund.id}; a snapshot says succeeded: retrieved before it may settle anything` };
+    // Stripe does not deliver events in order: an older `succeeded` snapshot must not clear that
+    // review (the extra charge would stand with nobody asked). `settle` is retrieved like every
+    // settle, and decided again on what Stripe holds now — only a Refund Stripe holds succeeded
+    // settles; another failed/canceled copy of the same end is a note, not a second review (one
+    // failure comes as refund.updated + refund.failed, maybe charge.refund.updated too).
+    if (refund.status === 'succeeded') return { kind: 'settle', reason: `${describeRefund(refund)} settles the duplicate remedy's refund in review holding it` };
     return { kind: 'in_review', reason: `refund operation is in review holding ${refund.id}; ${describeRefund(refund)} is noted for the operator` };
   }
   if (refund.status === 'succeeded' || REFUND_TERMINAL_FAILURE.has(refund.status)) {
@@ -381,18 +496,45 @@ export function decideRefundEvent(op: Operation | null, refund: EventRefund, cha
 }
 
 /**
- * A succeeded snapshot of the Refund an operation failed with, or holds in review, and what a
- * retrieve of it says now. In review: Stripe's current answer decides — succeeded settles (what a
- * human would find), anything else is noted and the review stays.
+ * A succeeded snapshot of the Refund a FAILED operation holds, and what a retrieve of it says now:
+ * succeeded now is money given back that the ledger says was not (a contradiction); anything else
+ * means the snapshot was older than the failure.
  */
-export function decideRefundAfterRetrieve(now: EventRefund | PaymentIntentView, op: Pick<Operation, 'status' | 'reviewReason'>): RefundEventDecision {
-  if (op.status !== 'failed') {
-    return now.status === 'succeeded'
-      ? { kind: 'settle', reason: `Stripe holds Refund ${now.id} as succeeded now: it settles the refund operation in review` }
-      : { kind: 'in_review', reason: `refund operation is in review; Refund ${now.id} is ${now.status} now (the succeeded snapshot was older), noted for the operator` };
-  }
+export function decideRefundAfterRetrieve(now: EventRefund | PaymentIntentView): RefundEventDecision {
   if (now.status === 'succeeded') {
     return { kind: 'contradiction', reason: `refund operation failed, but Stripe holds Refund ${now.id} as succeeded now: money was given back that the ledger says was not` };
   }
   return { kind: 'stale', reason: `refund operation already failed; Refund ${now.id} is ${now.status} now (the succeeded snapshot was older)` };
+}
+
+// ── What Stripe returned, against what the event said ────────────────────────────────────────────
+
+/**
+ * The object a snapshot named, as our own key retrieved it: is it the same object, and could the
+ * snapshot be a true picture of it at some moment? Null: confirmed (the decision is then made again
+ * on the retrieved object). A reason: the event is not confirmed — a finding, no state change:
+ *   - another id, or metadata naming another operation (or none) than the snapshot named: not ours;
+ *   - another amount, currency or customer: the pipeline never changes them on a PaymentIntent it
+ *     made, and a Refund's never change;
+ *   - a snapshot in a status the object never leaves (a PaymentIntent succeeded / canceled, a Refund
+ *     failed / canceled) that Stripe does not hold now: the snapshot never was true.
+ * A snapshot in any other status may simply be older than Stripe's answer: that is confirmed.
+ */
+export function confirmRetrieved(objectName: 'PaymentIntent' | 'Refund', snapshot: PaymentIntentView, retrieved: PaymentIntentView): string | null {
+  const said = `the event's ${objectName} ${snapshot.id} (${snapshot.status}, ${snapshot.amount} ${snapshot.currency})`;
+  const holds = `Stripe holds ${retrieved.id} as ${retrieved.status}, ${retrieved.amount} ${retrieved.currency}`;
+  if (retrieved.id !== snapshot.id) return `${said}: Stripe answered with another object, ${retrieved.id}`;
+  const claimed = claimedOperationId(snapshot);
+  if (claimed !== null && claimedOperationId(retrieved) !== claimed) {
+    return `${said} names operation ${claimed}; Stripe's names ${retrieved.metadata.operation_id ?? 'none'}: not ours`;
+  }
+  if (retrieved.amount !== snapshot.amount || retrieved.currency !== snapshot.currency) return `${said} is not what ${holds}`;
+  if (typeof snapshot.customer === 'string' && typeof retrieved.customer === 'string' && snapshot.customer !== retrieved.customer) {
+    return `${said} names customer ${snapshot.customer}; Stripe's belongs to another: not what Stripe holds`;
+  }
+  const terminal = objectName === 'PaymentIntent' ? PAYMENT_INTENT_TERMINAL : REFUND_TERMINAL_FAILURE;
+  if (terminal.has(snapshot.status) && retrieved.status !== snapshot.status) {
+    return `${said} says ${snapshot.status}, a status it never leaves, and ${holds}: the snapshot never was true`;
+  }
+  return null;
 }

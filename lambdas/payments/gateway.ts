@@ -110,9 +110,31 @@ export interface CreateRefundRequest {
  */
 export interface RefundView extends PaymentIntentView {
   readonly paymentIntent: string | null;
+  /** Why Stripe failed it (docs.stripe.com/api/refunds/object: failure_reason), once failed; absent or null otherwise. */
+  readonly failureReason?: string | null;
+}
+
+/**
+ * The mode a Stripe key works in. Stripe: "All Stripe API requests occur in either test mode or live
+ * mode … Each mode has its own set of API keys. Objects in one mode aren't accessible to the other"
+ * (docs.stripe.com/keys). Secret keys are `sk_live_…` / `sk_test_…`, restricted keys `rk_live_…` /
+ * `rk_test_…` (the prefixes Stripe's own secret scanning matches). A key of any other shape has no
+ * mode we can tell: null, and no event is trusted with it (event-decisions.ts judgeEventOrigin).
+ */
+export type StripeKeyMode = 'live' | 'test';
+
+export function stripeKeyMode(apiKey: string): StripeKeyMode | null {
+  if (apiKey.startsWith('sk_live_') || apiKey.startsWith('rk_live_')) return 'live';
+  if (apiKey.startsWith('sk_test_') || apiKey.startsWith('rk_test_')) return 'test';
+  return null;
 }
 
 export interface PaymentGateway {
+  /**
+   * The mode of the key this gateway calls Stripe with (stripeKeyMode); null or absent: not
+   * recognisable. Events are trusted only from this mode (event-decisions.ts judgeEventOrigin).
+   */
+  readonly keyMode?: StripeKeyMode | null;
   createPaymentIntent(request: CreatePaymentIntentRequest): Promise<GatewayResult<PaymentIntentView>>;
   retrievePaymentIntent(id: string): Promise<GatewayResult<PaymentIntentView>>;
   /** Not real time: "nothing found" proves nothing for a recent PaymentIntent. */

@@ -75,7 +75,9 @@ export async function recordStripeEvent(
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::uuid, CASE WHEN $9::uuid IS NULL THEN NULL ELSE now() + $10::bigint * interval '1 millisecond' END)
      ON CONFLICT (event_id) DO NOTHING
      RETURNING event_id, event_type, object_id, source, received_at, attempts, payload, apply_lease_token`,
-    [event.id, event.type, event.created, event.objectId, event.apiVersion, event.livemode, source, JSON.stringify(event.payload), lease?.token ?? null, lease?.ms ?? 0],
+    // livemode: the column is NOT NULL (false when the event did not say; the payload keeps what it
+    // said, and the applier refuses an event that does not say its mode: judgeEventOrigin).
+    [event.id, event.type, event.created, event.objectId, event.apiVersion, event.livemode ?? false, source, JSON.stringify(event.payload), lease?.token ?? null, lease?.ms ?? 0],
   );
   const row = rows[0];
   return { inserted: row !== undefined, claimed: row && lease ? toRow(row) : null };
@@ -127,7 +129,15 @@ export type ApplyOutcome =
   | 'unknown_payment_intent' // a refund / dispute for a PaymentIntent no operation holds
   | 'other_payment_intent' // a PaymentIntent that is not the operation's and charged nothing
   | 'ignored_type' // an event type this pipeline does not act on
-  | 'unreadable'; // the object inside is not what the type promises
+  | 'unreadable' // the object inside is not what the type promises
+  | 'foreign_account' // from a connected account (Connect) or another account's context: refused, a finding
+  | 'livemode_mismatch' // from the other mode than our key's (or our key's mode is unknown): refused, a finding
+  | 'unconfirmed'; // our own key's retrieve does not confirm it (404, not ours, never true): a finding, no state change
+
+/** The findings of events that were refused or not confirmed: what the StripeEventRefused alarm counts. */
+export const REFUSED_FINDING_KINDS = ['foreign_account', 'livemode_mismatch', 'unconfirmed'] as const;
+export type RefusedFindingKind = (typeof REFUSED_FINDING_KINDS)[number];
+export const isRefusal = (outcome: ApplyOutcome | 'deferred'): outcome is RefusedFindingKind => (REFUSED_FINDING_KINDS as readonly string[]).includes(outcome);
 
 /** Mark the row applied, fenced by the apply lease (a second applier's late write changes nothing). */
 export async function markApplied(db: Db, row: InboxRow, outcome: ApplyOutcome, operationId: string | null): Promise<boolean> {
@@ -267,16 +277,21 @@ export async function appendEventAudit(
 }
 
 export interface Finding {
-  readonly kind: 'unrecorded_charge' | 'contradiction';
-  /** The Stripe object the finding is about: a PaymentIntent, or for a refund finding the Refund (re_…). */
+  readonly kind: 'unrecorded_charge' | 'contradiction' | RefusedFindingKind;
+  /**
+   * The Stripe object the finding is about: a PaymentIntent, or for a refund finding the Refund
+   * (re_…); for a refused event its data.object (a Charge, a Dispute …), or the event itself when it
+   * names no object.
+   */
   readonly paymentIntentId: string;
   readonly eventId: string;
   readonly operationId: string | null;
   readonly claimedOperationId: string | null;
   readonly orderId: string | null;
-  readonly amount: number;
-  readonly currency: string;
-  readonly status: string;
+  /** As the event said (null when its object has none: a refused event's). */
+  readonly amount: number | null;
+  readonly currency: string | null;
+  readonly status: string | null;
   readonly reason: string;
   readonly detail: Readonly<Record<string, unknown>>;
 }
@@ -408,15 +423,38 @@ export interface InboxGauges {
   /** Findings no operator has resolved, by kind. */
   readonly openContradictions: number;
   readonly openUnrecordedCharges: number;
+  /** Open findings of refused or unconfirmed events (REFUSED_FINDING_KINDS): the StripeEventRefused alarm. */
+  readonly openRefusedEvents: number;
+  /**
+   * How long the fast path has been silent while charges flow: seconds since the first send of the
+   * oldest operation that Stripe answered (it holds a pi_… / re_…) and that was first sent AFTER the
+   * newest event the inbox recorded; 0 when there is none. Every object Stripe makes for an
+   * operation makes a subscribed event within seconds (payment_intent.succeeded / .payment_failed /
+   * .processing / .requires_action; refund.created or charge.refunded), so a value that keeps
+   * growing means events are not arriving: an endpoint never registered, a wrong signing secret
+   * (deliveries refused), a partner rule disabled. An idle system stays at 0; an operation settled
+   * by its own event was sent before that event arrived, so it never counts.
+   */
+  readonly eventsSilentSeconds: number;
 }
 
-/** Through the partial indexes over unapplied events and open findings: O(backlog + open findings). */
+/**
+ * Through the partial indexes over unapplied events and open findings — O(backlog + open findings) —
+ * and, for the silence gauge, two index look-ups (migrations/010: the newest received_at, and the
+ * oldest first send of an answered operation after it).
+ */
 export async function inboxGauges(db: Db): Promise<InboxGauges> {
-  const { rows } = await db.query<{ backlog: number; oldest: number | null; contradictions: number; unrecorded: number }>(
+  const { rows } = await db.query<{ backlog: number; oldest: number | null; contradictions: number; unrecorded: number; refused: number; silent: number | null }>(
     `SELECT (SELECT count(*)::int FROM stripe_events WHERE applied_at IS NULL) AS backlog,
             (SELECT extract(epoch FROM now() - min(received_at))::float8 FROM stripe_events WHERE applied_at IS NULL) AS oldest,
             (SELECT count(*)::int FROM stripe_event_findings WHERE resolved_at IS NULL AND kind = 'contradiction') AS contradictions,
-            (SELECT count(*)::int FROM stripe_event_findings WHERE resolved_at IS NULL AND kind = 'unrecorded_charge') AS unrecorded`,
+            (SELECT count(*)::int FROM stripe_event_findings WHERE resolved_at IS NULL AND kind = 'unrecorded_charge') AS unrecorded,
+            (SELECT count(*)::int FROM stripe_event_findings WHERE resolved_at IS NULL AND kind = ANY($1::text[])) AS refused,
+            (SELECT extract(epoch FROM now() - min(p.first_attempted_at))::float8
+               FROM payment_operations p
+              WHERE p.external_id IS NOT NULL
+                AND p.first_attempted_at > coalesce((SELECT max(received_at) FROM stripe_events), '-infinity'::timestamptz)) AS silent`,
+    [REFUSED_FINDING_KINDS],
   );
   const r = rows[0];
   return {
@@ -424,6 +462,8 @@ export async function inboxGauges(db: Db): Promise<InboxGauges> {
     oldestBacklogAgeSeconds: Math.max(0, Math.round(r?.oldest ?? 0)),
     openContradictions: r?.contradictions ?? 0,
     openUnrecordedCharges: r?.unrecorded ?? 0,
+    openRefusedEvents: r?.refused ?? 0,
+    eventsSilentSeconds: Math.max(0, Math.round(r?.silent ?? 0)),
   };
 }
 

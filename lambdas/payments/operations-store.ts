@@ -288,6 +288,8 @@ export async function requestRefundAndClaim(
   leaseToken: string,
   leaseMs: number,
   actor: string,
+  /** Merged into the `requested` audit event, in this statement (an operator's reason and identity). */
+  requestedDetail: Readonly<Record<string, unknown>> = {},
 ): Promise<RefundRequestRow | null> {
   const { rows } = await prepared<{
     verdict: RefundVerdict;
@@ -337,7 +339,7 @@ export async function requestRefundAndClaim(
      ),
      audit AS (
        INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
-       SELECT id, $4::text, 'requested', NULL, status, key_generation, jsonb_build_object('refundId', refund_id) FROM inserted
+       SELECT id, $4::text, 'requested', NULL, status, key_generation, $9::jsonb || jsonb_build_object('refundId', refund_id) FROM inserted
        UNION ALL
        SELECT id, $4::text, 'attempt_started', status, status, key_generation,
               jsonb_build_object('attempt', attempts + 1, 'leaseUntil', lease_until, 'leaseToken', lease_token)
@@ -353,7 +355,7 @@ export async function requestRefundAndClaim(
             ch.op, ${CHARGE_OF('ch')} AS charge,
             (SELECT amount FROM charge) AS charge_amount, (SELECT held FROM held) AS held, now() AS db_now
        FROM verdict v LEFT JOIN LATERAL (SELECT * FROM chosen ORDER BY rank LIMIT 1) ch ON true`,
-    [input.orderId, leaseToken, leaseMs, actor, input.refundId, input.amount, input.reason, claim],
+    [input.orderId, leaseToken, leaseMs, actor, input.refundId, input.amount, input.reason, claim, JSON.stringify(requestedDetail)],
   );
   const row = rows[0];
   if (!row || (row.verdict as string) === 'missing') return null;

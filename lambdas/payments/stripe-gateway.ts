@@ -14,6 +14,8 @@ import {
   type ListRequest,
   type PaymentGateway,
   type SearchPaymentIntentsRequest,
+  type StripeKeyMode,
+  stripeKeyMode,
 } from './gateway.ts';
 import type { PaymentIntentView } from './types.ts';
 
@@ -46,6 +48,11 @@ export function createStripeClient(options: StripeClientOptions): Stripe {
     config.protocol = protocol;
   }
   return new Stripe(options.apiKey, config);
+}
+
+/** A client for the key and its gateway, which knows the key's mode (the key itself is not kept). */
+export function stripeGatewayFor(options: StripeClientOptions): StripeGateway {
+  return new StripeGateway(createStripeClient(options), { keyMode: stripeKeyMode(options.apiKey) });
 }
 
 type Call = 'create' | 'retrieve' | 'search' | 'list';
@@ -128,7 +135,8 @@ function toRefundView(raw: unknown): RefundView | undefined {
   }
   const pi = re.payment_intent;
   const paymentIntent = typeof pi === 'string' ? pi : typeof pi === 'object' && pi !== null && typeof (pi as { id?: unknown }).id === 'string' ? (pi as { id: string }).id : null;
-  return { id: re.id, status: re.status, amount: re.amount, currency: re.currency, metadata, paymentIntent };
+  const failureReason = typeof re.failure_reason === 'string' ? re.failure_reason : null;
+  return { id: re.id, status: re.status, amount: re.amount, currency: re.currency, metadata, paymentIntent, failureReason };
 }
 
 function checkedRefund(resource: unknown): GatewayResult<RefundView> {
@@ -201,10 +209,13 @@ class AttemptCounter {
 export class StripeGateway implements PaymentGateway {
   readonly #stripe: Stripe;
   readonly #attempts: AttemptCounter;
+  readonly keyMode: StripeKeyMode | null;
 
-  constructor(stripe: Stripe) {
+  /** `keyMode`: the mode of the client's key (stripeKeyMode); without it the mode is unknown. stripeGatewayFor() derives it. */
+  constructor(stripe: Stripe, options: { readonly keyMode?: StripeKeyMode | null } = {}) {
     this.#stripe = stripe;
     this.#attempts = new AttemptCounter(stripe);
+    this.keyMode = options.keyMode ?? null;
   }
 
   async createPaymentIntent(request: CreatePaymentIntentRequest): Promise<GatewayResult<PaymentIntentView>> {

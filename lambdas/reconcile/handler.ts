@@ -127,6 +127,8 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
       metrics.addMetric(METRICS.oldestInboxEventAgeSeconds, MetricUnit.Seconds, g.inbox.oldestBacklogAgeSeconds);
       metrics.addMetric(METRICS.openContradictions, MetricUnit.Count, g.inbox.openContradictions);
       metrics.addMetric(METRICS.openUnrecordedCharges, MetricUnit.Count, g.inbox.openUnrecordedCharges);
+      metrics.addMetric(METRICS.openRefusedStripeEvents, MetricUnit.Count, g.inbox.openRefusedEvents);
+      metrics.addMetric(METRICS.stripeEventsSilentSeconds, MetricUnit.Seconds, g.inbox.eventsSilentSeconds);
     }
   }
   const inbox = summary.stripeEvents;
@@ -134,6 +136,7 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
     metrics.addMetric(METRICS.stripeEventsApplied, MetricUnit.Count, inbox.applied);
     metrics.addMetric(METRICS.stripeEventContradictions, MetricUnit.Count, inbox.contradictions);
     metrics.addMetric(METRICS.unrecordedCharges, MetricUnit.Count, inbox.unrecordedCharges);
+    metrics.addMetric(METRICS.stripeEventsRefused, MetricUnit.Count, inbox.refused);
   }
   const { errors, ...rest } = summary;
   logger.info('reconcile run done', { ...rest, errorCount: errors.length });

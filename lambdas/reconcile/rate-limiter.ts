@@ -17,6 +17,7 @@ export interface RateLimiterOptions {
   readonly searchesPerSecond: number;
   /** Monotonic milliseconds; default performance.now. */
   readonly now?: () => number;
+  /** Waits `ms` on that clock; default a timer. Tests give both, and read the slots off their own clock. */
   readonly sleep?: (ms: number) => Promise<void>;
 }
 

@@ -54,6 +54,11 @@ export interface ReconcileDeps {
   /** Monotonic milliseconds (tests). */
   readonly now?: () => number;
   /**
+   * How the rate limiter waits for a slot, on the `now` clock; default a timer. A test that gives
+   * `now` gives this too (its clock moves when the limiter asks to wait), and asserts on the slots.
+   */
+  readonly sleep?: (ms: number) => Promise<void>;
+  /**
    * Set: the Stripe event inbox is worked too — whatever the endpoint recorded but could not apply
    * (a held lease, Stripe unreachable, a crash) — and its gauges published. The same pool as `db`.
    */
@@ -67,6 +72,8 @@ export interface StripeEventsRun {
   readonly failed: number;
   readonly contradictions: number;
   readonly unrecordedCharges: number;
+  /** New findings of events refused (account, mode) or not confirmed by our key. */
+  readonly refused: number;
   readonly byOutcome: Readonly<Record<string, number>>;
 }
 
@@ -129,7 +136,12 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
   let pageLatestStart = latestStart;
   const canStartInPage = () => now() < pageLatestStart;
 
-  const limiter = new RequestRateLimiter({ requestsPerSecond: settings.maxRequestsPerSecond, searchesPerSecond: settings.maxSearchesPerSecond, now });
+  const limiter = new RequestRateLimiter({
+    requestsPerSecond: settings.maxRequestsPerSecond,
+    searchesPerSecond: settings.maxSearchesPerSecond,
+    now,
+    ...(deps.sleep ? { sleep: deps.sleep } : {}),
+  });
   const gateway = deps.gateway;
   const engine = gateway && new ChargeEngine({
     db: deps.db,
@@ -260,7 +272,7 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
         published += sent.published;
         publishFailed += sent.failed;
       }
-      stripeEvents = { applied: run.applied, deferred: run.deferred, failed: run.failed, contradictions: run.contradictions, unrecordedCharges: run.unrecordedCharges, byOutcome: run.byOutcome };
+      stripeEvents = { applied: run.applied, deferred: run.deferred, failed: run.failed, contradictions: run.contradictions, unrecordedCharges: run.unrecordedCharges, refused: run.refused, byOutcome: run.byOutcome };
     } catch (error) {
       const described = describeError(error);
       errors.push(`inbox: ${described.errorName}: ${described.errorMessage}`);

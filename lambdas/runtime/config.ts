@@ -77,6 +77,8 @@ export interface RuntimeConfig {
    */
   readonly policy: Partial<EnginePolicy>;
   readonly region: string | undefined;
+  /** Where this runs: `lambda` when Lambda set AWS_LAMBDA_FUNCTION_NAME, else `local` (a laptop, a bastion, the local runtime). */
+  readonly runtime: 'lambda' | 'local';
 }
 
 /** One outcome consumer's login: its secret (username = the role, password) and the schemas it owns. */
@@ -220,7 +222,9 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
       maxSearchFailures: integer(env, 'MAX_SEARCH_FAILURES', DEFAULT_POLICY.maxSearchFailures, 1, 100),
     },
     region: blank(env.AWS_REGION),
+    runtime: runsInLambda(env) ? 'lambda' : 'local',
   };
+  refuseLocalOverrides(config, env);
   if (!config.database.url && !config.database.secretArn) throw new ConfigError('set DATABASE_URL (local) or DB_SECRET_ARN (AWS)');
   // A lease shorter than one worst-case Stripe call would let a second worker in while the first is
   // still waiting for its answer: harmless for money (same key), but wasteful and noisy (409s).
@@ -280,6 +284,60 @@ function checkEvidencePolicy(policy: Partial<EnginePolicy>, stripeTimeoutMs: num
  * List window's margin (5 min by default) must cover it. A local run on one machine may set it lower.
  */
 const DEFAULT_CLOCK_SKEW_MS = 60_000;
+
+/**
+ * Lambda sets AWS_LAMBDA_FUNCTION_NAME for every function it runs; nothing else here does: the local
+ * runtime (local/) runs the same handlers in-process with its own environment and never sets it, and
+ * refuses to start where it is set (local/pipeline.ts). So it is the one marker of "deployed".
+ */
+export function runsInLambda(env: Env): boolean {
+  return blank(env.AWS_LAMBDA_FUNCTION_NAME) !== undefined;
+}
+
+/** A live-mode Stripe key (secret or restricted): real money. */
+export function isLiveStripeKey(key: string | undefined): boolean {
+  return key !== undefined && /^(sk|rk)_live_/.test(key.trim());
+}
+
+const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]', '::1']);
+
+/**
+ * STRIPE_API_BASE and EVENTS_ENDPOINT point the functions at a local server (the fake Stripe,
+ * stripe-mock, the fake EventBridge): the Stripe key goes to the first, every outcome event to the
+ * second. Both are refused where the function runs in Lambda or the key is live, and so is any TLS
+ * mode but verify-full in Lambda (`require` encrypts without checking who answers). Elsewhere an API
+ * base must be https, or plain http to this machine (the fakes listen on 127.0.0.1).
+ */
+export function localOverrideProblem(config: RuntimeConfig, liveKey: boolean): string | null {
+  const where = config.runtime === 'lambda' ? 'in Lambda' : liveKey ? 'with a live Stripe key' : null;
+  if (where !== null && config.stripe.apiBase !== undefined) {
+    return `STRIPE_API_BASE is refused ${where} (the Stripe key would be sent to ${config.stripe.apiBase}): unset it, and the key goes to api.stripe.com only`;
+  }
+  if (where !== null && config.events.endpoint !== undefined) {
+    return `EVENTS_ENDPOINT is refused ${where} (every outcome event would go to ${config.events.endpoint}): unset it, and events go to EventBridge in AWS_REGION`;
+  }
+  if (config.runtime === 'lambda' && config.database.ssl !== 'verify-full') {
+    return `DB_SSL must be verify-full in Lambda, got "${config.database.ssl}": set DB_SSL=verify-full (with DB_SSL_CA_FILE, the RDS CA bundle the stack ships) or leave it unset with DB_SECRET_ARN`;
+  }
+  if (config.stripe.apiBase !== undefined) {
+    let url: URL;
+    try {
+      url = new URL(config.stripe.apiBase);
+    } catch {
+      return `STRIPE_API_BASE must be a URL, got "${config.stripe.apiBase}"`;
+    }
+    const loopback = LOOPBACK_HOSTS.has(url.hostname);
+    if (url.protocol !== 'https:' && !(url.protocol === 'http:' && loopback)) {
+      return `STRIPE_API_BASE must be https (plain http only to this machine: 127.0.0.1, localhost, ::1), got "${config.stripe.apiBase}": the key travels in every request`;
+    }
+  }
+  return null;
+}
+
+function refuseLocalOverrides(config: RuntimeConfig, env: Env): void {
+  const problem = localOverrideProblem(config, isLiveStripeKey(blank(env.STRIPE_SECRET_KEY)));
+  if (problem) throw new ConfigError(problem);
+}
 
 /** Require Stripe credentials only where Stripe is called (the migrate function needs none). */
 export function assertStripeConfigured(config: RuntimeConfig): void {

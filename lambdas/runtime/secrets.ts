@@ -1,27 +1,115 @@
-// Secrets Manager reads, once per container. Its own module so that a function needing only the
-// database secret (migrate) does not bundle the Stripe and EventBridge clients with it.
+// Secrets Manager reads, cached per container for a bounded time. Its own module so that a function
+// needing only the database secret (migrate) does not bundle the Stripe and EventBridge clients with it.
+//
+// A value is kept SECRET_TTL_MS (5 min): a rolled Stripe key, a new webhook signing secret or a rotated
+// password reaches every warm container within that, without a redeploy. A secret the stack created
+// empty (or with no value at all) is kept EMPTY_SECRET_TTL_MS only — an operator is about to fill it —
+// but is kept: an anonymous webhook request must not cost a GetSecretValue call each. A re-read that
+// fails (Secrets Manager unreachable) keeps serving the value it replaces, and tries again
+// FAILED_REFRESH_RETRY_MS later. A caller that has proof the value is stale (a password refused, a
+// signature that does not match, a 401 from Stripe) asks for one fresh read with refreshSecret.
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { ConfigError } from './config.ts';
 
-let secretsClient: SecretsManagerClient | undefined;
-const secretCache = new Map<string, Promise<string>>();
+export const SECRET_TTL_MS = 5 * 60_000;
+export const EMPTY_SECRET_TTL_MS = 30_000;
+export const FAILED_REFRESH_RETRY_MS = 30_000;
+/** A stale value (a signature no secret verifies, a 401) is read again at most this often per container. */
+export const STALE_PROOF_REFRESH_MIN_AGE_MS = 60_000;
 
-/** A secret's string, fetched once per container. A failed fetch is not cached, so the next call retries. */
-export function getSecretString(arn: string, region?: string): Promise<string> {
-  let cached = secretCache.get(arn);
-  if (!cached) {
-    secretsClient ??= new SecretsManagerClient(region ? { region } : {});
-    cached = secretsClient.send(new GetSecretValueCommand({ SecretId: arn })).then((answer) => {
-      if (!answer.SecretString) throw new ConfigError(`secret ${arn} has no string value`);
-      return answer.SecretString;
-    });
-    cached.catch(() => secretCache.delete(arn));
-    secretCache.set(arn, cached);
-  }
-  return cached;
+interface CachedSecret {
+  /** The read in flight, or its answer. */
+  readonly value: Promise<string>;
+  /** When the read was started (the cache's clock). */
+  readonly readAt: number;
+  /** Until when it is served without a new read. */
+  expiresAt: number;
+  /** The value it replaces, served if this read fails. */
+  readonly previous: string | null;
+  /** The value, once read. */
+  settled: string | null;
 }
 
-/** Forget one cached secret (an empty one, so that a filled-in value is read next time), or all. */
+let secretsClient: SecretsManagerClient | undefined;
+const secretCache = new Map<string, CachedSecret>();
+let clock: () => number = Date.now;
+
+/** Tests: the clock the cache reads (never wall time in a test's verdict). Without an argument: Date.now. */
+export function setSecretCacheClock(now?: () => number): void {
+  clock = now ?? Date.now;
+}
+
+/** A secret with no value at all reads as "no string value"; like an empty one, it is not configured yet. */
+export class EmptySecretError extends ConfigError {}
+
+function read(arn: string, region: string | undefined): Promise<string> {
+  secretsClient ??= new SecretsManagerClient(region ? { region } : {});
+  return secretsClient.send(new GetSecretValueCommand({ SecretId: arn })).then((answer) => {
+    if (!answer.SecretString) throw new EmptySecretError(`secret ${arn} has no string value`);
+    return answer.SecretString;
+  });
+}
+
+function start(arn: string, region: string | undefined, previous: string | null): CachedSecret {
+  const now = clock();
+  const entry: CachedSecret = { value: Promise.resolve(''), readAt: now, expiresAt: now + SECRET_TTL_MS, previous, settled: null };
+  const value = read(arn, region).then(
+    (text) => {
+      entry.settled = text;
+      return text;
+    },
+    (error: unknown) => {
+      if (secretCache.get(arn) !== entry) throw error;
+      if (error instanceof EmptySecretError) {
+        // Not configured yet: remember that briefly, then ask again.
+        entry.expiresAt = entry.readAt + EMPTY_SECRET_TTL_MS;
+        throw error;
+      }
+      if (previous !== null) {
+        // Secrets Manager failed: keep the value this read was to replace, and try again soon.
+        entry.settled = previous;
+        entry.expiresAt = clock() + FAILED_REFRESH_RETRY_MS;
+        return previous;
+      }
+      // Nothing to fall back on: not cached, the next call reads again.
+      secretCache.delete(arn);
+      throw error;
+    },
+  );
+  (entry as { value: Promise<string> }).value = value;
+  value.catch(() => undefined);
+  return entry;
+}
+
+/** A secret's string, from the container's cache while it is fresh (see the header). */
+export function getSecretString(arn: string, region?: string): Promise<string> {
+  const cached = secretCache.get(arn);
+  if (cached && clock() < cached.expiresAt) return cached.value;
+  const entry = start(arn, region, cached?.settled ?? cached?.previous ?? null);
+  secretCache.set(arn, entry);
+  return entry.value;
+}
+
+/** The value read holds nothing usable yet (an empty field of a JSON secret): keep it EMPTY_SECRET_TTL_MS only. */
+export function secretReadEmpty(arn: string): void {
+  const cached = secretCache.get(arn);
+  if (cached) cached.expiresAt = Math.min(cached.expiresAt, cached.readAt + EMPTY_SECRET_TTL_MS);
+}
+
+/**
+ * The cached value was shown stale (a signature that no current secret verifies, a 401): read it
+ * again at the next call — unless the value held was read less than `minAgeMs` ago, so that a
+ * stream of forged requests costs at most one read per that period. True when a re-read will happen.
+ */
+export function refreshSecret(arn: string, minAgeMs: number): boolean {
+  const cached = secretCache.get(arn);
+  if (!cached) return true;
+  if (clock() - cached.readAt < minAgeMs) return false;
+  cached.expiresAt = clock();
+  return true;
+}
+
+/** Forget one cached secret (a refused password: read it anew now), or all. */
 export function forgetSecrets(arn?: string): void {
   if (arn === undefined) secretCache.clear();
   else secretCache.delete(arn);

@@ -63,10 +63,16 @@ export const METRICS = {
   stripeWebhookUnavailable: 'StripeWebhookUnavailable',
   stripeEventContradictions: 'StripeEventContradictions',
   unrecordedCharges: 'UnrecordedCharges',
+  /** Events refused for their account or mode, or not confirmed by our key's retrieve (a new finding each). */
+  stripeEventsRefused: 'StripeEventsRefused',
   // … and the reconciler's inbox gauges
   stripeEventsApplied: 'StripeEventsApplied',
   inboxBacklog: 'StripeEventInboxBacklog',
   oldestInboxEventAgeSeconds: 'OldestStripeEventAgeSeconds',
   openContradictions: 'OpenStripeEventContradictions',
   openUnrecordedCharges: 'OpenUnrecordedCharges',
+  /** Open findings of refused / unconfirmed events: the StripeEventRefused alarm. */
+  openRefusedStripeEvents: 'OpenRefusedStripeEvents',
+  /** Seconds the fast path has been silent while operations reach Stripe: the StripeEventsNotArriving alarm. */
+  stripeEventsSilentSeconds: 'StripeEventsSilentSeconds',
 } as const;

@@ -2,7 +2,7 @@
 // key, bus — is lambdas/runtime/config.ts, shared with every function). Validated with messages that
 // say what to change; no secret is ever logged.
 import { ConfigError } from '../runtime/config.ts';
-import { forgetSecrets, getSecretString, parseSecretJson } from '../runtime/secrets.ts';
+import { EmptySecretError, getSecretString, parseSecretJson, secretReadEmpty } from '../runtime/secrets.ts';
 
 export interface StripeEventsConfig {
   /** Which door the function serves: a Function URL (webhook) or a partner-bus rule (eventbridge). */
@@ -53,26 +53,39 @@ export function loadStripeEventsConfig(env: Env = process.env): StripeEventsConf
 }
 
 /**
- * The signing secret, or null while none is configured (the stack creates the secret EMPTY: until an
- * operator pastes the whsec_… from the Dashboard, deliveries get 503 and Stripe keeps retrying them).
- * An empty read is forgotten so a warm container sees the value as soon as it is there.
+ * The signing secrets, or null while none is configured (the stack creates the secret EMPTY: until an
+ * operator pastes the whsec_… from the Dashboard, deliveries get 503 and Stripe keeps retrying them;
+ * an empty read is kept briefly, secrets.ts). The secret holds the secret itself, or JSON
+ * `{"secret": "whsec_…"}`, or during a roll `{"secret": "whsec_new", "previous": "whsec_old"}`: a
+ * delivery that verifies with either is accepted (docs/runbook.md, rolling the signing secret).
  */
-export async function webhookSecret(config: StripeEventsConfig, region?: string): Promise<string | null> {
-  if (config.webhookSecret) return config.webhookSecret;
+export async function webhookSecrets(config: StripeEventsConfig, region?: string): Promise<WebhookSecrets | null> {
+  if (config.webhookSecret) return { secret: config.webhookSecret, previousSecret: null };
   if (!config.webhookSecretArn) return null;
   let raw: string;
   try {
     raw = (await getSecretString(config.webhookSecretArn, region)).trim();
   } catch (error) {
     // A secret created with no value at all reads as "no string value": not configured yet.
-    if (error instanceof ConfigError) return null;
+    if (error instanceof EmptySecretError) return null;
     throw error;
   }
-  const field = raw.startsWith('{') ? parseSecretJson(config.webhookSecretArn, raw, '{"secret": "whsec_…"} or the secret').secret : raw;
-  const value = typeof field === 'string' ? field.trim() : '';
-  if (!value) {
-    forgetSecrets(config.webhookSecretArn);
+  const shape = '{"secret": "whsec_…"} or the secret';
+  const json = raw.startsWith('{') ? parseSecretJson(config.webhookSecretArn, raw, shape) : { secret: raw };
+  const values = [json.secret, json.previous].map((v) => (typeof v === 'string' ? v.trim() : '')).filter((v) => v !== '');
+  if (values.some((v) => !v.startsWith('whsec_'))) {
+    throw new ConfigError(`secret ${config.webhookSecretArn} must hold endpoint signing secrets (whsec_…): ${shape}, or {"secret": …, "previous": …} during a roll`);
+  }
+  if (typeof json.secret !== 'string' || json.secret.trim() === '') {
+    secretReadEmpty(config.webhookSecretArn);
     return null;
   }
-  return value;
+  const previous = values[1] !== undefined && values[1] !== values[0] ? values[1] : null;
+  return { secret: values[0]!, previousSecret: previous };
+}
+
+/** The current signing secret, and the one it replaces during a roll. */
+export interface WebhookSecrets {
+  readonly secret: string;
+  readonly previousSecret: string | null;
 }

@@ -15,9 +15,11 @@ import middy from '@middy/core';
 import type { APIGatewayProxyEventV2, APIGatewayProxyResultV2 } from 'aws-lambda';
 import { loadConfig } from '../runtime/config.ts';
 import { createLogger, createMetrics, describeError } from '../runtime/observability.ts';
+import { refreshSecret, STALE_PROOF_REFRESH_MIN_AGE_MS } from '../runtime/secrets.ts';
 import { METRICS } from '../runtime/settings.ts';
-import { loadStripeEventsConfig, webhookSecret } from './config.ts';
-import { receivePartnerEvent, receiveWebhook, toHttpAnswer, type PartnerEvent, type Reception } from './receive.ts';
+import { isRefusal } from '../payments/inbox-store.ts';
+import { loadStripeEventsConfig, webhookSecrets, type StripeEventsConfig } from './config.ts';
+import { receivePartnerEvent, receiveWebhook, RejectCode, toHttpAnswer, type PartnerEvent, type Reception, type WebhookSettings } from './receive.ts';
 import { receiveDeps } from './resources.ts';
 
 export const logger = createLogger();
@@ -32,19 +34,27 @@ async function webhook(event: APIGatewayProxyEventV2): Promise<APIGatewayProxyRe
     const config = loadConfig(process.env);
     const eventsConfig = loadStripeEventsConfig(process.env);
     if (eventsConfig.input !== 'webhook') throw new Error(`STRIPE_EVENTS_INPUT is ${eventsConfig.input}: this function takes no webhooks`);
-    const secret = await webhookSecret(eventsConfig, config.region);
-    if (secret === null) logger.error('STRIPE_WEBHOOK_SECRET(_ARN) holds no signing secret: deliveries are refused with 503 until it does (Stripe retries for three days)');
-    reception = await receiveWebhook(
-      { method: event.requestContext?.http?.method, body: event.body, isBase64Encoded: event.isBase64Encoded, headers: event.headers },
-      { secret, maxBodyBytes: eventsConfig.maxBodyBytes },
-      () => receiveDeps(config, eventsConfig, logger),
-    );
+    const request = { method: event.requestContext?.http?.method, body: event.body, isBase64Encoded: event.isBase64Encoded, headers: event.headers };
+    const deps = () => receiveDeps(config, eventsConfig, logger);
+    reception = await receiveWebhook(request, await webhookSettings(eventsConfig, config.region), deps);
+    // Signed with a secret put after this container read it (a roll): read it once more and verify
+    // again. At most once a minute (refreshSecret), so forged requests cannot make it read per request.
+    const arn = eventsConfig.webhookSecretArn;
+    if (reception.kind === 'rejected' && reception.code === RejectCode.signatureMismatch && arn && !eventsConfig.webhookSecret && refreshSecret(arn, STALE_PROOF_REFRESH_MIN_AGE_MS)) {
+      reception = await receiveWebhook(request, await webhookSettings(eventsConfig, config.region), deps);
+    }
   } catch (error) {
     logger.error('webhook handler not ready', describeError(error));
     reception = { kind: 'unavailable', detail: 'not configured' };
   }
   report(reception);
   return toHttpAnswer(reception);
+}
+
+async function webhookSettings(eventsConfig: StripeEventsConfig, region: string | undefined): Promise<WebhookSettings> {
+  const secrets = await webhookSecrets(eventsConfig, region);
+  if (secrets === null) logger.error('STRIPE_WEBHOOK_SECRET(_ARN) holds no signing secret: deliveries are refused with 503 until it does (Stripe retries for three days)');
+  return { secret: secrets?.secret ?? null, previousSecret: secrets?.previousSecret ?? null, maxBodyBytes: eventsConfig.maxBodyBytes };
 }
 
 async function partnerEvent(event: PartnerEvent): Promise<{ readonly result: Reception['kind'] }> {
@@ -62,8 +72,15 @@ function report(reception: Reception): void {
       metrics.addMetric(METRICS.stripeEventsReceived, MetricUnit.Count, 1);
       metrics.addMetric(METRICS.stripeEventDuplicates, MetricUnit.Count, reception.duplicate ? 1 : 0);
       if (reception.applied?.newFinding) {
-        // A contradiction, or a refund that failed after it succeeded (event-applier.ts): both are findings an operator resolves.
-        metrics.addMetric(reception.applied.outcome === 'unrecorded' ? METRICS.unrecordedCharges : METRICS.stripeEventContradictions, MetricUnit.Count, 1);
+        // An unrecorded charge; an event refused for its account or mode, or not confirmed by our key;
+        // else a contradiction or a refund that failed after it succeeded (event-applier.ts): all are
+        // findings an operator resolves.
+        const outcome = reception.applied.outcome;
+        metrics.addMetric(
+          outcome === 'unrecorded' ? METRICS.unrecordedCharges : isRefusal(outcome) ? METRICS.stripeEventsRefused : METRICS.stripeEventContradictions,
+          MetricUnit.Count,
+          1,
+        );
       }
       logger.info('stripe event recorded', {
         stripeEventId: reception.eventId,

@@ -87,6 +87,8 @@ export interface WebhookRequest {
 export interface WebhookSettings {
   /** The endpoint's signing secret (whsec_…). Null: not configured yet → 503, Stripe retries. */
   readonly secret: string | null;
+  /** During a roll, the one it replaces: a delivery signed with either is accepted. */
+  readonly previousSecret?: string | null;
   readonly maxBodyBytes: number;
   /** Seconds; undefined = the SDK's default (300). Tests only. */
   readonly toleranceSeconds?: number;
@@ -100,6 +102,30 @@ function classifySignatureError(error: unknown): RejectCode {
   return RejectCode.signatureMismatch;
 }
 
+/**
+ * The stripe SDK's check (raw bytes, never a re-serialised object: the signature is over exactly what
+ * was sent) against each secret in turn; the first that verifies wins. Refused with the first
+ * secret's reason (a stale timestamp is stale whatever the secret).
+ */
+async function verifySignature(
+  body: Buffer,
+  header: string,
+  secrets: readonly string[],
+  toleranceSeconds: number | undefined,
+): Promise<{ readonly ok: true; readonly json: unknown } | { readonly ok: false; readonly rejection: Reception }> {
+  let first: Reception | null = null;
+  for (const secret of secrets) {
+    try {
+      return { ok: true, json: await Stripe.webhooks.constructEventAsync(body, header, secret, toleranceSeconds) };
+    } catch (error) {
+      if (error instanceof SyntaxError) return { ok: false, rejection: { kind: 'rejected', code: RejectCode.invalidJson, detail: 'signed body is not JSON' } };
+      const code = classifySignatureError(error);
+      first ??= { kind: 'rejected', code, detail: code };
+    }
+  }
+  return { ok: false, rejection: first! };
+}
+
 export async function receiveWebhook(request: WebhookRequest, settings: WebhookSettings, deps: ReceiveDeps | (() => Promise<ReceiveDeps>)): Promise<Reception> {
   if (request.method !== undefined && request.method.toUpperCase() !== 'POST') return { kind: 'rejected', code: RejectCode.wrongMethod, detail: request.method };
   const raw = request.body ?? '';
@@ -109,15 +135,10 @@ export async function receiveWebhook(request: WebhookRequest, settings: WebhookS
   const header = request.headers?.['stripe-signature'];
   if (header === undefined || header === '') return { kind: 'rejected', code: RejectCode.missingSignature, detail: 'no Stripe-Signature header' };
 
-  let json: unknown;
-  try {
-    // The raw bytes, never a re-serialised object: the signature is over exactly what was sent.
-    json = await Stripe.webhooks.constructEventAsync(body, header, settings.secret, settings.toleranceSeconds);
-  } catch (error) {
-    if (error instanceof SyntaxError) return { kind: 'rejected', code: RejectCode.invalidJson, detail: 'signed body is not JSON' };
-    const code = classifySignatureError(error);
-    return { kind: 'rejected', code, detail: code };
-  }
+  const secrets = settings.previousSecret ? [settings.secret, settings.previousSecret] : [settings.secret];
+  const verified = await verifySignature(body, header, secrets, settings.toleranceSeconds);
+  if (!verified.ok) return verified.rejection;
+  const json = verified.json;
   const read = readStripeEvent(json);
   if (!read.ok) return { kind: 'rejected', code: RejectCode.notAnEvent, detail: read.reason };
   try {

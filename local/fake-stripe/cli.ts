@@ -5,7 +5,7 @@ import { FAULT_PROFILES, isFaultProfileName, startFakeStripe } from './server.ts
 
 const USAGE = `usage: fake-stripe [--port 12111] [--latency-ms 0] [--search-lag-ms 0] [--processing-settle-ms N]
                    [--faults none|flaky|chaos] [--seed N] [--rate-limit N]
-                   [--over-refund-error amount_too_large|no_code]`;
+                   [--over-refund-error amount_too_large|no_code] [--late-commit-ms N]`;
 
 function numberOption(name: string, value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
@@ -27,6 +27,7 @@ const { values } = parseArgs({
     seed: { type: 'string' },
     'rate-limit': { type: 'string' },
     'over-refund-error': { type: 'string', default: 'amount_too_large' },
+    'late-commit-ms': { type: 'string' },
     help: { type: 'boolean', short: 'h' },
   },
 });
@@ -57,6 +58,8 @@ const fake = await startFakeStripe({
   faults: { seed, rates: FAULT_PROFILES[profile] },
   ...(rateLimit !== undefined ? { rateLimit: { perSecond: rateLimit } } : {}),
   overRefundError,
+  // Without it, the late-commit faults commit only when POST /__fake/commit_late releases them.
+  lateCommitMs: numberOption('late-commit-ms', values['late-commit-ms']) ?? null,
 });
 
 console.log(`fake Stripe listening on ${fake.url} (faults: ${profile}, seed: ${seed})`);

@@ -154,6 +154,9 @@ export async function handleControl(fake: FakeStripe, req: IncomingMessage, res:
         if (paymentIntentId === undefined) throw new ControlError('paymentIntentId is required');
         return reply(res, 200, fake.dashboardRefund(paymentIntentId, optionalNumber(body, 'amount')));
       }
+      case 'POST /__fake/commit_late':
+        // Stripe commits now what it answered 500 for, or left in flight (the late-commit faults).
+        return reply(res, 200, { committed: fake.commitLate(parseMatch(body.match)) });
       case 'POST /__fake/reset':
         fake.reset();
         return reply(res, 200, { ok: true });

@@ -57,6 +57,8 @@ const FAULT_STAGE = {
   proxy_502_after_commit: 'answer',
   truncated_response_after_commit: 'answer',
   stall_after_commit: 'answer',
+  error_500_late_commit: 'commit',
+  in_flight_then_commit: 'commit',
 } as const satisfies Record<FaultKind, 'gate' | 'commit' | 'answer'>;
 export type FaultStage = (typeof FAULT_STAGE)[FaultKind];
 
@@ -73,10 +75,10 @@ export function faultStage(kind: FaultKind, endpoint: Endpoint): FaultStage {
 
 /**
  * Faults that only mean something for a create (they shape what gets executed). A refund create takes
- * `processing` (the refund is created `pending`) and the 500 before commit; a card decline has no
- * meaning for a refund.
+ * `processing` (the refund is created `pending`), the 500 before commit and the late commits; a card
+ * decline has no meaning for a refund.
  */
-const CREATE_ONLY: readonly FaultKind[] = ['error_500_before_commit', 'decline', 'processing'];
+const CREATE_ONLY: readonly FaultKind[] = ['error_500_before_commit', 'decline', 'processing', 'error_500_late_commit', 'in_flight_then_commit'];
 const PAYMENT_INTENT_CREATE_ONLY: readonly FaultKind[] = ['decline'];
 
 export function faultCanTarget(kind: FaultKind, endpoint: Endpoint): boolean {

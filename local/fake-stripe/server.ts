@@ -7,12 +7,15 @@
 //     ─ hold() ─ latency ─ EXECUTE (+ commit faults) ─ store answer for the key ─ deliver (+ answer faults)
 // Everything before "lock key" leaves no trace at Stripe; everything after it does, whatever the
 // caller hears. A refund create (refunds.ts) lives the very same life: #idempotentPost with a PostKind.
+// The late-commit faults (late-commits.ts) cut that life in two: the key is locked and answered (500)
+// or left in flight now, and EXECUTE happens later.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { handleControl } from './control.ts';
 import { faultStage, FaultPlan, matches, type ChosenFault, type RequestFacts, type RequestPhase } from './faults.ts';
-import { IdempotencyStore, type Lookup, type StoredResponse } from './idempotency.ts';
+import { IdempotencyStore, type KeyEntry, type Lookup, type StoredResponse } from './idempotency.ts';
+import { LateCommits } from './late-commits.ts';
 import { Ledger, type CreatedRange } from './ledger.ts';
 import { RefundApi, type Answer, type OverRefundError, type RefundParams } from './refunds.ts';
 import {
@@ -25,6 +28,8 @@ import {
   type FaultMatch,
   type FaultRates,
   type HoldHandle,
+  type LateCommitFault,
+  type LateCommitResult,
   type PaymentIntentRecord,
   type RefundFilter,
   type RefundJson,
@@ -188,8 +193,8 @@ interface PostKind<P> {
   /** For fault matching and the request log, from the raw body (valid or not); `replayed` when the key has an answer. */
   facts(body: FormObject, key: string | null, replayed: StoredResponse | null): RequestFacts;
   validate(body: FormObject): { readonly ok: true; readonly params: P } | { readonly ok: false; readonly error: ErrorEnvelope };
-  /** The commit: runs once per key (or per request without one); its answer is stored for the key. */
-  execute(x: Exchange, params: P, fault: FaultKind | null): StoredResponse;
+  /** The commit: runs once per key (or per request without one); its answer is stored for the key. nowMs: the moment it commits. */
+  execute(x: Exchange, params: P, fault: FaultKind | null, nowMs: number): StoredResponse;
 }
 
 function nonNegative(name: string, value: number): number {
@@ -222,6 +227,7 @@ class FakeStripeServer implements FakeStripe {
   #holds: Hold[] = [];
   readonly #parked = new Set<Hold>();
   readonly #settleTimers = new Set<NodeJS.Timeout>();
+  readonly #lateCommits: LateCommits;
   readonly #closing = new AbortController();
   #closed: Promise<void> | null = null;
   #generation = 0;
@@ -237,6 +243,7 @@ class FakeStripeServer implements FakeStripe {
     this.#faultKeyBy = options.faults?.keyBy ?? 'idempotency_key';
     this.#logLimit = options.requestLogLimit ?? 100_000;
     this.#refunds = new RefundApi((id) => this.#ledger.get(id), this.#processingSettleMs, options.overRefundError);
+    this.#lateCommits = new LateCommits(options.lateCommitMs == null ? null : nonNegative('lateCommitMs', options.lateCommitMs));
     this.#server = createServer((req, res) => this.#onRequest(req, res));
     this.#server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
   }
@@ -274,6 +281,8 @@ class FakeStripeServer implements FakeStripe {
       this.#parked.clear();
       this.#clearTimers();
       this.#refunds.stopTimers();
+      // A closed Stripe commits nothing more: pending late commits are dropped with their timers.
+      this.#lateCommits.drop();
       const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
       // Hanging and parked requests, and idle keep-alive sockets, would otherwise keep close() waiting.
       this.#server.closeAllConnections();
@@ -335,6 +344,10 @@ class FakeStripeServer implements FakeStripe {
     this.#refunds.setOverRefundError(form);
   }
 
+  commitLate(match: FaultMatch = {}): LateCommitResult[] {
+    return this.#lateCommits.release(match);
+  }
+
   paymentIntents(filter: { readonly operationId?: string; readonly orderId?: string } = {}): PaymentIntentRecord[] {
     return this.#ledger.records(filter);
   }
@@ -365,6 +378,8 @@ class FakeStripeServer implements FakeStripe {
       doubleChargedOrders: this.#ledger.doubleCharged('order_id'),
       keysCached: this.#keys.size,
       keysPruned: this.#keys.pruned,
+      lateCommitsPending: this.#lateCommits.pending,
+      lateCommitsMade: this.#lateCommits.made,
     };
   }
 
@@ -390,6 +405,7 @@ class FakeStripeServer implements FakeStripe {
     this.#seq = 0;
     this.#counters = freshCounters();
     this.#clearTimers();
+    this.#lateCommits.clear();
     // Parked requests belong to the old generation: let them go so they can be dropped.
     for (const hold of [...this.#holds, ...this.#parked]) hold.released.resolve();
     this.#holds = [];
@@ -481,7 +497,7 @@ class FakeStripeServer implements FakeStripe {
       paymentIntentId: replayed?.paymentIntentId ?? null,
     }),
     validate: validateCreate,
-    execute: (x, params, fault) => this.#execute(x, params, fault),
+    execute: (x, params, fault, nowMs) => this.#execute(x, params, fault, nowMs),
   };
 
   /** Refunds (refunds.ts) through the very same idempotency pipeline as PaymentIntent creates. */
@@ -490,13 +506,13 @@ class FakeStripeServer implements FakeStripe {
     path: '/v1/refunds',
     facts: (body, key, replayed) => ({ endpoint: 'refund_create', idempotencyKey: key, ...this.#refunds.createFacts(body, replayed) }),
     validate: (body) => this.#refunds.validateCreate(body),
-    execute: (x, params, fault) => {
+    execute: (x, params, fault, nowMs) => {
       const commitFault =
         fault === 'processing' || fault === 'error_500_before_commit' || fault === 'error_500_after_commit' ? fault : null;
       const stored = this.#refunds.execute(params, commitFault, {
         requestId: x.record.requestId,
         idempotencyKey: x.record.idempotencyKey,
-        nowMs: Date.now(),
+        nowMs,
       });
       x.record.refundId = stored.refundId ?? null;
       if (stored.refundId != null) this.#counters.refundCreatesExecuted += 1;
@@ -572,13 +588,68 @@ class FakeStripeServer implements FakeStripe {
       if (entry !== null) this.#keys.abandon(entry);
       return this.#drop(x);
     }
-    const stored = kind.execute(x, validated.params, fault?.kind ?? null);
+    if (fault?.kind === 'error_500_late_commit' || fault?.kind === 'in_flight_then_commit') {
+      return this.#commitLater(x, kind, validated.params, facts, entry, fault.kind);
+    }
+    const stored = kind.execute(x, validated.params, fault?.kind ?? null, Date.now());
     if (entry !== null) this.#keys.complete(entry, stored);
     return this.#deliver(x, kind.endpoint, stored.status, stored.body, fault);
   }
 
+  /**
+   * A create whose commit comes after its answer. Now: error_500_late_commit answers 500 and stores
+   * it for the key ("Subsequent requests with the same key return the same result, including 500
+   * errors", docs.stripe.com/api/idempotent_requests); in_flight_then_commit answers nothing and
+   * leaves the key in flight, so a re-send meets 409 idempotency_key_in_use (Stripe stores no result
+   * for a request that "conflicts with another request that's executing concurrently", same page).
+   * Nothing exists yet. Later (lateCommitMs, or commitLate()): the create executes as a normal one
+   * at that moment — its card or what is left on the charge decides, `created` is the commit — and,
+   * for in_flight_then_commit, its answer is stored for the key; the 500 stays the 500.
+   */
+  #commitLater<P>(x: Exchange, kind: PostKind<P>, params: P, facts: RequestFacts, entry: KeyEntry | null, fault: LateCommitFault): Promise<void> {
+    x.record.lateCommittedAt = null;
+    this.#lateCommits.add({
+      fault,
+      facts,
+      requestSeq: x.record.seq,
+      commit: () => {
+        const committedAtMs = Date.now();
+        const stored = kind.execute(x, params, null, committedAtMs);
+        if (fault === 'in_flight_then_commit' && entry !== null) this.#keys.complete(entry, stored);
+        x.record.lateCommittedAt = committedAtMs;
+        return {
+          fault,
+          endpoint: kind.endpoint,
+          idempotencyKey: facts.idempotencyKey,
+          operationId: facts.operationId,
+          orderId: facts.orderId,
+          requestSeq: x.record.seq,
+          status: stored.status,
+          paymentIntentId: stored.paymentIntentId,
+          refundId: stored.refundId ?? null,
+          committedAtMs,
+        };
+      },
+    });
+    if (fault === 'in_flight_then_commit') {
+      // As under `hang`: the socket stays open and silent until the client gives up (or close()).
+      this.#finish(x, 'hung');
+      return Promise.resolve();
+    }
+    const answered: StoredResponse = {
+      status: 500,
+      body: JSON.stringify(errors.apiError()),
+      requestId: x.record.requestId,
+      // Like a 500 before commit: no PaymentIntent made (for a refund: the one to be refunded).
+      paymentIntentId: facts.paymentIntentId,
+      refundId: null,
+    };
+    if (entry !== null) this.#keys.complete(entry, answered);
+    return this.#send(x, answered.status, answered.body);
+  }
+
   /** Runs a create (the "commit"): makes the PaymentIntent and the answer stored for its key. */
-  #execute(x: Exchange, params: CreateParams, fault: FaultKind | null): StoredResponse {
+  #execute(x: Exchange, params: CreateParams, fault: FaultKind | null, nowMs: number): StoredResponse {
     const requestId = x.record.requestId;
     if (fault === 'error_500_before_commit') {
       return { status: 500, body: JSON.stringify(errors.apiError()), requestId, paymentIntentId: null };
@@ -589,7 +660,7 @@ class FakeStripeServer implements FakeStripe {
         : fault === 'processing'
           ? { kind: 'status', status: 'processing' }
           : cardOutcome(params);
-    const pi = this.#ledger.create(params, outcome, x.record.idempotencyKey, Date.now());
+    const pi = this.#ledger.create(params, outcome, x.record.idempotencyKey, nowMs);
     this.#counters.createsExecuted += 1;
     x.record.paymentIntentId = pi.id;
     if (pi.status === 'processing') this.#scheduleSettle(pi.id);

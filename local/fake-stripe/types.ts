@@ -44,8 +44,48 @@ export const FAULT_KINDS = [
    * what a worker killed at that moment leaves behind (bench:peers uses it as its crash).
    */
   'stall_after_commit',
+  /**
+   * A create (PaymentIntent or Refund) answered 500 — the 500 stored for the key and replayed, as
+   * Stripe replays 500s — while NOTHING exists yet: the object is committed LATER (lateCommitMs, or
+   * commitLate()), with the request's parameters, `created` = the commit. (Scripted use and random
+   * rates; in no profile.)
+   */
+  'error_500_late_commit',
+  /**
+   * A create that takes its key and is never answered (the client times out, as under `hang`), but
+   * executes nothing yet: the key stays in flight (re-sends get 409 idempotency_key_in_use) until the
+   * LATER commit (lateCommitMs, or commitLate()) makes the object and stores its answer for the key.
+   */
+  'in_flight_then_commit',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
+
+/** The faults whose create is committed after Stripe answered it (or left it unanswered). */
+export type LateCommitFault = Extract<FaultKind, 'error_500_late_commit' | 'in_flight_then_commit'>;
+
+/** What one late commit did (commitLate() returns them, oldest request first). */
+export interface LateCommitResult {
+  readonly fault: LateCommitFault;
+  readonly endpoint: 'create' | 'refund_create';
+  readonly idempotencyKey: string | null;
+  /** metadata.operation_id / order_id of the create. */
+  readonly operationId: string | null;
+  readonly orderId: string | null;
+  /** The request that was answered 500 (or never answered): its `seq` in requests(). */
+  readonly requestSeq: number;
+  /**
+   * The status a normal execution gave at the commit: 200; 402 for a declined card (the PaymentIntent
+   * exists, requires_payment_method); 400 for a refund refused then (nothing made). For
+   * in_flight_then_commit this answer is now stored for the key; error_500_late_commit keeps its 500.
+   */
+  readonly status: number;
+  /** The PaymentIntent made (a create) or refunded (a refund create). */
+  readonly paymentIntentId: string | null;
+  /** The Refund made; null for a PaymentIntent create or a refund refused at the commit. */
+  readonly refundId: string | null;
+  /** When it was committed (epoch ms): the object's `created` is this, in seconds. */
+  readonly committedAtMs: number;
+}
 
 export type FaultRates = Partial<Record<FaultKind, number>>;
 
@@ -102,6 +142,11 @@ export interface FakeStripeOptions {
    * docs.stripe.com/error-codes documents) or 'no_code' (param `amount`, no code: seen from Stripe, refunds.ts).
    */
   readonly overRefundError?: 'amount_too_large' | 'no_code';
+  /**
+   * How long after its request a late commit (error_500_late_commit, in_flight_then_commit) happens
+   * by itself. null / undefined (default): only when commitLate() (POST /__fake/commit_late) releases it.
+   */
+  readonly lateCommitMs?: number | null;
 }
 
 export type PaymentIntentStatus =
@@ -192,6 +237,11 @@ export interface RequestRecord {
   readonly requestId: string;
   /** Time until the answer (or the loss) in ms; null while pending or hung. */
   readonly durationMs: number | null;
+  /**
+   * Late-commit faults only: when the create was committed (epoch ms), null while it is pending;
+   * absent on every other request.
+   */
+  readonly lateCommittedAt?: number | null;
 }
 
 export interface FakeStripeStats {
@@ -222,6 +272,10 @@ export interface FakeStripeStats {
   /** Idempotency keys currently remembered, and how many were forgotten by pruneKeys(). */
   readonly keysCached: number;
   readonly keysPruned: number;
+  /** Creates answered (or left unanswered) by a late-commit fault whose commit has not happened yet. */
+  readonly lateCommitsPending: number;
+  /** Late commits that ran (whatever they made: see LateCommitResult.status). */
+  readonly lateCommitsMade: number;
 }
 
 export interface HoldHandle {
@@ -273,6 +327,12 @@ export interface FakeStripe {
    */
   dashboardRefund(paymentIntentId: string, amount?: number): RefundJson;
   setOverRefundError(form: 'amount_too_large' | 'no_code'): void;
+  /**
+   * Commit now the pending late commits (error_500_late_commit, in_flight_then_commit) whose request
+   * matches (endpoint, operationId, orderId, idempotencyKey, paymentIntentId — for a refund the
+   * refunded one; {} or omitted: all), oldest request first, as a normal execution at this moment.
+   */
+  commitLate(match?: FaultMatch): LateCommitResult[];
   /** Ground truth: every PaymentIntent ever created, oldest first. */
   paymentIntents(filter?: { readonly operationId?: string; readonly orderId?: string }): PaymentIntentRecord[];
   /** Every /v1 request (up to requestLogLimit), oldest first; since = only those with seq > since. */
@@ -281,7 +341,7 @@ export interface FakeStripe {
   setFaultRates(rates: FaultRates, seed?: number): void;
   setLatency(ms: number): void;
   setSearchLag(ms: number): void;
-  /** Forget everything (PaymentIntents, keys, logs, counters, scripted faults, pending holds); settings stay. */
+  /** Forget everything (PaymentIntents, keys, logs, counters, scripted faults, pending holds and late commits); settings stay. */
   reset(): void;
 }
 

@@ -10,7 +10,13 @@
 //     is signed afresh with its own timestamp;
 //   - the event object (https://docs.stripe.com/api/events/object): id evt_…, object "event",
 //     api_version, created (unix seconds), data.object (the resource at that moment),
-//     data.previous_attributes for updates, livemode, pending_webhooks, request, type;
+//     data.previous_attributes for updates, livemode, pending_webhooks, request, type; and
+//     `account` — "The connected account that originates the event" — on the events a Connect
+//     platform's endpoint receives from its connected accounts ("These events include an account
+//     attribute that identifies the relevant connected account"; absent otherwise). `livemode` is
+//     the mode of the object ("If the object exists in live mode, the value is true"): a live
+//     endpoint gets live events, a test endpoint test events (docs.stripe.com/keys: "Objects in one
+//     mode aren't accessible to the other");
 //   - delivery (https://docs.stripe.com/webhooks#retries, #event-ordering): at least once — the
 //     same event may arrive more than once; no ordering guarantee; a delivery that gets no 2xx is
 //     retried with exponential backoff for up to three days (live mode).
@@ -32,6 +38,8 @@ export function signStripePayload(payload: string, secret: string, timestampSeco
 export interface StripeEventJson {
   readonly id: string;
   readonly object: 'event';
+  /** Present on a connected account's event delivered to a Connect endpoint; absent otherwise (as Stripe sends it). */
+  readonly account?: string;
   readonly api_version: string;
   readonly created: number;
   readonly data: { readonly object: Record<string, unknown>; readonly previous_attributes?: Record<string, unknown> };
@@ -41,14 +49,27 @@ export interface StripeEventJson {
   readonly type: string;
 }
 
-export function makeStripeEvent(type: string, object: Record<string, unknown>, options: { createdMs?: number; previousAttributes?: Record<string, unknown>; apiVersion?: string } = {}): StripeEventJson {
+/** Where an event comes from: a connected account (Connect) and the mode. Default: this account, test mode. */
+export interface EventOrigin {
+  /** A connected account's id (acct_…): the event carries it as `account`. Null / absent: the platform's own event. */
+  readonly account?: string | null;
+  /** The object's mode; the fake itself is test mode (sk_test_ keys), so false unless said. */
+  readonly livemode?: boolean;
+}
+
+export function makeStripeEvent(
+  type: string,
+  object: Record<string, unknown>,
+  options: { createdMs?: number; previousAttributes?: Record<string, unknown>; apiVersion?: string } & EventOrigin = {},
+): StripeEventJson {
   return {
     id: randomId('evt_', 24),
     object: 'event',
+    ...(options.account ? { account: options.account } : {}),
     api_version: options.apiVersion ?? FAKE_API_VERSION,
     created: Math.floor((options.createdMs ?? Date.now()) / 1000),
     data: { object: structuredClone(object), ...(options.previousAttributes ? { previous_attributes: options.previousAttributes } : {}) },
-    livemode: false,
+    livemode: options.livemode ?? false,
     pending_webhooks: 1,
     request: { id: null, idempotency_key: null },
     type,
@@ -131,6 +152,12 @@ export interface WebhookDispatcherOptions {
    * `charge.refund.updated` when it changes (and charge.refunded when it is made). Default FAKE_API_VERSION.
    */
   readonly apiVersion?: string;
+  /**
+   * The endpoint's origin (setOrigin() changes it at run time): `account` makes it a Connect
+   * endpoint receiving a connected account's events (each carries `account`); `livemode: true` a
+   * live-mode endpoint (each event says `livemode: true`). Default: the platform's own, test mode.
+   */
+  readonly origin?: EventOrigin;
 }
 
 /** The API version that gave every refund its refund.created / .updated / .failed events. */
@@ -181,6 +208,7 @@ export class WebhookDispatcher {
   readonly #apiVersion: string;
   readonly #refundEvents: boolean;
   readonly #deliverEvents: boolean;
+  #origin: EventOrigin;
   /** When a PaymentIntent that was seen unsettled (processing, requires_action) was first seen settled. */
   readonly #settledAt = new Map<string, number>();
   readonly #events: StripeEventJson[] = [];
@@ -205,11 +233,31 @@ export class WebhookDispatcher {
     this.#apiVersion = options.apiVersion ?? FAKE_API_VERSION;
     if (!/^\d{4}-\d{2}-\d{2}(\.\w+)?$/.test(this.#apiVersion)) throw new RangeError(`apiVersion must be a Stripe version like ${FAKE_API_VERSION}, got ${JSON.stringify(this.#apiVersion)}`);
     this.#refundEvents = hasRefundEvents(this.#apiVersion);
+    this.#origin = options.origin ?? {};
   }
 
-  /** An event as rendered for this endpoint's api_version. */
+  /** An event as rendered for this endpoint's api_version, from this endpoint's origin (account, mode). */
   #event(type: string, object: Record<string, unknown>, previousAttributes?: Record<string, unknown>): StripeEventJson {
-    return makeStripeEvent(type, object, { apiVersion: this.#apiVersion, ...(previousAttributes ? { previousAttributes } : {}) });
+    return makeStripeEvent(type, object, { apiVersion: this.#apiVersion, ...this.#origin, ...(previousAttributes ? { previousAttributes } : {}) });
+  }
+
+  /**
+   * From now on, events are made as a Connect endpoint receives a connected account's (`account`
+   * set), or as a live-mode endpoint's (`livemode: true`) — or back to the platform's own test-mode
+   * events with `{}`. What an integration meets when a Connect-enabled endpoint, or an endpoint of the
+   * other mode, points at it.
+   */
+  setOrigin(origin: EventOrigin): void {
+    this.#origin = origin;
+  }
+
+  /**
+   * An event of `type` about `object` as given — an object of the ledger, or anything else (another
+   * account's object, a snapshot that never existed) — from this endpoint's origin (or `origin`),
+   * signed and delivered like every other event, with the configured faults.
+   */
+  send(type: string, object: Record<string, unknown>, origin: EventOrigin = this.#origin): StripeEventJson {
+    return this.emit(makeStripeEvent(type, object, { apiVersion: this.#apiVersion, ...origin }));
   }
 
   /** PaymentIntent id → when Stripe settled it (first seen final after being seen processing / requiring action). */

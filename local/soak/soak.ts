@@ -609,6 +609,9 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     // The net-amount invariant (issue 15): Stripe's refunds — the requested ones and the remedies' — against the ledger's.
     refunds: fake.refunds(),
     sentOrderIds,
+    // Every refund request the sender put on the queue (it throws when a chunk cannot be sent): each
+    // must end as its refund operation or its rejection (lost_refund).
+    sentRefunds: refundPlans.flatMap((plan) => plan.entries.map((e) => JSON.parse(e.MessageBody!) as RefundRequest)).map(({ orderId, refundId }) => ({ orderId, refundId })),
     dlqOrderIds,
     requireQuiescent: true,
   });

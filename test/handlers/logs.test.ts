@@ -196,10 +196,13 @@ describe('log lines of the real handlers', () => {
         METRICS.stripeEventsApplied,
         METRICS.stripeEventContradictions,
         METRICS.unrecordedCharges,
+        METRICS.stripeEventsRefused,
         METRICS.inboxBacklog,
         METRICS.oldestInboxEventAgeSeconds,
         METRICS.openContradictions,
         METRICS.openUnrecordedCharges,
+        METRICS.openRefusedStripeEvents,
+        METRICS.stripeEventsSilentSeconds,
       ].sort(),
     );
     expect(emf[0]).toMatchObject({ RejectedMessagesLastPeriod: 2, ReviewQueueSize: 0 });

@@ -75,6 +75,8 @@ const EXPECTED: Record<Exclude<AlarmName, 'ReconcilerNotRunning'>, Expected> = {
   StripeWebhookUnavailable: { namespace: 'ChargePipeline', metricName: METRICS.stripeWebhookUnavailable, dimensions: service, statistic: 'Sum', threshold: 0 },
   StripeEventBacklogTooOld: { namespace: 'ChargePipeline', metricName: METRICS.oldestInboxEventAgeSeconds, dimensions: service, statistic: 'Maximum', threshold: 600 },
   StripeEventContradiction: { namespace: 'ChargePipeline', metricName: METRICS.openContradictions, dimensions: service, statistic: 'Maximum', threshold: 0 },
+  StripeEventRefused: { namespace: 'ChargePipeline', metricName: METRICS.openRefusedStripeEvents, dimensions: service, statistic: 'Maximum', threshold: 0 },
+  StripeEventsNotArriving: { namespace: 'ChargePipeline', metricName: METRICS.stripeEventsSilentSeconds, dimensions: service, statistic: 'Maximum', threshold: 900 },
   UnrecordedCharge: { namespace: 'ChargePipeline', metricName: METRICS.openUnrecordedCharges, dimensions: service, statistic: 'Maximum', threshold: 0 },
   DatabaseFreeStorageLow: {
     namespace: 'AWS/RDS',
@@ -170,6 +172,7 @@ describe('the alarms', () => {
       oldestMessageAgeAlarmThreshold: cdk.Duration.minutes(3),
       oldestOpenOperationAgeAlarmThreshold: cdk.Duration.hours(6),
       oldestUnpublishedEventAgeAlarmThreshold: cdk.Duration.minutes(2),
+      stripeEventsSilenceAlarmThreshold: cdk.Duration.minutes(40),
     });
     const thresholds = Object.fromEntries(
       ofType(configured.resources, 'AWS::CloudWatch::Alarm').map(([, a]) => [a.Properties!.AlarmName, a.Properties!.Threshold]),
@@ -178,6 +181,7 @@ describe('the alarms', () => {
       'payments-OldestMessageTooOld': 180,
       'payments-OldestOpenOperationTooOld': 21600,
       'payments-OutcomeEventsNotPublished': 120,
+      'payments-StripeEventsNotArriving': 2400,
     });
   });
 });
@@ -221,7 +225,8 @@ describe('the alarm topic', () => {
   it('can be one the user brings', () => {
     const brought = synthPipeline((s) => ({ alarmTopic: new sns.Topic(s, 'OnCall') }));
     expect(ofType(brought.resources, 'AWS::SNS::Topic')).toHaveLength(1);
-    expect(ofType(brought.resources, 'AWS::KMS::Key')).toHaveLength(0);
+    // No key for a topic (the one KMS key is the Stripe secret's, lib/perimeter.ts).
+    expect(ofType(brought.resources, 'AWS::KMS::Key').map(([id]) => id)).toEqual([logicalId(brought.pipeline.node.findChild('StripeSecretKey') as never)]);
     for (const [, a] of ofType(brought.resources, 'AWS::CloudWatch::Alarm')) {
       expect(a.Properties!.AlarmActions).toEqual([{ Ref: logicalId(brought.pipeline.alarmTopic) }]);
     }

@@ -41,7 +41,7 @@ async function send(bodies: readonly { body: string; group: string }[]): Promise
   }
 }
 
-function start(handler: SqsHandler, options: { concurrency?: number; functionTimeoutMs?: number; batchSize?: number } = {}) {
+function start(handler: SqsHandler, options: { concurrency?: number; functionTimeoutMs?: number; batchSize?: number; waitTimeSeconds?: number } = {}) {
   const reports: InvocationReport[] = [];
   source = new SqsEventSource({
     client: sqs.client,
@@ -52,7 +52,7 @@ function start(handler: SqsHandler, options: { concurrency?: number; functionTim
     concurrency: options.concurrency ?? 2,
     batchSize: options.batchSize ?? 10,
     functionTimeoutMs: options.functionTimeoutMs ?? 5_000,
-    waitTimeSeconds: 1,
+    waitTimeSeconds: options.waitTimeSeconds ?? 1,
     onInvocation: (r) => reports.push(r),
   });
   source.start();
@@ -103,12 +103,22 @@ describe('SqsEventSource (Lambda SQS event source, ReportBatchItemFailures)', ()
         MessageAttributes: { traceparent: { DataType: 'String', StringValue: 'abc' }, blob: { DataType: 'Binary', BinaryValue: Buffer.from('hi') } },
       }),
     );
-    let seen: { event: SQSEvent; context: Context; remainingAtStart: number; remainingLater: number } | undefined;
+    // The context's clock, read between two readings of ours: its deadline is fixed, 3 s after the
+    // invocation began (between start() and the handler's entry), and it runs down with the clock.
+    type Reading = { before: number; remaining: number; after: number };
+    const read = (context: Context): Reading => {
+      const before = Date.now();
+      const remaining = context.getRemainingTimeInMillis();
+      return { before, remaining, after: Date.now() };
+    };
+    let seen: { event: SQSEvent; context: Context; entered: number; first: Reading; later: Reading } | undefined;
+    const started = Date.now();
     start(
       async (event, context) => {
-        const remainingAtStart = context.getRemainingTimeInMillis();
+        const entered = Date.now();
+        const first = read(context);
         await sleep(60);
-        seen = { event, context, remainingAtStart, remainingLater: context.getRemainingTimeInMillis() };
+        seen = { event, context, entered, first, later: read(context) };
         return { batchItemFailures: [] };
       },
       { functionTimeoutMs: 3_000 },
@@ -137,9 +147,16 @@ describe('SqsEventSource (Lambda SQS event source, ReportBatchItemFailures)', ()
     expect(ctx.functionName).toBe('charge');
     expect(ctx.invokedFunctionArn).toBe('arn:aws:lambda:us-east-1:000000000000:function:charge');
     expect(ctx.awsRequestId).toMatch(/^[0-9a-f-]{36}$/);
-    expect(seen!.remainingAtStart).toBeLessThanOrEqual(3_000);
-    expect(seen!.remainingAtStart).toBeGreaterThan(2_500);
-    expect(seen!.remainingLater).toBeLessThan(seen!.remainingAtStart - 40);
+    const { first, later, entered } = seen!;
+    // deadline − now = remaining, so the deadline lies in [before + remaining, after + remaining] of each reading.
+    for (const r of [first, later]) {
+      expect(r.before + r.remaining).toBeLessThanOrEqual(entered + 3_000);
+      expect(r.after + r.remaining).toBeGreaterThanOrEqual(started + 3_000);
+    }
+    // The same deadline both times: the clock ran down by exactly the time that passed between them.
+    expect(later.before + later.remaining).toBeLessThanOrEqual(first.after + first.remaining);
+    expect(later.after + later.remaining).toBeGreaterThanOrEqual(first.before + first.remaining);
+    expect(later.remaining).toBeLessThan(first.remaining);
   });
 
   it('redelivers a record reported failed with a growing ApproximateReceiveCount, then moves it to the DLQ; deletes the rest', async () => {
@@ -203,10 +220,12 @@ describe('SqsEventSource (Lambda SQS event source, ReportBatchItemFailures)', ()
       { body: 'fast', group: 'y' },
     ]);
     let calls = 0;
-    const reports = start(
+    // The first invocation returns only once the source has given up on it (its timeout decided,
+    // reported): however slow the machine, it can only be too late — never a sleep that must be long enough.
+    const reports: InvocationReport[] = start(
       async (event) => {
         calls += 1;
-        if (calls === 1) await sleep(800); // beyond the 300 ms timeout
+        if (calls === 1) await until(() => reports.some((r) => r.outcome === 'timeout'));
         return { batchItemFailures: event.Records.length > 0 ? [] : [] };
       },
       { concurrency: 1, functionTimeoutMs: 300 },
@@ -264,17 +283,23 @@ describe('SqsEventSource (Lambda SQS event source, ReportBatchItemFailures)', ()
   it('stop() aborts the long poll at once and waits for the batch in flight', async () => {
     await send([{ body: 'in-flight', group: 'q' }]);
     let finished = false;
-    start(async () => {
-      await sleep(400);
-      finished = true;
-      return { batchItemFailures: [] };
-    });
+    const stopping = Promise.withResolvers<void>();
+    // Two pollers: one takes the message, the other sits in a 20 s long poll. The batch ends only
+    // after stop() was called, so stop() must wait for it; and it must abort the long poll, or it
+    // could not drain within its 10 s bound (the poll alone would take 20 s).
+    start(
+      async () => {
+        await stopping.promise;
+        finished = true;
+        return { batchItemFailures: [] };
+      },
+      { waitTimeSeconds: 20 },
+    );
     await until(() => source!.counters().inFlight === 1);
-    const t = Date.now();
-    const result = await source!.stop(5_000);
-    expect(result).toEqual({ drained: true, abandoned: 0 });
+    const stopped = source!.stop(10_000);
+    stopping.resolve();
+    expect(await stopped).toEqual({ drained: true, abandoned: 0 });
     expect(finished).toBe(true);
-    expect(Date.now() - t).toBeLessThan(2_000);
     expect(source!.counters().deleted).toBe(1);
   });
 });

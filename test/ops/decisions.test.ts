@@ -286,7 +286,9 @@ describe('parseInvocation', () => {
     const parsed = parseInvocation(['review', 'note', id, '--lambda', 'fn', '--reason', 'x y', '--region=eu-west-1', '--json'], 'alice');
     expect(parsed.transport).toEqual({ lambda: 'fn', region: 'eu-west-1' });
     expect(parsed.forwardArgv).toEqual(['review', 'note', id, '--reason', 'x y', '--json']);
-    expect(parsed.command).toEqual({ name: 'review note', operationId: id, action: { actor: 'operator:alice', reason: 'x y' } });
+    expect(parsed.command).toEqual({ name: 'review note', operationId: id, action: { actor: 'operator:alice', reason: 'x y', claimed: 'alice', claimedFrom: 'os-user' } });
+    // --yes is the CLI's too: never forwarded.
+    expect(parseInvocation(['review', 'note', id, '--reason', 'r', '--yes', '--lambda', 'fn'], 'alice')).toMatchObject({ confirmed: true, forwardArgv: ['review', 'note', id, '--reason', 'r'] });
   });
 
   it('an explicit --actor wins over the OS user; the operator: prefix is not doubled', () => {

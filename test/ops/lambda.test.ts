@@ -1,22 +1,29 @@
 // One core, two entry points: the ops Lambda's handler answers exactly what `npm run ops -- … --json`
 // prints, and the CLI's --lambda mode reaches it through the real @aws-sdk/client-lambda.
+import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { OpsResponse } from '../../lambdas/ops/commands.ts';
+import { recordRejectedMessages } from '../../lambdas/payments/rejected-store.ts';
 import { resetResources } from '../../lambdas/runtime/resources.ts';
 import { createTestDatabase } from '../support/db.ts';
 import { startStripe } from '../support/stripe.ts';
+import { startFakeSts, type FakeSts } from '../support/fake-sts.ts';
 import { startLambdaEndpoint, type LambdaEndpoint } from './lambda-endpoint.ts';
-import { auditEvents, cli, cliJson, intoReviewChargedUnseen, intoReviewNothingCharged, opsEnv, resultOf, type Harness } from './support.ts';
+import { auditEvents, cli, cliJson, engine, intoReviewChargedUnseen, intoReviewNothingCharged, opsEnv, order, resultOf, type Harness } from './support.ts';
 
 let h: Harness;
 let env: NodeJS.ProcessEnv;
 let endpoint: LambdaEndpoint;
+let sts: FakeSts;
 let handler: (typeof import('../../lambdas/ops/handler.ts'))['handler'];
 
 beforeAll(async () => {
   h = { db: await createTestDatabase('ops_lambda'), stripe: await startStripe() };
-  env = opsEnv(h);
+  sts = await startFakeSts();
+  sts.addPrincipal({ accessKeyId: 'AKIDONCALL', secretAccessKey: 'oncall-secret' }, ONCALL);
+  // The operator's shell: its AWS credentials sign the identity proof, checked by the fake STS.
+  env = { ...opsEnv(h), AWS_ACCESS_KEY_ID: 'AKIDONCALL', AWS_SECRET_ACCESS_KEY: 'oncall-secret', AWS_REGION: 'us-east-1', OPS_STS_ENDPOINT: sts.url };
   // The function's environment, as the stack sets it (a URL here instead of the secret ARN).
   Object.assign(process.env, {
     DATABASE_URL: env.DATABASE_URL,
@@ -25,6 +32,9 @@ beforeAll(async () => {
     STRIPE_MAX_NETWORK_RETRIES: '0',
     OPS_SEARCH_SETTLE_MS: '0',
     POWERTOOLS_LOG_LEVEL: 'WARN',
+    AWS_REGION: 'us-east-1',
+    OPS_STS_ENDPOINT: sts.url,
+    OPS_OPERATOR_ARNS: 'arn:aws:iam::000000000000:role/payments/PaymentsOnCall',
   });
   // Imported once the environment is set: the logger reads its level when the module loads.
   ({ handler } = await import('../../lambdas/ops/handler.ts'));
@@ -37,6 +47,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await endpoint.close();
+  await sts.close();
   await resetResources();
   await h.stripe.close();
   await h.db.drop();
@@ -56,6 +67,7 @@ function stable(value: unknown): unknown {
 }
 
 const lambda = ['--lambda', 'charge-ops'];
+const ONCALL = { arn: 'arn:aws:sts::000000000000:assumed-role/PaymentsOnCall/alice', account: '000000000000', userId: 'AROAEXAMPLE:alice' };
 
 describe('the ops Lambda', () => {
   it('returns the same document as the CLI for the same command', async () => {
@@ -67,10 +79,10 @@ describe('the ops Lambda', () => {
       expect(fromLambda.ok, argv.join(' ')).toBe(true);
       expect(stable(fromLambda), argv.join(' ')).toEqual(stable(fromCli));
     }
-    // Refusals too.
+    // Refusals too (a write through the function: signed, and confirmed with --yes).
     const argv = ['review', 'reissue', charged, '--confirm-no-charge', '--reason', 'r', '--actor', 'alice'];
     const refusedCli = (await cliJson(argv, env)).response;
-    const refusedLambda = await handler({ command: argv });
+    const refusedLambda = (await cliJson([...argv, ...lambda, '--endpoint', endpoint.url, '--yes'], env)).response;
     expect(refusedLambda).toMatchObject({ ok: false, exitCode: 1, error: { code: 'refused' } });
     expect(stable(refusedLambda)).toEqual(stable(refusedCli));
   });
@@ -81,38 +93,43 @@ describe('the ops Lambda', () => {
     const viaLambda = await cliJson(['review', 'list', ...lambda, '--endpoint', endpoint.url], env);
     expect(viaLambda.code).toBe(0);
     expect(stable(viaLambda.response)).toEqual(stable(direct));
-    // What was sent: the argv minus the transport options.
-    expect(endpoint.invocations.at(-1)?.event).toEqual({ command: ['review', 'list', '--json'] });
+    // What was sent: the argv minus the transport options, and the caller's identity proof.
+    expect(endpoint.invocations.at(-1)?.event).toEqual({ command: ['review', 'list', '--json'], identity: { v: 1, query: expect.stringMatching(/^Action=GetCallerIdentity&/) } });
 
     const table = await cli(['stats', ...lambda, '--endpoint', endpoint.url], env);
     expect(table.code).toBe(0);
     expect(table.stdout).toMatch(/review queue/);
   });
 
-  it('an action through the Lambda names the CLI user as actor and records the invocation', async () => {
+  it('an action through the Lambda is the verified caller\'s, the CLI user beside it as a note, and records the invocation', async () => {
     const id = await intoReviewNothingCharged(h);
-    const run = await cli(['review', 'resolve', id, '--as', 'failed', '--reason', 'INC-7 verified no charge', ...lambda, '--endpoint', endpoint.url], env);
+    const run = await cli(['review', 'resolve', id, '--as', 'failed', '--reason', 'INC-7 verified no charge', ...lambda, '--endpoint', endpoint.url, '--yes'], env);
     expect(run.code).toBe(0);
     const sent = endpoint.invocations.at(-1)!;
-    expect(sent.event).toEqual({ command: ['review', 'resolve', id, '--as', 'failed', '--reason', 'INC-7 verified no charge', '--actor', os.userInfo().username] });
+    expect(sent.event).toMatchObject({ command: ['review', 'resolve', id, '--as', 'failed', '--reason', 'INC-7 verified no charge', '--actor', os.userInfo().username] });
     const audit = (await auditEvents(h, id)).at(-1)!;
-    expect(audit).toMatchObject({ action: 'operator_resolved', actor: `operator:${os.userInfo().username}`, to_status: 'failed' });
-    expect(audit.detail).toMatchObject({ reason: 'INC-7 verified no charge', transport: { kind: 'lambda', requestId: sent.requestId, functionName: 'charge-ops' } });
+    expect(audit).toMatchObject({ action: 'operator_resolved', actor: `operator:${ONCALL.arn}`, to_status: 'failed' });
+    expect(audit.detail).toMatchObject({
+      reason: 'INC-7 verified no charge',
+      transport: { kind: 'lambda', requestId: sent.requestId, functionName: 'charge-ops' },
+      identity: { verified: true, method: 'sts:GetCallerIdentity', arn: ONCALL.arn, account: ONCALL.account, userId: ONCALL.userId, allowedBy: 'arn:aws:iam::000000000000:role/payments/PaymentsOnCall' },
+      actorNote: os.userInfo().username,
+    });
   });
 
   it('refusals and bad arguments come back as answers with exit codes, through the CLI too', async () => {
     const { id } = await intoReviewChargedUnseen(h);
-    const refused = await cli(['review', 'resolve', id, '--as', 'failed', '--reason', 'x', ...lambda, '--endpoint', endpoint.url], env);
+    const refused = await cli(['review', 'resolve', id, '--as', 'failed', '--reason', 'x', ...lambda, '--endpoint', endpoint.url, '--yes'], env);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/refused: Stripe shows a succeeded PaymentIntent/);
 
     expect(await handler({})).toMatchObject({ ok: false, exitCode: 2, error: { code: 'usage', message: expect.stringMatching(/"command"/) } });
     expect(await handler({ command: 'stats' })).toMatchObject({ exitCode: 2 });
     expect(await handler({ command: ['stats', '--lambda', 'x'] })).toMatchObject({ exitCode: 2, error: { message: expect.stringMatching(/options of the CLI/) } });
-    // Inside the function nobody is logged in: an action must name its actor.
+    // Inside the function nobody is logged in: an action without an identity proof is refused.
     expect(await handler({ command: ['review', 'note', id, '--reason', 'x'] })).toMatchObject({
-      exitCode: 2,
-      error: { message: expect.stringMatching(/--actor is required/) },
+      exitCode: 1,
+      error: { code: 'unauthorized', message: expect.stringMatching(/^review note writes: through the ops function only as a caller STS verified/) },
     });
     expect(await handler({ command: ['review', 'lsit'] })).toMatchObject({ exitCode: 2, error: { message: expect.stringMatching(/review has: list, show/) } });
   });
@@ -126,8 +143,31 @@ describe('the ops Lambda', () => {
     expect(missing.stderr).toMatch(/error: .*not found/i);
   });
 
-  it('answers a command from `aws lambda invoke` shape without --json (the Lambda always answers JSON)', async () => {
-    const answer = await handler({ command: ['stats'] });
-    expect(resultOf(answer, 'stats').operations.total).toBeGreaterThan(0);
+  it('answers a command from `aws lambda invoke` shape without --json (the Lambda always answers JSON): stats of a known database, figure by figure', async () => {
+    // A database of its own, so that the figures are this setup's only: one of each state.
+    const known: Harness = { db: await createTestDatabase('ops_lambda_stats'), stripe: h.stripe };
+    try {
+      const e = engine(known);
+      const paid = await e.requestCharge(order());
+      expect((await e.executeCharge(paid)).status).toBe('succeeded');
+      const declined = await e.requestCharge(order({ paymentMethod: 'pm_card_chargeDeclined' }));
+      expect((await e.executeCharge(declined)).status).toBe('failed');
+      const review = await intoReviewNothingCharged(known);
+      const waiting = await e.requestCharge(order()); // durable, never attempted, due now
+      await recordRejectedMessages(known.db.pool, [{ messageId: `m-${randomUUID()}`, reasonCode: 'invalid_json', reason: 'body is not valid JSON', rawBody: 'x' }]);
+      process.env.DATABASE_URL = known.db.url;
+      await resetResources();
+      const stats = resultOf(await handler({ command: ['stats'] }), 'stats');
+      expect(stats.operations).toEqual({ pending: 1, unknown: 1, succeeded: 1, failed: 1, total: 4 });
+      expect(stats.open).toMatchObject({ pending: 1, unknown: 0, oldestOperationId: waiting, dueNow: 1, leased: 0 });
+      expect(stats.review).toMatchObject({ size: 1, oldestOperationId: review });
+      expect(stats.rejected).toEqual({ last24h: 1 });
+      // Charge Succeeded, Charge Failed, Charge Needs Review: written, never published (no bus here).
+      expect(stats.outbox.unpublished).toBe(3);
+    } finally {
+      process.env.DATABASE_URL = env.DATABASE_URL;
+      await resetResources();
+      await known.db.drop();
+    }
   });
 });

@@ -7,14 +7,17 @@
 // Each time: every record is durable or in batchItemFailures, never neither; SQS redelivers the
 // failed ones; the reconciler settles what was left open; and the invariant checker, against the
 // fake's ground truth, finds one charge per order, nothing lost, every outcome with its trail.
+// Refund requests ride in the batches whose request statements fail (database unreachable, a
+// statement timeout): each must come back from SQS too — acknowledged without its refund operation
+// or rejection, it would be gone (the checker's lost_refund; nothing else would tell).
 import { randomUUID } from 'node:crypto';
 import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ChargeEngine } from '../../lambdas/payments/engine.ts';
-import type { ChargeRequest } from '../../lambdas/payments/message.ts';
-import { sendChargeRequests } from '../../lambdas/producer/client.ts';
-import { checkInvariants, formatReport } from '../../local/invariants.ts';
+import type { ChargeRequest, RefundRequest } from '../../lambdas/payments/message.ts';
+import { sendChargeRequests, sendRefundRequest } from '../../lambdas/producer/client.ts';
+import { checkInvariants, formatReport, type SentRefund } from '../../local/invariants.ts';
 import { freePort } from '../../local/postgres.ts';
 import { startLocalSqs, type LocalSqs } from '../../local/sqs.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
@@ -65,6 +68,26 @@ beforeEach(async () => {
 });
 
 const order = (overrides: Partial<ChargeRequest> = {}): ChargeRequest => chargeOrder({ orderId: `dbf-${randomUUID()}`, amount: 4200, customerId: 'cus_db_faults', ...overrides });
+
+/** Orders charged before the fault (one batch, the database up): what the refunds of a test refund. */
+async function chargedOrders(n: number): Promise<ChargeRequest[]> {
+  const requests = Array.from({ length: n }, () => order());
+  await sendChargeRequests(sqs.client, sqs.queueUrl, requests);
+  const turn = await deliverOnce(queue, handler);
+  expect(turn.response).toEqual({ batchItemFailures: [] });
+  for (const r of requests) expect(stripe.fake.paymentIntents({ orderId: r.orderId }).map((pi) => pi.status)).toEqual(['succeeded']);
+  return requests;
+}
+
+/** The fake's newest request so far: `requests(since)` are the ones after it. */
+const lastRequestSeq = () => stripe.fake.requests().at(-1)?.seq ?? 0;
+
+/** A refund request of each order, through the producer client (its own message group: the order's). */
+async function sendRefunds(orders: readonly ChargeRequest[]): Promise<RefundRequest[]> {
+  const refunds = orders.map((o): RefundRequest => ({ type: 'refund', orderId: o.orderId, refundId: `rf-${randomUUID()}`, amount: 1200, reason: 'requested_by_customer' }));
+  for (const refund of refunds) await sendRefundRequest(sqs.client, sqs.queueUrl, refund);
+  return refunds;
+}
 
 async function sendRaw(body: string, groupId: string): Promise<void> {
   await sqs.client.send(new SendMessageCommand({ QueueUrl: sqs.queueUrl, MessageBody: body, MessageGroupId: groupId, MessageDeduplicationId: randomUUID() }));
@@ -123,49 +146,70 @@ async function reconcileUntilSettled(orderIds: string[]): Promise<void> {
   }
 }
 
-async function expectInvariants(orderIds: string[], rejectedBodies: string[]): Promise<void> {
+async function expectInvariants(orderIds: string[], rejectedBodies: string[], refunds: readonly SentRefund[] = []): Promise<void> {
   await reconcileUntilSettled(orderIds);
-  const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), sentOrderIds: orderIds, orderIds, requireQuiescent: true });
+  const report = await checkInvariants({
+    db: db.pool,
+    paymentIntents: stripe.fake.paymentIntents(),
+    refunds: stripe.fake.refunds(),
+    sentOrderIds: orderIds,
+    sentRefunds: refunds,
+    orderIds,
+    requireQuiescent: true,
+  });
   expect(report.violations, formatReport(report)).toEqual([]);
-  expect(report.byStatus.succeeded).toBe(new Set(orderIds).size);
+  expect(report.byStatus.succeeded).toBe(new Set(orderIds).size + refunds.length);
+  // Each refund made once at Stripe, by its own operation.
+  for (const r of refunds) expect(stripe.fake.refunds({ orderId: r.orderId }).map((x) => [x.amount, x.status])).toEqual([[1200, 'succeeded']]);
   expect(stripe.fake.stats().doubleCharges).toBe(0);
   // Each rejected body has exactly one row, however many times SQS delivered it.
   expect((await db.pool.query('SELECT count(*)::int AS n FROM rejected_messages WHERE raw_body = ANY($1)', [rejectedBodies])).rows[0].n).toBe(rejectedBodies.length);
 }
 
-/** Every record of a turn: durable (an operation or a rejected row for its message) or in batchItemFailures. */
+/**
+ * Every record of a turn: durable (its operation — a refund's own, by order and refund id — or a
+ * rejected row for its message) or in batchItemFailures.
+ */
 async function expectDurableOrRetried(turn: Awaited<ReturnType<typeof deliverOnce>>): Promise<void> {
   const failed = new Set(turn.response!.batchItemFailures.map((f) => f.itemIdentifier));
   for (const m of turn.messages) {
     if (failed.has(m.MessageId!)) continue;
     const rejected = await db.pool.query('SELECT 1 FROM rejected_messages WHERE message_id = $1', [m.MessageId]);
-    let body: { orderId?: unknown } = {};
+    let body: { type?: unknown; orderId?: unknown; refundId?: unknown } = {};
     try {
-      body = JSON.parse(m.Body!) as { orderId?: unknown };
+      body = JSON.parse(m.Body!) as typeof body;
     } catch {}
-    const op = typeof body.orderId === 'string' ? await db.pool.query('SELECT 1 FROM payment_operations WHERE order_id = $1', [body.orderId]) : { rowCount: 0 };
+    const op =
+      typeof body.orderId !== 'string'
+        ? { rowCount: 0 }
+        : body.type === 'refund'
+          ? await db.pool.query(`SELECT 1 FROM payment_operations WHERE order_id = $1 AND kind = 'refund' AND refund_id = $2`, [body.orderId, body.refundId])
+          : await db.pool.query(`SELECT 1 FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`, [body.orderId]);
     expect((rejected.rowCount ?? 0) + (op.rowCount ?? 0), `acknowledged but not durable: ${m.Body}`).toBeGreaterThan(0);
   }
 }
 
 describe('database faults under the charge handler', () => {
-  it('unreachable when the function starts (cold container, nothing listening) → every record retried; after it is back, one charge each', async () => {
+  it('unreachable when the function starts (cold container, nothing listening) → every record retried, refunds too; after it is back, one charge and one refund each', async () => {
+    const charged = await chargedOrders(2);
+    const since = lastRequestSeq(); // the charges' requests came before the fault
     const requests = [order(), order(), order()];
     await sendChargeRequests(sqs.client, sqs.queueUrl, requests);
+    const refunds = await sendRefunds(charged);
     const poison = `{"not":"a charge","id":"${randomUUID()}"}`;
     await sendRaw(poison, 'poison-cold');
     process.env.DATABASE_URL = `postgres://postgres:postgres@127.0.0.1:${await freePort()}/nothing`;
     await resetResources();
 
     const down = await deliverOnce(queue, handler);
-    expect(down.messages).toHaveLength(4);
+    expect(down.messages).toHaveLength(6);
     expect(down.response!.batchItemFailures.map((f) => f.itemIdentifier).sort()).toEqual(down.messages.map((m) => m.MessageId!).sort());
-    expect(stripe.fake.requests()).toHaveLength(0); // nothing can have been charged: nothing was durable
+    expect(stripe.fake.requests(since)).toHaveLength(0); // nothing can have been charged or refunded: nothing was durable
 
     process.env.DATABASE_URL = db.url;
     await resetResources();
     expect(await drainQueue()).toBeGreaterThan(0);
-    await expectInvariants(requests.map((r) => r.orderId), [poison]);
+    await expectInvariants([...charged, ...requests].map((r) => r.orderId), [poison], refunds);
   });
 
   it('the request statement’s connection is killed mid-statement → the batch is retried, then settles', async () => {
@@ -212,19 +256,24 @@ describe('database faults under the charge handler', () => {
     await expectInvariants([...requests, conflictWith].map((r) => r.orderId), [conflicting]);
   });
 
-  it('a statement timeout on the request statement (rows locked elsewhere) → retried, nothing charged; later settled', async () => {
+  it('a statement timeout on the request statement (rows locked elsewhere) → retried, charges and refunds, nothing sent; later settled', async () => {
+    const charged = await chargedOrders(2);
+    const since = lastRequestSeq();
     process.env.DB_STATEMENT_TIMEOUT_MS = '300';
     await resetResources();
     const requests = [order(), order()];
     await sendChargeRequests(sqs.client, sqs.queueUrl, requests);
+    const refunds = await sendRefunds(charged);
     const lock = await lockOperations();
     const result = await deliverOnce(queue, handler);
     await lock.release();
     await expectDurableOrRetried(result);
-    expect(result.response!.batchItemFailures).toHaveLength(2);
-    expect(stripe.fake.requests()).toHaveLength(0);
+    // The batch statement of the charges and each refund's own request statement timed out.
+    expect(result.messages).toHaveLength(4);
+    expect(result.response!.batchItemFailures.map((f) => f.itemIdentifier).sort()).toEqual(result.messages.map((m) => m.MessageId!).sort());
+    expect(stripe.fake.requests(since)).toHaveLength(0);
     await drainQueue();
-    await expectInvariants(requests.map((r) => r.orderId), []);
+    await expectInvariants([...charged, ...requests].map((r) => r.orderId), [], refunds);
   });
 
   it('a statement timeout on the outcome statement → acknowledged (durable), one charge each after the reconciler', async () => {

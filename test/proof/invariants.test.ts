@@ -51,8 +51,6 @@ async function healthyWorld() {
   };
 }
 
-const kinds = (report: { violations: readonly { kind: ViolationKind }[] }) => [...new Set(report.violations.map((v) => v.kind))];
-
 function fakeSucceededPi(base: Partial<PaymentIntentRecord> & { metadata: Record<string, string> }): PaymentIntentRecord {
   return {
     id: `pi_forged_${randomUUID().replaceAll('-', '')}`,
@@ -135,7 +133,8 @@ describe('checkInvariants on healthy states', () => {
     expect(quiet.violations).toEqual([]);
     expect(quiet.warnings).toEqual([expect.objectContaining({ kind: 'refund_awaiting_review', operationId: behindReview.operationId, detail: expect.stringContaining('in review') })]);
     const stuck = await w.check({ orderIds: [w.orders[2]!], sentOrderIds: [], requireQuiescent: true });
-    expect(stuck.violations.map((v) => [v.kind, v.operationId])).toEqual(expect.arrayContaining([['unsettled', w.openId], ['unsettled', behindOpen.operationId]]));
+    // Exactly those two: the open charge and the refund behind it.
+    expect(stuck.violations.map((v) => [v.kind, v.operationId]).sort()).toEqual([['unsettled', w.openId], ['unsettled', behindOpen.operationId]].sort());
     expect(stuck.warnings).toEqual([]);
   });
 
@@ -157,21 +156,58 @@ describe('checkInvariants detects every kind of broken promise', () => {
     // The list of kinds and the list of proofs must not drift apart.
     expect([...seen].sort()).toEqual([...VIOLATION_KINDS].sort());
   });
-  const expectKind = (report: Awaited<ReturnType<typeof checkInvariants>>, kind: ViolationKind, operationId?: string) => {
-    expect(report.ok).toBe(false);
-    expect(kinds(report)).toContain(kind);
-    if (operationId) expect(report.violations.find((v) => v.kind === kind)?.operationId).toBe(operationId);
-    expect(formatReport(report)).toContain(kind);
-    seen.add(kind);
+  /** One violation the planted defect must cause: its kind, operation (or none), order, and what its detail says. */
+  interface Expected {
+    readonly kind: ViolationKind;
+    readonly operationId?: string;
+    readonly orderId: string;
+    readonly detail?: RegExp;
+  }
+  /**
+   * The report holds EXACTLY these violations, in the checker's order (each kind is found in its own
+   * pass): a checker that flags too much fails here as surely as one that misses the defect.
+   */
+  const expectViolations = (report: Awaited<ReturnType<typeof checkInvariants>>, expected: readonly Expected[]) => {
+    expect(report.violations.map((v) => ({ kind: v.kind, operationId: v.operationId ?? null, orderId: v.orderId ?? null, detail: v.detail }))).toEqual(
+      expected.map((e) => ({ kind: e.kind, operationId: e.operationId ?? null, orderId: e.orderId, detail: e.detail ? expect.stringMatching(e.detail) : expect.any(String) })),
+    );
+    expect(report.ok).toBe(expected.length === 0);
+    for (const e of expected) {
+      expect(formatReport(report)).toContain(e.kind);
+      seen.add(e.kind);
+    }
   };
+
+  it('a clean world, every input given (refunds, sent orders and refunds, a rejection, the DLQ): exactly no violation and no warning', async () => {
+    const w = await healthyWorld();
+    const refund = await engine().processRefund({ orderId: w.paid.orderId, refundId: `rf-${randomUUID()}`, amount: 500, reason: null });
+    expect(refund.execution?.status).toBe('succeeded');
+    const rejected = `inv-rejected-${randomUUID()}`;
+    const inDlq = `inv-dlq-${randomUUID()}`;
+    await db.pool.query(
+      `INSERT INTO rejected_messages (message_id, reason_code, reason, order_id, body_sha256, raw_body) VALUES ($1, 'refund_rejected', 'no_charge', $2, 'x', $3)`,
+      [randomUUID(), rejected, JSON.stringify({ type: 'refund', orderId: rejected, refundId: 'rf-r', amount: 1 })],
+    );
+    const orders = [...w.orders, rejected, inDlq];
+    const report = await w.check({
+      refunds: stripe.fake.refunds(),
+      orderIds: [...w.orders.filter((o) => o !== w.orders[2]), rejected, inDlq], // the open one is judged (and must be unsettled) below
+      sentOrderIds: orders.filter((o) => o !== w.orders[2]),
+      sentRefunds: [{ orderId: w.paid.orderId, refundId: refund.input.refundId }, { orderId: rejected, refundId: 'rf-r' }, { orderId: inDlq, refundId: 'rf-d' }],
+      dlqOrderIds: [inDlq],
+      requireQuiescent: true,
+    });
+    expect(report.violations).toEqual([]);
+    expect(report.warnings).toEqual([]);
+    expect(report).toMatchObject({ ok: true, sentOrders: 5, sentRefunds: 3, rejectedMessages: 1, dlqOrders: 1 });
+  });
 
   it('double_charge: a second succeeded PaymentIntent for one order', async () => {
     const w = await healthyWorld();
     const real = stripe.fake.paymentIntents({ operationId: w.paidId })[0]!;
     const second = { ...real, id: `${real.id}_again`, idempotencyKey: 'a-fresh-key' };
     const report = await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), second] });
-    expectKind(report, 'double_charge', w.paidId);
-    expect(report.violations.find((v) => v.kind === 'double_charge')!.detail).toContain(second.id);
+    expectViolations(report, [{ kind: 'double_charge', operationId: w.paidId, orderId: w.paid.orderId, detail: new RegExp(`2 succeeded PaymentIntents: ${real.id} .*${second.id} \\(key a-fresh-key\\)`) }]);
   });
 
   it('double_charge: the real thing, a new key per retry (the anti-pattern) at the fake Stripe', async () => {
@@ -179,7 +215,7 @@ describe('checkInvariants detects every kind of broken promise', () => {
     const metadata = { operation_id: w.paidId, order_id: w.paid.orderId, key_generation: '0' };
     const naive = await stripe.gateway.createPaymentIntent({ ...w.paid, idempotencyKey: `naive-${randomUUID()}`, metadata });
     expect(naive.ok).toBe(true);
-    expectKind(await w.check(), 'double_charge', w.paidId);
+    expectViolations(await w.check(), [{ kind: 'double_charge', operationId: w.paidId, orderId: w.paid.orderId, detail: /2 succeeded PaymentIntents: .*key naive-/ }]);
   });
 
   it('a double charge whose remedy waits for a human is a warning; one whose remedy Stripe refused as a key misuse is a violation', async () => {
@@ -195,11 +231,13 @@ describe('checkInvariants detects every kind of broken promise', () => {
     const reason = 'List proves that no Refund exists for this operation, but it is not re-issued automatically: the key window has passed';
     await db.pool.query(`UPDATE payment_operations SET review_reason = $2, next_attempt_at = NULL WHERE id = $1`, [remedy.refundOperationId, reason]);
     const waiting = await w.check({ refunds: stripe.fake.refunds() });
-    expect(waiting.violations.filter((v) => v.orderId === w.paid.orderId)).toEqual([]);
-    expect(waiting.warnings).toContainEqual(expect.objectContaining({ kind: 'duplicate_awaiting_review', orderId: w.paid.orderId, detail: expect.stringContaining(reason) }));
+    expect(waiting.violations).toEqual([]);
+    expect(waiting.warnings).toEqual([{ kind: 'duplicate_awaiting_review', operationId: w.paidId, orderId: w.paid.orderId, detail: `${extra.value.id} still charged; the remedy waits for a human: ${reason}` }]);
     // The same remedy in review because Stripe refused its key (a bug in key use): still a double charge.
     await db.pool.query(`UPDATE payment_operations SET last_error_class = 'StripeIdempotencyError' WHERE id = $1`, [remedy.refundOperationId]);
-    expectKind(await w.check({ refunds: stripe.fake.refunds() }), 'double_charge', w.paidId);
+    const misused = await w.check({ refunds: stripe.fake.refunds() });
+    expectViolations(misused, [{ kind: 'double_charge', operationId: w.paidId, orderId: w.paid.orderId, detail: new RegExp(extra.value.id) }]);
+    expect(misused.warnings).toEqual([]);
   });
 
   /** The healthy world plus a refund of 500 of the paid order through the engine (issue 15). */
@@ -215,34 +253,50 @@ describe('checkInvariants detects every kind of broken promise', () => {
   it('net_amount: Stripe kept another amount than asked minus the refunds the pipeline made (a refund behind its back)', async () => {
     const w = await refundedWorld();
     const extra = { ...w.refund, id: 're_behind_the_back', amount: 100, metadata: {} };
-    expectKind(await w.check({ refunds: [...stripe.fake.refunds(), extra] }), 'net_amount', w.paidId);
+    // The refund nobody asked for is also one no operation knows.
+    expectViolations(await w.check({ refunds: [...stripe.fake.refunds(), extra] }), [
+      { kind: 'net_amount', operationId: w.paidId, orderId: w.paid.orderId, detail: /^Stripe kept 900 \(1 succeeded PaymentIntents, 600 refunded\); expected 1000 \(succeeded, 500 refunded by the pipeline\)$/ },
+      { kind: 'unrecorded_refund', orderId: w.paid.orderId, detail: /re_behind_the_back of 100 .*known by no refund operation/ },
+    ]);
   });
 
   it('over_refund: more refunded than charged for an order', async () => {
     const w = await refundedWorld();
     const extra = { ...w.refund, id: 're_too_much', amount: 5000, metadata: {} };
-    expectKind(await w.check({ refunds: [...stripe.fake.refunds(), extra] }), 'over_refund', w.paidId);
+    expectViolations(await w.check({ refunds: [...stripe.fake.refunds(), extra] }), [
+      { kind: 'over_refund', operationId: w.paidId, orderId: w.paid.orderId, detail: /^refunded 5500 of 1500 charged$/ },
+      { kind: 'net_amount', operationId: w.paidId, orderId: w.paid.orderId, detail: /^Stripe kept -4000 / },
+      { kind: 'unrecorded_refund', orderId: w.paid.orderId, detail: /re_too_much of 5000/ },
+    ]);
   });
 
   it('succeeded_without_refund: a refund operation succeeded on a Refund Stripe does not have', async () => {
     const w = await refundedWorld();
-    expectKind(await w.check({ refunds: stripe.fake.refunds().filter((r) => r.id !== w.refund.id) }), 'succeeded_without_refund', w.refundOperationId);
+    // Stripe then kept the whole charge, which the ledger says was partly refunded.
+    expectViolations(await w.check({ refunds: stripe.fake.refunds().filter((r) => r.id !== w.refund.id) }), [
+      { kind: 'net_amount', operationId: w.paidId, orderId: w.paid.orderId, detail: /^Stripe kept 1500 .*expected 1000/ },
+      { kind: 'succeeded_without_refund', operationId: w.refundOperationId, orderId: w.paid.orderId, detail: new RegExp(`^external_id ${w.refund.id} is no Refund at Stripe$`) },
+    ]);
   });
 
   it('refund_mismatch: a refund operation succeeded on a Refund of another amount', async () => {
     const w = await refundedWorld();
     const changed = stripe.fake.refunds().map((r) => (r.id === w.refund.id ? { ...r, amount: 499 } : r));
-    expectKind(await w.check({ refunds: changed }), 'refund_mismatch', w.refundOperationId);
+    expectViolations(await w.check({ refunds: changed }), [
+      { kind: 'net_amount', operationId: w.paidId, orderId: w.paid.orderId, detail: /^Stripe kept 1001 .*expected 1000/ },
+      { kind: 'refund_mismatch', operationId: w.refundOperationId, orderId: w.paid.orderId, detail: new RegExp(`^Refund ${w.refund.id}: amount 499 ≠ 500$`) },
+    ]);
   });
 
   it('unrecorded_refund: a refund at Stripe that no refund operation names (made behind the pipeline’s back)', async () => {
     const w = await refundedWorld();
     const extra = { ...w.refund, id: 're_nobody_knows', amount: 1, metadata: {} };
-    const report = await w.check({ refunds: [...stripe.fake.refunds(), extra] });
-    expectKind(report, 'unrecorded_refund');
-    expect(report.violations.find((v) => v.kind === 'unrecorded_refund')!.detail).toContain('re_nobody_knows');
-    // A failed one returned nothing: not a violation.
-    expect(kinds(await w.check({ refunds: [...stripe.fake.refunds(), { ...extra, status: 'failed' as const }] }))).not.toContain('unrecorded_refund');
+    expectViolations(await w.check({ refunds: [...stripe.fake.refunds(), extra] }), [
+      { kind: 'net_amount', operationId: w.paidId, orderId: w.paid.orderId, detail: /^Stripe kept 999 / },
+      { kind: 'unrecorded_refund', orderId: w.paid.orderId, detail: /^succeeded Refund re_nobody_knows of 1 on pi_\w+ \(operation_id none\) is known by no refund operation$/ },
+    ]);
+    // A failed one returned nothing: no violation at all.
+    expect((await w.check({ refunds: [...stripe.fake.refunds(), { ...extra, status: 'failed' as const }] })).violations).toEqual([]);
   });
 
   it('unsafe_reissue: a new key generation while an older generation’s PaymentIntent may still charge', async () => {
@@ -256,74 +310,115 @@ describe('checkInvariants detects every kind of broken promise', () => {
     });
     expect(reissued?.operation.keyGeneration).toBe(1);
     const older = fakeSucceededPi({ status: 'processing', metadata: { operation_id: w.reviewId, order_id: w.orders[3]!, key_generation: '0' } });
-    const report = await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), older] });
-    expectKind(report, 'unsafe_reissue', w.reviewId);
+    expectViolations(await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), older] }), [
+      { kind: 'unsafe_reissue', operationId: w.reviewId, orderId: w.orders[3]!, detail: new RegExp(`^re-issued to key generation 1 while PaymentIntent ${older.id} of generation 0 is processing$`) },
+    ]);
     // A declined older generation is no charge and can never become one: no violation.
     const harmless = { ...older, status: 'requires_payment_method' as const };
-    expect(kinds(await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), harmless] }))).not.toContain('unsafe_reissue');
+    expect((await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), harmless] })).violations).toEqual([]);
   });
 
   it('lost_order: sent, but nowhere', async () => {
     const w = await healthyWorld();
     const lost = `inv-lost-${randomUUID()}`;
-    const report = await w.check({ orderIds: [...w.orders, lost], sentOrderIds: [...w.orders, lost] });
-    expectKind(report, 'lost_order');
-    expect(report.violations[0]!.orderId).toBe(lost);
+    expectViolations(await w.check({ orderIds: [...w.orders, lost], sentOrderIds: [...w.orders, lost] }), [
+      { kind: 'lost_order', orderId: lost, detail: /^sent, but no operation, no rejected_messages row and not in the DLQ$/ },
+    ]);
+  });
+
+  it('lost_refund: a refund request sent, acknowledged, and nowhere — not its operation, not its rejection, not the DLQ', async () => {
+    const w = await refundedWorld();
+    const made = await db.pool.query<{ refund_id: string }>(`SELECT refund_id FROM payment_operations WHERE id = $1`, [w.refundOperationId]);
+    const rejectedBody = { type: 'refund', orderId: w.paid.orderId, refundId: 'rf-refused', amount: 99_999 };
+    await db.pool.query(
+      `INSERT INTO rejected_messages (message_id, reason_code, reason, order_id, body_sha256, raw_body) VALUES ($1, 'refund_rejected', 'exceeds_charge', $2, 'x', $3)`,
+      [randomUUID(), w.paid.orderId, JSON.stringify(rejectedBody)],
+    );
+    const sentRefunds = [
+      { orderId: w.paid.orderId, refundId: made.rows[0]!.refund_id }, // its operation
+      { orderId: w.paid.orderId, refundId: made.rows[0]!.refund_id }, // a repeat: the same operation
+      { orderId: w.paid.orderId, refundId: 'rf-refused' }, // its rejected_messages row
+      { orderId: w.paid.orderId, refundId: 'rf-gone' }, // of an order that has both: lost all the same
+      { orderId: w.orders[1]!, refundId: 'rf-of-declined' }, // nothing of it anywhere
+    ];
+    const report = await w.check({ refunds: stripe.fake.refunds(), sentRefunds });
+    expectViolations(report, [
+      { kind: 'lost_refund', orderId: w.paid.orderId, detail: /^refund rf-gone sent, but no refund operation, no rejected_messages row and not in the DLQ$/ },
+      { kind: 'lost_refund', orderId: w.orders[1]!, detail: /^refund rf-of-declined sent/ },
+    ]);
+    expect(report.sentRefunds).toBe(4);
+    // In the DLQ (its message group is its order), a refund is visible, not lost.
+    expectViolations(await w.check({ refunds: stripe.fake.refunds(), sentRefunds, dlqOrderIds: [w.orders[1]!] }), [{ kind: 'lost_refund', orderId: w.paid.orderId, detail: /^refund rf-gone / }]);
   });
 
   it('wrongly_failed: failed, while its PaymentIntent succeeded', async () => {
     const w = await healthyWorld();
     const pis = stripe.fake.paymentIntents().map((pi) => (pi.metadata.operation_id === w.declinedId ? { ...pi, status: 'succeeded' as const } : pi));
-    expectKind(await w.check({ paymentIntents: pis }), 'wrongly_failed', w.declinedId);
+    expectViolations(await w.check({ paymentIntents: pis }), [
+      { kind: 'wrongly_failed', operationId: w.declinedId, orderId: w.orders[1]!, detail: /^operation is failed \(pi_\w+\) but PaymentIntent pi_\w+ succeeded$/ },
+    ]);
   });
 
   it('succeeded_without_charge: succeeded, but its PaymentIntent is not (or does not exist)', async () => {
     const w = await healthyWorld();
     const processing = stripe.fake.paymentIntents().map((pi) => (pi.metadata.operation_id === w.paidId ? { ...pi, status: 'processing' as const } : pi));
-    expectKind(await w.check({ paymentIntents: processing }), 'succeeded_without_charge', w.paidId);
+    expectViolations(await w.check({ paymentIntents: processing }), [
+      { kind: 'succeeded_without_charge', operationId: w.paidId, orderId: w.paid.orderId, detail: /^PaymentIntent pi_\w+ is processing, not succeeded$/ },
+    ]);
     const missing = stripe.fake.paymentIntents().filter((pi) => pi.metadata.operation_id !== w.paidId);
-    expectKind(await w.check({ paymentIntents: missing }), 'succeeded_without_charge', w.paidId);
+    expectViolations(await w.check({ paymentIntents: missing }), [
+      { kind: 'succeeded_without_charge', operationId: w.paidId, orderId: w.paid.orderId, detail: /^external_id pi_\w+ is no PaymentIntent at Stripe$/ },
+    ]);
   });
 
   it('charge_mismatch: succeeded on a PaymentIntent of another amount', async () => {
     const w = await healthyWorld();
     const pis = stripe.fake.paymentIntents().map((pi) => (pi.metadata.operation_id === w.paidId ? { ...pi, amount: pi.amount + 1 } : pi));
-    expectKind(await w.check({ paymentIntents: pis }), 'charge_mismatch', w.paidId);
+    expectViolations(await w.check({ paymentIntents: pis }), [
+      { kind: 'charge_mismatch', operationId: w.paidId, orderId: w.paid.orderId, detail: /^PaymentIntent pi_\w+: amount 1501 ≠ 1500$/ },
+    ]);
   });
 
   it('unrecorded_charge: a succeeded PaymentIntent no operation knows', async () => {
     const w = await healthyWorld();
-    const stray = fakeSucceededPi({ metadata: { operation_id: randomUUID(), order_id: w.orders[2]!.replace('inv-', 'inv-x'), key_generation: '0' } });
-    const report = await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), stray], orderIds: undefined, sentOrderIds: [] });
-    expectKind(report, 'unrecorded_charge');
+    const strayOrder = w.orders[2]!.replace('inv-', 'inv-x');
+    const stray = fakeSucceededPi({ metadata: { operation_id: randomUUID(), order_id: strayOrder, key_generation: '0' } });
+    expectViolations(await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), stray], orderIds: [...w.orders, strayOrder], sentOrderIds: w.orders }), [
+      { kind: 'unrecorded_charge', orderId: strayOrder, detail: new RegExp(`^succeeded PaymentIntent ${stray.id} \\(operation_id ${stray.metadata.operation_id}\\) has no operation$`) },
+    ]);
   });
 
   it('unrecorded_charge: after quiescence a succeeded PaymentIntent whose operation is still open (not in review)', async () => {
     const w = await healthyWorld();
     const pi = fakeSucceededPi({ metadata: { operation_id: w.openId, order_id: w.orders[2]!, key_generation: '0' } });
     const running = await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), pi] });
-    expect(running.ok).toBe(true); // the reconciler may still find it
-    expectKind(await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), pi], requireQuiescent: true }), 'unrecorded_charge', w.openId);
+    expect(running.violations).toEqual([]); // the reconciler may still find it
+    // Quiescent, the open operation is also unsettled, as it is in the healthy world.
+    expectViolations(await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), pi], requireQuiescent: true }), [
+      { kind: 'unrecorded_charge', operationId: w.openId, orderId: w.orders[2]!, detail: new RegExp(`^succeeded PaymentIntent ${pi.id}, but the operation is still unknown after quiescence$`) },
+      { kind: 'unsettled', operationId: w.openId, orderId: w.orders[2]!, detail: /^still unknown \(1 attempts\) and not in review after quiescence$/ },
+    ]);
   });
 
   it('unsettled: in review without a reason', async () => {
     const w = await healthyWorld();
     await db.pool.query(`UPDATE payment_operations SET review_reason = ' ' WHERE id = $1`, [w.openId]);
-    expectKind(await w.check(), 'unsettled', w.openId);
+    expectViolations(await w.check(), [{ kind: 'unsettled', operationId: w.openId, orderId: w.orders[2]!, detail: /^in review with an empty reason$/ }]);
   });
 
   it('audit_mismatch: attempts without their outcome_recorded events, and a missing `requested`', async () => {
     const w = await healthyWorld();
     const orderId = `inv-noaudit-${randomUUID()}`;
-    // Written behind the engine's back: a failed outcome with no trail at all.
+    // Written behind the engine's back: a failed outcome with no trail at all (and so no outcome event either).
     const { rows } = await db.pool.query<{ id: string }>(
       `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method, status, attempts, settled_at, next_attempt_at)
        VALUES ($1, 100, 'eur', 'cus_test', 'pm_card_visa', 'failed', 1, now(), NULL) RETURNING id`,
       [orderId],
     );
-    const report = await w.check({ orderIds: [...w.orders, orderId] });
-    expectKind(report, 'audit_mismatch', rows[0]!.id);
-    expect(report.violations.find((v) => v.kind === 'audit_mismatch')!.detail).toMatch(/requested.*outcome_recorded|attempts = 1/);
+    expectViolations(await w.check({ orderIds: [...w.orders, orderId] }), [
+      { kind: 'audit_mismatch', operationId: rows[0]!.id, orderId, detail: /^0 'requested' events \(want 1\); attempts = 1 but 0 'outcome_recorded' events; row is failed but the last recorded transition is to nothing$/ },
+      { kind: 'outbox_mismatch', operationId: rows[0]!.id, orderId, detail: /^want one 'Charge Failed', found \[\]$/ },
+    ]);
   });
 
   it('audit_mismatch: an extra outcome_recorded event', async () => {
@@ -332,12 +427,14 @@ describe('checkInvariants detects every kind of broken promise', () => {
       `INSERT INTO payment_operation_events (operation_id, actor, action, step, from_status, to_status) VALUES ($1, 'forger', 'outcome_recorded', 'create', 'pending', 'succeeded')`,
       [w.paidId],
     );
-    expectKind(await w.check(), 'audit_mismatch', w.paidId);
+    expectViolations(await w.check(), [
+      { kind: 'audit_mismatch', operationId: w.paidId, orderId: w.paid.orderId, detail: /^attempts = 1 but 2 'outcome_recorded' events; 2 claim endings for 1 'attempt_started' events$/ },
+    ]);
   });
 
   it('outbox_mismatch: an operation whose event sequences are not 1…n in write order', async () => {
-    const w = await healthyWorld();
-    // An open operation whose review event is numbered 2 with no 1 before it.
+    await healthyWorld();
+    // An open operation whose review event is numbered 2 with no 1 before it (written by hand: no trail either).
     const orderId = `inv-seq-${randomUUID()}`;
     const open = await db.pool.query<{ id: string }>(
       `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method, status, review_reason, event_sequence)
@@ -349,8 +446,10 @@ describe('checkInvariants detects every kind of broken promise', () => {
       `INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1::uuid, $2::uuid, 'Charge Needs Review', jsonb_build_object('eventId', $1::text, 'operationId', $2::text, 'status', 'needs_review', 'reason', 'forged', 'sequence', 2))`,
       [eventId, open.rows[0]!.id],
     );
-    const report = await w.check({ orderIds: [orderId] });
-    expect(report.violations.find((v) => v.kind === 'outbox_mismatch' && v.operationId === open.rows[0]!.id)?.detail).toMatch(/sequences \[2\]/);
+    expectViolations(await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), orderIds: [orderId] }), [
+      { kind: 'audit_mismatch', operationId: open.rows[0]!.id, orderId, detail: /^0 'requested' events \(want 1\)$/ },
+      { kind: 'outbox_mismatch', operationId: open.rows[0]!.id, orderId, detail: /^0 entries into review but 1 'Charge Needs Review' events; sequences \[2\] are not 1…1 in write order$/ },
+    ]);
   });
 
   it('outbox_mismatch: a final outcome without its event, or with a second one that contradicts it', async () => {
@@ -361,7 +460,9 @@ describe('checkInvariants detects every kind of broken promise', () => {
       `INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1, $2, 'Charge Failed', $3)`,
       [eventId, w.paidId, JSON.stringify({ ...rows[0]!.payload, eventId, status: 'failed', sequence: 2 })],
     );
-    expectKind(await w.check(), 'outbox_mismatch', w.paidId);
+    expectViolations(await w.check(), [
+      { kind: 'outbox_mismatch', operationId: w.paidId, orderId: w.paid.orderId, detail: new RegExp(`^want one 'Charge Succeeded', found \\[Charge Succeeded, Charge Failed\\]; 'Charge Failed' ${eventId} disagrees on status failed$`) },
+    ]);
 
     const orderId = `inv-noevent-${randomUUID()}`;
     const silent = await db.pool.query<{ id: string }>(
@@ -369,7 +470,10 @@ describe('checkInvariants detects every kind of broken promise', () => {
        VALUES ($1, 100, 'eur', 'cus_test', 'pm_card_visa', 'failed', NULL, now(), NULL) RETURNING id`,
       [orderId],
     );
-    const report = await w.check({ orderIds: [orderId] });
-    expectKind(report, 'outbox_mismatch', silent.rows[0]!.id);
+    // Written by hand, it has no trail either.
+    expectViolations(await w.check({ orderIds: [orderId], sentOrderIds: [] }), [
+      { kind: 'audit_mismatch', operationId: silent.rows[0]!.id, orderId, detail: /^0 'requested' events \(want 1\); row is failed but the last recorded transition is to nothing$/ },
+      { kind: 'outbox_mismatch', operationId: silent.rows[0]!.id, orderId, detail: /^want one 'Charge Failed', found \[\]$/ },
+    ]);
   });
 });

@@ -16,7 +16,7 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { FailureKind, type PaymentGateway } from '../../lambdas/payments/gateway.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createStripeClient, StripeGateway } from '../../lambdas/payments/stripe-gateway.ts';
+import { stripeGatewayFor } from '../../lambdas/payments/stripe-gateway.ts';
 import { startFakeStripe } from '../../local/fake-stripe/server.ts';
 import { FAULT_KINDS, type FakeStripe } from '../../local/fake-stripe/types.ts';
 import { formatReport } from '../../local/invariants.ts';
@@ -36,7 +36,7 @@ let world: ModelWorld;
 beforeAll(async () => {
   db = await createTestDatabase('model');
   fake = await startFakeStripe();
-  const client = (timeoutMs: number) => new StripeGateway(createStripeClient({ apiKey: 'sk_test_model', apiBase: fake.url, timeoutMs, maxNetworkRetries: 0 }));
+  const client = (timeoutMs: number) => stripeGatewayFor({ apiKey: 'sk_test_model', apiBase: fake.url, timeoutMs, maxNetworkRetries: 0 });
   // 250 ms: a `hang` costs little; the fake answers in a few ms. The patient client serves workers
   // parked at Stripe, whose answer must be the real one once released.
   world = { db: db.pool, fake, gateway: client(250), patientGateway: client(20_000) };
@@ -47,6 +47,14 @@ afterAll(async () => {
 });
 
 // ── Arbitraries ──────────────────────────────────────────────────────────────────────────────────
+
+/**
+ * The Stripe faults the model scripts. Not stall_after_commit (see the charge commands); not the
+ * late-commit faults (an object committed after its 500, or after a key left in flight): the model
+ * does not play them yet, and leaving them out keeps this list — and so every recorded PROOF_SEED —
+ * as it was.
+ */
+const MODEL_FAULT_KINDS = FAULT_KINDS.filter((kind) => kind !== 'stall_after_commit' && kind !== 'error_500_late_commit' && kind !== 'in_flight_then_commit');
 
 const MAX_ORDERS = 3;
 const orderIndex = fc.nat({ max: MAX_ORDERS - 1 });
@@ -95,7 +103,7 @@ const chargeCommand: fc.Arbitrary<Command> = fc.oneof(
       t: fc.constant('fault' as const),
       order: orderIndex,
       // Not stall_after_commit: it freezes the caller for good (bench:peers' crash); the model's crashes are its own commands.
-      kind: fc.constantFrom(...FAULT_KINDS.filter((kind) => kind !== 'stall_after_commit')),
+      kind: fc.constantFrom(...MODEL_FAULT_KINDS),
       times: fc.integer({ min: 1, max: 3 }),
       endpoint: fc.constantFrom<FaultEndpoint>('any', 'create', 'retrieve', 'search', 'list'),
     }),
@@ -167,7 +175,7 @@ const refundCommand: fc.Arbitrary<Command> = fc.oneof(
     arbitrary: fc.record({
       t: fc.constant('fault' as const),
       order: orderIndex,
-      kind: fc.constantFrom(...FAULT_KINDS.filter((kind) => kind !== 'stall_after_commit')),
+      kind: fc.constantFrom(...MODEL_FAULT_KINDS),
       times: fc.integer({ min: 1, max: 3 }),
       endpoint: fc.constantFrom<FaultEndpoint>('refund_create', 'refund_create', 'refund_retrieve', 'refund_list'),
     }),

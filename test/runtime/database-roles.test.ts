@@ -71,11 +71,16 @@ describe('the application role', () => {
   it('runs the pipeline with DML only: records, charges, settles and sweeps', async () => {
     const engine = new ChargeEngine({ db: app, gateway: stripe.gateway, actor: 'test', random: () => 0.5 });
     const id = await engine.requestCharge(chargeOrder());
-    const execution = await engine.executeCharge(id);
-    expect(execution).toBeDefined();
+    expect(await engine.executeCharge(id)).toMatchObject({ status: 'succeeded', disposition: 'attempted', step: 'create' });
     const { rows } = await app.query<{ status: string }>('SELECT status FROM payment_operations WHERE id = $1', [id]);
     expect(rows[0]!.status).toBe('succeeded');
-    await runReconcile(
+
+    // One left for the sweep: its answer was lost after Stripe charged (unknown), and it is due.
+    const lost = await engine.requestCharge(chargeOrder());
+    stripe.fake.injectFault({ operationId: lost }, 'truncated_response_after_commit');
+    expect(await engine.executeCharge(lost)).toMatchObject({ status: 'unknown', disposition: 'attempted' });
+    await app.query('UPDATE payment_operations SET next_attempt_at = now() WHERE id = $1', [lost]);
+    const summary = await runReconcile(
       {
         db: app,
         gateway: stripe.gateway,
@@ -84,6 +89,25 @@ describe('the application role', () => {
       },
       { remainingMs: () => 60_000 },
     );
+    // The sweep claimed it, re-sent the same key (Stripe replayed the charge), settled it: all as charges_app.
+    expect(summary).toMatchObject({ claimed: 1, byOutcome: { succeeded: 1 }, released: 0, reconciled: 1, pages: 1, stripeRequests: 1, stoppedBecause: 'drained', errors: [] });
+    expect(summary.byOutcome).toEqual({ succeeded: 1 });
+    expect(summary.gauges).toMatchObject({ openPending: 0, openUnknown: 0, reviewQueueSize: 0 });
+    const creates = stripe.fake.requests().filter((r) => r.operationId === lost);
+    expect(creates.map((r) => [r.endpoint, r.idempotencyKey, r.replayed])).toEqual([
+      ['create', `payment-op:${lost}`, false],
+      ['create', `payment-op:${lost}`, true],
+    ]);
+    const swept = await app.query<{ status: string; external_id: string; actor: string }>(
+      `SELECT p.status, p.external_id, e.actor FROM payment_operations p JOIN payment_operation_events e ON e.operation_id = p.id AND e.action = 'outcome_recorded' WHERE p.id = $1 ORDER BY e.id`,
+      [lost],
+    );
+    const pis = stripe.fake.paymentIntents({ operationId: lost });
+    expect(pis.map((pi) => pi.status)).toEqual(['succeeded']);
+    expect(swept.rows).toEqual([
+      { status: 'succeeded', external_id: pis[0]!.id, actor: 'test' },
+      { status: 'succeeded', external_id: pis[0]!.id, actor: 'reconciler' },
+    ]);
   });
 
   it.each([

@@ -7,7 +7,7 @@ import { loadConfig } from '../../lambdas/runtime/config.ts';
 import { describeError } from '../../lambdas/runtime/observability.ts';
 import { createConfiguredStripeClient } from '../../lambdas/runtime/resources.ts';
 import { forgetSecrets, parseLoginSecret, parseSecretJson } from '../../lambdas/runtime/secrets.ts';
-import { webhookSecret, type StripeEventsConfig } from '../../lambdas/stripe-events/config.ts';
+import { webhookSecrets, type StripeEventsConfig } from '../../lambdas/stripe-events/config.ts';
 import { useFakeSecrets } from '../support/fake-secrets.ts';
 
 const ARN = 'arn:aws:secretsmanager:eu-west-1:111111111111:secret:charges-stripe-AbCdEf';
@@ -45,12 +45,12 @@ describe('a secret that is not JSON', () => {
     fakeSecrets().put(ARN, '{"secret": whsec_abcdef123}');
     forgetSecrets();
     const config = { webhookSecret: undefined, webhookSecretArn: ARN } as unknown as StripeEventsConfig;
-    const error = await webhookSecret(config, 'eu-west-1').then(() => undefined, (e: unknown) => e);
+    const error = await webhookSecrets(config, 'eu-west-1').then(() => undefined, (e: unknown) => e);
     expect(error).toMatchObject({ name: 'ConfigError', message: `secret ${ARN} is not JSON (it must be {"secret": "whsec_…"} or the secret)` });
     expect(everything(error)).not.toContain('whsec_abc');
     // …and the well-formed shapes still read.
     fakeSecrets().put(ARN, '{"secret": "whsec_abcdef123"}');
     forgetSecrets();
-    expect(await webhookSecret(config, 'eu-west-1')).toBe('whsec_abcdef123');
+    expect(await webhookSecrets(config, 'eu-west-1')).toEqual({ secret: 'whsec_abcdef123', previousSecret: null });
   });
 });

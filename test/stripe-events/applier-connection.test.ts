@@ -11,7 +11,7 @@ import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
 import { claimDueEvents, recordStripeEvent } from '../../lambdas/payments/inbox-store.ts';
 import { makeStripeEvent } from '../../local/fake-stripe/webhooks.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
-import { count, inboxRow } from './support.ts';
+import { count, inboxRow, testModeKeyOnly } from './support.ts';
 
 const APP = 'applier-under-test';
 let db: TestDatabase;
@@ -80,7 +80,7 @@ async function interruptMidTransaction(interrupt: 'pg_terminate_backend' | 'pg_c
   };
   try {
     const { eventId, paymentIntentId } = await recordUnrecordedCharge();
-    const applier = new StripeEventApplier({ db: pool, gateway: null, actor: 'stripe-events' });
+    const applier = new StripeEventApplier({ db: pool, gateway: testModeKeyOnly(), actor: 'stripe-events' });
     const [row] = await claimDueEvents(pool, 10, randomUUID(), 60_000);
     expect(row?.eventId).toBe(eventId);
 

@@ -14,7 +14,7 @@ import { makeStripeEvent, WebhookDispatcher, type StripeEventJson } from '../../
 import type { TestDatabase } from '../support/db.ts';
 import { testEngine } from '../support/engine.ts';
 import { chargeOrder } from '../support/orders.ts';
-import type { StripeHarness } from '../support/stripe.ts';
+import { plantPaymentIntent, type StripeHarness } from '../support/stripe.ts';
 import { useWorld } from '../support/world.ts';
 import { count, deliverWebhook, delivery, inboxRow, piEvent, SECRET, testApplier, WEBHOOK_SETTINGS as settings } from './support.ts';
 
@@ -40,17 +40,19 @@ const audit = (operationId: string) => db.pool.query('SELECT * FROM payment_oper
 const outbox = (operationId: string) => db.pool.query('SELECT * FROM outcome_events WHERE operation_id = $1 ORDER BY created_at', [operationId]).then((r) => r.rows);
 
 describe('payment_intent.* for an open operation', () => {
-  it('Stripe settles a processing PaymentIntent → the succeeded event settles the operation at once, with its outcome event', async () => {
+  it('Stripe settles a processing PaymentIntent → the succeeded event settles the operation at once, after one retrieve, with its outcome event', async () => {
     const { op } = await processingOperation();
     stripe.fake.settle(op.externalId!, 'succeeded');
+    const before = stripe.fake.requests().length;
     const r = await deliver(piEvent(truth(op.id)));
     expect(r).toMatchObject({ kind: 'recorded', applied: { outcome: 'settled' } });
+    expect(stripe.fake.requests().slice(before).map((q) => [q.endpoint, q.paymentIntentId])).toEqual([['retrieve', op.externalId]]);
     expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded', externalId: op.externalId });
     const [event] = await outbox(op.id);
     expect(event).toMatchObject({ event_type: 'Charge Succeeded' });
     expect(chargeOutcomeDetailSchema.safeParse(event.payload).success).toBe(true);
     const line = (await audit(op.id)).find((a) => a.action === 'outcome_recorded' && a.detail.stripeEventId);
-    expect(line).toMatchObject({ actor: 'stripe-events', to_status: 'succeeded', detail: { evidence: 'event' } });
+    expect(line).toMatchObject({ actor: 'stripe-events', to_status: 'succeeded', detail: { evidence: 'event+retrieve', retrieved: { id: op.externalId, status: 'succeeded' } } });
   });
 
   it('payment_failed is not trusted alone: the PaymentIntent is retrieved, and what Stripe says now decides', async () => {
@@ -129,7 +131,9 @@ describe('payment_intent.* for an open operation', () => {
     expect(r).toMatchObject({ applied: { outcome: 'deferred' } });
     const waiting = await inboxRow(db.pool, event.id);
     expect(waiting).toMatchObject({ applied_at: null, operation_id: op.id });
-    expect(waiting!.next_attempt_at.getTime()).toBeGreaterThan(Date.now() + 50_000);
+    // Due when the holder's lease ends (the database's own figure, not a distance from the test's clock).
+    const { rows: [lease] } = await db.pool.query<{ lease_until: Date }>('SELECT lease_until FROM payment_operations WHERE id = $1', [op.id]);
+    expect(waiting!.next_attempt_at.getTime()).toBe(lease!.lease_until.getTime());
     expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'unknown', leaseToken: token });
 
     // The worker writes what it learnt before the settle (still processing): its write is not overtaken.
@@ -156,14 +160,40 @@ describe('payment_intent.* for an open operation', () => {
     expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'unknown', leaseToken: null });
   });
 
-  it('a PaymentIntent of another customer naming our operation is not adopted: review with the evidence', async () => {
-    const { op, pi } = await processingOperation();
-    const event = makeStripeEvent('payment_intent.succeeded', { ...piEvent(pi).data.object, status: 'succeeded', customer: 'cus_somebody_else' });
-    expect(await deliver(event)).toMatchObject({ applied: { outcome: 'review' } });
+  it('no Stripe key yet: even an event that would only be recorded waits (its mode cannot be checked against ours); with the key it is applied', async () => {
+    const event = makeStripeEvent('payment_intent.succeeded', {
+      id: 'pi_waits_for_key', object: 'payment_intent', status: 'succeeded', amount: 500, currency: 'eur', customer: 'cus_x',
+      metadata: { operation_id: randomUUID(), order_id: 'order-waits', key_generation: '0' },
+    });
+    const noKey = new StripeEventApplier({ db: db.pool, gateway: null, random: () => 0.5 });
+    const r = await receiveWebhook(delivery(event), settings, { db: db.pool, applier: noKey, publisher: null });
+    expect(r).toMatchObject({ applied: { outcome: 'deferred', reason: expect.stringMatching(/no Stripe key yet/) } });
+    expect(await inboxRow(db.pool, event.id)).toMatchObject({ applied_at: null });
+    expect(await count(db.pool, `stripe_event_findings WHERE payment_intent_id = 'pi_waits_for_key'`)).toBe(0);
+    await db.pool.query('UPDATE stripe_events SET next_attempt_at = now() WHERE event_id = $1', [event.id]);
+    expect((await applier().applyDue()).byOutcome).toMatchObject({ unrecorded: 1 });
+  });
+
+  it('a PaymentIntent of another customer naming our operation is not adopted: review, decided on the PaymentIntent Stripe holds', async () => {
+    const { op } = await processingOperation();
+    // A real second PaymentIntent at Stripe, of another customer, carrying the operation's metadata.
+    const planted = await plantPaymentIntent(stripe, { ...op, customerId: 'cus_somebody_else' }, op.id);
+    expect(planted.ok).toBe(true);
+    const other = stripe.fake.paymentIntents({ operationId: op.id }).find((p) => p.customer === 'cus_somebody_else')!;
+    expect(await deliver(piEvent(other))).toMatchObject({ applied: { outcome: 'review' } });
     const after = (await findOperation(db.pool, op.id))!;
     expect(after.status).toBe('unknown');
     expect(after.reviewReason).toMatch(/customer/);
     expect((await outbox(op.id)).map((e) => e.event_type)).toEqual(['Charge Needs Review']);
+  });
+
+  it('a snapshot saying another customer than Stripe holds is not confirmed: a finding, no review, no state change', async () => {
+    const { op, pi } = await processingOperation();
+    const event = makeStripeEvent('payment_intent.processing', { ...piEvent(pi).data.object, customer: 'cus_somebody_else' });
+    expect(await deliver(event)).toMatchObject({ applied: { outcome: 'unconfirmed', newFinding: true } });
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'unknown', reviewReason: null, leaseToken: null });
+    expect(await outbox(op.id)).toEqual([]);
+    expect(await count(db.pool, `stripe_event_findings WHERE kind = 'unconfirmed' AND payment_intent_id = $1`, [pi.id])).toBe(1);
   });
 
   it('an operation in review is never settled by an event: the event is noted for the operator', async () => {
@@ -210,12 +240,20 @@ describe('events that the ledger cannot explain', () => {
     expect((await audit(op.id)).at(-1)).toMatchObject({ action: 'stripe_event', detail: { stripeEventId: event.id } });
   });
 
-  it('a second succeeded PaymentIntent for one order → contradiction', async () => {
-    const [r] = await engine().processRequests([chargeOrder()]);
+  it('a second succeeded PaymentIntent for one order → contradiction (and the remedy), once Stripe shows it; a second one that Stripe does not know → unconfirmed, no remedy', async () => {
+    const order = chargeOrder();
+    const [r] = await engine().processRequests([order]);
     const op = (await findOperation(db.pool, r!.operationId))!;
     expect(op.status).toBe('succeeded');
-    const second = makeStripeEvent('payment_intent.succeeded', { ...piEvent(truth(op.id)).data.object, id: 'pi_second_one' });
-    expect(await deliver(second)).toMatchObject({ applied: { outcome: 'contradiction' } });
+    expect((await plantPaymentIntent(stripe, order, op.id)).ok).toBe(true);
+    const second = stripe.fake.paymentIntents({ operationId: op.id }).find((p) => p.id !== op.externalId)!;
+    expect(await deliver(piEvent(second))).toMatchObject({ applied: { outcome: 'contradiction' } });
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded', externalId: op.externalId });
+    expect(await count(db.pool, `payment_operations WHERE refund_payment_intent = $1`, [second.id])).toBe(1);
+
+    const forged = makeStripeEvent('payment_intent.succeeded', { ...piEvent(truth(op.id)).data.object, id: 'pi_second_one' });
+    expect(await deliver(forged)).toMatchObject({ applied: { outcome: 'unconfirmed', newFinding: true } });
+    expect(await count(db.pool, `payment_operations WHERE refund_payment_intent = 'pi_second_one'`)).toBe(0);
     expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded', externalId: op.externalId });
   });
 });

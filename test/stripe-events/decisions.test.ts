@@ -3,14 +3,18 @@ import { describe, expect, it } from 'vitest';
 import {
   aftermathOf,
   claimedOperationId,
+  confirmRetrieved,
   decidePaymentIntentEvent,
   decideRefundAfterRetrieve,
   decideRefundEvent,
+  judgeEventOrigin,
   readStripeEvent,
   refundOf,
+  type EventOriginPolicy,
   type EventPaymentIntent,
   type EventRefund,
 } from '../../lambdas/payments/event-decisions.ts';
+import { stripeKeyMode } from '../../lambdas/payments/gateway.ts';
 import type { Operation } from '../../lambdas/payments/types.ts';
 import { makeStripeEvent } from '../../local/fake-stripe/webhooks.ts';
 
@@ -27,15 +31,13 @@ const pi = (overrides: Partial<EventPaymentIntent> = {}): EventPaymentIntent => 
 });
 const kind = (o: Operation | null, p: EventPaymentIntent) => {
   const d = decidePaymentIntentEvent(o, p);
-  return d.kind === 'settle' ? `settle:${d.evidence}` : d.kind === 'ignore' ? `ignore:${d.outcome}` : d.kind;
+  return d.kind === 'ignore' ? `ignore:${d.outcome}` : d.kind;
 };
 
 describe('decidePaymentIntentEvent', () => {
-  it('open operation: terminal snapshots are trusted, everything else is retrieved', () => {
-    expect(kind(op(), pi({ status: 'succeeded' }))).toBe('settle:snapshot');
-    expect(kind(op(), pi({ status: 'canceled' }))).toBe('settle:snapshot');
-    for (const status of ['processing', 'requires_action', 'requires_payment_method', 'requires_capture']) expect(kind(op(), pi({ status }))).toBe('settle:retrieve');
-    expect(kind(op({ status: 'pending', externalId: null }), pi())).toBe('settle:snapshot');
+  it('open operation: every status is a settle — which the applier makes only on the retrieved PaymentIntent (no snapshot is trusted alone)', () => {
+    for (const status of ['succeeded', 'canceled', 'processing', 'requires_action', 'requires_payment_method', 'requires_capture']) expect(kind(op(), pi({ status }))).toBe('settle');
+    expect(kind(op({ status: 'pending', externalId: null }), pi())).toBe('settle');
   });
 
   it('open operation: not ours, not this one → review when money may move, ignored otherwise', () => {
@@ -121,15 +123,12 @@ describe('decideRefundEvent', () => {
     expect(decide(refundOp({ reviewReason: 'still pending after 7 days' }), refund({ amount: 1 }))).toBe('contradiction');
   });
 
-  it("the remedy's refund in review holding its failed Refund: an older succeeded snapshot is retrieved first, another failed copy is a note (no second review)", () => {
+  it("the remedy's refund in review holding its failed Refund: only a succeeded Refund settles it (the applier retrieves first and decides again on Stripe's), another failed copy is a note", () => {
     const remedyInReview = refundOp({ reviewReason: "the duplicate-charge remedy's Refund re_1 of pi_extra is failed at Stripe", refund: { refundId: 'dup', parentOperationId: CHARGE_ID, reason: 'duplicate', paymentIntentId: 'pi_extra' } });
     const remedyRefund = (status: string) => refund({ status, paymentIntentId: 'pi_extra' });
-    expect(decideRefundEvent(remedyInReview, remedyRefund('succeeded'), 'pi_1').kind).toBe('retrieve');
+    expect(decideRefundEvent(remedyInReview, remedyRefund('succeeded'), 'pi_1').kind).toBe('settle');
     expect(decideRefundEvent(remedyInReview, remedyRefund('failed'), 'pi_1').kind).toBe('in_review');
     expect(decideRefundEvent(remedyInReview, remedyRefund('canceled'), 'pi_1').kind).toBe('in_review');
-    // After the retrieve, Stripe's answer now decides: only a Refund it holds succeeded settles.
-    expect(decideRefundAfterRetrieve(remedyRefund('failed'), remedyInReview).kind).toBe('in_review');
-    expect(decideRefundAfterRetrieve(remedyRefund('succeeded'), remedyInReview).kind).toBe('settle');
     // Not yet holding a Refund (its create was refused): a matching final Refund is still the evidence.
     expect(decideRefundEvent({ ...remedyInReview, externalId: null }, remedyRefund('succeeded'), 'pi_1').kind).toBe('settle');
   });
@@ -155,8 +154,8 @@ describe('decideRefundEvent', () => {
     expect(decide(refundOp({ status: 'failed' }), refund({ status: 'succeeded' }))).toBe('retrieve');
     expect(decide(refundOp({ status: 'failed' }), refund({ status: 'failed' }))).toBe('stale');
     expect(decide(refundOp({ status: 'failed' }), refund({ status: 'pending' }))).toBe('stale');
-    expect(decideRefundAfterRetrieve(refund({ status: 'succeeded' }), { status: 'failed', reviewReason: null }).kind).toBe('contradiction');
-    expect(decideRefundAfterRetrieve(refund({ status: 'failed' }), { status: 'failed', reviewReason: null }).kind).toBe('stale');
+    expect(decideRefundAfterRetrieve(refund({ status: 'succeeded' })).kind).toBe('contradiction');
+    expect(decideRefundAfterRetrieve(refund({ status: 'failed' })).kind).toBe('stale');
   });
 
   it('not ours: a Dashboard refund (no metadata, no operation) is foreign; a charge operation is no refund operation', () => {
@@ -177,5 +176,70 @@ describe('decideRefundEvent', () => {
     expect(charge.ok && refundOf(charge.event)).toBeNull();
     const noAmount = readStripeEvent(makeStripeEvent('refund.updated', { ...object, amount: '300' }));
     expect(noAmount.ok && refundOf(noAmount.event)).toBeNull();
+  });
+});
+
+describe('where an event comes from (judgeEventOrigin) and the key mode (stripeKeyMode)', () => {
+  const policy = (keyMode: EventOriginPolicy['keyMode'], accounts: string[] = []): EventOriginPolicy => ({ keyMode, connectedAccounts: new Set(accounts) });
+  const view = (fields: Record<string, unknown>) => {
+    const read = readStripeEvent({ ...makeStripeEvent('payment_intent.succeeded', { id: 'pi_1' }), ...fields });
+    if (!read.ok) throw new Error(read.reason);
+    return read.event;
+  };
+  const verdict = (fields: Record<string, unknown>, p: EventOriginPolicy) => {
+    const v = judgeEventOrigin(view(fields), p);
+    return v.kind === 'refused' ? v.outcome : v.kind;
+  };
+
+  it('the key mode is its prefix; anything else is unrecognisable', () => {
+    expect(['sk_live_a', 'rk_live_a', 'sk_test_a', 'rk_test_a', 'pk_live_a', 'sk_a', 'whsec_a', ''].map(stripeKeyMode)).toEqual(['live', 'live', 'test', 'test', null, null, null, null]);
+  });
+
+  it('an event of our mode and our own account is accepted; the other mode, a missing mode, or an unrecognisable key is refused', () => {
+    expect(verdict({ livemode: false }, policy('test'))).toBe('accepted');
+    expect(verdict({ livemode: true }, policy('live'))).toBe('accepted');
+    expect(verdict({ livemode: true }, policy('test'))).toBe('livemode_mismatch');
+    expect(verdict({ livemode: false }, policy('live'))).toBe('livemode_mismatch');
+    expect(verdict({ livemode: undefined }, policy('test'))).toBe('livemode_mismatch');
+    expect(verdict({ livemode: false }, policy('unrecognised'))).toBe('livemode_mismatch');
+    expect(verdict({ livemode: true }, policy('unrecognised'))).toBe('livemode_mismatch');
+    // The reason tells the operator what to change: the key, not the endpoint.
+    expect(judgeEventOrigin(view({ livemode: false }), policy('unrecognised'))).toMatchObject({ reason: expect.stringMatching(/neither sk_live_\/rk_live_ nor sk_test_\/rk_test_/) });
+    expect(judgeEventOrigin(view({ livemode: true }), policy('test'))).toMatchObject({ reason: expect.stringMatching(/a live-mode event, and our key is test/) });
+    // No key yet: the mode cannot be compared — the event waits, it is not refused.
+    expect(verdict({ livemode: false }, policy('no_key'))).toBe('wait');
+  });
+
+  it('an event of a connected account is refused whatever its mode, also without a key; the allow-list (empty today) is where Connect accounts would go', () => {
+    expect(verdict({ account: 'acct_1Other', livemode: false }, policy('test'))).toBe('foreign_account');
+    expect(verdict({ account: 'acct_1Other', livemode: true }, policy('no_key'))).toBe('foreign_account');
+    expect(verdict({ account: 'acct_1Other', livemode: false }, policy('test', ['acct_1Allowed']))).toBe('foreign_account');
+    expect(verdict({ account: 'acct_1Allowed', livemode: false }, policy('test', ['acct_1Allowed']))).toBe('accepted');
+    expect(verdict({ account: null, livemode: false }, policy('test'))).toBe('accepted');
+    // An authentication context (organizations, Connect): another account's object.
+    expect(verdict({ context: 'acct_1Other', livemode: false }, policy('test'))).toBe('foreign_account');
+  });
+});
+
+describe('what Stripe returned against what the event said (confirmRetrieved)', () => {
+  const snap = pi();
+  it('the same object, in the same or a later status: confirmed', () => {
+    expect(confirmRetrieved('PaymentIntent', snap, pi())).toBeNull();
+    expect(confirmRetrieved('PaymentIntent', pi({ status: 'processing' }), pi({ status: 'succeeded' }))).toBeNull();
+    expect(confirmRetrieved('PaymentIntent', pi({ status: 'processing' }), pi({ status: 'requires_payment_method' }))).toBeNull();
+    expect(confirmRetrieved('Refund', pi({ status: 'succeeded' }), pi({ status: 'failed' }))).toBeNull(); // a Refund may fail after it succeeded
+  });
+
+  it('not ours, another amount, currency or customer, or a status the object never leaves that Stripe does not hold: not confirmed', () => {
+    expect(confirmRetrieved('PaymentIntent', snap, pi({ id: 'pi_2' }))).toMatch(/another object/);
+    expect(confirmRetrieved('PaymentIntent', snap, pi({ metadata: { operation_id: '0190a4f0-0000-7000-8000-000000000002' } }))).toMatch(/not ours/);
+    expect(confirmRetrieved('PaymentIntent', snap, pi({ metadata: {} }))).toMatch(/not ours/);
+    expect(confirmRetrieved('PaymentIntent', snap, pi({ amount: 999 }))).toMatch(/is not what Stripe holds/);
+    expect(confirmRetrieved('PaymentIntent', snap, pi({ currency: 'usd' }))).toMatch(/is not what Stripe holds/);
+    expect(confirmRetrieved('PaymentIntent', snap, pi({ customer: 'cus_2' }))).toMatch(/customer/);
+    expect(confirmRetrieved('PaymentIntent', snap, pi({ status: 'processing' }))).toMatch(/never leaves/);
+    expect(confirmRetrieved('PaymentIntent', pi({ status: 'canceled' }), pi({ status: 'succeeded' }))).toMatch(/never leaves/);
+    expect(confirmRetrieved('Refund', pi({ status: 'failed' }), pi({ status: 'succeeded' }))).toMatch(/never leaves/);
+    expect(confirmRetrieved('Refund', pi({ status: 'canceled' }), pi({ status: 'pending' }))).toMatch(/never leaves/);
   });
 });

@@ -10,7 +10,7 @@ import { render } from '../../lambdas/ops/render.ts';
 import { receiveWebhook } from '../../lambdas/stripe-events/receive.ts';
 import { makeStripeEvent } from '../../local/fake-stripe/webhooks.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
-import { delivery, SECRET } from './support.ts';
+import { delivery, SECRET, testModeKeyOnly } from './support.ts';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -32,7 +32,7 @@ describe('findings list / findings resolve', () => {
       id: 'pi_unrecorded_ops', object: 'payment_intent', status: 'succeeded', amount: 700, currency: 'usd', customer: 'cus_x',
       metadata: { operation_id: randomUUID(), order_id: 'order-lost-in-a-restore', key_generation: '0' },
     });
-    await receiveWebhook(delivery(event), { secret: SECRET, maxBodyBytes: 65536 }, { db: db.pool, applier: new StripeEventApplier({ db: db.pool, gateway: null }), publisher: null });
+    await receiveWebhook(delivery(event), { secret: SECRET, maxBodyBytes: 65536 }, { db: db.pool, applier: new StripeEventApplier({ db: db.pool, gateway: testModeKeyOnly() }), publisher: null });
     expect((await inboxGauges(db.pool)).openUnrecordedCharges).toBe(1);
 
     const listed = await ops(['findings', 'list']);

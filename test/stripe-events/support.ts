@@ -2,6 +2,7 @@
 // webhook path and applied on a test file's world, and inbox reads.
 import type { Db } from '../../lambdas/payments/db.ts';
 import { StripeEventApplier, type ApplierOptions } from '../../lambdas/payments/event-applier.ts';
+import { type StripeGateway, stripeGatewayFor } from '../../lambdas/payments/stripe-gateway.ts';
 import { makeStripeEvent, paymentIntentEventType, paymentIntentJson, signStripePayload, type StripeEventJson } from '../../local/fake-stripe/webhooks.ts';
 import type { PaymentIntentRecord } from '../../local/fake-stripe/types.ts';
 import { receiveWebhook, type WebhookRequest } from '../../lambdas/stripe-events/receive.ts';
@@ -25,6 +26,15 @@ export function delivery(event: StripeEventJson, options: { secret?: string; at?
 /** The applier as the webhook function runs it, on the world's database and fake Stripe (fixed jitter). */
 export function testApplier(world: World, options: Partial<ApplierOptions> = {}): StripeEventApplier {
   return new StripeEventApplier({ db: world.db.pool, gateway: world.stripe.gateway, actor: 'stripe-events', random: () => 0.5, ...options });
+}
+
+/**
+ * A gateway holding a test-mode key and no Stripe behind it (127.0.0.1, port 9: nothing listens):
+ * for tests whose events are only recorded (an unrecorded charge, a contradiction) — their mode is
+ * checked against the key's, and no call is made. A call would fail as unreachable (ambiguous).
+ */
+export function testModeKeyOnly(): StripeGateway {
+  return stripeGatewayFor({ apiKey: 'sk_test_no_stripe_behind_it', apiBase: 'http://127.0.0.1:9', timeoutMs: 500, maxNetworkRetries: 0 });
 }
 
 export const WEBHOOK_SETTINGS = { secret: SECRET, maxBodyBytes: 256 * 1024 };

@@ -15,12 +15,18 @@ export interface FakeSecrets {
   put(arn: string, value: string): void;
   /** GetSecretValue calls received, by SecretId. */
   reads(arn: string): number;
+  /**
+   * While true every call is answered 500 InternalServiceError (a Secrets Manager outage as the API
+   * reference lists it: "An error occurred on the server side"); the SDK retries it, then fails.
+   */
+  setUnavailable(unavailable: boolean): void;
   close(): Promise<void>;
 }
 
 async function startFakeSecrets(): Promise<FakeSecrets> {
   const secrets = new Map<string, { value: string; versionId: string; created: number }>();
   const reads = new Map<string, number>();
+  let unavailable = false;
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -34,6 +40,7 @@ async function startFakeSecrets(): Promise<FakeSecrets> {
       }
       const { SecretId } = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}') as { SecretId?: string };
       reads.set(SecretId ?? '', (reads.get(SecretId ?? '') ?? 0) + 1);
+      if (unavailable) return answer(500, { __type: 'InternalServiceError', message: 'An error occurred on the server side.' });
       const secret = SecretId ? secrets.get(SecretId) : undefined;
       if (!secret) return answer(400, { __type: 'ResourceNotFoundException', message: "Secrets Manager can't find the specified secret." });
       return answer(200, {
@@ -54,6 +61,9 @@ async function startFakeSecrets(): Promise<FakeSecrets> {
       secrets.set(arn, { value, versionId: randomUUID(), created: Date.now() / 1000 });
     },
     reads: (arn) => reads.get(arn) ?? 0,
+    setUnavailable(on) {
+      unavailable = on;
+    },
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }

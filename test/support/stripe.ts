@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type { ChargeInput } from '../../lambdas/payments/types.ts';
 import { startFakeStripe } from '../../local/fake-stripe/server.ts';
 import type { FakeStripe, FakeStripeOptions } from '../../local/fake-stripe/types.ts';
-import { createStripeClient, StripeGateway } from '../../lambdas/payments/stripe-gateway.ts';
+import { type StripeGateway, stripeGatewayFor } from '../../lambdas/payments/stripe-gateway.ts';
 
 export interface StripeHarness {
   readonly fake: FakeStripe;
@@ -13,16 +13,17 @@ export interface StripeHarness {
 
 export async function startStripe(
   options: FakeStripeOptions = {},
-  client: { timeoutMs?: number; maxNetworkRetries?: number } = {},
+  client: { timeoutMs?: number; maxNetworkRetries?: number; apiKey?: string } = {},
 ): Promise<StripeHarness> {
   const fake = await startFakeStripe(options);
-  const stripe = createStripeClient({
-    apiKey: 'sk_test_engine',
+  // A test-mode key, as the fake accepts by default: the gateway knows its mode (test).
+  const gateway = stripeGatewayFor({
+    apiKey: client.apiKey ?? 'sk_test_engine',
     apiBase: fake.url,
     timeoutMs: client.timeoutMs ?? 2_000,
     maxNetworkRetries: client.maxNetworkRetries ?? 0,
   });
-  return { fake, gateway: new StripeGateway(stripe), close: () => fake.close() };
+  return { fake, gateway, close: () => fake.close() };
 }
 
 /**

@@ -11,7 +11,7 @@ import { createLogger, createMetrics, describeError } from '../../runtime/observ
 import { loadConfig } from '../../runtime/config.ts';
 import { databaseClientConfig } from '../../runtime/database.ts';
 import { getPool, getSecretString } from '../../runtime/resources.ts';
-import { forgetSecrets, parseSecretJson } from '../../runtime/secrets.ts';
+import { parseSecretJson, secretReadEmpty } from '../../runtime/secrets.ts';
 import type { OutcomeConsumer } from '../kit/consumer.ts';
 import { ConsumerConfigError } from '../kit/errors.ts';
 import { createConsumerHandler } from '../kit/lambda.ts';
@@ -28,7 +28,7 @@ async function emailKeyFromSecret(arn: string, region: string | undefined): Prom
   const raw = (await getSecretString(arn, region)).trim();
   const key = raw.startsWith('{') ? (parseSecretJson(arn, raw, '{"apiKey": "…"} or the key').apiKey ?? '') : raw;
   if (typeof key !== 'string' || key === '') {
-    forgetSecrets(arn); // read it again next time: an operator is about to put the key
+    secretReadEmpty(arn); // kept briefly only: an operator is about to put the key
     throw new ConsumerConfigError('the e-mail API key secret is empty: put the key into it (docs/deploy.md, The receipt notifier)');
   }
   return key;

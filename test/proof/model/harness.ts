@@ -36,7 +36,7 @@ import { createStripeClient } from '../../../lambdas/payments/stripe-gateway.ts'
 import { holdsMoney, judgeOrder, predictRefund, type AcceptedRefund, type AskedRefund, type ChargeState, type RefundEnd, type RefundRow, type RefundVerdict } from './refund-oracle.ts';
 import { faultCanTarget } from '../../../local/fake-stripe/faults.ts';
 import type { FakeStripe, FaultKind, FaultMatch, HoldHandle, PaymentIntentRecord, RefundSettleStatus, SettleStatus } from '../../../local/fake-stripe/types.ts';
-import { checkInvariants, type InvariantReport } from '../../../local/invariants.ts';
+import { checkInvariants, type InvariantReport, type SentRefund } from '../../../local/invariants.ts';
 import { StripeEventApplier } from '../../../lambdas/payments/event-applier.ts';
 import { readStripeEvent } from '../../../lambdas/payments/event-decisions.ts';
 import type { TransactionalDb } from '../../../lambdas/payments/inbox-store.ts';
@@ -439,6 +439,12 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   const eventsOn = run.events ?? false;
   const book: OrderRefundBook[] = orders.map(() => ({ asked: [], accepted: new Map(), unacked: new Map(), strayKeys: new Set(), failedAfterSuccess: new Map(), next: 0 }));
   const refundVerdicts: Partial<Record<RefundVerdict, number>> = {};
+  /**
+   * The refund requests whose latest verdict (the oracle's, on the latest delivery) says a refund
+   * operation of that id exists: the checker's lost_refund judges them. The model drives the engine,
+   * not the charge handler, so a refused request leaves no rejected_messages row and is not given.
+   */
+  const mustHaveOperation = new Map<string, SentRefund>();
   const refundsByCharge: Partial<Record<ChargeState['kind'], number>> = {};
   let duplicates = 0;
   /** Refunds the run had Stripe fail after success; refund requests judged with one of the order's in view, by whether the ledger had learnt it. */
@@ -512,6 +518,9 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
       charge === null ? { kind: 'none' } : { kind: charge.status === 'succeeded' || charge.status === 'failed' ? charge.status : 'open', amount: charge.amount };
     const seen = await acceptedNow(i);
     const predicted = predictRefund(state, seen, ask);
+    const sentKey = JSON.stringify([order.orderId, ask.refundId]);
+    if (predicted.verdict === 'accepted' || predicted.verdict === 'repeat' || predicted.verdict === 'refund_conflict') mustHaveOperation.set(sentKey, { orderId: order.orderId, refundId: ask.refundId });
+    else mustHaveOperation.delete(sentKey);
     if (b.failedAfterSuccess.size > 0) {
       const key = seen.some((r) => r.failedAfterSuccessLearnt === true) ? 'learnt' : 'not_learnt';
       requestsAfterFailedRefund[key] = (requestsAfterFailedRefund[key] ?? 0) + 1;
@@ -941,6 +950,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     // Given refunds, the checker judges the net amount per order (and a duplicate refunded in full is no double charge).
     refunds: fake.refunds(),
     sentOrderIds: [...sent],
+    sentRefunds: [...mustHaveOperation.values()],
     orderIds,
     requireQuiescent: true,
   });
