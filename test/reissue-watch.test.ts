@@ -264,3 +264,22 @@ describe('what a re-issue rests on, end to end', () => {
     expect(moneyAtStripe(input.orderId)).toEqual({ succeeded: 1, unrefunded: 1 });
   });
 });
+
+describe('nothing is sent under a key older than its window, even when the call starts late after its claim', () => {
+  it('a create whose claim was inside the window but whose call would start after it is given back unsent; the next claim lists', async () => {
+    // A monotonic clock the test advances: the rate limiter (beforeCall) "waits" 2 s past a 1.5 s window.
+    let clock = 0;
+    const late = engine({ keyWindowMs: 1_500, sameKeyResends: 0 }, { now: () => clock, beforeCall: () => ((clock += 2_000), true) });
+    const input = order();
+    const id = await late.requestCharge(input);
+    const first = await late.executeCharge(id);
+    expect(first).toMatchObject({ disposition: 'released', status: 'pending' });
+    expect(stripe.fake.requests().filter((r) => r.operationId === id && r.endpoint === 'create')).toHaveLength(0);
+    expect((await trail(id)).at(-1)).toMatchObject({ action: 'lease_released', detail: { reason: expect.stringMatching(/^not sent: the key window \(1\.5 s\) ended between the claim and the call$/) } });
+    // Once the window has passed by the database's clock too, the engine lists instead of creating.
+    await untilTrue(db.pool, "SELECT now() - first_attempted_at > interval '1600 milliseconds' AS ok FROM payment_operations WHERE id = $1", id, 'window passed');
+    const next = await engine({ keyWindowMs: 1_500 }).executeCharge(id);
+    expect(next.step).toBe('list');
+    expect(stripe.fake.requests().filter((r) => r.operationId === id && r.endpoint === 'create')).toHaveLength(0);
+  });
+});

@@ -29,6 +29,8 @@ import {
   type Outcome,
   type Step,
   watchTimings,
+  withinKeyWindow,
+  formatDuration,
 } from './decisions.ts';
 import { summarizeEvidence } from './evidence.ts';
 import { KIND_ADAPTERS } from './kinds.ts';
@@ -68,6 +70,12 @@ export interface EngineOptions {
    * false means "do not start" — the operation is released, untouched, for a later run.
    */
   readonly beforeCall?: (step: Step['kind']) => Promise<boolean> | boolean;
+  /**
+   * A monotonic clock in ms (tests inject one): how long after its claim a call starts. The key window
+   * is checked again right before a create goes out, since a rate limiter or a busy batch may hold it
+   * past the window's end after a claim made inside it. Default performance.now.
+   */
+  readonly now?: () => number;
 }
 
 /** What happened to one operation in one execution. */
@@ -157,6 +165,7 @@ export class ChargeEngine {
   readonly #random: () => number;
   readonly #publishLeaseMs: number;
   readonly #beforeCall: EngineOptions['beforeCall'];
+  readonly #now: () => number;
 
   constructor(options: EngineOptions) {
     this.#db = options.db;
@@ -167,6 +176,7 @@ export class ChargeEngine {
     this.#random = options.random ?? Math.random;
     this.#publishLeaseMs = this.#policy.publishLeaseMs;
     this.#beforeCall = options.beforeCall;
+    this.#now = options.now ?? (() => performance.now());
   }
 
   get policy(): EnginePolicy {
@@ -352,15 +362,19 @@ export class ChargeEngine {
 
   /** Attempt each claimed operation (bounded concurrency), then record all outcomes in one round trip. */
   async #executeClaimed(claimed: readonly ClaimedOperation[], canStart?: () => boolean): Promise<Execution[]> {
+    // The claims were answered just now: from here, this clock tells how late after its claim (the
+    // database's claimedAt) each call starts.
+    const claimedLocally = this.#now();
     const histories = await this.#evidence(claimed);
-    const attempts = await mapBounded(claimed, this.#concurrency, (op) => this.#attempt(op, histories.get(op.id) ?? null, canStart));
+    const sinceClaim = () => this.#now() - claimedLocally;
+    const attempts = await mapBounded(claimed, this.#concurrency, (op) => this.#attempt(op, histories.get(op.id) ?? null, canStart, sinceClaim));
     const writes: OutcomeWrite[] = [];
     const reissues: ReissueWrite[] = [];
-    for (const { op, step, outcome, waitUntilMs } of attempts) {
+    for (const { op, step, outcome, waitUntilMs, notStarted } of attempts) {
       if (waitUntilMs !== undefined) {
         writes.push(releaseWrite(op, Math.max(0, waitUntilMs - op.claimedAt.getTime()), `List waits for the settle delay after the last send, until ${new Date(waitUntilMs).toISOString()}`));
       } else if (outcome === null) {
-        writes.push(releaseWrite(op, null, 'not started: no time or request budget left'));
+        writes.push(releaseWrite(op, null, notStarted ?? 'not started: no time or request budget left'));
       } else if (outcome.reissue) {
         reissues.push({ operationId: op.id, leaseToken: op.leaseToken, fromStatus: op.status, keyGeneration: op.keyGeneration, detail: outcome.detail });
       } else {
@@ -404,7 +418,8 @@ export class ChargeEngine {
     op: ClaimedOperation,
     history: EvidenceHistory | null,
     canStart?: () => boolean,
-  ): Promise<{ op: ClaimedOperation; step: AttemptStep | null; outcome: Outcome | null; waitUntilMs?: number }> {
+    sinceClaim: () => number = () => 0,
+  ): Promise<{ op: ClaimedOperation; step: AttemptStep | null; outcome: Outcome | null; waitUntilMs?: number; notStarted?: string }> {
     const ctx: DecisionContext = { op, policy: this.#policy, random: this.#random, history };
     // A refund of a charge that failed: settled without a call (its audit step is 'precondition').
     const precondition = decidePrecondition(op);
@@ -414,6 +429,16 @@ export class ChargeEngine {
     if (step.kind === 'wait') return { op, step: step.kind, outcome: null, waitUntilMs: step.untilMs };
     const mayCall = async (kind: Step['kind']) => (canStart?.() ?? true) && ((await this.#beforeCall?.(kind)) ?? true);
     if (!(await mayCall(step.kind))) return { op, step: null, outcome: null };
+    // Nothing goes out under a key older than the window: the claim judged it, but a create may start
+    // later than its claim (the rate limiter's wait, the calls queued ahead of it in a batch). Given
+    // back untouched, due at once: the next claim, after the window, takes the List path.
+    const create = async (): Promise<{ op: ClaimedOperation; step: AttemptStep | null; outcome: Outcome | null; notStarted?: string }> => {
+      const now = new Date(op.claimedAt.getTime() + sinceClaim());
+      if (!withinKeyWindow(op.firstAttemptedAt, now, this.#policy)) {
+        return { op, step: null, outcome: null, notStarted: `not sent: the key window (${formatDuration(this.#policy.keyWindowMs)}) ended between the claim and the call` };
+      }
+      return { op, step: step.kind, outcome: decideCreate(ctx, await this.#create(op)) };
+    };
     switch (step.kind) {
       case 'retrieve':
         return { op, step: step.kind, outcome: decideRetrieve(ctx, step.paymentIntentId, await guard(() => kind.retrieve(this.#gateway, step.paymentIntentId))) };
@@ -431,10 +456,10 @@ export class ChargeEngine {
         // Nothing found (or Search unavailable): the same key, inside its window, is still safe.
         // If the budget says no now, the search was still worth it; the create waits for next time.
         if (!(await mayCall('create'))) return { op, step: null, outcome: null };
-        return { op, step: step.kind, outcome: decideCreate(ctx, await this.#create(op)) };
+        return create();
       }
       case 'create':
-        return { op, step: step.kind, outcome: decideCreate(ctx, await this.#create(op)) };
+        return create();
     }
   }
 
