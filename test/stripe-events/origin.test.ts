@@ -17,7 +17,9 @@ import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { chargeOrder } from '../support/orders.ts';
 import { lambdaContext } from '../support/sqs-event.ts';
 import { startStripe, type StripeHarness } from '../support/stripe.ts';
-import { count, inboxRow, SECRET } from './support.ts';
+import { createStripeClient, StripeGateway } from '../../lambdas/payments/stripe-gateway.ts';
+import { receiveWebhook } from '../../lambdas/stripe-events/receive.ts';
+import { count, delivery, inboxRow, SECRET, testApplier, WEBHOOK_SETTINGS } from './support.ts';
 
 type PartnerHandler = (event: unknown, context: unknown) => Promise<{ result: string }>;
 
@@ -147,25 +149,27 @@ describe('the webhook door (signed, over HTTP): an event of another account or o
   });
 
   it('a test-mode event while our key is live → livemode_mismatch; a live one is ours and settles after one retrieve with the live key', async () => {
+    // A live key is never sent anywhere but api.stripe.com (config.ts refuses STRIPE_API_BASE with
+    // one), so the handler cannot run live against the fake: the applier is given a gateway whose key
+    // mode is live, calling the fake (whose answers do not depend on the mode), and the signed
+    // deliveries go through the same webhook path the handler runs (receiveWebhook).
     const { op, pi } = await processingOperation();
-    process.env.STRIPE_SECRET_KEY = LIVE_KEY;
-    await resetResources();
-    try {
-      const forged = await sendOverHttp('payment_intent.succeeded', { ...paymentIntentJson(pi), status: 'succeeded' }, { livemode: false });
-      await expectUntouched(op);
-      expect(await inboxRow(db.pool, forged.id)).toMatchObject({ outcome: 'livemode_mismatch' });
-      expect(await findings(forged.id)).toMatchObject([{ kind: 'livemode_mismatch', operation_id: op.id }]);
+    const live = new StripeGateway(createStripeClient({ apiKey: LIVE_KEY, apiBase: stripe.fake.url, timeoutMs: 2_000, maxNetworkRetries: 0 }), { keyMode: 'live' });
+    const world = { db, stripe };
+    const deliver = (event: StripeEventJson) => receiveWebhook(delivery(event), WEBHOOK_SETTINGS, { db: db.pool, applier: testApplier(world, { gateway: live }), publisher: null });
+    const forged = { ...makeStripeEvent('payment_intent.succeeded', { ...paymentIntentJson(pi), status: 'succeeded' }), livemode: false };
+    await deliver(forged);
+    await expectUntouched(op);
+    expect(await inboxRow(db.pool, forged.id)).toMatchObject({ outcome: 'livemode_mismatch' });
+    expect(await findings(forged.id)).toMatchObject([{ kind: 'livemode_mismatch', operation_id: op.id }]);
 
-      stripe.fake.settle(pi.id, 'succeeded');
-      const before = requests();
-      const live = await sendOverHttp('payment_intent.succeeded', paymentIntentJson(piOf(op.id)), { livemode: true });
-      expect(stripe.fake.requests().slice(before).map((q) => q.endpoint)).toEqual(['retrieve']);
-      expect(await inboxRow(db.pool, live.id)).toMatchObject({ outcome: 'settled' });
-      expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded' });
-    } finally {
-      process.env.STRIPE_SECRET_KEY = 'sk_test_engine';
-      await resetResources();
-    }
+    stripe.fake.settle(pi.id, 'succeeded');
+    const before = requests();
+    const genuine = { ...makeStripeEvent('payment_intent.succeeded', paymentIntentJson(piOf(op.id))), livemode: true };
+    await deliver(genuine);
+    expect(stripe.fake.requests().slice(before).map((q) => q.endpoint)).toEqual(['retrieve']);
+    expect(await inboxRow(db.pool, genuine.id)).toMatchObject({ outcome: 'settled' });
+    expect(await findOperation(db.pool, op.id)).toMatchObject({ status: 'succeeded' });
   });
 
   it('a charge.refunded of a connected account is refused too: no Charge Refunded fact is published', async () => {
