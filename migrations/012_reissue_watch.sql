@@ -97,6 +97,14 @@ SELECT r.operation_id,
  WHERE r.last_reissue > now() - interval '7 days'
 ON CONFLICT (operation_id) DO NOTHING;
 
+-- One remedy per extra PaymentIntent — but a remedy whose Refund Stripe failed AFTER it succeeded
+-- (009's mark: the money went back to the merchant, the extra charge stands again) no longer is that
+-- PaymentIntent's remedy: the index leaves marked rows out, so a new remedy for the same PaymentIntent
+-- (refund id duplicate:{pi}:after:{re_…}, made by the event applier with the fact) can exist.
+DROP INDEX payment_operations_one_remedy_per_payment_intent;
+CREATE UNIQUE INDEX payment_operations_one_remedy_per_payment_intent ON payment_operations (refund_payment_intent)
+  WHERE refund_payment_intent IS NOT NULL AND failed_after_success_at IS NULL;
+
 -- The application role (003) checks and closes watches; it never deletes one (the trigger refuses too).
 GRANT SELECT, INSERT, UPDATE ON payment_operation_watches TO charges_app;
 REVOKE DELETE, TRUNCATE ON payment_operation_watches FROM charges_app;

@@ -948,6 +948,23 @@ export function duplicateRefundId(paymentIntentId: string): string {
   return `${REMEDY_REFUND_ID_PREFIX}${paymentIntentId}`;
 }
 
+const AFTER_FAILURE = ':after:';
+
+/**
+ * The remedy made again after Stripe failed the remedy's Refund `failedRefundId` AFTER it succeeded
+ * (the issuer could not return the money; the extra charge stands again): one per failed Refund.
+ */
+export function remedyAfterFailureRefundId(paymentIntentId: string, failedRefundId: string): string {
+  return `${duplicateRefundId(paymentIntentId)}${AFTER_FAILURE}${failedRefundId}`;
+}
+
+/** The Refund a remedy-after-failure follows (remedyAfterFailureRefundId), or null for any other refund id. */
+export function failedRefundOf(refundId: string): string | null {
+  if (!refundId.startsWith(REMEDY_REFUND_ID_PREFIX)) return null;
+  const at = refundId.indexOf(AFTER_FAILURE);
+  return at === -1 ? null : refundId.slice(at + AFTER_FAILURE.length);
+}
+
 /** The refund operation the remedy makes for one extra PaymentIntent. */
 export interface DuplicateRemedy {
   readonly refundId: string;
@@ -1035,6 +1052,22 @@ export function objectListed(o: PaymentIntentView): ListedObject {
  * while the charge was open, and waited). Final, with the reason; Stripe is never asked. Null: go on.
  */
 export function decidePrecondition(op: ClaimedOperation): Outcome | null {
+  // The remedy made again after Stripe failed its Refund after success: the same card's issuer just
+  // refused to take the money back, so a machine sending again would most likely fail the same way
+  // (days later). A person decides — `review reissue` sends it under a new key, or the money is
+  // returned another way — naming the extra PaymentIntent, before anything is sent.
+  const failed = op.kind === 'refund' && op.refund?.paymentIntentId && op.keyGeneration === 0 ? failedRefundOf(op.refund.refundId) : null;
+  if (failed !== null && op.refund?.paymentIntentId) {
+    return {
+      ...toReview(
+      `the duplicate-charge remedy's Refund ${failed} of ${op.refund.paymentIntentId} was failed by Stripe after it succeeded: the extra charge stands again — ` +
+        '`review reissue` refunds it under a new key (it may fail the same way), or return the money another way, then resolve',
+      { remedyAfterFailure: true, failedRefund: failed, refundedPaymentIntent: op.refund.paymentIntentId },
+      ),
+      // Nothing was sent: it stays what it is (pending), only in review.
+      status: op.status,
+    };
+  }
   if (op.kind !== 'refund' || op.charge?.status !== 'failed') return null;
   return {
     status: 'failed',

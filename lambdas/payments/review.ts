@@ -426,7 +426,8 @@ export function movingObjects(evidence: StripeEvidence): EvidenceObject[] {
 }
 
 const OUTCOME_ACTIONS = new Set(['outcome_recorded', 'outcome_discarded', 'lease_released']);
-const NON_SENDING_STEPS = new Set(['retrieve', 'search', 'list']);
+// Steps that send nothing that could create an object at Stripe (a precondition settles or reviews before any call).
+const NON_SENDING_STEPS = new Set(['retrieve', 'search', 'list', 'precondition']);
 
 /**
  * The latest moment a request that may have created a PaymentIntent with this operation's key was
