@@ -106,6 +106,12 @@ export function keyPruneAfterMsFor(t: TimeLapse): number {
   return t.keyWindowMs + leaseMsFor(t) + 2_000;
 }
 
+/** When the fake commits a late create in a time-lapsed run: after the re-issue its proofs allow. */
+export function lateCommitMsFor(t: TimeLapse): number {
+  const e = evidenceTimingsFor(t);
+  return e.reissueAfterLastSendMs + e.proofSpacingMs + e.listSettleMs;
+}
+
 /**
  * The watch after a re-issue, compressed like the rest: its first look one "hour" after the re-issue
  * (the key window's 23rd part), its last one "hour" after the fake has pruned the retired key — and
@@ -434,6 +440,10 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
         latencyMs: options.stripe.latencyMs ?? 0,
         searchLagMs: timeLapse?.searchLagMs ?? 0,
         processingSettleMs: timeLapse?.processingSettleMs ?? null,
+        // A create the fake commits late (error_500_late_commit, in_flight_then_commit) is committed
+        // this long after it was answered: after the second proof of absence and the re-issue it
+        // allows (re-issue delay + a settle delay), the case the watch after a re-issue is for.
+        lateCommitMs: timeLapse ? lateCommitMsFor(timeLapse) : null,
       });
       const fake = fakeStripe;
       cleanups.push(() => fake.close());

@@ -199,10 +199,11 @@ export class ChargeEngine {
    */
   async executeCharge(operationId: string): Promise<Execution> {
     const token = randomUUID();
+    const claimSent = this.#now();
     const found = await claimById(this.#db, operationId, token, this.#policy.leaseMs, this.#actor);
     if (!found) throw new OperationNotFoundError(operationId);
     if (!found.claimed) return skipped(found.operation);
-    const [execution] = await this.#executeClaimed([found.claimed]);
+    const [execution] = await this.#executeClaimed([found.claimed], undefined, claimSent);
     return execution!;
   }
 
@@ -232,6 +233,7 @@ export class ChargeEngine {
     const token = randomUUID();
     const rows = new Map<number, RequestRow>();
     let missing = distinct.map((input, index) => ({ input, index }));
+    const claimSent = this.#now();
     for (let round = 0; missing.length > 0; round++) {
       if (round === 5) throw new Error(`could not read back ${missing.length} operation(s) after concurrent inserts`);
       const got = await requestAndClaim(this.#db, missing.map(({ input }) => ({ input, claim })), token, this.#policy.leaseMs, this.#actor);
@@ -260,7 +262,7 @@ export class ChargeEngine {
     const executions = new Map<string, Execution>();
     if (claimed.length > 0) {
       try {
-        for (const execution of await this.#executeClaimed(claimed, options.canStart)) executions.set(execution.operationId, execution);
+        for (const execution of await this.#executeClaimed(claimed, options.canStart, claimSent)) executions.set(execution.operationId, execution);
       } catch (cause) {
         throw new OutcomesNotRecordedError(results(null), cause);
       }
@@ -289,6 +291,7 @@ export class ChargeEngine {
     const claim = execute && (options.canStart?.() ?? true);
     const token = randomUUID();
     let row = null;
+    const claimSent = this.#now();
     for (let round = 0; row === null; round++) {
       if (round === 5) throw new Error(`could not read back refund ${input.refundId} of order ${input.orderId} after concurrent inserts`);
       try {
@@ -322,7 +325,7 @@ export class ChargeEngine {
     const created = row.verdict === 'inserted';
     if (!row.claimed) return { input, operationId: op.id, rejection: null, execution: execute ? skipped(op) : null, created };
     try {
-      const [execution] = await this.#executeClaimed([row.claimed], options.canStart);
+      const [execution] = await this.#executeClaimed([row.claimed], options.canStart, claimSent);
       return { input, operationId: op.id, rejection: null, execution: execution!, created };
     } catch (cause) {
       // Durable and claimed: the lease expires and the reconciler asks Stripe again with the same key.
@@ -355,16 +358,20 @@ export class ChargeEngine {
    * them. Returns nothing to do as an empty array.
    */
   async reconcileDue(limit: number, canStart?: () => boolean): Promise<Execution[]> {
+    const claimSent = this.#now();
     const claimed = await claimDue(this.#db, limit, randomUUID(), this.#policy.leaseMs, this.#actor);
     if (claimed.length === 0) return [];
-    return this.#executeClaimed(claimed, canStart);
+    return this.#executeClaimed(claimed, canStart, claimSent);
   }
 
   /** Attempt each claimed operation (bounded concurrency), then record all outcomes in one round trip. */
-  async #executeClaimed(claimed: readonly ClaimedOperation[], canStart?: () => boolean): Promise<Execution[]> {
-    // The claims were answered just now: from here, this clock tells how late after its claim (the
-    // database's claimedAt) each call starts.
-    const claimedLocally = this.#now();
+  /**
+   * `claimSent`: this clock's time just before the claim statement was sent. The database dated the
+   * claim (claimedAt) no earlier, so claimedAt + (now − claimSent) is never earlier than the
+   * database's clock now — a slow claim statement (a loaded or restarting database) counts too.
+   */
+  async #executeClaimed(claimed: readonly ClaimedOperation[], canStart?: () => boolean, claimSent: number = this.#now()): Promise<Execution[]> {
+    const claimedLocally = claimSent;
     const histories = await this.#evidence(claimed);
     const sinceClaim = () => this.#now() - claimedLocally;
     const attempts = await mapBounded(claimed, this.#concurrency, (op) => this.#attempt(op, histories.get(op.id) ?? null, canStart, sinceClaim));
