@@ -59,6 +59,15 @@ const pi = (overrides: Partial<PaymentIntentView> = {}): PaymentIntentView => ({
 const listed = (items: PaymentIntentView[], complete = true): ListAnswer<PaymentIntentView> => ({ items, pages: 1, requestIds: ['req_1'], complete });
 const failure = (kind: GatewayFailure['kind'], httpStatus?: number): GatewayFailure => ({ kind, errorClass: 'StripeX', message: 'x', ...(httpStatus ? { httpStatus } : {}) });
 
+/** One line of an operation's audit trail, `ms` after T0. */
+const ev = (action: string, ms: number, step: string | null = null, detail: Record<string, unknown> = {}, keyGeneration = 0): EvidenceEvent => ({
+  action,
+  step,
+  occurredAt: at(ms).toISOString(),
+  keyGeneration,
+  detail,
+});
+
 describe('choosing the step of an ambiguous operation (AMBIGUOUS_RESOLUTION=auto)', () => {
   it('needs the audit trail only for ambiguous operations without a PaymentIntent id, or after the window', () => {
     expect(needsEvidence(op({ status: 'pending' }))).toBe(false);
@@ -255,13 +264,6 @@ describe('a Search that keeps failing after the window (the defect)', () => {
 });
 
 describe('reading the evidence back from the audit trail (summarizeEvidence)', () => {
-  const ev = (action: string, ms: number, step: string | null = null, detail: Record<string, unknown> = {}, keyGeneration = 0): EvidenceEvent => ({
-    action,
-    step,
-    occurredAt: at(ms).toISOString(),
-    keyGeneration,
-    detail,
-  });
   const policy = { leaseMs: 2 * MIN, keyWindowMs: DEFAULT_POLICY.keyWindowMs };
 
   it('counts same-key sends, keeps proofs made after the last send, and leaves out this claim', () => {
@@ -418,13 +420,6 @@ describe('a refund: a refused remedy goes to a human; a List refused for good is
 // The automatic re-issue's blind spots: each case below failed on the code before its mend.
 describe('what the re-issue rests on: the proof sees everything up to itself, a key still running proves nothing, a short list nothing', () => {
   const window = { createdGte: 0, createdLte: 1 };
-  const ev = (action: string, ms: number, step: string | null = null, detail: Record<string, unknown> = {}, keyGeneration = 0): EvidenceEvent => ({
-    action,
-    step,
-    occurredAt: at(ms).toISOString(),
-    keyGeneration,
-    detail,
-  });
   const inUse: GatewayFailure = {
     kind: FailureKind.ambiguous,
     errorClass: 'StripeAPIError',

@@ -143,13 +143,17 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     ...(deps.sleep ? { sleep: deps.sleep } : {}),
   });
   const gateway = deps.gateway;
-  const engine = gateway && new ChargeEngine({
+  // What the engine and the watch after a re-issue share: the database, the key, the policy, the jitter.
+  const worker = gateway && {
     db: deps.db,
     gateway,
     actor: deps.actor ?? 'reconciler',
     concurrency: settings.concurrency,
     ...(deps.policy ? { policy: deps.policy } : {}),
     ...(deps.random ? { random: deps.random } : {}),
+  };
+  const engine = worker && new ChargeEngine({
+    ...worker,
     beforeCall: (step) => limiter.acquire(step, pageLatestStart),
   });
 
@@ -232,15 +236,10 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
   // handed to the remedy, with Stripe events or without. After the due operations (they come first
   // for the budget), on the same rate limiter; the remedies it makes are due at once for the next run.
   let watch: WatchRun | null = null;
-  if (gateway && stoppedBecause !== 'error') {
+  if (worker && stoppedBecause !== 'error') {
     try {
       const watcher = new ReissueWatcher({
-        db: deps.db,
-        gateway,
-        actor: deps.actor ?? 'reconciler',
-        concurrency: settings.concurrency,
-        ...(deps.policy ? { policy: deps.policy } : {}),
-        ...(deps.random ? { random: deps.random } : {}),
+        ...worker,
         beforeCall: () => (canStart() ? limiter.acquire('list', latestStart) : false),
       });
       watch = await watcher.lookAllDue(settings.pageSize, canStart);
