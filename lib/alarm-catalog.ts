@@ -124,6 +124,12 @@ export const ALARM_CATALOG = [
     metrics: [{ namespace: APP, metricName: METRICS.duplicateChargesRemedied }],
   },
   {
+    name: 'ReissueWatchFinding',
+    meaning:
+      'The watch over a re-issued operation found what no machine can settle: a second Refund of one refund (the customer was refunded twice), a late PaymentIntent the remedy may not refund, or a watch that could not list for several looks.',
+    metrics: [{ namespace: APP, metricName: METRICS.openWatchFindings }],
+  },
+  {
     name: 'StripeWebhookRejected',
     meaning:
       'A delivery to the Stripe-events endpoint was refused (bad or missing signature, stale timestamp, oversize or not an event): a secret mismatch, or someone forging events. Nothing was recorded.',

@@ -175,6 +175,8 @@ export class Observability extends Construct {
       props.oldestUnpublishedEventAgeThreshold.toSeconds(),
     );
     add('DuplicateChargeRemedied', app(METRICS.duplicateChargesRemedied, max), 0);
+    // The watch after a re-issue: polling's own safety net, with Stripe events or without.
+    add('ReissueWatchFinding', app(METRICS.openWatchFindings, max), 0);
     // Stripe events in: refused deliveries, deliveries Stripe must retry, a stuck inbox, and what
     // the events showed that the ledger cannot explain (open findings keep their gauge up).
     if (props.stripeEvents) {
@@ -343,6 +345,11 @@ export class Observability extends Construct {
         title: 'Outbox, rejected messages, duplicate charges remedied',
         width,
         left: [gauge(METRICS.unpublishedEvents), gauge(METRICS.rejectedLastPeriod), gauge(METRICS.duplicateChargesRemedied)],
+      }),
+      new cw.GraphWidget({
+        title: 'Re-issued operations under watch, open watch findings',
+        width,
+        left: [gauge(METRICS.openWatches), gauge(METRICS.openWatchFindings)],
       }),
     );
     dashboard.addWidgets(

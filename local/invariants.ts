@@ -98,7 +98,7 @@ export interface Warning {
    * waits for a human (Stripe failed it, or its evidence could not settle it; not a refused key); refund_awaiting_review: a refund waiting for its charge, which
    * is in review (it goes once that human settles the charge), or a Refund whose operation is in review.
    */
-  readonly kind: 'charge_awaiting_review' | 'duplicate_awaiting_review' | 'refund_awaiting_review';
+  readonly kind: 'charge_awaiting_review' | 'duplicate_awaiting_review' | 'refund_awaiting_review' | 'refunded_twice_found';
   readonly operationId: string;
   readonly orderId: string;
   readonly detail: string;
@@ -168,6 +168,11 @@ export interface InvariantReport {
    * the pipeline made and Stripe kept; 0 for a failed charge) — the figure the net_amount check used.
    */
   readonly expectedNet: ReadonlyMap<string, number>;
+  /**
+   * PaymentIntents Stripe created under a generation AFTER the operation was re-issued away from it (a
+   * late commit no proof could see): their money is judged like any extra charge's.
+   */
+  readonly lateCommits: number;
 }
 
 interface OperationFacts {
@@ -198,6 +203,10 @@ interface OperationFacts {
   last_to_status: string | null;
   key_generation: number;
   auto_reissues: number;
+  /** When the operation was re-issued away from each key generation: { "0": iso, … } (null: never re-issued). */
+  reissued_from: Record<string, string> | null;
+  /** Refund ids (re_…) the watch after a re-issue found as a second Refund of this refund operation. */
+  refunded_twice: string[] | null;
 }
 
 interface OutboxFacts {
@@ -252,7 +261,13 @@ const OPERATIONS_SQL = `
          coalesce(a.recorded, 0) AS recorded, coalesce(a.discarded, 0) AS discarded,
          coalesce(a.released, 0) AS released, coalesce(a.operator_resolved, 0) AS operator_resolved,
          coalesce(a.review_entries, 0) AS review_entries, a.last_to_status,
-         s.key_generation, coalesce(a.auto_reissues, 0) AS auto_reissues
+         s.key_generation, coalesce(a.auto_reissues, 0) AS auto_reissues,
+         -- A re-issue is written under the NEW generation: generation g was left at the re-issue to g + 1.
+         (SELECT jsonb_object_agg(x.g, x.at) FROM (
+            SELECT (r.key_generation - 1)::text AS g, min(r.occurred_at) AS at FROM payment_operation_events r
+             WHERE r.operation_id = s.id AND r.action IN ('auto_reissued', 'operator_reissued') GROUP BY r.key_generation) x) AS reissued_from,
+         (SELECT array_agg(f.payment_intent_id ORDER BY f.id) FROM stripe_event_findings f
+           WHERE f.operation_id = s.id AND f.kind = 'refunded_twice') AS refunded_twice
     FROM scope s LEFT JOIN audit a ON a.operation_id = s.id`;
 
 const OUTBOX_SQL = `
@@ -366,10 +381,21 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
   }
 
   // ── No unsafe re-issue ───────────────────────────────────────────────────────────────────────
+  // A PaymentIntent of a generation the operation left, that existed when it was left: the re-issue
+  // rested on a proof of absence that was wrong. One Stripe created only AFTER the re-issue (created
+  // later than the re-issue's moment) is a late commit under the retired key, which no proof could
+  // see: not this violation — its money is judged like any extra charge (double_charge / net_amount
+  // above and below: the watch after the re-issue must have handed it to the remedy).
+  const lateCommits: PaymentIntentRecord[] = [];
   for (const pi of paymentIntents) {
     const op = ownerOf(pi);
     const generation = Number(pi.metadata.key_generation ?? 'NaN');
     if (op === null || !Number.isInteger(generation) || generation >= op.key_generation || HARMLESS.includes(pi.status)) continue;
+    const leftAt = op.reissued_from?.[String(generation)];
+    if (leftAt !== undefined && pi.createdAtMs > Date.parse(leftAt)) {
+      lateCommits.push(pi);
+      continue;
+    }
     violate('unsafe_reissue', `re-issued to key generation ${op.key_generation} while PaymentIntent ${pi.id} of generation ${generation} is ${pi.status}`, op);
   }
 
@@ -399,7 +425,14 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       const expected = op.status === 'succeeded' ? Number(op.amount) - asked : 0;
       expectedNet.set(op.order_id, expected);
       const kept = truth?.net ?? 0;
-      if (kept !== expected) {
+      // A second Refund of one refund operation that the watch after a re-issue FOUND (a finding and
+      // the ReissueWatchFinding alarm: a person decides): money no machine can take back, told, not lost.
+      const foundTwice = stripeRefunds
+        .filter((x) => x.status === 'succeeded' && ours.some((r) => r.refunded_twice?.includes(x.id)))
+        .reduce((sum, x) => sum + x.amount, 0);
+      if (kept !== expected && foundTwice > 0 && kept + foundTwice === expected) {
+        warnings.push({ kind: 'refunded_twice_found', operationId: op.id, orderId: op.order_id, detail: `refunded ${foundTwice} more than asked by a late second Refund; the watch after the re-issue found it (open finding)` });
+      } else if (kept !== expected) {
         violate('net_amount', `Stripe kept ${kept} (${truth?.succeededPaymentIntents ?? 0} succeeded PaymentIntents, ${truth?.refunded ?? 0} refunded); expected ${expected} (${op.status}, ${asked} refunded by the pipeline)`, op);
       }
     }
@@ -427,7 +460,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     }
     // Every Refund that returns money is known by the refund operation that made it (as every
     // succeeded PaymentIntent is by its charge, below). A failed or canceled one returned nothing.
-    const named = new Set(refundOps.flatMap((r) => (r.external_id === null ? [] : [r.external_id])));
+    const named = new Set(refundOps.flatMap((r) => [...(r.external_id === null ? [] : [r.external_id]), ...(r.refunded_twice ?? [])]));
     const refundOpById = new Map(refundOps.map((r) => [r.id, r]));
     for (const refund of stripeRefunds) {
       if (refund.status === 'failed' || refund.status === 'canceled' || named.has(refund.id)) continue;
@@ -641,6 +674,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     violationsByKind,
     warnings,
     expectedNet,
+    lateCommits: lateCommits.length,
   };
 }
 

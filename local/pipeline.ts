@@ -106,6 +106,22 @@ export function keyPruneAfterMsFor(t: TimeLapse): number {
   return t.keyWindowMs + leaseMsFor(t) + 2_000;
 }
 
+/** When the fake commits a late create in a time-lapsed run: after the re-issue its proofs allow. */
+export function lateCommitMsFor(t: TimeLapse): number {
+  const e = evidenceTimingsFor(t);
+  return e.reissueAfterLastSendMs + e.proofSpacingMs + e.listSettleMs;
+}
+
+/**
+ * The watch after a re-issue, compressed like the rest: its first look one "hour" after the re-issue
+ * (the key window's 23rd part), its last one "hour" after the fake has pruned the retired key — and
+ * never before config.ts's floor (KEY_WINDOW_MS × 24/23).
+ */
+export function watchTimingsFor(t: TimeLapse): { watchFirstAfterMs: number; watchFinalAfterFirstSendMs: number } {
+  const hour = Math.max(1_000, Math.round(t.keyWindowMs / 23));
+  return { watchFirstAfterMs: hour, watchFinalAfterFirstSendMs: Math.max(keyPruneAfterMsFor(t) + hour, Math.ceil((t.keyWindowMs * 24) / 23)) };
+}
+
 /** "time-lapse: 23 h key window shown as 20 s, …" — pruning: whether this runtime prunes the fake's keys. */
 export function describeTimeLapse(t: TimeLapse, pruning = true): string {
   const s = (ms: number) => `${Number((ms / 1000).toFixed(1))} s`;
@@ -424,6 +440,10 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
         latencyMs: options.stripe.latencyMs ?? 0,
         searchLagMs: timeLapse?.searchLagMs ?? 0,
         processingSettleMs: timeLapse?.processingSettleMs ?? null,
+        // A create the fake commits late (error_500_late_commit, in_flight_then_commit) is committed
+        // this long after it was answered: after the second proof of absence and the re-issue it
+        // allows (re-issue delay + a settle delay), the case the watch after a re-issue is for.
+        lateCommitMs: timeLapse ? lateCommitMsFor(timeLapse) : null,
       });
       const fake = fakeStripe;
       cleanups.push(() => fake.close());
@@ -496,6 +516,10 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
             // The list's created range is in whole seconds anyway; Stripe's 5 min margin would cover a
             // compressed run's whole history.
             LIST_WINDOW_MARGIN_MS: '1000',
+            // One machine, one clock: the fake Stripe and the database read the same one.
+            STRIPE_CLOCK_SKEW_MS: '1000',
+            REISSUE_WATCH_FIRST_AFTER_MS: String(watchTimingsFor(timeLapse).watchFirstAfterMs),
+            REISSUE_WATCH_FINAL_AFTER_MS: String(watchTimingsFor(timeLapse).watchFinalAfterFirstSendMs),
             STRIPE_TIMEOUT_MS: String(timeLapse.stripeTimeoutMs),
             STRIPE_MAX_NETWORK_RETRIES: String(timeLapse.stripeMaxNetworkRetries),
           }

@@ -68,6 +68,24 @@ describe('loadConfig', () => {
     expect(() => loadConfig({ ...base, KEY_WINDOW_MS: '600000', AMBIGUOUS_RESOLUTION: 'review' })).not.toThrow();
   });
 
+  it('reads the watch after a re-issue and the refund switch, and refuses what would leave a blind spot', () => {
+    expect(loadConfig(base).policy).toMatchObject({ refundAutoReissue: false, watchFirstAfterMs: 3_600_000, watchFinalAfterFirstSendMs: 25 * 3_600_000 });
+    expect(loadConfig({ ...base, REFUND_AUTO_REISSUE: 'on' }).policy.refundAutoReissue).toBe(true);
+    expect(() => loadConfig({ ...base, REFUND_AUTO_REISSUE: 'yes' })).toThrow(/REFUND_AUTO_REISSUE must be one of off, on/);
+    expect(() => loadConfig({ ...base, REFUND_AUTO_REISSUE: 'on', AMBIGUOUS_RESOLUTION: 'review' })).toThrow(/REFUND_AUTO_REISSUE=on needs AMBIGUOUS_RESOLUTION=auto/);
+    // The last look must come after Stripe's 24 h retention (scaled with a shortened key window).
+    expect(() => loadConfig({ ...base, REISSUE_WATCH_FINAL_AFTER_MS: String(23.5 * 3_600_000) })).toThrow(/REISSUE_WATCH_FINAL_AFTER_MS \(84600000\) must be at least 86400000/);
+    expect(loadConfig({ ...base, REISSUE_WATCH_FINAL_AFTER_MS: String(24 * 3_600_000) }).policy.watchFinalAfterFirstSendMs).toBe(24 * 3_600_000);
+    expect(() => loadConfig({ ...base, REISSUE_WATCH_FIRST_AFTER_MS: String(25 * 3_600_000) })).toThrow(/REISSUE_WATCH_FIRST_AFTER_MS .* must be below REISSUE_WATCH_FINAL_AFTER_MS/);
+    expect(() => loadConfig({ ...base, KEY_WINDOW_MS: '23000', AMBIGUOUS_RESOLUTION: 'review', REISSUE_WATCH_FIRST_AFTER_MS: '1000', REISSUE_WATCH_FINAL_AFTER_MS: '23999' })).toThrow(/must be at least 24000/);
+  });
+
+  it('refuses a List window margin narrower than the clock skew allowed between the database and Stripe', () => {
+    expect(() => loadConfig({ ...base, LIST_WINDOW_MARGIN_MS: '30000' })).toThrow(/LIST_WINDOW_MARGIN_MS \(30000\) must be at least STRIPE_CLOCK_SKEW_MS \(60000\)/);
+    expect(loadConfig({ ...base, LIST_WINDOW_MARGIN_MS: '30000', STRIPE_CLOCK_SKEW_MS: '20000' }).policy.listWindowMarginMs).toBe(30_000);
+    expect(loadConfig({ ...base, LIST_WINDOW_MARGIN_MS: '60000' }).policy.listWindowMarginMs).toBe(60_000);
+  });
+
   it('refuses a lease that a worst-case Stripe call could outlast', () => {
     expect(() => loadConfig({ ...base, LEASE_MS: '30000' })).toThrow(/LEASE_MS must exceed/);
     expect(() => loadConfig({ ...base, LEASE_MS: '5000', STRIPE_TIMEOUT_MS: '1000', STRIPE_MAX_NETWORK_RETRIES: '0' })).not.toThrow();

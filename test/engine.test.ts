@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { countingDb } from '../lambdas/payments/db.ts';
-import { backoffDelay, DEFAULT_POLICY, idempotencyKey } from '../lambdas/payments/decisions.ts';
+import { backoffDelay, DEFAULT_POLICY, idempotencyKey, watchTimings } from '../lambdas/payments/decisions.ts';
 import type { EngineOptions } from '../lambdas/payments/engine.ts';
 import { OrderConflictError } from '../lambdas/payments/errors.ts';
 import { claimById, recordOutcomes, reissueAfterProof } from '../lambdas/payments/operations-store.ts';
@@ -411,7 +411,7 @@ describe('beyond the seed', () => {
     // A's re-issue write, as the engine writes it (its old token, the generation it saw, its proof):
     // status and generation still match, only the token does not.
     const proof = { absenceProven: true, provenAt: new Date().toISOString(), list: { scope: { customer: input.customerId }, pages: 1, complete: true } };
-    const [late] = await reissueAfterProof(db.pool, [{ operationId: id, leaseToken: tokenA, fromStatus: 'pending', keyGeneration: 0, detail: proof }], 'worker-a', 60_000);
+    const [late] = await reissueAfterProof(db.pool, [{ operationId: id, leaseToken: tokenA, fromStatus: 'pending', keyGeneration: 0, detail: proof }], 'worker-a', 60_000, watchTimings());
     expect(late).toEqual({ operationId: id, applied: false, status: null, event: null });
     expect(await row(id)).toMatchObject({ key_generation: 0, status: 'pending', lease_token: leasedByB.lease_token, attempts: 0 });
 

@@ -9,6 +9,7 @@ import {
   decideCreate,
   decideList,
   MAX_INCOMPLETE_LISTS,
+  MAX_TRANSIENT_LIST_FAILURES_AFTER_WINDOW,
   decideSearch,
   DEFAULT_POLICY,
   judgeAutoReissue,
@@ -21,6 +22,7 @@ import {
   type ListedObject,
 } from '../lambdas/payments/decisions.ts';
 import { summarizeEvidence, type EvidenceEvent } from '../lambdas/payments/evidence.ts';
+import { lastPossibleSendAt } from '../lambdas/payments/review.ts';
 import { FailureKind, type GatewayFailure, type ListAnswer } from '../lambdas/payments/gateway.ts';
 import type { ClaimedOperation, PaymentIntentView } from '../lambdas/payments/types.ts';
 import { claimedOperation, OP_ID, T0 } from './support/operations.ts';
@@ -56,6 +58,15 @@ const pi = (overrides: Partial<PaymentIntentView> = {}): PaymentIntentView => ({
 });
 const listed = (items: PaymentIntentView[], complete = true): ListAnswer<PaymentIntentView> => ({ items, pages: 1, requestIds: ['req_1'], complete });
 const failure = (kind: GatewayFailure['kind'], httpStatus?: number): GatewayFailure => ({ kind, errorClass: 'StripeX', message: 'x', ...(httpStatus ? { httpStatus } : {}) });
+
+/** One line of an operation's audit trail, `ms` after T0. */
+const ev = (action: string, ms: number, step: string | null = null, detail: Record<string, unknown> = {}, keyGeneration = 0): EvidenceEvent => ({
+  action,
+  step,
+  occurredAt: at(ms).toISOString(),
+  keyGeneration,
+  detail,
+});
 
 describe('choosing the step of an ambiguous operation (AMBIGUOUS_RESOLUTION=auto)', () => {
   it('needs the audit trail only for ambiguous operations without a PaymentIntent id, or after the window', () => {
@@ -253,14 +264,7 @@ describe('a Search that keeps failing after the window (the defect)', () => {
 });
 
 describe('reading the evidence back from the audit trail (summarizeEvidence)', () => {
-  const ev = (action: string, ms: number, step: string | null = null, detail: Record<string, unknown> = {}, keyGeneration = 0): EvidenceEvent => ({
-    action,
-    step,
-    occurredAt: at(ms).toISOString(),
-    keyGeneration,
-    detail,
-  });
-  const policy = { leaseMs: 2 * MIN };
+  const policy = { leaseMs: 2 * MIN, keyWindowMs: DEFAULT_POLICY.keyWindowMs };
 
   it('counts same-key sends, keeps proofs made after the last send, and leaves out this claim', () => {
     const events = [
@@ -408,7 +412,120 @@ describe('a refund: a refused remedy goes to a human; a List refused for good is
       ev('outcome_recorded', 3, 'list', {}),
       ev('outcome_recorded', 4, 'list', { listUnavailable: true }, 1),
     ];
-    expect(summarizeEvidence(op(refundOp(null)), events, { leaseMs: 2 * MIN })).toMatchObject({ listUnavailable: true, permanentListFailures: 2 });
-    expect(summarizeEvidence(op(refundOp(null, { keyGeneration: 1 })), events, { leaseMs: 2 * MIN })).toMatchObject({ permanentListFailures: 1 });
+    expect(summarizeEvidence(op(refundOp(null)), events, { leaseMs: 2 * MIN, keyWindowMs: DEFAULT_POLICY.keyWindowMs })).toMatchObject({ listUnavailable: true, permanentListFailures: 2 });
+    expect(summarizeEvidence(op(refundOp(null, { keyGeneration: 1 })), events, { leaseMs: 2 * MIN, keyWindowMs: DEFAULT_POLICY.keyWindowMs })).toMatchObject({ permanentListFailures: 1 });
+  });
+});
+
+// The automatic re-issue's blind spots: each case below failed on the code before its mend.
+describe('what the re-issue rests on: the proof sees everything up to itself, a key still running proves nothing, a short list nothing', () => {
+  const window = { createdGte: 0, createdLte: 1 };
+  const inUse: GatewayFailure = {
+    kind: FailureKind.ambiguous,
+    errorClass: 'StripeAPIError',
+    httpStatus: 409,
+    code: 'idempotency_key_in_use',
+    message: 'There is currently another in-progress request using this Idempotent Key',
+  };
+
+  it('the List window reaches the moment of the proof, not only the last send + margin', () => {
+    // Last send at +5 s, the second proof at +15 min: a PaymentIntent Stripe committed at +10 min
+    // exists when this List is asked and must lie inside its range.
+    const proofAt = at(5_000 + 15 * MIN);
+    const w = listWindow(op({ claimedAt: proofAt }), history({ firstSendAt: T0, lastSendAt: at(5_000) }));
+    expect(w.createdLte).toBe(Math.ceil((proofAt.getTime() + DEFAULT_POLICY.listWindowMarginMs) / 1000));
+    expect(w.createdLte * 1000).toBeGreaterThan(at(10 * MIN).getTime());
+    // A claim earlier than the last possible send (a lease still running) keeps the send's end.
+    const early = listWindow(op({ claimedAt: at(1_000) }), history({ firstSendAt: T0, lastSendAt: at(90_000) }));
+    expect(early.createdLte).toBe(Math.ceil((T0.getTime() + 90_000 + DEFAULT_POLICY.listWindowMarginMs) / 1000));
+  });
+
+  it('409 idempotency_key_in_use: recorded as such, and the same key is sent again — never a List, whatever else the trail holds', () => {
+    const answer = decideCreate(ctx({}, history({ sameKeySends: 5 })), { ok: false, failure: inUse });
+    expect(answer).toMatchObject({ status: 'unknown', reviewReason: null, detail: { keyInUse: true, httpStatus: 409 } });
+    // Not scheduled at the List settle delay: the key is asked again on the ambiguous backoff.
+    expect(answer.retryAfterMs).toBeLessThan(DEFAULT_POLICY.listSettleMs);
+    const running = history({ keyInUse: true, sameKeySends: 9, keyReplaysError: true, proofs: [at(3 * MIN)] });
+    expect(chooseStep(op({ claimedAt: at(20 * MIN) }), DEFAULT_POLICY, running)).toEqual({ kind: 'create' });
+    // A refund whose List is unavailable too; the review switch's Search path too.
+    expect(chooseStep(op({ kind: 'refund', claimedAt: at(20 * MIN) }), DEFAULT_POLICY, { ...running, listUnavailable: true })).toEqual({ kind: 'create' });
+    expect(chooseStep(op({ claimedAt: at(20 * MIN) }), { ...DEFAULT_POLICY, ambiguousResolution: 'review' }, running)).toEqual({ kind: 'create' });
+    // After the key window nothing is sent under the old key: List is the evidence there.
+    expect(chooseStep(op({ claimedAt: at(24 * HOUR) }), DEFAULT_POLICY, running)).toEqual({ kind: 'list' });
+    // No absence is proven while the key's last answer is "in use".
+    expect(judgeAutoReissue(op(), history({ keyInUse: true, lastSendAt: at(0), proofs: [at(2 * MIN)] }), at(20 * MIN))).toMatchObject({ kind: 'prove_again' });
+  });
+
+  it('the trail says "in use" only while it is the key’s LAST answer, under the current generation', () => {
+    const policy = { leaseMs: 2 * MIN, keyWindowMs: DEFAULT_POLICY.keyWindowMs };
+    const create = (ms: number, detail: Record<string, unknown>, generation = 0) => ({ ...ev('outcome_recorded', ms, 'create', detail, generation), errorClass: 'StripeAPIError' });
+    const running = [ev('attempt_started', 0), create(1_000, { httpStatus: 409, keyInUse: true }), ev('attempt_started', 5_000)];
+    expect(summarizeEvidence(op(), running, policy).keyInUse).toBe(true);
+    const finished = [...running.slice(0, 2), ev('attempt_started', 2_000), create(3_000, { httpStatus: 500 }), ev('attempt_started', 5_000)];
+    expect(summarizeEvidence(op(), finished, policy)).toMatchObject({ keyInUse: false, keyReplaysError: true });
+    expect(summarizeEvidence(op({ keyGeneration: 1 }), running, policy).keyInUse).toBe(false);
+  });
+
+  it('a list cut short adopts nothing: one object of the operation on the pages read is no proof of "only one"', () => {
+    const short = { items: [pi()], pages: 3, requestIds: [], complete: false };
+    expect(judgeList(chargeListSubject(op()), { ...short, items: short.items.map((p) => ({ id: p.id, status: p.status, metadata: p.metadata, fields: { amount: p.amount, currency: p.currency, customer: p.customer } })) })).toEqual({ kind: 'incomplete', pages: 3 });
+    const outcome = decideList(ctx({}, history()), window, { ok: true, value: short });
+    expect(outcome).toMatchObject({ status: 'unknown', externalId: null, reviewReason: null });
+  });
+
+  it('a list cut short with every object it read charged settles nothing and refunds nothing: a human, not the remedy', () => {
+    const both = [pi(), pi({ id: 'pi_2', metadata: { operation_id: OP_ID, order_id: 'order-1', key_generation: '1' } })];
+    const complete = decideList(ctx({ keyGeneration: 1 }, history()), window, { ok: true, value: listed(both) });
+    expect(complete).toMatchObject({ status: 'succeeded', externalId: 'pi_2' });
+    expect(complete.remedies).toHaveLength(1);
+    const short = decideList(ctx({ keyGeneration: 1 }, history()), window, { ok: true, value: listed(both, false) });
+    expect(short).toMatchObject({ status: 'unknown', externalId: null });
+    expect(short.reviewReason).toMatch(/2 objects for one operation/);
+    expect(short.remedies).toBeUndefined();
+  });
+
+  it('a refund is not re-issued by the machine unless REFUND_AUTO_REISSUE is on; a charge is', () => {
+    const ready = history({ lastSendAt: at(0), proofs: [at(2 * MIN)] });
+    const refund = op({ kind: 'refund' });
+    expect(judgeAutoReissue(refund, ready, at(20 * MIN))).toMatchObject({ kind: 'review', reason: expect.stringContaining('REFUND_AUTO_REISSUE=off') });
+    expect(judgeAutoReissue(refund, ready, at(20 * MIN), { ...DEFAULT_POLICY, refundAutoReissue: true })).toEqual({ kind: 'reissue' });
+    expect(judgeAutoReissue(op(), ready, at(20 * MIN))).toEqual({ kind: 'reissue' });
+    // Through decideList: the second proof of a refund goes to a human, with the proof in its evidence.
+    const second = decideList(ctx({ kind: 'refund', claimedAt: at(5_000 + 15 * MIN) }, history({ proofs: [at(3 * MIN)] })), window, { ok: true, value: listed([]) });
+    expect(second).toMatchObject({ status: 'unknown', retryAfterMs: null, detail: { absenceProven: true } });
+    expect(second.reissue).toBeUndefined();
+    expect(second.reviewReason).toMatch(/REFUND_AUTO_REISSUE=off/);
+  });
+
+  it('after the key window a List that keeps failing transiently is bounded: a human with the reason, not open for ever', () => {
+    const late = { claimedAt: at(24 * HOUR) };
+    const fail = { ok: false as const, failure: failure(FailureKind.ambiguous, 503) };
+    const first = decideList(ctx(late, history({ transientListFailuresAfterWindow: 0 })), window, fail);
+    expect(first).toMatchObject({ reviewReason: null, detail: { listFailuresAfterWindow: 1 } });
+    const last = decideList(ctx(late, history({ transientListFailuresAfterWindow: MAX_TRANSIENT_LIST_FAILURES_AFTER_WINDOW - 1 })), window, fail);
+    expect(last.retryAfterMs).toBeNull();
+    expect(last.reviewReason).toMatch(new RegExp(`failed ${MAX_TRANSIENT_LIST_FAILURES_AFTER_WINDOW} times since the key window`));
+    // Inside the window the same failure is never counted towards review.
+    const inside = decideList(ctx({}, history({ transientListFailuresAfterWindow: 99 })), window, fail);
+    expect(inside.reviewReason).toBeNull();
+    expect(inside.detail.listFailuresAfterWindow).toBeUndefined();
+    // Read back from the trail: only transient List failures after the window, current generation.
+    const policy = { leaseMs: 2 * MIN, keyWindowMs: DEFAULT_POLICY.keyWindowMs };
+    const events = [
+      ev('outcome_recorded', 1 * HOUR, 'list', { kind: 'ambiguous' }),
+      ev('outcome_recorded', 23 * HOUR + 1, 'list', { kind: 'ambiguous' }),
+      ev('outcome_recorded', 23 * HOUR + 2, 'list', { kind: 'rate_limited' }),
+      ev('outcome_recorded', 23 * HOUR + 3, 'list', { kind: 'permission', listUnavailable: true }),
+      ev('outcome_recorded', 23 * HOUR + 4, 'list', { absenceProven: true, provenAt: at(23 * HOUR + 4).toISOString() }),
+      ev('outcome_recorded', 23 * HOUR + 5, 'list', { kind: 'ambiguous' }, 1),
+    ];
+    expect(summarizeEvidence(op(late), events, policy).transientListFailuresAfterWindow).toBe(2);
+  });
+
+  it('a claim without its outcome is read as sending until the lease end IT recorded, not the reader’s LEASE_MS', () => {
+    const claim = ev('attempt_started', 0, null, { leaseUntil: at(10 * MIN).toISOString(), leaseToken: 'a' });
+    expect(lastPossibleSendAt([claim], 2 * MIN)).toEqual(at(10 * MIN));
+    // An older trail without leaseUntil: the reader's lease.
+    expect(lastPossibleSendAt([ev('attempt_started', 0)], 2 * MIN)).toEqual(at(2 * MIN));
   });
 });

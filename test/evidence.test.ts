@@ -274,12 +274,20 @@ describe('the invariant checker and automatic re-issues', () => {
     await drive(engine(), id);
     expect(await row(id)).toMatchObject({ status: 'succeeded', key_generation: 1 });
     await invariantsHold([input.orderId]);
-    // Plant what a wrong proof of absence would have missed: a charge under the old key generation.
+    // Plant what a wrong proof of absence would have missed: a charge under the old key generation
+    // that existed BEFORE the re-issue (its record dated a moment before it).
     const planted = await plantPaymentIntent(stripe, input, id);
-    expect(planted.ok).toBe(true);
-    const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), orderIds: [input.orderId], requireQuiescent: true });
-    expect(report.violationsByKind).toMatchObject({ double_charge: 1, unsafe_reissue: 1 });
+    if (!planted.ok) throw new Error('planted');
+    const reissuedAt = Date.parse((await db.pool.query("SELECT occurred_at FROM payment_operation_events WHERE operation_id = $1 AND action = 'auto_reissued'", [id])).rows[0].occurred_at);
+    const earlier = (pis: ReturnType<typeof stripe.fake.paymentIntents>) => pis.map((p) => (p.id === planted.value.id ? { ...p, createdAtMs: reissuedAt - 1_000 } : p));
+    const report = await checkInvariants({ db: db.pool, paymentIntents: earlier(stripe.fake.paymentIntents()), orderIds: [input.orderId], requireQuiescent: true });
+    expect(report.violationsByKind).toEqual({ double_charge: 1, unsafe_reissue: 1 });
     expect(report.violations.find((v) => v.kind === 'unsafe_reissue')?.detail).toMatch(/re-issued to key generation 1 while PaymentIntent pi_\w+ of generation 0 is succeeded/);
+    // The same charge committed by Stripe only after the re-issue (as planted: now) is a late commit —
+    // no wrong proof — and still a double charge until the watch hands it to the remedy.
+    const late = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), orderIds: [input.orderId], requireQuiescent: true });
+    expect(late.violationsByKind).toEqual({ double_charge: 1 });
+    expect(late.lateCommits).toBe(1);
   });
 
   it('flags an unsafe re-issue before any second charge: an older generation still processing', async () => {
@@ -287,8 +295,12 @@ describe('the invariant checker and automatic re-issues', () => {
     const id = await engine().requestCharge(input);
     stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'error_500_before_commit');
     await drive(engine(), id);
-    await plantPaymentIntent(stripe, input, id, { paymentMethod: 'pm_fake_processing' });
-    const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), orderIds: [input.orderId], requireQuiescent: true });
+    const planted = await plantPaymentIntent(stripe, input, id, { paymentMethod: 'pm_fake_processing' });
+    if (!planted.ok) throw new Error('planted');
+    // Dated before the re-issue: the proofs should have seen it.
+    const reissuedAt = Date.parse((await db.pool.query("SELECT occurred_at FROM payment_operation_events WHERE operation_id = $1 AND action = 'auto_reissued'", [id])).rows[0].occurred_at);
+    const pis = stripe.fake.paymentIntents().map((p) => (p.id === planted.value.id ? { ...p, createdAtMs: reissuedAt - 1_000 } : p));
+    const report = await checkInvariants({ db: db.pool, paymentIntents: pis, orderIds: [input.orderId], requireQuiescent: true });
     expect(report.violationsByKind).toEqual({ unsafe_reissue: 1 });
   });
 });

@@ -94,9 +94,10 @@ describe('every row of the charge table, for refunds', () => {
     expect((await row(id)).external_id).toBe(refundsAtStripe(id)[0]!.id);
   });
 
-  it('Stripe 500 before commit → List proves absence twice, spaced → re-issued under g1 → exactly one refund', async () => {
+  it('Stripe 500 before commit → List proves absence twice, spaced → re-issued under g1 → exactly one refund (REFUND_AUTO_REISSUE=on)', async () => {
     // The proof spacing and the delay after the last send shortened (their judgement: test/evidence-decisions.test.ts).
-    const fast = engine({ policy: { listSettleMs: 0, proofSpacingMs: 1, reissueAfterLastSendMs: 0 } });
+    // Refunds are re-issued by the machine only when asked (a second Refund cannot be taken back): test/reissue-watch.test.ts.
+    const fast = engine({ policy: { listSettleMs: 0, proofSpacingMs: 1, reissueAfterLastSendMs: 0, refundAutoReissue: true } });
     const { input } = await chargedOrder();
     const id = await fast.requestRefund(refundOf(input.orderId));
     stripe.fake.injectFault({ endpoint: 'refund_create', operationId: id }, 'error_500_before_commit');

@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { refundOutcomeDetailSchema, RefundDetailType } from '../lambdas/events/contract.ts';
-import { duplicateRefundId, judgeDuplicateCharge, judgeListedCharges } from '../lambdas/payments/decisions.ts';
+import { duplicateRefundId, judgeDuplicateCharge, judgeListedCharges, remedyAfterFailureRefundId } from '../lambdas/payments/decisions.ts';
 import { countingDb, type Db } from '../lambdas/payments/db.ts';
 import { findOperation } from '../lambdas/payments/operations-store.ts';
 import { createStripeClient } from '../lambdas/payments/stripe-gateway.ts';
@@ -23,7 +23,7 @@ import { chargeOrderOfItsOwnCustomer as order } from './support/orders.ts';
 import { plantPaymentIntent, type StripeHarness } from './support/stripe.ts';
 import { useWorld } from './support/world.ts';
 import { deliverWebhook, piEvent, SECRET, testApplier } from './stripe-events/support.ts';
-import { WebhookDispatcher } from '../local/fake-stripe/webhooks.ts';
+import { makeStripeEvent, refundJson, WebhookDispatcher } from '../local/fake-stripe/webhooks.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
@@ -207,6 +207,44 @@ describe('the remedy refund refused by Stripe: a human decides, never a final fa
     await netHolds([input.orderId]);
   });
 
+  it('Stripe fails the remedy’s Refund AFTER it succeeded: a new remedy of the same extra PaymentIntent waits in review naming it (never the charge’s own), and review reissue refunds it under a new key', async () => {
+    const { input, op } = await chargedOrder();
+    const extra = await extraCharge(input, op.id);
+    const refund = await remedyPending(input, extra);
+    await sweepRefund(refund.id);
+    const [first] = stripe.fake.refunds({ orderId: input.orderId });
+    expect(first).toMatchObject({ payment_intent: extra.id, status: 'succeeded' });
+    // The issuer could not take the money back: Stripe fails the Refund after it said succeeded.
+    stripe.fake.settleRefund(first!.id, 'failed');
+    const failed = makeStripeEvent('refund.failed', refundJson(stripe.fake.refunds({ orderId: input.orderId })[0]!));
+    expect(await deliverWebhook({ db, stripe }, failed)).toMatchObject({ applied: { outcome: 'failed_after_success', operationId: refund.id } });
+    // The failed remedy stays final succeeded, marked; a new remedy of the SAME extra PaymentIntent exists.
+    const remedies = await refundOps(input.orderId);
+    expect(remedies.map((r) => [r.refund_id, r.refund_payment_intent, r.status, r.failed_after_success_at !== null])).toEqual([
+      [duplicateRefundId(extra.id), extra.id, 'succeeded', true],
+      [remedyAfterFailureRefundId(extra.id, first!.id), extra.id, 'pending', false],
+    ]);
+    const again = remedies[1]!;
+    // Its first claim sends nothing: a person decides, told which PaymentIntent is still charged twice.
+    const sent = stripe.fake.requests().filter((q) => q.endpoint === 'refund_create').length;
+    expect((await engine().reconcileDue(100)).find((e) => e.operationId === again.id)).toMatchObject({ step: 'precondition', status: 'pending' });
+    expect(stripe.fake.requests().filter((q) => q.endpoint === 'refund_create').length).toBe(sent);
+    const inReview = (await findOperation(db.pool, again.id))!;
+    expect(inReview.reviewReason).toMatch(new RegExp(`Refund ${first!.id} of ${extra.id} was failed by Stripe after it succeeded: the extra charge stands again`));
+    expect(inReview.reviewReason).not.toContain(op.externalId!);
+    expect((await outbox(again.id)).map((e) => e.event_type)).toEqual(['Refund Needs Review']);
+    const report = await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), refunds: stripe.fake.refunds(), orderIds: [input.orderId], requireQuiescent: true });
+    expect(report.violations).toEqual([]);
+    expect(report.warnings).toMatchObject([{ kind: 'duplicate_awaiting_review', operationId: op.id }]);
+    // The runbook: try the refund again under a new key (here the issuer takes it this time).
+    const reissued = await ops(['review', 'reissue', again.id, '--confirm-no-charge', '--reason', 'issuer says retry', '--actor', 'alice']);
+    expect(reissued, JSON.stringify(reissued)).toMatchObject({ ok: true });
+    await engine().reconcileDue(100);
+    expect(await findOperation(db.pool, again.id)).toMatchObject({ status: 'succeeded', keyGeneration: 1, reviewReason: null });
+    expect(stripe.fake.refunds({ orderId: input.orderId }).map((r) => [r.payment_intent, r.status])).toEqual([[extra.id, 'failed'], [extra.id, 'succeeded']]);
+    await netHolds([input.orderId]);
+  });
+
   it('the extra charge was partly refunded by hand in the Dashboard: the full remedy refund is refused (amount_too_large), List shows no refund of ours → review, not failed; only the hand refund exists', async () => {
     const { input, op } = await chargedOrder();
     const extra = await extraCharge(input, op.id);
@@ -283,9 +321,10 @@ describe('evidence from the List step', () => {
     expect(await deliver(late)).toMatchObject({ applied: { outcome: 'contradiction' } });
     expect(await refundOps(input.orderId)).toHaveLength(1);
     await sweepRefund(refunds[0].id);
-    // The re-issue stays flagged as unsafe (the planted late charge says its proof was wrong); the
+    // Stripe created the generation-0 charge AFTER the re-issue: a late commit no proof could see, not
+    // a re-issue on a wrong proof (no unsafe_reissue: the checker tells them apart by that moment); the
     // net amount charged — what the remedy restores — is the amount asked.
-    await expectRemedied(input, id, late.id, ['unsafe_reissue']);
+    await expectRemedied(input, id, late.id);
   });
 
   it("local/another-system (the demo's and the soak's double sender) names the operation's current key generation: a re-issued order charged again behind our back is a duplicate the remedy refunds, not an unsafe re-issue", async () => {

@@ -4,7 +4,7 @@
 // OpsResponse out, so `--json` on a laptop and the Lambda's answer are the same document.
 import { publishLeased, type EventPublisher } from '../events/outbox.ts';
 import type { Db } from '../payments/db.ts';
-import { DEFAULT_POLICY, idempotencyKey, KIND_RULES, type EnginePolicy } from '../payments/decisions.ts';
+import { DEFAULT_POLICY, idempotencyKey, KIND_RULES, watchTimings, type EnginePolicy } from '../payments/decisions.ts';
 import { ChargeEngine } from '../payments/engine.ts';
 import { FailureKind, type PaymentGateway } from '../payments/gateway.ts';
 import {
@@ -600,6 +600,7 @@ async function reissue(ctx: OpsContext, command: Extract<Command, { name: 'revie
   const written = await reissueInReview(ctx.db, {
     fence: fenceOf(op),
     actor: command.action.actor,
+    watch: watchTimings(ctx.enginePolicy),
     detail: actionDetail(ctx, 'review reissue --confirm-no-charge', command.action, history, {
       confirmedNoCharge: true,
       previousKeyGeneration: op.keyGeneration,

@@ -84,9 +84,9 @@ export type Command =
   | { readonly name: 'refunds remedy'; readonly orderId: string; readonly paymentIntentId: string; readonly action: OperatorAction }
   | { readonly name: 'stats' };
 
-// The kinds of stripe_event_findings (migrations/006, 010; inbox-store.ts Finding): the last three are
-// events refused for their account or mode, or that our key did not confirm.
-export const FINDING_KINDS = ['contradiction', 'unrecorded_charge', 'foreign_account', 'livemode_mismatch', 'unconfirmed'] as const;
+// The kinds of stripe_event_findings (migrations/006, 011, 012; inbox-store.ts Finding): events refused
+// for their account or mode, or that our key did not confirm; and the watch after a re-issue's.
+export const FINDING_KINDS = ['contradiction', 'unrecorded_charge', 'foreign_account', 'livemode_mismatch', 'unconfirmed', 'refunded_twice', 'watch_blind'] as const;
 
 /** Where the CLI sends the command; never part of what the ops Lambda accepts. */
 export interface TransportOptions {

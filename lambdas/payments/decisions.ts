@@ -54,6 +54,23 @@ export interface EnginePolicy {
   /** Automatic re-issues per operation; once spent, a further proven absence goes to a human. */
   readonly maxAutoReissues: number;
   /**
+   * REFUND_AUTO_REISSUE. A second Refund cannot be taken back (a second charge can: the duplicate
+   * remedy refunds it), so a refund whose absence List proved goes to a human by default instead of
+   * being re-issued by the machine; `true` lets the machine re-issue refunds too, under the watch.
+   */
+  readonly refundAutoReissue: boolean;
+  /**
+   * The watch over a re-issued operation (lambdas/payments/watch.ts): an older key generation's
+   * request may still be committed by Stripe after the proofs of absence. Its first look, this long
+   * after the re-issue…
+   */
+  readonly watchFirstAfterMs: number;
+  /**
+   * …and its last, this long after the retired generation's first send: once that key has aged past
+   * Stripe's retention (at least 24 h), nothing more is expected from it.
+   */
+  readonly watchFinalAfterFirstSendMs: number;
+  /**
    * Search failures that do not pass by themselves (400 unsupported query, 403 key without Search,
    * 404) before the operation goes to a human with the reason, instead of retrying forever. For a
    * kind without Search (a refund), its Lists failing that way.
@@ -88,6 +105,9 @@ export const DEFAULT_POLICY: EnginePolicy = {
   proofSpacingMs: 10 * MINUTE,
   reissueAfterLastSendMs: 15 * MINUTE,
   maxAutoReissues: 2,
+  refundAutoReissue: false,
+  watchFirstAfterMs: 1 * HOUR,
+  watchFinalAfterFirstSendMs: 25 * HOUR,
   maxSearchFailures: 3,
   backoff: {
     ambiguous: { baseMs: 2 * SECOND, capMs: 15 * MINUTE },
@@ -96,6 +116,20 @@ export const DEFAULT_POLICY: EnginePolicy = {
     unsettled: { baseMs: 30 * SECOND, capMs: 1 * HOUR },
   },
 };
+
+/** When the watch a re-issue starts looks (REISSUE_WATCH_FIRST_AFTER_MS, REISSUE_WATCH_FINAL_AFTER_MS; watch.ts). */
+export interface WatchTimings {
+  readonly firstAfterMs: number;
+  readonly finalAfterFirstSendMs: number;
+}
+
+/** The watch timings of a (partial) policy: an operator's re-issue is watched like the engine's. */
+export function watchTimings(policy: Partial<EnginePolicy> = {}): WatchTimings {
+  return {
+    firstAfterMs: policy.watchFirstAfterMs ?? DEFAULT_POLICY.watchFirstAfterMs,
+    finalAfterFirstSendMs: policy.watchFinalAfterFirstSendMs ?? DEFAULT_POLICY.watchFinalAfterFirstSendMs,
+  };
+}
 
 // ── Keys and metadata ────────────────────────────────────────────────────────────────────────────
 
@@ -159,6 +193,17 @@ export interface EvidenceHistory {
    * nothing, so List is asked without the same-key re-sends.
    */
   readonly keyReplaysError?: boolean;
+  /**
+   * The last create under the current generation was answered `409 idempotency_key_in_use`: Stripe
+   * says the first request with the key is still running. Until it answers with its stored result,
+   * nothing about the key is known, so no absence can be proven: the same key is sent again.
+   */
+  readonly keyInUse?: boolean;
+  /**
+   * Lists under the current generation that failed in a way that passes by itself (429, 5xx, lost),
+   * asked after the key window ended: bounded by MAX_TRANSIENT_LIST_FAILURES_AFTER_WINDOW, then a human.
+   */
+  readonly transientListFailuresAfterWindow?: number;
   /** Absences proven by List under the current generation AFTER the last send, oldest first. */
   readonly proofs: readonly Date[];
   /** Automatic re-issues so far (all generations). */
@@ -192,6 +237,10 @@ export function needsEvidence(op: ClaimedOperation, policy: EnginePolicy = DEFAU
 }
 
 export function chooseStep(op: ClaimedOperation, policy: EnginePolicy = DEFAULT_POLICY, history: EvidenceHistory | null = null): Step {
+  // Stripe said the first request with this key is still running (409 idempotency_key_in_use): only
+  // the same key can learn what it did — once it finishes, Stripe replays its stored result. No List
+  // or Search may stand in for that answer meanwhile: what they show is not final.
+  if (op.externalId === null && op.status === 'unknown' && history?.keyInUse && withinKeyWindow(op.firstAttemptedAt, op.claimedAt, policy)) return { kind: 'create' };
   const step = chooseStepOfAnyKind(op, policy, history);
   // Refunds have no Search API: List (real time, for the PaymentIntent's whole life) stands in for
   // Search after the window, and inside it the same key is simply re-sent.
@@ -475,6 +524,16 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
   };
 }
 
+/**
+ * Stripe's 409 `idempotency_key_in_use`: "another in-progress request using this Idempotent Key" —
+ * the first request with the key has not finished at Stripe (docs.stripe.com/error-codes
+ * idempotency_key_in_use). stripe-node reads a 409 as a StripeAPIError; the code tells it apart
+ * from other 409s (a lock timeout, `lock_timeout`, is not about the key).
+ */
+export function isKeyInUse(failure: GatewayFailure): boolean {
+  return failure.httpStatus === 409 && failure.code === 'idempotency_key_in_use';
+}
+
 /** Stripe's own 500 (not a proxy's): stored with the key and replayed to every re-send of it. */
 export function isReplayedError(failure: GatewayFailure): boolean {
   return failure.kind === FailureKind.ambiguous && failure.errorClass === 'StripeAPIError' && failure.httpStatus === 500;
@@ -524,6 +583,9 @@ export function decideCreate(ctx: Context, result: GatewayResult<PaymentIntentVi
       // it was certainly the call's sole HTTP attempt; after an SDK retry an earlier attempt may have
       // executed and lost its answer, so the operation is unknown (and the ambiguous path's evidence applies).
       const outcome = transientFailure(ctx, failure, 'unknown', failure.httpAttempts === 1 ? ctx.op.status : 'unknown');
+      // The key's first request is still running at Stripe: the same key again, soon (chooseStep), and
+      // recorded as such — while it is the key's last answer, no absence can be proven (evidence.ts).
+      if (isKeyInUse(failure)) return { ...outcome, detail: { ...outcome.detail, keyInUse: true } };
       // The last same-key send of the List path: the next claim is List's, due once the send settled.
       const sends = (ctx.history?.sameKeySends ?? 0) + 1;
       const lastSend = sends > ctx.policy.sameKeyResends || isReplayedError(failure);
@@ -636,8 +698,11 @@ export interface ListSubject {
 
 export type ListVerdict =
   | { readonly kind: 'adopt'; readonly object: ListedObject }
-  /** Several related objects, or one that does not match: a human decides, nothing is adopted. */
-  | { readonly kind: 'contradiction'; readonly reason: string; readonly related: readonly ListedObject[] }
+  /**
+   * Several related objects, or one that does not match: a human decides, nothing is adopted.
+   * `complete`: whether the list was read to its end (only then may "all of them charged" settle).
+   */
+  | { readonly kind: 'contradiction'; readonly reason: string; readonly related: readonly ListedObject[]; readonly complete: boolean }
   /** The list was read to its end and nothing in it relates to the effect. */
   | { readonly kind: 'absent' }
   /** The list was not read to its end: it proves nothing. */
@@ -646,6 +711,13 @@ export type ListVerdict =
 /** Pure and kind-agnostic: what a complete real-time list says about one effect. */
 export function judgeList(subject: ListSubject, answer: ListAnswer<ListedObject>): ListVerdict {
   const related = answer.items.filter((o) => Object.entries(subject.relatedBy).some(([key, value]) => o.metadata[key] === value));
+  // Several objects for one effect are a contradiction wherever they were read (a human looks).
+  if (related.length > 1) {
+    return { kind: 'contradiction', reason: `${related.length} objects for one operation (${related.map((o) => `${o.id} ${o.status}`).join(', ')}); none adopted`, related, complete: answer.complete };
+  }
+  // A list cut short proves nothing — not absence, and not "only one": lists come newest first, so a
+  // second object of the effect may sit on a page that was never read. Nothing is adopted from it.
+  if (!answer.complete) return { kind: 'incomplete', pages: answer.pages };
   if (related.length === 1) {
     const only = related[0]!;
     const mismatch = [
@@ -653,12 +725,8 @@ export function judgeList(subject: ListSubject, answer: ListAnswer<ListedObject>
       ...Object.entries(subject.expected).filter(([field, value]) => only.fields[field] !== value).map(([field]) => field),
     ];
     if (mismatch.length === 0) return { kind: 'adopt', object: only };
-    return { kind: 'contradiction', reason: `${only.id} does not match the operation (${mismatch.join(', ')}); not adopted`, related };
+    return { kind: 'contradiction', reason: `${only.id} does not match the operation (${mismatch.join(', ')}); not adopted`, related, complete: true };
   }
-  if (related.length > 1) {
-    return { kind: 'contradiction', reason: `${related.length} objects for one operation (${related.map((o) => `${o.id} ${o.status}`).join(', ')}); none adopted`, related };
-  }
-  if (!answer.complete) return { kind: 'incomplete', pages: answer.pages };
   return { kind: 'absent' };
 }
 
@@ -691,11 +759,15 @@ export interface ListWindow {
 
 export function listWindow(op: ClaimedOperation, history: EvidenceHistory | null, policy: EnginePolicy = DEFAULT_POLICY): ListWindow {
   const first = Math.min(op.firstAttemptedAt.getTime(), history?.firstSendAt?.getTime() ?? Number.POSITIVE_INFINITY);
-  // Never sent as far as the trail knows: up to the claim, which is later than any send.
-  const last = history?.lastSendAt?.getTime() ?? op.claimedAt.getTime();
+  const last = history?.lastSendAt?.getTime() ?? Number.NEGATIVE_INFINITY;
+  // The window reaches the moment of the proof (the claim), not only the last send: a request Stripe
+  // commits late, after the last send, exists when the List is asked and must be inside its range —
+  // else waiting before the proof would buy nothing. The margin covers the clocks (the database's,
+  // which dates the claim, and Stripe's, which dates `created`): LIST_WINDOW_MARGIN_MS ≥ the skew allowed.
+  const end = Math.max(first, last, op.claimedAt.getTime());
   return {
     createdGte: Math.floor((first - policy.listWindowMarginMs) / 1000),
-    createdLte: Math.ceil((Math.max(first, last) + policy.listWindowMarginMs) / 1000),
+    createdLte: Math.ceil((end + policy.listWindowMarginMs) / 1000),
   };
 }
 
@@ -719,6 +791,12 @@ export function judgeAutoReissue(op: ClaimedOperation, history: EvidenceHistory,
   if (history.autoReissues >= policy.maxAutoReissues) {
     return { kind: 'review', reason: `already re-issued automatically ${history.autoReissues} time(s), the most allowed (MAX_AUTO_REISSUES)` };
   }
+  if (op.kind === 'refund' && !policy.refundAutoReissue) {
+    // A late commit of the first Refund after a re-issue refunds the customer twice, and no machine can
+    // take that back (a second charge it can: the duplicate remedy). A person decides by default.
+    return { kind: 'review', reason: 'refunds are not re-issued automatically (REFUND_AUTO_REISSUE=off): a second Refund cannot be taken back' };
+  }
+  if (history.keyInUse) return { kind: 'prove_again', nextProofAt: provenAt.getTime() + policy.listSettleMs };
   const now = provenAt.getTime();
   const lastSend = history.lastSendAt?.getTime() ?? Number.NEGATIVE_INFINITY;
   const proofs = [...history.proofs.map((d) => d.getTime()), now].filter((t) => t > lastSend);
@@ -755,7 +833,22 @@ export function decideList(ctx: Context, window: ListWindow, result: GatewayResu
   if (!result.ok) {
     const failure = result.failure;
     const outcome = transientFailure(ctx, failure, op.status);
-    if (!isPermanentReadFailure(failure)) return { ...outcome, detail: { ...outcome.detail, ...listEvidence(null, window, scope) } };
+    if (!isPermanentReadFailure(failure)) {
+      // Inside the key window a failing List is simply asked again (the window's end changes the
+      // step anyway). After it, List is the last evidence there is: a List that keeps failing is
+      // bounded like a Search that will not pass — a human with the reason, never open for ever.
+      const afterWindow = !withinKeyWindow(op.firstAttemptedAt, op.claimedAt, policy);
+      const failures = (ctx.history?.transientListFailuresAfterWindow ?? 0) + 1;
+      const evidence = { ...listEvidence(null, window, scope), ...(afterWindow ? { listFailuresAfterWindow: failures } : {}) };
+      if (afterWindow && failures >= MAX_TRANSIENT_LIST_FAILURES_AFTER_WINDOW) {
+        return toReview(`List of ${what} has failed ${failures} times since the key window (${formatDuration(policy.keyWindowMs)}) passed (last: ${failure.errorClass}${failure.httpStatus ? ` ${failure.httpStatus}` : ''}): ` +
+          `absence cannot be shown and nothing may be sent under the old key; look the ${rules.objectName} up by hand, then resolve`,
+          evidence,
+          failure,
+        );
+      }
+      return { ...outcome, detail: { ...outcome.detail, ...evidence } };
+    }
     if (rules.searchable) return { ...outcome, detail: { ...outcome.detail, ...listEvidence(null, window, scope), listUnavailable: true } };
     // No Search to take over (a refund): List is the only evidence, so a List that will not pass is
     // bounded like a Search that will not pass — never an open operation retried forever, no reason.
@@ -780,7 +873,9 @@ export function decideList(ctx: Context, window: ListWindow, result: GatewayResu
       return fromPaymentIntent(ctx, answer.items.find((pi) => pi.id === verdict.object.id)!, evidence);
     case 'contradiction': {
       const listHits = verdict.related.map((o) => ({ id: o.id, status: o.status, ...o.fields }));
-      const charged = judgeListedCharges(op, answer.items.filter((pi) => verdict.related.some((o) => o.id === pi.id)));
+      // Settling on one and refunding the others needs every object of the operation in view: a list
+      // cut short may hold a third on a page not read, which no later List would look for.
+      const charged = verdict.complete ? judgeListedCharges(op, answer.items.filter((pi) => verdict.related.some((o) => o.id === pi.id))) : null;
       if (charged) {
         const settled = fromPaymentIntent(ctx, charged.keep, { ...evidence, listHits, duplicatesRefunded: charged.remedies.map((r) => r.paymentIntentId) });
         return { ...settled, remedies: charged.remedies };
@@ -851,6 +946,23 @@ export function decideList(ctx: Context, window: ListWindow, result: GatewayResu
 /** The refund id of the remedy for an extra PaymentIntent: derived from it, so it exists once. */
 export function duplicateRefundId(paymentIntentId: string): string {
   return `${REMEDY_REFUND_ID_PREFIX}${paymentIntentId}`;
+}
+
+const AFTER_FAILURE = ':after:';
+
+/**
+ * The remedy made again after Stripe failed the remedy's Refund `failedRefundId` AFTER it succeeded
+ * (the issuer could not return the money; the extra charge stands again): one per failed Refund.
+ */
+export function remedyAfterFailureRefundId(paymentIntentId: string, failedRefundId: string): string {
+  return `${duplicateRefundId(paymentIntentId)}${AFTER_FAILURE}${failedRefundId}`;
+}
+
+/** The Refund a remedy-after-failure follows (remedyAfterFailureRefundId), or null for any other refund id. */
+export function failedRefundOf(refundId: string): string | null {
+  if (!refundId.startsWith(REMEDY_REFUND_ID_PREFIX)) return null;
+  const at = refundId.indexOf(AFTER_FAILURE);
+  return at === -1 ? null : refundId.slice(at + AFTER_FAILURE.length);
 }
 
 /** The refund operation the remedy makes for one extra PaymentIntent. */
@@ -940,6 +1052,22 @@ export function objectListed(o: PaymentIntentView): ListedObject {
  * while the charge was open, and waited). Final, with the reason; Stripe is never asked. Null: go on.
  */
 export function decidePrecondition(op: ClaimedOperation): Outcome | null {
+  // The remedy made again after Stripe failed its Refund after success: the same card's issuer just
+  // refused to take the money back, so a machine sending again would most likely fail the same way
+  // (days later). A person decides — `review reissue` sends it under a new key, or the money is
+  // returned another way — naming the extra PaymentIntent, before anything is sent.
+  const failed = op.kind === 'refund' && op.refund?.paymentIntentId && op.keyGeneration === 0 ? failedRefundOf(op.refund.refundId) : null;
+  if (failed !== null && op.refund?.paymentIntentId) {
+    return {
+      ...toReview(
+      `the duplicate-charge remedy's Refund ${failed} of ${op.refund.paymentIntentId} was failed by Stripe after it succeeded: the extra charge stands again — ` +
+        '`review reissue` refunds it under a new key (it may fail the same way), or return the money another way, then resolve',
+      { remedyAfterFailure: true, failedRefund: failed, refundedPaymentIntent: op.refund.paymentIntentId },
+      ),
+      // Nothing was sent: it stays what it is (pending), only in review.
+      status: op.status,
+    };
+  }
   if (op.kind !== 'refund' || op.charge?.status !== 'failed') return null;
   return {
     status: 'failed',
@@ -955,6 +1083,12 @@ export function decidePrecondition(op: ClaimedOperation): Outcome | null {
 
 /** Budget-stopped lists (under one key generation) before a human is asked instead of listing again. */
 export const MAX_INCOMPLETE_LISTS = 3;
+
+/**
+ * Lists failing in a way that passes by itself (429, 5xx, lost) after the key window, before a human
+ * is asked: with the ambiguous backoff (capped at 15 min) about two hours of a Stripe outage.
+ */
+export const MAX_TRANSIENT_LIST_FAILURES_AFTER_WINDOW = 10;
 
 /** The List gateway's page cap (stripe-gateway.ts stops there): a list stopped there cannot show absence. */
 export const MAX_LIST_PAGES_FOR_PROOF = 20;

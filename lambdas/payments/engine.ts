@@ -28,6 +28,9 @@ import {
   type EvidenceHistory,
   type Outcome,
   type Step,
+  watchTimings,
+  withinKeyWindow,
+  formatDuration,
 } from './decisions.ts';
 import { summarizeEvidence } from './evidence.ts';
 import { KIND_ADAPTERS } from './kinds.ts';
@@ -67,6 +70,12 @@ export interface EngineOptions {
    * false means "do not start" — the operation is released, untouched, for a later run.
    */
   readonly beforeCall?: (step: Step['kind']) => Promise<boolean> | boolean;
+  /**
+   * A monotonic clock in ms (tests inject one): how long after its claim a call starts. The key window
+   * is checked again right before a create goes out, since a rate limiter or a busy batch may hold it
+   * past the window's end after a claim made inside it. Default performance.now.
+   */
+  readonly now?: () => number;
 }
 
 /** What happened to one operation in one execution. */
@@ -156,6 +165,7 @@ export class ChargeEngine {
   readonly #random: () => number;
   readonly #publishLeaseMs: number;
   readonly #beforeCall: EngineOptions['beforeCall'];
+  readonly #now: () => number;
 
   constructor(options: EngineOptions) {
     this.#db = options.db;
@@ -166,6 +176,7 @@ export class ChargeEngine {
     this.#random = options.random ?? Math.random;
     this.#publishLeaseMs = this.#policy.publishLeaseMs;
     this.#beforeCall = options.beforeCall;
+    this.#now = options.now ?? (() => performance.now());
   }
 
   get policy(): EnginePolicy {
@@ -188,10 +199,11 @@ export class ChargeEngine {
    */
   async executeCharge(operationId: string): Promise<Execution> {
     const token = randomUUID();
+    const claimSent = this.#now();
     const found = await claimById(this.#db, operationId, token, this.#policy.leaseMs, this.#actor);
     if (!found) throw new OperationNotFoundError(operationId);
     if (!found.claimed) return skipped(found.operation);
-    const [execution] = await this.#executeClaimed([found.claimed]);
+    const [execution] = await this.#executeClaimed([found.claimed], undefined, claimSent);
     return execution!;
   }
 
@@ -221,6 +233,7 @@ export class ChargeEngine {
     const token = randomUUID();
     const rows = new Map<number, RequestRow>();
     let missing = distinct.map((input, index) => ({ input, index }));
+    const claimSent = this.#now();
     for (let round = 0; missing.length > 0; round++) {
       if (round === 5) throw new Error(`could not read back ${missing.length} operation(s) after concurrent inserts`);
       const got = await requestAndClaim(this.#db, missing.map(({ input }) => ({ input, claim })), token, this.#policy.leaseMs, this.#actor);
@@ -249,7 +262,7 @@ export class ChargeEngine {
     const executions = new Map<string, Execution>();
     if (claimed.length > 0) {
       try {
-        for (const execution of await this.#executeClaimed(claimed, options.canStart)) executions.set(execution.operationId, execution);
+        for (const execution of await this.#executeClaimed(claimed, options.canStart, claimSent)) executions.set(execution.operationId, execution);
       } catch (cause) {
         throw new OutcomesNotRecordedError(results(null), cause);
       }
@@ -278,6 +291,7 @@ export class ChargeEngine {
     const claim = execute && (options.canStart?.() ?? true);
     const token = randomUUID();
     let row = null;
+    const claimSent = this.#now();
     for (let round = 0; row === null; round++) {
       if (round === 5) throw new Error(`could not read back refund ${input.refundId} of order ${input.orderId} after concurrent inserts`);
       try {
@@ -311,7 +325,7 @@ export class ChargeEngine {
     const created = row.verdict === 'inserted';
     if (!row.claimed) return { input, operationId: op.id, rejection: null, execution: execute ? skipped(op) : null, created };
     try {
-      const [execution] = await this.#executeClaimed([row.claimed], options.canStart);
+      const [execution] = await this.#executeClaimed([row.claimed], options.canStart, claimSent);
       return { input, operationId: op.id, rejection: null, execution: execution!, created };
     } catch (cause) {
       // Durable and claimed: the lease expires and the reconciler asks Stripe again with the same key.
@@ -344,22 +358,30 @@ export class ChargeEngine {
    * them. Returns nothing to do as an empty array.
    */
   async reconcileDue(limit: number, canStart?: () => boolean): Promise<Execution[]> {
+    const claimSent = this.#now();
     const claimed = await claimDue(this.#db, limit, randomUUID(), this.#policy.leaseMs, this.#actor);
     if (claimed.length === 0) return [];
-    return this.#executeClaimed(claimed, canStart);
+    return this.#executeClaimed(claimed, canStart, claimSent);
   }
 
   /** Attempt each claimed operation (bounded concurrency), then record all outcomes in one round trip. */
-  async #executeClaimed(claimed: readonly ClaimedOperation[], canStart?: () => boolean): Promise<Execution[]> {
+  /**
+   * `claimSent`: this clock's time just before the claim statement was sent. The database dated the
+   * claim (claimedAt) no earlier, so claimedAt + (now − claimSent) is never earlier than the
+   * database's clock now — a slow claim statement (a loaded or restarting database) counts too.
+   */
+  async #executeClaimed(claimed: readonly ClaimedOperation[], canStart?: () => boolean, claimSent: number = this.#now()): Promise<Execution[]> {
+    const claimedLocally = claimSent;
     const histories = await this.#evidence(claimed);
-    const attempts = await mapBounded(claimed, this.#concurrency, (op) => this.#attempt(op, histories.get(op.id) ?? null, canStart));
+    const sinceClaim = () => this.#now() - claimedLocally;
+    const attempts = await mapBounded(claimed, this.#concurrency, (op) => this.#attempt(op, histories.get(op.id) ?? null, canStart, sinceClaim));
     const writes: OutcomeWrite[] = [];
     const reissues: ReissueWrite[] = [];
-    for (const { op, step, outcome, waitUntilMs } of attempts) {
+    for (const { op, step, outcome, waitUntilMs, notStarted } of attempts) {
       if (waitUntilMs !== undefined) {
         writes.push(releaseWrite(op, Math.max(0, waitUntilMs - op.claimedAt.getTime()), `List waits for the settle delay after the last send, until ${new Date(waitUntilMs).toISOString()}`));
       } else if (outcome === null) {
-        writes.push(releaseWrite(op, null, 'not started: no time or request budget left'));
+        writes.push(releaseWrite(op, null, notStarted ?? 'not started: no time or request budget left'));
       } else if (outcome.reissue) {
         reissues.push({ operationId: op.id, leaseToken: op.leaseToken, fromStatus: op.status, keyGeneration: op.keyGeneration, detail: outcome.detail });
       } else {
@@ -368,7 +390,7 @@ export class ChargeEngine {
     }
     const [recordedRows, reissuedRows] = await Promise.all([
       recordOutcomes(this.#db, writes, this.#actor, this.#publishLeaseMs),
-      reissueAfterProof(this.#db, reissues, this.#actor, this.#publishLeaseMs),
+      reissueAfterProof(this.#db, reissues, this.#actor, this.#publishLeaseMs, watchTimings(this.#policy)),
     ]);
     const recorded = new Map<string, RecordResult>([...recordedRows, ...reissuedRows].map((r) => [r.operationId, r]));
     return attempts.map(({ op, step, outcome, waitUntilMs }) => {
@@ -403,7 +425,8 @@ export class ChargeEngine {
     op: ClaimedOperation,
     history: EvidenceHistory | null,
     canStart?: () => boolean,
-  ): Promise<{ op: ClaimedOperation; step: AttemptStep | null; outcome: Outcome | null; waitUntilMs?: number }> {
+    sinceClaim: () => number = () => 0,
+  ): Promise<{ op: ClaimedOperation; step: AttemptStep | null; outcome: Outcome | null; waitUntilMs?: number; notStarted?: string }> {
     const ctx: DecisionContext = { op, policy: this.#policy, random: this.#random, history };
     // A refund of a charge that failed: settled without a call (its audit step is 'precondition').
     const precondition = decidePrecondition(op);
@@ -413,6 +436,16 @@ export class ChargeEngine {
     if (step.kind === 'wait') return { op, step: step.kind, outcome: null, waitUntilMs: step.untilMs };
     const mayCall = async (kind: Step['kind']) => (canStart?.() ?? true) && ((await this.#beforeCall?.(kind)) ?? true);
     if (!(await mayCall(step.kind))) return { op, step: null, outcome: null };
+    // Nothing goes out under a key older than the window: the claim judged it, but a create may start
+    // later than its claim (the rate limiter's wait, the calls queued ahead of it in a batch). Given
+    // back untouched, due at once: the next claim, after the window, takes the List path.
+    const create = async (): Promise<{ op: ClaimedOperation; step: AttemptStep | null; outcome: Outcome | null; notStarted?: string }> => {
+      const now = new Date(op.claimedAt.getTime() + sinceClaim());
+      if (!withinKeyWindow(op.firstAttemptedAt, now, this.#policy)) {
+        return { op, step: null, outcome: null, notStarted: `not sent: the key window (${formatDuration(this.#policy.keyWindowMs)}) ended between the claim and the call` };
+      }
+      return { op, step: step.kind, outcome: decideCreate(ctx, await this.#create(op)) };
+    };
     switch (step.kind) {
       case 'retrieve':
         return { op, step: step.kind, outcome: decideRetrieve(ctx, step.paymentIntentId, await guard(() => kind.retrieve(this.#gateway, step.paymentIntentId))) };
@@ -430,10 +463,10 @@ export class ChargeEngine {
         // Nothing found (or Search unavailable): the same key, inside its window, is still safe.
         // If the budget says no now, the search was still worth it; the create waits for next time.
         if (!(await mayCall('create'))) return { op, step: null, outcome: null };
-        return { op, step: step.kind, outcome: decideCreate(ctx, await this.#create(op)) };
+        return create();
       }
       case 'create':
-        return { op, step: step.kind, outcome: decideCreate(ctx, await this.#create(op)) };
+        return create();
     }
   }
 

@@ -25,7 +25,7 @@
 // is then judged against the state it wrote.
 import { randomUUID } from 'node:crypto';
 import type { Db } from './db.ts';
-import { DEFAULT_POLICY, fromPaymentIntent, type DecisionContext, type EnginePolicy, type Outcome } from './decisions.ts';
+import { DEFAULT_POLICY, fromPaymentIntent, remedyAfterFailureRefundId, type DecisionContext, type EnginePolicy, type Outcome } from './decisions.ts';
 import {
   aftermathOf,
   claimedOperationId,
@@ -545,6 +545,19 @@ export class StripeEventApplier {
           stripeCreatedAt: event.created,
           actor: this.#actor,
         }, this.#publishLeaseMs);
+        // The duplicate-charge remedy's Refund failed after success: the extra charge stands again.
+        // A new remedy of the same PaymentIntent, in the same transaction (the fact's trigger has just
+        // marked the failed one, which no longer holds the PaymentIntent's one remedy): its first
+        // claim puts it in review naming the PaymentIntent (decisions.ts decidePrecondition).
+        const extra = op.refund?.paymentIntentId;
+        if (extra && op.refund) {
+          await insertDuplicateRefund(client, { id: op.refund.parentOperationId, orderId: op.orderId }, { refundId: remedyAfterFailureRefundId(extra, refund.id), paymentIntentId: extra, amount: op.amount }, this.#actor, {
+            evidence: 'stripe_event',
+            stripeEventId: event.id,
+            eventType: event.type,
+            afterFailedRefund: refund.id,
+          });
+        }
       } else {
         await appendEventAudit(client, op, this.#actor, { ...evidence, contradiction: decision.reason }, refund.id);
       }

@@ -19,7 +19,7 @@ const OUTCOMES = new Set(['outcome_recorded', 'outcome_discarded']);
  * `events` is the operation's trail in order, read AFTER this worker's claim: the last
  * attempt_started is this claim's own, which has not sent anything yet, and is left out.
  */
-export function summarizeEvidence(op: ClaimedOperation, events: readonly EvidenceEvent[], policy: Pick<EnginePolicy, 'leaseMs'>): EvidenceHistory {
+export function summarizeEvidence(op: ClaimedOperation, events: readonly EvidenceEvent[], policy: Pick<EnginePolicy, 'leaseMs' | 'keyWindowMs'>): EvidenceHistory {
   let own = -1;
   events.forEach((event, index) => {
     if (event.action === 'attempt_started') own = index;
@@ -35,6 +35,10 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
   let permanentListFailures = 0;
   let incompleteLists = 0;
   let keyReplaysError = false;
+  let keyInUse = false;
+  let transientListFailuresAfterWindow = 0;
+  // The key window of the current generation ends here; Lists that keep failing after it are bounded.
+  const windowEnds = op.firstAttemptedAt.getTime() + policy.keyWindowMs;
   let refusal: string | null = null;
   const proofs: Date[] = [];
   for (const event of trail) {
@@ -46,6 +50,8 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
       sameKeySends++;
       const answer = event.detail as { httpStatus?: unknown };
       keyReplaysError = event.action === 'outcome_recorded' && event.errorClass === 'StripeAPIError' && answer.httpStatus === 500;
+      // Only the key's LAST answer counts: once Stripe answered otherwise, the first request has finished.
+      keyInUse = event.action === 'outcome_recorded' && (event.detail as { keyInUse?: unknown }).keyInUse === true;
       const refused = event.detail as { settleByList?: unknown; refusal?: unknown };
       refusal = event.action === 'outcome_recorded' && refused.settleByList === true && typeof refused.refusal === 'string' ? refused.refusal : null;
     }
@@ -55,6 +61,10 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
       permanentListFailures++;
     }
     const list = (event.detail as { list?: { complete?: unknown } }).list;
+    const failedKind = (event.detail as { kind?: unknown }).kind;
+    if (event.step === 'list' && typeof failedKind === 'string' && detail.listUnavailable !== true && Date.parse(event.occurredAt) >= windowEnds) {
+      transientListFailuresAfterWindow++;
+    }
     if (event.step === 'list' && list?.complete === false) incompleteLists++;
     if ((event.step === 'search' || event.step === 'early_search') && detail.searchFailure === 'permanent') permanentSearchFailures++;
     if (event.step === 'list' && detail.absenceProven === true && typeof detail.provenAt === 'string') {
@@ -64,5 +74,19 @@ export function summarizeEvidence(op: ClaimedOperation, events: readonly Evidenc
     }
   }
   proofs.sort((a, b) => a.getTime() - b.getTime());
-  return { firstSendAt, lastSendAt, sameKeySends, keyReplaysError, refusal, proofs, autoReissues, listUnavailable, permanentSearchFailures, permanentListFailures, incompleteLists };
+  return {
+    firstSendAt,
+    lastSendAt,
+    sameKeySends,
+    keyReplaysError,
+    keyInUse,
+    refusal,
+    proofs,
+    autoReissues,
+    listUnavailable,
+    permanentSearchFailures,
+    permanentListFailures,
+    incompleteLists,
+    transientListFailuresAfterWindow,
+  };
 }

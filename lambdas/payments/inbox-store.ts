@@ -470,8 +470,14 @@ export async function inboxGauges(db: Db): Promise<InboxGauges> {
 // ── Findings, for the operator ───────────────────────────────────────────────────────────────────
 
 /** A finding as stored: what recordFinding wrote (amount, currency, status nullable in the table), and its resolution. */
-export interface FindingRow extends Pick<Finding, 'kind' | 'paymentIntentId' | 'eventId' | 'operationId' | 'claimedOperationId' | 'orderId' | 'reason'> {
+export interface FindingRow extends Pick<Finding, 'paymentIntentId' | 'operationId' | 'claimedOperationId' | 'orderId' | 'reason'> {
   readonly id: number;
+  /** An event's kinds, and the watch's (watch.ts): `refunded_twice`, `watch_blind`. */
+  readonly kind: Finding['kind'] | 'refunded_twice' | 'watch_blind';
+  /** The Stripe event behind it; null for a finding of the watch after a re-issue (its evidence is our own List). */
+  readonly eventId: string | null;
+  /** Who found it: a Stripe event, or the watch after a re-issue. */
+  readonly source: 'stripe_event' | 'watch';
   readonly amount: number | null;
   readonly currency: string | null;
   readonly status: string | null;
@@ -485,7 +491,8 @@ interface FindingJson {
   id: number | string;
   kind: FindingRow['kind'];
   payment_intent_id: string;
-  event_id: string;
+  event_id: string | null;
+  source?: 'stripe_event' | 'watch';
   operation_id: string | null;
   claimed_operation_id: string | null;
   order_id: string | null;
@@ -504,6 +511,7 @@ const toFinding = (r: FindingJson): FindingRow => ({
   kind: r.kind,
   paymentIntentId: r.payment_intent_id,
   eventId: r.event_id,
+  source: r.source ?? 'stripe_event',
   operationId: r.operation_id,
   claimedOperationId: r.claimed_operation_id,
   orderId: r.order_id,

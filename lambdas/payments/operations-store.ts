@@ -3,7 +3,7 @@
 // Stripe call (request + claim) and one after it (outcome + audit event + outbox row).
 // Values are always bound parameters; batches travel as one jsonb array parameter.
 import { prepared, type Db } from './db.ts';
-import type { AttemptStep, Outcome } from './decisions.ts';
+import type { AttemptStep, Outcome, WatchTimings } from './decisions.ts';
 import type { EvidenceEvent } from './evidence.ts';
 import type { ChargeInput, ClaimedOperation, Operation, OperationKind, OperationStatus, RefundInput, RefundReason } from './types.ts';
 
@@ -741,6 +741,30 @@ export const REISSUE_SET = `
          next_attempt_at    = now(),
          updated_at         = now()`;
 
+/**
+ * The watch a re-issue starts (or restarts; lambdas/payments/watch.ts), as a CTE body over the re-issue's `source` CTE, which has
+ * `id` and `retired_first_sent_at` (the first send of the generation being retired: the old row's
+ * first_attempted_at). `firstParam` / `finalParam` are the bound parameters of REISSUE_WATCH_FIRST_AFTER_MS
+ * and REISSUE_WATCH_FINAL_AFTER_MS. A second re-issue keeps the earliest start and the latest final look.
+ */
+export function watchOnReissueSql(source: string, firstParam: string, finalParam: string): string {
+  return `INSERT INTO payment_operation_watches AS w (operation_id, watched_from, reissued_at, final_check_at, next_check_at)
+       SELECT s.id, coalesce(s.retired_first_sent_at, now()), now(),
+              coalesce(s.retired_first_sent_at, now()) + ${finalParam}::bigint * interval '1 millisecond',
+              now() + ${firstParam}::bigint * interval '1 millisecond'
+         FROM ${source} AS s
+       ON CONFLICT (operation_id) DO UPDATE SET
+              watched_from   = least(w.watched_from, EXCLUDED.watched_from),
+              reissued_at    = EXCLUDED.reissued_at,
+              reissues       = w.reissues + 1,
+              final_check_at = greatest(w.final_check_at, EXCLUDED.final_check_at),
+              next_check_at  = EXCLUDED.next_check_at,
+              closed_at      = NULL,
+              lease_token    = NULL,
+              lease_until    = NULL,
+              updated_at     = now()`;
+}
+
 /** The `reason` of a 'Charge Reissued' event (a code, like a decline code). */
 export const AUTO_REISSUE_REASON = 'absence_proven';
 
@@ -761,7 +785,7 @@ export interface ReissueWrite {
  * generation, and a 'Charge Reissued' outbox row leased to the caller. A lost fence writes only
  * outcome_discarded, as in recordOutcomes.
  */
-export async function reissueAfterProof(db: Db, writes: readonly ReissueWrite[], actor: string, publishLeaseMs: number): Promise<RecordResult[]> {
+export async function reissueAfterProof(db: Db, writes: readonly ReissueWrite[], actor: string, publishLeaseMs: number, watch: WatchTimings): Promise<RecordResult[]> {
   if (writes.length === 0) return [];
   const payload = writes.map((w) => ({
     id: w.operationId,
@@ -786,7 +810,12 @@ export async function reissueAfterProof(db: Db, writes: readonly ReissueWrite[],
          FROM o
         WHERE p.id = o.id AND p.lease_token = o.lease_token AND p.status IN ('pending', 'unknown')
           AND p.review_reason IS NULL AND p.key_generation = o.key_generation
-       RETURNING p.id, p.order_id, p.status, p.external_id, p.review_reason, p.amount, p.currency, p.key_generation, p.event_sequence
+       RETURNING p.id, p.order_id, p.status, p.external_id, p.review_reason, p.amount, p.currency, p.key_generation, p.event_sequence,
+                 old.first_attempted_at AS retired_first_sent_at
+     ),
+     -- The re-issued operation stays under watch (watch.ts): a request under the retired key may still be committed late.
+     watch AS (
+       ${watchOnReissueSql('upd', '$5', '$6')}
      ),
      audit AS (
        INSERT INTO payment_operation_events (operation_id, actor, action, step, from_status, to_status, key_generation, detail)
@@ -811,7 +840,7 @@ export async function reissueAfterProof(db: Db, writes: readonly ReissueWrite[],
      )
      SELECT o.id, u.id IS NOT NULL AS applied, u.status, e.event_id, e.event_type, e.payload AS event_payload
        FROM o LEFT JOIN upd u ON u.id = o.id LEFT JOIN outbox e ON e.operation_id = o.id`,
-    [JSON.stringify(payload), actor, publishLeaseMs, AUTO_REISSUE_REASON],
+    [JSON.stringify(payload), actor, publishLeaseMs, AUTO_REISSUE_REASON, watch.firstAfterMs, watch.finalAfterFirstSendMs],
   );
   return rows.map(toRecordResult);
 }

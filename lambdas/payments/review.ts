@@ -21,9 +21,9 @@
 // PaymentIntent + retrieve — and a few facts of the kind (REVIEW_KINDS: which objects are its own,
 // which flag names the proof, how long its evidence lags).
 import type { Db } from './db.ts';
-import { DEFAULT_POLICY, KIND_RULES } from './decisions.ts';
+import { DEFAULT_POLICY, KIND_RULES, type WatchTimings } from './decisions.ts';
 import type { GatewayResult } from './gateway.ts';
-import { outboxInsertSql, PAYMENT_INTENT_OF_REFUND, REISSUE_SET, toOperation } from './operations-store.ts';
+import { outboxInsertSql, PAYMENT_INTENT_OF_REFUND, REISSUE_SET, toOperation, watchOnReissueSql } from './operations-store.ts';
 import type { Operation, OperationKind, OperationStatus, PaymentIntentView } from './types.ts';
 
 type OperationRow = Parameters<typeof toOperation>[0];
@@ -426,7 +426,8 @@ export function movingObjects(evidence: StripeEvidence): EvidenceObject[] {
 }
 
 const OUTCOME_ACTIONS = new Set(['outcome_recorded', 'outcome_discarded', 'lease_released']);
-const NON_SENDING_STEPS = new Set(['retrieve', 'search', 'list']);
+// Steps that send nothing that could create an object at Stripe (a precondition settles or reviews before any call).
+const NON_SENDING_STEPS = new Set(['retrieve', 'search', 'list', 'precondition']);
 
 /**
  * The latest moment a request that may have created a PaymentIntent with this operation's key was
@@ -451,12 +452,21 @@ export function lastPossibleSendAt(
       if (event.action !== 'lease_released' && !(event.step !== null && NON_SENDING_STEPS.has(event.step))) consider(Date.parse(event.occurredAt));
       return;
     }
-    if (event.action === 'attempt_started' && ownOutcome(events, index) === undefined) consider(Date.parse(event.occurredAt) + leaseMs);
+    // A claim without its outcome may have been sending until its lease ran out: the lease end the
+    // claim RECORDED (it may have been claimed with another LEASE_MS than this reader's), else the
+    // claim's time plus the reader's lease for trails written before the claim recorded it.
+    if (event.action === 'attempt_started' && ownOutcome(events, index) === undefined) consider(leaseEndOf(event) ?? Date.parse(event.occurredAt) + leaseMs);
   });
   return last === null ? null : new Date(last);
 }
 
 type TrailEvent = Pick<AuditEvent, 'action' | 'step' | 'occurredAt' | 'detail'>;
+/** The lease end an `attempt_started` recorded (its `leaseUntil`), in ms; null when absent or unreadable. */
+function leaseEndOf(event: TrailEvent): number | null {
+  const until = event.detail?.leaseUntil;
+  const ms = typeof until === 'string' ? Date.parse(until) : Number.NaN;
+  return Number.isNaN(ms) ? null : ms;
+}
 const leaseTokenOf = (event: TrailEvent): string | null => (typeof event.detail?.leaseToken === 'string' ? event.detail.leaseToken : null);
 
 /** The outcome row of the claim at `index`: by lease token, or (older trails) the next outcome before the next claim. */
@@ -811,6 +821,8 @@ export interface ReissueWrite {
   readonly fence: ReviewFence;
   readonly actor: string;
   readonly detail: Readonly<Record<string, unknown>>;
+  /** The watch the re-issue starts (watch.ts): an operator's re-issue is watched exactly like the engine's. */
+  readonly watch: WatchTimings;
 }
 
 /**
@@ -825,7 +837,10 @@ export async function reissueInReview(db: Db, write: ReissueWrite): Promise<Oper
     `WITH upd AS (
        UPDATE payment_operations AS p SET ${REISSUE_SET}
         WHERE ${FENCE}
-       RETURNING p.*, old.external_id AS previous_external_id
+       RETURNING p.*, old.external_id AS previous_external_id, old.first_attempted_at AS retired_first_sent_at
+     ),
+     watch AS (
+       ${watchOnReissueSql('upd', '$7', '$8')}
      ),
      audit AS (
        INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, external_id, key_generation, detail)
@@ -833,7 +848,7 @@ export async function reissueInReview(db: Db, write: ReissueWrite): Promise<Oper
        RETURNING *
      )
      SELECT to_jsonb(u) AS op, (SELECT to_jsonb(a) FROM audit a) AS audit FROM upd u`,
-    [fence.operationId, fence.status, fence.reviewReason, fence.keyGeneration, write.actor, JSON.stringify(write.detail)],
+    [fence.operationId, fence.status, fence.reviewReason, fence.keyGeneration, write.actor, JSON.stringify(write.detail), write.watch.firstAfterMs, write.watch.finalAfterFirstSendMs],
   );
   const row = rows[0];
   if (!row) return null;

@@ -10,6 +10,7 @@ import type { Db } from '../payments/db.ts';
 import { inboxGauges, type InboxGauges } from '../payments/inbox-store.ts';
 import { countOpenOperations, countRecentRemedies } from '../payments/operations-store.ts';
 import { countRecentRejects } from '../payments/rejected-store.ts';
+import { watchGauges } from '../payments/watch-store.ts';
 import { outboxGauges } from '../events/outbox.ts';
 
 export interface ReconcileGauges {
@@ -25,17 +26,22 @@ export interface ReconcileGauges {
   readonly duplicateChargesRemediedLastPeriod: number;
   readonly unpublishedEvents: number;
   readonly oldestUnpublishedEventAgeSeconds: number;
+  /** Re-issued operations still under watch (watch.ts). */
+  readonly openWatches: number;
+  /** Findings the watch made that nobody resolved yet: a second Refund, a late charge it could not remedy, a watch that could not look. */
+  readonly openWatchFindings: number;
   /** The Stripe event inbox's gauges; null when the run does not work the inbox (not read, not published). */
   readonly inbox: InboxGauges | null;
 }
 
 export async function collectGauges(db: Db, rejectedWindowSeconds: number, options: { readonly inbox?: boolean } = {}): Promise<ReconcileGauges> {
-  const [open, rejectedLastPeriod, remedied, outbox, inbox] = await Promise.all([
+  const [open, rejectedLastPeriod, remedied, outbox, inbox, watch] = await Promise.all([
     countOpenOperations(db),
     countRecentRejects(db, rejectedWindowSeconds),
     countRecentRemedies(db, rejectedWindowSeconds),
     outboxGauges(db),
     options.inbox ? inboxGauges(db) : null,
+    watchGauges(db),
   ]);
   return {
     ...open,
@@ -43,6 +49,7 @@ export async function collectGauges(db: Db, rejectedWindowSeconds: number, optio
     duplicateChargesRemediedLastPeriod: remedied,
     unpublishedEvents: outbox.unpublished,
     oldestUnpublishedEventAgeSeconds: Math.round(outbox.oldestUnpublishedAgeSeconds),
+    ...watch,
     inbox,
   };
 }

@@ -118,6 +118,8 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
     metrics.addMetric(METRICS.reviewQueueSize, MetricUnit.Count, g.reviewQueueSize);
     metrics.addMetric(METRICS.rejectedLastPeriod, MetricUnit.Count, g.rejectedLastPeriod);
     metrics.addMetric(METRICS.duplicateChargesRemedied, MetricUnit.Count, g.duplicateChargesRemediedLastPeriod);
+    metrics.addMetric(METRICS.openWatchFindings, MetricUnit.Count, g.openWatchFindings);
+    metrics.addMetric(METRICS.openWatches, MetricUnit.Count, g.openWatches);
     metrics.addMetric(METRICS.unpublishedEvents, MetricUnit.Count, g.unpublishedEvents);
     metrics.addMetric(METRICS.oldestUnpublishedEventAgeSeconds, MetricUnit.Seconds, g.oldestUnpublishedEventAgeSeconds);
     if (g.inbox) {

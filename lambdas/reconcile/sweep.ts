@@ -19,6 +19,7 @@ import { publishLeased, relayUnpublished, type EventPublisher } from '../events/
 import { describeError, silentLog, type InvocationClock, type LogSink } from '../runtime/observability.ts';
 import { StripeEventApplier } from '../payments/event-applier.ts';
 import type { TransactionalDb } from '../payments/inbox-store.ts';
+import { ReissueWatcher, type WatchRun } from '../payments/watcher.ts';
 import { collectGauges, type ReconcileGauges } from './gauges.ts';
 import { RequestRateLimiter } from './rate-limiter.ts';
 
@@ -106,6 +107,8 @@ export interface ReconcileSummary {
   /** What failed, redacted (the handler throws when this is not empty). */
   readonly errors: readonly string[];
   readonly stripeEvents: StripeEventsRun | null;
+  /** The watch over re-issued operations (null: no gateway, or it failed: see errors). */
+  readonly watch: WatchRun | null;
 }
 
 const AUTH_ERRORS = new Set(['StripeAuthenticationError', 'StripePermissionError']);
@@ -140,13 +143,17 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     ...(deps.sleep ? { sleep: deps.sleep } : {}),
   });
   const gateway = deps.gateway;
-  const engine = gateway && new ChargeEngine({
+  // What the engine and the watch after a re-issue share: the database, the key, the policy, the jitter.
+  const worker = gateway && {
     db: deps.db,
     gateway,
     actor: deps.actor ?? 'reconciler',
     concurrency: settings.concurrency,
     ...(deps.policy ? { policy: deps.policy } : {}),
     ...(deps.random ? { random: deps.random } : {}),
+  };
+  const engine = worker && new ChargeEngine({
+    ...worker,
     beforeCall: (step) => limiter.acquire(step, pageLatestStart),
   });
 
@@ -225,6 +232,25 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     log.error('reconcile sweep failed', described);
   }
 
+  // The watch over re-issued operations (watch.ts): a late commit under a retired key is found and
+  // handed to the remedy, with Stripe events or without. After the due operations (they come first
+  // for the budget), on the same rate limiter; the remedies it makes are due at once for the next run.
+  let watch: WatchRun | null = null;
+  if (worker && stoppedBecause !== 'error') {
+    try {
+      const watcher = new ReissueWatcher({
+        ...worker,
+        beforeCall: () => (canStart() ? limiter.acquire('list', latestStart) : false),
+      });
+      watch = await watcher.lookAllDue(settings.pageSize, canStart);
+      if (watch.remediesCreated > 0 || watch.newFindings > 0) log.warn('the watch after a re-issue found a late object', { ...watch });
+    } catch (error) {
+      const described = describeError(error);
+      errors.push(`watch: ${described.errorName}: ${described.errorMessage}`);
+      log.error('watch after re-issue not run', described);
+    }
+  }
+
   // The inbox: Stripe events recorded but not applied yet. Before the relay, so that the outcome
   // events their effects wrote go out in this run. Retrieves share the sweep's rate limiter.
   let stripeEvents: StripeEventsRun | null = null;
@@ -297,5 +323,6 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     durationMs: Math.round(now() - startedAt),
     errors,
     stripeEvents,
+    watch,
   };
 }

@@ -216,6 +216,9 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
       proofSpacingMs: integer(env, 'ABSENCE_PROOF_SPACING_MS', DEFAULT_POLICY.proofSpacingMs, 1),
       reissueAfterLastSendMs: integer(env, 'REISSUE_AFTER_LAST_SEND_MS', DEFAULT_POLICY.reissueAfterLastSendMs, 1),
       maxAutoReissues: integer(env, 'MAX_AUTO_REISSUES', DEFAULT_POLICY.maxAutoReissues, 0, 10),
+      refundAutoReissue: oneOf(env, 'REFUND_AUTO_REISSUE', ['off', 'on'], DEFAULT_POLICY.refundAutoReissue ? 'on' : 'off') === 'on',
+      watchFirstAfterMs: integer(env, 'REISSUE_WATCH_FIRST_AFTER_MS', DEFAULT_POLICY.watchFirstAfterMs, 1),
+      watchFinalAfterFirstSendMs: integer(env, 'REISSUE_WATCH_FINAL_AFTER_MS', DEFAULT_POLICY.watchFinalAfterFirstSendMs, 1),
       maxSearchFailures: integer(env, 'MAX_SEARCH_FAILURES', DEFAULT_POLICY.maxSearchFailures, 1, 100),
     },
     region: blank(env.AWS_REGION),
@@ -229,7 +232,7 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
   if ((config.policy.leaseMs ?? DEFAULT_POLICY.leaseMs) <= worstCall) {
     throw new ConfigError(`LEASE_MS must exceed the worst-case Stripe call (${worstCall} ms for STRIPE_TIMEOUT_MS × retries)`);
   }
-  checkEvidencePolicy(config.policy, config.stripe.timeoutMs);
+  checkEvidencePolicy(config.policy, config.stripe.timeoutMs, integer(env, 'STRIPE_CLOCK_SKEW_MS', DEFAULT_CLOCK_SKEW_MS, 0));
   return config;
 }
 
@@ -238,8 +241,29 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
  * still be running at Stripe (≥ STRIPE_TIMEOUT_MS), the re-issue no sooner than the first list, and
  * all of it inside the key window — else no machine re-issue could ever happen, silently.
  */
-function checkEvidencePolicy(policy: Partial<EnginePolicy>, stripeTimeoutMs: number): void {
+function checkEvidencePolicy(policy: Partial<EnginePolicy>, stripeTimeoutMs: number, clockSkewMs: number): void {
   const p = { ...DEFAULT_POLICY, ...policy };
+  if (p.listWindowMarginMs < clockSkewMs) {
+    throw new ConfigError(
+      `LIST_WINDOW_MARGIN_MS (${p.listWindowMarginMs}) must be at least STRIPE_CLOCK_SKEW_MS (${clockSkewMs}), the clock difference allowed between the database and Stripe: ` +
+        'a List whose range is narrower than the clocks differ can miss a PaymentIntent and prove an absence that is not one',
+    );
+  }
+  // Stripe keeps keys at least 24 h; KEY_WINDOW_MS is 23 h of that. The watch's last look must come
+  // after the retired key can no longer be in use — 24 h, as a shortened window (a time-lapse) scales it.
+  const retention = Math.ceil((p.keyWindowMs * 24) / 23);
+  if (p.watchFinalAfterFirstSendMs < retention) {
+    throw new ConfigError(
+      `REISSUE_WATCH_FINAL_AFTER_MS (${p.watchFinalAfterFirstSendMs}) must be at least ${retention} (Stripe's 24 h key retention, KEY_WINDOW_MS × 24/23): ` +
+        'the watch after a re-issue must look again once the retired key has aged past it',
+    );
+  }
+  if (p.watchFirstAfterMs >= p.watchFinalAfterFirstSendMs) {
+    throw new ConfigError(`REISSUE_WATCH_FIRST_AFTER_MS (${p.watchFirstAfterMs}) must be below REISSUE_WATCH_FINAL_AFTER_MS (${p.watchFinalAfterFirstSendMs}): the watch looks at least twice`);
+  }
+  if (p.refundAutoReissue && p.ambiguousResolution !== 'auto') {
+    throw new ConfigError('REFUND_AUTO_REISSUE=on needs AMBIGUOUS_RESOLUTION=auto (with review, a person decides every re-issue): unset one of them');
+  }
   if (p.listSettleMs < stripeTimeoutMs) {
     throw new ConfigError(`LIST_SETTLE_MS (${p.listSettleMs}) must be at least STRIPE_TIMEOUT_MS (${stripeTimeoutMs}): a request may still be running at Stripe that long after it was sent`);
   }
@@ -253,6 +277,13 @@ function checkEvidencePolicy(policy: Partial<EnginePolicy>, stripeTimeoutMs: num
     );
   }
 }
+
+/**
+ * STRIPE_CLOCK_SKEW_MS: how far the database's clock (which dates every send and proof) and Stripe's
+ * (which dates `created`) may differ. Both sides keep NTP time; a minute is a generous bound, and the
+ * List window's margin (5 min by default) must cover it. A local run on one machine may set it lower.
+ */
+const DEFAULT_CLOCK_SKEW_MS = 60_000;
 
 /**
  * Lambda sets AWS_LAMBDA_FUNCTION_NAME for every function it runs; nothing else here does: the local

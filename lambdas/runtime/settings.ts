@@ -49,6 +49,10 @@ export const METRICS = {
   rejectedLastPeriod: 'RejectedMessagesLastPeriod',
   /** Duplicate-charge remedies (refund operations of an extra PaymentIntent) created in the same window. */
   duplicateChargesRemedied: 'DuplicateChargesRemediedLastPeriod',
+  /** Findings the watch after a re-issue made that nobody resolved (a second Refund, a late charge it could not remedy, a watch that could not look). */
+  openWatchFindings: 'OpenReissueWatchFindings',
+  /** Re-issued operations still under watch. */
+  openWatches: 'OpenReissueWatches',
   unpublishedEvents: 'UnpublishedEvents',
   oldestUnpublishedEventAgeSeconds: 'OldestUnpublishedEventAgeSeconds',
   reconciledOperations: 'ReconciledOperations',

@@ -25,6 +25,10 @@ export const FAULT_PROFILES = {
     hang: 0.02,
     processing: 0.01,
     decline: 0.05,
+    // Stripe commits the create later than it answered: after the product's proofs of absence and its
+    // re-issue (the watch after a re-issue finds it), or while the key is still in use (409s until then).
+    error_500_late_commit: 0.01,
+    in_flight_then_commit: 0.005,
   },
 } as const satisfies Record<string, FaultRates>;
 export type FaultProfileName = keyof typeof FAULT_PROFILES;

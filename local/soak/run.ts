@@ -6,7 +6,7 @@
 import { parseArgs } from 'node:util';
 import { isFaultProfileName } from '../fake-stripe/server.ts';
 import { DEMO_TIME_LAPSE } from '../pipeline.ts';
-import { DEFAULT_SOAK, FAST_TIME_LAPSE, formatSoakReport, runSoak, SOAK_TIME_LAPSE } from './soak.ts';
+import { DEFAULT_SOAK, FAST_TIME_LAPSE, formatSoakReport, runSoak, soakTimeLapseFor } from './soak.ts';
 
 function number(value: string | undefined, name: string, fallback: number): number {
   if (value === undefined) return fallback;
@@ -62,7 +62,7 @@ if (values.help) {
   --duplicate-charges R    orders charged again behind the pipeline's back once charged (the
                            duplicate remedy must refund them; webhooks only; default ${DEFAULT_SOAK.duplicateChargeRate})
   --faults P               Stripe fault profile: chaos | flaky | none (default ${DEFAULT_SOAK.faults})
-  --time-lapse C           soak (60 s key window) | demo (npm start's 20 s) | fast (CI's 12 s)
+  --time-lapse C           soak (a key window of 50 ms per order, at least 60 s) | demo (npm start's 20 s) | fast (CI's 12 s)
   --visibility-s N         SQS visibility timeout (default ${DEFAULT_SOAK.visibilityTimeoutSeconds})
   --no-prune               never let the fake forget idempotency keys
   --no-webhooks            polling only: the fake Stripe sends no signed webhooks
@@ -80,13 +80,14 @@ if (!isFaultProfileName(faults)) {
 const seed = number(values.seed, 'seed', Math.floor(Math.random() * 2 ** 31));
 const lapse = values['time-lapse'] ?? 'soak';
 if (lapse !== 'soak' && lapse !== 'demo' && lapse !== 'fast') {
-  console.error(`--time-lapse must be soak (default: 60 s key window), demo (npm start's 20 s) or fast (CI's 12 s), got ${lapse}`);
+  console.error(`--time-lapse must be soak (default: a key window of 50 ms per order, at least 60 s), demo (npm start's 20 s) or fast (CI's 12 s), got ${lapse}`);
   process.exit(2);
 }
 const json = values.json;
+const orders = Math.floor(number(values.orders, 'orders', 1000));
 const report = await runSoak({
   ...DEFAULT_SOAK,
-  orders: Math.floor(number(values.orders, 'orders', 1000)),
+  orders,
   seed,
   faults,
   pollers: Math.max(1, Math.floor(number(values.pollers, 'pollers', DEFAULT_SOAK.pollers))),
@@ -103,7 +104,7 @@ const report = await runSoak({
   batchSize: Math.min(10, Math.max(1, Math.floor(number(values['batch-size'], 'batch-size', DEFAULT_SOAK.batchSize)))),
   visibilityTimeoutSeconds: number(values['visibility-s'], 'visibility-s', DEFAULT_SOAK.visibilityTimeoutSeconds),
   awaitOutbox: !values['no-await-outbox'],
-  timeLapse: lapse === 'fast' ? FAST_TIME_LAPSE : lapse === 'demo' ? DEMO_TIME_LAPSE : SOAK_TIME_LAPSE,
+  timeLapse: lapse === 'fast' ? FAST_TIME_LAPSE : lapse === 'demo' ? DEMO_TIME_LAPSE : soakTimeLapseFor(orders),
   quiescenceTimeoutMs: number(values['quiescence-timeout-s'], 'quiescence-timeout-s', DEFAULT_SOAK.quiescenceTimeoutMs / 1000) * 1000,
   ...(values['lambdas-dir'] ? { lambdasDir: values['lambdas-dir'] } : {}),
   // Progress goes to stderr so that --json output stays parseable.

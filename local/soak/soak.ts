@@ -119,6 +119,19 @@ export const SOAK_TIME_LAPSE: TimeLapse = {
   retryBackoffScale: 0.1,
 };
 
+/**
+ * The soak's clocks scaled to its size. What the key window stands for is "long enough for every
+ * evidence path to finish": in production 23 h against a reconciler that comes back every minute. On
+ * one machine a large run's reconciler comes back much later (a backlog of thousands of operations at
+ * 20 requests/s, a loaded CPU): with a fixed 60 s window a 10,000-order run sent hundreds of
+ * operations to review "the key window has passed" that production would settle — a figure of the
+ * machine, not of the product. So the window grows with the run — 50 ms per order, never under 60 s
+ * — and the report says which it was.
+ */
+export function soakTimeLapseFor(orders: number, base: TimeLapse = SOAK_TIME_LAPSE): TimeLapse {
+  return { ...base, keyWindowMs: Math.max(base.keyWindowMs, Math.round(orders * 50)) };
+}
+
 /** CI's: a third of the size again (lease 4 s, window 12 s, keys pruned after 18 s). */
 export const FAST_TIME_LAPSE: TimeLapse = {
   keyWindowMs: 12_000,
@@ -154,6 +167,37 @@ export const DEFAULT_SOAK: Omit<SoakOptions, 'orders' | 'seed'> = {
   intakeTimeoutMs: 1_800_000,
 };
 
+/** The watch after a re-issue in a soak: the late commits the fake made, and what the watch did about them. */
+export interface SoakWatch {
+  /** Creates the fake committed after it answered (error_500_late_commit, in_flight_then_commit). */
+  readonly lateCommitsMade: number;
+  /** Of the PaymentIntents, those created under a generation after the operation was re-issued away from it. */
+  readonly lateCommitsAfterReissue: number;
+  readonly watches: number;
+  readonly open: number;
+  readonly looks: number;
+  /** Remedy refunds the watch made (an event or a List may have made others first). */
+  readonly remedies: number;
+  readonly findings: number;
+}
+
+/** The cause of a review, from its reason: a short label (the reasons' wording is decisions.ts's). */
+export function reviewCause(reason: string): string {
+  const causes: readonly [RegExp, string][] = [
+    [/REFUND_AUTO_REISSUE=off/, 'refund not re-issued by the machine'],
+    [/the key window \([^)]*\) has passed/, 'absence proven after the key window'],
+    [/key window expired/, 'Search after the key window'],
+    [/MAX_AUTO_REISSUES/, 're-issues spent'],
+    [/stopped before its end|more than \d+ pages/, 'List incomplete'],
+    [/has failed \d+ times since the key window/, 'List failing after the key window'],
+    [/duplicate-charge remedy/, 'remedy refund stands'],
+    [/does not match the operation|objects for one operation|names this operation but does not match|second PaymentIntent/, 'unexplained object at Stripe'],
+    [/still (processing|requires_action|pending)/, 'unsettled too long'],
+    [/idempotency key/, 'idempotency-key misuse'],
+  ];
+  return causes.find(([pattern]) => pattern.test(reason))?.[1] ?? 'other';
+}
+
 export interface SoakReport {
   readonly ok: boolean;
   readonly settled: boolean;
@@ -183,6 +227,9 @@ export interface SoakReport {
   readonly queue: { left: number; dlq: number };
   /** Why operations wait for a human, ids and times taken out, with counts. */
   readonly reviewReasons: Readonly<Record<string, number>>;
+  /** Operations in review by cause and kind (reviewCause): what production would see, and why. */
+  readonly reviewByCause: Readonly<Record<string, number>>;
+  readonly watch: SoakWatch;
   /** Stripe events in (null: polling only). */
   readonly stripeEvents: StripeEventsLedger | null;
   /** The List evidence path (issue 13): what it cost and how fast it settled what only it can settle. */
@@ -573,12 +620,25 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   let settledAt: number | null = null;
   let drainedAt: number | null = null;
   const quiescenceDeadline = Date.now() + options.quiescenceTimeoutMs;
+  // Late commits (the fake commits a create after it answered) are the one thing the watch after a
+  // re-issue can find here. Once none is pending at the fake, the watches' remaining looks are brought
+  // forward — as if their hour and their 25 hours had passed — and quiescence waits for them: a late
+  // commit after the last look would otherwise be judged before any look could see it.
+  let watchesBroughtForward = false;
+  const watchesDue = async () =>
+    Number((await pipeline.db.query<{ n: number }>('SELECT count(*)::int AS n FROM payment_operation_watches WHERE next_check_at <= now()')).rows[0]?.n ?? 0);
   for (;;) {
     const snap = await pipeline.snapshot().catch(() => null);
     if (snap) {
       await chargeAgain();
-      const opsSettled =
+      let opsSettled =
         snap.database.open === 0 && snap.queue.waiting === 0 && snap.queue.inFlight === 0 && snap.eventSource.inFlight === 0 && (await remediesDone().catch(() => false));
+      const late = fake.stats();
+      if (opsSettled && late.lateCommitsPending === 0 && late.lateCommitsMade > 0 && !watchesBroughtForward) {
+        await pipeline.db.query('UPDATE payment_operation_watches SET next_check_at = now() WHERE next_check_at > now()');
+        watchesBroughtForward = true;
+      }
+      opsSettled &&= late.lateCommitsPending === 0 && (!watchesBroughtForward || (await watchesDue().catch(() => 1)) === 0);
       if (opsSettled) settledAt ??= performance.now();
       else settledAt = null;
       if (opsSettled && snap.database.unpublished === 0) drainedAt ??= performance.now();
@@ -618,7 +678,10 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   const stats = fake.stats();
   const refunds = await soakRefunds(pipeline.db, refundPlans, fake.refunds(), stats, { targeted: duplicatesTargeted, extra: extraCharges().map((pi) => pi.id) });
   const reviewReasons: Record<string, number> = {};
-  for (const { review_reason } of (await pipeline.db.query<{ review_reason: string }>(`SELECT review_reason FROM payment_operations WHERE review_reason IS NOT NULL`)).rows) {
+  const reviewByCause: Record<string, number> = {};
+  for (const { review_reason, kind } of (await pipeline.db.query<{ review_reason: string; kind: string }>(`SELECT review_reason, kind FROM payment_operations WHERE review_reason IS NOT NULL`)).rows) {
+    const cause = `${reviewCause(review_reason)} (${kind})`;
+    reviewByCause[cause] = (reviewByCause[cause] ?? 0) + 1;
     const reason = review_reason
       .replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g, '<id>')
       .replace(/\bpi_[A-Za-z0-9]+/g, 'pi_…')
@@ -639,6 +702,23 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   );
   const toFinal = evidenceRows.flatMap((r) => (r.ms === null ? [] : [Math.round(r.ms)])).sort((a, b) => a - b);
   const { rows: reissueRows } = await pipeline.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM payment_operation_events WHERE action = 'auto_reissued'`);
+  // The watch after a re-issue, and the late commits it is for.
+  const { rows: [watchRow] } = await pipeline.db.query<{ watches: number; open: number; looks: number; remedies: number; findings: number }>(
+    `SELECT (SELECT count(*)::int FROM payment_operation_watches) AS watches,
+            (SELECT count(*)::int FROM payment_operation_watches WHERE next_check_at IS NOT NULL) AS open,
+            (SELECT count(*)::int FROM payment_operation_events WHERE action = 'watch_checked') AS looks,
+            (SELECT count(*)::int FROM payment_operation_events WHERE action = 'requested' AND detail->>'evidence' = 'watch') AS remedies,
+            (SELECT count(*)::int FROM stripe_event_findings WHERE source = 'watch') AS findings`,
+  );
+  const watch: SoakWatch = {
+    lateCommitsMade: stats.lateCommitsMade,
+    lateCommitsAfterReissue: check.lateCommits,
+    watches: watchRow?.watches ?? 0,
+    open: watchRow?.open ?? 0,
+    looks: watchRow?.looks ?? 0,
+    remedies: watchRow?.remedies ?? 0,
+    findings: watchRow?.findings ?? 0,
+  };
   const settledOperations = check.byStatus.succeeded + check.byStatus.failed;
   const evidence: SoakEvidence = {
     listRequests: fake.stats().requests.list,
@@ -695,6 +775,8 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     reconcileRuns: { runs: sc.runs, errors: sc.errors, timeouts: sc.timeouts, overlaps: sc.overlaps },
     queue: { left, dlq: dlqOrderIds.length },
     reviewReasons,
+    reviewByCause,
+    watch,
     stripeEvents: pipeline.webhooks ? await readStripeEventsLedger(pipeline.db, pipeline.webhooks).catch(() => null) : null,
     evidence,
     check,
@@ -761,6 +843,9 @@ export function formatSoakReport(r: SoakReport): string {
       : ['  Stripe events: off (polling only)']),
     `  List evidence: ${r.evidence.listRequests} list requests, ${r.evidence.autoReissues} automatic re-issues; ${r.evidence.requestsPerSettledOperation} Stripe requests per settled operation`,
     `  500 before commit: ${r.evidence.fiveHundredBeforeCommit.operations} operations, ${r.evidence.fiveHundredBeforeCommit.final} final, ${r.evidence.fiveHundredBeforeCommit.inReview} in review; first send → final p50 ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.p50)}, p90 ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.p90)}, max ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.max)} (compressed time)`,
+    `  watch after a re-issue: ${r.watch.watches} operations watched (${r.watch.open} still open), ${r.watch.looks} looks; late commits made by the fake ${r.watch.lateCommitsMade}, ` +
+      `${r.watch.lateCommitsAfterReissue} of them after a re-issue; ${r.watch.remedies} refunded by the watch's remedy, ${r.watch.findings} findings`,
+    `  review by cause: ${list(r.reviewByCause)}`,
     ...formatReport(r.check).split('\n').map((line) => `  ${line}`),
     ...Object.entries(r.reviewReasons).map(([reason, n]) => `    review ×${n}: ${reason}`),
   ].join('\n');

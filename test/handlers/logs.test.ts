@@ -188,6 +188,8 @@ describe('log lines of the real handlers', () => {
         METRICS.reviewQueueSize,
         METRICS.rejectedLastPeriod,
         METRICS.duplicateChargesRemedied,
+        METRICS.openWatchFindings,
+        METRICS.openWatches,
         METRICS.unpublishedEvents,
         METRICS.oldestUnpublishedEventAgeSeconds,
         // the Stripe event inbox, worked by the same run

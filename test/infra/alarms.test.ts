@@ -70,6 +70,7 @@ const EXPECTED: Record<Exclude<AlarmName, 'ReconcilerNotRunning'>, Expected> = {
     threshold: 300,
   },
   DuplicateChargeRemedied: { namespace: 'ChargePipeline', metricName: METRICS.duplicateChargesRemedied, dimensions: service, statistic: 'Maximum', threshold: 0 },
+  ReissueWatchFinding: { namespace: 'ChargePipeline', metricName: METRICS.openWatchFindings, dimensions: service, statistic: 'Maximum', threshold: 0 },
   StripeWebhookRejected: { namespace: 'ChargePipeline', metricName: METRICS.stripeWebhookRejected, dimensions: service, statistic: 'Sum', threshold: 0 },
   StripeWebhookUnavailable: { namespace: 'ChargePipeline', metricName: METRICS.stripeWebhookUnavailable, dimensions: service, statistic: 'Sum', threshold: 0 },
   StripeEventBacklogTooOld: { namespace: 'ChargePipeline', metricName: METRICS.oldestInboxEventAgeSeconds, dimensions: service, statistic: 'Maximum', threshold: 600 },

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../lambdas/runtime/config.ts';
 import { parseCliArgs } from '../../local/cli.ts';
 import { buildWorkload, REFUND_SCENARIOS, type SendStep } from '../../local/demo.ts';
-import { DEMO_TIME_LAPSE, describeTimeLapse, evidenceTimingsFor, keyPruneAfterMsFor, leaseMsFor, type TimeLapse } from '../../local/pipeline.ts';
+import { DEMO_TIME_LAPSE, describeTimeLapse, evidenceTimingsFor, keyPruneAfterMsFor, leaseMsFor, watchTimingsFor, type TimeLapse } from '../../local/pipeline.ts';
 import { TEST_TIME_LAPSE } from './support.ts';
 
 describe('buildWorkload', () => {
@@ -177,6 +177,10 @@ describe.each([
         LIST_SETTLE_MS: String(evidenceTimingsFor(t).listSettleMs),
         ABSENCE_PROOF_SPACING_MS: String(evidenceTimingsFor(t).proofSpacingMs),
         REISSUE_AFTER_LAST_SEND_MS: String(evidenceTimingsFor(t).reissueAfterLastSendMs),
+        LIST_WINDOW_MARGIN_MS: '1000',
+        STRIPE_CLOCK_SKEW_MS: '1000',
+        REISSUE_WATCH_FIRST_AFTER_MS: String(watchTimingsFor(t).watchFirstAfterMs),
+        REISSUE_WATCH_FINAL_AFTER_MS: String(watchTimingsFor(t).watchFinalAfterFirstSendMs),
       }),
     ).not.toThrow();
   });

@@ -247,10 +247,16 @@ describe('review resolve --as failed (a refund)', () => {
     expect(run.code).toBe(1);
     expect(run.stderr).toMatch(/ran until \S+ at the latest \(its outcome, or the lease end of a claim that recorded none\).*try again after/);
     expect((await operationRow(h, id)).status).toBe('unknown');
-    // With a 30 s lease the claim's last moment (+ LIST_SETTLE_MS) is past: allowed.
-    const short = await cli(['review', 'resolve', id, '--as', 'failed', ...because], { ...env, LEASE_MS: '30000' });
-    expect(short.stderr).toMatch(/^target: local pipeline — [^\n]*\(as said, not verified\)$/);
-    expect(short.code).toBe(0);
+    // The lease end the claim RECORDED decides, not the reader's LEASE_MS: a reader configured with a
+    // 30 s lease is refused all the same (it would otherwise take a claim still sending for finished).
+    const shortReader = await cli(['review', 'resolve', id, '--as', 'failed', ...because], { ...env, LEASE_MS: '30000' });
+    expect(shortReader.code).toBe(1);
+    expect(shortReader.stderr).toMatch(/ran until \S+ at the latest/);
+    // Once that lease end (+ LIST_SETTLE_MS) is past: allowed.
+    await sentAgo(id, '13 minutes');
+    const later = await cli(['review', 'resolve', id, '--as', 'failed', ...because], { ...env, LEASE_MS: '30000' });
+    expect(later.stderr).toMatch(/^target: local pipeline — [^\n]*\(as said, not verified\)$/);
+    expect(later.code).toBe(0);
   });
 
   it('is refused until the List settle delay has passed since the last send (Stripe may still be executing it)', async () => {

@@ -3,6 +3,7 @@
 // fail proves nothing about the soak or the model that rely on it.
 import { randomUUID } from 'node:crypto';
 import { reissueInReview } from '../../lambdas/payments/review.ts';
+import { watchTimings } from '../../lambdas/payments/decisions.ts';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { ChargeInput } from '../../lambdas/payments/types.ts';
 import type { PaymentIntentRecord } from '../../local/fake-stripe/types.ts';
@@ -305,15 +306,35 @@ describe('checkInvariants detects every kind of broken promise', () => {
       fence: { operationId: w.reviewId, status: op.status, reviewReason: op.review_reason, keyGeneration: 0 },
       actor: 'operator:test',
       detail: {},
+      watch: watchTimings(),
     });
     expect(reissued?.operation.keyGeneration).toBe(1);
-    const older = fakeSucceededPi({ status: 'processing', metadata: { operation_id: w.reviewId, order_id: w.orders[3]!, key_generation: '0' } });
+    // Created BEFORE the re-issue: the proof the re-issue rested on should have seen it.
+    const older = fakeSucceededPi({ status: 'processing', createdAtMs: Date.now() - 3_600_000, metadata: { operation_id: w.reviewId, order_id: w.orders[3]!, key_generation: '0' } });
     expectViolations(await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), older] }), [
       { kind: 'unsafe_reissue', operationId: w.reviewId, orderId: w.orders[3]!, detail: new RegExp(`^re-issued to key generation 1 while PaymentIntent ${older.id} of generation 0 is processing$`) },
     ]);
     // A declined older generation is no charge and can never become one: no violation.
     const harmless = { ...older, status: 'requires_payment_method' as const };
     expect((await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), harmless] })).violations).toEqual([]);
+  });
+
+  it('a late commit — created by Stripe under a retired generation AFTER the re-issue — is no unsafe_reissue; its money is judged as an extra charge', async () => {
+    const w = await healthyWorld();
+    const [op] = (await db.pool.query('SELECT * FROM payment_operations WHERE id = $1', [w.reviewId])).rows;
+    await reissueInReview(db.pool, {
+      fence: { operationId: w.reviewId, status: op.status, reviewReason: op.review_reason, keyGeneration: 0 },
+      actor: 'operator:test',
+      detail: {},
+      watch: watchTimings(),
+    });
+    const late = fakeSucceededPi({ status: 'processing', createdAtMs: Date.now() + 1_000, metadata: { operation_id: w.reviewId, order_id: w.orders[3]!, key_generation: '0' } });
+    const report = await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), late] });
+    expect(report.violations).toEqual([]);
+    expect(report.lateCommits).toBe(1);
+    // The same one created a moment before the re-issue: unsafe.
+    const before = { ...late, createdAtMs: Date.parse(String((await db.pool.query("SELECT max(occurred_at) AS at FROM payment_operation_events WHERE operation_id = $1 AND action = 'operator_reissued'", [w.reviewId])).rows[0].at)) - 1 };
+    expect((await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), before] })).violations.map((v) => v.kind)).toEqual(['unsafe_reissue']);
   });
 
   it('lost_order: sent, but nowhere', async () => {

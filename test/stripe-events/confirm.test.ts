@@ -4,6 +4,7 @@
 // as the claim found it (not as it was read before the claim). Plus two deliveries of one event while
 // the first is still unapplied, or still being applied: one effect. Real PostgreSQL, the real webhook
 // path (receiveWebhook: signature, inbox insert, inline apply), the real SDK against the fake Stripe.
+import { watchTimings } from '../../lambdas/payments/decisions.ts';
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
@@ -144,7 +145,7 @@ describe('the decision is made again on the CLAIMED row', () => {
       await db.pool.query('UPDATE payment_operations SET next_attempt_at = now() WHERE id = $1', [op.id]);
       const token = randomUUID();
       expect((await claimById(db.pool, op.id, token, 60_000, 'reissuer'))?.claimed).toBeTruthy();
-      const [reissued] = await reissueAfterProof(db.pool, [{ operationId: op.id, leaseToken: token, fromStatus: 'unknown', keyGeneration: 0, detail: { test: 'claim race' } }], 'reissuer', 0);
+      const [reissued] = await reissueAfterProof(db.pool, [{ operationId: op.id, leaseToken: token, fromStatus: 'unknown', keyGeneration: 0, detail: { test: 'claim race' } }], 'reissuer', 0, watchTimings());
       expect(reissued!.applied).toBe(true);
     });
     const applier = new StripeEventApplier({ db: racing, gateway: stripe.gateway, actor: 'stripe-events', random: () => 0.5 });

@@ -5,62 +5,25 @@
 // endpoint's event of another account, an event of the other mode, and an event through the
 // EventBridge door whose object our key does not confirm: none changes an operation, each is a
 // finding; the genuine event still settles the operation within its apply, after one retrieve.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ChargeEngine } from '../../lambdas/payments/engine.ts';
 import { inboxGauges } from '../../lambdas/payments/inbox-store.ts';
 import { findOperation } from '../../lambdas/payments/operations-store.ts';
 import type { Operation } from '../../lambdas/payments/types.ts';
 import { makeStripeEvent, paymentIntentJson, type EventOrigin, type StripeEventJson } from '../../local/fake-stripe/webhooks.ts';
 import type { PaymentIntentRecord } from '../../local/fake-stripe/types.ts';
-import { startLocalWebhooks, type LocalWebhooks } from '../../local/stripe-events.ts';
-import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { chargeOrder } from '../support/orders.ts';
-import { lambdaContext } from '../support/sqs-event.ts';
-import { startStripe, type StripeHarness } from '../support/stripe.ts';
 import { createStripeClient, StripeGateway } from '../../lambdas/payments/stripe-gateway.ts';
 import { receiveWebhook } from '../../lambdas/stripe-events/receive.ts';
-import { count, delivery, inboxRow, SECRET, testApplier, WEBHOOK_SETTINGS } from './support.ts';
-
-type PartnerHandler = (event: unknown, context: unknown) => Promise<{ result: string }>;
+import { useHandlerHarness, type HandlerHarness } from './handler-harness.ts';
+import { count, delivery, inboxRow, testApplier, WEBHOOK_SETTINGS } from './support.ts';
 
 const LIVE_KEY = 'sk_live_origin_test_key';
-let db: TestDatabase;
-let stripe: StripeHarness;
-let webhooks: LocalWebhooks;
-let handler: PartnerHandler;
-let resetResources: () => Promise<void>;
-
-beforeAll(async () => {
-  db = await createTestDatabase('event_origin');
-  // The fake takes our test key and a live one (the fake has one ledger; its answers do not depend on the mode).
-  stripe = await startStripe({ apiKeys: ['sk_test_engine', LIVE_KEY] });
-  Object.assign(process.env, {
-    DATABASE_URL: db.url,
-    STRIPE_SECRET_KEY: 'sk_test_engine',
-    STRIPE_API_BASE: stripe.fake.url,
-    STRIPE_TIMEOUT_MS: '2000',
-    STRIPE_MAX_NETWORK_RETRIES: '0',
-    STRIPE_WEBHOOK_SECRET: SECRET,
-    STRIPE_EVENTS_INPUT: 'webhook',
-    STRIPE_EVENTS_APPLY_INLINE: 'true',
-    POWERTOOLS_METRICS_DISABLED: 'true',
-    POWERTOOLS_LOG_LEVEL: 'SILENT',
-  });
-  // Only what a test sends is delivered (the dispatcher does not watch the ledger here).
-  webhooks = await startLocalWebhooks(stripe.fake, SECRET, { watch: false });
-  handler = (await import('../../lambdas/stripe-events/handler.ts')).handler as unknown as PartnerHandler;
-  resetResources = (await import('../../lambdas/runtime/resources.ts')).resetResources;
-});
-afterAll(async () => {
-  await webhooks.stop();
-  await resetResources();
-  await stripe.close();
-  await db.drop();
-});
-beforeEach(() => {
-  stripe.fake.reset();
-  webhooks.dispatcher.setOrigin({});
-});
+let h: HandlerHarness;
+let db: HandlerHarness['db'];
+let stripe: HandlerHarness['stripe'];
+// The fake takes our test key and a live one (the fake has one ledger; its answers do not depend on the mode).
+useHandlerHarness('event_origin', (ready) => ({ db, stripe } = h = ready), { apiKeys: ['sk_test_engine', LIVE_KEY] });
 
 const engine = () => new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5 });
 const piOf = (operationId: string) => stripe.fake.paymentIntents({ operationId })[0]!;
@@ -88,25 +51,8 @@ async function unansweredOperation(): Promise<Operation> {
   return op;
 }
 
-/** Signed and POSTed by the fake Stripe to the local Function URL of the real handler; resolves once answered. */
-async function sendOverHttp(type: string, object: Record<string, unknown>, origin: EventOrigin): Promise<StripeEventJson> {
-  const before = webhooks.answers()['200'] ?? 0;
-  const event = webhooks.dispatcher.send(type, object, origin);
-  await webhooks.dispatcher.drain();
-  expect(webhooks.answers()['200'] ?? 0).toBe(before + 1); // acknowledged: Stripe does not retry a refusal that is recorded
-  return event;
-}
-
-/** The partner-bus door: the function invoked with an EventBridge event whose detail is the Stripe event. */
-async function sendThroughEventBridge(event: StripeEventJson): Promise<void> {
-  process.env.STRIPE_EVENTS_INPUT = 'eventbridge';
-  try {
-    const partner = { version: '0', id: `eb-${event.id}`, 'detail-type': event.type, source: 'aws.partner/stripe.com/ed_test_origin', account: '111122223333', time: new Date().toISOString(), region: 'eu-west-1', resources: [], detail: event };
-    expect(await handler(partner, lambdaContext(10_000, 'stripe-events'))).toEqual({ result: 'recorded' });
-  } finally {
-    process.env.STRIPE_EVENTS_INPUT = 'webhook';
-  }
-}
+const sendOverHttp = (type: string, object: Record<string, unknown>, origin: EventOrigin) => h.sendOverHttp(type, object, origin);
+const sendThroughEventBridge = (event: StripeEventJson) => h.sendThroughEventBridge(event);
 
 /** Nothing happened to the operation: its state, its outbox, no lease left behind. */
 async function expectUntouched(op: Operation) {
