@@ -98,7 +98,7 @@ export interface Warning {
    * waits for a human (Stripe failed it, or its evidence could not settle it; not a refused key); refund_awaiting_review: a refund waiting for its charge, which
    * is in review (it goes once that human settles the charge), or a Refund whose operation is in review.
    */
-  readonly kind: 'charge_awaiting_review' | 'duplicate_awaiting_review' | 'refund_awaiting_review' | 'refunded_twice_found';
+  readonly kind: 'charge_awaiting_review' | 'duplicate_awaiting_review' | 'refund_awaiting_review' | 'refunded_twice_found' | 'late_charge_found';
   readonly operationId: string;
   readonly orderId: string;
   readonly detail: string;
@@ -207,6 +207,7 @@ interface OperationFacts {
   reissued_from: Record<string, string> | null;
   /** Refund ids (re_…) the watch after a re-issue found as a second Refund of this refund operation. */
   refunded_twice: string[] | null;
+  watch_found: string[] | null;
 }
 
 interface OutboxFacts {
@@ -267,7 +268,10 @@ const OPERATIONS_SQL = `
             SELECT (r.key_generation - 1)::text AS g, min(r.occurred_at) AS at FROM payment_operation_events r
              WHERE r.operation_id = s.id AND r.action IN ('auto_reissued', 'operator_reissued') GROUP BY r.key_generation) x) AS reissued_from,
          (SELECT array_agg(f.payment_intent_id ORDER BY f.id) FROM stripe_event_findings f
-           WHERE f.operation_id = s.id AND f.kind = 'refunded_twice') AS refunded_twice
+           WHERE f.operation_id = s.id AND f.kind = 'refunded_twice') AS refunded_twice,
+         -- What the watch after a re-issue found and told a person (an open finding, the ReissueWatchFinding alarm).
+         (SELECT array_agg(f.payment_intent_id ORDER BY f.id) FROM stripe_event_findings f
+           WHERE f.operation_id = s.id AND f.source = 'watch' AND f.kind = 'contradiction' AND f.resolved_at IS NULL) AS watch_found
     FROM scope s LEFT JOIN audit a ON a.operation_id = s.id`;
 
 const OUTBOX_SQL = `
@@ -377,6 +381,12 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       warnings.push({ kind: 'duplicate_awaiting_review', operationId: op.id, orderId, detail: `${extras.map((pi) => pi.id).join(', ')} still charged; the remedy waits for a human: ${remediesInReview[0]!.review_reason}` });
       continue;
     }
+    // The operation is in review and the watch after its re-issue told the person every one of them
+    // (late commits after the proof of absence its review rests on): a person decides, knowing.
+    if (op && op.review_reason !== null && (op.status === 'pending' || op.status === 'unknown') && pis.every((pi) => (op.watch_found ?? []).includes(pi.id))) {
+      warnings.push({ kind: 'duplicate_awaiting_review', operationId: op.id, orderId, detail: `${pis.map((pi) => pi.id).join(', ')} charged while the operation is in review; the watch after the re-issue found them (open findings): ${op.review_reason}` });
+      continue;
+    }
     violate('double_charge', `${pis.length} succeeded PaymentIntents: ${pis.map((pi) => `${pi.id} (key ${pi.idempotencyKey ?? 'none'})`).join(', ')}`, op, orderId);
   }
 
@@ -398,6 +408,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     }
     violate('unsafe_reissue', `re-issued to key generation ${op.key_generation} while PaymentIntent ${pi.id} of generation ${generation} is ${pi.status}`, op);
   }
+  const lateCommitIds = new Set(lateCommits.map((pi) => pi.id));
 
   // ── The net amount, and refunds told truly ──────────────────────────────────────────────────
   // Refund operations that stay `succeeded` but whose Refund failed at Stripe since, as recorded (the
@@ -430,7 +441,13 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       const foundTwice = stripeRefunds
         .filter((x) => x.status === 'succeeded' && ours.some((r) => r.refunded_twice?.includes(x.id)))
         .reduce((sum, x) => sum + x.amount, 0);
-      if (kept !== expected && foundTwice > 0 && kept + foundTwice === expected) {
+      // A late charge of a failed operation that the watch found (late_charge_found below): told, not lost.
+      const foundLate = paymentIntents
+        .filter((pi) => pi.status === 'succeeded' && lateCommitIds.has(pi.id) && op.status === 'failed' && (op.watch_found ?? []).includes(pi.id))
+        .reduce((sum, pi) => sum + pi.amount, 0);
+      if (kept !== expected && foundLate > 0 && kept - foundLate === expected) {
+        // reported as late_charge_found where the PaymentIntent is judged
+      } else if (kept !== expected && foundTwice > 0 && kept + foundTwice === expected) {
         warnings.push({ kind: 'refunded_twice_found', operationId: op.id, orderId: op.order_id, detail: `refunded ${foundTwice} more than asked by a late second Refund; the watch after the re-issue found it (open finding)` });
       } else if (kept !== expected) {
         violate('net_amount', `Stripe kept ${kept} (${truth?.succeededPaymentIntents ?? 0} succeeded PaymentIntents, ${truth?.refunded ?? 0} refunded); expected ${expected} (${op.status}, ${asked} refunded by the pipeline)`, op);
@@ -526,6 +543,11 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
         if (op.external_id !== pi.id && (succeededByOrder.get(op.order_id)?.length ?? 0) < 2) {
           violate('unrecorded_charge', `succeeded PaymentIntent ${pi.id} is not the one the operation names (${op.external_id})`, op);
         }
+      } else if (op.status === 'failed' && lateCommitIds.has(pi.id) && (op.watch_found ?? []).includes(pi.id)) {
+        // A retired generation's create Stripe committed after the re-issue, and the re-issued one failed:
+        // the order was announced failed and is charged. No machine may refund a charge it announced
+        // failed; the watch found it and a person is told (an open finding, its alarm): reported, not lost.
+        warnings.push({ kind: 'late_charge_found', operationId: op.id, orderId: op.order_id, detail: `PaymentIntent ${pi.id} committed after the re-issue; the operation failed; the watch found it (open finding)` });
       } else if (op.status === 'failed') {
         violate('wrongly_failed', `operation is failed (${op.external_id ?? 'no external id'}) but PaymentIntent ${pi.id} succeeded`, op);
       } else if (quiescent) {

@@ -99,11 +99,21 @@ describe('one look at a re-issued charge', () => {
     expect(last).toMatchObject({ kind: 'failed', nextCheckAt: null, finding: { kind: 'watch_blind', objectId: OP_ID } });
   });
 
-  it('an operation still open or in review is not judged: looked at again later', () => {
-    for (const op of [{ status: 'unknown' as const, externalId: null }, { status: 'unknown' as const, externalId: null, reviewReason: 'x' }]) {
-      const w = watched(op);
-      expect(deferLook(w)).toMatchObject({ kind: 'later', nextCheckAt: new Date(w.claimedAt.getTime() + DEFAULT_POLICY.watchFirstAfterMs) });
-    }
+  it('an operation still open is not judged: looked at again later', () => {
+    const w = watched({ status: 'unknown', externalId: null });
+    expect(deferLook(w)).toMatchObject({ kind: 'later', nextCheckAt: new Date(w.claimedAt.getTime() + DEFAULT_POLICY.watchFirstAfterMs) });
+  });
+
+  it('an operation in review whose proof of absence a late commit contradicted: every charged PaymentIntent is a finding, nothing else changes, the watch goes on', () => {
+    // Re-issued twice, the third generation "proven absent" too: in review. Then Stripe commits all three.
+    const w = watched({ status: 'unknown', externalId: null, keyGeneration: 2, reviewReason: 'List proves that no PaymentIntent exists for this operation' }, at(30 * HOUR));
+    const look = judgeWatch(w, list([pi('pi_g0', 0), pi('pi_g1', 1), pi('pi_g2', 2), pi('pi_g1_declined', 1, { status: 'requires_payment_method' })]), DEFAULT_POLICY, fixed);
+    expect(look).toMatchObject({ kind: 'looked', remedies: [], unsettled: [], nextCheckAt: new Date(w.claimedAt.getTime() + DEFAULT_POLICY.watchFirstAfterMs) });
+    if (look.kind !== 'looked') throw new Error('looked');
+    expect(look.findings.map((f) => [f.kind, f.objectId])).toEqual([['contradiction', 'pi_g0'], ['contradiction', 'pi_g1'], ['contradiction', 'pi_g2']]);
+    expect(look.findings[0]!.reason).toMatch(/in review \(List proves that no PaymentIntent exists.*\): Stripe holds 3 PaymentIntent\(s\) of it now/);
+    // Nothing at Stripe: no finding, and still not over while the review lasts.
+    expect(judgeWatch(w, list([]), DEFAULT_POLICY, fixed)).toMatchObject({ kind: 'looked', findings: [], nextCheckAt: new Date(w.claimedAt.getTime() + DEFAULT_POLICY.watchFirstAfterMs) });
   });
 });
 

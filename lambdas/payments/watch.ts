@@ -19,8 +19,12 @@
 //     announced failed and is charged);
 //   - a refund: a second Refund of the operation that is or may become money back is a finding
 //     (`refunded_twice`) and an alarm — no machine can take a refund back (docs/runbook.md);
-//   - an operation still open or in review is not judged: the engine's own evidence (its List reads
-//     every generation) or the operator covers it; the watch looks again later.
+//   - an operation still open is not judged: the engine's own evidence (its List reads every
+//     generation) covers it; the watch looks again later;
+//   - an operation in review is looked at and changes nothing: every object of it that holds or may
+//     move money is a finding (its review may rest on a proof of absence that a late commit has since
+//     contradicted — the person deciding must see what Stripe holds now), and the watch goes on every
+//     REISSUE_WATCH_FIRST_AFTER_MS for as long as the review lasts.
 // Events make this faster (a late object's webhook reaches the remedy in seconds); the watch makes it
 // correct without them.
 import { backoffDelay, DEFAULT_POLICY, formatDuration, judgeDuplicateCharge, KIND_RULES, type DuplicateRemedy, type EnginePolicy, type ListWindow } from './decisions.ts';
@@ -129,6 +133,8 @@ export function judgeWatch(w: WatchedOperation, answer: ListAnswer<PaymentIntent
   const unsettled: string[] = [];
   const finding = (kind: WatchFinding['kind'], o: PaymentIntentView, reason: string): WatchFinding => ({ kind, objectId: o.id, amount: o.amount, currency: o.currency, status: o.status, reason });
 
+  if (op.reviewReason !== null && (op.status === 'pending' || op.status === 'unknown')) return reviewLook(w, answer, ours, policy);
+
   for (const o of others) {
     if (op.kind === 'charge') {
       if (!PAYMENT_INTENT_DONE.has(o.status)) {
@@ -198,7 +204,46 @@ export function judgeWatch(w: WatchedOperation, answer: ListAnswer<PaymentIntent
   };
 }
 
-/** The operation is open or in review: nothing is judged; look again later (the engine or a person has it). */
+/**
+ * A look at an operation in review: no remedy, no state change — a person decides. Each object of it
+ * that holds money or may still move it is a finding (one per object), so the review queue's "no
+ * PaymentIntent exists" is never the last word after a late commit; look again in an "hour".
+ */
+function reviewLook(w: WatchedOperation, answer: ListAnswer<PaymentIntentView>, ours: readonly PaymentIntentView[], policy: WatchPolicy): WatchLook {
+  const { op, watch } = w;
+  const objectName = KIND_RULES[op.kind].objectName;
+  const holding = ours.filter((o) => (op.kind === 'charge' ? o.status === 'succeeded' || !PAYMENT_INTENT_DONE.has(o.status) : !REFUND_DONE_WITHOUT_MONEY.has(o.status)));
+  const findings: WatchFinding[] = holding.map((o) => ({
+    kind: 'contradiction',
+    objectId: o.id,
+    amount: o.amount,
+    currency: o.currency,
+    status: o.status,
+    reason:
+      `the watch after a re-issue found ${objectName} ${describe(o)} of this operation while it is in review (${op.reviewReason}): ` +
+      `Stripe holds ${holding.length} ${objectName}(s) of it now — resolve the review on what Stripe shows (review show), not on the reason it went to review with`,
+  }));
+  const nextCheckAt = new Date(w.claimedAt.getTime() + policy.watchFirstAfterMs);
+  return {
+    kind: 'looked',
+    remedies: [],
+    findings,
+    unsettled: [],
+    nextCheckAt,
+    finalCheckAt: watch.finalCheckAt,
+    detail: {
+      look: watch.checks + 1,
+      inReview: true,
+      objects: ours.map((o) => ({ id: o.id, status: o.status, amount: o.amount, currency: o.currency, keyGeneration: o.metadata.key_generation ?? null })),
+      pages: answer.pages,
+      requestIds: answer.requestIds,
+      ...(findings.length > 0 ? { findings: findings.map((f) => ({ kind: f.kind, objectId: f.objectId })) } : {}),
+      nextCheckAt: nextCheckAt.toISOString(),
+    },
+  };
+}
+
+/** The operation is open: nothing is judged; look again later (the engine has it). */
 export function deferLook(w: WatchedOperation, policy: WatchPolicy = DEFAULT_POLICY): WatchLook {
   const why = w.op.reviewReason !== null ? 'in review: the operator decides on the evidence of every generation' : `still ${w.op.status}: the engine's own evidence reads every generation`;
   return { kind: 'later', nextCheckAt: new Date(w.claimedAt.getTime() + policy.watchFirstAfterMs), reason: `operation ${why}` };

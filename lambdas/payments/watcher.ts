@@ -98,8 +98,9 @@ export class ReissueWatcher {
     const scope = watchListScope(w);
     const evidence = { list: { scope, createdGte: window.createdGte, createdLte: window.createdLte } };
     const write = (look: WatchLook, released = false) => ({ watched: w, look, evidence, released });
-    // Open or in review: the engine's evidence (its List reads every generation) or a person has it.
-    if (w.op.status === 'pending' || w.op.status === 'unknown') return write(deferLook(w, this.#policy));
+    // Open: the engine's own evidence (its List reads every generation) has it. In review, the watch
+    // still looks (judgeWatch tells the person what Stripe holds now), and changes nothing.
+    if ((w.op.status === 'pending' || w.op.status === 'unknown') && w.op.reviewReason === null) return write(deferLook(w, this.#policy));
     if (scope === null) return write(failedLook(w, 'the refund operation names no PaymentIntent to list', this.#policy, this.#random));
     const mayCall = async () => (canStart?.() ?? true) && ((await this.#beforeCall?.()) ?? true);
     // No budget now: given back untouched, due again at once for the next run.
