@@ -49,12 +49,11 @@ afterAll(async () => {
 // ── Arbitraries ──────────────────────────────────────────────────────────────────────────────────
 
 /**
- * The Stripe faults the model scripts. Not stall_after_commit (see the charge commands); not the
- * late-commit faults (an object committed after its 500, or after a key left in flight): the model
- * does not play them yet, and leaving them out keeps this list — and so every recorded PROOF_SEED —
- * as it was.
+ * The Stripe faults the model scripts. Not stall_after_commit (see the charge commands). The
+ * late-commit faults (a create committed after its 500, or after its key was left in flight) are in:
+ * the `commit_late` command, or heal once every operation is decided, makes Stripe commit them.
  */
-const MODEL_FAULT_KINDS = FAULT_KINDS.filter((kind) => kind !== 'stall_after_commit' && kind !== 'error_500_late_commit' && kind !== 'in_flight_then_commit');
+const MODEL_FAULT_KINDS = FAULT_KINDS.filter((kind) => kind !== 'stall_after_commit');
 
 const MAX_ORDERS = 3;
 const orderIndex = fc.nat({ max: MAX_ORDERS - 1 });
@@ -112,6 +111,8 @@ const chargeCommand: fc.Arbitrary<Command> = fc.oneof(
   { weight: 1, arbitrary: fc.constant({ t: 'early_search_time' as const }) },
   { weight: 2, arbitrary: fc.constant({ t: 'evidence_time' as const }) },
   { weight: 1, arbitrary: fc.constant({ t: 'window_passes' as const }) },
+  // Stripe commits a create it answered 500 (or left unanswered) now: before the proofs, or after the re-issue.
+  { weight: 1, arbitrary: fc.record({ t: fc.constant('commit_late' as const), order: orderIndex }) },
   {
     weight: 1,
     arbitrary: fc.record({
@@ -220,6 +221,31 @@ const refundFailRun = runOf(
     { weight: 1, arbitrary: refundFailsAfterSuccess },
   ),
 );
+/**
+ * Late commits after automatic re-issues: creates answered 500 (or left unanswered) that Stripe commits
+ * later, the time that proves absence and re-issues, declines of the re-issued create, refunds, and
+ * Stripe committing at any moment — before the proofs, between them, after the re-issue.
+ */
+const lateCommitRun = runOf(
+  fc.oneof(
+    { weight: 3, arbitrary: chargeCommand },
+    { weight: 1, arbitrary: refundCommand },
+    {
+      weight: 3,
+      arbitrary: fc.record({
+        t: fc.constant('fault' as const),
+        order: orderIndex,
+        kind: fc.constantFrom('error_500_late_commit' as const, 'in_flight_then_commit' as const),
+        times: fc.integer({ min: 1, max: 3 }),
+        endpoint: fc.constantFrom<FaultEndpoint>('create', 'create', 'refund_create'),
+      }),
+    },
+    { weight: 1, arbitrary: fc.record({ t: fc.constant('fault' as const), order: orderIndex, kind: fc.constant('decline' as const), times: fc.constant(1), endpoint: fc.constant<FaultEndpoint>('create') }) },
+    { weight: 3, arbitrary: fc.constant({ t: 'evidence_time' as const }) },
+    { weight: 2, arbitrary: fc.record({ t: fc.constant('reconcile' as const), limit: fc.constant(10) }) },
+    { weight: 2, arbitrary: fc.record({ t: fc.constant('commit_late' as const), order: orderIndex }) },
+  ),
+);
 /** For the broken charge engines below: the charge world alone, as it was (their counterexamples come as soon). */
 const chargeRun = runOf(chargeCommand);
 // ── The property ─────────────────────────────────────────────────────────────────────────────────
@@ -239,10 +265,15 @@ interface Tally {
   duplicates: number;
   failedAfterSuccess: number;
   requestsAfterFailedRefund: Record<string, number>;
+  lateCommits: number;
+  lateChargesAfterReissue: number;
+  watchLooks: number;
+  watchRemedies: number;
+  watchFindings: number;
 }
 
 describe('the engine under every interleaving the model can generate', () => {
-  const tally: Tally = { runs: 0, commands: {}, finalStatus: {}, inReview: 0, healRounds: 0, timeSteps: 0, lists: 0, autoReissues: 0, refundVerdicts: {}, refundEnds: {}, refundsByCharge: {}, duplicates: 0, failedAfterSuccess: 0, requestsAfterFailedRefund: {} };
+  const tally: Tally = { runs: 0, commands: {}, finalStatus: {}, inReview: 0, healRounds: 0, timeSteps: 0, lists: 0, autoReissues: 0, refundVerdicts: {}, refundEnds: {}, refundsByCharge: {}, duplicates: 0, failedAfterSuccess: 0, requestsAfterFailedRefund: {}, lateCommits: 0, lateChargesAfterReissue: 0, watchLooks: 0, watchRemedies: 0, watchFindings: 0 };
   const counts = (r: Record<string, number>) => Object.entries(r).sort().map(([k, v]) => `${k} ${v}`).join(', ');
 
   afterAll(() => {
@@ -253,7 +284,8 @@ describe('the engine under every interleaving the model can generate', () => {
         `[${Object.entries(tally.finalStatus).sort().map(([k, v]) => `${k} ${v}`).join(', ')}], in review ${tally.inReview}; ` +
         `heal rounds ${tally.healRounds}, time steps ${tally.timeSteps}; List requests ${tally.lists}, automatic re-issues ${tally.autoReissues}; ` +
         `refund requests [${counts(tally.refundVerdicts)}] (the charge then: [${counts(tally.refundsByCharge)}]), accepted refunds ended [${counts(tally.refundEnds)}], extra PaymentIntents made ${tally.duplicates}; ` +
-        `refunds Stripe failed after success ${tally.failedAfterSuccess}, refund requests after one [${counts(tally.requestsAfterFailedRefund)}]`,
+        `refunds Stripe failed after success ${tally.failedAfterSuccess}, refund requests after one [${counts(tally.requestsAfterFailedRefund)}]; ` +
+        `late commits ${tally.lateCommits} (charges after a re-issue ${tally.lateChargesAfterReissue}), watch looks ${tally.watchLooks}, remedies ${tally.watchRemedies}, findings ${tally.watchFindings}`,
     );
   });
 
@@ -285,6 +317,11 @@ describe('the engine under every interleaving the model can generate', () => {
     for (const [k, v] of Object.entries(result.refundsByCharge)) tally.refundsByCharge[k] = (tally.refundsByCharge[k] ?? 0) + v;
     tally.duplicates += result.duplicates;
     tally.failedAfterSuccess += result.failedAfterSuccess;
+    tally.lateCommits += result.lateCommits;
+    tally.lateChargesAfterReissue += result.lateChargesAfterReissue;
+    tally.watchLooks += result.watchLooks;
+    tally.watchRemedies += result.watchRemedies;
+    tally.watchFindings += result.watchFindings;
     for (const [k, v] of Object.entries(result.requestsAfterFailedRefund)) tally.requestsAfterFailedRefund[k] = (tally.requestsAfterFailedRefund[k] ?? 0) + v;
     if (!result.report.ok || result.problems.length > 0) {
       throw new Error(`${formatReport(result.report)}\n${result.problems.map((p) => `  ✗ ${p}`).join('\n')}\norders: ${result.orderIds.join(', ')}`);
@@ -311,6 +348,81 @@ describe('the engine under every interleaving the model can generate', () => {
     await fc.assert(fc.asyncProperty(refundFailRun, judged), options(Math.ceil(RUNS / 3)));
     // A hundred refund-heavy runs without one refund failed after success would be the command never applying.
     if (PATH === undefined) expect(tally.failedAfterSuccess).toBeGreaterThan(before);
+  });
+});
+
+describe('late commits after automatic re-issues', () => {
+  const late = { runs: 0, lateCharges: 0, remedies: 0, findings: 0 };
+  afterAll(() => console.log(`model (late commits): ${late.runs} runs, late charges after a re-issue ${late.lateCharges}, watch remedies ${late.remedies}, watch findings ${late.findings}`));
+  it('a create Stripe commits after the re-issue it allowed ends refunded (or told a person), with events or without', { timeout: 1_800_000 }, async () => {
+    await fc.assert(
+      fc.asyncProperty(lateCommitRun, async (run) => {
+        const result = await playRun(world, run);
+        late.runs += 1;
+        late.lateCharges += result.lateChargesAfterReissue;
+        late.remedies += result.watchRemedies;
+        late.findings += result.watchFindings;
+        if (!result.report.ok || result.problems.length > 0) {
+          throw new Error(`${formatReport(result.report)}\n${result.problems.map((p) => `  ✗ ${p}`).join('\n')}\norders: ${result.orderIds.join(', ')}`);
+        }
+      }),
+      { numRuns: Math.ceil(RUNS / 3), ...(SEED === undefined ? {} : { seed: SEED }), ...(PATH === undefined ? {} : { path: PATH }), verbose: 1 as const },
+    );
+    // The runs must reach the case they are for: late charges after a re-issue, and the watch remedying one.
+    if (PATH === undefined) {
+      expect(late.lateCharges).toBeGreaterThan(0);
+      expect(late.remedies).toBeGreaterThan(0);
+    }
+  });
+
+  const lateAfterReissue = (events: boolean, declineReissued: boolean): ModelRun => ({
+    orders: [{ paymentMethod: 'pm_card_visa', amount: 4200 }],
+    commands: [
+      { t: 'fault', order: 0, kind: 'error_500_late_commit', times: 1, endpoint: 'create' },
+      { t: 'deliver', orders: [0] },
+      // Two proofs of absence, 16 minutes apart: the re-issue under generation 1.
+      { t: 'evidence_time' },
+      { t: 'backoff_elapses' },
+      { t: 'reconcile', limit: 10 },
+      { t: 'evidence_time' },
+      { t: 'backoff_elapses' },
+      ...(declineReissued ? [{ t: 'fault' as const, order: 0, kind: 'decline' as const, times: 1, endpoint: 'create' as const }] : []),
+      { t: 'reconcile', limit: 10 },
+      { t: 'backoff_elapses' },
+      { t: 'reconcile', limit: 10 },
+      // Only now does Stripe commit generation 0's create.
+      { t: 'commit_late', order: 0 },
+    ],
+    healSettle: 'succeeded',
+    events,
+  });
+
+  it('without Stripe events, the watch after the re-issue finds the late charge and the remedy refunds it', { timeout: 120_000 }, async () => {
+    const result = await playRun(world, lateAfterReissue(false, false), TRACE ? (line) => console.log(line) : undefined);
+    expect(result.problems).toEqual([]);
+    expect(result.report.violations).toEqual([]);
+    expect(result.autoReissues).toBe(1);
+    expect(result.lateChargesAfterReissue).toBe(1);
+    expect(result.watchRemedies).toBe(1);
+    expect(result.refundEnds).toEqual({ remedy_succeeded: 1 });
+    expect(result.report.lateCommits).toBe(1);
+  });
+
+  it('with Stripe events, the event hands it to the remedy; the watch has nothing left to do', { timeout: 120_000 }, async () => {
+    const result = await playRun(world, lateAfterReissue(true, false));
+    expect(result.problems).toEqual([]);
+    expect(result.report.violations).toEqual([]);
+    expect(result.lateChargesAfterReissue).toBe(1);
+    expect(result.refundEnds).toEqual({ remedy_succeeded: 1 });
+  });
+
+  it('the re-issued create declined: the order was announced failed and is charged — no machine refund, a finding for a person', { timeout: 120_000 }, async () => {
+    const result = await playRun(world, lateAfterReissue(false, true));
+    expect(result.problems).toEqual([]);
+    expect(result.report.violations).toEqual([]);
+    expect(result.report.byStatus.failed).toBe(1);
+    expect(result.watchFindings).toBe(1);
+    expect(result.report.warnings).toEqual([expect.objectContaining({ kind: 'late_charge_found' })]);
   });
 });
 

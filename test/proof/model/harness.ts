@@ -38,6 +38,7 @@ import { faultCanTarget } from '../../../local/fake-stripe/faults.ts';
 import type { FakeStripe, FaultKind, FaultMatch, HoldHandle, PaymentIntentRecord, RefundSettleStatus, SettleStatus } from '../../../local/fake-stripe/types.ts';
 import { checkInvariants, type InvariantReport, type SentRefund } from '../../../local/invariants.ts';
 import { StripeEventApplier } from '../../../lambdas/payments/event-applier.ts';
+import { ReissueWatcher } from '../../../lambdas/payments/watcher.ts';
 import { readStripeEvent } from '../../../lambdas/payments/event-decisions.ts';
 import type { TransactionalDb } from '../../../lambdas/payments/inbox-store.ts';
 import { recordAndApply } from '../../../lambdas/stripe-events/receive.ts';
@@ -112,6 +113,13 @@ export type Command =
   | { readonly t: 'evidence_time' }
   /** A day passes: every key window of the run is over and Stripe prunes the keys. */
   | { readonly t: 'window_passes' }
+  /**
+   * Stripe commits now the order's creates it answered 500 or left unanswered BEFORE committing them
+   * (the fault kinds error_500_late_commit and in_flight_then_commit): before the product's proofs of
+   * absence (the List finds the object) or after its re-issue (only the watch after the re-issue, or
+   * Stripe's event, can find it). Heal commits whatever is still pending once every operation is decided.
+   */
+  | { readonly t: 'commit_late'; readonly order: number }
   /** Stripe (or the customer) finishes the order's processing / requires_action PaymentIntents. */
   | { readonly t: 'settle'; readonly order: number; readonly status: SettleStatus }
   /**
@@ -182,6 +190,13 @@ export interface RunResult {
   readonly failedAfterSuccess: number;
   /** Refund requests of an order with such a refund, by whether the ledger had learnt it (its event applied) then. */
   readonly requestsAfterFailedRefund: Readonly<Partial<Record<'learnt' | 'not_learnt', number>>>;
+  /** Creates Stripe committed late (after its 500 or its silence), and the PaymentIntents of them that charged after a re-issue. */
+  readonly lateCommits: number;
+  readonly lateChargesAfterReissue: number;
+  /** Looks the watch after a re-issue took, and the remedies and findings they made. */
+  readonly watchLooks: number;
+  readonly watchRemedies: number;
+  readonly watchFindings: number;
 }
 
 const HOUR = 3_600_000;
@@ -436,6 +451,21 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   const engine = new ChargeEngine({ db, gateway: world.gateway, actor: 'model', random: () => 0.5, policy });
   const orderAt = (i: number) => orders[i % orders.length]!;
   const applier = new StripeEventApplier({ db: db as TransactionalDb, gateway: world.gateway, actor: 'model-events', random: () => 0.5, policy });
+  // The watch after a re-issue, as the reconciler's sweep runs it after its due operations.
+  const watcher = new ReissueWatcher({ db, gateway: world.gateway, actor: 'model-watch', random: () => 0.5, policy });
+  const watchTally = { looks: 0, remedies: 0, findings: 0 };
+  const watch = async (limit: number) => {
+    const r = await live('watch.lookDue', watcher.lookDue(limit));
+    if (r) {
+      watchTally.looks += r.looked + r.failed;
+      watchTally.remedies += r.remediesCreated;
+      watchTally.findings += r.newFindings;
+    }
+  };
+  let lateCommitsMade = 0;
+  const commitLate = (orderId: string) => {
+    lateCommitsMade += fake.commitLate({ orderId }).length;
+  };
   const eventsOn = run.events ?? false;
   const book: OrderRefundBook[] = orders.map(() => ({ asked: [], accepted: new Map(), unacked: new Map(), strayKeys: new Set(), failedAfterSuccess: new Map(), next: 0 }));
   const refundVerdicts: Partial<Record<RefundVerdict, number>> = {};
@@ -505,6 +535,23 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   };
   /** The order's extra PaymentIntents: those made behind the pipeline's back that charged. */
   const extrasOf = (i: number) => fake.paymentIntents({ orderId: orders[i]!.orderId }).filter((pi) => pi.status === 'succeeded' && pi.idempotencyKey !== null && book[i]!.strayKeys.has(pi.idempotencyKey));
+  /**
+   * The order's late charges after a re-issue: succeeded PaymentIntents of the charge operation under
+   * a key generation it has left (a create Stripe committed after the re-issue), other than the one it
+   * names. Extra charges like those of extrasOf, which nobody hands to the product: the watch after
+   * the re-issue (or Stripe's event, in runs with events) must find each.
+   */
+  const lateChargesOf = async (i: number) => {
+    const charge = await db.query<{ id: string; external_id: string | null; key_generation: number }>(
+      `SELECT id::text, external_id, key_generation FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`,
+      [orders[i]!.orderId],
+    );
+    const op = charge.rows[0];
+    if (!op) return [];
+    return fake
+      .paymentIntents({ operationId: op.id })
+      .filter((pi) => pi.status === 'succeeded' && pi.id !== op.external_id && Number(pi.metadata.key_generation ?? 'NaN') < op.key_generation && !book[i]!.strayKeys.has(pi.idempotencyKey ?? ''));
+  };
 
   /**
    * One refund request: the oracle predicts its verdict from what it observes now, the engine (or a
@@ -609,10 +656,19 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
          SET occurred_at = e.occurred_at - '${interval}'::interval,
              detail = CASE WHEN e.detail ? 'provenAt'
                            THEN jsonb_set(e.detail, '{provenAt}', to_jsonb(to_char(((e.detail->>'provenAt')::timestamptz - '${interval}'::interval) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
+                           WHEN e.detail ? 'leaseUntil'
+                           THEN jsonb_set(e.detail, '{leaseUntil}', to_jsonb(to_char(((e.detail->>'leaseUntil')::timestamptz - '${interval}'::interval) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
                            ELSE e.detail END
         FROM payment_operations p
        WHERE p.id = e.operation_id AND p.order_id LIKE '${runId}-%';
       ALTER TABLE payment_operation_events ENABLE TRIGGER payment_operation_events_append_only;`);
+    // The watches after a re-issue: what they list from, and when they look.
+    await scoped(
+      `UPDATE payment_operation_watches w
+          SET watched_from = watched_from - '${interval}'::interval, reissued_at = reissued_at - '${interval}'::interval,
+              final_check_at = final_check_at - '${interval}'::interval, next_check_at = next_check_at - '${interval}'::interval
+         FROM payment_operations p WHERE p.id = w.operation_id AND p.order_id = ANY($1)`,
+    );
     // …and Stripe's: its PaymentIntents were created that much earlier too (List filters on `created`).
     fake.ageRecords(intervalMs(interval));
   };
@@ -710,7 +766,12 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
         await backoffElapses();
         break;
       case 'reconcile':
+        // The sweep: due operations, then due watches.
         await live('reconcileDue', engine.reconcileDue(command.limit));
+        await watch(command.limit);
+        break;
+      case 'commit_late':
+        commitLate(orderAt(command.order).orderId);
         break;
       case 'fault': {
         const order = orderAt(command.order);
@@ -851,6 +912,10 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
         for (const b of book) for (const event of b.failedAfterSuccess.values()) await deliverRefundEvent(event, command.copies, command.inline);
         break;
     }
+    if (trace) {
+      const ops = await scoped(`SELECT kind, status, key_generation, review_reason, external_id FROM payment_operations WHERE order_id = ANY($1) ORDER BY created_at`);
+      trace(`   → ${JSON.stringify(ops.rows)}`);
+    }
   }
 
   /**
@@ -906,10 +971,20 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
         evidenced.add(pi.id);
         await deliverDuplicateEvidence(i, [pi], eventsOn && pi.metadata.operation_id !== undefined ? 'event' : 'operator', 1, false);
       }
+      // A late charge after a re-issue: Stripe's event tells it in runs with events; in runs without,
+      // nobody does — no operator either: the watch after the re-issue must find it by itself.
+      if (!eventsOn) continue;
+      for (const pi of await lateChargesOf(i)) {
+        if (evidenced.has(pi.id)) continue;
+        evidenced.add(pi.id);
+        await deliverDuplicateEvidence(i, [pi], 'event', 1, false);
+      }
     }
   };
   const snapshot = async () =>
     JSON.stringify((await scoped(`SELECT id, status, external_id, review_reason FROM payment_operations WHERE order_id = ANY($1) ORDER BY id`)).rows);
+  const watchesOpen = async () =>
+    (await scoped(`SELECT 1 FROM payment_operation_watches w JOIN payment_operations p ON p.id = w.operation_id WHERE p.order_id = ANY($1) AND w.next_check_at IS NOT NULL`)).rowCount !== 0;
   const allDecided = async () =>
     (await scoped(`SELECT 1 FROM payment_operations WHERE order_id = ANY($1) AND status IN ('pending','unknown') AND review_reason IS NULL`)).rowCount === 0;
   // The List settle delay, then proofs of absence 16 minutes apart (a re-issue needs two; a re-issued
@@ -929,6 +1004,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     const before = await snapshot();
     const lastSeq = fake.requests().at(-1)?.seq ?? 0;
     await live('reconcileDue(heal)', engine.reconcileDue(50));
+    await watch(50);
     if (eventsOn) {
       // The inbox sweep too; an event waiting for a lease the heal expired is due now.
       await db.query(`UPDATE stripe_events SET next_attempt_at = now() WHERE applied_at IS NULL`);
@@ -937,7 +1013,16 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     // Quiet: no state changed and no scripted fault fired (left-over faults are used up first).
     const faulted = fake.requests(lastSeq).some((r) => r.fault !== null);
     if (before !== (await snapshot()) || faulted) continue;
-    if (await allDecided()) break;
+    if (await allDecided()) {
+      // Every operation decided: what Stripe still owes of the late commits comes now — after the
+      // re-issues it allowed, the case only the watch (or an event) can see.
+      if (fake.stats().lateCommitsPending > 0) {
+        for (const order of orders) commitLate(order.orderId);
+        continue;
+      }
+      // …and the watches of the run have taken their last looks (time moves on until they have).
+      if (!(await watchesOpen())) break;
+    }
     if (timeSteps === TIME_STEPS.length) break;
     const interval = TIME_STEPS[timeSteps++]!;
     await shiftTime(interval);
@@ -958,14 +1043,17 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   // The fake counts double charges by operation; the extra PaymentIntents the model made itself (the
   // duplicate remedy's cases, judged by the net amount) are left out of that count.
   const stray = new Set(book.flatMap((b) => [...b.strayKeys]));
-  const pipelineCharges = fake.paymentIntents().filter((pi) => pi.status === 'succeeded' && !stray.has(pi.idempotencyKey ?? '') && pi.metadata.operation_id !== undefined);
+  // Late charges after a re-issue are judged by their money (the checker, the oracle's remedies), not counted here.
+  const late = new Set<string>();
+  for (const [i] of orders.entries()) for (const pi of await lateChargesOf(i)) late.add(pi.id);
+  const pipelineCharges = fake.paymentIntents().filter((pi) => pi.status === 'succeeded' && !stray.has(pi.idempotencyKey ?? '') && !late.has(pi.id) && pi.metadata.operation_id !== undefined);
   const twice = pipelineCharges.length - new Set(pipelineCharges.map((pi) => pi.metadata.operation_id)).size;
   if (twice !== 0) problems.push(`fake Stripe holds ${twice} second succeeded PaymentIntent(s) of one operation`);
   if (eventsOn) {
     // Events drawn from the truth can never contradict a correct ledger, nor name an unknown operation.
     // The extra PaymentIntents the model made are contradictions by design: their findings are expected.
     const ids = fake.paymentIntents().filter((pi) => orderIds.includes(pi.metadata.order_id ?? '') && !stray.has(pi.idempotencyKey ?? '')).map((pi) => pi.id);
-    const findings = await db.query<{ kind: string; reason: string }>('SELECT kind, reason FROM stripe_event_findings WHERE payment_intent_id = ANY($1)', [ids]);
+    const findings = await db.query<{ kind: string; reason: string }>('SELECT kind, reason FROM stripe_event_findings WHERE payment_intent_id = ANY($1)', [ids.filter((id) => !late.has(id))]);
     for (const f of findings.rows) problems.push(`stripe event finding ${f.kind}: ${f.reason}`);
     const left = await db.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM stripe_events WHERE applied_at IS NULL AND object_id = ANY($1)`,
@@ -997,11 +1085,21 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   const refundEnds: Partial<Record<RefundEnd, number>> = {};
   for (const [i, order] of orders.entries()) {
     const charge = await chargeOf(order);
+    const lateCharges = await lateChargesOf(i);
+    // A late charge of an operation that failed (its re-issued create was declined): no machine refunds
+    // an order it announced failed; a person must be told — an open finding naming the PaymentIntent.
+    if (charge?.status === 'failed') {
+      for (const pi of lateCharges) {
+        const told = await db.query(`SELECT 1 FROM stripe_event_findings WHERE payment_intent_id = $1 AND resolved_at IS NULL`, [pi.id]);
+        if (told.rowCount === 0) problems.push(`order ${order.orderId}: PaymentIntent ${pi.id} charged after the re-issue of an operation that failed, and no finding tells it`);
+      }
+    }
     const judged = judgeOrder({
       orderId: order.orderId,
       charge: charge && { id: charge.id, status: charge.status, externalId: charge.external_id, amount: charge.amount, inReview: charge.review_reason !== null },
       accepted: [...book[i]!.accepted.values()],
-      extras: extrasOf(i).map((pi) => pi.id),
+      extras: [...extrasOf(i), ...(charge?.status === 'succeeded' ? lateCharges : [])].map((pi) => pi.id),
+      toldLate: charge?.status === 'failed' ? lateCharges.map((pi) => pi.id) : [],
       refundRows: await refundRowsOf(order),
       paymentIntents: fake.paymentIntents({ orderId: order.orderId }),
       refunds: fake.refunds({ orderId: order.orderId }),
@@ -1013,5 +1111,10 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   }
   // Leave nothing claimable behind for later runs sharing the database.
   await scoped(`UPDATE payment_operations SET review_reason = 'model: retired after its run' WHERE order_id = ANY($1) AND status IN ('pending','unknown') AND review_reason IS NULL`);
-  return { report, problems, orderIds, healRounds, timeSteps, lists, autoReissues, refundVerdicts, refundEnds, refundsByCharge, duplicates, failedAfterSuccess: failedAfterSuccessMade, requestsAfterFailedRefund };
+  return {
+    report, problems, orderIds, healRounds, timeSteps, lists, autoReissues, refundVerdicts, refundEnds, refundsByCharge, duplicates,
+    failedAfterSuccess: failedAfterSuccessMade, requestsAfterFailedRefund,
+    lateCommits: lateCommitsMade, lateChargesAfterReissue: late.size,
+    watchLooks: watchTally.looks, watchRemedies: watchTally.remedies, watchFindings: watchTally.findings,
+  };
 }

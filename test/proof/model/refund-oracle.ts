@@ -89,8 +89,10 @@ export interface OrderAfterHeal {
   readonly charge: { readonly id: string; readonly status: OperationStatus; readonly externalId: string | null; readonly amount: number; readonly inReview: boolean } | null;
   /** Producer refunds the model saw accepted (refund id → what was asked). */
   readonly accepted: readonly AskedRefund[];
-  /** Extra succeeded PaymentIntents the model made Stripe hold for the order (the duplicate remedy's cases). */
+  /** Extra succeeded PaymentIntents the model made Stripe hold for the order (the duplicate remedy's cases), and late charges after a re-issue of a charge that succeeded. */
   readonly extras: readonly string[];
+  /** Late charges after a re-issue of a charge that failed, each told a person by an open finding (the harness checks it): left out of the money. */
+  readonly toldLate?: readonly string[];
   readonly refundRows: readonly RefundRow[];
   readonly paymentIntents: readonly PaymentIntentRecord[];
   readonly refunds: readonly RefundRecord[];
@@ -211,7 +213,7 @@ export function judgeOrder(o: OrderAfterHeal): { problems: string[]; ends: Refun
   }
 
   // The money. Refunds never exceed a PaymentIntent; judged once nothing of the order waits for a human.
-  const succeeded = o.paymentIntents.filter((p) => p.status === 'succeeded');
+  const succeeded = o.paymentIntents.filter((p) => p.status === 'succeeded' && !(o.toldLate ?? []).includes(p.id));
   let net = 0;
   let unrefunded = 0;
   for (const p of succeeded) {
