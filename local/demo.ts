@@ -538,6 +538,20 @@ export interface WorkloadRun {
 }
 
 /**
+ * Creates Stripe committed late (the chaos profile's faults) came after the re-issues they allowed.
+ * With events, Stripe's event hands each late PaymentIntent to the remedy; without, only the watch
+ * after the re-issue finds it — at its last look, after the retired key has aged out, which the run
+ * would otherwise end before. Once nothing is pending at Stripe, the watches' next looks are brought
+ * forward (as if their hours had passed) and the run waits for them and what they start.
+ */
+async function watchLastLooks(pipeline: Pipeline, options: RunWorkloadOptions): Promise<SettleResult['kind']> {
+  if ((pipeline.fakeStripe?.stats().lateCommitsMade ?? 0) === 0) return 'settled';
+  await pipeline.db.query('UPDATE payment_operation_watches SET next_check_at = now() WHERE next_check_at > now()');
+  const waited = await pipeline.waitUntilSettled({ intakeDone: () => true, timeoutMs: Math.max(30_000, options.timeoutMs / 2), ...(options.signal ? { signal: options.signal } : {}) });
+  return waited.kind;
+}
+
+/**
  * Send the workload, wait until everything accepted is settled (or in review) and every outcome is
  * published, stop the intake, and judge the run. The pipeline is left running (its data and fakes
  * readable) for the caller to inspect and stop.
@@ -568,6 +582,7 @@ export async function runWorkload(pipeline: Pipeline, workload: Workload | null,
   if (waited.kind === 'settled' && workload && workload.duplicateCharges.length > 0 && !options.serve) {
     outcomeOfWait = await chargeAgainBehindItsBack(pipeline, workload.duplicateCharges, workload.duplicateChargeCandidates, send, options);
   }
+  if (outcomeOfWait === 'settled' && !options.serve) outcomeOfWait = await watchLastLooks(pipeline, options);
   await pipeline.stopIntake();
   const snapshot = await pipeline.snapshot();
   // --serve ends with Ctrl-C: a run whose last message had been settled by then is a settled run.

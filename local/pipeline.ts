@@ -221,10 +221,12 @@ export interface DatabaseCounts {
   readonly unpublished: number;
   /** When the last operation reached its end state (final, or review). */
   readonly lastSettledAt: Date | null;
+  /** Watches after a re-issue whose next look is due (the sweep takes them after its due operations). */
+  readonly watchesDue: number;
 }
 
 const COUNTS_SQL = `
-  SELECT o.*, r.rejected, e.outbox_events, e.unpublished
+  SELECT o.*, r.rejected, e.outbox_events, e.unpublished, w.watches_due
     FROM (SELECT count(*)::int AS operations,
                  count(*) FILTER (WHERE status = 'succeeded')::int AS succeeded,
                  count(*) FILTER (WHERE status = 'failed')::int AS failed,
@@ -240,7 +242,8 @@ const COUNTS_SQL = `
                     FROM payment_operations p LEFT JOIN payment_operations c ON c.id = p.parent_operation_id) ops) o,
          (SELECT count(*)::int AS rejected FROM rejected_messages) r,
          (SELECT count(*)::int AS outbox_events, count(*) FILTER (WHERE published_at IS NULL)::int AS unpublished
-            FROM outcome_events) e`;
+            FROM outcome_events) e,
+         (SELECT count(*)::int AS watches_due FROM payment_operation_watches WHERE next_check_at <= now()) w`;
 
 export async function readDatabaseCounts(db: pg.Pool | pg.Client): Promise<DatabaseCounts> {
   const { rows } = await db.query(COUNTS_SQL);
@@ -258,6 +261,7 @@ export async function readDatabaseCounts(db: pg.Pool | pg.Client): Promise<Datab
     outboxEvents: r.outbox_events as number,
     unpublished: r.unpublished as number,
     lastSettledAt: (r.last_settled_at as Date | null) ?? null,
+    watchesDue: r.watches_due as number,
   };
 }
 
@@ -302,7 +306,11 @@ export function isSettled(s: PipelineSnapshot): boolean {
     s.queue.inFlight === 0 &&
     s.eventSource.inFlight === 0 &&
     s.database.open === 0 &&
-    s.database.unpublished === 0
+    s.database.unpublished === 0 &&
+    // Stripe still owes a create it answered 500 or left unanswered, or a look of the watch is due:
+    // what either brings (a late PaymentIntent and its remedy) is part of the run.
+    (s.stripe?.lateCommitsPending ?? 0) === 0 &&
+    s.database.watchesDue === 0
   );
 }
 

@@ -9,6 +9,15 @@ describe("the local pipeline under the 'chaos' fault profile", () => {
     const run = await runProfile('chaos', { duplicateCharges: 1 });
     expectPromiseKept(run);
     expect(run.ledger.operations.total).toBe(60);
-    expect(run.ledger.stripeEvents?.findings).toEqual({ contradiction: 1 });
+    // One finding for the charge made behind its back; any other names a late charge of the product's
+    // own (a create Stripe committed after the re-issue it allowed), which its remedy refunded in full.
+    const extra = Object.values(run.send?.duplicateCharges ?? {});
+    expect(extra).toHaveLength(1);
+    const lateRefunded = (id: string) => {
+      const pi = run.paymentIntents.find((p) => p.id === id);
+      return pi?.idempotencyKey?.startsWith('payment-op:') === true && run.refunds.some((r) => r.payment_intent === id && r.reason === 'duplicate' && r.status === 'succeeded' && r.amount === pi.amount);
+    };
+    expect(run.findings.filter((f) => f.payment_intent_id === extra[0]).map((f) => f.kind)).toEqual(['contradiction']);
+    expect(run.findings.filter((f) => f.payment_intent_id !== extra[0] && !(f.kind === 'contradiction' && lateRefunded(f.payment_intent_id)))).toEqual([]);
   }, 110_000);
 });
