@@ -532,6 +532,7 @@ export class ChargePipeline extends Construct {
         webhookSecret: props.stripeWebhookSecret,
         partnerEventBusName: props.stripePartnerEventBusName,
         reservedConcurrency: props.stripeEventsReservedConcurrency,
+        operatorRole: props.operatorRole,
       });
     }
 
