@@ -187,6 +187,11 @@ export interface ChargePipelineProps {
   readonly stripeWebhookSecret?: secretsmanager.ISecret;
   /** Reserved concurrency of the Stripe-events function. @default - unreserved */
   readonly stripeEventsReservedConcurrency?: number;
+  /**
+   * StripeWebhookRejected fires when more than this many deliveries are refused in each of two
+   * 5-minute periods: anyone can POST to the URL, so one refusal is no page. @default 10
+   */
+  readonly stripeWebhookRejectedAlarmThreshold?: number;
   /** StripeEventBacklogTooOld fires above this. @default Duration.minutes(10) */
   readonly oldestStripeEventAgeAlarmThreshold?: cdk.Duration;
   /**
@@ -305,7 +310,20 @@ export const CHARGE_PIPELINE_DEFAULTS = {
   opsFunctionTimeoutSeconds: 60,
   databaseSecretRotationDays: 30,
   databaseConnectionsAlarmThreshold: 80,
+  stripeWebhookRejectedAlarmThreshold: 10,
 } as const;
+
+/**
+ * The Lambda function names of the secret rotations the construct's database runs (a SecretRotation
+ * names its function after the last 64 characters of its unique id).
+ */
+function rotationFunctionNames(database: Database | undefined): string[] {
+  if (!database) return [];
+  return database.node
+    .findAll()
+    .filter((c): c is secretsmanager.SecretRotation => c instanceof secretsmanager.SecretRotation)
+    .map((rotation) => cdk.Names.uniqueId(rotation).slice(-64));
+}
 
 export class ChargePipeline extends Construct {
   readonly vpc: ec2.IVpc;
@@ -580,6 +598,9 @@ export class ChargePipeline extends Construct {
       chargeFunction: this.chargeFunction,
       reconcileFunction: this.reconcileFunction,
       databaseInstanceIdentifier,
+      ownsDatabase: this.databaseConstruct !== undefined,
+      rotationFunctionNames: rotationFunctionNames(this.databaseConstruct),
+      exampleConsumerDeadLetterQueue: outcomes.exampleConsumerDeadLetterQueue,
       databaseConnectionsThreshold: props.databaseConnectionsAlarmThreshold ?? d.databaseConnectionsAlarmThreshold,
       eventBus: this.eventBus,
       exampleConsumerRule: outcomes.exampleConsumerRule,
@@ -599,6 +620,8 @@ export class ChargePipeline extends Construct {
             function: this.stripeEvents.function,
             oldestEventAgeThreshold: props.oldestStripeEventAgeAlarmThreshold ?? cdk.Duration.minutes(d.oldestStripeEventAgeAlarmMinutes),
             silenceThreshold: props.stripeEventsSilenceAlarmThreshold ?? cdk.Duration.minutes(d.stripeEventsSilenceAlarmMinutes),
+            webhookRejectedPerFiveMinutes: props.stripeWebhookRejectedAlarmThreshold ?? d.stripeWebhookRejectedAlarmThreshold,
+            partnerEventFailureQueue: this.stripeEvents.deadLetterQueue,
           }
         : undefined,
     });

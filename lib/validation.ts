@@ -169,6 +169,7 @@ export function validateChargePipelineProps(props: ChargePipelineProps): void {
     props.oldestUnpublishedEventAgeAlarmThreshold,
     cdk.Duration.minutes(1),
   );
+  integerIn('stripeWebhookRejectedAlarmThreshold', props.stripeWebhookRejectedAlarmThreshold, 1, 1_000_000, ' (refused deliveries per 5 minutes)');
   if (props.logLevel !== undefined) {
     check(
       (LOG_LEVELS as readonly string[]).includes(props.logLevel),
