@@ -141,6 +141,23 @@ export interface ChargePipelineProps {
    * @default 5
    */
   readonly chargeMaxConcurrency?: number;
+  /**
+   * Reserved concurrency of the charge function: account concurrency no other function (a retry
+   * burst, a flood on the webhook URL) can take from the charge path. At least chargeMaxConcurrency
+   * (an event source does not count reserved concurrency: below it, its invocations are throttled).
+   * 'unreserved' for an account whose concurrency limit leaves nothing to reserve (Lambda keeps 100
+   * of the account's concurrency unreserved; a new account may have a limit of 10).
+   * @default chargeMaxConcurrency
+   */
+  readonly chargeReservedConcurrency?: number | 'unreserved';
+  /**
+   * The connections this pipeline may hold on the database at most: its share of max_connections.
+   * Refused at synth when the functions could open more: databasePoolMax × (chargeMaxConcurrency +
+   * the Stripe-events function's reserved concurrency + 2 reconcile + the ops function's) + 2
+   * (migrate, a rotation). An unreserved Stripe-events function has no bound, and is not counted.
+   * @default 80 (about 110 fit the default db.t4g.micro; leave room for operators and other clients)
+   */
+  readonly databaseMaxConnections?: number;
   /** Stripe calls in flight per charge invocation (CHARGE_CONCURRENCY), 1 to the batch size (10). @default 2 */
   readonly chargeStripeConcurrency?: number;
   /**
@@ -185,8 +202,14 @@ export interface ChargePipelineProps {
   readonly stripePartnerEventBusName?: string;
   /** webhook: the endpoint signing secret. @default - a new secret created empty (operators paste the whsec_…) */
   readonly stripeWebhookSecret?: secretsmanager.ISecret;
-  /** Reserved concurrency of the Stripe-events function. @default - unreserved */
-  readonly stripeEventsReservedConcurrency?: number;
+  /**
+   * Reserved (and so maximum) concurrency of the Stripe-events function: behind an anonymous
+   * Function URL, a flood of requests (or a burst of Stripe's retries) must take neither the
+   * account's concurrency nor the database's connections from the charge path; Stripe retries a
+   * delivery a throttle (429) turned away, and Lambda an asynchronous partner event.
+   * 'unreserved' drops the cap (and the connection bound). @default 10
+   */
+  readonly stripeEventsReservedConcurrency?: number | 'unreserved';
   /**
    * StripeWebhookRejected fires when more than this many deliveries are refused in each of two
    * 5-minute periods: anyone can POST to the URL, so one refusal is no page. @default 10
@@ -311,7 +334,14 @@ export const CHARGE_PIPELINE_DEFAULTS = {
   databaseSecretRotationDays: 30,
   databaseConnectionsAlarmThreshold: 80,
   stripeWebhookRejectedAlarmThreshold: 10,
+  stripeEventsReservedConcurrency: 10,
+  databaseMaxConnections: 80,
 } as const;
+
+/** A reserved-concurrency prop as Lambda takes it: the value, its default, or none ('unreserved'). */
+function reserved(value: number | 'unreserved' | undefined, fallback: number): number | undefined {
+  return value === 'unreserved' ? undefined : (value ?? fallback);
+}
 
 /**
  * The Lambda function names of the secret rotations the construct's database runs (a SecretRotation
@@ -509,6 +539,7 @@ export class ChargePipeline extends Construct {
       environment: pipelineEnv,
       maxConcurrency: props.chargeMaxConcurrency ?? d.chargeMaxConcurrency,
       stripeConcurrency: props.chargeStripeConcurrency ?? d.chargeStripeConcurrency,
+      reservedConcurrency: reserved(props.chargeReservedConcurrency, props.chargeMaxConcurrency ?? d.chargeMaxConcurrency),
       timeout: chargeTimeout,
     });
     this.chargeFunction = charge.function;
@@ -549,7 +580,7 @@ export class ChargePipeline extends Construct {
         grantPutEvents: (grantee) => outcomes.grantPutEvents(grantee),
         webhookSecret: props.stripeWebhookSecret,
         partnerEventBusName: props.stripePartnerEventBusName,
-        reservedConcurrency: props.stripeEventsReservedConcurrency,
+        reservedConcurrency: reserved(props.stripeEventsReservedConcurrency, d.stripeEventsReservedConcurrency),
         operatorRole: props.operatorRole,
       });
     }

@@ -60,7 +60,7 @@ export interface StripeEventsProps {
   readonly partnerEventBusName?: string;
   /** eventbridge: may replay the failure queue (receive and delete its messages, invoke the function). */
   readonly operatorRole?: iam.IRole;
-  /** Caps the function's concurrency (a flood of forged requests, database connections). @default - unreserved */
+  /** Caps the function's concurrency (a flood of forged requests, database connections). @default - unreserved (the pipeline passes 10) */
   readonly reservedConcurrency?: number;
   readonly logLevel: PipelineLogLevel;
   /** The instance's metrics identity (pipelineMetrics): its alarms read this instance's metrics only. */
@@ -94,7 +94,7 @@ export class StripeEvents extends Construct {
         `stripeEvents 'eventbridge' needs stripePartnerEventBusName: the partner event source Stripe created (aws.partner/stripe.com/…), got ${JSON.stringify(props.partnerEventBusName)}`,
       );
     }
-    if (props.reservedConcurrency !== undefined && (!Number.isInteger(props.reservedConcurrency) || props.reservedConcurrency < 1)) {
+    if (props.reservedConcurrency !== undefined && !cdk.Token.isUnresolved(props.reservedConcurrency) && (!Number.isInteger(props.reservedConcurrency) || props.reservedConcurrency < 1)) {
       throw new Error(`stripeEventsReservedConcurrency must be a positive integer, got ${props.reservedConcurrency}`);
     }
 

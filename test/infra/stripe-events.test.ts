@@ -91,10 +91,12 @@ describe('stripeEvents: webhook (the default)', () => {
     expect(dependsOn.some((id) => id.includes('Migrations'))).toBe(true);
   });
 
-  it('caps its concurrency when asked', () => {
-    const capped = synthPipeline({ stripeEventsReservedConcurrency: 10 });
-    expect(capped.resources[logicalId(capped.pipeline.stripeEvents!.function)]!.Properties!.ReservedConcurrentExecutions).toBe(10);
-    expect(fn.Properties!.ReservedConcurrentExecutions).toBeUndefined(); // not asked: unreserved
+  it('caps its concurrency by default (a flood on the anonymous URL takes neither the account\'s concurrency nor the database\'s connections), as asked, or not at all', () => {
+    expect(fn.Properties!.ReservedConcurrentExecutions).toBe(10);
+    const capped = synthPipeline({ stripeEventsReservedConcurrency: 4 });
+    expect(capped.resources[logicalId(capped.pipeline.stripeEvents!.function)]!.Properties!.ReservedConcurrentExecutions).toBe(4);
+    const unreserved = synthPipeline({ stripeEventsReservedConcurrency: 'unreserved' });
+    expect(unreserved.resources[logicalId(unreserved.pipeline.stripeEvents!.function)]!.Properties!.ReservedConcurrentExecutions).toBeUndefined();
   });
 });
 
