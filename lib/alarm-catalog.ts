@@ -268,9 +268,9 @@ export function describeAlarm(name: AlarmName): AlarmDescription {
 }
 
 // ── Outcome consumers (lib/outcome-consumer.ts) ──────────────────────────────────────────────────
-// Every OutcomeConsumer builds these, named `${prefix}${consumerName}-${name}`; docs/runbook.md has
-// one section per entry, after the pipeline's. Their app metrics carry the dimensions service,
-// consumer and policy (lambdas/consumers/kit/lambda.ts).
+// Every OutcomeConsumer builds these, named `${pipelineName}-${consumerName}-${name}` by default;
+// docs/runbook.md has one section per entry, after the pipeline's. Their app metrics carry the
+// dimensions service, consumer, policy (lambdas/consumers/kit/lambda.ts) and pipeline (PIPELINE_NAME).
 const CONSUMER = 'OutcomeConsumers';
 
 export const CONSUMER_ALARM_CATALOG = [
