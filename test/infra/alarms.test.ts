@@ -4,7 +4,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import { afterAll, describe, expect, it } from 'vitest';
 import { METRICS, PIPELINE } from '../../lambdas/runtime/settings.ts';
-import { ALARM_CATALOG, alarmNamesFor, type AlarmName } from '../../lib/alarm-catalog.ts';
+import { ALARM_CATALOG, type AlarmDescription, alarmNamesFor, type AlarmName } from '../../lib/alarm-catalog.ts';
 import { ChargePipeline } from '../../lib/charge-pipeline.ts';
 import { type CfnResource, logicalId, newApp, ofType, removeSynthOutput, synthPipeline } from './support.ts';
 
@@ -267,7 +267,7 @@ describe('the alarms other configurations build', () => {
         instanceIdentifier: first.database!.instanceIdentifier,
       },
     });
-    const databaseAlarms = ALARM_CATALOG.filter((e) => e.builtWith === 'ownDatabase').map((e) => e.name);
+    const databaseAlarms = (ALARM_CATALOG as readonly AlarmDescription[]).filter((e) => e.builtWith === 'ownDatabase').map((e) => e.name);
     expect(first.alarms.map((a) => a.name)).toEqual(expect.arrayContaining(databaseAlarms));
     expect(second.alarms.map((a) => a.name).filter((n) => (databaseAlarms as string[]).includes(n))).toEqual([]);
     const all = Template.fromStack(stack).toJSON().Resources as Record<string, CfnResource>;
