@@ -286,7 +286,11 @@ export interface ExistingDatabase {
    * @default - none; the functions may reach the VPC's CIDR on that port and you allow them in yourself
    */
   readonly connections?: ec2.IConnectable;
-  /** DBInstanceIdentifier for the storage, CPU credit and connection alarms. @default - no database alarms */
+  /**
+   * DBInstanceIdentifier: the instance's connections, CPU and storage on this pipeline's dashboard.
+   * No database alarm is built for it: the instance's owner (the pipeline or team that created it)
+   * alarms on it, once. @default - no database on the dashboard
+   */
   readonly instanceIdentifier?: string;
 }
 
