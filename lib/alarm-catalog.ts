@@ -16,10 +16,33 @@ export interface AlarmDescription {
   /** The metric(s) the alarm watches. */
   readonly metrics: readonly AlarmMetricRef[];
   /**
-   * Built only with an RDS instance to watch: the construct's own, or existingDatabase.instanceIdentifier.
-   * @default false (always built)
+   * Built only in this configuration (alarmNamesFor says which alarms a configuration has):
+   * stripeEvents: `stripeEvents` is 'webhook' or 'eventbridge'; partnerEvents: 'eventbridge';
+   * ownDatabase: the construct created the database (never with existingDatabase: the owner of a
+   * shared instance alarms on it, once); exampleConsumer: the example consumer queue exists.
+   * @default - always built
    */
-  readonly needsDatabaseInstance?: boolean;
+  readonly builtWith?: AlarmCondition;
+}
+
+export type AlarmCondition = 'stripeEvents' | 'partnerEvents' | 'ownDatabase' | 'exampleConsumer';
+
+/** What decides which alarms of ALARM_CATALOG a pipeline has. */
+export interface AlarmConfiguration {
+  readonly stripeEvents: 'webhook' | 'eventbridge' | 'none';
+  readonly ownDatabase: boolean;
+  readonly exampleConsumer: boolean;
+}
+
+/** The names of the alarms a pipeline of this configuration builds, in catalog order. */
+export function alarmNamesFor(config: AlarmConfiguration): AlarmName[] {
+  const holds: Record<AlarmCondition, boolean> = {
+    stripeEvents: config.stripeEvents !== 'none',
+    partnerEvents: config.stripeEvents === 'eventbridge',
+    ownDatabase: config.ownDatabase,
+    exampleConsumer: config.exampleConsumer,
+  };
+  return ALARM_CATALOG.filter((entry: AlarmDescription) => entry.builtWith === undefined || holds[entry.builtWith]).map((entry) => entry.name);
 }
 
 const SQS = 'AWS/SQS';
@@ -132,65 +155,107 @@ export const ALARM_CATALOG = [
   {
     name: 'StripeWebhookRejected',
     meaning:
-      'A delivery to the Stripe-events endpoint was refused (bad or missing signature, stale timestamp, oversize or not an event): a secret mismatch, or someone forging events. Nothing was recorded.',
+      'Deliveries to the Stripe-events endpoint are refused at a sustained rate (bad or missing signature, stale timestamp, oversize, not an event): a signing-secret mismatch, or a forging flood. Nothing was recorded.',
     metrics: [{ namespace: APP, metricName: METRICS.stripeWebhookRejected }],
+    builtWith: 'stripeEvents',
   },
   {
     name: 'StripeWebhookUnavailable',
     meaning:
       'A Stripe event could not be recorded (no signing secret yet, database unreachable) and was answered 503: Stripe retries it for up to three days.',
     metrics: [{ namespace: APP, metricName: METRICS.stripeWebhookUnavailable }],
+    builtWith: 'stripeEvents',
   },
   {
     name: 'StripeEventBacklogTooOld',
     meaning:
       'A recorded Stripe event has waited in the inbox longer than the threshold without being applied: the reconciler is not running, Stripe is unreachable, or an event keeps failing.',
     metrics: [{ namespace: APP, metricName: METRICS.oldestInboxEventAgeSeconds }],
+    builtWith: 'stripeEvents',
   },
   {
     name: 'StripeEventContradiction',
     meaning:
       'A Stripe event contradicts a final operation (money moved for a failed one, a second succeeded PaymentIntent for an order, a succeeded refund that failed since): the state was not rewritten; a human must explain it.',
     metrics: [{ namespace: APP, metricName: METRICS.openContradictions }],
+    builtWith: 'stripeEvents',
   },
   {
     name: 'StripeEventRefused',
     meaning:
       "A Stripe event was refused: from a connected account or the other mode than our key's, or our key's retrieve did not confirm it (unknown object, not ours). Nothing changed; polling settles. A misconfigured endpoint, or forged events.",
     metrics: [{ namespace: APP, metricName: METRICS.openRefusedStripeEvents }],
+    builtWith: 'stripeEvents',
   },
   {
     name: 'StripeEventsNotArriving',
     meaning:
       'Operations reach Stripe but no Stripe event has arrived since, for longer than the threshold: the fast path is off (endpoint not registered, wrong signing secret, partner rule disabled). Polling still settles, slower.',
     metrics: [{ namespace: APP, metricName: METRICS.stripeEventsSilentSeconds }],
+    builtWith: 'stripeEvents',
   },
   {
     name: 'UnrecordedCharge',
     meaning:
       'Stripe reported a PaymentIntent carrying our metadata for an operation the ledger does not have: money may have moved that the ledger does not know of.',
     metrics: [{ namespace: APP, metricName: METRICS.openUnrecordedCharges }],
+    builtWith: 'stripeEvents',
+  },
+  {
+    name: 'StripeEventsFunctionErrors',
+    meaning:
+      'The Stripe-events function crashed or timed out (a refused or unrecorded delivery is not an error): webhook deliveries get a 5xx and Stripe retries them; partner events are retried, then kept on the failure queue.',
+    metrics: [{ namespace: LAMBDA, metricName: 'Errors' }],
+    builtWith: 'stripeEvents',
+  },
+  {
+    name: 'StripeEventsFunctionThrottled',
+    meaning:
+      'Stripe-events invocations were throttled at the reserved concurrency (a delivery burst or a flood of requests): webhook deliveries got 429 and Stripe retries them; partner events wait in Lambda\'s queue.',
+    metrics: [{ namespace: LAMBDA, metricName: 'Throttles' }],
+    builtWith: 'stripeEvents',
+  },
+  {
+    name: 'PartnerEventsNotRecorded',
+    meaning:
+      'A Stripe partner event is on the failure queue: the function failed on it through all of Lambda\'s retries, or EventBridge could not invoke it. It is kept 14 days; fix the cause, then replay it (npm run redrive:partner-events).',
+    metrics: [{ namespace: SQS, metricName: 'ApproximateNumberOfMessagesVisible' }],
+    builtWith: 'partnerEvents',
   },
   {
     name: 'DatabaseFreeStorageLow',
     meaning:
       'The database has less than 2 GiB of free storage: autoscaling did not keep up or reached its ceiling; when it is full every charge fails to be recorded.',
     metrics: [{ namespace: RDS, metricName: 'FreeStorageSpace' }],
-    needsDatabaseInstance: true,
+    builtWith: 'ownDatabase',
   },
   {
     name: 'DatabaseCpuCreditsLow',
     meaning:
       'The burstable database instance is running out of CPU credits: at 0 it is throttled to its baseline and every charge and sweep slows down.',
     metrics: [{ namespace: RDS, metricName: 'CPUCreditBalance' }],
-    needsDatabaseInstance: true,
+    builtWith: 'ownDatabase',
   },
   {
     name: 'DatabaseConnectionsHigh',
     meaning:
       'The database has more connections than the threshold: containers or another client are near max_connections, after which new connections (and charges) are refused.',
     metrics: [{ namespace: RDS, metricName: 'DatabaseConnections' }],
-    needsDatabaseInstance: true,
+    builtWith: 'ownDatabase',
+  },
+  {
+    name: 'DatabaseSecretRotationFailed',
+    meaning:
+      "A rotation function of the database's secrets (owner, application role) failed: the rotation is left unfinished and Secrets Manager retries it; the old password keeps working until it finishes.",
+    metrics: [{ namespace: LAMBDA, metricName: 'Errors' }],
+    builtWith: 'ownDatabase',
+  },
+  {
+    name: 'ExampleConsumerDeadLetterQueueNotEmpty',
+    meaning:
+      "An outcome event reached the example consumer's DLQ: EventBridge could not deliver it to the example queue, or it was received 5 times without being deleted.",
+    metrics: [{ namespace: SQS, metricName: 'ApproximateNumberOfMessagesVisible' }],
+    builtWith: 'exampleConsumer',
   },
 ] as const satisfies readonly AlarmDescription[];
 
@@ -203,9 +268,9 @@ export function describeAlarm(name: AlarmName): AlarmDescription {
 }
 
 // ── Outcome consumers (lib/outcome-consumer.ts) ──────────────────────────────────────────────────
-// Every OutcomeConsumer builds these, named `${prefix}${consumerName}-${name}`; docs/runbook.md has
-// one section per entry, after the pipeline's. Their app metrics carry the dimensions service,
-// consumer and policy (lambdas/consumers/kit/lambda.ts).
+// Every OutcomeConsumer builds these, named `${pipelineName}-${consumerName}-${name}` by default;
+// docs/runbook.md has one section per entry, after the pipeline's. Their app metrics carry the
+// dimensions service, consumer, policy (lambdas/consumers/kit/lambda.ts) and pipeline (PIPELINE_NAME).
 const CONSUMER = 'OutcomeConsumers';
 
 export const CONSUMER_ALARM_CATALOG = [

@@ -21,6 +21,8 @@ export interface ChargeFunctionProps {
   readonly maxConcurrency: number;
   /** Stripe calls in flight per invocation (CHARGE_CONCURRENCY). */
   readonly stripeConcurrency: number;
+  /** Reserved concurrency (at least maxConcurrency: the event source does not count it). @default - unreserved */
+  readonly reservedConcurrency?: number;
   readonly timeout: cdk.Duration;
   readonly logLevel: PipelineLogLevel;
   readonly metrics: PipelineMetrics;
@@ -49,6 +51,7 @@ export class ChargeFunction extends Construct {
       vpcSubnets: props.vpcSubnets,
       logRetention: props.logRetention,
       removalPolicy: props.removalPolicy,
+      reservedConcurrentExecutions: props.reservedConcurrency,
     });
 
     this.function.addEventSource(

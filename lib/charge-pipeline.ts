@@ -141,6 +141,23 @@ export interface ChargePipelineProps {
    * @default 5
    */
   readonly chargeMaxConcurrency?: number;
+  /**
+   * Reserved concurrency of the charge function: account concurrency no other function (a retry
+   * burst, a flood on the webhook URL) can take from the charge path. At least chargeMaxConcurrency
+   * (an event source does not count reserved concurrency: below it, its invocations are throttled).
+   * 'unreserved' for an account whose concurrency limit leaves nothing to reserve (Lambda keeps 100
+   * of the account's concurrency unreserved; a new account may have a limit of 10).
+   * @default chargeMaxConcurrency
+   */
+  readonly chargeReservedConcurrency?: number | 'unreserved';
+  /**
+   * The connections this pipeline may hold on the database at most: its share of max_connections.
+   * Refused at synth when the functions could open more: databasePoolMax × (chargeMaxConcurrency +
+   * the Stripe-events function's reserved concurrency + 2 reconcile + the ops function's) + 2
+   * (migrate, a rotation). An unreserved Stripe-events function has no bound, and is not counted.
+   * @default 80 (about 110 fit the default db.t4g.micro; leave room for operators and other clients)
+   */
+  readonly databaseMaxConnections?: number;
   /** Stripe calls in flight per charge invocation (CHARGE_CONCURRENCY), 1 to the batch size (10). @default 2 */
   readonly chargeStripeConcurrency?: number;
   /**
@@ -185,8 +202,19 @@ export interface ChargePipelineProps {
   readonly stripePartnerEventBusName?: string;
   /** webhook: the endpoint signing secret. @default - a new secret created empty (operators paste the whsec_…) */
   readonly stripeWebhookSecret?: secretsmanager.ISecret;
-  /** Reserved concurrency of the Stripe-events function. @default - unreserved */
-  readonly stripeEventsReservedConcurrency?: number;
+  /**
+   * Reserved (and so maximum) concurrency of the Stripe-events function: behind an anonymous
+   * Function URL, a flood of requests (or a burst of Stripe's retries) must take neither the
+   * account's concurrency nor the database's connections from the charge path; Stripe retries a
+   * delivery a throttle (429) turned away, and Lambda an asynchronous partner event.
+   * 'unreserved' drops the cap (and the connection bound). @default 10
+   */
+  readonly stripeEventsReservedConcurrency?: number | 'unreserved';
+  /**
+   * StripeWebhookRejected fires when more than this many deliveries are refused in each of two
+   * 5-minute periods: anyone can POST to the URL, so one refusal is no page. @default 10
+   */
+  readonly stripeWebhookRejectedAlarmThreshold?: number;
   /** StripeEventBacklogTooOld fires above this. @default Duration.minutes(10) */
   readonly oldestStripeEventAgeAlarmThreshold?: cdk.Duration;
   /**
@@ -258,7 +286,11 @@ export interface ExistingDatabase {
    * @default - none; the functions may reach the VPC's CIDR on that port and you allow them in yourself
    */
   readonly connections?: ec2.IConnectable;
-  /** DBInstanceIdentifier for the storage, CPU credit and connection alarms. @default - no database alarms */
+  /**
+   * DBInstanceIdentifier: the instance's connections, CPU and storage on this pipeline's dashboard.
+   * No database alarm is built for it: the instance's owner (the pipeline or team that created it)
+   * alarms on it, once. @default - no database on the dashboard
+   */
   readonly instanceIdentifier?: string;
 }
 
@@ -305,7 +337,27 @@ export const CHARGE_PIPELINE_DEFAULTS = {
   opsFunctionTimeoutSeconds: 60,
   databaseSecretRotationDays: 30,
   databaseConnectionsAlarmThreshold: 80,
+  stripeWebhookRejectedAlarmThreshold: 10,
+  stripeEventsReservedConcurrency: 10,
+  databaseMaxConnections: 80,
 } as const;
+
+/** A reserved-concurrency prop as Lambda takes it: the value, its default, or none ('unreserved'). */
+function reserved(value: number | 'unreserved' | undefined, fallback: number): number | undefined {
+  return value === 'unreserved' ? undefined : (value ?? fallback);
+}
+
+/**
+ * The Lambda function names of the secret rotations the construct's database runs (a SecretRotation
+ * names its function after the last 64 characters of its unique id).
+ */
+function rotationFunctionNames(database: Database | undefined): string[] {
+  if (!database) return [];
+  return database.node
+    .findAll()
+    .filter((c): c is secretsmanager.SecretRotation => c instanceof secretsmanager.SecretRotation)
+    .map((rotation) => cdk.Names.uniqueId(rotation).slice(-64));
+}
 
 export class ChargePipeline extends Construct {
   readonly vpc: ec2.IVpc;
@@ -491,6 +543,7 @@ export class ChargePipeline extends Construct {
       environment: pipelineEnv,
       maxConcurrency: props.chargeMaxConcurrency ?? d.chargeMaxConcurrency,
       stripeConcurrency: props.chargeStripeConcurrency ?? d.chargeStripeConcurrency,
+      reservedConcurrency: reserved(props.chargeReservedConcurrency, props.chargeMaxConcurrency ?? d.chargeMaxConcurrency),
       timeout: chargeTimeout,
     });
     this.chargeFunction = charge.function;
@@ -531,7 +584,8 @@ export class ChargePipeline extends Construct {
         grantPutEvents: (grantee) => outcomes.grantPutEvents(grantee),
         webhookSecret: props.stripeWebhookSecret,
         partnerEventBusName: props.stripePartnerEventBusName,
-        reservedConcurrency: props.stripeEventsReservedConcurrency,
+        reservedConcurrency: reserved(props.stripeEventsReservedConcurrency, d.stripeEventsReservedConcurrency),
+        operatorRole: props.operatorRole,
       });
     }
 
@@ -579,6 +633,9 @@ export class ChargePipeline extends Construct {
       chargeFunction: this.chargeFunction,
       reconcileFunction: this.reconcileFunction,
       databaseInstanceIdentifier,
+      ownsDatabase: this.databaseConstruct !== undefined,
+      rotationFunctionNames: rotationFunctionNames(this.databaseConstruct),
+      exampleConsumerDeadLetterQueue: outcomes.exampleConsumerDeadLetterQueue,
       databaseConnectionsThreshold: props.databaseConnectionsAlarmThreshold ?? d.databaseConnectionsAlarmThreshold,
       eventBus: this.eventBus,
       exampleConsumerRule: outcomes.exampleConsumerRule,
@@ -598,6 +655,8 @@ export class ChargePipeline extends Construct {
             function: this.stripeEvents.function,
             oldestEventAgeThreshold: props.oldestStripeEventAgeAlarmThreshold ?? cdk.Duration.minutes(d.oldestStripeEventAgeAlarmMinutes),
             silenceThreshold: props.stripeEventsSilenceAlarmThreshold ?? cdk.Duration.minutes(d.stripeEventsSilenceAlarmMinutes),
+            webhookRejectedPerFiveMinutes: props.stripeWebhookRejectedAlarmThreshold ?? d.stripeWebhookRejectedAlarmThreshold,
+            partnerEventFailureQueue: this.stripeEvents.deadLetterQueue,
           }
         : undefined,
     });

@@ -24,6 +24,12 @@ export interface DeploymentSettings {
   readonly reconcileSearchMaxRps?: number;
   readonly reconcileConcurrency?: number;
   readonly databasePoolMax?: number;
+  /** Reserved concurrency of the charge function, or 'unreserved'. */
+  readonly chargeReservedConcurrency?: number | 'unreserved';
+  /** Reserved concurrency of the Stripe-events function, or 'unreserved'. */
+  readonly stripeEventsReservedConcurrency?: number | 'unreserved';
+  /** The connections the pipeline may hold on the database at most. */
+  readonly databaseMaxConnections?: number;
   /** The role operators assume to invoke the ops function. */
   readonly opsRoleArn?: string;
   /** Roles that may send charge requests (the intake queue's policy denies everyone else). */
@@ -43,7 +49,7 @@ export class DeploymentSettingsError extends Error {
   }
 }
 
-type Kind = 'string' | 'integer' | 'number' | 'boolean';
+type Kind = 'string' | 'integer' | 'number' | 'boolean' | 'reservation';
 
 const KEYS = {
   alarmEmail: 'string',
@@ -57,6 +63,9 @@ const KEYS = {
   reconcileSearchMaxRps: 'number',
   reconcileConcurrency: 'integer',
   databasePoolMax: 'integer',
+  chargeReservedConcurrency: 'reservation',
+  stripeEventsReservedConcurrency: 'reservation',
+  databaseMaxConnections: 'integer',
   opsRoleArn: 'string',
   producerRoleArns: 'string',
   removalPolicy: 'string',
@@ -140,6 +149,9 @@ function parse(raw: unknown, kind: Kind): string | number | boolean | undefined 
       if (raw === true || raw === 'true') return true;
       if (raw === false || raw === 'false') return false;
       return undefined;
+    case 'reservation':
+      if (raw === 'unreserved') return raw;
+      return parse(raw, 'integer');
     case 'integer':
     case 'number': {
       const value = typeof raw === 'number' ? raw : typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : NaN;
@@ -151,5 +163,6 @@ function parse(raw: unknown, kind: Kind): string | number | boolean | undefined 
 }
 
 function article(kind: Kind): string {
+  if (kind === 'reservation') return "an integer or 'unreserved'";
   return kind === 'integer' ? 'an integer' : kind === 'boolean' ? 'true or false' : `a ${kind}`;
 }

@@ -4,6 +4,7 @@
 //   const pipeline = new ChargePipeline(this, 'Charges', { alarmEmail: 'oncall@example.com' });
 //   pipeline.grantSendChargeRequests(orderService);
 export { ALARM_CATALOG, type AlarmDescription, type AlarmName, CONSUMER_ALARM_CATALOG, type ConsumerAlarmName } from './alarm-catalog.ts';
+export { alarmNamesFor, type AlarmCondition, type AlarmConfiguration } from './alarm-catalog.ts';
 export { ChargeFunction, type ChargeFunctionProps } from './charge-function.ts';
 export {
   CHARGE_PIPELINE_DEFAULTS,

@@ -57,8 +57,17 @@ export interface ObservabilityProps {
   readonly deadLetterQueue: sqs.IQueue;
   readonly chargeFunction: lambda.IFunction;
   readonly reconcileFunction: lambda.IFunction;
-  /** The RDS instance behind the database alarms; undefined: no database alarms (a brought database). */
+  /** The RDS instance on the dashboard (the construct's, or existingDatabase.instanceIdentifier). */
   readonly databaseInstanceIdentifier?: string;
+  /**
+   * The construct created the instance: only then the database alarms (a second pipeline on a shared
+   * instance would page twice for one instance) and the rotation alarm.
+   */
+  readonly ownsDatabase: boolean;
+  /** The rotation functions of the database secrets the construct rotates (DatabaseSecretRotationFailed). */
+  readonly rotationFunctionNames: readonly string[];
+  /** The example consumer's DLQ, when it exists. */
+  readonly exampleConsumerDeadLetterQueue?: sqs.IQueue;
   readonly databaseConnectionsThreshold: number;
   readonly eventBus: events.IEventBus;
   readonly exampleConsumerRule?: events.IRule;
@@ -71,7 +80,15 @@ export interface ObservabilityProps {
   readonly dashboardName?: string;
   readonly removalPolicy: cdk.RemovalPolicy;
   /** Stripe events in (lib/stripe-events.ts): its alarms and dashboard row. */
-  readonly stripeEvents?: { readonly function: lambda.IFunction; readonly oldestEventAgeThreshold: cdk.Duration; readonly silenceThreshold: cdk.Duration };
+  readonly stripeEvents?: {
+    readonly function: lambda.IFunction;
+    readonly oldestEventAgeThreshold: cdk.Duration;
+    readonly silenceThreshold: cdk.Duration;
+    /** StripeWebhookRejected: refused deliveries per 5 minutes, sustained for two periods. */
+    readonly webhookRejectedPerFiveMinutes: number;
+    /** eventbridge: the partner-event failure queue. */
+    readonly partnerEventFailureQueue?: sqs.IQueue;
+  };
 }
 
 const FIVE_MINUTES = cdk.Duration.minutes(5);
@@ -180,7 +197,10 @@ export class Observability extends Construct {
     // Stripe events in: refused deliveries, deliveries Stripe must retry, a stuck inbox, and what
     // the events showed that the ledger cannot explain (open findings keep their gauge up).
     if (props.stripeEvents) {
-      add('StripeWebhookRejected', app(METRICS.stripeWebhookRejected, sum), 0);
+      // A rate, not one request: anyone may POST to the URL, and a stranger's curl is no page. A wrong
+      // signing secret refuses every delivery (a sustained rate at any real traffic); at a trickle,
+      // StripeEventsNotArriving says the fast path is off.
+      add('StripeWebhookRejected', app(METRICS.stripeWebhookRejected, sum), props.stripeEvents.webhookRejectedPerFiveMinutes, { evaluationPeriods: 2 });
       add('StripeWebhookUnavailable', app(METRICS.stripeWebhookUnavailable, sum), 0);
       add('StripeEventBacklogTooOld', app(METRICS.oldestInboxEventAgeSeconds, max), props.stripeEvents.oldestEventAgeThreshold.toSeconds());
       add('StripeEventContradiction', app(METRICS.openContradictions, max), 0);
@@ -190,9 +210,14 @@ export class Observability extends Construct {
       // reconciler that stops publishing is ReconcilerNotRunning's: missing data is not a breach here.
       add('StripeEventsNotArriving', app(METRICS.stripeEventsSilentSeconds, max), props.stripeEvents.silenceThreshold.toSeconds());
       add('UnrecordedCharge', app(METRICS.openUnrecordedCharges, max), 0);
+      add('StripeEventsFunctionErrors', props.stripeEvents.function.metricErrors(sum), 0);
+      add('StripeEventsFunctionThrottled', props.stripeEvents.function.metricThrottles(sum), 0);
+      if (props.stripeEvents.partnerEventFailureQueue) {
+        add('PartnerEventsNotRecorded', props.stripeEvents.partnerEventFailureQueue.metricApproximateNumberOfMessagesVisible(max), 0);
+      }
     }
-    // The database (when it is the construct's, or its instance identifier is known)
-    if (props.databaseInstanceIdentifier) {
+    // The database, when it is the construct's: whoever owns a shared instance alarms on it, once.
+    if (props.ownsDatabase && props.databaseInstanceIdentifier) {
       const rdsMetric = (metricName: string, statistic: string) =>
         new cw.Metric({
           namespace: 'AWS/RDS',
@@ -205,6 +230,26 @@ export class Observability extends Construct {
       add('DatabaseFreeStorageLow', rdsMetric('FreeStorageSpace', cw.Stats.MINIMUM), DATABASE_ALARMS.freeStorageBytes, below);
       add('DatabaseCpuCreditsLow', rdsMetric('CPUCreditBalance', cw.Stats.MINIMUM), DATABASE_ALARMS.cpuCreditBalance, below);
       add('DatabaseConnectionsHigh', rdsMetric('DatabaseConnections', cw.Stats.MAXIMUM), props.databaseConnectionsThreshold);
+      // A rotation is a Lambda function's four steps; a failed step is that function's error, and
+      // Secrets Manager leaves the rotation pending and retries it.
+      const rotations = props.rotationFunctionNames.map((functionName) => new cw.Metric({ namespace: 'AWS/Lambda', metricName: 'Errors', dimensionsMap: { FunctionName: functionName }, ...sum }));
+      if (rotations.length > 0) {
+        add(
+          'DatabaseSecretRotationFailed',
+          rotations.length === 1
+            ? rotations[0]!
+            : new cw.MathExpression({
+                expression: rotations.map((_, i) => `FILL(r${i}, 0)`).join(' + '),
+                usingMetrics: Object.fromEntries(rotations.map((m, i) => [`r${i}`, m])),
+                label: 'rotation function errors',
+                period: FIVE_MINUTES,
+              }),
+          0,
+        );
+      }
+    }
+    if (props.exampleConsumerDeadLetterQueue) {
+      add('ExampleConsumerDeadLetterQueueNotEmpty', props.exampleConsumerDeadLetterQueue.metricApproximateNumberOfMessagesVisible(max), 0);
     }
     this.alarms = alarms;
 
@@ -363,7 +408,17 @@ export class Observability extends Construct {
           sum(METRICS.stripeWebhookRejected),
           sum(METRICS.stripeWebhookUnavailable),
         ],
-        ...(props.stripeEvents ? { right: [props.stripeEvents.function.metricErrors({ label: 'function errors', period: cdk.Duration.minutes(1) })] } : {}),
+        ...(props.stripeEvents
+          ? {
+              right: [
+                props.stripeEvents.function.metricErrors({ label: 'function errors', period: cdk.Duration.minutes(1) }),
+                props.stripeEvents.function.metricThrottles({ label: 'function throttles', period: cdk.Duration.minutes(1) }),
+                ...(props.stripeEvents.partnerEventFailureQueue
+                  ? [props.stripeEvents.partnerEventFailureQueue.metricApproximateNumberOfMessagesVisible({ label: 'partner events on the failure queue', period: cdk.Duration.minutes(1) })]
+                  : []),
+              ],
+            }
+          : {}),
       }),
       new cw.GraphWidget({
         title: 'Stripe event inbox: backlog; oldest and silent for (s)',
@@ -410,6 +465,7 @@ export class Observability extends Construct {
           title: 'Example consumer rule',
           width,
           left: [rule('MatchedEvents', 'matched'), rule('Invocations', 'delivered'), rule('FailedInvocations', 'failed')],
+          ...(props.exampleConsumerDeadLetterQueue ? { right: [props.exampleConsumerDeadLetterQueue.metricApproximateNumberOfMessagesVisible({ label: 'DLQ' })] } : {}),
         }),
       );
     }

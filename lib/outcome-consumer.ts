@@ -74,7 +74,14 @@ export interface OutcomeConsumerProps {
   readonly maxReceiveCount?: number;
   /** Where the alarms go. @default - alarms without actions (visible on the console only) */
   readonly alarmTopic?: sns.ITopic;
-  /** @default `${stackName}-${consumerName}-` */
+  /**
+   * The pipeline whose events it consumes (`pipeline.pipelineName`): the `pipeline` dimension of its
+   * metrics (PIPELINE_NAME) and the start of its alarm names, so that consumers of one name in two
+   * pipelines of one account and region never share a metric or an alarm name.
+   * @default - a name unique to this construct instance (its stack name and construct path, with a hash)
+   */
+  readonly pipelineName?: string;
+  /** @default `${pipelineName}-${consumerName}-` */
   readonly alarmNamePrefix?: string;
   /** ConsumerOldestEventTooOld fires above this. @default Duration.minutes(15) */
   readonly oldestEventAgeAlarmThreshold?: cdk.Duration;
@@ -95,6 +102,7 @@ export interface ConsumerAlarm {
 }
 
 const NAME = /^[a-z][a-z0-9-]{0,62}$/;
+const PIPELINE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 
 export class OutcomeConsumer extends Construct {
   readonly queue: sqs.Queue;
@@ -106,6 +114,8 @@ export class OutcomeConsumer extends Construct {
   readonly consumerName: string;
   readonly policy: ConsumerPolicy;
   readonly metricsNamespace: string;
+  /** The `pipeline` dimension of its metrics and the start of its alarm names. */
+  readonly pipelineName: string;
 
   constructor(scope: Construct, id: string, props: OutcomeConsumerProps) {
     super(scope, id);
@@ -121,11 +131,15 @@ export class OutcomeConsumer extends Construct {
     if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10) problems.push(`batchSize must be an integer from 1 to 10, got ${batchSize}`);
     if (!Number.isInteger(maxReceiveCount) || maxReceiveCount < 1 || maxReceiveCount > 1000) problems.push(`maxReceiveCount must be an integer from 1 to 1000, got ${maxReceiveCount}`);
     if (!cdk.Token.isUnresolved(timeout.toSeconds()) && (timeout.toSeconds() < 5 || timeout.toSeconds() > 900)) problems.push(`timeout must be 5 s to 15 min, got ${timeout.toSeconds()} s`);
+    if (props.pipelineName !== undefined && !cdk.Token.isUnresolved(props.pipelineName) && !PIPELINE_NAME.test(props.pipelineName)) {
+      problems.push(`pipelineName must be 1-64 letters, digits, '-', '_' or '.', starting with a letter or digit, got '${props.pipelineName}'`);
+    }
     if (problems.length > 0) throw new Error(`Invalid OutcomeConsumer props (${id}):\n  - ${problems.join('\n  - ')}`);
 
     this.consumerName = props.consumerName;
     this.policy = props.policy;
     this.metricsNamespace = props.metricsNamespace ?? CONSUMER_METRICS_NAMESPACE;
+    this.pipelineName = props.pipelineName ?? cdk.Names.uniqueResourceName(this, { maxLength: 64, separator: '-' });
     const removalPolicy = props.removalPolicy ?? cdk.RemovalPolicy.RETAIN;
 
     // The lease outlasts one invocation; the visibility timeout outlasts the lease, so the delivery
@@ -188,6 +202,7 @@ export class OutcomeConsumer extends Construct {
         DB_POOL_MAX: '2',
         POWERTOOLS_SERVICE_NAME: props.consumerName,
         POWERTOOLS_METRICS_NAMESPACE: this.metricsNamespace,
+        PIPELINE_NAME: this.pipelineName,
         POWERTOOLS_LOG_LEVEL: props.logLevel ?? 'INFO',
         CONSUMER_LEASE_MS: String(leaseSeconds * 1000),
         ...(Object.keys(migrations).length > 0 ? { CONSUMER_MIGRATIONS_DIR: LAMBDA_CONSUMER_MIGRATIONS_DIR } : { CONSUMER_MIGRATE_ON_START: 'false' }),
@@ -247,12 +262,12 @@ export class OutcomeConsumer extends Construct {
     this.alarms = this.createAlarms(props);
   }
 
-  /** A metric the consumer publishes (EMF; dimensions service = consumer name, consumer, policy). */
+  /** A metric the consumer publishes (EMF; dimensions service = consumer name, consumer, policy, pipeline). */
   metric(metricName: (typeof CONSUMER_METRICS)[keyof typeof CONSUMER_METRICS], props: cw.MetricOptions = {}): cw.Metric {
     return new cw.Metric({
       namespace: this.metricsNamespace,
       metricName,
-      dimensionsMap: { service: this.consumerName, consumer: this.consumerName, policy: this.policy },
+      dimensionsMap: { service: this.consumerName, consumer: this.consumerName, policy: this.policy, pipeline: this.pipelineName },
       period: cdk.Duration.minutes(5),
       statistic: cw.Stats.SUM,
       ...props,
@@ -260,7 +275,7 @@ export class OutcomeConsumer extends Construct {
   }
 
   private createAlarms(props: OutcomeConsumerProps): ConsumerAlarm[] {
-    const prefix = props.alarmNamePrefix ?? `${cdk.Stack.of(this).stackName}-${props.consumerName}-`;
+    const prefix = props.alarmNamePrefix ?? `${this.pipelineName}-${props.consumerName}-`;
     const five = cdk.Duration.minutes(5);
     const metrics: Record<ConsumerAlarmName, [cw.IMetric, number]> = {
       ConsumerDeadLetterQueueNotEmpty: [this.deadLetterQueue.metricApproximateNumberOfMessagesVisible({ statistic: cw.Stats.MAXIMUM, period: five }), 0],
@@ -406,8 +421,9 @@ export function addReceiptNotifier(scope: Construct, pipeline: ChargePipeline, s
       ...(settings.from ? { RECEIPTS_FROM: settings.from } : {}),
     },
     alarmTopic: pipeline.alarmTopic,
-    // The pipeline instance's own namespace: two stacks in one account never mix their consumers' metrics.
+    // The pipeline instance's own namespace and name: two pipelines in one account never mix their consumers' metrics or alarm names.
     metricsNamespace: pipeline.metricsNamespace,
+    pipelineName: pipeline.pipelineName,
   });
   emailSecret.grantRead(consumer.function);
   // Its role exists (and has its password) only once the migrations ran: first deploy and every later one.

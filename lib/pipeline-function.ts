@@ -65,6 +65,8 @@ export interface PipelineFunctionProps {
   readonly asyncRetryAttempts?: number;
   /** Oldest asynchronous event still worth running (scheduled functions). @default Lambda's default (6 h) */
   readonly asyncMaxEventAge?: cdk.Duration;
+  /** Where an asynchronous invocation goes once its retries are spent. @default - nowhere (dropped) */
+  readonly asyncOnFailure?: lambda.IDestination;
 }
 
 export function handlerEntry(handler: PipelineHandler): string {
@@ -143,6 +145,7 @@ function pipelineFunctionProps(scope: Construct, id: string, props: PipelineFunc
     logGroup,
     retryAttempts: props.asyncRetryAttempts,
     maxEventAge: props.asyncMaxEventAge,
+    onFailure: props.asyncOnFailure,
     environment: {
       NODE_OPTIONS: '--enable-source-maps',
       POWERTOOLS_SERVICE_NAME: PIPELINE.serviceName,

@@ -1,8 +1,16 @@
 // Stripe events in: one function, behind one of two doors, writing into the transactional inbox.
 //
 //   webhook:      Stripe ──HTTPS──▶ Function URL ──▶ stripe-events λ ──▶ PostgreSQL (stripe_events)
-//   eventbridge:  Stripe ──▶ partner event bus ──▶ rule ──▶ stripe-events λ ──▶ (same)   DLQ ◀─┘
+//   eventbridge:  Stripe ──▶ partner event bus ──▶ rule ──▶ stripe-events λ ──▶ (same)
+//                                                    │ undeliverable  │ failed after Lambda's retries
+//                                                    └──▶ partner-event failure queue ◀──┘ ──▶ alarm
+//                                                         replayed by npm run redrive:partner-events
 //                 reconcile λ applies what the inbox still holds, every minute
+//
+// The rule invokes the function asynchronously: once Lambda has accepted an event, the rule's own
+// retries and DLQ are done with it, and a function that keeps failing (the database down) gets
+// Lambda's retries only. The on-failure destination keeps what those retries did not record, on the
+// same queue as the rule's DLQ, so one alarm and one replay cover both.
 //
 // Why a Function URL and not an HTTP API: the endpoint is one POST route whose only authentication
 // is Stripe's signature over the raw body — API Gateway would add a service, a per-request price and
@@ -17,6 +25,7 @@ import * as events from 'aws-cdk-lib/aws-events';
 import * as eventTargets from 'aws-cdk-lib/aws-events-targets';
 import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as destinations from 'aws-cdk-lib/aws-lambda-destinations';
 import type * as logs from 'aws-cdk-lib/aws-logs';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
@@ -49,7 +58,9 @@ export interface StripeEventsProps {
    * (aws.partner/stripe.com/ed_…), associated in the EventBridge console first.
    */
   readonly partnerEventBusName?: string;
-  /** Caps the function's concurrency (a flood of forged requests, database connections). @default - unreserved */
+  /** eventbridge: may replay the failure queue (receive and delete its messages, invoke the function). */
+  readonly operatorRole?: iam.IRole;
+  /** Caps the function's concurrency (a flood of forged requests, database connections). @default - unreserved (the pipeline passes 10) */
   readonly reservedConcurrency?: number;
   readonly logLevel: PipelineLogLevel;
   /** The instance's metrics identity (pipelineMetrics): its alarms read this instance's metrics only. */
@@ -65,8 +76,13 @@ export class StripeEvents extends Construct {
   /** webhook: the endpoint to register in the Stripe Dashboard (Developers → Webhooks). */
   readonly functionUrl?: lambda.FunctionUrl;
   readonly webhookSecret?: secretsmanager.ISecret;
-  /** eventbridge: the rule on the partner bus, and where events go that the function could not take. */
+  /** eventbridge: the rule on the partner bus. */
   readonly rule?: events.Rule;
+  /**
+   * eventbridge: the partner-event failure queue, where events go that the function could not take:
+   * the rule target's DLQ (EventBridge could not invoke it) and the function's on-failure destination
+   * (Lambda's retries failed). Replayed with `npm run redrive:partner-events`.
+   */
   readonly deadLetterQueue?: sqs.Queue;
   /** Exactly the event types to subscribe to (the applier acts on these; anything else is recorded and ignored). */
   readonly subscribedEvents: readonly string[] = SUBSCRIBED_EVENT_TYPES;
@@ -78,7 +94,7 @@ export class StripeEvents extends Construct {
         `stripeEvents 'eventbridge' needs stripePartnerEventBusName: the partner event source Stripe created (aws.partner/stripe.com/…), got ${JSON.stringify(props.partnerEventBusName)}`,
       );
     }
-    if (props.reservedConcurrency !== undefined && (!Number.isInteger(props.reservedConcurrency) || props.reservedConcurrency < 1)) {
+    if (props.reservedConcurrency !== undefined && !cdk.Token.isUnresolved(props.reservedConcurrency) && (!Number.isInteger(props.reservedConcurrency) || props.reservedConcurrency < 1)) {
       throw new Error(`stripeEventsReservedConcurrency must be a positive integer, got ${props.reservedConcurrency}`);
     }
 
@@ -97,6 +113,8 @@ export class StripeEvents extends Construct {
       environment.STRIPE_PARTNER_EVENT_SOURCE = props.partnerEventBusName!;
     }
 
+    if (props.input === 'eventbridge') this.deadLetterQueue = this.createFailureQueue(props.removalPolicy);
+
     this.function = new PipelineFunction(this, 'Function', {
       handler: 'stripe-events',
       description: `Charge pipeline: Stripe events in (${props.input}) -> transactional inbox -> applier`, // ASCII: the IAM role description repeats it
@@ -111,7 +129,9 @@ export class StripeEvents extends Construct {
       vpcSubnets: props.vpcSubnets,
       logRetention: props.logRetention,
       removalPolicy: props.removalPolicy,
-      ...(props.input === 'eventbridge' ? { asyncRetryAttempts: 2, asyncMaxEventAge: cdk.Duration.hours(6) } : { asyncRetryAttempts: 0 }),
+      ...(props.input === 'eventbridge'
+        ? { asyncRetryAttempts: 2, asyncMaxEventAge: cdk.Duration.hours(6), asyncOnFailure: new destinations.SqsDestination(this.deadLetterQueue!) }
+        : { asyncRetryAttempts: 0 }),
       reservedConcurrentExecutions: props.reservedConcurrency,
     });
 
@@ -120,6 +140,10 @@ export class StripeEvents extends Construct {
     props.stripeSecret.grantRead(this.function);
     this.webhookSecret?.grantRead(this.function);
     props.grantPutEvents(this.function);
+    if (this.deadLetterQueue && props.operatorRole) {
+      this.deadLetterQueue.grantConsumeMessages(props.operatorRole);
+      this.function.grantInvoke(props.operatorRole);
+    }
 
     if (props.input === 'webhook') {
       this.functionUrl = this.function.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.NONE, invokeMode: lambda.InvokeMode.BUFFERED });
@@ -133,16 +157,6 @@ export class StripeEvents extends Construct {
       });
     } else {
       const bus = events.EventBus.fromEventBusName(this, 'PartnerBus', props.partnerEventBusName!);
-      this.deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
-        encryption: sqs.QueueEncryption.SQS_MANAGED,
-        enforceSSL: true,
-        retentionPeriod: cdk.Duration.days(14),
-        removalPolicy: props.removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
-      });
-      cdk.Validations.of(this.deadLetterQueue).acknowledge({
-        id: 'AwsSolutions-SQS3',
-        reason: 'This queue IS the dead-letter queue of the partner-event rule target.',
-      });
       this.rule = new events.Rule(this, 'Rule', {
         description: 'Charge pipeline: Stripe partner events into the inbox',
         eventBus: bus,
@@ -153,7 +167,7 @@ export class StripeEvents extends Construct {
           new eventTargets.LambdaFunction(this.function, {
             retryAttempts: 8,
             maxEventAge: cdk.Duration.hours(24),
-            deadLetterQueue: this.deadLetterQueue,
+            deadLetterQueue: this.deadLetterQueue!,
           }),
         ],
       });
@@ -161,11 +175,34 @@ export class StripeEvents extends Construct {
         description: 'Stripe events arrive through this rule on the partner event bus',
         value: this.rule.ruleName,
       });
+      new cdk.CfnOutput(this, 'PartnerEventFailureQueueUrl', {
+        description: 'Partner events the function could not take; replay them with npm run redrive:partner-events -- --queue-url <this> --function <StripeEventsFunctionName>',
+        value: this.deadLetterQueue!.queueUrl,
+      });
     }
+    new cdk.CfnOutput(this, 'StripeEventsFunctionName', {
+      description: 'The Stripe-events function (the target of npm run redrive:partner-events)',
+      value: this.function.functionName,
+    });
     new cdk.CfnOutput(this, 'SubscribedEvents', {
       description: 'Subscribe the Stripe endpoint / event destination to exactly these events',
       value: SUBSCRIBED_EVENT_TYPES.join(','),
     });
+  }
+
+  private createFailureQueue(removalPolicy: cdk.RemovalPolicy): sqs.Queue {
+    const queue = new sqs.Queue(this, 'DeadLetterQueue', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      // The longest SQS keeps a message: an outage found late still has its events to replay.
+      retentionPeriod: cdk.Duration.days(14),
+      removalPolicy: removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
+    });
+    cdk.Validations.of(queue).acknowledge({
+      id: 'AwsSolutions-SQS3',
+      reason: 'This queue IS the dead-letter queue of the partner-event rule target and the on-failure destination of the function.',
+    });
+    return queue;
   }
 
   private createWebhookSecret(removalPolicy: cdk.RemovalPolicy): secretsmanager.Secret {

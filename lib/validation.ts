@@ -4,7 +4,8 @@ import * as cdk from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { callBudgetProblem } from '../lambdas/payments/call-budget.ts';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
-import type { ChargePipelineProps } from './charge-pipeline.ts';
+import { CHARGE_PIPELINE_DEFAULTS, type ChargePipelineProps } from './charge-pipeline.ts';
+import { OPS_FUNCTION_CONCURRENCY } from './ops-function.ts';
 
 export class ChargePipelinePropsError extends Error {
   override readonly name = 'ChargePipelinePropsError';
@@ -115,6 +116,8 @@ export function validateChargePipelineProps(props: ChargePipelineProps): void {
     ` (a batch holds at most ${PIPELINE.batchSize} records)`,
   );
 
+  problems.push(...concurrencyProblems(props));
+
   // Stripe calls: the worst-case call plus the handlers' default margin (5 s) must fit in each
   // calling function's timeout, or no call would ever start and every order would stay pending.
   integerIn('stripeMaxNetworkRetries', props.stripeMaxNetworkRetries, 0, 5);
@@ -169,6 +172,7 @@ export function validateChargePipelineProps(props: ChargePipelineProps): void {
     props.oldestUnpublishedEventAgeAlarmThreshold,
     cdk.Duration.minutes(1),
   );
+  integerIn('stripeWebhookRejectedAlarmThreshold', props.stripeWebhookRejectedAlarmThreshold, 1, 1_000_000, ' (refused deliveries per 5 minutes)');
   if (props.logLevel !== undefined) {
     check(
       (LOG_LEVELS as readonly string[]).includes(props.logLevel),
@@ -179,6 +183,52 @@ export function validateChargePipelineProps(props: ChargePipelineProps): void {
   problems.push(...embeddingProblems(props));
 
   if (problems.length > 0) throw new ChargePipelinePropsError(problems);
+}
+
+/**
+ * Reserved concurrency and the database's connections. The charge function's reservation must hold
+ * the event source's maximum concurrency (an event source mapping does not count reserved
+ * concurrency and is throttled above it: AWS Lambda Developer Guide, "Configuring scaling behavior
+ * for SQS event source mappings"); everything that may connect at once must fit
+ * databaseMaxConnections.
+ */
+function concurrencyProblems(props: ChargePipelineProps): string[] {
+  const problems: string[] = [];
+  const reservation = (name: string, value: unknown): number | 'unreserved' | undefined | null => {
+    if (value === undefined || value === 'unreserved') return value;
+    if (typeof value === 'number' && cdk.Token.isUnresolved(value)) return undefined;
+    if (typeof value === 'number' && Number.isInteger(value) && value >= 1) return value;
+    problems.push(`${name} must be a positive integer or 'unreserved', got ${JSON.stringify(value)}`);
+    return null;
+  };
+  const charge = reservation('chargeReservedConcurrency', props.chargeReservedConcurrency);
+  const stripeEvents = reservation('stripeEventsReservedConcurrency', props.stripeEventsReservedConcurrency);
+  const maxConnections = props.databaseMaxConnections;
+  if (maxConnections !== undefined && !cdk.Token.isUnresolved(maxConnections) && !(Number.isInteger(maxConnections) && maxConnections >= 1)) {
+    problems.push(`databaseMaxConnections must be a positive integer, got ${maxConnections}`);
+    return problems;
+  }
+  const d = CHARGE_PIPELINE_DEFAULTS; // read at call time: charge-pipeline.ts imports this file
+  const maxConcurrency = props.chargeMaxConcurrency ?? d.chargeMaxConcurrency;
+  const pool = props.databasePoolMax ?? d.databasePoolMax;
+  // Out of their own bounds (reported above) or tokens: nothing to add up.
+  const usable = (v: number, min: number, max: number) => !cdk.Token.isUnresolved(v) && Number.isInteger(v) && v >= min && v <= max;
+  if (!usable(maxConcurrency, EVENT_SOURCE_MAX_CONCURRENCY.min, EVENT_SOURCE_MAX_CONCURRENCY.max) || !usable(pool, 1, 50)) return problems;
+  if (typeof charge === 'number' && charge < maxConcurrency) {
+    problems.push(
+      `chargeReservedConcurrency (${charge}) must be at least chargeMaxConcurrency (${maxConcurrency}): the event source would be throttled above it; raise it, lower chargeMaxConcurrency, or set 'unreserved'`,
+    );
+  }
+  const stripeEventsCount = props.stripeEvents === 'none' || stripeEvents === 'unreserved' || stripeEvents === null ? 0 : (stripeEvents ?? d.stripeEventsReservedConcurrency);
+  const reconcile = 2; // a sweep every minute, up to 2 minutes long
+  const budget = maxConnections ?? d.databaseMaxConnections;
+  const worst = pool * (maxConcurrency + stripeEventsCount + reconcile + OPS_FUNCTION_CONCURRENCY) + 2;
+  if (worst > budget) {
+    problems.push(
+      `the functions could hold ${worst} database connections, more than databaseMaxConnections (${budget}): databasePoolMax ${pool} × (chargeMaxConcurrency ${maxConcurrency} + stripeEventsReservedConcurrency ${stripeEventsCount} + reconcile ${reconcile} + ops ${OPS_FUNCTION_CONCURRENCY}) + 2 (migrate, a rotation); lower one of them, or raise databaseMaxConnections with the instance's max_connections`,
+    );
+  }
+  return problems;
 }
 
 const PIPELINE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;

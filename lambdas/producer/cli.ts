@@ -38,8 +38,15 @@ Many requests:
                             listed with their numbers and NOTHING is sent
 
 Where to send:
-  --queue-url <url>         default $QUEUE_URL; otherwise looks up the queue named
-                            ${PIPELINE.queueName} (GetQueueUrl)
+  --queue-url <url>         default $QUEUE_URL: the stack output QueueUrl of your pipeline
+                            (aws cloudformation describe-stacks --stack-name <stack>
+                            --query "Stacks[0].Outputs[?OutputKey=='QueueUrl'].OutputValue")
+  --environment <name>      without a queue URL: look up (GetQueueUrl) the queue the default
+                            app creates for this environment, <name>-${PIPELINE.queueName}
+                            (default $CHARGE_PIPELINE_ENVIRONMENT, else dev; with --endpoint and
+                            no --environment: the local runtime's ${PIPELINE.queueName}). A
+                            pipeline embedded in another app has a generated queue name: pass
+                            its QueueUrl output instead
   --endpoint <url>          a local SQS API such as fauxqs (default $SQS_ENDPOINT); without
                             AWS credentials in the environment, fake local ones are used
   --region <region>         default $AWS_REGION, else the region in the queue URL,
@@ -73,6 +80,7 @@ const OPTIONS = {
   reason: { type: 'string' },
   file: { type: 'string' },
   'queue-url': { type: 'string' },
+  environment: { type: 'string' },
   endpoint: { type: 'string' },
   region: { type: 'string' },
   'max-amount': { type: 'string' },
@@ -171,7 +179,8 @@ export async function main(
         : {}),
     };
     sqs = new SQSClient(config);
-    const queueUrl = explicitQueueUrl ?? (await lookUpQueueUrl(sqs));
+    const environment = values.environment ?? nonEmpty(env.CHARGE_PIPELINE_ENVIRONMENT);
+    const queueUrl = explicitQueueUrl ?? (await lookUpQueueUrl(sqs, queueNameFor(environment, endpoint !== undefined), region));
 
     const client = sqs;
     if (refund !== undefined) return await sendOne(io, () => sendRefundRequest(client, queueUrl, refund, validation));
@@ -275,9 +284,29 @@ function lineOf(problem: string): number {
   return Number(/:(\d+):/.exec(problem)?.[1] ?? 0);
 }
 
-async function lookUpQueueUrl(sqs: SQSClient): Promise<string> {
-  const out = await sqs.send(new GetQueueUrlCommand({ QueueName: PIPELINE.queueName }));
-  if (!out.QueueUrl) throw new Error(`GetQueueUrl returned no URL for ${PIPELINE.queueName}`);
+/**
+ * The queue to look up without a URL: what the default app (bin/app.ts) names it for an environment
+ * (`<environment>-charge-requests.fifo`, stack ChargePipeline-<environment>), or, against a local SQS
+ * API with no environment named, the local runtime's `charge-requests.fifo`.
+ */
+export function queueNameFor(environment: string | undefined, local: boolean): string {
+  if (environment === undefined && local) return PIPELINE.queueName;
+  return `${environment ?? 'dev'}-${PIPELINE.queueName}`;
+}
+
+async function lookUpQueueUrl(sqs: SQSClient, queueName: string, region: string | undefined): Promise<string> {
+  const howToFind = `pass --queue-url with the pipeline stack's QueueUrl output (aws cloudformation describe-stacks --stack-name <stack> --query "Stacks[0].Outputs[?OutputKey=='QueueUrl'].OutputValue" --output text); a pipeline embedded in another app has a generated queue name`;
+  let out;
+  try {
+    out = await sqs.send(new GetQueueUrlCommand({ QueueName: queueName }));
+  } catch (error) {
+    const name = (error as { name?: string }).name ?? '';
+    if (/QueueDoesNotExist|NonExistentQueue/.test(name)) {
+      throw new Error(`no queue named ${queueName}${region ? ` in ${region}` : ''}: ${howToFind}`);
+    }
+    throw error;
+  }
+  if (!out.QueueUrl) throw new Error(`GetQueueUrl returned no URL for ${queueName}: ${howToFind}`);
   return out.QueueUrl;
 }
 

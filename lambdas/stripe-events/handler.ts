@@ -6,7 +6,10 @@
 //   eventbridge invoked asynchronously by a rule on Stripe's partner event bus; `detail` is the
 //               Stripe event. No signature — only Stripe's partner source puts events on that bus —
 //               so the source is checked instead. An event that cannot be recorded (database down) is
-//               thrown: Lambda's async retries and the rule's DLQ keep it.
+//               thrown: Lambda retries it twice, then its on-failure destination (the partner-event
+//               failure queue) keeps it until `npm run redrive:partner-events` replays it. The rule's
+//               own DLQ (the same queue) only ever sees events EventBridge could not hand to Lambda:
+//               once Lambda accepted an invocation, the rule's retries and DLQ are done with it.
 // Wiring only: configuration, per-container resources, logging and metrics.
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import { MetricUnit } from '@aws-lambda-powertools/metrics';

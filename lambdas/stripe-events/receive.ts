@@ -191,6 +191,6 @@ export async function receivePartnerEvent(input: PartnerEvent, expectedSource: s
   }
   const read = readStripeEvent(input.detail);
   if (!read.ok) return { kind: 'rejected', code: RejectCode.notAnEvent, detail: read.reason };
-  // Thrown on purpose when the insert fails: the Lambda's async retries and its DLQ keep the event.
+  // Thrown on purpose when the insert fails: Lambda's async retries, then its on-failure destination, keep the event.
   return recordAndApply(read.event, 'eventbridge', deps);
 }

@@ -46,6 +46,7 @@ beforeAll(async () => {
     RECEIPTS_POLICY: 'at-least-once',
     POWERTOOLS_METRICS_NAMESPACE: 'ConsumerTest',
     POWERTOOLS_LOG_LEVEL: 'INFO',
+    PIPELINE_NAME: 'payments-eu', // set by the OutcomeConsumer construct: the pipeline whose events it consumes
   });
   delete process.env.POWERTOOLS_METRICS_DISABLED;
   delete process.env.POWERTOOLS_DEV;
@@ -103,8 +104,9 @@ describe('the receipt notifier Lambda', () => {
     expect(emf).toHaveLength(1);
     const directive = emf[0]!._aws.CloudWatchMetrics[0];
     expect(directive.Namespace).toBe('ConsumerTest');
-    expect(directive.Dimensions[0]).toEqual(expect.arrayContaining(['consumer', 'policy']));
-    expect(emf[0]).toMatchObject({ consumer: 'receipts', policy: 'at-least-once', [CONSUMER_METRICS.done]: 1, [CONSUMER_METRICS.duplicates]: 1, [CONSUMER_METRICS.effectCalls]: 1 });
+    expect(directive.Dimensions[0]).toEqual(expect.arrayContaining(['consumer', 'policy', 'pipeline', 'service']));
+    expect(directive.Dimensions[0]).toHaveLength(4); // exactly the construct's alarm dimensions
+    expect(emf[0]).toMatchObject({ consumer: 'receipts', policy: 'at-least-once', pipeline: 'payments-eu', [CONSUMER_METRICS.done]: 1, [CONSUMER_METRICS.duplicates]: 1, [CONSUMER_METRICS.effectCalls]: 1 });
     const logs = lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.message === 'effect done');
     expect(logs[0]).toMatchObject({ consumer: 'receipts', policy: 'at-least-once' });
   });

@@ -4,7 +4,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import { afterAll, describe, expect, it } from 'vitest';
 import { METRICS, PIPELINE } from '../../lambdas/runtime/settings.ts';
-import { ALARM_CATALOG, type AlarmName } from '../../lib/alarm-catalog.ts';
+import { ALARM_CATALOG, type AlarmDescription, alarmNamesFor, type AlarmName } from '../../lib/alarm-catalog.ts';
 import { ChargePipeline } from '../../lib/charge-pipeline.ts';
 import { type CfnResource, logicalId, newApp, ofType, removeSynthOutput, synthPipeline } from './support.ts';
 
@@ -34,10 +34,13 @@ interface Expected {
   statistic: string;
   threshold: number;
   comparison?: string;
+  evaluationPeriods?: number;
 }
 
-// name → metric, statistic and threshold (defaults of the construct)
-const EXPECTED: Record<Exclude<AlarmName, 'ReconcilerNotRunning'>, Expected> = {
+// name → metric, statistic and threshold (defaults of the construct); the alarms only other
+// configurations build are checked on those below.
+type OtherConfigurations = 'ReconcilerNotRunning' | 'PartnerEventsNotRecorded' | 'DatabaseSecretRotationFailed' | 'ExampleConsumerDeadLetterQueueNotEmpty';
+const EXPECTED: Record<Exclude<AlarmName, OtherConfigurations>, Expected> = {
   DeadLetterQueueNotEmpty: {
     namespace: 'AWS/SQS',
     metricName: 'ApproximateNumberOfMessagesVisible',
@@ -71,13 +74,16 @@ const EXPECTED: Record<Exclude<AlarmName, 'ReconcilerNotRunning'>, Expected> = {
   },
   DuplicateChargeRemedied: { namespace: 'ChargePipeline', metricName: METRICS.duplicateChargesRemedied, dimensions: service, statistic: 'Maximum', threshold: 0 },
   ReissueWatchFinding: { namespace: 'ChargePipeline', metricName: METRICS.openWatchFindings, dimensions: service, statistic: 'Maximum', threshold: 0 },
-  StripeWebhookRejected: { namespace: 'ChargePipeline', metricName: METRICS.stripeWebhookRejected, dimensions: service, statistic: 'Sum', threshold: 0 },
+  // a rate: more than 10 refusals in each of two 5-minute periods (one stranger's request is no page)
+  StripeWebhookRejected: { namespace: 'ChargePipeline', metricName: METRICS.stripeWebhookRejected, dimensions: service, statistic: 'Sum', threshold: 10, evaluationPeriods: 2 },
   StripeWebhookUnavailable: { namespace: 'ChargePipeline', metricName: METRICS.stripeWebhookUnavailable, dimensions: service, statistic: 'Sum', threshold: 0 },
   StripeEventBacklogTooOld: { namespace: 'ChargePipeline', metricName: METRICS.oldestInboxEventAgeSeconds, dimensions: service, statistic: 'Maximum', threshold: 600 },
   StripeEventContradiction: { namespace: 'ChargePipeline', metricName: METRICS.openContradictions, dimensions: service, statistic: 'Maximum', threshold: 0 },
   StripeEventRefused: { namespace: 'ChargePipeline', metricName: METRICS.openRefusedStripeEvents, dimensions: service, statistic: 'Maximum', threshold: 0 },
   StripeEventsNotArriving: { namespace: 'ChargePipeline', metricName: METRICS.stripeEventsSilentSeconds, dimensions: service, statistic: 'Maximum', threshold: 900 },
   UnrecordedCharge: { namespace: 'ChargePipeline', metricName: METRICS.openUnrecordedCharges, dimensions: service, statistic: 'Maximum', threshold: 0 },
+  StripeEventsFunctionErrors: { namespace: 'AWS/Lambda', metricName: 'Errors', dimensions: fnDimension(pipeline.stripeEvents!.function), statistic: 'Sum', threshold: 0 },
+  StripeEventsFunctionThrottled: { namespace: 'AWS/Lambda', metricName: 'Throttles', dimensions: fnDimension(pipeline.stripeEvents!.function), statistic: 'Sum', threshold: 0 },
   DatabaseFreeStorageLow: {
     namespace: 'AWS/RDS',
     metricName: 'FreeStorageSpace',
@@ -104,13 +110,29 @@ const EXPECTED: Record<Exclude<AlarmName, 'ReconcilerNotRunning'>, Expected> = {
 };
 
 describe('the alarms', () => {
-  it('are exactly the catalog: every catalog entry has one alarm, and there is no other', () => {
-    expect(pipeline.alarms.map((entry) => entry.name)).toEqual(ALARM_CATALOG.map((entry) => entry.name));
-    expect([...byName.keys()].sort()).toEqual(ALARM_CATALOG.map((entry) => `${pipeline.pipelineName}-${entry.name}`).sort());
+  const built = alarmNamesFor({ stripeEvents: 'webhook', ownDatabase: true, exampleConsumer: pipeline.exampleConsumerQueue !== undefined });
+
+  it('are exactly the catalog\'s for the configuration: every entry built has one alarm, and there is no other', () => {
+    expect(pipeline.alarms.map((entry) => entry.name)).toEqual(built);
+    expect([...byName.keys()].sort()).toEqual(built.map((name) => `${pipeline.pipelineName}-${name}`).sort());
+  });
+
+  it.each([
+    ['eventbridge, own database', { stripeEvents: 'eventbridge', stripePartnerEventBusName: 'aws.partner/stripe.com/ed_test_alarms', exampleConsumer: true }, { stripeEvents: 'eventbridge', ownDatabase: true, exampleConsumer: true }],
+    ['no Stripe events, no example consumer', { stripeEvents: 'none', exampleConsumer: false }, { stripeEvents: 'none', ownDatabase: true, exampleConsumer: false }],
+  ] as const)('are exactly the catalog\'s for the configuration: %s', (_, props, config) => {
+    expect(synthPipeline(props).pipeline.alarms.map((entry) => entry.name)).toEqual(alarmNamesFor(config));
+  });
+
+  it('every catalog entry is built by some configuration', () => {
+    const some = new Set([
+      ...alarmNamesFor({ stripeEvents: 'eventbridge', ownDatabase: true, exampleConsumer: true }),
+    ]);
+    expect(ALARM_CATALOG.map((entry) => entry.name).filter((name) => !some.has(name))).toEqual([]);
   });
 
   it('carry their one-line meaning as the alarm description', () => {
-    for (const entry of ALARM_CATALOG) {
+    for (const entry of ALARM_CATALOG.filter((e) => built.includes(e.name))) {
       expect(alarm(entry.name).Properties!.AlarmDescription).toBe(entry.meaning);
       expect(entry.meaning.length).toBeLessThan(240);
     }
@@ -127,7 +149,7 @@ describe('the alarms', () => {
       Period: 300,
       Threshold: expected.threshold,
       ComparisonOperator: expected.comparison ?? 'GreaterThanThreshold',
-      EvaluationPeriods: 1,
+      EvaluationPeriods: expected.evaluationPeriods ?? 1,
       TreatMissingData: 'notBreaching',
     });
     // the catalog names the same metric (what docs/runbook.md is checked against)
@@ -183,6 +205,83 @@ describe('the alarms', () => {
       'payments-OutcomeEventsNotPublished': 120,
       'payments-StripeEventsNotArriving': 2400,
     });
+  });
+});
+
+describe('the alarms other configurations build', () => {
+  it('PartnerEventsNotRecorded (eventbridge): any message on the partner-event failure queue', () => {
+    const eb = synthPipeline({ stripeEvents: 'eventbridge', stripePartnerEventBusName: 'aws.partner/stripe.com/ed_test_alarms' });
+    const entry = eb.pipeline.alarms.find((a) => a.name === 'PartnerEventsNotRecorded')!;
+    expect(eb.resources[logicalId(entry.alarm)]!.Properties).toMatchObject({
+      Namespace: 'AWS/SQS',
+      MetricName: 'ApproximateNumberOfMessagesVisible',
+      Dimensions: queueDimension(eb.pipeline.stripeEvents!.deadLetterQueue!),
+      Statistic: 'Maximum',
+      Period: 300,
+      Threshold: 0,
+      ComparisonOperator: 'GreaterThanThreshold',
+      AlarmActions: [{ Ref: logicalId(eb.pipeline.alarmTopic) }],
+    });
+  });
+
+  it('DatabaseSecretRotationFailed (own database): errors of both rotation functions, owner and application role, by the names their applications are given', () => {
+    const entry = pipeline.alarms.find((a) => a.name === 'DatabaseSecretRotationFailed')!;
+    const properties = resources[logicalId(entry.alarm)]!.Properties!;
+    const applications = ofType(resources, 'AWS::Serverless::Application').map(([, r]) => r.Properties!.Parameters.functionName as string);
+    expect(applications).toHaveLength(2);
+    const metrics = properties.Metrics as any[];
+    expect(metrics.find((m) => m.Expression)?.Expression).toBe('FILL(r0, 0) + FILL(r1, 0)');
+    const watched = metrics.filter((m) => m.MetricStat).map((m) => m.MetricStat);
+    expect(watched.map((m) => m.Metric.Dimensions[0].Value).sort()).toEqual([...applications].sort());
+    for (const m of watched) expect(m).toMatchObject({ Metric: { Namespace: 'AWS/Lambda', MetricName: 'Errors' }, Stat: 'Sum', Period: 300 });
+    expect(properties).toMatchObject({ Threshold: 0, ComparisonOperator: 'GreaterThanThreshold' });
+  });
+
+  it('ExampleConsumerDeadLetterQueueNotEmpty (example consumer): any message on its DLQ', () => {
+    const ex = synthPipeline({ exampleConsumer: true });
+    const entry = ex.pipeline.alarms.find((a) => a.name === 'ExampleConsumerDeadLetterQueueNotEmpty')!;
+    const dlq = ex.pipeline.node.findAll().find((c) => c.node.id === 'ExampleConsumerDeadLetterQueue')!;
+    expect(ex.resources[logicalId(entry.alarm)]!.Properties).toMatchObject({
+      Namespace: 'AWS/SQS',
+      MetricName: 'ApproximateNumberOfMessagesVisible',
+      Dimensions: queueDimension(dlq as never),
+      Threshold: 0,
+    });
+  });
+
+  it('a second pipeline on the first one\'s database instance builds no database alarm (its owner pages once), but still graphs the instance', () => {
+    const app = newApp();
+    const stack = new cdk.Stack(app, 'TwoOnOne');
+    const vpc = new ec2.Vpc(stack, 'Vpc', { maxAzs: 2, natGateways: 1, subnetConfiguration: [
+      { name: 'public', subnetType: ec2.SubnetType.PUBLIC },
+      { name: 'functions', subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+      { name: 'database', subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
+    ] });
+    const first = new ChargePipeline(stack, 'First', { vpc });
+    const second = new ChargePipeline(stack, 'Second', {
+      vpc,
+      existingDatabase: {
+        endpoint: first.database!.instanceEndpoint,
+        secret: first.databaseSecret,
+        databaseName: 'second',
+        instanceIdentifier: first.database!.instanceIdentifier,
+      },
+    });
+    const databaseAlarms = (ALARM_CATALOG as readonly AlarmDescription[]).filter((e) => e.builtWith === 'ownDatabase').map((e) => e.name);
+    expect(first.alarms.map((a) => a.name)).toEqual(expect.arrayContaining(databaseAlarms));
+    expect(second.alarms.map((a) => a.name).filter((n) => (databaseAlarms as string[]).includes(n))).toEqual([]);
+    const all = Template.fromStack(stack).toJSON().Resources as Record<string, CfnResource>;
+    const rdsAlarms = ofType(all, 'AWS::CloudWatch::Alarm').filter(([, a]) => a.Properties!.Namespace === 'AWS/RDS');
+    expect(rdsAlarms).toHaveLength(3);
+    const dashboard = all[logicalId(second.dashboard)]!;
+    expect(JSON.stringify(dashboard.Properties!.DashboardBody)).toContain('DatabaseConnections');
+  });
+
+  it('a StripeWebhookRejected threshold of the user\'s, and a bad one refused', () => {
+    const configured = synthPipeline({ stripeWebhookRejectedAlarmThreshold: 50 });
+    const entry = configured.pipeline.alarms.find((a) => a.name === 'StripeWebhookRejected')!;
+    expect(configured.resources[logicalId(entry.alarm)]!.Properties).toMatchObject({ Threshold: 50, EvaluationPeriods: 2 });
+    expect(() => synthPipeline({ stripeWebhookRejectedAlarmThreshold: 0 })).toThrow(/stripeWebhookRejectedAlarmThreshold must be an integer from 1/);
   });
 });
 
@@ -242,7 +341,7 @@ describe('the dashboard', () => {
       widgets: { type: string; properties: { alarms?: string[]; metrics?: unknown[][] } }[];
     };
     const alarmWidget = body.widgets.find((widget) => widget.type === 'alarm');
-    expect(alarmWidget?.properties.alarms).toHaveLength(ALARM_CATALOG.length);
+    expect(alarmWidget?.properties.alarms).toHaveLength(pipeline.alarms.length);
     const shown = new Set(body.widgets.flatMap((widget) => (widget.properties.metrics ?? []).map((metric) => metric[1])));
     for (const name of Object.values(METRICS)) expect(shown, name).toContain(name);
     for (const name of ['ApproximateAgeOfOldestMessage', 'ApproximateNumberOfMessagesVisible', 'Invocations', 'Errors', 'Throttles', 'Duration', 'DatabaseConnections', 'FreeStorageSpace']) {

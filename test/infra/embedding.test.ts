@@ -6,7 +6,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ALARM_CATALOG } from '../../lib/alarm-catalog.ts';
+import { alarmNamesFor } from '../../lib/alarm-catalog.ts';
 import { ChargePipeline, type ChargePipelineProps } from '../../lib/charge-pipeline.ts';
 import { ChargePipelinePropsError } from '../../lib/validation.ts';
 import { dependsOn, logicalId, newApp, ofType, removeSynthOutput, synthPipeline } from './support.ts';
@@ -130,7 +130,7 @@ describe('embedding: an existing database (an RDS Proxy endpoint and its owner s
     expect(pipeline.database).toBeUndefined();
     expect(ofType(resources, 'AWS::RDS::DBInstance')).toEqual([]);
     const names = pipeline.alarms.map((a) => a.name);
-    expect(names).toEqual(ALARM_CATALOG.filter((a) => !('needsDatabaseInstance' in a)).map((a) => a.name));
+    expect(names).toEqual(alarmNamesFor({ stripeEvents: 'webhook', ownDatabase: false, exampleConsumer: pipeline.exampleConsumerQueue !== undefined }));
   });
 
   it('points every function at the endpoint; migrate as the owner, the others as the application role', () => {

@@ -112,7 +112,7 @@ describe('intake', () => {
     });
 
     it('takes the configured maximum concurrency', () => {
-      const { resources } = synthPipeline({ chargeMaxConcurrency: 40 });
+      const { resources } = synthPipeline({ chargeMaxConcurrency: 40, databaseMaxConnections: 110 }); // 2 × (40 + 10 + 2 + 2) + 2 connections
       const [, mapping] = ofType(resources, 'AWS::Lambda::EventSourceMapping')[0]!;
       expect(mapping.Properties!.ScalingConfig).toEqual({ MaximumConcurrency: 40 });
     });

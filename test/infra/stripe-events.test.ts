@@ -91,15 +91,17 @@ describe('stripeEvents: webhook (the default)', () => {
     expect(dependsOn.some((id) => id.includes('Migrations'))).toBe(true);
   });
 
-  it('caps its concurrency when asked', () => {
-    const capped = synthPipeline({ stripeEventsReservedConcurrency: 10 });
-    expect(capped.resources[logicalId(capped.pipeline.stripeEvents!.function)]!.Properties!.ReservedConcurrentExecutions).toBe(10);
-    expect(fn.Properties!.ReservedConcurrentExecutions).toBeUndefined(); // not asked: unreserved
+  it('caps its concurrency by default (a flood on the anonymous URL takes neither the account\'s concurrency nor the database\'s connections), as asked, or not at all', () => {
+    expect(fn.Properties!.ReservedConcurrentExecutions).toBe(10);
+    const capped = synthPipeline({ stripeEventsReservedConcurrency: 4 });
+    expect(capped.resources[logicalId(capped.pipeline.stripeEvents!.function)]!.Properties!.ReservedConcurrentExecutions).toBe(4);
+    const unreserved = synthPipeline({ stripeEventsReservedConcurrency: 'unreserved' });
+    expect(unreserved.resources[logicalId(unreserved.pipeline.stripeEvents!.function)]!.Properties!.ReservedConcurrentExecutions).toBeUndefined();
   });
 });
 
 describe('stripeEvents: eventbridge', () => {
-  const { pipeline, resources } = synthPipeline({ stripeEvents: 'eventbridge', stripePartnerEventBusName: PARTNER_BUS });
+  const { pipeline, resources, template } = synthPipeline({ stripeEvents: 'eventbridge', stripePartnerEventBusName: PARTNER_BUS });
   const fnId = logicalId(pipeline.stripeEvents!.function);
 
   it('a rule on the partner bus, for the subscribed types, targets the same function, with a DLQ', () => {
@@ -109,6 +111,33 @@ describe('stripeEvents: eventbridge', () => {
     expect(rule.EventPattern).toEqual({ source: [{ prefix: 'aws.partner/stripe.com/' }], 'detail-type': [...SUBSCRIBED_EVENT_TYPES] });
     expect(rule.Targets[0]).toMatchObject({ Arn: { 'Fn::GetAtt': [fnId, 'Arn'] }, DeadLetterConfig: { Arn: { 'Fn::GetAtt': [logicalId(pipeline.stripeEvents!.deadLetterQueue!), 'Arn'] } } });
     expect(resources[fnId]!.Properties!.Environment.Variables).toMatchObject({ STRIPE_EVENTS_INPUT: 'eventbridge', STRIPE_PARTNER_EVENT_SOURCE: PARTNER_BUS });
+  });
+
+  it('keeps what the function could not take after Lambda\'s retries: an on-failure destination on the same queue as the rule\'s DLQ', () => {
+    const queueId = logicalId(pipeline.stripeEvents!.deadLetterQueue!);
+    const configs = ofType(resources, 'AWS::Lambda::EventInvokeConfig').filter(([, c]) => JSON.stringify(c.Properties!.FunctionName).includes(fnId));
+    expect(configs).toHaveLength(1);
+    expect(configs[0]![1].Properties).toMatchObject({
+      MaximumRetryAttempts: 2,
+      MaximumEventAgeInSeconds: 6 * 3600,
+      DestinationConfig: { OnFailure: { Destination: { 'Fn::GetAtt': [queueId, 'Arn'] } } },
+    });
+    // the function may send to it (Lambda sends the invocation record as the function's role)
+    const role = logicalId(pipeline.stripeEvents!.function.role!);
+    const sends = policyStatements(resources)
+      .filter(({ owner }) => JSON.stringify(resources[owner]!.Properties!.Roles ?? []).includes(role))
+      .map(({ statement }) => statement)
+      .filter((st) => asArray(st.Action).includes('sqs:SendMessage'));
+    expect(sends.flatMap((st) => asArray(st.Resource))).toContainEqual({ 'Fn::GetAtt': [queueId, 'Arn'] });
+    // kept 14 days, and not deleted with the stack under the default removal policy
+    expect(resources[queueId]).toMatchObject({ Properties: { MessageRetentionPeriod: 14 * 24 * 3600 }, DeletionPolicy: 'Retain' });
+  });
+
+  it('outputs the failure queue and the function the redrive replays into', () => {
+    const outputs = template.toJSON().Outputs as Record<string, { Value: unknown }>;
+    const value = (part: string) => Object.entries(outputs).find(([id]) => id.includes(part))?.[1].Value;
+    expect(value('PartnerEventFailureQueueUrl')).toEqual({ Ref: logicalId(pipeline.stripeEvents!.deadLetterQueue!) });
+    expect(value('StripeEventsFunctionName')).toEqual({ Ref: fnId });
   });
 
   it('no Function URL and no signing secret', () => {

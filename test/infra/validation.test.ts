@@ -35,6 +35,11 @@ describe('ChargePipeline props validation', () => {
     ['a zero reconcile rate', { reconcileMaxRps: 0 }, /reconcileMaxRps must be a number above 0/],
     ['a search rate above Stripe\'s', { reconcileSearchMaxRps: 25 }, /reconcileSearchMaxRps .* at most 20 .*got 25/],
     ['a pool of 0', { databasePoolMax: 0 }, /databasePoolMax must be an integer from 1 to 50, got 0/],
+    ['a charge reservation below the event source\'s concurrency', { chargeMaxConcurrency: 8, chargeReservedConcurrency: 5 }, /chargeReservedConcurrency \(5\) must be at least chargeMaxConcurrency \(8\)/],
+    ['a reservation of 0 (Lambda would throttle every invocation)', { stripeEventsReservedConcurrency: 0 }, /stripeEventsReservedConcurrency must be a positive integer or 'unreserved', got 0/],
+    ['more connections than the database share', { chargeMaxConcurrency: 30, databasePoolMax: 2 }, /could hold 90 database connections, more than databaseMaxConnections \(80\): databasePoolMax 2 × \(chargeMaxConcurrency 30 \+ stripeEventsReservedConcurrency 10 \+ reconcile 2 \+ ops 2\) \+ 2/],
+    ['a Stripe-events cap the database cannot hold', { stripeEventsReservedConcurrency: 40, databaseMaxConnections: 60 }, /could hold 100 database connections, more than databaseMaxConnections \(60\)/],
+    ['a connection share of 0', { databaseMaxConnections: 0 }, /databaseMaxConnections must be a positive integer, got 0/],
     ['a standard queue name', { queueName: 'charges' }, /queueName must be .* followed by \.fifo, got 'charges'/],
     ['a DLQ name with spaces', { deadLetterQueueName: 'my dlq.fifo' }, /deadLetterQueueName .*got 'my dlq.fifo'/],
     ['the same name twice', { queueName: 'a.fifo', deadLetterQueueName: 'a.fifo' }, /must differ/],
@@ -78,6 +83,7 @@ describe('ChargePipeline props validation', () => {
       build({
         natGateways: 2,
         chargeMaxConcurrency: 1000,
+        databaseMaxConnections: 2030, // 2 × (1000 + 10 + 2 + 2) + 2 connections
         chargeStripeConcurrency: 10,
         reconcileMaxRps: 100,
         reconcileSearchMaxRps: 20,

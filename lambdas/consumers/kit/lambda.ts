@@ -1,7 +1,9 @@
 // The Lambda face of an outcome consumer: SQS event (from an EventBridge rule) in, SQSBatchResponse
 // out, as a middy handler with Powertools logging and metrics. Wiring only — the decisions are the
 // kit's core (consumer.ts). Metrics carry the consumer's name and POLICY as dimensions, so a
-// dashboard and every alarm say which failure this consumer chose to accept.
+// dashboard and every alarm say which failure this consumer chose to accept, and the pipeline's name
+// (PIPELINE_NAME, set by the construct and added by createMetrics), so that consumers of one name in
+// two pipelines never share a metric.
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import type { Logger } from '@aws-lambda-powertools/logger';
 import { MetricUnit, type Metrics } from '@aws-lambda-powertools/metrics';
