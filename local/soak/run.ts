@@ -6,7 +6,7 @@
 import { parseArgs } from 'node:util';
 import { isFaultProfileName } from '../fake-stripe/server.ts';
 import { DEMO_TIME_LAPSE } from '../pipeline.ts';
-import { DEFAULT_SOAK, FAST_TIME_LAPSE, formatSoakReport, runSoak, soakTimeLapseFor } from './soak.ts';
+import { DEFAULT_SOAK, FAST_TIME_LAPSE, formatSoakReport, runSoak, soakQuiescenceTimeoutFor, soakTimeLapseFor } from './soak.ts';
 
 function number(value: string | undefined, name: string, fallback: number): number {
   if (value === undefined) return fallback;
@@ -68,7 +68,7 @@ if (values.help) {
   --no-webhooks            polling only: the fake Stripe sends no signed webhooks
   --async-commit           synchronous_commit=off on the soak's database (reproduces lost commits)
   --no-await-outbox        stop waiting once every operation is settled
-  --quiescence-timeout-s N give up waiting for quiescence (default ${DEFAULT_SOAK.quiescenceTimeoutMs / 1000})
+  --quiescence-timeout-s N give up waiting for quiescence (default: two of the run's key windows, at least ${DEFAULT_SOAK.quiescenceTimeoutMs / 1000})
   --lambdas-dir DIR        import the handlers from DIR instead of ./lambdas (a patched copy)`);
   process.exit(0);
 }
@@ -85,6 +85,7 @@ if (lapse !== 'soak' && lapse !== 'demo' && lapse !== 'fast') {
 }
 const json = values.json;
 const orders = Math.floor(number(values.orders, 'orders', 1000));
+const timeLapse = lapse === 'fast' ? FAST_TIME_LAPSE : lapse === 'demo' ? DEMO_TIME_LAPSE : soakTimeLapseFor(orders);
 const report = await runSoak({
   ...DEFAULT_SOAK,
   orders,
@@ -104,8 +105,8 @@ const report = await runSoak({
   batchSize: Math.min(10, Math.max(1, Math.floor(number(values['batch-size'], 'batch-size', DEFAULT_SOAK.batchSize)))),
   visibilityTimeoutSeconds: number(values['visibility-s'], 'visibility-s', DEFAULT_SOAK.visibilityTimeoutSeconds),
   awaitOutbox: !values['no-await-outbox'],
-  timeLapse: lapse === 'fast' ? FAST_TIME_LAPSE : lapse === 'demo' ? DEMO_TIME_LAPSE : soakTimeLapseFor(orders),
-  quiescenceTimeoutMs: number(values['quiescence-timeout-s'], 'quiescence-timeout-s', DEFAULT_SOAK.quiescenceTimeoutMs / 1000) * 1000,
+  timeLapse,
+  quiescenceTimeoutMs: number(values['quiescence-timeout-s'], 'quiescence-timeout-s', soakQuiescenceTimeoutFor(timeLapse) / 1000) * 1000,
   ...(values['lambdas-dir'] ? { lambdasDir: values['lambdas-dir'] } : {}),
   // Progress goes to stderr so that --json output stays parseable.
   log: (line) => console.error(`[${new Date().toISOString().slice(11, 19)}] ${line}`),

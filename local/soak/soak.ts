@@ -128,6 +128,16 @@ export const SOAK_TIME_LAPSE: TimeLapse = {
  * machine, not of the product. So the window grows with the run — 50 ms per order, never under 60 s
  * — and the report says which it was.
  */
+/**
+ * How long the soak waits for quiescence after its faults stop: at least DEFAULT_SOAK's, and two key
+ * windows of its time-lapse — the window scales with the run (soakTimeLapseFor), and so does what is
+ * left when the faults stop (a 10,000-order run had 1,084 operations open then, and its proofs of
+ * absence, re-issues, remedies and the watches' last looks all follow the compressed key window).
+ */
+export function soakQuiescenceTimeoutFor(t: TimeLapse): number {
+  return Math.max(DEFAULT_SOAK.quiescenceTimeoutMs, 2 * t.keyWindowMs);
+}
+
 export function soakTimeLapseFor(orders: number, base: TimeLapse = SOAK_TIME_LAPSE): TimeLapse {
   return { ...base, keyWindowMs: Math.max(base.keyWindowMs, Math.round(orders * 50)) };
 }
