@@ -24,7 +24,7 @@ import { Construct } from 'constructs';
 import { isConsumerSchemaName, PIPELINE, SQL_IDENTIFIER } from '../lambdas/runtime/settings.ts';
 import { ChargeFunction } from './charge-function.ts';
 import { ChargeQueue } from './charge-queue.ts';
-import { DATABASE_NAME, DATABASE_USER, Database } from './database.ts';
+import { APPLICATION_USER, applicationRoleFor, DATABASE_USER, Database } from './database.ts';
 import { Migrations } from './migrations.ts';
 import { Network } from './network.ts';
 import { Observability, type PipelineAlarm, type PipelineMetricName, type PipelineMetrics, pipelineMetric, pipelineMetrics } from './observability.ts';
@@ -251,10 +251,16 @@ export interface ExistingDatabase {
    * function only. The owner must be able to create tables and a role (CREATEROLE).
    */
   readonly secret: secretsmanager.ISecret;
-  /** The database (DB_NAME). @default 'charges' */
-  readonly databaseName?: string;
   /**
-   * The database's security groups: the construct allows the functions in on the endpoint's port.
+   * The pipeline's own database on that server (DB_NAME): required, so that a second pipeline on a
+   * server never lands on the first one's tables. The migrate function creates it if the owner login
+   * may (CREATEDB), or fails the deploy saying it must exist. Its application role is
+   * `<databaseName>_app` (at most 59 characters, a lowercase identifier).
+   */
+  readonly databaseName: string;
+  /**
+   * The database's security groups: the construct allows the functions in on the endpoint's port,
+   * with ingress rules it creates in its own stack (the database may live in another stack).
    * @default - none; the functions may reach the VPC's CIDR on that port and you allow them in yourself
    */
   readonly connections?: ec2.IConnectable;
@@ -338,6 +344,8 @@ export class ChargePipeline extends Construct {
   readonly dashboard: cw.Dashboard;
   /** This instance's name (the `pipeline` metric dimension). */
   readonly pipelineName: string;
+  /** The database role charge, reconcile, ops and stripe-events log in as: one per database (applicationRoleFor). */
+  readonly applicationRole: string;
   /** Where this instance's own metrics live: namespace + dimensions (see pipelineMetrics). */
   readonly metrics: PipelineMetrics;
   readonly metricsNamespace: string;
@@ -386,22 +394,39 @@ export class ChargePipeline extends Construct {
     const existing = props.existingDatabase;
     if (existing) {
       this.databaseSecret = existing.secret;
-      this.applicationDatabaseSecret = this.createLoginSecret('ApplicationDatabaseSecret', PIPELINE.applicationRole, 'the application role');
+      this.applicationRole = applicationRoleFor(existing.databaseName);
+      this.applicationDatabaseSecret = this.createLoginSecret('ApplicationDatabaseSecret', this.applicationRole, 'the application role');
       const port = existing.endpoint.port;
+      const existingIngress: Construct[] = [];
       if (existing.connections) {
-        existing.connections.connections.allowFrom(this.functionsSecurityGroup, ec2.Port.tcp(port), 'PostgreSQL from the charge pipeline functions');
+        // The rules live here, not on the database's groups (connections.allowFrom would put the
+        // ingress in the database's stack, referring to this one's group: a cycle when the database
+        // is another stack's). This stack refers to the database's groups, as it refers to its endpoint.
+        existing.connections.connections.securityGroups.forEach((group, i) => {
+          const ingress = new ec2.CfnSecurityGroupIngress(this, i === 0 ? 'DatabaseIngress' : `DatabaseIngress${i + 1}`, {
+            groupId: group.securityGroupId,
+            ipProtocol: 'tcp',
+            fromPort: port,
+            toPort: port,
+            sourceSecurityGroupId: this.functionsSecurityGroup.securityGroupId,
+            description: 'PostgreSQL from the charge pipeline functions',
+          });
+          existingIngress.push(ingress);
+          this.functionsSecurityGroup.addEgressRule(group, ec2.Port.tcp(port), 'PostgreSQL to the charge pipeline database');
+        });
       } else {
         this.functionsSecurityGroup.addEgressRule(ec2.Peer.ipv4(this.vpc.vpcCidrBlock), ec2.Port.tcp(port), 'PostgreSQL to the charge pipeline database');
       }
       const endpointEnv = {
         DB_HOST: existing.endpoint.hostname,
         DB_PORT: cdk.Tokenization.stringifyNumber(port),
-        DB_NAME: existing.databaseName ?? DATABASE_NAME,
+        DB_NAME: existing.databaseName,
       };
       this.endpointEnvironment = endpointEnv;
       databaseEnv = { DB_SECRET_ARN: this.databaseSecret.secretArn, ...endpointEnv };
       applicationEnv = { DB_SECRET_ARN: this.applicationDatabaseSecret.secretArn, ...endpointEnv };
-      databaseReady = [];
+      // A first migration waits for the rules that let it in.
+      databaseReady = existingIngress;
       databaseInstanceIdentifier = existing.instanceIdentifier;
     } else {
       const database = new Database(this, 'Database', {
@@ -421,6 +446,7 @@ export class ChargePipeline extends Construct {
         rotationSubnets: props.functionSubnets,
       });
       this.databaseConstruct = database;
+      this.applicationRole = APPLICATION_USER;
       this.database = database.instance;
       this.databaseSecret = database.secret;
       this.applicationDatabaseSecret = database.applicationSecret;
@@ -618,7 +644,7 @@ export class ChargePipeline extends Construct {
     const problems: string[] = [];
     const { role, schemas } = options;
     if (!SQL_IDENTIFIER.test(role)) problems.push(`role must be a lowercase identifier (${SQL_IDENTIFIER}), got '${role}'`);
-    if (role === PIPELINE.applicationRole || role === DATABASE_USER) problems.push(`role '${role}' is the pipeline's own; give the consumer a role of its own`);
+    if (role === PIPELINE.applicationRole || role === this.applicationRole || role === DATABASE_USER) problems.push(`role '${role}' is the pipeline's own; give the consumer a role of its own`);
     if (this.#consumerLogins.some((l) => l.role === role)) problems.push(`role '${role}' has a login already`);
     if (schemas.length === 0) problems.push('schemas must name at least one schema (those its migrations create)');
     for (const schema of schemas) {

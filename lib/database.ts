@@ -14,8 +14,21 @@ import { PIPELINE } from '../lambdas/runtime/settings.ts';
 export const DATABASE_PORT = 5432;
 export const DATABASE_NAME = 'charges';
 export const DATABASE_USER = 'charges';
-/** The application role (lambdas/runtime/migrations.ts APPLICATION_ROLE). */
+/** The application role of the database the construct creates (lambdas/runtime/migrations.ts APPLICATION_ROLE). */
 export const APPLICATION_USER = PIPELINE.applicationRole;
+/** Room for the role's `_app` suffix in PostgreSQL's 63-character names. */
+export const DATABASE_NAME_MAX_LENGTH = 59;
+
+/**
+ * A pipeline's application role: one per database, `<databaseName>_app` (`charges_app` for the
+ * database the construct creates). Roles are server-wide: two pipelines on one server (the second
+ * through existingDatabase) must never share one, or each deploy would set its own password on the
+ * other's login, and the role would reach both databases. The migrate function hands it what the
+ * migration files grant to charges_app (lambdas/runtime/migrations.ts).
+ */
+export function applicationRoleFor(databaseName: string): string {
+  return `${databaseName}_app`;
+}
 /** The engine: the major version only, so RDS picks (and auto-upgrades) the current minor. */
 export const DATABASE_ENGINE_VERSION = rds.PostgresEngineVersion.VER_18;
 

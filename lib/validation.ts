@@ -5,6 +5,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { callBudgetProblem } from '../lambdas/payments/call-budget.ts';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import type { ChargePipelineProps } from './charge-pipeline.ts';
+import { DATABASE_NAME_MAX_LENGTH } from './database.ts';
 
 export class ChargePipelinePropsError extends Error {
   override readonly name = 'ChargePipelinePropsError';
@@ -183,7 +184,8 @@ export function validateChargePipelineProps(props: ChargePipelineProps): void {
 
 const PIPELINE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 const METRICS_NAMESPACE = /^[A-Za-z0-9_.\-/#:]{1,255}$/;
-const DATABASE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+const DATABASE_NAME = new RegExp(`^[a-z_][a-z0-9_]{0,${DATABASE_NAME_MAX_LENGTH - 1}}$`);
+const RESERVED_DATABASES = ['postgres', 'rdsadmin', 'template0', 'template1'];
 
 /** Props that build the database: meaningless (and so refused) with existingDatabase. */
 const OWN_DATABASE_PROPS = [
@@ -218,9 +220,17 @@ function embeddingProblems(props: ChargePipelineProps): string[] {
     for (const key of OWN_DATABASE_PROPS) {
       if (props[key] !== undefined) problems.push(`${key} configures the database the construct creates; it cannot be combined with existingDatabase`);
     }
-    const name = existing.databaseName;
-    if (name !== undefined && !cdk.Token.isUnresolved(name) && !DATABASE_NAME.test(name)) {
-      problems.push(`existingDatabase.databaseName must be a PostgreSQL identifier (lowercase letters, digits, _), got '${name}'`);
+    const name = existing.databaseName as string | undefined;
+    if (name === undefined || name === '') {
+      problems.push(
+        "existingDatabase.databaseName is required: name this pipeline's own database on that server (the migrate function creates it if the owner login may); two pipelines on one server never share a database or a login",
+      );
+    } else if (cdk.Token.isUnresolved(name)) {
+      problems.push("existingDatabase.databaseName must be a plain string, not a token: the application role's name (<databaseName>_app) is decided at synth");
+    } else if (!DATABASE_NAME.test(name)) {
+      problems.push(`existingDatabase.databaseName must be a PostgreSQL identifier (lowercase letters, digits, _) of at most ${DATABASE_NAME_MAX_LENGTH} characters, got '${name}'`);
+    } else if (RESERVED_DATABASES.includes(name)) {
+      problems.push(`existingDatabase.databaseName must be a database of the pipeline's own, not the server's '${name}'`);
     }
   }
 
