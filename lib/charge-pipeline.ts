@@ -127,6 +127,12 @@ export interface ChargePipelineProps {
   /** Receives before a record that could not be made durable goes to the DLQ. @default PIPELINE.maxReceiveCount (5) */
   readonly maxReceiveCount?: number;
   /**
+   * How long the intake queue keeps a charge request no function received (an outage, the event
+   * source turned off) before SQS drops it: 1 minute to 14 days. The DLQ keeps parked requests
+   * 14 days. @default Duration.days(4)
+   */
+  readonly queueRetentionPeriod?: cdk.Duration;
+  /**
    * The roles that may send charge requests: the intake queue's policy denies sqs:SendMessage to
    * every other principal (each still needs its own grant: grantSendChargeRequests adds both).
    * @default - none: only grantSendChargeRequests' grantees and the operator role (for a DLQ redrive)
@@ -311,6 +317,7 @@ export const CHARGE_PIPELINE_DEFAULTS = {
   opsFunctionTimeoutSeconds: 60,
   databaseSecretRotationDays: 30,
   databaseConnectionsAlarmThreshold: 80,
+  queueRetentionDays: 4,
 } as const;
 
 export class ChargePipeline extends Construct {
@@ -469,6 +476,7 @@ export class ChargePipeline extends Construct {
         Math.max(PIPELINE.visibilityTimeoutSeconds, 6 * PIPELINE.chargeFunctionTimeoutSeconds),
       ),
       removalPolicy,
+      retentionPeriod: props.queueRetentionPeriod ?? cdk.Duration.days(d.queueRetentionDays),
     });
     this.queue = intake.queue;
     this.deadLetterQueue = intake.deadLetterQueue;

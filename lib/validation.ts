@@ -66,6 +66,12 @@ export function validateChargePipelineProps(props: ChargePipelineProps): void {
   );
   integerIn('natGateways', props.natGateways, 1, 2, ' (the functions reach Stripe through NAT; the VPC spans 2 AZs)');
 
+  // queue
+  if (props.queueRetentionPeriod && !props.queueRetentionPeriod.isUnresolved()) {
+    const seconds = props.queueRetentionPeriod.toSeconds();
+    check(seconds >= 60 && seconds <= 14 * 86_400, `queueRetentionPeriod must be from 1 minute to 14 days (SQS's limits), got ${props.queueRetentionPeriod.toHumanString()}`);
+  }
+
   // database
   integerIn('databaseAllocatedStorageGiB', props.databaseAllocatedStorageGiB, 20, 65536);
   integerIn('databaseMaxAllocatedStorageGiB', props.databaseMaxAllocatedStorageGiB, 20, 65536);

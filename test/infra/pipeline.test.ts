@@ -82,6 +82,25 @@ describe('intake', () => {
       }
     });
 
+    it('keeps the DLQ (charge requests parked for a human) when the stack is deleted, unless the removal policy is DESTROY', () => {
+      expect(dlq).toMatchObject({ DeletionPolicy: 'Retain', UpdateReplacePolicy: 'Retain' });
+      // The intake queue goes with the stack (drain it first), unless RETAIN: a kept queue nobody
+      // reads would take producers' requests silently.
+      expect(queue).toMatchObject({ DeletionPolicy: 'Delete' });
+      const kept = synthPipeline({ removalPolicy: cdk.RemovalPolicy.RETAIN });
+      expect(kept.resources[logicalId(kept.pipeline.deadLetterQueue)]).toMatchObject({ DeletionPolicy: 'Retain' });
+      expect(kept.resources[logicalId(kept.pipeline.queue)]).toMatchObject({ DeletionPolicy: 'Retain' });
+      const throwaway = synthPipeline({ removalPolicy: cdk.RemovalPolicy.DESTROY });
+      expect(throwaway.resources[logicalId(throwaway.pipeline.deadLetterQueue)]).toMatchObject({ DeletionPolicy: 'Delete' });
+    });
+
+    it('says how long a request waits for the charge function (4 days unless configured), and refuses what SQS would', () => {
+      expect(queue.Properties!.MessageRetentionPeriod).toBe(4 * 24 * 3600);
+      const longer = synthPipeline({ queueRetentionPeriod: cdk.Duration.days(14) });
+      expect(longer.resources[logicalId(longer.pipeline.queue)]!.Properties!.MessageRetentionPeriod).toBe(14 * 24 * 3600);
+      expect(() => synthPipeline({ queueRetentionPeriod: cdk.Duration.days(15) })).toThrow(/queueRetentionPeriod must be from 1 minute to 14 days/);
+    });
+
     it('takes configured names and receive count', () => {
       const { pipeline: p, resources: r } = synthPipeline({
         queueName: 'x-requests.fifo',
