@@ -36,6 +36,7 @@ export class ChargePipelineStack extends cdk.Stack {
     const env = s.environment;
 
     this.pipeline = new ChargePipeline(this, 'Pipeline', {
+      profile: s.profile,
       natGateways: s.natGateways,
       databaseInstanceType: s.dbInstanceClass ? new ec2.InstanceType(s.dbInstanceClass) : undefined,
       multiAz: s.multiAz,
@@ -58,6 +59,7 @@ export class ChargePipelineStack extends cdk.Stack {
       operatorRole: s.opsRoleArn
         ? iam.Role.fromRoleArn(this, 'OperatorRole', s.opsRoleArn, { mutable: false })
         : undefined,
+      opsReservedConcurrency: s.opsReservedConcurrency,
       alarmEmail: s.alarmEmail,
       dashboardName: `${this.stackName}-${cdk.Aws.REGION}`,
       // One pipeline per stack here: the stack name names it (metrics dimension, alarm names).

@@ -35,8 +35,28 @@ import type { PipelineLogLevel } from './pipeline-function.ts';
 import { Reconciler } from './reconciler.ts';
 import { StripeEvents, type StripeEventsInput } from './stripe-events.ts';
 import { validateChargePipelineProps } from './validation.ts';
+import { designFinding } from './nag.ts';
+
+/**
+ * What the defaults are for. 'production': a Multi-AZ database and a NAT gateway per AZ (the charge
+ * path survives the loss of an AZ). 'dev': a single-AZ database and one NAT gateway, which gives up
+ * both — when the database's AZ fails, charges wait (in the queue, up to its retention) until the
+ * instance is restored from backup (minutes to hours, the last minutes of writes at risk); when the
+ * NAT gateway's AZ fails, no function reaches Stripe or the AWS APIs — for about half the monthly
+ * cost of the instance and one NAT gateway less (docs/deploy.md, "Profiles"). Props set explicitly
+ * win over either profile.
+ */
+export type ChargePipelineProfile = 'production' | 'dev';
+
+export const CHARGE_PIPELINE_PROFILES = {
+  production: { multiAz: true, natGateways: 2 },
+  dev: { multiAz: false, natGateways: 1 },
+} as const satisfies Record<ChargePipelineProfile, { multiAz: boolean; natGateways: number }>;
 
 export interface ChargePipelineProps {
+  /** The defaults' purpose (ChargePipelineProfile). @default 'production' */
+  readonly profile?: ChargePipelineProfile;
+
   // ── network ──────────────────────────────────────────────────────────────────────────────────
   /**
    * An existing VPC to deploy into. It needs PRIVATE_WITH_EGRESS subnets (the functions reach
@@ -45,9 +65,9 @@ export interface ChargePipelineProps {
    */
   readonly vpc?: ec2.IVpc;
   /**
-   * NAT gateways of the new VPC: 1 is cheapest; 2 keeps Stripe reachable when one AZ fails.
-   * Not allowed together with `vpc`.
-   * @default 1
+   * NAT gateways of the new VPC: 2 (one per AZ) keeps Stripe and the AWS APIs reachable when one AZ
+   * fails; 1 is cheaper. Not allowed together with `vpc`.
+   * @default 2 (profile 'dev': 1)
    */
   readonly natGateways?: number;
   /** The functions' subnets (they need a route to Stripe on the internet). @default PRIVATE_WITH_EGRESS subnets */
@@ -73,7 +93,7 @@ export interface ChargePipelineProps {
   // ── database ─────────────────────────────────────────────────────────────────────────────────
   /** @default t4g.micro (db.t4g.micro) */
   readonly databaseInstanceType?: ec2.InstanceType;
-  /** A standby in a second AZ with automatic failover (doubles the instance price). @default false */
+  /** A standby in a second AZ with automatic failover (doubles the instance price). @default true (profile 'dev': false) */
   readonly multiAz?: boolean;
   /** @default 20 */
   readonly databaseAllocatedStorageGiB?: number;
@@ -217,6 +237,13 @@ export interface ChargePipelineProps {
    * @default - the operator role only; none without one (then no write goes through the function)
    */
   readonly operatorPrincipals?: readonly string[];
+  /**
+   * Reserved (and so maximum) concurrency of the ops function: 2 (OPS_FUNCTION_CONCURRENCY) keeps an
+   * operator's loop from taking the charge path's database connections. Lambda refuses a reservation
+   * that leaves the account fewer than 100 unreserved executions, so a new or small account (a limit
+   * of 10) cannot deploy one. @default - unreserved (the default app's prod profile: 2)
+   */
+  readonly opsReservedConcurrency?: number;
 
   // ── observability ────────────────────────────────────────────────────────────────────────────
   /** Subscribe this address to the alarm topic (the recipient confirms by e-mail). @default - no subscription */
@@ -295,9 +322,7 @@ export interface ConsumerDatabaseLogin {
 }
 
 export const CHARGE_PIPELINE_DEFAULTS = {
-  natGateways: 1,
   databaseInstanceType: 't4g.micro',
-  multiAz: false,
   databaseAllocatedStorageGiB: 20,
   databaseMaxAllocatedStorageGiB: 100,
   backupRetentionDays: 7,
@@ -369,6 +394,7 @@ export class ChargePipeline extends Construct {
     validateChargePipelineProps(props);
 
     const d = CHARGE_PIPELINE_DEFAULTS;
+    const profile = CHARGE_PIPELINE_PROFILES[props.profile ?? 'production'];
     const removalPolicy = props.removalPolicy ?? cdk.RemovalPolicy.SNAPSHOT;
     this.removalPolicy = removalPolicy;
     const logRetention = props.logRetention ?? logs.RetentionDays.THREE_MONTHS;
@@ -382,7 +408,7 @@ export class ChargePipeline extends Construct {
 
     const network = new Network(this, 'Network', {
       vpc: props.vpc,
-      natGateways: props.natGateways ?? d.natGateways,
+      natGateways: props.natGateways ?? profile.natGateways,
       functionsSecurityGroup: props.functionsSecurityGroup,
       httpsEgress: props.functionsHttpsEgress,
       logRetention,
@@ -441,7 +467,7 @@ export class ChargePipeline extends Construct {
         subnets: props.databaseSubnets,
         clientSecurityGroup: network.functionsSecurityGroup,
         instanceType: props.databaseInstanceType ?? new ec2.InstanceType(d.databaseInstanceType),
-        multiAz: props.multiAz ?? d.multiAz,
+        multiAz: props.multiAz ?? profile.multiAz,
         allocatedStorageGiB: props.databaseAllocatedStorageGiB ?? d.databaseAllocatedStorageGiB,
         maxAllocatedStorageGiB: props.databaseMaxAllocatedStorageGiB ?? d.databaseMaxAllocatedStorageGiB,
         backupRetention: props.backupRetention ?? cdk.Duration.days(d.backupRetentionDays),
@@ -550,6 +576,7 @@ export class ChargePipeline extends Construct {
       environment: { ...pipelineEnv, OPS_OPERATOR_ARNS: operatorArns(this, props.operatorRole, props.operatorPrincipals).join(',') },
       operatorRole: props.operatorRole,
       timeout: cdk.Duration.seconds(d.opsFunctionTimeoutSeconds),
+      reservedConcurrency: props.opsReservedConcurrency,
     });
     this.opsFunction = ops.function;
 
@@ -697,7 +724,7 @@ export class ChargePipeline extends Construct {
       },
       removalPolicy: this.removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
     });
-    cdk.Validations.of(secret).acknowledge({
+    designFinding(secret, {
       id: 'AwsSolutions-SMG4',
       reason:
         'The database is not the construct\'s, so no rotation target is known; the migrate function re-applies this secret\'s password on every run, so rotating it is: put a new password, then invoke the migrate function.',
@@ -717,7 +744,7 @@ export class ChargePipeline extends Construct {
       // Kept unless DESTROY: deleting it would make whoever redeploys hunt for the key again.
       removalPolicy: removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
     });
-    cdk.Validations.of(secret).acknowledge({
+    designFinding(secret, {
       id: 'AwsSolutions-SMG4',
       reason:
         'A Stripe key is rolled in the Stripe dashboard and then put here by an operator, so Secrets Manager has no rotation function to run.',

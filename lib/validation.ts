@@ -59,12 +59,19 @@ export function validateChargePipelineProps(props: ChargePipelineProps): void {
     check(pattern.test(value), `${label} ${rule}, got '${value}'`);
   };
 
+  check(
+    props.profile === undefined || props.profile === 'production' || props.profile === 'dev',
+    `profile must be 'production' or 'dev', got '${String(props.profile)}'`,
+  );
+
   // network
   check(
     !(props.vpc && props.natGateways !== undefined),
     'natGateways applies to the VPC the construct creates; it cannot be combined with vpc',
   );
   integerIn('natGateways', props.natGateways, 1, 2, ' (the functions reach Stripe through NAT; the VPC spans 2 AZs)');
+
+  integerIn('opsReservedConcurrency', props.opsReservedConcurrency, 1, 1000);
 
   // queue
   if (props.queueRetentionPeriod && !props.queueRetentionPeriod.isUnresolved()) {

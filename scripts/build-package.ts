@@ -12,8 +12,12 @@ import os from 'node:os';
 import path from 'node:path';
 import * as cdk from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as events from 'aws-cdk-lib/aws-events';
 import * as logs from 'aws-cdk-lib/aws-logs';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import { RECEIPT_DETAIL_TYPES } from '../lambdas/consumers/receipts/contract.ts';
 import { pipelineMetrics } from '../lib/observability.ts';
+import { OutcomeConsumer, RECEIPTS_ASSET } from '../lib/outcome-consumer.ts';
 import { PIPELINE_HANDLERS, PipelineFunction, PROJECT_ROOT } from '../lib/pipeline-function.ts';
 
 const DIST = path.join(PROJECT_ROOT, 'dist');
@@ -41,7 +45,7 @@ function bundle(): void {
     const stack = new cdk.Stack(app, 'PackageBundles');
     const vpc = new ec2.Vpc(stack, 'Vpc', { maxAzs: 2, natGateways: 1 });
     const securityGroup = new ec2.SecurityGroup(stack, 'Sg', { vpc });
-    const functions = PIPELINE_HANDLERS.map((handler) => ({
+    const functions: { handler: string; fn: cdk.Resource }[] = PIPELINE_HANDLERS.map((handler) => ({
       handler,
       fn: new PipelineFunction(stack, handler, {
         handler,
@@ -58,6 +62,21 @@ function bundle(): void {
         copyMigrations: handler === 'migrate',
       }),
     }));
+    // The receipt notifier (addReceiptNotifier), bundled as the repository bundles it: the kit, its
+    // handler, the CA bundle and both migration folders, so that a package install needs no esbuild.
+    const consumers = path.join(PROJECT_ROOT, 'lambdas', 'consumers');
+    const receipts = new OutcomeConsumer(stack, 'Receipts', {
+      consumerName: 'receipts',
+      policy: 'at-least-once',
+      eventBus: new events.EventBus(stack, 'Bus'),
+      detailTypes: RECEIPT_DETAIL_TYPES,
+      entry: path.join(consumers, 'receipts', 'handler.ts'),
+      migrations: { kit: path.join(consumers, 'kit', 'migrations'), receipts: path.join(consumers, 'receipts', 'migrations') },
+      vpc,
+      securityGroup,
+      databaseSecret: new secretsmanager.Secret(stack, 'Login'),
+    });
+    functions.push({ handler: RECEIPTS_ASSET, fn: receipts.function });
     app.synth();
     const template = JSON.parse(readFileSync(path.join(outdir, 'PackageBundles.template.json'), 'utf8')) as {
       Resources: Record<string, { Metadata?: Record<string, string> }>;

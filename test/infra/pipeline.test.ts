@@ -288,8 +288,11 @@ describe('functions', () => {
       }
     });
 
-    it('bound the ops function\'s concurrency: an operator loop cannot take the charge path\'s connections', () => {
-      expect(fn('ops').Properties!.ReservedConcurrentExecutions).toBe(2);
+    it('reserve no concurrency for the ops function unless asked (a reservation fails the deploy in a small account), and bound it when asked', () => {
+      expect(fn('ops').Properties!.ReservedConcurrentExecutions).toBeUndefined();
+      const bounded = synthPipeline({ opsReservedConcurrency: 2 });
+      expect(bounded.resources[logicalId(bounded.pipeline.opsFunction)]!.Properties!.ReservedConcurrentExecutions).toBe(2);
+      expect(() => synthPipeline({ opsReservedConcurrency: 0 })).toThrow(/opsReservedConcurrency must be an integer from 1 to 1000, got 0/);
     });
 
     it('write to their own log groups with a retention', () => {
@@ -624,7 +627,7 @@ describe('database and network', () => {
         StorageEncrypted: true,
         StorageType: 'gp3',
         PubliclyAccessible: false,
-        MultiAZ: false,
+        MultiAZ: true,
         BackupRetentionPeriod: 7,
         DeletionProtection: true,
         DBName: 'charges',
@@ -744,10 +747,10 @@ describe('database and network', () => {
   });
 
   describe('the network', () => {
-    it('has one NAT gateway by default, two when asked, and records its flows', () => {
-      expect(ofType(resources, 'AWS::EC2::NatGateway')).toHaveLength(1);
+    it('has a NAT gateway per AZ by default, one when asked, and records its flows', () => {
+      expect(ofType(resources, 'AWS::EC2::NatGateway')).toHaveLength(2);
       expect(ofType(resources, 'AWS::EC2::FlowLog')).toHaveLength(1);
-      expect(ofType(synthPipeline({ natGateways: 2 }).resources, 'AWS::EC2::NatGateway')).toHaveLength(2);
+      expect(ofType(synthPipeline({ natGateways: 1 }).resources, 'AWS::EC2::NatGateway')).toHaveLength(1);
     });
 
     it('can be a VPC the user brings', () => {
