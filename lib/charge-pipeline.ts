@@ -34,7 +34,7 @@ import { operatorArns, Perimeter, principalArnOf, stripeSecretKey } from './peri
 import type { PipelineLogLevel } from './pipeline-function.ts';
 import { Reconciler } from './reconciler.ts';
 import { StripeEvents, type StripeEventsInput } from './stripe-events.ts';
-import { validateChargePipelineProps } from './validation.ts';
+import { PipelineValidationError, validateChargePipelineProps } from './validation.ts';
 import { designFinding } from './nag.ts';
 
 /**
@@ -391,7 +391,7 @@ export class ChargePipeline extends Construct {
 
   constructor(scope: Construct, id: string, props: ChargePipelineProps = {}) {
     super(scope, id);
-    validateChargePipelineProps(props);
+    validateChargePipelineProps(props, this);
 
     const d = CHARGE_PIPELINE_DEFAULTS;
     const profile = CHARGE_PIPELINE_PROFILES[props.profile ?? 'production'];
@@ -687,7 +687,7 @@ export class ChargePipeline extends Construct {
       const holder = this.#consumerLogins.find((l) => l.schemas.includes(schema));
       if (holder) problems.push(`schema '${schema}' belongs to the login of '${holder.role}' already: two consumers never share a schema`);
     }
-    if (problems.length > 0) throw new Error(`Invalid consumer database login (${id}):\n  - ${problems.join('\n  - ')}`);
+    if (problems.length > 0) throw new PipelineValidationError(`consumer database login (${id})`, problems, this);
 
     let secret: secretsmanager.ISecret;
     if (this.databaseConstruct) {

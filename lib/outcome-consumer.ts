@@ -33,6 +33,7 @@ import { DeploymentSettingsError } from './config.ts';
 import { existsSync } from 'node:fs';
 import { LAMBDA_RDS_CA_BUNDLE, PROJECT_ROOT, prebuiltAssetDir, RDS_CA_BUNDLE_FILE, type PipelineLogLevel } from './pipeline-function.ts';
 import { designFinding } from './nag.ts';
+import { PipelineValidationError } from './validation.ts';
 
 /** Where the consumer's migration folders are copied in its bundle (CONSUMER_MIGRATIONS_DIR). */
 export const LAMBDA_CONSUMER_MIGRATIONS_DIR = '/var/task/consumer-migrations';
@@ -158,7 +159,7 @@ export class OutcomeConsumer extends Construct {
     if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10) problems.push(`batchSize must be an integer from 1 to 10, got ${batchSize}`);
     if (!Number.isInteger(maxReceiveCount) || maxReceiveCount < 1 || maxReceiveCount > 1000) problems.push(`maxReceiveCount must be an integer from 1 to 1000, got ${maxReceiveCount}`);
     if (!cdk.Token.isUnresolved(timeout.toSeconds()) && (timeout.toSeconds() < 5 || timeout.toSeconds() > 900)) problems.push(`timeout must be 5 s to 15 min, got ${timeout.toSeconds()} s`);
-    if (problems.length > 0) throw new Error(`Invalid OutcomeConsumer props (${id}):\n  - ${problems.join('\n  - ')}`);
+    if (problems.length > 0) throw new PipelineValidationError(`OutcomeConsumer props (${id})`, problems, this);
 
     this.consumerName = props.consumerName;
     this.policy = props.policy;

@@ -2,18 +2,32 @@
 // value that was given and the range that is allowed.
 import * as cdk from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import type { IConstruct } from 'constructs';
 import { callBudgetProblem } from '../lambdas/payments/call-budget.ts';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import type { ChargePipelineProps } from './charge-pipeline.ts';
 import { DATABASE_NAME_MAX_LENGTH } from './database.ts';
 
-export class ChargePipelinePropsError extends Error {
-  override readonly name = 'ChargePipelinePropsError';
+/**
+ * Props the construct refuses, every problem at once. A CDK ValidationError (cdk.Errors.isValidationError
+ * is true; the CLI shows the construct's path with it), so tools that tell a user's mistake from a
+ * construct's bug treat it as the former. It extends the class aws-cdk-lib's own constructs throw,
+ * which its typings mark internal: the public contract is Errors.isValidationError.
+ */
+export class PipelineValidationError extends cdk.ValidationError {
   readonly problems: readonly string[];
 
-  constructor(problems: readonly string[]) {
-    super(`Invalid ChargePipeline props:\n  - ${problems.join('\n  - ')}`);
+  constructor(what: string, problems: readonly string[], scope: IConstruct, name = 'PipelineValidationError') {
+    super(name as unknown as ConstructorParameters<typeof cdk.ValidationError>[0], `Invalid ${what}:\n  - ${problems.join('\n  - ')}`, scope);
+    // aws-cdk-lib's constructor sets the prototype to its own class: keep this one's (instanceof).
+    Object.setPrototypeOf(this, new.target.prototype);
     this.problems = problems;
+  }
+}
+
+export class ChargePipelinePropsError extends PipelineValidationError {
+  constructor(problems: readonly string[], scope: IConstruct) {
+    super('ChargePipeline props', problems, scope, 'ChargePipelinePropsError');
   }
 }
 
@@ -31,7 +45,7 @@ const EMAIL = /^[^@\s]+@[^@\s]+\.[^@\s]+$/;
 const FIFO_QUEUE_NAME = /^[A-Za-z0-9_-]{1,75}\.fifo$/;
 const EVENT_BUS_NAME = /^[A-Za-z0-9._\-/]{1,256}$/;
 
-export function validateChargePipelineProps(props: ChargePipelineProps): void {
+export function validateChargePipelineProps(props: ChargePipelineProps, scope: IConstruct): void {
   const problems: string[] = [];
   const check = (ok: boolean, message: string) => {
     if (!ok) problems.push(message);
@@ -192,7 +206,7 @@ export function validateChargePipelineProps(props: ChargePipelineProps): void {
 
   problems.push(...embeddingProblems(props));
 
-  if (problems.length > 0) throw new ChargePipelinePropsError(problems);
+  if (problems.length > 0) throw new ChargePipelinePropsError(problems, scope);
 }
 
 const PIPELINE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
