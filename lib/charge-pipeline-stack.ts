@@ -50,6 +50,9 @@ export class ChargePipelineStack extends cdk.Stack {
       queueName: `${env}-${PIPELINE.queueName}`,
       deadLetterQueueName: `${env}-${PIPELINE.dlqName}`,
       eventBusName: `${env}-${PIPELINE.eventBusName}`,
+      // This app keeps the example consumer (the construct's default is off): a queue of every
+      // outcome event to look at by hand (ExampleConsumerQueueUrl).
+      exampleConsumer: true,
       chargeMaxConcurrency: s.chargeMaxConcurrency,
       chargeStripeConcurrency: s.chargeStripeConcurrency,
       reconcileMaxRps: s.reconcileMaxRps,

@@ -37,8 +37,18 @@ export class ChargeQueue extends Construct {
     const deadLetterRemoval =
       props.removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN;
 
+    // Only the intake queue may use this DLQ (RedriveAllowPolicy), named by the ARN its given name
+    // makes: naming the queue by reference would close a cycle (its RedrivePolicy refers to this
+    // DLQ). With a name CloudFormation generates there is nothing to name it by, and SQS's default
+    // (any queue of the account may) stands (docs/deploy.md, "The intake queue").
+    const intakeArn = props.queueName && !cdk.Token.isUnresolved(props.queueName)
+      ? cdk.Stack.of(this).formatArn({ service: 'sqs', resource: props.queueName })
+      : undefined;
     this.deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
       queueName: props.deadLetterQueueName,
+      ...(intakeArn
+        ? { redriveAllowPolicy: { redrivePermission: sqs.RedrivePermission.BY_QUEUE, sourceQueues: [sqs.Queue.fromQueueArn(this, 'IntakeByName', intakeArn)] } }
+        : {}),
       fifo: true,
       contentBasedDeduplication: false,
       encryption: sqs.QueueEncryption.SQS_MANAGED,

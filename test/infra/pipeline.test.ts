@@ -101,6 +101,16 @@ describe('intake', () => {
       expect(() => synthPipeline({ queueRetentionPeriod: cdk.Duration.days(15) })).toThrow(/queueRetentionPeriod must be from 1 minute to 14 days/);
     });
 
+    it('lets only the intake queue use the DLQ when the intake queue has a name (RedriveAllowPolicy byQueue)', () => {
+      const named = synthPipeline({ queueName: 'x-requests.fifo' });
+      expect(named.resources[logicalId(named.pipeline.deadLetterQueue)]!.Properties!.RedriveAllowPolicy).toEqual({
+        redrivePermission: 'byQueue',
+        sourceQueueArns: [{ 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':sqs:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, ':x-requests.fifo']] }],
+      });
+      // A name CloudFormation generates cannot be referred to without a cycle (the queue refers to the DLQ).
+      expect(dlq.Properties!.RedriveAllowPolicy).toBeUndefined();
+    });
+
     it('takes configured names and receive count', () => {
       const { pipeline: p, resources: r } = synthPipeline({
         queueName: 'x-requests.fifo',
@@ -295,6 +305,22 @@ describe('functions', () => {
       expect(() => synthPipeline({ opsReservedConcurrency: 0 })).toThrow(/opsReservedConcurrency must be an integer from 1 to 1000, got 0/);
     });
 
+    it('trace with X-Ray when asked (active tracing and the two actions it needs), not by default', () => {
+      expect(fn('charge').Properties!.TracingConfig).toBeUndefined();
+      const traced = synthPipeline({ tracing: true });
+      for (const f of [traced.pipeline.chargeFunction, traced.pipeline.reconcileFunction, traced.pipeline.opsFunction, traced.pipeline.migrateFunction, traced.pipeline.stripeEvents!.function]) {
+        expect(traced.resources[logicalId(f)]!.Properties!.TracingConfig).toEqual({ Mode: 'Active' });
+        const role = logicalId(f.role!);
+        const statements = policyStatements(traced.resources).filter(({ owner, statement }) => JSON.stringify(traced.resources[owner]!.Properties!.Roles ?? []).includes(role) && JSON.stringify(statement.Action).includes('xray:'));
+        expect(statements.map(({ statement }) => statement)).toEqual([expect.objectContaining({ Action: ['xray:PutTelemetryRecords', 'xray:PutTraceSegments'], Resource: '*' })]);
+      }
+    });
+
+    it('are connectable as one security group (the pipeline is an ec2.IConnectable)', () => {
+      const { pipeline: p } = base;
+      expect(p.connections.securityGroups).toEqual([p.functionsSecurityGroup]);
+    });
+
     it('write to their own log groups with a retention', () => {
       for (const name of Object.keys(ours) as (keyof typeof ours)[]) {
         const group = fn(name).Properties!.LoggingConfig.LogGroup.Ref as string;
@@ -435,11 +461,12 @@ describe('outcome events', () => {
       expect(ofType(longer.resources, 'AWS::Events::Archive')[0]![1].Properties!.RetentionDays).toBe(365);
     });
 
-    it('reach an example consumer queue through a rule, with a dead-letter queue for failed deliveries', () => {
+    it('reach an example consumer queue through a rule when asked, with a dead-letter queue for failed deliveries', () => {
+      const { pipeline, resources } = synthPipeline({ exampleConsumer: true });
       const [[, rule]] = ofType(resources, 'AWS::Events::Rule') as [[string, CfnResource]];
       const consumer = logicalId(pipeline.exampleConsumerQueue!);
       expect(rule.Properties).toMatchObject({
-        EventBusName: { Ref: busId },
+        EventBusName: { Ref: logicalId(pipeline.eventBus) },
         EventPattern: { source: [PIPELINE.eventSource], 'detail-type': [...OUTCOME_DETAIL_TYPES] },
         State: 'ENABLED',
       });
@@ -453,8 +480,10 @@ describe('outcome events', () => {
       expect(resources[dlqId]!.Properties).toMatchObject({ SqsManagedSseEnabled: true });
     });
 
-    it('follow the configured source, and the example consumer can be left out', () => {
-      const custom = synthPipeline({ eventSource: 'acme.payments', exampleConsumer: false });
+    it('follow the configured source, and the example consumer is off unless asked (a queue nobody reads, in production)', () => {
+      expect(pipeline.exampleConsumerQueue).toBeUndefined();
+      expect(ofType(resources, 'AWS::Events::Rule')).toHaveLength(0);
+      const custom = synthPipeline({ eventSource: 'acme.payments' });
       expect(ofType(custom.resources, 'AWS::Events::Rule')).toHaveLength(0);
       expect(custom.pipeline.exampleConsumerQueue).toBeUndefined();
       expect(ofType(custom.resources, 'AWS::Events::Archive')[0]![1].Properties!.EventPattern).toEqual({ source: ['acme.payments'] });
