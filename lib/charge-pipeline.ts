@@ -24,7 +24,7 @@ import { Construct } from 'constructs';
 import { isConsumerSchemaName, PIPELINE, SQL_IDENTIFIER } from '../lambdas/runtime/settings.ts';
 import { ChargeFunction } from './charge-function.ts';
 import { ChargeQueue } from './charge-queue.ts';
-import { APPLICATION_USER, applicationRoleFor, DATABASE_USER, Database } from './database.ts';
+import { APPLICATION_USER, applicationRoleFor, DATABASE_NAME, DATABASE_USER, Database } from './database.ts';
 import { Migrations } from './migrations.ts';
 import { Network } from './network.ts';
 import { Observability, type PipelineAlarm, type PipelineMetricName, type PipelineMetrics, pipelineMetric, pipelineMetrics } from './observability.ts';
@@ -394,6 +394,16 @@ export class ChargePipeline extends Construct implements ec2.IConnectable {
   /** The functions' security group as a connectable: `otherDatabase.connections.allowDefaultPortFrom(pipeline)`. */
   readonly connections: ec2.Connections;
   readonly #consumerLogins: ConsumerDatabaseLogin[] = [];
+  /** The server (its endpoint's host, a token or a name) and database this instance uses. */
+  #databaseClaim?: { readonly host: string; readonly databaseName: string };
+
+  /** The databases the app's other ChargePipelines use (the same endpoint token or host name, the same database name). */
+  static #otherClaims(self: ChargePipeline): { host: string; databaseName: string; path: string }[] {
+    return self.node.root.node
+      .findAll()
+      .filter((c): c is ChargePipeline => c instanceof ChargePipeline && c !== self && c.#databaseClaim !== undefined)
+      .map((p) => ({ ...p.#databaseClaim!, path: p.node.path }));
+  }
   readonly #perimeter: Perimeter;
   private readonly databaseConstruct?: Database;
   private readonly migrations: Migrations;
@@ -439,6 +449,14 @@ export class ChargePipeline extends Construct implements ec2.IConnectable {
     let databaseInstanceIdentifier: string | undefined;
     const existing = props.existingDatabase;
     if (existing) {
+      // Two pipelines of this app on one database would settle each other's operations: refuse it
+      // here, where both are known (the server's own check is the role's: lambdas/runtime/migrations.ts).
+      const sharing = ChargePipeline.#otherClaims(this).find((claim) => claim.host === existing.endpoint.hostname && claim.databaseName === existing.databaseName);
+      if (sharing) {
+        throw new PipelineValidationError('ChargePipeline props', [
+          `existingDatabase.databaseName '${existing.databaseName}' is the database of the pipeline at ${sharing.path} on that server: give this pipeline a database of its own (the migrate function creates it)`,
+        ], this);
+      }
       this.databaseSecret = existing.secret;
       this.applicationRole = applicationRoleFor(existing.databaseName);
       this.applicationDatabaseSecret = this.createLoginSecret('ApplicationDatabaseSecret', this.applicationRole, 'the application role');
@@ -469,6 +487,7 @@ export class ChargePipeline extends Construct implements ec2.IConnectable {
         DB_NAME: existing.databaseName,
       };
       this.endpointEnvironment = endpointEnv;
+      this.#databaseClaim = { host: existing.endpoint.hostname, databaseName: existing.databaseName };
       databaseEnv = { DB_SECRET_ARN: this.databaseSecret.secretArn, ...endpointEnv };
       applicationEnv = { DB_SECRET_ARN: this.applicationDatabaseSecret.secretArn, ...endpointEnv };
       // A first migration waits for the rules that let it in.
@@ -493,6 +512,7 @@ export class ChargePipeline extends Construct implements ec2.IConnectable {
       });
       this.databaseConstruct = database;
       this.applicationRole = APPLICATION_USER;
+      this.#databaseClaim = { host: database.instance.instanceEndpoint.hostname, databaseName: DATABASE_NAME };
       this.database = database.instance;
       this.databaseSecret = database.secret;
       this.applicationDatabaseSecret = database.applicationSecret;
@@ -839,3 +859,4 @@ function enableTracing(fn: lambda.Function): void {
     });
   }
 }
+

@@ -107,3 +107,19 @@ describe('existingDatabase.databaseName', () => {
     expect(problemsOf('charges_eu')).toBe('');
   });
 });
+
+describe('two pipelines of one app on one database', () => {
+  it('is refused at synth: the second names the first one’s database (or a third names the second’s)', () => {
+    const app = newApp();
+    const stack = new cdk.Stack(app, 'S');
+    const vpc = threeTierVpc(stack);
+    const owner = new ChargePipeline(stack, 'Owner', { vpc });
+    const existing = (databaseName: string) => ({ endpoint: owner.database!.instanceEndpoint, secret: owner.databaseSecret, databaseName });
+    expect(() => new ChargePipeline(stack, 'Second', { vpc, existingDatabase: existing('charges') })).toThrow(
+      /existingDatabase.databaseName 'charges' is the database of the pipeline at S\/Owner on that server: give this pipeline a database of its own/,
+    );
+    new ChargePipeline(stack, 'Third', { vpc, existingDatabase: existing('charges_eu') });
+    expect(() => new ChargePipeline(stack, 'Fourth', { vpc, existingDatabase: existing('charges_eu') })).toThrow(/'charges_eu' is the database of the pipeline at S\/Third/);
+    new ChargePipeline(stack, 'Fifth', { vpc, existingDatabase: existing('charges_us') });
+  });
+});
