@@ -12,6 +12,7 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import { ChargePipelineStack, stackNameFor } from '../lib/charge-pipeline-stack.ts';
 import { type DeploymentSettings, DeploymentSettingsError, settingsFromContext } from '../lib/config.ts';
+import { acknowledgeAppFindings } from './acknowledgements.ts';
 import { addReceiptNotifier, receiptNotifierFromContext, type ReceiptNotifierSettings } from '../lib/outcome-consumer.ts';
 
 const app = new cdk.App();
@@ -33,5 +34,8 @@ const stack = new ChargePipelineStack(app, stackNameFor(settings.environment), {
   tags: { application: PIPELINE.serviceName, environment: settings.environment },
 });
 if (receipts) addReceiptNotifier(stack, stack.pipeline, receipts);
+
+// This app's own cdk-nag acknowledgements (the construct makes none): bin/acknowledgements.ts.
+acknowledgeAppFindings(app, stack.pipeline, settings.environment);
 
 cdk.Validations.of(app).addPlugins(new AwsSolutionsChecks(app));

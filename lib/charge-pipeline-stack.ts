@@ -36,6 +36,7 @@ export class ChargePipelineStack extends cdk.Stack {
     const env = s.environment;
 
     this.pipeline = new ChargePipeline(this, 'Pipeline', {
+      profile: s.profile,
       natGateways: s.natGateways,
       databaseInstanceType: s.dbInstanceClass ? new ec2.InstanceType(s.dbInstanceClass) : undefined,
       multiAz: s.multiAz,
@@ -49,6 +50,9 @@ export class ChargePipelineStack extends cdk.Stack {
       queueName: `${env}-${PIPELINE.queueName}`,
       deadLetterQueueName: `${env}-${PIPELINE.dlqName}`,
       eventBusName: `${env}-${PIPELINE.eventBusName}`,
+      // This app keeps the example consumer (the construct's default is off): a queue of every
+      // outcome event to look at by hand (ExampleConsumerQueueUrl).
+      exampleConsumer: true,
       chargeMaxConcurrency: s.chargeMaxConcurrency,
       chargeStripeConcurrency: s.chargeStripeConcurrency,
       chargeReservedConcurrency: s.chargeReservedConcurrency,
@@ -61,6 +65,7 @@ export class ChargePipelineStack extends cdk.Stack {
       operatorRole: s.opsRoleArn
         ? iam.Role.fromRoleArn(this, 'OperatorRole', s.opsRoleArn, { mutable: false })
         : undefined,
+      opsReservedConcurrency: s.opsReservedConcurrency,
       alarmEmail: s.alarmEmail,
       dashboardName: `${this.stackName}-${cdk.Aws.REGION}`,
       // One pipeline per stack here: the stack name names it (metrics dimension, alarm names).

@@ -11,8 +11,8 @@ import * as cdk from 'aws-cdk-lib';
 import type * as cw from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as events from 'aws-cdk-lib/aws-events';
-import type * as iam from 'aws-cdk-lib/aws-iam';
-import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import * as scheduler from 'aws-cdk-lib/aws-scheduler';
@@ -24,7 +24,7 @@ import { Construct } from 'constructs';
 import { isConsumerSchemaName, PIPELINE, SQL_IDENTIFIER } from '../lambdas/runtime/settings.ts';
 import { ChargeFunction } from './charge-function.ts';
 import { ChargeQueue } from './charge-queue.ts';
-import { DATABASE_NAME, DATABASE_USER, Database } from './database.ts';
+import { APPLICATION_USER, applicationRoleFor, DATABASE_NAME, DATABASE_USER, Database } from './database.ts';
 import { Migrations } from './migrations.ts';
 import { Network } from './network.ts';
 import { Observability, type PipelineAlarm, type PipelineMetricName, type PipelineMetrics, pipelineMetric, pipelineMetrics } from './observability.ts';
@@ -34,9 +34,29 @@ import { operatorArns, Perimeter, principalArnOf, stripeSecretKey } from './peri
 import type { PipelineLogLevel } from './pipeline-function.ts';
 import { Reconciler } from './reconciler.ts';
 import { StripeEvents, type StripeEventsInput } from './stripe-events.ts';
-import { validateChargePipelineProps } from './validation.ts';
+import { PipelineValidationError, validateChargePipelineProps } from './validation.ts';
+import { designFinding } from './nag.ts';
+
+/**
+ * What the defaults are for. 'production': a Multi-AZ database and a NAT gateway per AZ (the charge
+ * path survives the loss of an AZ). 'dev': a single-AZ database and one NAT gateway, which gives up
+ * both — when the database's AZ fails, charges wait (in the queue, up to its retention) until the
+ * instance is restored from backup (minutes to hours, the last minutes of writes at risk); when the
+ * NAT gateway's AZ fails, no function reaches Stripe or the AWS APIs — for about half the monthly
+ * cost of the instance and one NAT gateway less (docs/deploy.md, "Profiles"). Props set explicitly
+ * win over either profile.
+ */
+export type ChargePipelineProfile = 'production' | 'dev';
+
+export const CHARGE_PIPELINE_PROFILES = {
+  production: { multiAz: true, natGateways: 2 },
+  dev: { multiAz: false, natGateways: 1 },
+} as const satisfies Record<ChargePipelineProfile, { multiAz: boolean; natGateways: number }>;
 
 export interface ChargePipelineProps {
+  /** The defaults' purpose (ChargePipelineProfile). @default 'production' */
+  readonly profile?: ChargePipelineProfile;
+
   // ── network ──────────────────────────────────────────────────────────────────────────────────
   /**
    * An existing VPC to deploy into. It needs PRIVATE_WITH_EGRESS subnets (the functions reach
@@ -45,9 +65,9 @@ export interface ChargePipelineProps {
    */
   readonly vpc?: ec2.IVpc;
   /**
-   * NAT gateways of the new VPC: 1 is cheapest; 2 keeps Stripe reachable when one AZ fails.
-   * Not allowed together with `vpc`.
-   * @default 1
+   * NAT gateways of the new VPC: 2 (one per AZ) keeps Stripe and the AWS APIs reachable when one AZ
+   * fails; 1 is cheaper. Not allowed together with `vpc`.
+   * @default 2 (profile 'dev': 1)
    */
   readonly natGateways?: number;
   /** The functions' subnets (they need a route to Stripe on the internet). @default PRIVATE_WITH_EGRESS subnets */
@@ -73,7 +93,7 @@ export interface ChargePipelineProps {
   // ── database ─────────────────────────────────────────────────────────────────────────────────
   /** @default t4g.micro (db.t4g.micro) */
   readonly databaseInstanceType?: ec2.InstanceType;
-  /** A standby in a second AZ with automatic failover (doubles the instance price). @default false */
+  /** A standby in a second AZ with automatic failover (doubles the instance price). @default true (profile 'dev': false) */
   readonly multiAz?: boolean;
   /** @default 20 */
   readonly databaseAllocatedStorageGiB?: number;
@@ -126,6 +146,12 @@ export interface ChargePipelineProps {
   readonly deadLetterQueueName?: string;
   /** Receives before a record that could not be made durable goes to the DLQ. @default PIPELINE.maxReceiveCount (5) */
   readonly maxReceiveCount?: number;
+  /**
+   * How long the intake queue keeps a charge request no function received (an outage, the event
+   * source turned off) before SQS drops it: 1 minute to 14 days. The DLQ keeps parked requests
+   * 14 days. @default Duration.days(4)
+   */
+  readonly queueRetentionPeriod?: cdk.Duration;
   /**
    * The roles that may send charge requests: the intake queue's policy denies sqs:SendMessage to
    * every other principal (each still needs its own grant: grantSendChargeRequests adds both).
@@ -187,7 +213,11 @@ export interface ChargePipelineProps {
   readonly eventSource?: string;
   /** How long the bus archive keeps events for replay. @default Duration.days(30) */
   readonly eventArchiveRetention?: cdk.Duration;
-  /** Create the example consumer (a rule delivering every outcome to an SQS queue). @default true */
+  /**
+   * Create the example consumer (a rule delivering every outcome to an SQS queue nobody reads, to
+   * look at events by hand). Off by default: in production it fills a queue for 4 days and costs a rule.
+   * @default false
+   */
   readonly exampleConsumer?: boolean;
 
   // ── Stripe events in (lib/stripe-events.ts) ───────────────────────────────────────────────────
@@ -239,6 +269,13 @@ export interface ChargePipelineProps {
    * @default - the operator role only; none without one (then no write goes through the function)
    */
   readonly operatorPrincipals?: readonly string[];
+  /**
+   * Reserved (and so maximum) concurrency of the ops function: 2 (OPS_FUNCTION_CONCURRENCY) keeps an
+   * operator's loop from taking the charge path's database connections. Lambda refuses a reservation
+   * that leaves the account fewer than 100 unreserved executions, so a new or small account (a limit
+   * of 10) cannot deploy one. @default - unreserved (the default app's prod profile: 2)
+   */
+  readonly opsReservedConcurrency?: number;
 
   // ── observability ────────────────────────────────────────────────────────────────────────────
   /** Subscribe this address to the alarm topic (the recipient confirms by e-mail). @default - no subscription */
@@ -264,6 +301,12 @@ export interface ChargePipelineProps {
   readonly oldestUnpublishedEventAgeAlarmThreshold?: cdk.Duration;
   /** @default - a name generated by CloudFormation */
   readonly dashboardName?: string;
+  /**
+   * AWS X-Ray active tracing on the pipeline's functions (Lambda's own segments: each invocation, its
+   * duration and cold start; the functions' SDK and Stripe calls are not instrumented). The roles get
+   * xray:PutTraceSegments and xray:PutTelemetryRecords. @default false
+   */
+  readonly tracing?: boolean;
   /** POWERTOOLS_LOG_LEVEL of every function. @default 'INFO' */
   readonly logLevel?: PipelineLogLevel;
   /** Retention of the functions', database's and flow logs' log groups. @default RetentionDays.THREE_MONTHS */
@@ -279,10 +322,16 @@ export interface ExistingDatabase {
    * function only. The owner must be able to create tables and a role (CREATEROLE).
    */
   readonly secret: secretsmanager.ISecret;
-  /** The database (DB_NAME). @default 'charges' */
-  readonly databaseName?: string;
   /**
-   * The database's security groups: the construct allows the functions in on the endpoint's port.
+   * The pipeline's own database on that server (DB_NAME): required, so that a second pipeline on a
+   * server never lands on the first one's tables. The migrate function creates it if the owner login
+   * may (CREATEDB), or fails the deploy saying it must exist. Its application role is
+   * `<databaseName>_app` (at most 59 characters, a lowercase identifier).
+   */
+  readonly databaseName: string;
+  /**
+   * The database's security groups: the construct allows the functions in on the endpoint's port,
+   * with ingress rules it creates in its own stack (the database may live in another stack).
    * @default - none; the functions may reach the VPC's CIDR on that port and you allow them in yourself
    */
   readonly connections?: ec2.IConnectable;
@@ -315,9 +364,7 @@ export interface ConsumerDatabaseLogin {
 }
 
 export const CHARGE_PIPELINE_DEFAULTS = {
-  natGateways: 1,
   databaseInstanceType: 't4g.micro',
-  multiAz: false,
   databaseAllocatedStorageGiB: 20,
   databaseMaxAllocatedStorageGiB: 100,
   backupRetentionDays: 7,
@@ -340,6 +387,7 @@ export const CHARGE_PIPELINE_DEFAULTS = {
   stripeWebhookRejectedAlarmThreshold: 10,
   stripeEventsReservedConcurrency: 10,
   databaseMaxConnections: 80,
+  queueRetentionDays: 4,
 } as const;
 
 /** A reserved-concurrency prop as Lambda takes it: the value, its default, or none ('unreserved'). */
@@ -359,7 +407,7 @@ function rotationFunctionNames(database: Database | undefined): string[] {
     .map((rotation) => cdk.Names.uniqueId(rotation).slice(-64));
 }
 
-export class ChargePipeline extends Construct {
+export class ChargePipeline extends Construct implements ec2.IConnectable {
   readonly vpc: ec2.IVpc;
   /** The functions' security group (HTTPS out, PostgreSQL to the database). */
   readonly functionsSecurityGroup: ec2.ISecurityGroup;
@@ -390,10 +438,24 @@ export class ChargePipeline extends Construct {
   readonly dashboard: cw.Dashboard;
   /** This instance's name (the `pipeline` metric dimension). */
   readonly pipelineName: string;
+  /** The database role charge, reconcile, ops and stripe-events log in as: one per database (applicationRoleFor). */
+  readonly applicationRole: string;
   /** Where this instance's own metrics live: namespace + dimensions (see pipelineMetrics). */
   readonly metrics: PipelineMetrics;
   readonly metricsNamespace: string;
+  /** The functions' security group as a connectable: `otherDatabase.connections.allowDefaultPortFrom(pipeline)`. */
+  readonly connections: ec2.Connections;
   readonly #consumerLogins: ConsumerDatabaseLogin[] = [];
+  /** The server (its endpoint's host, a token or a name) and database this instance uses. */
+  #databaseClaim?: { readonly host: string; readonly databaseName: string };
+
+  /** The databases the app's other ChargePipelines use (the same endpoint token or host name, the same database name). */
+  static #otherClaims(self: ChargePipeline): { host: string; databaseName: string; path: string }[] {
+    return self.node.root.node
+      .findAll()
+      .filter((c): c is ChargePipeline => c instanceof ChargePipeline && c !== self && c.#databaseClaim !== undefined)
+      .map((p) => ({ ...p.#databaseClaim!, path: p.node.path }));
+  }
   readonly #perimeter: Perimeter;
   private readonly databaseConstruct?: Database;
   private readonly migrations: Migrations;
@@ -403,9 +465,10 @@ export class ChargePipeline extends Construct {
 
   constructor(scope: Construct, id: string, props: ChargePipelineProps = {}) {
     super(scope, id);
-    validateChargePipelineProps(props);
+    validateChargePipelineProps(props, this);
 
     const d = CHARGE_PIPELINE_DEFAULTS;
+    const profile = CHARGE_PIPELINE_PROFILES[props.profile ?? 'production'];
     const removalPolicy = props.removalPolicy ?? cdk.RemovalPolicy.SNAPSHOT;
     this.removalPolicy = removalPolicy;
     const logRetention = props.logRetention ?? logs.RetentionDays.THREE_MONTHS;
@@ -419,7 +482,7 @@ export class ChargePipeline extends Construct {
 
     const network = new Network(this, 'Network', {
       vpc: props.vpc,
-      natGateways: props.natGateways ?? d.natGateways,
+      natGateways: props.natGateways ?? profile.natGateways,
       functionsSecurityGroup: props.functionsSecurityGroup,
       httpsEgress: props.functionsHttpsEgress,
       logRetention,
@@ -427,6 +490,7 @@ export class ChargePipeline extends Construct {
     });
     this.vpc = network.vpc;
     this.functionsSecurityGroup = network.functionsSecurityGroup;
+    this.connections = new ec2.Connections({ securityGroups: [network.functionsSecurityGroup] });
     const placement = { vpc: this.vpc, securityGroup: network.functionsSecurityGroup };
 
     // The database: created here, or the one the user brings. What the functions read comes out of it.
@@ -437,23 +501,49 @@ export class ChargePipeline extends Construct {
     let databaseInstanceIdentifier: string | undefined;
     const existing = props.existingDatabase;
     if (existing) {
+      // Two pipelines of this app on one database would settle each other's operations: refuse it
+      // here, where both are known (the server's own check is the role's: lambdas/runtime/migrations.ts).
+      const sharing = ChargePipeline.#otherClaims(this).find((claim) => claim.host === existing.endpoint.hostname && claim.databaseName === existing.databaseName);
+      if (sharing) {
+        throw new PipelineValidationError('ChargePipeline props', [
+          `existingDatabase.databaseName '${existing.databaseName}' is the database of the pipeline at ${sharing.path} on that server: give this pipeline a database of its own (the migrate function creates it)`,
+        ], this);
+      }
       this.databaseSecret = existing.secret;
-      this.applicationDatabaseSecret = this.createLoginSecret('ApplicationDatabaseSecret', PIPELINE.applicationRole, 'the application role');
+      this.applicationRole = applicationRoleFor(existing.databaseName);
+      this.applicationDatabaseSecret = this.createLoginSecret('ApplicationDatabaseSecret', this.applicationRole, 'the application role');
       const port = existing.endpoint.port;
+      const existingIngress: Construct[] = [];
       if (existing.connections) {
-        existing.connections.connections.allowFrom(this.functionsSecurityGroup, ec2.Port.tcp(port), 'PostgreSQL from the charge pipeline functions');
+        // The rules live here, not on the database's groups (connections.allowFrom would put the
+        // ingress in the database's stack, referring to this one's group: a cycle when the database
+        // is another stack's). This stack refers to the database's groups, as it refers to its endpoint.
+        existing.connections.connections.securityGroups.forEach((group, i) => {
+          const ingress = new ec2.CfnSecurityGroupIngress(this, i === 0 ? 'DatabaseIngress' : `DatabaseIngress${i + 1}`, {
+            groupId: group.securityGroupId,
+            ipProtocol: 'tcp',
+            fromPort: port,
+            toPort: port,
+            sourceSecurityGroupId: this.functionsSecurityGroup.securityGroupId,
+            description: 'PostgreSQL from the charge pipeline functions',
+          });
+          existingIngress.push(ingress);
+          this.functionsSecurityGroup.addEgressRule(group, ec2.Port.tcp(port), 'PostgreSQL to the charge pipeline database');
+        });
       } else {
         this.functionsSecurityGroup.addEgressRule(ec2.Peer.ipv4(this.vpc.vpcCidrBlock), ec2.Port.tcp(port), 'PostgreSQL to the charge pipeline database');
       }
       const endpointEnv = {
         DB_HOST: existing.endpoint.hostname,
         DB_PORT: cdk.Tokenization.stringifyNumber(port),
-        DB_NAME: existing.databaseName ?? DATABASE_NAME,
+        DB_NAME: existing.databaseName,
       };
       this.endpointEnvironment = endpointEnv;
+      this.#databaseClaim = { host: existing.endpoint.hostname, databaseName: existing.databaseName };
       databaseEnv = { DB_SECRET_ARN: this.databaseSecret.secretArn, ...endpointEnv };
       applicationEnv = { DB_SECRET_ARN: this.applicationDatabaseSecret.secretArn, ...endpointEnv };
-      databaseReady = [];
+      // A first migration waits for the rules that let it in.
+      databaseReady = existingIngress;
       databaseInstanceIdentifier = existing.instanceIdentifier;
     } else {
       const database = new Database(this, 'Database', {
@@ -461,7 +551,7 @@ export class ChargePipeline extends Construct {
         subnets: props.databaseSubnets,
         clientSecurityGroup: network.functionsSecurityGroup,
         instanceType: props.databaseInstanceType ?? new ec2.InstanceType(d.databaseInstanceType),
-        multiAz: props.multiAz ?? d.multiAz,
+        multiAz: props.multiAz ?? profile.multiAz,
         allocatedStorageGiB: props.databaseAllocatedStorageGiB ?? d.databaseAllocatedStorageGiB,
         maxAllocatedStorageGiB: props.databaseMaxAllocatedStorageGiB ?? d.databaseMaxAllocatedStorageGiB,
         backupRetention: props.backupRetention ?? cdk.Duration.days(d.backupRetentionDays),
@@ -473,6 +563,8 @@ export class ChargePipeline extends Construct {
         rotationSubnets: props.functionSubnets,
       });
       this.databaseConstruct = database;
+      this.applicationRole = APPLICATION_USER;
+      this.#databaseClaim = { host: database.instance.instanceEndpoint.hostname, databaseName: DATABASE_NAME };
       this.database = database.instance;
       this.databaseSecret = database.secret;
       this.applicationDatabaseSecret = database.applicationSecret;
@@ -495,6 +587,7 @@ export class ChargePipeline extends Construct {
         Math.max(PIPELINE.visibilityTimeoutSeconds, 6 * PIPELINE.chargeFunctionTimeoutSeconds),
       ),
       removalPolicy,
+      retentionPeriod: props.queueRetentionPeriod ?? cdk.Duration.days(d.queueRetentionDays),
     });
     this.queue = intake.queue;
     this.deadLetterQueue = intake.deadLetterQueue;
@@ -503,7 +596,7 @@ export class ChargePipeline extends Construct {
       eventBusName: props.eventBusName,
       eventSource,
       archiveRetention: props.eventArchiveRetention ?? cdk.Duration.days(d.eventArchiveRetentionDays),
-      exampleConsumer: props.exampleConsumer ?? true,
+      exampleConsumer: props.exampleConsumer ?? false,
     });
     this.eventBus = outcomes.eventBus;
     this.eventArchive = outcomes.archive;
@@ -569,6 +662,7 @@ export class ChargePipeline extends Construct {
       environment: { ...pipelineEnv, OPS_OPERATOR_ARNS: operatorArns(this, props.operatorRole, props.operatorPrincipals).join(',') },
       operatorRole: props.operatorRole,
       timeout: cdk.Duration.seconds(d.opsFunctionTimeoutSeconds),
+      reservedConcurrency: props.opsReservedConcurrency,
     });
     this.opsFunction = ops.function;
 
@@ -597,6 +691,10 @@ export class ChargePipeline extends Construct {
       this.applicationDatabaseSecret.grantRead(fn);
       this.stripeSecret.grantRead(fn);
       outcomes.grantPutEvents(fn);
+    }
+
+    if (props.tracing) {
+      for (const fn of [charge.function, reconciler.function, ops.function, migrations.function, ...(this.stripeEvents ? [this.stripeEvents.function] : [])]) enableTracing(fn);
     }
 
     // Resource policies (lib/perimeter.ts): the identity grants above are the only way in.
@@ -677,7 +775,7 @@ export class ChargePipeline extends Construct {
     const problems: string[] = [];
     const { role, schemas } = options;
     if (!SQL_IDENTIFIER.test(role)) problems.push(`role must be a lowercase identifier (${SQL_IDENTIFIER}), got '${role}'`);
-    if (role === PIPELINE.applicationRole || role === DATABASE_USER) problems.push(`role '${role}' is the pipeline's own; give the consumer a role of its own`);
+    if (role === PIPELINE.applicationRole || role === this.applicationRole || role === DATABASE_USER) problems.push(`role '${role}' is the pipeline's own; give the consumer a role of its own`);
     if (this.#consumerLogins.some((l) => l.role === role)) problems.push(`role '${role}' has a login already`);
     if (schemas.length === 0) problems.push('schemas must name at least one schema (those its migrations create)');
     for (const schema of schemas) {
@@ -685,7 +783,7 @@ export class ChargePipeline extends Construct {
       const holder = this.#consumerLogins.find((l) => l.schemas.includes(schema));
       if (holder) problems.push(`schema '${schema}' belongs to the login of '${holder.role}' already: two consumers never share a schema`);
     }
-    if (problems.length > 0) throw new Error(`Invalid consumer database login (${id}):\n  - ${problems.join('\n  - ')}`);
+    if (problems.length > 0) throw new PipelineValidationError(`consumer database login (${id})`, problems, this);
 
     let secret: secretsmanager.ISecret;
     if (this.databaseConstruct) {
@@ -722,7 +820,7 @@ export class ChargePipeline extends Construct {
       },
       removalPolicy: this.removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
     });
-    cdk.Validations.of(secret).acknowledge({
+    designFinding(secret, {
       id: 'AwsSolutions-SMG4',
       reason:
         'The database is not the construct\'s, so no rotation target is known; the migrate function re-applies this secret\'s password on every run, so rotating it is: put a new password, then invoke the migrate function.',
@@ -742,7 +840,7 @@ export class ChargePipeline extends Construct {
       // Kept unless DESTROY: deleting it would make whoever redeploys hunt for the key again.
       removalPolicy: removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
     });
-    cdk.Validations.of(secret).acknowledge({
+    designFinding(secret, {
       id: 'AwsSolutions-SMG4',
       reason:
         'A Stripe key is rolled in the Stripe dashboard and then put here by an operator, so Secrets Manager has no rotation function to run.',
@@ -807,3 +905,17 @@ export class ChargePipeline extends Construct {
     return this.metric('RejectedMessages', { statistic: 'Sum', ...props });
   }
 }
+
+/** X-Ray active tracing on a function, with the two actions it needs (which only work on Resource *). */
+function enableTracing(fn: lambda.Function): void {
+  (fn.node.defaultChild as lambda.CfnFunction).tracingConfig = { mode: lambda.Tracing.ACTIVE };
+  fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['xray:PutTraceSegments', 'xray:PutTelemetryRecords'], resources: ['*'] }));
+  const policy = fn.role?.node.tryFindChild('DefaultPolicy');
+  if (policy) {
+    designFinding(policy, {
+      id: 'AwsSolutions-IAM5[Resource::*]',
+      reason: 'X-Ray accepts trace segments and telemetry records on Resource * only (the actions have no resource type).',
+    });
+  }
+}
+

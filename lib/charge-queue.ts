@@ -14,7 +14,12 @@ export interface ChargeQueueProps {
   /** At least six times the consumer's timeout, so a slow batch is not redelivered while it runs. */
   readonly visibilityTimeout: cdk.Duration;
   readonly removalPolicy: cdk.RemovalPolicy;
+  /** How long the intake queue keeps a request nobody received. */
+  readonly retentionPeriod: cdk.Duration;
 }
+
+/** The longest SQS allows: a parked request waits for a human to fix the cause and redrive it. */
+export const DEAD_LETTER_RETENTION = cdk.Duration.days(14);
 
 export class ChargeQueue extends Construct {
   readonly queue: sqs.Queue;
@@ -22,20 +27,34 @@ export class ChargeQueue extends Construct {
 
   constructor(scope: Construct, id: string, props: ChargeQueueProps) {
     super(scope, id);
-    // Kept only under RETAIN: the queues have fixed names, and a kept queue would block redeploying
-    // the stack after a teardown (drain both queues before tearing down).
+    // The DLQ holds charge requests parked for a human: kept unless the policy is DESTROY (SQS has no
+    // snapshot, so SNAPSHOT keeps it too). The intake queue is kept under RETAIN only: a kept intake
+    // queue nobody reads would take producers' requests silently after a teardown, where a deleted
+    // one makes their sends fail (drain it first). Names are CloudFormation's unless given, so a kept
+    // queue does not block a redeploy; a given name does (delete or rename the kept queue first).
     const retained =
       props.removalPolicy === cdk.RemovalPolicy.RETAIN ? cdk.RemovalPolicy.RETAIN : cdk.RemovalPolicy.DESTROY;
+    const deadLetterRemoval =
+      props.removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN;
 
+    // Only the intake queue may use this DLQ (RedriveAllowPolicy), named by the ARN its given name
+    // makes: naming the queue by reference would close a cycle (its RedrivePolicy refers to this
+    // DLQ). With a name CloudFormation generates there is nothing to name it by, and SQS's default
+    // (any queue of the account may) stands (docs/deploy.md, "The intake queue").
+    const intakeArn = props.queueName && !cdk.Token.isUnresolved(props.queueName)
+      ? cdk.Stack.of(this).formatArn({ service: 'sqs', resource: props.queueName })
+      : undefined;
     this.deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
       queueName: props.deadLetterQueueName,
+      ...(intakeArn
+        ? { redriveAllowPolicy: { redrivePermission: sqs.RedrivePermission.BY_QUEUE, sourceQueues: [sqs.Queue.fromQueueArn(this, 'IntakeByName', intakeArn)] } }
+        : {}),
       fifo: true,
       contentBasedDeduplication: false,
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
-      // The longest SQS allows: a parked request waits for a human to fix the cause and redrive it.
-      retentionPeriod: cdk.Duration.days(14),
-      removalPolicy: retained,
+      retentionPeriod: DEAD_LETTER_RETENTION,
+      removalPolicy: deadLetterRemoval,
     });
 
     this.queue = new sqs.Queue(this, 'Queue', {
@@ -47,6 +66,9 @@ export class ChargeQueue extends Construct {
       deduplicationScope: sqs.DeduplicationScope.MESSAGE_GROUP,
       fifoThroughputLimit: sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
       visibilityTimeout: props.visibilityTimeout,
+      // Said, not left to SQS's default: how long a request waits for the charge function (an
+      // outage, a stopped event source) before SQS drops it unseen.
+      retentionPeriod: props.retentionPeriod,
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
       deadLetterQueue: { queue: this.deadLetterQueue, maxReceiveCount: props.maxReceiveCount },

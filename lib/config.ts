@@ -12,6 +12,8 @@ export interface DeploymentSettings {
   /** Names the stack (ChargePipeline-<environment>) and prefixes the queue and bus names. */
   readonly environment: string;
   readonly alarmEmail?: string;
+  /** The construct's profile: 'production' (Multi-AZ, a NAT gateway per AZ) or 'dev' (neither). */
+  readonly profile?: 'production' | 'dev';
   readonly natGateways?: number;
   /** e.g. t4g.micro (a leading "db." is accepted). */
   readonly dbInstanceClass?: string;
@@ -32,6 +34,8 @@ export interface DeploymentSettings {
   readonly databaseMaxConnections?: number;
   /** The role operators assume to invoke the ops function. */
   readonly opsRoleArn?: string;
+  /** Reserved concurrency of the ops function (the account needs 100 unreserved beside it). */
+  readonly opsReservedConcurrency?: number;
   /** Roles that may send charge requests (the intake queue's policy denies everyone else). */
   readonly producerRoleArns?: readonly string[];
   readonly removalPolicy?: RemovalPolicyName;
@@ -53,6 +57,7 @@ type Kind = 'string' | 'integer' | 'number' | 'boolean' | 'reservation';
 
 const KEYS = {
   alarmEmail: 'string',
+  profile: 'string',
   natGateways: 'integer',
   dbInstanceClass: 'string',
   multiAz: 'boolean',
@@ -67,6 +72,7 @@ const KEYS = {
   stripeEventsReservedConcurrency: 'reservation',
   databaseMaxConnections: 'integer',
   opsRoleArn: 'string',
+  opsReservedConcurrency: 'integer',
   producerRoleArns: 'string',
   removalPolicy: 'string',
   deletionProtection: 'boolean',
@@ -136,6 +142,7 @@ export function settingsFromContext(tryGetContext: (key: string) => unknown): De
     else problems.push(`removalPolicy must be one of ${REMOVAL_POLICIES.join(', ')}, got '${s.removalPolicy}'`);
   }
   if (s.logLevel !== undefined) s.logLevel = s.logLevel.toUpperCase();
+  if (s.profile !== undefined && s.profile !== 'production' && s.profile !== 'dev') problems.push(`profile must be production or dev, got '${s.profile}'`);
 
   if (problems.length > 0) throw new DeploymentSettingsError(problems);
   return s as DeploymentSettings;

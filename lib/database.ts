@@ -10,12 +10,26 @@ import * as rds from 'aws-cdk-lib/aws-rds';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct } from 'constructs';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
+import { designFinding } from './nag.ts';
 
 export const DATABASE_PORT = 5432;
 export const DATABASE_NAME = 'charges';
 export const DATABASE_USER = 'charges';
-/** The application role (lambdas/runtime/migrations.ts APPLICATION_ROLE). */
+/** The application role of the database the construct creates (lambdas/runtime/migrations.ts APPLICATION_ROLE). */
 export const APPLICATION_USER = PIPELINE.applicationRole;
+/** Room for the role's `_app` suffix in PostgreSQL's 63-character names. */
+export const DATABASE_NAME_MAX_LENGTH = 59;
+
+/**
+ * A pipeline's application role: one per database, `<databaseName>_app` (`charges_app` for the
+ * database the construct creates). Roles are server-wide: two pipelines on one server (the second
+ * through existingDatabase) must never share one, or each deploy would set its own password on the
+ * other's login, and the role would reach both databases. The migrate function hands it what the
+ * migration files grant to charges_app (lambdas/runtime/migrations.ts).
+ */
+export function applicationRoleFor(databaseName: string): string {
+  return `${databaseName}_app`;
+}
 /** The engine: the major version only, so RDS picks (and auto-upgrades) the current minor. */
 export const DATABASE_ENGINE_VERSION = rds.PostgresEngineVersion.VER_18;
 
@@ -171,29 +185,17 @@ export class Database extends Construct {
     this.readyForClients.push(...application.ready);
     this.rotations.push(...application.rotations);
 
-    cdk.Validations.of(this.instance).acknowledge({
+    designFinding(this.instance, {
       id: 'AwsSolutions-RDS11',
       reason:
         'A non-default port hides nothing from a scanner inside the VPC, and only the functions security group may reach the instance at all.',
     });
-    if (!props.multiAz) {
-      cdk.Validations.of(this.instance).acknowledge({
-        id: 'AwsSolutions-RDS3',
-        reason:
-          'This environment chose a single-AZ instance to halve its cost, accepting downtime and restore-from-backup when its AZ fails (set multiAz for production).',
-      });
-    }
-    if (!props.deletionProtection) {
-      cdk.Validations.of(this.instance).acknowledge({
-        id: 'AwsSolutions-RDS10',
-        reason:
-          'This environment turned deletion protection off so that cdk destroy works, and its removal policy still decides whether a final snapshot is kept.',
-      });
-    }
+    // A single-AZ instance (AwsSolutions-RDS3) and deletion protection off (AwsSolutions-RDS10) are
+    // choices of the environment: the app that makes them acknowledges them (bin/app.ts, dev profile).
     // cloudwatchLogsRetention is applied by CDK's LogRetention function, a stack-level singleton.
     const logRetention = cdk.Stack.of(this).node.tryFindChild(LOG_RETENTION_SINGLETON_ID);
     if (logRetention) {
-      cdk.Validations.of(logRetention).acknowledge(
+      designFinding(logRetention, 
         {
           id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
           reason:

@@ -22,11 +22,16 @@ export interface OpsFunctionProps {
   readonly vpcSubnets?: ec2.SubnetSelection;
   readonly logRetention: logs.RetentionDays;
   readonly removalPolicy: cdk.RemovalPolicy;
+  /** Reserved concurrency. @default - unreserved */
+  readonly reservedConcurrency?: number;
 }
 
 /**
- * Reserved (and so maximum) concurrency of the ops function: operator commands are run by people, a
- * few at a time; a loop invoking it must not take database connections from the charge path.
+ * The reserved (and so maximum) concurrency worth giving the ops function in production: operator
+ * commands are run by people, a few at a time, and a loop invoking it must not take database
+ * connections from the charge path. Not the default: Lambda refuses any reservation that leaves the
+ * account fewer than 100 unreserved executions, so in a new or small account (a limit of 10) it would
+ * fail the deploy (ChargePipelineProps.opsReservedConcurrency).
  */
 export const OPS_FUNCTION_CONCURRENCY = 2;
 
@@ -50,7 +55,7 @@ export class OpsFunction extends Construct {
       removalPolicy: props.removalPolicy,
       // An operator command is run once, by a person who sees its result; never replayed.
       asyncRetryAttempts: 0,
-      reservedConcurrentExecutions: OPS_FUNCTION_CONCURRENCY,
+      reservedConcurrentExecutions: props.reservedConcurrency,
     });
     if (props.operatorRole) {
       // A resource-based permission for that role's ARN: nothing is attached to the role itself,

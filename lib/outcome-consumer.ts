@@ -30,10 +30,15 @@ import { PIPELINE, SQL_IDENTIFIER } from '../lambdas/runtime/settings.ts';
 import { CONSUMER_ALARM_CATALOG, CONSUMER_METRICS_NAMESPACE, type ConsumerAlarmName } from './alarm-catalog.ts';
 import type { ChargePipeline, ConsumerDatabaseLogin } from './charge-pipeline.ts';
 import { DeploymentSettingsError } from './config.ts';
-import { LAMBDA_RDS_CA_BUNDLE, PROJECT_ROOT, RDS_CA_BUNDLE_SOURCE, type PipelineLogLevel } from './pipeline-function.ts';
+import { existsSync } from 'node:fs';
+import { LAMBDA_RDS_CA_BUNDLE, PROJECT_ROOT, prebuiltAssetDir, RDS_CA_BUNDLE_FILE, type PipelineLogLevel } from './pipeline-function.ts';
+import { designFinding } from './nag.ts';
+import { PipelineValidationError } from './validation.ts';
 
 /** Where the consumer's migration folders are copied in its bundle (CONSUMER_MIGRATIONS_DIR). */
 export const LAMBDA_CONSUMER_MIGRATIONS_DIR = '/var/task/consumer-migrations';
+/** The receipt notifier's pre-built bundle in the npm package (dist/lambda-assets/receipts). */
+export const RECEIPTS_ASSET = 'receipts';
 
 export interface OutcomeConsumerProps {
   /** Names the consumer: inbox rows, idempotency keys, metric dimension, alarm names. `^[a-z][a-z0-9-]{0,62}$` */
@@ -46,8 +51,25 @@ export interface OutcomeConsumerProps {
   readonly eventSource?: string;
   /** The detail-types the rule delivers (the consumer treats any other as poison). */
   readonly detailTypes: readonly string[];
-  /** The handler file (exports `handler`), e.g. lambdas/consumers/receipts/handler.ts. */
-  readonly entry: string;
+  /**
+   * The handler file (exports `handler`) of your project, bundled by the local esbuild from your
+   * project's root (the folder of the lock file CDK finds from the working directory, or
+   * `projectRoot`). One of `entry` or `code`.
+   */
+  readonly entry?: string;
+  /**
+   * The function's code, already bundled (no esbuild at synth): an asset folder with the handler
+   * file (`handler`, default `index.handler`). It must carry the RDS CA bundle at
+   * rds-ca/global-bundle.pem (copy RDS_CA_BUNDLE_FILE there) unless `environment` sets
+   * DB_SSL_CA_FILE, and any `migrations` itself (CONSUMER_MIGRATIONS_DIR). One of `entry` or `code`.
+   */
+  readonly code?: lambda.Code;
+  /** With `code`: the handler, file.export. @default 'index.handler' */
+  readonly handler?: string;
+  /** With `entry`: the root esbuild bundles from. @default - the folder of depsLockFilePath */
+  readonly projectRoot?: string;
+  /** With `entry`: the lock file. @default - the one CDK finds from the working directory up (your app's) */
+  readonly depsLockFilePath?: string;
   /**
    * Migration folders bundled with the function, by name (the function applies them on start; kit
    * first). @default {} (the consumer migrates some other way)
@@ -104,11 +126,24 @@ export interface ConsumerAlarm {
 const NAME = /^[a-z][a-z0-9-]{0,62}$/;
 const PIPELINE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 
+/**
+ * Where esbuild bundles an `entry` from: what the caller says; this repository for a handler of its
+ * own (its lock file pins the kit's dependencies); else CDK's own search from the working directory
+ * (the consumer's project, whose lock file pins its dependencies). Never the installed package's
+ * folder, which has no lock file and holds no sources.
+ */
+function bundlingRoot(entry: string, projectRoot?: string, depsLockFilePath?: string): Pick<nodejs.NodejsFunctionProps, 'projectRoot' | 'depsLockFilePath'> {
+  if (projectRoot || depsLockFilePath) return { ...(projectRoot ? { projectRoot } : {}), ...(depsLockFilePath ? { depsLockFilePath } : {}) };
+  const lock = path.join(PROJECT_ROOT, 'package-lock.json');
+  const inRepository = !path.relative(PROJECT_ROOT, path.resolve(entry)).startsWith('..') && existsSync(lock);
+  return inRepository ? { projectRoot: PROJECT_ROOT, depsLockFilePath: lock } : {};
+}
+
 export class OutcomeConsumer extends Construct {
   readonly queue: sqs.Queue;
   readonly deadLetterQueue: sqs.Queue;
   readonly rule: events.Rule;
-  readonly function: nodejs.NodejsFunction;
+  readonly function: lambda.Function;
   readonly eventSourceMapping: lambda.EventSourceMapping;
   readonly alarms: readonly ConsumerAlarm[];
   readonly consumerName: string;
@@ -127,6 +162,9 @@ export class OutcomeConsumer extends Construct {
     if (!NAME.test(props.consumerName)) problems.push(`consumerName must match ${NAME}, got '${props.consumerName}'`);
     if (!isPolicy(props.policy)) problems.push(`policy must be idempotent, at-least-once or at-most-once, got '${String(props.policy)}'`);
     if (props.detailTypes.length === 0) problems.push('detailTypes must name at least one detail-type');
+    if ((props.entry === undefined) === (props.code === undefined)) problems.push('give exactly one of entry (a handler file esbuild bundles from your project) and code (a bundle already built)');
+    if (props.code && (props.projectRoot || props.depsLockFilePath)) problems.push('projectRoot and depsLockFilePath apply to entry, not to code');
+    if (props.entry && props.handler) problems.push('handler applies to code; with entry the file exports `handler`');
     if (!Number.isInteger(maxConcurrency) || maxConcurrency < 2 || maxConcurrency > 1000) problems.push(`maxConcurrency must be an integer from 2 to 1000, got ${maxConcurrency}`);
     if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10) problems.push(`batchSize must be an integer from 1 to 10, got ${batchSize}`);
     if (!Number.isInteger(maxReceiveCount) || maxReceiveCount < 1 || maxReceiveCount > 1000) problems.push(`maxReceiveCount must be an integer from 1 to 1000, got ${maxReceiveCount}`);
@@ -134,7 +172,7 @@ export class OutcomeConsumer extends Construct {
     if (props.pipelineName !== undefined && !cdk.Token.isUnresolved(props.pipelineName) && !PIPELINE_NAME.test(props.pipelineName)) {
       problems.push(`pipelineName must be 1-64 letters, digits, '-', '_' or '.', starting with a letter or digit, got '${props.pipelineName}'`);
     }
-    if (problems.length > 0) throw new Error(`Invalid OutcomeConsumer props (${id}):\n  - ${problems.join('\n  - ')}`);
+    if (problems.length > 0) throw new PipelineValidationError(`OutcomeConsumer props (${id})`, problems, this);
 
     this.consumerName = props.consumerName;
     this.policy = props.policy;
@@ -179,12 +217,8 @@ export class OutcomeConsumer extends Construct {
       retention: props.logRetention ?? logs.RetentionDays.THREE_MONTHS,
       removalPolicy: removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
     });
-    this.function = new nodejs.NodejsFunction(this, 'Function', {
+    const functionProps = {
       description: `Outcome consumer ${props.consumerName} (policy ${props.policy})`,
-      entry: props.entry,
-      handler: 'handler',
-      projectRoot: PROJECT_ROOT,
-      depsLockFilePath: path.join(PROJECT_ROOT, 'package-lock.json'),
       runtime: lambda.Runtime.NODEJS_24_X,
       architecture: lambda.Architecture.ARM_64,
       memorySize: 256,
@@ -208,6 +242,14 @@ export class OutcomeConsumer extends Construct {
         ...(Object.keys(migrations).length > 0 ? { CONSUMER_MIGRATIONS_DIR: LAMBDA_CONSUMER_MIGRATIONS_DIR } : { CONSUMER_MIGRATE_ON_START: 'false' }),
         ...props.environment,
       },
+    } satisfies Partial<lambda.FunctionProps>;
+    this.function = props.code
+      ? new lambda.Function(this, 'Function', { ...functionProps, code: props.code, handler: props.handler ?? 'index.handler' })
+      : new nodejs.NodejsFunction(this, 'Function', {
+      ...functionProps,
+      entry: props.entry,
+      handler: 'handler',
+      ...bundlingRoot(props.entry!, props.projectRoot, props.depsLockFilePath),
       bundling: {
         format: nodejs.OutputFormat.ESM,
         target: 'node24',
@@ -222,9 +264,10 @@ export class OutcomeConsumer extends Construct {
         commandHooks: {
           beforeBundling: () => [],
           beforeInstall: () => [],
-          afterBundling: (inputDir: string, outputDir: string) => [
+          // The CA bundle by its absolute path: the project esbuild bundles from may be yours, not this package.
+          afterBundling: (_inputDir: string, outputDir: string) => [
             `mkdir -p "${path.join(outputDir, path.dirname(path.relative('/var/task', LAMBDA_RDS_CA_BUNDLE)))}"`,
-            `cp "${path.join(inputDir, RDS_CA_BUNDLE_SOURCE)}" "${path.join(outputDir, path.relative('/var/task', LAMBDA_RDS_CA_BUNDLE))}"`,
+            `cp "${RDS_CA_BUNDLE_FILE}" "${path.join(outputDir, path.relative('/var/task', LAMBDA_RDS_CA_BUNDLE))}"`,
             ...Object.entries(migrations).map(
               ([name, dir]) => `mkdir -p "${path.join(outputDir, 'consumer-migrations')}" && cp -R "${dir}" "${path.join(outputDir, 'consumer-migrations', name)}"`,
             ),
@@ -234,7 +277,7 @@ export class OutcomeConsumer extends Construct {
     });
     props.databaseSecret.grantRead(this.function);
     if (this.function.role) {
-      cdk.Validations.of(this.function.role).acknowledge(
+      designFinding(this.function.role, 
         {
           id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
           reason: 'The AWS managed basic execution policy only lets the function write its own CloudWatch logs.',
@@ -395,24 +438,33 @@ export function addReceiptNotifier(scope: Construct, pipeline: ChargePipeline, s
         removalPolicy: cdk.RemovalPolicy.RETAIN,
       });
   if (!settings.emailSecretArn) {
-    cdk.Validations.of(emailSecret).acknowledge({
+    designFinding(emailSecret, {
       id: 'AwsSolutions-SMG4',
       reason: 'An e-mail API key is rolled in the provider dashboard and then put here by an operator, so Secrets Manager has no rotation function to run.',
     });
   }
   const receipts = path.join(PROJECT_ROOT, 'lambdas', 'consumers');
+  // From the npm package: the bundle built at `npm pack` (scripts/build-package.ts), with its CA
+  // bundle and both migration folders inside; in the repository: bundled from the sources.
+  const prebuilt = prebuiltAssetDir(RECEIPTS_ASSET);
+  const code = prebuilt
+    ? { code: lambda.Code.fromAsset(prebuilt), environment: { CONSUMER_MIGRATIONS_DIR: LAMBDA_CONSUMER_MIGRATIONS_DIR, CONSUMER_MIGRATE_ON_START: 'true' } }
+    : {
+        entry: path.join(receipts, 'receipts', 'handler.ts'),
+        migrations: { kit: path.join(receipts, 'kit', 'migrations'), receipts: path.join(receipts, 'receipts', 'migrations') },
+      };
   const databaseLogin = pipeline.addConsumerDatabaseLogin('ReceiptNotifier', { role: settings.databaseRole ?? RECEIPTS_DATABASE_ROLE, schemas: RECEIPTS_SCHEMAS });
   const consumer = new OutcomeConsumer(scope, 'ReceiptNotifier', {
     consumerName: 'receipts',
     policy: settings.policy,
     eventBus: pipeline.eventBus,
     detailTypes: RECEIPT_DETAIL_TYPES,
-    entry: path.join(receipts, 'receipts', 'handler.ts'),
-    migrations: { kit: path.join(receipts, 'kit', 'migrations'), receipts: path.join(receipts, 'receipts', 'migrations') },
+    ...(prebuilt ? { code: code.code } : { entry: code.entry, migrations: code.migrations }),
     vpc: pipeline.vpc,
     securityGroup: pipeline.functionsSecurityGroup,
     databaseSecret: databaseLogin.secret,
     environment: {
+      ...(prebuilt ? code.environment : {}),
       ...databaseLogin.environment,
       RECEIPTS_POLICY: settings.policy,
       EMAIL_API_BASE: settings.emailApiBase,

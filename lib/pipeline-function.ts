@@ -13,6 +13,7 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import type { Construct } from 'constructs';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import type { PipelineMetrics } from './observability.ts';
+import { designFinding } from './nag.ts';
 
 /** The repository root: `lambdas/`, `migrations/` and `package-lock.json` live here. */
 export const PROJECT_ROOT = path.resolve(import.meta.dirname, '..');
@@ -34,6 +35,20 @@ export const LAMBDA_RDS_CA_BUNDLE = '/var/task/rds-ca/global-bundle.pem';
  * (dist/lambda-assets/<handler>/index.mjs). Absent in the repository: there the sources are bundled.
  */
 const PREBUILT_ASSETS_DIR = path.resolve(import.meta.dirname, '..', 'lambda-assets');
+
+/**
+ * The RDS CA bundle as a file on this machine: the repository's, or in the npm package the copy
+ * inside the pre-built bundles. For code built elsewhere that must carry it (OutcomeConsumer `code`).
+ */
+export const RDS_CA_BUNDLE_FILE = existsSync(path.join(PROJECT_ROOT, RDS_CA_BUNDLE_SOURCE))
+  ? path.join(PROJECT_ROOT, RDS_CA_BUNDLE_SOURCE)
+  : path.join(PREBUILT_ASSETS_DIR, 'charge', path.relative('/var/task', LAMBDA_RDS_CA_BUNDLE));
+
+/** A pre-built bundle folder of the npm package (dist/lambda-assets/<name>), or undefined in the repository. */
+export function prebuiltAssetDir(name: string): string | undefined {
+  const dir = path.join(PREBUILT_ASSETS_DIR, name);
+  return existsSync(path.join(dir, 'index.mjs')) ? dir : undefined;
+}
 
 /** Every handler folder under lambdas/ that becomes a function (and a pre-built bundle in the package). */
 export const PIPELINE_HANDLERS = ['charge', 'reconcile', 'migrate', 'ops', 'stripe-events'] as const;
@@ -82,7 +97,7 @@ export class PipelineFunction extends nodejs.NodejsFunction {
   constructor(scope: Construct, id: string, props: PipelineFunctionProps) {
     super(scope, id, pipelineFunctionProps(scope, id, props));
     if (this.role) {
-      cdk.Validations.of(this.role).acknowledge({
+      designFinding(this.role, {
         id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole]',
         reason:
           'The AWS managed VPC access policy is the one Lambda documents for a function in a VPC, holding the network-interface actions (which only work on Resource *) and the CloudWatch Logs writes, and it is the only managed policy on the role.',

@@ -10,6 +10,7 @@ import * as targets from 'aws-cdk-lib/aws-scheduler-targets';
 import { Construct } from 'constructs';
 import type { PipelineMetrics } from './observability.ts';
 import { PipelineFunction, type PipelineLogLevel } from './pipeline-function.ts';
+import { designFinding } from './nag.ts';
 
 export interface ReconcilerProps {
   readonly vpc: ec2.IVpc;
@@ -93,7 +94,7 @@ export class Reconciler extends Construct {
     });
 
     const functionLogicalId = cdk.Stack.of(this).getLogicalId(this.function.node.defaultChild as cdk.CfnElement);
-    cdk.Validations.of(scheduleRole).acknowledge({
+    designFinding(scheduleRole, {
       id: `AwsSolutions-IAM5[Resource::<${functionLogicalId}.Arn>:*]`,
       reason:
         "The wildcard only covers the reconcile function's own versions and aliases, which lambda:InvokeFunction grants add by default.",

@@ -33,6 +33,7 @@ import { Construct } from 'constructs';
 import { SUBSCRIBED_EVENT_TYPES } from '../lambdas/payments/stripe-event-types.ts';
 import type { PipelineMetrics } from './observability.ts';
 import { PipelineFunction, type PipelineLogLevel } from './pipeline-function.ts';
+import { designFinding } from './nag.ts';
 
 export type StripeEventsInput = 'webhook' | 'eventbridge' | 'none';
 
@@ -198,7 +199,7 @@ export class StripeEvents extends Construct {
       retentionPeriod: cdk.Duration.days(14),
       removalPolicy: removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
     });
-    cdk.Validations.of(queue).acknowledge({
+    designFinding(queue, {
       id: 'AwsSolutions-SQS3',
       reason: 'This queue IS the dead-letter queue of the partner-event rule target and the on-failure destination of the function.',
     });
@@ -212,7 +213,7 @@ export class StripeEvents extends Construct {
       secretObjectValue: { secret: cdk.SecretValue.unsafePlainText('') },
       removalPolicy: removalPolicy === cdk.RemovalPolicy.DESTROY ? cdk.RemovalPolicy.DESTROY : cdk.RemovalPolicy.RETAIN,
     });
-    cdk.Validations.of(secret).acknowledge({
+    designFinding(secret, {
       id: 'AwsSolutions-SMG4',
       reason: 'A webhook signing secret is rolled in the Stripe Dashboard and then put here by an operator, so Secrets Manager has no rotation function to run.',
     });

@@ -2,18 +2,33 @@
 // value that was given and the range that is allowed.
 import * as cdk from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import type { IConstruct } from 'constructs';
 import { callBudgetProblem } from '../lambdas/payments/call-budget.ts';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import { CHARGE_PIPELINE_DEFAULTS, type ChargePipelineProps } from './charge-pipeline.ts';
+import { DATABASE_NAME_MAX_LENGTH } from './database.ts';
 import { OPS_FUNCTION_CONCURRENCY } from './ops-function.ts';
 
-export class ChargePipelinePropsError extends Error {
-  override readonly name = 'ChargePipelinePropsError';
+/**
+ * Props the construct refuses, every problem at once. A CDK ValidationError (cdk.Errors.isValidationError
+ * is true; the CLI shows the construct's path with it), so tools that tell a user's mistake from a
+ * construct's bug treat it as the former. It extends the class aws-cdk-lib's own constructs throw,
+ * which its typings mark internal: the public contract is Errors.isValidationError.
+ */
+export class PipelineValidationError extends cdk.ValidationError {
   readonly problems: readonly string[];
 
-  constructor(problems: readonly string[]) {
-    super(`Invalid ChargePipeline props:\n  - ${problems.join('\n  - ')}`);
+  constructor(what: string, problems: readonly string[], scope: IConstruct, name = 'PipelineValidationError') {
+    super(name as unknown as ConstructorParameters<typeof cdk.ValidationError>[0], `Invalid ${what}:\n  - ${problems.join('\n  - ')}`, scope);
+    // aws-cdk-lib's constructor sets the prototype to its own class: keep this one's (instanceof).
+    Object.setPrototypeOf(this, new.target.prototype);
     this.problems = problems;
+  }
+}
+
+export class ChargePipelinePropsError extends PipelineValidationError {
+  constructor(problems: readonly string[], scope: IConstruct) {
+    super('ChargePipeline props', problems, scope, 'ChargePipelinePropsError');
   }
 }
 
@@ -31,7 +46,7 @@ const EMAIL = /^[^@\s]+@[^@\s]+\.[^@\s]+$/;
 const FIFO_QUEUE_NAME = /^[A-Za-z0-9_-]{1,75}\.fifo$/;
 const EVENT_BUS_NAME = /^[A-Za-z0-9._\-/]{1,256}$/;
 
-export function validateChargePipelineProps(props: ChargePipelineProps): void {
+export function validateChargePipelineProps(props: ChargePipelineProps, scope: IConstruct): void {
   const problems: string[] = [];
   const check = (ok: boolean, message: string) => {
     if (!ok) problems.push(message);
@@ -59,12 +74,25 @@ export function validateChargePipelineProps(props: ChargePipelineProps): void {
     check(pattern.test(value), `${label} ${rule}, got '${value}'`);
   };
 
+  check(
+    props.profile === undefined || props.profile === 'production' || props.profile === 'dev',
+    `profile must be 'production' or 'dev', got '${String(props.profile)}'`,
+  );
+
   // network
   check(
     !(props.vpc && props.natGateways !== undefined),
     'natGateways applies to the VPC the construct creates; it cannot be combined with vpc',
   );
   integerIn('natGateways', props.natGateways, 1, 2, ' (the functions reach Stripe through NAT; the VPC spans 2 AZs)');
+
+  integerIn('opsReservedConcurrency', props.opsReservedConcurrency, 1, 1000);
+
+  // queue
+  if (props.queueRetentionPeriod && !props.queueRetentionPeriod.isUnresolved()) {
+    const seconds = props.queueRetentionPeriod.toSeconds();
+    check(seconds >= 60 && seconds <= 14 * 86_400, `queueRetentionPeriod must be from 1 minute to 14 days (SQS's limits), got ${props.queueRetentionPeriod.toHumanString()}`);
+  }
 
   // database
   integerIn('databaseAllocatedStorageGiB', props.databaseAllocatedStorageGiB, 20, 65536);
@@ -182,7 +210,7 @@ export function validateChargePipelineProps(props: ChargePipelineProps): void {
 
   problems.push(...embeddingProblems(props));
 
-  if (problems.length > 0) throw new ChargePipelinePropsError(problems);
+  if (problems.length > 0) throw new ChargePipelinePropsError(problems, scope);
 }
 
 /**
@@ -233,7 +261,8 @@ function concurrencyProblems(props: ChargePipelineProps): string[] {
 
 const PIPELINE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 const METRICS_NAMESPACE = /^[A-Za-z0-9_.\-/#:]{1,255}$/;
-const DATABASE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+const DATABASE_NAME = new RegExp(`^[a-z_][a-z0-9_]{0,${DATABASE_NAME_MAX_LENGTH - 1}}$`);
+const RESERVED_DATABASES = ['postgres', 'rdsadmin', 'template0', 'template1'];
 
 /** Props that build the database: meaningless (and so refused) with existingDatabase. */
 const OWN_DATABASE_PROPS = [
@@ -268,9 +297,17 @@ function embeddingProblems(props: ChargePipelineProps): string[] {
     for (const key of OWN_DATABASE_PROPS) {
       if (props[key] !== undefined) problems.push(`${key} configures the database the construct creates; it cannot be combined with existingDatabase`);
     }
-    const name = existing.databaseName;
-    if (name !== undefined && !cdk.Token.isUnresolved(name) && !DATABASE_NAME.test(name)) {
-      problems.push(`existingDatabase.databaseName must be a PostgreSQL identifier (lowercase letters, digits, _), got '${name}'`);
+    const name = existing.databaseName as string | undefined;
+    if (name === undefined || name === '') {
+      problems.push(
+        "existingDatabase.databaseName is required: name this pipeline's own database on that server (the migrate function creates it if the owner login may); two pipelines on one server never share a database or a login",
+      );
+    } else if (cdk.Token.isUnresolved(name)) {
+      problems.push("existingDatabase.databaseName must be a plain string, not a token: the application role's name (<databaseName>_app) is decided at synth");
+    } else if (!DATABASE_NAME.test(name)) {
+      problems.push(`existingDatabase.databaseName must be a PostgreSQL identifier (lowercase letters, digits, _) of at most ${DATABASE_NAME_MAX_LENGTH} characters, got '${name}'`);
+    } else if (RESERVED_DATABASES.includes(name)) {
+      problems.push(`existingDatabase.databaseName must be a database of the pipeline's own, not the server's '${name}'`);
     }
   }
 

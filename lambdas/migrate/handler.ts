@@ -8,7 +8,7 @@ import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
 import { loadConfig, type RuntimeConfig } from '../runtime/config.ts';
 import { forgetSecrets, getSecretString, parseLoginSecret } from '../runtime/secrets.ts';
-import { APPLICATION_ROLE, defaultMigrationsDir, loadMigrations, migrate, type ConsumerLogin, type MigrationResult, type Password } from '../runtime/migrations.ts';
+import { defaultMigrationsDir, loadMigrations, migrate, type ConsumerLogin, type MigrationResult, type Password } from '../runtime/migrations.ts';
 import { createLogger, describeError } from '../runtime/observability.ts';
 import { databaseClientConfig } from '../runtime/database.ts';
 
@@ -27,12 +27,17 @@ async function applyMigrations(): Promise<MigrateResult> {
     const config = loadConfig(process.env);
     const files = await loadMigrations(migrationsDir);
     if (files.length === 0) throw new Error(`no migration files in ${migrationsDir}: the asset was built without them`);
+    const application = await applicationLogin(config);
     // One client, not the pool: the advisory lock is per session and the run is a one-off.
     const result = await migrate(await databaseClientConfig(config), files, (line) => logger.info(line), {
       statementTimeoutMs: config.database.migrationStatementTimeoutMs,
       lockTimeoutMs: config.database.migrationLockTimeoutMs,
-      applicationRolePassword: await applicationRolePassword(config),
+      applicationRole: application?.username,
+      applicationRolePassword: application?.password,
       consumerLogins: await consumerLogins(config),
+      // A pipeline on an existing server (existingDatabase) names a database of its own: the first
+      // deploy creates it, or says it must exist when the owner login may not.
+      createDatabase: true,
     });
     logger.info('migrations done', { applied: result.applied, alreadyApplied: result.alreadyApplied.length, migrationsDir });
     return { ...result, migrationsDir };
@@ -56,11 +61,14 @@ async function passwordGetter(arn: string, region: string | undefined, role?: st
   return { username, password };
 }
 
-/** AWS: the password of the application secret (DB_APP_SECRET_ARN), which migrate sets on the role. */
-async function applicationRolePassword(config: RuntimeConfig): Promise<Password | undefined> {
+/**
+ * AWS: the application secret (DB_APP_SECRET_ARN): its username is this pipeline's application role
+ * (one per database, lib/database.ts applicationRoleFor), its password what migrate sets on it.
+ */
+async function applicationLogin(config: RuntimeConfig): Promise<{ username: string; password: Password } | undefined> {
   const arn = config.database.appSecretArn;
   if (!arn) return undefined;
-  return (await passwordGetter(arn, config.region, APPLICATION_ROLE)).password;
+  return passwordGetter(arn, config.region);
 }
 
 /**

@@ -23,7 +23,13 @@ export class MigrationError extends Error {
   override readonly name = 'MigrationError';
 }
 
-/** The data-only role charge, reconcile and ops connect as (migrations/003_application_role.sql). */
+/**
+ * The data-only role charge, reconcile and ops connect as (migrations/003_application_role.sql), as
+ * the migration files name it. A pipeline whose application role has another name (one per
+ * database: lib/database.ts applicationRoleFor) gets every grant the files make to this name handed
+ * over to its own role in the same transaction (handOverGrants), so that two pipelines
+ * on one server never share a login. Locally, and for the database named `charges`, it is the role.
+ */
 export const APPLICATION_ROLE = PIPELINE.applicationRole;
 
 export interface MigrateOptions {
@@ -35,8 +41,25 @@ export interface MigrateOptions {
    */
   readonly statementTimeoutMs?: number;
   readonly lockTimeoutMs?: number;
-  /** Set this password on APPLICATION_ROLE and let it log in (AWS: from the application secret). */
+  /** Set this password on the application role and let it log in (AWS: from the application secret). */
   readonly applicationRolePassword?: Password;
+  /**
+   * The application role of this database (AWS: the application secret's username). Another name
+   * than APPLICATION_ROLE gets, in each file's transaction, every privilege the files grant to
+   * APPLICATION_ROLE in this database, and APPLICATION_ROLE keeps none of them. With a password, the
+   * role is created if missing, may CONNECT to this database (and PUBLIC no longer may), and is
+   * refused if it may connect to another database of the server: that is another pipeline's role.
+   * @default APPLICATION_ROLE
+   */
+  readonly applicationRole?: string;
+  /**
+   * When the database does not exist: create it (CREATE DATABASE, connected to `maintenanceDatabase`
+   * as the same login) or refuse, saying it must exist. A login that may not create it is refused
+   * with the statement to run. @default false (refuse)
+   */
+  readonly createDatabase?: boolean;
+  /** The database to connect to for CREATE DATABASE. @default 'postgres' */
+  readonly maintenanceDatabase?: string;
   /**
    * Outcome consumers' own logins on this database (AWS: DB_CONSUMER_LOGINS): each role is created
    * if missing, may connect and create schemas, gets its password, and owns the schemas it names.
@@ -123,8 +146,11 @@ export async function migrate(
   if (!match) throw new MigrationError(`tracking table must be [schema.]name in lowercase identifiers, got ${JSON.stringify(table)}`);
   const statementTimeoutMs = options.statementTimeoutMs ?? 240_000;
   const lockTimeoutMs = options.lockTimeoutMs ?? 5_000;
-  const client = new pg.Client(typeof connection === 'string' ? { connectionString: connection } : connection);
-  await client.connect();
+  const applicationRole = options.applicationRole ?? APPLICATION_ROLE;
+  if (!SQL_IDENTIFIER.test(applicationRole)) throw new MigrationError(`the application role must be a lowercase identifier (${SQL_IDENTIFIER}), got ${JSON.stringify(applicationRole)}`);
+  const handOver = applicationRole !== APPLICATION_ROLE;
+  const config: pg.ClientConfig = typeof connection === 'string' ? { connectionString: connection } : connection;
+  const client = await connectCreatingDatabase(config, options);
   try {
     // The session's own statement limit (it also bounds the wait for another migrator's lock).
     await client.query(`SELECT set_config('statement_timeout', $1, false)`, [`${statementTimeoutMs}ms`]);
@@ -162,7 +188,14 @@ export async function migrate(
         await client.query('BEGIN');
         try {
           await client.query(`SELECT set_config('lock_timeout', $1, true)`, [`${lockTimeoutMs}ms`]);
+          // The files grant to and revoke from APPLICATION_ROLE (a REVOKE DELETE after the default
+          // privileges granted it, 006). So, in the file's transaction, the pipeline's role lends its
+          // privileges back to that name, the file runs as written, and the role takes them all
+          // again: no other session ever sees APPLICATION_ROLE hold anything in this database, whose
+          // login (the pipeline whose database is `charges`) would then reach it.
+          if (handOver) await handOverGrants(client, applicationRole, APPLICATION_ROLE);
           await client.query(file.sql);
+          if (handOver) await handOverGrants(client, APPLICATION_ROLE, applicationRole);
           await client.query(`INSERT INTO ${table} (name, checksum) VALUES ($1, $2)`, [file.name, file.checksum]);
           await client.query('COMMIT');
         } catch (error) {
@@ -170,8 +203,11 @@ export async function migrate(
           throw new MigrationError(`migration ${file.name} failed: ${explain(error, statementTimeoutMs, lockTimeoutMs)}`, { cause: error });
         }
       }
-      if (options.applicationRolePassword !== undefined) await setRolePassword(client, APPLICATION_ROLE, options.applicationRolePassword, 'application');
-      for (const login of options.consumerLogins ?? []) await provisionConsumerLogin(client, login);
+      if (options.applicationRolePassword !== undefined) {
+        await provisionApplicationRole(client, applicationRole);
+        await setRolePassword(client, applicationRole, options.applicationRolePassword, 'application');
+      }
+      for (const login of options.consumerLogins ?? []) await provisionConsumerLogin(client, login, applicationRole);
       return { applied: pending.map((file) => file.name), alreadyApplied: rows.map((row) => row.name) };
     } finally {
       await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]).catch(() => {});
@@ -190,6 +226,199 @@ function explain(error: unknown, statementTimeoutMs: number, lockTimeoutMs: numb
     return `${message} — a statement ran longer than MIGRATE_STATEMENT_TIMEOUT_MS (${statementTimeoutMs} ms); nothing of it was applied (raise the limit, or build the index CONCURRENTLY by hand)`;
   }
   return String(message ?? error);
+}
+
+const INVALID_CATALOG_NAME = '3D000';
+const DUPLICATE_DATABASE = '42P04';
+const UNIQUE_VIOLATION = '23505';
+const INSUFFICIENT_PRIVILEGE = '42501';
+
+/** The database named by `config`, or where `connectionString` points. */
+function databaseNameOf(config: pg.ClientConfig): string | undefined {
+  if (config.database) return config.database;
+  if (!config.connectionString) return undefined;
+  const name = decodeURIComponent(new URL(config.connectionString).pathname.replace(/^\//, ''));
+  return name === '' ? undefined : name;
+}
+
+/**
+ * Connect to the database to migrate. One that does not exist is created when the options say so
+ * (as the same login, from the maintenance database: a second pipeline on an existing server gets
+ * its own database on its first deploy), or refused with what to do. The name is checked against
+ * an identifier pattern and quoted: CREATE DATABASE takes no bind parameter.
+ */
+async function connectCreatingDatabase(config: pg.ClientConfig, options: MigrateOptions): Promise<pg.Client> {
+  const first = new pg.Client(config);
+  try {
+    await first.connect();
+    return first;
+  } catch (error) {
+    await first.end().catch(() => {});
+    if ((error as { code?: string }).code !== INVALID_CATALOG_NAME) throw error;
+  }
+  const name = databaseNameOf(config) ?? '(unnamed)';
+  const user = config.user ?? (config.connectionString ? decodeURIComponent(new URL(config.connectionString).username) : undefined) ?? 'the owner login';
+  if (!options.createDatabase) {
+    throw new MigrationError(`the database ${JSON.stringify(name)} does not exist: it must exist before the migrations run (CREATE DATABASE ${name} as ${user}, or a login that may)`);
+  }
+  if (!SQL_IDENTIFIER.test(name)) throw new MigrationError(`the database ${JSON.stringify(name)} does not exist, and a database this creates must be named by a lowercase identifier (${SQL_IDENTIFIER})`);
+  const maintenance = options.maintenanceDatabase ?? 'postgres';
+  const admin = new pg.Client(config.connectionString ? { ...config, connectionString: withDatabase(config.connectionString, maintenance) } : { ...config, database: maintenance });
+  await admin.connect();
+  try {
+    await admin.query(`CREATE DATABASE ${admin.escapeIdentifier(name)}`);
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    // Another migrator created it first: fine.
+    if (code !== DUPLICATE_DATABASE && code !== UNIQUE_VIOLATION) {
+      const why = code === INSUFFICIENT_PRIVILEGE ? `${user} may not create databases` : (error as Error).message;
+      throw new MigrationError(`the database ${JSON.stringify(name)} does not exist and creating it failed (${why}): create it first (CREATE DATABASE ${name} OWNER ${user}, as a login that may), then deploy again`, { cause: error });
+    }
+  } finally {
+    await admin.end();
+  }
+  const client = new pg.Client(config);
+  await client.connect();
+  return client;
+}
+
+function withDatabase(connectionString: string, database: string): string {
+  const url = new URL(connectionString);
+  url.pathname = `/${encodeURIComponent(database)}`;
+  return url.toString();
+}
+
+/**
+ * Hand every privilege `from` holds in this database to `to` (created NOLOGIN if missing) and take
+ * it from `from`: on tables, views and sequences, on columns, functions and schemas, the default
+ * privileges, and CONNECT / TEMPORARY on this database. Nothing when `from` does not exist. Names
+ * travel as settings and are quoted by format().
+ */
+async function handOverGrants(client: pg.Client, from: string, to: string): Promise<void> {
+  await client.query(`SELECT set_config('charges.template_role', $1, true), set_config('charges.target_role', $2, true)`, [from, to]);
+  await client.query(`DO $$
+  DECLARE
+    template_role text := current_setting('charges.template_role');
+    target_role text := current_setting('charges.target_role');
+    template_oid oid;
+    item record;
+  BEGIN
+    SELECT oid INTO template_oid FROM pg_roles WHERE rolname = template_role;
+    IF template_oid IS NULL OR template_role = target_role THEN RETURN; END IF;
+    BEGIN
+      EXECUTE format('CREATE ROLE %I NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION NOBYPASSRLS', target_role);
+    EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+    END;
+    FOR item IN
+      SELECT n.nspname, c.relname, CASE WHEN c.relkind = 'S' THEN 'SEQUENCE' ELSE 'TABLE' END AS kind,
+             string_agg(DISTINCT a.privilege_type, ', ') AS privileges
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace CROSS JOIN LATERAL aclexplode(c.relacl) a
+       WHERE a.grantee = template_oid GROUP BY n.nspname, c.relname, c.relkind
+    LOOP
+      EXECUTE format('GRANT %s ON %s %I.%I TO %I', item.privileges, item.kind, item.nspname, item.relname, target_role);
+      EXECUTE format('REVOKE ALL ON %s %I.%I FROM %I', item.kind, item.nspname, item.relname, template_role);
+    END LOOP;
+    FOR item IN
+      SELECT n.nspname, c.relname, t.attname, string_agg(DISTINCT a.privilege_type, ', ') AS privileges
+        FROM pg_attribute t JOIN pg_class c ON c.oid = t.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace CROSS JOIN LATERAL aclexplode(t.attacl) a
+       WHERE a.grantee = template_oid GROUP BY n.nspname, c.relname, t.attname
+    LOOP
+      EXECUTE format('GRANT %s (%I) ON TABLE %I.%I TO %I', item.privileges, item.attname, item.nspname, item.relname, target_role);
+      EXECUTE format('REVOKE ALL (%I) ON TABLE %I.%I FROM %I', item.attname, item.nspname, item.relname, template_role);
+    END LOOP;
+    FOR item IN
+      SELECT p.oid::regprocedure::text AS signature, string_agg(DISTINCT a.privilege_type, ', ') AS privileges
+        FROM pg_proc p CROSS JOIN LATERAL aclexplode(p.proacl) a
+       WHERE a.grantee = template_oid GROUP BY p.oid
+    LOOP
+      EXECUTE format('GRANT %s ON FUNCTION %s TO %I', item.privileges, item.signature, target_role);
+      EXECUTE format('REVOKE ALL ON FUNCTION %s FROM %I', item.signature, template_role);
+    END LOOP;
+    FOR item IN
+      SELECT n.nspname, string_agg(DISTINCT a.privilege_type, ', ') AS privileges
+        FROM pg_namespace n CROSS JOIN LATERAL aclexplode(n.nspacl) a
+       WHERE a.grantee = template_oid GROUP BY n.nspname
+    LOOP
+      EXECUTE format('GRANT %s ON SCHEMA %I TO %I', item.privileges, item.nspname, target_role);
+      EXECUTE format('REVOKE ALL ON SCHEMA %I FROM %I', item.nspname, template_role);
+    END LOOP;
+    FOR item IN
+      SELECT pg_get_userbyid(d.defaclrole) AS owner, n.nspname,
+             CASE d.defaclobjtype WHEN 'r' THEN 'TABLES' WHEN 'S' THEN 'SEQUENCES' WHEN 'f' THEN 'FUNCTIONS' WHEN 'T' THEN 'TYPES' WHEN 'n' THEN 'SCHEMAS' END AS kind,
+             string_agg(DISTINCT a.privilege_type, ', ') AS privileges
+        FROM pg_default_acl d LEFT JOIN pg_namespace n ON n.oid = d.defaclnamespace CROSS JOIN LATERAL aclexplode(d.defaclacl) a
+       WHERE a.grantee = template_oid GROUP BY d.defaclrole, n.nspname, d.defaclobjtype
+    LOOP
+      IF item.nspname IS NULL THEN
+        EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I GRANT %s ON %s TO %I', item.owner, item.privileges, item.kind, target_role);
+        EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I REVOKE ALL ON %s FROM %I', item.owner, item.kind, template_role);
+      ELSE
+        EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA %I GRANT %s ON %s TO %I', item.owner, item.nspname, item.privileges, item.kind, target_role);
+        EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA %I REVOKE ALL ON %s FROM %I', item.owner, item.nspname, item.kind, template_role);
+      END IF;
+    END LOOP;
+    FOR item IN
+      SELECT string_agg(DISTINCT a.privilege_type, ', ') AS privileges
+        FROM pg_database d CROSS JOIN LATERAL aclexplode(d.datacl) a
+       WHERE d.datname = current_database() AND a.grantee = template_oid HAVING count(*) > 0
+    LOOP
+      EXECUTE format('GRANT %s ON DATABASE %I TO %I', item.privileges, current_database(), target_role);
+      EXECUTE format('REVOKE ALL ON DATABASE %I FROM %I', current_database(), template_role);
+    END LOOP;
+  END $$`);
+}
+
+/**
+ * The application role's login on this database, before its password (in one transaction):
+ *   1. the role, created NOLOGIN if missing; one with an attribute or a role membership is refused;
+ *   2. what the migration files granted to APPLICATION_ROLE here, handed over (another name only);
+ *   3. CONNECT on this database for the role and for the login running this, none for PUBLIC: PUBLIC
+ *      may connect to every new database, so another pipeline's role could open this one;
+ *   4. refused if the role may connect to (or owns) another database of the server by name: roles
+ *      are cluster-wide, so that is another pipeline's role — setting the password would break its
+ *      logins, and the role would reach both databases;
+ *   5. its search path in this database pinned to public (runtime/database.ts pins it per session too).
+ */
+async function provisionApplicationRole(client: pg.Client, role: string): Promise<void> {
+  await client.query('BEGIN');
+  try {
+    if (role !== APPLICATION_ROLE) await handOverGrants(client, APPLICATION_ROLE, role);
+    await client.query(`SELECT set_config('charges.application_role', $1, true)`, [role]);
+    await client.query(`DO $$
+    DECLARE
+      app text := current_setting('charges.application_role');
+      app_oid oid;
+      elsewhere text;
+    BEGIN
+      IF app = current_user THEN
+        RAISE EXCEPTION 'the application role % is the login running the migrations: give the pipeline a role of its own', app;
+      END IF;
+      BEGIN
+        EXECUTE format('CREATE ROLE %I NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION NOBYPASSRLS', app);
+      EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+      END;
+      SELECT oid INTO app_oid FROM pg_roles WHERE rolname = app;
+      IF EXISTS (SELECT FROM pg_roles WHERE oid = app_oid AND (rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls))
+         OR EXISTS (SELECT FROM pg_auth_members WHERE member = app_oid) THEN
+        RAISE EXCEPTION 'the role % already exists with an attribute or a role membership: an application role has neither (drop or rename it)', app;
+      END IF;
+      SELECT string_agg(format('%I', d.datname), ', ' ORDER BY d.datname) INTO elsewhere
+        FROM pg_database d
+       WHERE d.datname <> current_database()
+         AND (d.datdba = app_oid OR EXISTS (SELECT FROM aclexplode(d.datacl) a WHERE a.grantee = app_oid AND a.privilege_type = 'CONNECT'));
+      IF elsewhere IS NOT NULL THEN
+        RAISE EXCEPTION 'the role % may connect to another database of this server too (%): roles are server-wide, so it is another pipeline''s application role, whose password this run would replace; give this pipeline a database of its own (existingDatabase.databaseName; its role is <databaseName>_app), or revoke CONNECT on those from it', app, elsewhere;
+      END IF;
+      EXECUTE format('GRANT CONNECT ON DATABASE %I TO %I', current_database(), app);
+      EXECUTE format('GRANT CONNECT ON DATABASE %I TO %I', current_database(), current_user);
+      EXECUTE format('REVOKE CONNECT ON DATABASE %I FROM PUBLIC', current_database());
+      EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = public', app, current_database());
+    END $$`);
+    await client.query('COMMIT');
+  } catch (error) {
+    await client.query('ROLLBACK');
+    throw new MigrationError(`provisioning the application role ${role} failed: ${(error as Error).message}`, { cause: error });
+  }
 }
 
 /**
@@ -233,10 +462,10 @@ async function setRolePassword(client: pg.Client, role: string, passwordOrGetter
  *      as the owner);
  *   5. its password and LOGIN (setRolePassword).
  */
-async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): Promise<void> {
+async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin, applicationRole: string): Promise<void> {
   const problems: string[] = [];
   if (!SQL_IDENTIFIER.test(login.role)) problems.push(`the consumer role must be a lowercase identifier, got ${JSON.stringify(login.role)}`);
-  if (login.role === APPLICATION_ROLE) problems.push(`a consumer may not log in as the application role ${APPLICATION_ROLE}`);
+  if (login.role === APPLICATION_ROLE || login.role === applicationRole) problems.push(`a consumer may not log in as the application role ${login.role}`);
   if (login.schemas.length === 0) problems.push(`the consumer role ${login.role} names no schema of its own`);
   for (const schema of login.schemas) {
     if (!isConsumerSchemaName(schema)) problems.push(`the consumer schema must be a lowercase identifier other than public and pg_*, got ${JSON.stringify(schema)}`);
@@ -246,7 +475,7 @@ async function provisionConsumerLogin(client: pg.Client, login: ConsumerLogin): 
   try {
     await client.query(
       `SELECT set_config('charges.consumer_role', $1, true), set_config('charges.consumer_schemas', $2, true), set_config('charges.application_role', $3, true)`,
-      [login.role, login.schemas.join(','), APPLICATION_ROLE],
+      [login.role, login.schemas.join(','), applicationRole],
     );
     await client.query(`DO $$
     DECLARE

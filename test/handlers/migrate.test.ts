@@ -190,6 +190,29 @@ describe('migrate handler: the outcome consumers\' logins (DB_CONSUMER_LOGINS)',
     expect(await loginAs('after-rotation-00000006')).toBe(role);
   });
 
+  it('gives the application secret’s password to the role that secret names (the pipeline’s own, <databaseName>_app), created by this run', async () => {
+    const appRole = `${role}_app`;
+    roles.push(appRole);
+    fakeSecrets().put(arn, secretOf('consumer-password-00007'));
+    fakeSecrets().put(`${arn}-app`, JSON.stringify({ username: appRole, password: 'app-password-0000000008' }));
+    process.env.DB_APP_SECRET_ARN = `${arn}-app`;
+    try {
+      await handler({}, lambdaContext(60_000, 'migrate'));
+    } finally {
+      delete process.env.DB_APP_SECRET_ARN;
+    }
+    const u = new URL(url);
+    u.username = appRole;
+    u.password = 'app-password-0000000008';
+    const client = new pg.Client({ connectionString: u.toString() });
+    await client.connect();
+    try {
+      expect((await client.query('SELECT current_user AS user, count(*)::int AS n FROM payment_operations')).rows).toEqual([{ user: appRole, n: 0 }]);
+    } finally {
+      await client.end();
+    }
+  });
+
   it('throws, failing the deploy, on a secret without a username or password, or one it cannot read', async () => {
     fakeSecrets().put(arn, secretOf('some-password-00000003', null));
     await expect(handler({}, lambdaContext(60_000, 'migrate'))).rejects.toThrow(/the login secret .* must hold a username and a password/);

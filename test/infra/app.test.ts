@@ -12,6 +12,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { PIPELINE } from '../../lambdas/runtime/settings.ts';
 import { ALARM_CATALOG } from '../../lib/alarm-catalog.ts';
 import { PROJECT_ROOT } from '../../lib/pipeline-function.ts';
+import { ChargePipelineStack } from '../../lib/charge-pipeline-stack.ts';
+import { acknowledgeAppFindings } from '../../bin/acknowledgements.ts';
 import { CDK_JSON, logicalId, newApp, ofType, removeSynthOutput, synthDefaultApp, synthPipeline } from './support.ts';
 
 afterAll(removeSynthOutput);
@@ -57,6 +59,14 @@ describe('docs/deploy.md', () => {
 });
 
 describe('the default stack', () => {
+  it('dev uses the construct’s dev profile (single-AZ, one NAT gateway); prod the production one, with the ops function’s concurrency reserved', () => {
+    const db = (s: typeof dev) => s.resources[logicalId(s.pipeline.database!)]!.Properties!;
+    expect(db(dev).MultiAZ).toBe(false);
+    expect(ofType(dev.resources, 'AWS::EC2::NatGateway')).toHaveLength(1);
+    expect(dev.resources[logicalId(dev.pipeline.opsFunction)]!.Properties!.ReservedConcurrentExecutions).toBeUndefined();
+    expect(db(prod).MultiAZ).toBe(true);
+    expect(prod.resources[logicalId(prod.pipeline.opsFunction)]!.Properties!.ReservedConcurrentExecutions).toBe(2);
+  });
 
   it('is named after the environment, and so are its queues, bus and dashboard', () => {
     expect(dev.stack.stackName).toBe('ChargePipeline-dev');
@@ -157,6 +167,8 @@ describe('cdk-nag AwsSolutions', () => {
       synthPipeline({ stripeEvents: 'eventbridge', stripePartnerEventBusName: 'aws.partner/stripe.com/ed_test_61SZqWQdxLbHL7HgR16S' }),
     ],
   ])('has no unacknowledged finding in %s', (_label, synthesized) => {
+    // An embedding app opts in to the construct's design findings (synthDefaultApp does what bin/app.ts does).
+    if (!(synthesized.stack instanceof ChargePipelineStack)) acknowledgeAppFindings(synthesized.app, synthesized.pipeline, 'embedded');
     expect(findings(synthesized.app)).toEqual([]);
   });
 

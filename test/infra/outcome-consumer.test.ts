@@ -11,6 +11,7 @@ import * as events from 'aws-cdk-lib/aws-events';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { AwsSolutionsChecks } from 'cdk-nag';
+import { acknowledgeAppFindings } from '../../bin/acknowledgements.ts';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CONSUMER_ALARM_CATALOG } from '../../lib/alarm-catalog.ts';
 import { ChargePipeline } from '../../lib/charge-pipeline.ts';
@@ -30,6 +31,7 @@ function synthApp(context: Record<string, unknown>, builtinValidation = false) {
   const receipts = receiptNotifierFromContext((key) => app.node.tryGetContext(key));
   const stack = new ChargePipelineStack(app, stackNameFor(settings.environment), { settings });
   const notifier = receipts ? addReceiptNotifier(stack, stack.pipeline, receipts) : null;
+  acknowledgeAppFindings(app, stack.pipeline, settings.environment);
   const template = Template.fromStack(stack);
   return { app, stack, notifier, resources: template.toJSON().Resources as Record<string, CfnResource> };
 }

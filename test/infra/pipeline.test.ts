@@ -82,6 +82,35 @@ describe('intake', () => {
       }
     });
 
+    it('keeps the DLQ (charge requests parked for a human) when the stack is deleted, unless the removal policy is DESTROY', () => {
+      expect(dlq).toMatchObject({ DeletionPolicy: 'Retain', UpdateReplacePolicy: 'Retain' });
+      // The intake queue goes with the stack (drain it first), unless RETAIN: a kept queue nobody
+      // reads would take producers' requests silently.
+      expect(queue).toMatchObject({ DeletionPolicy: 'Delete' });
+      const kept = synthPipeline({ removalPolicy: cdk.RemovalPolicy.RETAIN });
+      expect(kept.resources[logicalId(kept.pipeline.deadLetterQueue)]).toMatchObject({ DeletionPolicy: 'Retain' });
+      expect(kept.resources[logicalId(kept.pipeline.queue)]).toMatchObject({ DeletionPolicy: 'Retain' });
+      const throwaway = synthPipeline({ removalPolicy: cdk.RemovalPolicy.DESTROY });
+      expect(throwaway.resources[logicalId(throwaway.pipeline.deadLetterQueue)]).toMatchObject({ DeletionPolicy: 'Delete' });
+    });
+
+    it('says how long a request waits for the charge function (4 days unless configured), and refuses what SQS would', () => {
+      expect(queue.Properties!.MessageRetentionPeriod).toBe(4 * 24 * 3600);
+      const longer = synthPipeline({ queueRetentionPeriod: cdk.Duration.days(14) });
+      expect(longer.resources[logicalId(longer.pipeline.queue)]!.Properties!.MessageRetentionPeriod).toBe(14 * 24 * 3600);
+      expect(() => synthPipeline({ queueRetentionPeriod: cdk.Duration.days(15) })).toThrow(/queueRetentionPeriod must be from 1 minute to 14 days/);
+    });
+
+    it('lets only the intake queue use the DLQ when the intake queue has a name (RedriveAllowPolicy byQueue)', () => {
+      const named = synthPipeline({ queueName: 'x-requests.fifo' });
+      expect(named.resources[logicalId(named.pipeline.deadLetterQueue)]!.Properties!.RedriveAllowPolicy).toEqual({
+        redrivePermission: 'byQueue',
+        sourceQueueArns: [{ 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':sqs:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, ':x-requests.fifo']] }],
+      });
+      // A name CloudFormation generates cannot be referred to without a cycle (the queue refers to the DLQ).
+      expect(dlq.Properties!.RedriveAllowPolicy).toBeUndefined();
+    });
+
     it('takes configured names and receive count', () => {
       const { pipeline: p, resources: r } = synthPipeline({
         queueName: 'x-requests.fifo',
@@ -269,8 +298,27 @@ describe('functions', () => {
       }
     });
 
-    it('bound the ops function\'s concurrency: an operator loop cannot take the charge path\'s connections', () => {
-      expect(fn('ops').Properties!.ReservedConcurrentExecutions).toBe(2);
+    it('reserve no concurrency for the ops function unless asked (a reservation fails the deploy in a small account), and bound it when asked', () => {
+      expect(fn('ops').Properties!.ReservedConcurrentExecutions).toBeUndefined();
+      const bounded = synthPipeline({ opsReservedConcurrency: 2 });
+      expect(bounded.resources[logicalId(bounded.pipeline.opsFunction)]!.Properties!.ReservedConcurrentExecutions).toBe(2);
+      expect(() => synthPipeline({ opsReservedConcurrency: 0 })).toThrow(/opsReservedConcurrency must be an integer from 1 to 1000, got 0/);
+    });
+
+    it('trace with X-Ray when asked (active tracing and the two actions it needs), not by default', () => {
+      expect(fn('charge').Properties!.TracingConfig).toBeUndefined();
+      const traced = synthPipeline({ tracing: true });
+      for (const f of [traced.pipeline.chargeFunction, traced.pipeline.reconcileFunction, traced.pipeline.opsFunction, traced.pipeline.migrateFunction, traced.pipeline.stripeEvents!.function]) {
+        expect(traced.resources[logicalId(f)]!.Properties!.TracingConfig).toEqual({ Mode: 'Active' });
+        const role = logicalId(f.role!);
+        const statements = policyStatements(traced.resources).filter(({ owner, statement }) => JSON.stringify(traced.resources[owner]!.Properties!.Roles ?? []).includes(role) && JSON.stringify(statement.Action).includes('xray:'));
+        expect(statements.map(({ statement }) => statement)).toEqual([expect.objectContaining({ Action: ['xray:PutTelemetryRecords', 'xray:PutTraceSegments'], Resource: '*' })]);
+      }
+    });
+
+    it('are connectable as one security group (the pipeline is an ec2.IConnectable)', () => {
+      const { pipeline: p } = base;
+      expect(p.connections.securityGroups).toEqual([p.functionsSecurityGroup]);
     });
 
     it('write to their own log groups with a retention', () => {
@@ -413,11 +461,12 @@ describe('outcome events', () => {
       expect(ofType(longer.resources, 'AWS::Events::Archive')[0]![1].Properties!.RetentionDays).toBe(365);
     });
 
-    it('reach an example consumer queue through a rule, with a dead-letter queue for failed deliveries', () => {
+    it('reach an example consumer queue through a rule when asked, with a dead-letter queue for failed deliveries', () => {
+      const { pipeline, resources } = synthPipeline({ exampleConsumer: true });
       const [[, rule]] = ofType(resources, 'AWS::Events::Rule') as [[string, CfnResource]];
       const consumer = logicalId(pipeline.exampleConsumerQueue!);
       expect(rule.Properties).toMatchObject({
-        EventBusName: { Ref: busId },
+        EventBusName: { Ref: logicalId(pipeline.eventBus) },
         EventPattern: { source: [PIPELINE.eventSource], 'detail-type': [...OUTCOME_DETAIL_TYPES] },
         State: 'ENABLED',
       });
@@ -431,8 +480,10 @@ describe('outcome events', () => {
       expect(resources[dlqId]!.Properties).toMatchObject({ SqsManagedSseEnabled: true });
     });
 
-    it('follow the configured source, and the example consumer can be left out', () => {
-      const custom = synthPipeline({ eventSource: 'acme.payments', exampleConsumer: false });
+    it('follow the configured source, and the example consumer is off unless asked (a queue nobody reads, in production)', () => {
+      expect(pipeline.exampleConsumerQueue).toBeUndefined();
+      expect(ofType(resources, 'AWS::Events::Rule')).toHaveLength(0);
+      const custom = synthPipeline({ eventSource: 'acme.payments' });
       expect(ofType(custom.resources, 'AWS::Events::Rule')).toHaveLength(0);
       expect(custom.pipeline.exampleConsumerQueue).toBeUndefined();
       expect(ofType(custom.resources, 'AWS::Events::Archive')[0]![1].Properties!.EventPattern).toEqual({ source: ['acme.payments'] });
@@ -605,7 +656,7 @@ describe('database and network', () => {
         StorageEncrypted: true,
         StorageType: 'gp3',
         PubliclyAccessible: false,
-        MultiAZ: false,
+        MultiAZ: true,
         BackupRetentionPeriod: 7,
         DeletionProtection: true,
         DBName: 'charges',
@@ -725,10 +776,10 @@ describe('database and network', () => {
   });
 
   describe('the network', () => {
-    it('has one NAT gateway by default, two when asked, and records its flows', () => {
-      expect(ofType(resources, 'AWS::EC2::NatGateway')).toHaveLength(1);
+    it('has a NAT gateway per AZ by default, one when asked, and records its flows', () => {
+      expect(ofType(resources, 'AWS::EC2::NatGateway')).toHaveLength(2);
       expect(ofType(resources, 'AWS::EC2::FlowLog')).toHaveLength(1);
-      expect(ofType(synthPipeline({ natGateways: 2 }).resources, 'AWS::EC2::NatGateway')).toHaveLength(2);
+      expect(ofType(synthPipeline({ natGateways: 1 }).resources, 'AWS::EC2::NatGateway')).toHaveLength(1);
     });
 
     it('can be a VPC the user brings', () => {

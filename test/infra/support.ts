@@ -12,6 +12,7 @@ import { ChargePipeline, type ChargePipelineProps } from '../../lib/charge-pipel
 import { ChargePipelineStack, stackNameFor } from '../../lib/charge-pipeline-stack.ts';
 import { settingsFromContext } from '../../lib/config.ts';
 import { PROJECT_ROOT } from '../../lib/pipeline-function.ts';
+import { acknowledgeAppFindings } from '../../bin/acknowledgements.ts';
 
 export const CDK_JSON = JSON.parse(readFileSync(path.join(PROJECT_ROOT, 'cdk.json'), 'utf8')) as {
   app: string;
@@ -85,6 +86,8 @@ export function synthDefaultApp(context: Record<string, unknown> = {}, options: 
     settings,
     tags: { application: 'charge-pipeline', environment: settings.environment },
   });
+  // What bin/app.ts acknowledges (the construct acknowledges nothing itself).
+  acknowledgeAppFindings(app, stack.pipeline, settings.environment);
   return finish(app, stack, stack.pipeline);
 }
 

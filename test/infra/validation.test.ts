@@ -4,6 +4,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ChargePipeline, type ChargePipelineProps } from '../../lib/charge-pipeline.ts';
 import { DeploymentSettingsError, ENVIRONMENTS_CONTEXT_KEY, settingsFromContext } from '../../lib/config.ts';
 import { ChargePipelinePropsError } from '../../lib/validation.ts';
+import { OutcomeConsumer } from '../../lib/outcome-consumer.ts';
 import { newApp, removeSynthOutput } from './support.ts';
 
 afterAll(removeSynthOutput);
@@ -181,5 +182,41 @@ describe('deployment settings from CDK context', () => {
     expect(() =>
       settingsFromContext((key) => (key === ENVIRONMENTS_CONTEXT_KEY ? { dev: { natGateway: 1 } } : undefined)),
     ).toThrow(/charge-pipeline:environments.dev has an unknown setting 'natGateway'/);
+  });
+});
+
+describe('validation errors are CDK ValidationErrors', () => {
+  it('the pipeline’s props, a consumer login and an OutcomeConsumer’s props: cdk.Errors.isValidationError, at the construct’s path, every problem listed', () => {
+    const caught = (work: () => unknown): unknown => {
+      try {
+        work();
+      } catch (error) {
+        return error;
+      }
+      throw new Error('expected a throw');
+    };
+    const props = caught(() => build({ natGateways: 0, chargeMaxConcurrency: 1 })) as ChargePipelinePropsError;
+    expect(cdk.Errors.isValidationError(props)).toBe(true);
+    expect(props).toBeInstanceOf(ChargePipelinePropsError);
+    expect(props.problems).toHaveLength(2);
+    expect(props.constructPath).toBe('Validation/Charges');
+    const pipeline = build({});
+    const login = caught(() => pipeline.addConsumerDatabaseLogin('X', { role: 'Bad Role', schemas: [] }));
+    expect(cdk.Errors.isValidationError(login)).toBe(true);
+    expect(String((login as Error).message)).toMatch(/Invalid consumer database login \(X\):\n {2}- role must be a lowercase identifier/);
+    const consumer = caught(
+      () =>
+        new OutcomeConsumer(cdk.Stack.of(pipeline), 'Bad', {
+          consumerName: 'Bad Name',
+          policy: 'at-least-once',
+          eventBus: pipeline.eventBus,
+          detailTypes: ['Charge Succeeded'],
+          vpc: pipeline.vpc,
+          securityGroup: pipeline.functionsSecurityGroup,
+          databaseSecret: pipeline.databaseSecret,
+        }),
+    );
+    expect(cdk.Errors.isValidationError(consumer)).toBe(true);
+    expect(String((consumer as Error).message)).toMatch(/consumerName must match[\s\S]*give exactly one of entry .* and code/);
   });
 });

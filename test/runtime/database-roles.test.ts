@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ChargeEngine } from '../../lambdas/payments/engine.ts';
 import { CredentialRefreshingPool, databaseClientConfig, INVALID_PASSWORD, startupOptions } from '../../lambdas/runtime/database.ts';
 import { loadConfig } from '../../lambdas/runtime/config.ts';
-import { APPLICATION_ROLE, loadMigrations, migrate, MigrationError, scramVerifier, type MigrationFile } from '../../lambdas/runtime/migrations.ts';
+import { loadMigrations, migrate, MigrationError, scramVerifier, type MigrationFile } from '../../lambdas/runtime/migrations.ts';
 import { runReconcile } from '../../lambdas/reconcile/sweep.ts';
 import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
 import { inboxGauges, listFindings, resolveFinding } from '../../lambdas/payments/inbox-store.ts';
@@ -26,6 +26,9 @@ import { chargeOrder } from '../support/orders.ts';
 import { startStripe, type StripeHarness } from '../support/stripe.ts';
 
 const PASSWORD = `app-${randomBytes(12).toString('hex')}`;
+// The pipeline's own application role (one per database: roles are server-wide, and charges_app may
+// connect to the suite's other databases, which migrate refuses for a role it gives a password).
+const APPLICATION_ROLE = `roles_app_${randomBytes(4).toString('hex')}`;
 let name: string;
 let ownerUrl: string;
 let appUrl: string;
@@ -37,7 +40,7 @@ beforeAll(async () => {
   await createDatabase(inject('pgAdminUrl'), name);
   ownerUrl = databaseUrl(name);
   // What the migrate function does on AWS: the migrations, then the password from the app secret.
-  await migrate(ownerUrl, await loadMigrations('migrations'), () => {}, { applicationRolePassword: PASSWORD });
+  await migrate(ownerUrl, await loadMigrations('migrations'), () => {}, { applicationRole: APPLICATION_ROLE, applicationRolePassword: PASSWORD });
   const url = new URL(ownerUrl);
   url.username = APPLICATION_ROLE;
   url.password = PASSWORD;
@@ -52,6 +55,7 @@ afterAll(async () => {
   const admin = new pg.Client({ connectionString: inject('pgAdminUrl') });
   await admin.connect();
   await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  await admin.query(`DROP ROLE IF EXISTS ${APPLICATION_ROLE}`);
   await admin.end();
 });
 
@@ -132,8 +136,15 @@ describe('the runtime pool\'s search path', () => {
     await owner.connect();
     const path = async (pool: pg.Pool) => (await pool.query<{ search_path: string }>('SHOW search_path')).rows[0]!.search_path;
     try {
-      // Without a pin (this database provisioned no consumer login), a plain connection has the default.
-      expect(await path(app)).toBe('"$user", public');
+      // migrate pins the role's search path in its database; without that pin, a plain connection
+      // has the default, and the runtime's connections still resolve in public.
+      await owner.query(`ALTER ROLE ${APPLICATION_ROLE} IN DATABASE ${name} RESET search_path`);
+      const plain = new pg.Pool({ connectionString: appUrl, max: 1 });
+      try {
+        expect(await path(plain)).toBe('"$user", public');
+      } finally {
+        await plain.end();
+      }
       expect(await path(pinned)).toBe('public');
       await owner.query(`ALTER ROLE ${APPLICATION_ROLE} IN DATABASE ${name} SET search_path = public`);
       await owner.query(`ALTER ROLE ${APPLICATION_ROLE} IN DATABASE ${name} RESET search_path`);
@@ -226,8 +237,11 @@ describe('a rotated password', () => {
     owner = new pg.Client({ connectionString: ownerUrl });
     await owner.connect();
     await owner.query(`CREATE ROLE ${role} LOGIN PASSWORD '${scramVerifier('first-password-0001')}'`);
+    // PUBLIC may not connect to a pipeline's database (migrate revokes it): a login is granted CONNECT.
+    await owner.query(`GRANT CONNECT ON DATABASE ${name} TO ${role}`);
   });
   afterAll(async () => {
+    await owner.query(`REVOKE CONNECT ON DATABASE ${name} FROM ${role}`);
     await owner.query(`DROP ROLE IF EXISTS ${role}`);
     await owner.end();
   });
