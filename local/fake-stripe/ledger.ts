@@ -44,7 +44,7 @@ export class Ledger {
     while (this.#byId.has(id)) id = randomId('pi_', 24);
     const lastPaymentError: LastPaymentError | null =
       outcome.kind === 'decline'
-        ? { type: 'card_error', code: 'card_declined', decline_code: outcome.declineCode, message: outcome.message }
+        ? { type: 'card_error', code: outcome.code, decline_code: outcome.declineCode, message: outcome.message }
         : null;
     const pi: PaymentIntentJson = {
       id,

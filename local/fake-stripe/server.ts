@@ -671,7 +671,7 @@ class FakeStripeServer implements FakeStripe {
       const declined: ErrorEnvelope = {
         error: {
           type: 'card_error',
-          code: 'card_declined',
+          code: outcome.code,
           decline_code: outcome.declineCode,
           message: outcome.message,
           param: '',
@@ -832,6 +832,8 @@ class FakeStripeServer implements FakeStripe {
         return this.#send(x, 401, errors.invalidApiKey(header(x.req, 'authorization')?.replace(/^Bearer\s+/i, '') ?? ''));
       case 'permission_403':
         return this.#send(x, 403, errors.permission());
+      case 'lock_timeout_429':
+        return this.#send(x, 429, errors.lockTimeout(), { 'Stripe-Should-Retry': 'true' });
       default:
         throw new Error(`not a gate fault: ${kind}`);
     }
@@ -988,7 +990,12 @@ class FakeStripeServer implements FakeStripe {
     await this.#payLatency(x);
     if (this.#stale(x)) return this.#drop(x);
     if (x.res.destroyed || x.req.socket.destroyed) return this.#finish(x, 'aborted');
-    x.res.writeHead(status, this.#headers(x, extraHeaders, stripeHeaders));
+    // Stripe's own 500 says "do not retry": the idempotency layer would replay it anyway. stripe-node
+    // reads the header before its own 409 / 5xx rules (RequestSender._shouldRetry, stripe@23.1.0: "we
+    // expect the stripe-should-retry header to be false in most cases when a 500 is returned"), so a
+    // 500 costs one HTTP attempt, not 1 + maxNetworkRetries. A proxy's 502 carries no Stripe headers.
+    const retryHeader: Record<string, string> = stripeHeaders && status === 500 ? { 'Stripe-Should-Retry': 'false' } : {};
+    x.res.writeHead(status, this.#headers(x, { ...retryHeader, ...extraHeaders }, stripeHeaders));
     x.res.end(typeof body === 'string' ? body : JSON.stringify(body));
     this.#finish(x, status);
   }

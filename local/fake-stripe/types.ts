@@ -20,9 +20,9 @@ export const FAULT_KINDS = [
   'decline',
   /** PaymentIntent created with status 'processing' (settles later); on a refund create: the Refund is 'pending'. */
   'processing',
-  /** authentication_error; nothing executed or cached. */
+  /** 401 (an invalid_request_error on the wire; stripe-node's StripeAuthenticationError); nothing executed or cached. */
   'unauthorized_401',
-  /** permission_error; nothing executed or cached. */
+  /** 403 (an invalid_request_error on the wire; stripe-node's StripePermissionError); nothing executed or cached. */
   'permission_403',
   // Added beyond the brief (scripted use only, in no profile):
   /**
@@ -57,6 +57,14 @@ export const FAULT_KINDS = [
    * LATER commit (lateCommitMs, or commitLate()) makes the object and stores its answer for the key.
    */
   'in_flight_then_commit',
+  /**
+   * A 429 `lock_timeout` with `Stripe-Should-Retry: true`: another request or Stripe process held the
+   * object's lock too long (docs.stripe.com/rate-limits, "lock timeouts"; docs.stripe.com/error-codes
+   * lock_timeout). Before the idempotency layer: nothing executed, nothing cached — and stripe-node
+   * retries it (the header comes before its own rules), unlike a rate-limit 429. (Scripted use and
+   * random rates; in no profile.)
+   */
+  'lock_timeout_429',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
