@@ -24,6 +24,7 @@ interface Entry {
   readonly seq: number;
   createdAtMs: number;
   readonly idempotencyKey: string | null;
+  readonly requestId: string | null;
 }
 
 /** Statuses from which Stripe still moves a PaymentIntent on its own or on confirmation. */
@@ -39,7 +40,7 @@ export class Ledger {
   #byId = new Map<string, Entry>();
   #seq = 0;
 
-  create(params: CreateParams, outcome: CardOutcome, idempotencyKey: string | null, nowMs: number): PaymentIntentJson {
+  create(params: CreateParams, outcome: CardOutcome, idempotencyKey: string | null, nowMs: number, requestId: string | null = null): PaymentIntentJson {
     let id = randomId('pi_', 24);
     while (this.#byId.has(id)) id = randomId('pi_', 24);
     const lastPaymentError: LastPaymentError | null =
@@ -64,7 +65,7 @@ export class Ledger {
       last_payment_error: lastPaymentError,
     };
     this.#seq += 1;
-    this.#byId.set(id, { pi, seq: this.#seq, createdAtMs: nowMs, idempotencyKey });
+    this.#byId.set(id, { pi, seq: this.#seq, createdAtMs: nowMs, idempotencyKey, requestId });
     return pi;
   }
 
@@ -147,7 +148,7 @@ export class Ledger {
       .filter((e) => filter.operationId === undefined || e.pi.metadata.operation_id === filter.operationId)
       .filter((e) => filter.orderId === undefined || e.pi.metadata.order_id === filter.orderId)
       .sort((a, b) => a.seq - b.seq)
-      .map((e) => ({ ...structuredClone(e.pi), idempotencyKey: e.idempotencyKey, createdAtMs: e.createdAtMs }));
+      .map((e) => ({ ...structuredClone(e.pi), idempotencyKey: e.idempotencyKey, createdAtMs: e.createdAtMs, requestId: e.requestId }));
   }
 
   countByStatus(): Record<PaymentIntentStatus, number> {

@@ -213,6 +213,8 @@ export interface PaymentIntentRecord extends PaymentIntentJson {
   readonly idempotencyKey: string | null;
   /** Creation time in epoch milliseconds (what searchLagMs is measured from). */
   readonly createdAtMs: number;
+  /** The Request-Id of the API request that created it (its events' `request.id`); null when not made by an API request. */
+  readonly requestId?: string | null;
 }
 
 /**
@@ -367,7 +369,12 @@ export type RefundSettleStatus = 'succeeded' | 'failed' | 'canceled';
 
 export type RefundReason = 'duplicate' | 'fraudulent' | 'requested_by_customer';
 
-/** The Refund as Stripe serialises it (https://docs.stripe.com/api/refunds/object, the subset modelled). */
+/**
+ * The Refund as Stripe serialises it (https://docs.stripe.com/api/refunds/object, the subset
+ * modelled). The published schema (test/fixtures/stripe-openapi/refund-endive-2026-09-30.json) has
+ * `failure_balance_transaction`, `failure_reason` and `pending_reason` as optional, NOT nullable:
+ * absent unless they have a value. `customer` and `payment_method` are nullable and always present.
+ */
 export interface RefundJson {
   readonly id: string;
   readonly object: 'refund';
@@ -378,12 +385,17 @@ export interface RefundJson {
   /** Unix seconds. */
   readonly created: number;
   readonly currency: string;
-  readonly failure_balance_transaction: string | null;
-  readonly failure_reason: string | null;
+  /** The refunded PaymentIntent's customer. */
+  readonly customer: string | null;
+  /** Only once the refund failed or was canceled. */
+  readonly failure_balance_transaction?: string;
+  readonly failure_reason?: string;
   readonly metadata: Readonly<Record<string, string>>;
   readonly payment_intent: string;
-  /** Why a refund is pending (API 2025-04-30 and later); null unless status is pending. */
-  readonly pending_reason: 'processing' | 'insufficient_funds' | 'charge_pending' | null;
+  /** The refunded PaymentIntent's payment method. */
+  readonly payment_method: string | null;
+  /** Why a refund is pending (API 2025-04-30 and later); only while status is pending. */
+  readonly pending_reason?: 'processing' | 'insufficient_funds' | 'charge_pending';
   readonly reason: RefundReason | null;
   readonly receipt_number: null;
   readonly source_transfer_reversal: null;
@@ -394,6 +406,8 @@ export interface RefundJson {
 /** Ground truth about one Refund; the camelCase fields are the fake's bookkeeping, never on the wire. */
 export interface RefundRecord extends RefundJson {
   readonly idempotencyKey: string | null;
+  /** The Request-Id of the API request that created it; null for a Dashboard refund. */
+  readonly requestId?: string | null;
   readonly createdAtMs: number;
   /** metadata.order_id / operation_id of the refunded PaymentIntent (whatever the refund's own metadata says). */
   readonly paymentIntentOrderId: string | null;
