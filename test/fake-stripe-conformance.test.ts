@@ -42,11 +42,12 @@ export function toJsonSchema(node: unknown): unknown {
 
 const dahlia = load('subset-2026-07-29.dahlia.json') as unknown as Doc;
 const refunds = load('refund-endive-2026-09-30.json') as unknown as Doc;
+const paymentMethods = load('payment-method-endive-2026-09-30.json') as unknown as Doc;
 const events = load('event-endive-2026-09-30.json') as Record<string, unknown> & { dispute_required_2026_09_30: string[]; dispute_status_enum_2026_09_30: string[] };
 
 const definitions: Record<string, unknown> = {};
-for (const doc of [dahlia, refunds]) for (const stub of doc._stubs ?? []) definitions[stub] = false;
-for (const doc of [dahlia, refunds]) for (const [name, schema] of Object.entries(doc.components.schemas)) definitions[name] = toJsonSchema(schema);
+for (const doc of [dahlia, refunds, paymentMethods]) for (const stub of doc._stubs ?? []) definitions[stub] = false;
+for (const doc of [dahlia, refunds, paymentMethods]) for (const [name, schema] of Object.entries(doc.components.schemas)) definitions[name] = toJsonSchema(schema);
 for (const name of ['event', 'notification_event_data', 'notification_event_request']) definitions[name] = toJsonSchema(events[name]);
 
 const ajv = new Ajv({ strict: false, allErrors: true });
@@ -188,6 +189,11 @@ async function exercise(fake: FakeStripe): Promise<Case[]> {
     cases.push({ name, doc, path: specPath, method: 'get', answer: await call(fake, 'GET', path, params), expectStatus });
   };
   await read('retrieve', `/v1/payment_intents/${piId}`, '/v1/payment_intents/{intent}', dahlia, {}, 200);
+  // What the product's retrieve asks for: the PaymentMethod expanded (its type sets the unsettled bound).
+  await read('retrieve, payment_method expanded (card)', `/v1/payment_intents/${piId}`, '/v1/payment_intents/{intent}', dahlia, { 'expand[0]': 'payment_method' }, 200);
+  const sepa = (cases.find((c) => c.name === 'create processing (SEPA debit)')!.answer.body as { id: string }).id;
+  await read('retrieve, payment_method expanded (SEPA debit)', `/v1/payment_intents/${sepa}`, '/v1/payment_intents/{intent}', dahlia, { 'expand[0]': 'payment_method' }, 200);
+  await read('retrieve 400 unknown expansion', `/v1/payment_intents/${piId}`, '/v1/payment_intents/{intent}', dahlia, { 'expand[0]': 'customer' }, 400);
   await read('404 retrieve', '/v1/payment_intents/pi_missing', '/v1/payment_intents/{intent}', dahlia, {}, 404);
   await read('404 unknown route', '/v1/charges', '/v1/payment_intents/{intent}', dahlia, {}, 404);
   await read('search', '/v1/payment_intents/search', '/v1/payment_intents/search', dahlia, { query: "metadata['key_generation']:'0'", limit: '2' }, 200);

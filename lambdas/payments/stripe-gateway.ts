@@ -121,7 +121,15 @@ function toView(raw: unknown): PaymentIntentView | undefined {
     currency: pi.currency,
     metadata,
     ...(typeof pi.customer === 'string' || pi.customer === null ? { customer: pi.customer } : {}),
+    ...paymentMethodTypeOf(pi.payment_method),
   };
+}
+
+/** The payment method's type, when the answer carried it expanded (`expand: ['payment_method']`). */
+function paymentMethodTypeOf(raw: unknown): { paymentMethodType?: string } {
+  if (typeof raw !== 'object' || raw === null) return {};
+  const pm = raw as Record<string, unknown>;
+  return pm.object === 'payment_method' && typeof pm.type === 'string' ? { paymentMethodType: pm.type } : {};
 }
 
 function toRefundView(raw: unknown): RefundView | undefined {
@@ -247,7 +255,9 @@ export class StripeGateway implements PaymentGateway {
 
   async retrievePaymentIntent(id: string): Promise<GatewayResult<PaymentIntentView>> {
     try {
-      const pi = await this.#stripe.paymentIntents.retrieve(id);
+      // The PaymentMethod expanded: its type decides how long `processing` is normal (a SEPA debit
+      // takes days; decisions.ts unsettledBoundFor). A GET: no idempotency key, nothing changes.
+      const pi = await this.#stripe.paymentIntents.retrieve(id, { expand: ['payment_method'] });
       return checkedPaymentIntent(pi);
     } catch (error) {
       return { ok: false, failure: classifyStripeError(error, 'retrieve') };

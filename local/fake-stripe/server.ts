@@ -50,6 +50,7 @@ import {
   FormError,
   metadataValue,
   parseSearchQuery,
+  paymentMethodJson,
   queryMetadata,
   randomId,
   validateCreate,
@@ -454,7 +455,7 @@ class FakeStripeServer implements FakeStripe {
       case 'create':
         return this.#create(x, bodyText);
       case 'retrieve':
-        return this.#retrieve(x, matched.id);
+        return this.#retrieve(x, matched.id, url.searchParams);
       case 'search':
         return this.#search(x, url.searchParams);
       case 'list':
@@ -683,7 +684,14 @@ class FakeStripeServer implements FakeStripe {
     return { status: 200, body: JSON.stringify(pi), requestId, paymentIntentId: pi.id };
   }
 
-  async #retrieve(x: Exchange, id: string): Promise<void> {
+  /**
+   * GET /v1/payment_intents/:id, with `expand[]=payment_method` (docs.stripe.com/expand): the
+   * PaymentMethod object in place of its id. Any other expansion is refused (400), not ignored — a
+   * caller relying on it would otherwise read an id as an object.
+   */
+  async #retrieve(x: Exchange, id: string, query: URLSearchParams): Promise<void> {
+    const expand = [...query.entries()].filter(([name]) => /^expand(?:\[\d*\])?$/.test(name)).map(([, value]) => value);
+    const unknown = expand.find((value) => value !== 'payment_method');
     const known = this.#ledger.get(id);
     const facts: RequestFacts = {
       endpoint: 'retrieve',
@@ -694,8 +702,11 @@ class FakeStripeServer implements FakeStripe {
     };
     x.record.operationId = facts.operationId;
     x.record.paymentIntentId = id;
-    const fault = this.#chooseFault(x, facts, 'execute', null);
+    const fault = this.#chooseFault(x, facts, unknown === undefined ? 'execute' : 'rejected', null);
     if (fault !== null && faultStage(fault.kind, 'retrieve') === 'gate') return this.#gateFault(x, fault.kind);
+    if (unknown !== undefined) {
+      return this.#rejectParams(x, errors.invalidRequest(`The fake Stripe server expands only payment_method here, not ${unknown}.`, 'parameter_invalid_string', 'expand'));
+    }
     await this.#park(facts);
     await this.#payLatency(x);
     if (this.#stale(x)) return this.#drop(x);
@@ -704,7 +715,8 @@ class FakeStripeServer implements FakeStripe {
     if (pi === null) {
       return this.#deliver(x, 'retrieve', 404, JSON.stringify(errors.resourceMissing('payment_intent', id, 'intent')), fault);
     }
-    return this.#deliver(x, 'retrieve', 200, JSON.stringify(pi), fault);
+    const body = expand.length > 0 && pi.payment_method !== null ? { ...pi, payment_method: paymentMethodJson(pi.payment_method, pi.customer, pi.created) } : pi;
+    return this.#deliver(x, 'retrieve', 200, JSON.stringify(body), fault);
   }
 
   async #search(x: Exchange, query: URLSearchParams): Promise<void> {

@@ -244,6 +244,39 @@ export function paymentMethodType(paymentMethod: string | null): PaymentMethodTy
   return (paymentMethod !== null ? ASYNC_PAYMENT_METHODS[paymentMethod] : undefined) ?? 'card';
 }
 
+/** Stripe's test cards by test PaymentMethod (docs.stripe.com/testing#cards): brand and last four digits. */
+const TEST_CARDS: Readonly<Record<string, { readonly brand: string; readonly last4: string }>> = {
+  pm_card_visa: { brand: 'visa', last4: '4242' },
+  pm_card_mastercard: { brand: 'mastercard', last4: '4444' },
+  pm_card_chargeDeclined: { brand: 'visa', last4: '0002' },
+  pm_card_visa_chargeDeclined: { brand: 'visa', last4: '0002' },
+  pm_card_insufficientFunds: { brand: 'visa', last4: '9995' },
+  pm_card_visa_chargeDeclinedInsufficientFunds: { brand: 'visa', last4: '9995' },
+  pm_card_authenticationRequired: { brand: 'visa', last4: '3155' },
+};
+
+/**
+ * A PaymentMethod as an expanded `payment_method` shows it (docs.stripe.com/api/payment_methods/object):
+ * what the published schema requires (billing_details, created, id, livemode, object, type) plus
+ * `customer` and `metadata`, and for a card the `card` hash's required fields. The debit types' own
+ * hashes (IBAN, routing details) are not modelled: nothing reads them.
+ */
+export function paymentMethodJson(id: string, customer: string | null, createdSeconds: number): Record<string, unknown> {
+  const type = paymentMethodType(id);
+  const card = TEST_CARDS[id] ?? { brand: 'visa', last4: '4242' };
+  return {
+    id,
+    object: 'payment_method',
+    billing_details: { address: null, email: null, name: null, phone: null },
+    ...(type === 'card' ? { card: { brand: card.brand, exp_month: 12, exp_year: 2034, funding: 'credit', last4: card.last4 } } : {}),
+    created: createdSeconds,
+    customer,
+    livemode: false,
+    metadata: {},
+    type,
+  };
+}
+
 /** Types Stripe settles in days: a confirmed payment with one of them is `processing` at first. */
 export function isAsyncPaymentMethodType(type: PaymentMethodType): boolean {
   return type !== 'card';
