@@ -453,6 +453,9 @@ function failureDetail(failure: GatewayFailure): Record<string, unknown> {
     kind: failure.kind,
     ...(failure.httpStatus !== undefined ? { httpStatus: failure.httpStatus } : {}),
     ...(failure.httpAttempts !== undefined ? { httpAttempts: failure.httpAttempts } : {}),
+    ...(failure.attemptsRefused !== undefined ? { attemptsRefused: failure.attemptsRefused } : {}),
+    ...(failure.stripeShouldRetry !== undefined ? { stripeShouldRetry: failure.stripeShouldRetry } : {}),
+    ...(failure.code === 'lock_timeout' ? { lockTimeout: true } : {}),
     ...(failure.requestId ? { requestId: failure.requestId } : {}),
   };
 }
@@ -574,6 +577,17 @@ export function isKeyInUse(failure: GatewayFailure): boolean {
   return failure.httpStatus === 409 && failure.code === 'idempotency_key_in_use';
 }
 
+/**
+ * A 429 / 401 / 403 call of which NO attempt can have executed: it was the call's only HTTP attempt,
+ * or every attempt was answered 429 / 401 / 403 — what stripe-node's retries of a lock timeout
+ * (`Stripe-Should-Retry: true`) look like. Any other attempt (a lost connection, a 500, a 409) may
+ * have executed and lost its answer.
+ */
+export function nothingExecuted(failure: GatewayFailure): boolean {
+  if (failure.httpAttempts === 1) return true;
+  return failure.httpAttempts !== undefined && failure.attemptsRefused !== undefined && failure.attemptsRefused === failure.httpAttempts;
+}
+
 /** Stripe's own 500 (not a proxy's): stored with the key and replayed to every re-send of it. */
 export function isReplayedError(failure: GatewayFailure): boolean {
   return failure.kind === FailureKind.ambiguous && failure.errorClass === 'StripeAPIError' && failure.httpStatus === 500;
@@ -622,7 +636,7 @@ export function decideCreate(ctx: Context, result: GatewayResult<PaymentIntentVi
       // idempotency layer and prove only that THEIR attempt was not executed: status kept only when
       // it was certainly the call's sole HTTP attempt; after an SDK retry an earlier attempt may have
       // executed and lost its answer, so the operation is unknown (and the ambiguous path's evidence applies).
-      const outcome = transientFailure(ctx, failure, 'unknown', failure.httpAttempts === 1 ? ctx.op.status : 'unknown');
+      const outcome = transientFailure(ctx, failure, 'unknown', nothingExecuted(failure) ? ctx.op.status : 'unknown');
       // The key's first request is still running at Stripe: the same key again, soon (chooseStep), and
       // recorded as such — while it is the key's last answer, no absence can be proven (evidence.ts).
       if (isKeyInUse(failure)) return { ...outcome, detail: { ...outcome.detail, keyInUse: true } };
