@@ -3,10 +3,10 @@
 // documented limits, and the Stripe-Should-Retry header stripe-node obeys. Through the REAL SDK.
 import Stripe from 'stripe';
 import { describe, test, type TestContext } from 'vitest';
-import { startFakeStripe, type FakeStripe, type RequestRecord } from '../local/fake-stripe/server.ts';
+import { startFakeStripe, type FakeStripe, type FakeStripeOptions, type RequestRecord } from '../local/fake-stripe/server.ts';
 
-async function fakeFor(ctx: TestContext): Promise<FakeStripe> {
-  const fake = await startFakeStripe();
+async function fakeFor(ctx: TestContext, options: FakeStripeOptions = {}): Promise<FakeStripe> {
+  const fake = await startFakeStripe(options);
   ctx.onTestFinished(() => fake.close());
   return fake;
 }
@@ -171,4 +171,39 @@ describe.concurrent('the fake Stripe as Stripe documents it', () => {
     expect(byKey(fake, 'k-rate')).toHaveLength(1);
     expect(fake.stats().createsExecuted).toBe(1);
   });
+
+  test('HTTP Basic auth with the key as user name (curl -u sk_test_…:) is accepted like Bearer; a wrong key still 401', async (ctx) => {
+    const { expect } = ctx;
+    const fake = await fakeFor(ctx);
+    const basic = (credential: string) => ({ Authorization: `Basic ${Buffer.from(credential).toString('base64')}` });
+    const ok = await fetch(`${fake.url}/v1/payment_intents?limit=1`, { headers: basic('sk_test_fake:') });
+    expect(ok.status).toBe(200);
+    expect(await ok.json()).toMatchObject({ object: 'list' });
+    const wrong = await fetch(`${fake.url}/v1/payment_intents?limit=1`, { headers: basic('sk_live_nope:') });
+    expect(wrong.status).toBe(401);
+    const empty = await fetch(`${fake.url}/v1/payment_intents?limit=1`, { headers: basic(':') });
+    expect(empty.status).toBe(401);
+  });
+
+  test('Search lags for updated objects too: a settled PaymentIntent shows its old status until the lag has passed; retrieve and List at once', async (ctx) => {
+    const { expect } = ctx;
+    const fake = await fakeFor(ctx, { searchLagMs: 60_000 });
+    const stripe = sdk(fake);
+    const params = charge({ payment_method: 'pm_fake_sepa_debit' });
+    const pi = await stripe.paymentIntents.create(params, { idempotencyKey: 'k-lag' });
+    const op = (params.metadata as Record<string, string>).operation_id;
+    const search = async (extra = '') => (await stripe.paymentIntents.search({ query: `metadata['operation_id']:'${op}'${extra}` })).data.map((p) => p.status);
+    expect(await search()).toEqual([]); // new: not searchable yet
+    fake.ageRecords(61_000);
+    expect(await search()).toEqual(['processing']);
+    fake.settle(pi.id, 'succeeded');
+    expect((await stripe.paymentIntents.retrieve(pi.id)).status).toBe('succeeded');
+    expect((await stripe.paymentIntents.list({ customer: 'cus_123' })).data.find((p) => p.id === pi.id)?.status).toBe('succeeded');
+    expect(await search()).toEqual(['processing']); // updated: Search still shows the state of a minute ago
+    expect(await search(" AND status:'succeeded'")).toEqual([]);
+    fake.ageRecords(61_000);
+    expect(await search()).toEqual(['succeeded']);
+    expect(await search(" AND status:'succeeded'")).toEqual(['succeeded']);
+  });
 });
+

@@ -472,10 +472,17 @@ class FakeStripeServer implements FakeStripe {
     }
   }
 
+  /**
+   * Bearer auth, or HTTP Basic with the key as the user name and no password — the form Stripe's own
+   * examples use (`curl -u sk_test_…:`; docs.stripe.com/api/authentication: "Authentication to the API
+   * is performed with HTTP Basic Auth. Provide your API key as the basic auth username value. You do
+   * not need to provide a password." — bearer auth is also accepted).
+   */
   #authenticate(req: IncomingMessage): ErrorEnvelope | null {
     const authorization = header(req, 'authorization');
-    const m = authorization === null ? null : /^Bearer\s+(\S+)\s*$/i.exec(authorization);
-    const key = m?.[1];
+    const bearer = authorization === null ? null : /^Bearer\s+(\S+)\s*$/i.exec(authorization);
+    const basic = authorization === null ? null : /^Basic\s+([A-Za-z0-9+/=]+)\s*$/i.exec(authorization);
+    const key = bearer?.[1] ?? (basic?.[1] ? basicUser(basic[1]) : undefined);
     if (key === undefined) return errors.noApiKey();
     const accepted = this.#apiKeys === null ? key.startsWith('sk_test_') : this.#apiKeys.includes(key);
     return accepted ? null : errors.invalidApiKey(key);
@@ -1065,6 +1072,14 @@ function parseListQuery(query: URLSearchParams): ListQuery {
   }
   const startingAfter = query.get('starting_after');
   return { ok: true, created, limit, startingAfter: startingAfter === null || startingAfter === '' ? null : startingAfter };
+}
+
+/** The user name of a Basic credential (`user:password`, base64); undefined when it is empty or malformed. */
+function basicUser(encoded: string): string | undefined {
+  const decoded = Buffer.from(encoded, 'base64').toString('utf8');
+  const colon = decoded.indexOf(':');
+  const user = colon === -1 ? decoded : decoded.slice(0, colon);
+  return /^\S+$/.test(user) ? user : undefined;
 }
 
 class BodyTooLarge extends Error {
