@@ -205,5 +205,26 @@ describe.concurrent('the fake Stripe as Stripe documents it', () => {
     expect(await search()).toEqual(['succeeded']);
     expect(await search(" AND status:'succeeded'")).toEqual(['succeeded']);
   });
+
+  test('rate limits as documented: a bucket per endpoint (25/s) and for Search (20/s) beside the global one; time is the injected clock', async (ctx) => {
+    const { expect } = ctx;
+    let now = 1_000_000;
+    const fake = await fakeFor(ctx, { rateLimit: { perSecond: 100, now: () => now } });
+    const stripe = sdk(fake);
+    const statuses = async (calls: (() => Promise<unknown>)[]) =>
+      (await Promise.allSettled(calls.map((c) => c()))).map((r) => (r.status === 'fulfilled' ? 200 : (r.reason as Stripe.errors.StripeError).statusCode));
+    const count = (xs: (number | undefined)[], code: number) => xs.filter((x) => x === code).length;
+    const retrieves = await statuses(Array.from({ length: 26 }, () => () => stripe.paymentIntents.retrieve('pi_missing')));
+    expect(count(retrieves, 429)).toBe(1); // the 26th retrieve in the same instant
+    const searches = await statuses(Array.from({ length: 21 }, () => () => stripe.paymentIntents.search({ query: "status:'succeeded'" })));
+    expect(count(searches, 429)).toBe(1); // the 21st search
+    // Another endpoint has its own bucket: Lists are not slowed by the retrieves and searches.
+    const lists = await statuses(Array.from({ length: 20 }, () => () => stripe.paymentIntents.list({ limit: 1 })));
+    expect(count(lists, 429)).toBe(0);
+    // The two refusals are the per-endpoint ones (67 requests stay under the global 100).
+    expect(fake.stats().rateLimited).toBe(2);
+    now += 1_000; // a second later every bucket is full again
+    expect(count(await statuses(Array.from({ length: 25 }, () => () => stripe.paymentIntents.retrieve('pi_missing'))), 429)).toBe(0);
+  });
 });
 

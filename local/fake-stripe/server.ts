@@ -64,6 +64,15 @@ export * from './types.ts';
 export { FAULT_PROFILES, isFaultProfileName, sdkAttemptsWhenConnectionCloses, type FaultProfileName } from './faults.ts';
 
 const HOST = '127.0.0.1';
+/**
+ * docs.stripe.com/rate-limits: the basic limiter allows 100 operations per second in live mode and 25
+ * in sandboxes; each endpoint is limited to 25 requests per second by default, the Search API to 20
+ * read operations per second. (Its 1,000 updates per PaymentIntent per hour are not modelled: the fake
+ * has no update endpoint.)
+ */
+const STRIPE_PER_ENDPOINT_PER_SECOND = 25;
+const STRIPE_SEARCH_PER_SECOND = 20;
+export const STRIPE_TEST_MODE_RATE_LIMIT = { perSecond: 25 } as const;
 const MAX_BODY_BYTES = 1 << 20;
 /** Stripe's limit on Idempotency-Key length. */
 const MAX_KEY_LENGTH = 255;
@@ -216,6 +225,10 @@ class FakeStripeServer implements FakeStripe {
   readonly #processingSettleMs: number | null;
   readonly #apiKeys: readonly string[] | null;
   readonly #bucket: TokenBucket | null;
+  /** Per endpoint (search: its own rate), made on first use; only with a global bucket. */
+  readonly #endpointBuckets = new Map<Endpoint, TokenBucket>();
+  readonly #rateNow: () => number;
+  readonly #endpointRate: { readonly perEndpoint: number; readonly search: number } | null;
   readonly #plan: FaultPlan;
   readonly #faultKeyBy: 'idempotency_key' | 'order';
   readonly #keys = new IdempotencyStore();
@@ -239,7 +252,11 @@ class FakeStripeServer implements FakeStripe {
     this.#processingSettleMs =
       options.processingSettleMs == null ? null : nonNegative('processingSettleMs', options.processingSettleMs);
     this.#apiKeys = options.apiKeys ? [...options.apiKeys] : null;
-    this.#bucket = options.rateLimit ? new TokenBucket(options.rateLimit.perSecond, Date.now()) : null;
+    this.#rateNow = options.rateLimit?.now ?? Date.now;
+    this.#bucket = options.rateLimit ? new TokenBucket(options.rateLimit.perSecond, this.#rateNow()) : null;
+    this.#endpointRate = options.rateLimit
+      ? { perEndpoint: options.rateLimit.perEndpointPerSecond ?? STRIPE_PER_ENDPOINT_PER_SECOND, search: options.rateLimit.searchPerSecond ?? STRIPE_SEARCH_PER_SECOND }
+      : null;
     this.#plan = new FaultPlan(options.faults?.seed ?? 0, options.faults?.rates ?? {});
     this.#faultKeyBy = options.faults?.keyBy ?? 'idempotency_key';
     this.#logLimit = options.requestLogLimit ?? 100_000;
@@ -446,7 +463,11 @@ class FakeStripeServer implements FakeStripe {
 
     const authError = this.#authenticate(req);
     if (authError !== null) return this.#send(x, 401, authError);
-    if (this.#bucket !== null && !this.#bucket.take(Date.now())) {
+    if (this.#bucket !== null && !this.#bucket.take(this.#rateNow())) {
+      this.#counters.rateLimited += 1;
+      return this.#send(x, 429, errors.rateLimited());
+    }
+    if (matched !== null && !this.#endpointBucket(matched.endpoint)) {
       this.#counters.rateLimited += 1;
       return this.#send(x, 429, errors.rateLimited());
     }
@@ -478,6 +499,17 @@ class FakeStripeServer implements FakeStripe {
    * is performed with HTTP Basic Auth. Provide your API key as the basic auth username value. You do
    * not need to provide a password." — bearer auth is also accepted).
    */
+  /** True when the endpoint's own bucket has a token (or there are no per-endpoint limits). */
+  #endpointBucket(endpoint: Endpoint): boolean {
+    if (this.#endpointRate === null) return true;
+    let bucket = this.#endpointBuckets.get(endpoint);
+    if (bucket === undefined) {
+      bucket = new TokenBucket(endpoint === 'search' ? this.#endpointRate.search : this.#endpointRate.perEndpoint, this.#rateNow());
+      this.#endpointBuckets.set(endpoint, bucket);
+    }
+    return bucket.take(this.#rateNow());
+  }
+
   #authenticate(req: IncomingMessage): ErrorEnvelope | null {
     const authorization = header(req, 'authorization');
     const bearer = authorization === null ? null : /^Bearer\s+(\S+)\s*$/i.exec(authorization);

@@ -139,8 +139,19 @@ export interface FakeStripeOptions {
    * (or none) meet the same faults on the same orders (bench:peers). Default: none.
    */
   readonly faults?: { readonly seed: number; readonly rates: FaultRates; readonly keyBy?: FaultKeyBy };
-  /** A token bucket over all /v1 requests (burst = one second's worth); beyond it: 429. Default: unlimited. */
-  readonly rateLimit?: { readonly perSecond: number };
+  /**
+   * Token buckets (burst = one second's worth); beyond one: 429 `rate_limit`. `perSecond` over all /v1
+   * requests; with it, as Stripe documents (docs.stripe.com/rate-limits), a bucket per endpoint
+   * (`perEndpointPerSecond`, default 25) and a tighter one for Search (`searchPerSecond`, default 20
+   * read operations per second). `now` (epoch ms) is the buckets' clock, for tests. Default: unlimited.
+   * STRIPE_TEST_MODE_RATE_LIMIT is Stripe's sandbox limits (25 per second).
+   */
+  readonly rateLimit?: {
+    readonly perSecond: number;
+    readonly perEndpointPerSecond?: number;
+    readonly searchPerSecond?: number;
+    readonly now?: () => number;
+  };
   /** Accepted bearer keys; default: any key starting with sk_test_. */
   readonly apiKeys?: readonly string[];
   /** How many request records requests() keeps (oldest dropped first). Counters in stats() never drop. Default 100 000. */
