@@ -220,6 +220,8 @@ export class WebhookDispatcher {
   readonly #maxAttempts: number;
   readonly #seen = new Map<string, string>();
   readonly #seenRefunds = new Set<string>();
+  /** PaymentIntents whose charge had a dispute opened (dispute()): the Charge's `disputed`. */
+  readonly #disputedCharges = new Set<string>();
   /** Each Refund's status when last looked at: a change is a refund.updated (and refund.failed). */
   readonly #refundStatus = new Map<string, string>();
   readonly #chargeRefundUpdated: boolean;
@@ -410,19 +412,32 @@ export class WebhookDispatcher {
     if (refund.status === 'failed') this.emit(this.#event('refund.failed', object, previousAttributes));
   }
 
+  /**
+   * The Charge of a succeeded PaymentIntent, with every field the published `charge` schema requires
+   * (2026-09-30.endive: amount, amount_captured, amount_refunded, billing_details, captured, created,
+   * currency, disputed, id, livemode, metadata, object, paid, refunded, status) and the ids it names.
+   * `disputed`: "Whether the charge has been disputed" — once a dispute was opened here, won or not.
+   */
   #charge(pi: PaymentIntentRecord, amountRefunded: number): Record<string, unknown> {
     return {
       id: chargeIdOf(pi.id),
       object: 'charge',
       amount: pi.amount,
+      amount_captured: pi.amount,
       amount_refunded: amountRefunded,
+      billing_details: { address: null, email: null, name: null, phone: null },
+      captured: true,
+      created: pi.created,
       currency: pi.currency,
       customer: pi.customer,
-      payment_intent: pi.id,
+      disputed: this.#disputedCharges.has(pi.id),
+      livemode: this.#origin.livemode ?? false,
+      metadata: {},
       paid: true,
+      payment_intent: pi.id,
+      payment_method: pi.payment_method,
       refunded: amountRefunded === pi.amount,
       status: 'succeeded',
-      metadata: {},
     };
   }
 
@@ -450,6 +465,7 @@ export class WebhookDispatcher {
     const pi = this.#record(paymentIntentId);
     const chargedBack = !status.startsWith('warning_') && !(phase === 'closed' && status === 'won');
     this.#fake.setDisputed(pi.id, chargedBack);
+    this.#disputedCharges.add(pi.id);
     // Every field the published `dispute` schema requires (2026-09-30.endive); evidence empty, as
     // before the merchant answers.
     const dispute = {
