@@ -91,6 +91,19 @@ export const DEMO_TIME_LAPSE: TimeLapse = {
 };
 
 /** The lease must outlast the longest gateway call (config.ts refuses a shorter one). */
+/**
+ * UNSETTLED_REVIEW_AFTER_MS_SEPA_DEBIT / …_US_BANK_ACCOUNT of a time-lapse: the real bounds
+ * (DEFAULT_POLICY) scaled like the card bound (real 7 days → timeLapse.unsettledReviewAfterMs).
+ */
+export function unsettledByTypeFor(timeLapse: Pick<TimeLapse, 'unsettledReviewAfterMs'>): Record<string, string> {
+  const ratio = timeLapse.unsettledReviewAfterMs / DEFAULT_POLICY.unsettledReviewAfterMs;
+  const scaled = (ms: number | undefined) => String(Math.max(1_000, Math.round((ms ?? DEFAULT_POLICY.unsettledReviewAfterMs) * ratio)));
+  return {
+    UNSETTLED_REVIEW_AFTER_MS_SEPA_DEBIT: scaled(DEFAULT_POLICY.unsettledReviewAfterMsByPaymentMethodType.sepa_debit),
+    UNSETTLED_REVIEW_AFTER_MS_US_BANK_ACCOUNT: scaled(DEFAULT_POLICY.unsettledReviewAfterMsByPaymentMethodType.us_bank_account),
+  };
+}
+
 export function leaseMsFor(t: Pick<TimeLapse, 'stripeTimeoutMs' | 'stripeMaxNetworkRetries'>): number {
   return worstCaseCallMs({ timeoutMs: t.stripeTimeoutMs, maxNetworkRetries: t.stripeMaxNetworkRetries }) + 1_000;
 }
@@ -517,6 +530,8 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
             // milliseconds; a slower writer would only publish twice, with the same eventId.
             PUBLISH_LEASE_MS: '3000',
             UNSETTLED_REVIEW_AFTER_MS: String(timeLapse.unsettledReviewAfterMs),
+            // The bounds of the slow payment methods shrink by the same ratio as the card bound.
+            ...unsettledByTypeFor(timeLapse),
             RETRY_BACKOFF_SCALE: String(timeLapse.retryBackoffScale),
             LIST_SETTLE_MS: String(evidenceTimingsFor(timeLapse).listSettleMs),
             ABSENCE_PROOF_SPACING_MS: String(evidenceTimingsFor(timeLapse).proofSpacingMs),

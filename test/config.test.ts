@@ -39,6 +39,14 @@ describe('loadConfig', () => {
     expect(() => loadConfig({ ...base, PUBLISH_LEASE_MS: '10' })).toThrow(/PUBLISH_LEASE_MS/);
   });
 
+  it('reads the unsettled bounds of the slow payment methods (defaults: SEPA debit 24 days, US bank account 10) and refuses one under a second', () => {
+    expect(loadConfig(base).policy.unsettledReviewAfterMsByPaymentMethodType).toEqual(DEFAULT_POLICY.unsettledReviewAfterMsByPaymentMethodType);
+    const set = loadConfig({ ...base, UNSETTLED_REVIEW_AFTER_MS_SEPA_DEBIT: '5000', UNSETTLED_REVIEW_AFTER_MS_US_BANK_ACCOUNT: '6000' }).policy;
+    expect(set.unsettledReviewAfterMsByPaymentMethodType).toEqual({ sepa_debit: 5_000, us_bank_account: 6_000 });
+    expect(() => loadConfig({ ...base, UNSETTLED_REVIEW_AFTER_MS_SEPA_DEBIT: '10' })).toThrow(/UNSETTLED_REVIEW_AFTER_MS_SEPA_DEBIT/);
+    expect(() => loadConfig({ ...base, UNSETTLED_REVIEW_AFTER_MS_US_BANK_ACCOUNT: 'soon' })).toThrow(/UNSETTLED_REVIEW_AFTER_MS_US_BANK_ACCOUNT/);
+  });
+
   it('refuses a key window longer than 23 h: Stripe may have pruned the key by then', () => {
     expect(() => loadConfig({ ...base, KEY_WINDOW_MS: String(24 * 3_600_000) })).toThrow(/KEY_WINDOW_MS/);
     expect(loadConfig({ ...base, KEY_WINDOW_MS: '20000', AMBIGUOUS_RESOLUTION: 'review' }).policy.keyWindowMs).toBe(20_000);

@@ -509,6 +509,7 @@ describe.concurrent('fake Stripe late commits through stripe-node', () => {
       'stall_after_commit',
       'error_500_late_commit',
       'in_flight_then_commit',
+      'lock_timeout_429',
     ]);
     const late = (rates: Readonly<Record<string, number>>) => Object.fromEntries(Object.entries(rates).filter(([kind]) => kind.includes('late') || kind.includes('in_flight')));
     expect(Object.fromEntries(Object.entries(FAULT_PROFILES).map(([name, rates]) => [name, late(rates)]))).toEqual({

@@ -33,7 +33,7 @@ class PlatformStack extends cdk.Stack {
     // The production profile (the default): Multi-AZ, a NAT gateway per AZ.
     // The webhook function behind its anonymous Function URL gets a concurrency of its own: a flood
     // of forged requests cannot take the database's connections or the account's concurrency.
-    this.checkout = new ChargePipeline(this, 'Checkout', { vpc: this.vpc, alarmEmail: 'payments-oncall@example.com', stripeEventsReservedConcurrency: 10 });
+    this.checkout = new ChargePipeline(this, 'Checkout', { vpc: this.vpc, alarmEmail: 'payments-oncall@example.com' });
   }
 }
 
@@ -52,7 +52,9 @@ class MarketplaceStack extends cdk.Stack {
         connections: owner.database,
       },
       alarmEmail: 'marketplace-oncall@example.com',
-      stripeEventsReservedConcurrency: 10,
+      // Stripe's events through its EventBridge partner source (the Checkout pipeline takes webhooks).
+      stripeEvents: 'eventbridge',
+      stripePartnerEventBusName: 'aws.partner/stripe.com/ed_test_marketplace',
       queueName: 'marketplace-charge-requests.fifo',
     });
 

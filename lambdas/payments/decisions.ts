@@ -32,8 +32,17 @@ export interface EnginePolicy {
    * Search lags ("usually within a minute"), so it is not asked sooner.
    */
   readonly earlySearchAfterMs: number;
-  /** A PaymentIntent still processing / requiring action this long after the first send goes to a human. */
+  /**
+   * A PaymentIntent still processing / requiring action this long after the first send goes to a
+   * human — a card's, or one whose payment method type is not known (UNSETTLED_REVIEW_AFTER_MS).
+   */
   readonly unsettledReviewAfterMs: number;
+  /**
+   * The same bound for the payment method types that Stripe settles in days
+   * (UNSETTLED_REVIEW_AFTER_MS_SEPA_DEBIT, …_US_BANK_ACCOUNT): such a PaymentIntent is `processing`
+   * for that long as a matter of course, and only later than that is it a human's business.
+   */
+  readonly unsettledReviewAfterMsByPaymentMethodType: Readonly<Record<string, number>>;
   /**
    * AMBIGUOUS_RESOLUTION. `auto`: an ambiguous create without a PaymentIntent id is settled by List
    * evidence (real time), and re-issued under a new key generation once List proved twice that
@@ -98,6 +107,15 @@ export const DEFAULT_POLICY: EnginePolicy = {
   publishLeaseMs: MINUTE,
   earlySearchAfterMs: 10 * MINUTE,
   unsettledReviewAfterMs: 7 * 24 * HOUR,
+  unsettledReviewAfterMsByPaymentMethodType: {
+    // SEPA Direct Debit: "it can take up to 14 business days" to learn whether a payment succeeded
+    // (docs.stripe.com/payments/sepa-debit), 7–8 on average: 14 business days are 20 calendar days,
+    // 22 with the two TARGET holidays of Easter; a margin on top.
+    sepa_debit: 24 * 24 * HOUR,
+    // ACH Direct Debit: up to 4 business days to confirm success or failure
+    // (docs.stripe.com/payments/ach-direct-debit): 6 calendar days over a weekend, 7 with a holiday.
+    us_bank_account: 10 * 24 * HOUR,
+  },
   ambiguousResolution: 'auto',
   sameKeyResends: 2,
   listSettleMs: 2 * MINUTE,
@@ -116,6 +134,26 @@ export const DEFAULT_POLICY: EnginePolicy = {
     unsettled: { baseMs: 30 * SECOND, capMs: 1 * HOUR },
   },
 };
+
+/**
+ * How long a PaymentIntent may stay unsettled before a human is asked: by its payment method's type
+ * when the answer told it (a SEPA debit takes days as a matter of course), else the card bound.
+ */
+export function unsettledBoundFor(policy: Pick<EnginePolicy, 'unsettledReviewAfterMs' | 'unsettledReviewAfterMsByPaymentMethodType'>, pi: Pick<PaymentIntentView, 'paymentMethodType'>): number {
+  const type = pi.paymentMethodType;
+  return (type ? policy.unsettledReviewAfterMsByPaymentMethodType[type] : undefined) ?? policy.unsettledReviewAfterMs;
+}
+
+const SLOW_REVIEW = / is still (processing|requires_action|pending) .+ after the first attempt(?: \(bound for [a-z_]+: .+\))?$/;
+
+/**
+ * Whether an operation is in review ONLY because its object was still unsettled past its bound (the
+ * reason fromPaymentIntent writes): Stripe's final answer about that same object then settles it, as
+ * a retrieve would have, had the bound been longer. Any other review waits for its human.
+ */
+export function isSlowReview(reviewReason: string | null): boolean {
+  return reviewReason !== null && SLOW_REVIEW.test(reviewReason);
+}
 
 /** When the watch a re-issue starts looks (REISSUE_WATCH_FIRST_AFTER_MS, REISSUE_WATCH_FINAL_AFTER_MS; watch.ts). */
 export interface WatchTimings {
@@ -415,6 +453,9 @@ function failureDetail(failure: GatewayFailure): Record<string, unknown> {
     kind: failure.kind,
     ...(failure.httpStatus !== undefined ? { httpStatus: failure.httpStatus } : {}),
     ...(failure.httpAttempts !== undefined ? { httpAttempts: failure.httpAttempts } : {}),
+    ...(failure.attemptsRefused !== undefined ? { attemptsRefused: failure.attemptsRefused } : {}),
+    ...(failure.stripeShouldRetry !== undefined ? { stripeShouldRetry: failure.stripeShouldRetry } : {}),
+    ...(failure.code === 'lock_timeout' ? { lockTimeout: true } : {}),
     ...(failure.requestId ? { requestId: failure.requestId } : {}),
   };
 }
@@ -508,9 +549,11 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
     return { ...base, status, reviewReason: null, retryAfterMs: null, detail: { ...detail, paymentIntentStatus: pi.status } };
   }
   const age = op.claimedAt.getTime() - op.firstAttemptedAt.getTime();
-  if (age >= ctx.policy.unsettledReviewAfterMs) {
-    return toReview(`${KIND_RULES[op.kind].objectName} ${pi.id} is still ${pi.status} ${formatDuration(age)} after the first attempt`,
-      { ...detail, paymentIntentStatus: pi.status },
+  const bound = unsettledBoundFor(ctx.policy, pi);
+  if (age >= bound) {
+    const which = pi.paymentMethodType ? ` (bound for ${pi.paymentMethodType}: ${formatDuration(bound)})` : '';
+    return toReview(`${KIND_RULES[op.kind].objectName} ${pi.id} is still ${pi.status} ${formatDuration(age)} after the first attempt${which}`,
+      { ...detail, paymentIntentStatus: pi.status, ...(pi.paymentMethodType ? { paymentMethodType: pi.paymentMethodType } : {}) },
       undefined,
       pi.id,
     );
@@ -532,6 +575,17 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
  */
 export function isKeyInUse(failure: GatewayFailure): boolean {
   return failure.httpStatus === 409 && failure.code === 'idempotency_key_in_use';
+}
+
+/**
+ * A 429 / 401 / 403 call of which NO attempt can have executed: it was the call's only HTTP attempt,
+ * or every attempt was answered 429 / 401 / 403 — what stripe-node's retries of a lock timeout
+ * (`Stripe-Should-Retry: true`) look like. Any other attempt (a lost connection, a 500, a 409) may
+ * have executed and lost its answer.
+ */
+export function nothingExecuted(failure: GatewayFailure): boolean {
+  if (failure.httpAttempts === 1) return true;
+  return failure.httpAttempts !== undefined && failure.attemptsRefused !== undefined && failure.attemptsRefused === failure.httpAttempts;
 }
 
 /** Stripe's own 500 (not a proxy's): stored with the key and replayed to every re-send of it. */
@@ -582,7 +636,7 @@ export function decideCreate(ctx: Context, result: GatewayResult<PaymentIntentVi
       // idempotency layer and prove only that THEIR attempt was not executed: status kept only when
       // it was certainly the call's sole HTTP attempt; after an SDK retry an earlier attempt may have
       // executed and lost its answer, so the operation is unknown (and the ambiguous path's evidence applies).
-      const outcome = transientFailure(ctx, failure, 'unknown', failure.httpAttempts === 1 ? ctx.op.status : 'unknown');
+      const outcome = transientFailure(ctx, failure, 'unknown', nothingExecuted(failure) ? ctx.op.status : 'unknown');
       // The key's first request is still running at Stripe: the same key again, soon (chooseStep), and
       // recorded as such — while it is the key's last answer, no absence can be proven (evidence.ts).
       if (isKeyInUse(failure)) return { ...outcome, detail: { ...outcome.detail, keyInUse: true } };

@@ -324,6 +324,9 @@ export class StripeEventApplier {
         return { kind: 'elsewhere', reason: again.reason, act: () => this.#recordPaymentIntent(row, event, now, claimed, again, 'stripe', depth) };
       },
       (now) => (depth > 1 ? this.#finish(row, 'stale', open.id, 'operation changed while the event was applied') : this.#applyPaymentIntent(row, event, pi, now, depth + 1)),
+      // An operation in review only for being slow is settled by its PaymentIntent's final state
+      // (event-decisions.ts settlesSlowReview); the claim must then take it in review.
+      { inReview: open.reviewReason !== null },
     );
   }
 

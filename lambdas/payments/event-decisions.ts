@@ -21,7 +21,7 @@
 //      same decision is made again on what Stripe returned and on the operation as the claim found it;
 //   3. what only records (a finding, a contradiction, an aftermath fact) may rest on the snapshot.
 import { z } from 'zod';
-import { judgeDuplicateCharge, type DuplicateRemedy } from './decisions.ts';
+import { isSlowReview, judgeDuplicateCharge, type DuplicateRemedy } from './decisions.ts';
 import type { StripeKeyMode } from './gateway.ts';
 import { paymentIntentOfRefund, type Operation, type PaymentIntentView } from './types.ts';
 
@@ -312,6 +312,20 @@ export type PaymentIntentEventDecision =
 
 const describePi = (pi: EventPaymentIntent) => `PaymentIntent ${pi.id} (${pi.status}, ${pi.amount} ${pi.currency})`;
 
+/** Statuses Stripe does not move a charge's PaymentIntent out of (requires_payment_method: it failed; a retry would be a new confirm). */
+const FINAL_FOR_A_CHARGE = new Set(['succeeded', 'requires_payment_method', 'canceled']);
+
+/**
+ * An operation in review ONLY because its PaymentIntent was still unsettled past its bound (a SEPA
+ * debit Stripe took longer to settle than the bound allowed): Stripe's final word about THAT
+ * PaymentIntent is what the operator would wait for, so it settles the operation — once our key's
+ * retrieve confirms it (the applier claims the operation in review and decides again). Any other
+ * review, another PaymentIntent, or one that does not match, stays a note for the operator.
+ */
+function settlesSlowReview(op: Operation, pi: EventPaymentIntent, mismatched: boolean): boolean {
+  return op.kind === 'charge' && isSlowReview(op.reviewReason) && op.externalId === pi.id && !mismatched && FINAL_FOR_A_CHARGE.has(pi.status);
+}
+
 export function decidePaymentIntentEvent(op: Operation | null, pi: EventPaymentIntent): PaymentIntentEventDecision {
   if (pi.metadata.operation_id === undefined) {
     return { kind: 'ignore', outcome: 'foreign', reason: `${describePi(pi)} carries no metadata.operation_id: not made by this pipeline` };
@@ -352,7 +366,9 @@ export function decidePaymentIntentEvent(op: Operation | null, pi: EventPaymentI
     return { kind: 'stale', reason: `operation already failed; event status ${pi.status}` };
   }
 
-  if (op.reviewReason !== null) return { kind: 'in_review', reason: `operation is in review; ${describePi(pi)} noted for the operator` };
+  if (op.reviewReason !== null && !settlesSlowReview(op, pi, mismatch.length > 0 || otherGeneration)) {
+    return { kind: 'in_review', reason: `operation is in review; ${describePi(pi)} noted for the operator` };
+  }
   if (op.kind === 'charge' && op.externalId !== null && op.externalId !== pi.id && pi.status === 'succeeded' && mismatch.length === 0) {
     return { kind: 'await_final', reason: `a second ${describePi(pi)} for an operation still open with ${op.externalId}: judged again once it is final` };
   }

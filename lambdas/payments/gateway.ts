@@ -46,6 +46,15 @@ export interface GatewayFailure {
    * attempt an earlier one may have executed and lost its answer. Absent: the adapter cannot tell.
    */
   readonly httpAttempts?: number;
+  /**
+   * How many of those attempts Stripe answered 429 / 401 / 403 — before its idempotency layer, so
+   * they executed nothing. stripe-node retries a 429 that says `Stripe-Should-Retry: true` (a lock
+   * timeout), so a call can end in a 429 after several attempts that were all refused: nothing
+   * executed. Absent: the client does not report each attempt's answer.
+   */
+  readonly attemptsRefused?: number;
+  /** The answer's Stripe-Should-Retry header: true (a lock timeout: retry), false (Stripe's own 500: a re-send is a replay). */
+  readonly stripeShouldRetry?: boolean;
 }
 
 export type GatewayResult<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly failure: GatewayFailure };

@@ -33,11 +33,56 @@ export interface StripeClientOptions {
 }
 
 
+/** How Stripe answered one HTTP attempt of a call sent with an idempotency key. */
+interface AttemptAnswer {
+  readonly status: number;
+  /** Stripe-Should-Retry as sent: 'true' (a lock timeout), 'false' (Stripe's own 500), or absent. */
+  readonly shouldRetry: string | null;
+}
+
+/** The answers the SDK's HTTP client got, by idempotency key, for the gateway over that client. */
+class AttemptAnswers {
+  readonly #listeners = new Set<(key: string, answer: AttemptAnswer) => void>();
+  on(listener: (key: string, answer: AttemptAnswer) => void): void {
+    this.#listeners.add(listener);
+  }
+  answered(key: string, answer: AttemptAnswer): void {
+    for (const listener of this.#listeners) listener(key, answer);
+  }
+}
+
+const answersOf = new WeakMap<Stripe, AttemptAnswers>();
+
+/**
+ * The SDK's own Node HTTP client, reporting each attempt's status and Stripe-Should-Retry. stripe-node
+ * retries inside one call (RequestSender._shouldRetry) and tells only the last answer; its `response`
+ * event is emitted for the last attempt only. What the earlier ones were decides what the call proves:
+ * a 429 lock timeout (`Stripe-Should-Retry: true`) is retried by the SDK and, like every 429, 401 and
+ * 403, was refused before Stripe's idempotency layer — nothing executed.
+ */
+function answeringHttpClient(answers: AttemptAnswers): NonNullable<Stripe.StripeConfig['httpClient']> {
+  const inner = Stripe.createNodeHttpClient();
+  return {
+    getClientName: () => inner.getClientName(),
+    makeRequest: async (host, port, path, method, headers, requestData, protocol, timeout) => {
+      const response = await inner.makeRequest(host, port, path, method, headers, requestData, protocol, timeout);
+      const key = headers['Idempotency-Key'];
+      if (typeof key === 'string') {
+        const retry = response.getHeaders()['stripe-should-retry'];
+        answers.answered(key, { status: response.getStatusCode(), shouldRetry: typeof retry === 'string' ? retry : null });
+      }
+      return response;
+    },
+  };
+}
+
 export function createStripeClient(options: StripeClientOptions): Stripe {
+  const answers = new AttemptAnswers();
   const config: Stripe.StripeConfig = {
     timeout: options.timeoutMs ?? DEFAULT_STRIPE_TIMEOUT_MS,
     maxNetworkRetries: options.maxNetworkRetries ?? DEFAULT_STRIPE_MAX_NETWORK_RETRIES,
     telemetry: false,
+    httpClient: answeringHttpClient(answers),
   };
   if (options.apiBase) {
     const base = new URL(options.apiBase);
@@ -47,7 +92,9 @@ export function createStripeClient(options: StripeClientOptions): Stripe {
     config.port = base.port || (protocol === 'https' ? 443 : 80);
     config.protocol = protocol;
   }
-  return new Stripe(options.apiKey, config);
+  const stripe = new Stripe(options.apiKey, config);
+  answersOf.set(stripe, answers);
+  return stripe;
 }
 
 /** A client for the key and its gateway, which knows the key's mode (the key itself is not kept). */
@@ -67,6 +114,7 @@ interface StripeErrorLike {
   payment_intent?: unknown;
   param?: unknown;
   name?: unknown;
+  headers?: unknown;
 }
 
 /** DESIGN §4 as code. Pure: the SDK's error object in, a classification out. */
@@ -82,6 +130,7 @@ export function classifyStripeError(error: unknown, call: Call): GatewayFailure 
     ...(code ? { code } : {}),
     ...(typeof e.param === 'string' && e.param ? { param: e.param } : {}),
     ...(typeof e.requestId === 'string' ? { requestId: e.requestId } : {}),
+    ...shouldRetryOf(e.headers),
   };
   switch (errorClass) {
     case 'StripeCardError': {
@@ -105,6 +154,12 @@ export function classifyStripeError(error: unknown, call: Call): GatewayFailure 
   }
 }
 
+/** Stripe-Should-Retry of an error answer (stripe-node keeps the headers on the error). */
+function shouldRetryOf(headers: unknown): { stripeShouldRetry?: boolean } {
+  const value = typeof headers === 'object' && headers !== null ? (headers as Record<string, unknown>)['stripe-should-retry'] : undefined;
+  return value === 'true' ? { stripeShouldRetry: true } : value === 'false' ? { stripeShouldRetry: false } : {};
+}
+
 function toView(raw: unknown): PaymentIntentView | undefined {
   if (typeof raw !== 'object' || raw === null) return undefined;
   const pi = raw as Record<string, unknown>;
@@ -121,7 +176,15 @@ function toView(raw: unknown): PaymentIntentView | undefined {
     currency: pi.currency,
     metadata,
     ...(typeof pi.customer === 'string' || pi.customer === null ? { customer: pi.customer } : {}),
+    ...paymentMethodTypeOf(pi.payment_method),
   };
+}
+
+/** The payment method's type, when the answer carried it expanded (`expand: ['payment_method']`). */
+function paymentMethodTypeOf(raw: unknown): { paymentMethodType?: string } {
+  if (typeof raw !== 'object' || raw === null) return {};
+  const pm = raw as Record<string, unknown>;
+  return pm.object === 'payment_method' && typeof pm.type === 'string' ? { paymentMethodType: pm.type } : {};
 }
 
 function toRefundView(raw: unknown): RefundView | undefined {
@@ -182,28 +245,45 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
  * in one process) share a count: they can only over-count, i.e. read a 429 as "may have executed".
  */
 class AttemptCounter {
-  readonly #byKey = new Map<string, { calls: number; attempts: number }>();
+  readonly #byKey = new Map<string, { calls: number; attempts: number; refused: number }>();
+  /** Whether this client reports each attempt's answer (a client made by createStripeClient). */
+  readonly #seesAnswers: boolean;
 
   constructor(stripe: Stripe) {
     stripe.on('request', (event: Stripe.RequestEvent) => {
       const entry = event.idempotency_key === undefined ? undefined : this.#byKey.get(event.idempotency_key);
       if (entry) entry.attempts += 1;
     });
+    const answers = answersOf.get(stripe);
+    this.#seesAnswers = answers !== undefined;
+    answers?.on((key, answer) => {
+      const entry = this.#byKey.get(key);
+      if (entry && REFUSED_BEFORE_EXECUTION.has(answer.status)) entry.refused += 1;
+    });
   }
 
-  async count<T>(key: string, call: () => Promise<T>): Promise<{ value: T; attempts: number }> {
-    const entry = this.#byKey.get(key) ?? { calls: 0, attempts: 0 };
+  async count<T>(key: string, call: () => Promise<T>): Promise<{ value: T; attempts: number; refused: number | undefined }> {
+    const entry = this.#byKey.get(key) ?? { calls: 0, attempts: 0, refused: 0 };
     this.#byKey.set(key, entry);
     entry.calls += 1;
     const before = entry.attempts;
+    const refusedBefore = entry.refused;
     try {
       const value = await call();
-      return { value, attempts: entry.attempts - before };
+      return { value, attempts: entry.attempts - before, refused: this.#seesAnswers ? entry.refused - refusedBefore : undefined };
     } finally {
       entry.calls -= 1;
       if (entry.calls === 0) this.#byKey.delete(key);
     }
   }
+}
+
+/** Answers Stripe gives before its idempotency layer: the attempt executed nothing (a lock timeout is a 429 too). */
+const REFUSED_BEFORE_EXECUTION = new Set([401, 403, 429]);
+
+/** A failed call's attempt counts, for decisions.ts (httpAttempts; attemptsRefused when each answer was seen). */
+function withAttempts(failure: GatewayFailure, attempts: number, refused: number | undefined): GatewayFailure {
+  return { ...failure, httpAttempts: attempts, ...(refused !== undefined ? { attemptsRefused: refused } : {}) };
 }
 
 export class StripeGateway implements PaymentGateway {
@@ -219,8 +299,8 @@ export class StripeGateway implements PaymentGateway {
   }
 
   async createPaymentIntent(request: CreatePaymentIntentRequest): Promise<GatewayResult<PaymentIntentView>> {
-    const { value, attempts } = await this.#attempts.count(request.idempotencyKey, () => this.#create(request));
-    return value.ok ? value : { ok: false, failure: { ...value.failure, httpAttempts: attempts } };
+    const { value, attempts, refused } = await this.#attempts.count(request.idempotencyKey, () => this.#create(request));
+    return value.ok ? value : { ok: false, failure: withAttempts(value.failure, attempts, refused) };
   }
 
   async #create(request: CreatePaymentIntentRequest): Promise<GatewayResult<PaymentIntentView>> {
@@ -247,7 +327,9 @@ export class StripeGateway implements PaymentGateway {
 
   async retrievePaymentIntent(id: string): Promise<GatewayResult<PaymentIntentView>> {
     try {
-      const pi = await this.#stripe.paymentIntents.retrieve(id);
+      // The PaymentMethod expanded: its type decides how long `processing` is normal (a SEPA debit
+      // takes days; decisions.ts unsettledBoundFor). A GET: no idempotency key, nothing changes.
+      const pi = await this.#stripe.paymentIntents.retrieve(id, { expand: ['payment_method'] });
       return checkedPaymentIntent(pi);
     } catch (error) {
       return { ok: false, failure: classifyStripeError(error, 'retrieve') };
@@ -283,7 +365,7 @@ export class StripeGateway implements PaymentGateway {
   }
 
   async createRefund(request: CreateRefundRequest): Promise<GatewayResult<RefundView>> {
-    const { value, attempts } = await this.#attempts.count(request.idempotencyKey, async (): Promise<GatewayResult<RefundView>> => {
+    const { value, attempts, refused } = await this.#attempts.count(request.idempotencyKey, async (): Promise<GatewayResult<RefundView>> => {
       try {
         const refund = await this.#stripe.refunds.create(
           {
@@ -299,7 +381,7 @@ export class StripeGateway implements PaymentGateway {
         return { ok: false, failure: classifyStripeError(error, 'create') };
       }
     });
-    return value.ok ? value : { ok: false, failure: { ...value.failure, httpAttempts: attempts } };
+    return value.ok ? value : { ok: false, failure: withAttempts(value.failure, attempts, refused) };
   }
 
   async retrieveRefund(id: string): Promise<GatewayResult<RefundView>> {

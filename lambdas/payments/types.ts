@@ -120,4 +120,9 @@ export interface PaymentIntentView {
   readonly metadata: Readonly<Record<string, string>>;
   /** The customer it belongs to, when the answer said (List evidence compares it). */
   readonly customer?: string | null;
+  /**
+   * The type of its payment method (`card`, `sepa_debit`, `us_bank_account`, …) when the answer
+   * carried the PaymentMethod expanded (a retrieve asks for it); absent or null: not known.
+   */
+  readonly paymentMethodType?: string | null;
 }

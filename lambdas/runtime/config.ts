@@ -208,6 +208,10 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
       leaseMs: integer(env, 'LEASE_MS', DEFAULT_POLICY.leaseMs, 1_000),
       publishLeaseMs: integer(env, 'PUBLISH_LEASE_MS', DEFAULT_POLICY.publishLeaseMs, 1_000),
       unsettledReviewAfterMs: integer(env, 'UNSETTLED_REVIEW_AFTER_MS', DEFAULT_POLICY.unsettledReviewAfterMs, 1_000),
+      unsettledReviewAfterMsByPaymentMethodType: {
+        sepa_debit: integer(env, 'UNSETTLED_REVIEW_AFTER_MS_SEPA_DEBIT', DEFAULT_POLICY.unsettledReviewAfterMsByPaymentMethodType.sepa_debit!, 1_000),
+        us_bank_account: integer(env, 'UNSETTLED_REVIEW_AFTER_MS_US_BANK_ACCOUNT', DEFAULT_POLICY.unsettledReviewAfterMsByPaymentMethodType.us_bank_account!, 1_000),
+      },
       backoff: scaledBackoff(number(env, 'RETRY_BACKOFF_SCALE', 1, 0.001), env),
       ambiguousResolution: oneOf<EnginePolicy['ambiguousResolution']>(env, 'AMBIGUOUS_RESOLUTION', ['auto', 'review'], DEFAULT_POLICY.ambiguousResolution),
       sameKeyResends: integer(env, 'SAME_KEY_RESENDS', DEFAULT_POLICY.sameKeyResends, 0, 10),

@@ -63,6 +63,7 @@ const FAULT_STAGE = {
   stall_after_commit: 'answer',
   error_500_late_commit: 'commit',
   in_flight_then_commit: 'commit',
+  lock_timeout_429: 'gate',
 } as const satisfies Record<FaultKind, 'gate' | 'commit' | 'answer'>;
 export type FaultStage = (typeof FAULT_STAGE)[FaultKind];
 

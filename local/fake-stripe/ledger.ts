@@ -20,10 +20,18 @@ export interface CreatedRange {
 
 interface Entry {
   pi: PaymentIntentJson;
+  /**
+   * What Search can show: each state with the moment it was made, oldest first. Stripe's Search lags
+   * for new AND updated objects ("data is searchable in less than a minute … can lag up to an hour
+   * during outages", docs.stripe.com/search#data-freshness): a search shows the newest state that is
+   * at least searchLagMs old.
+   */
+  history: { atMs: number; pi: PaymentIntentJson }[];
   /** Creation order; search pages are cursors over it. */
   readonly seq: number;
   createdAtMs: number;
   readonly idempotencyKey: string | null;
+  readonly requestId: string | null;
 }
 
 /** Statuses from which Stripe still moves a PaymentIntent on its own or on confirmation. */
@@ -39,12 +47,12 @@ export class Ledger {
   #byId = new Map<string, Entry>();
   #seq = 0;
 
-  create(params: CreateParams, outcome: CardOutcome, idempotencyKey: string | null, nowMs: number): PaymentIntentJson {
+  create(params: CreateParams, outcome: CardOutcome, idempotencyKey: string | null, nowMs: number, requestId: string | null = null): PaymentIntentJson {
     let id = randomId('pi_', 24);
     while (this.#byId.has(id)) id = randomId('pi_', 24);
     const lastPaymentError: LastPaymentError | null =
       outcome.kind === 'decline'
-        ? { type: 'card_error', code: 'card_declined', decline_code: outcome.declineCode, message: outcome.message }
+        ? { type: 'card_error', code: outcome.code, decline_code: outcome.declineCode, message: outcome.message }
         : null;
     const pi: PaymentIntentJson = {
       id,
@@ -64,7 +72,7 @@ export class Ledger {
       last_payment_error: lastPaymentError,
     };
     this.#seq += 1;
-    this.#byId.set(id, { pi, seq: this.#seq, createdAtMs: nowMs, idempotencyKey });
+    this.#byId.set(id, { pi, history: [{ atMs: nowMs, pi }], seq: this.#seq, createdAtMs: nowMs, idempotencyKey, requestId });
     return pi;
   }
 
@@ -73,6 +81,7 @@ export class Ledger {
     for (const entry of this.#byId.values()) {
       entry.createdAtMs -= ms;
       entry.pi = { ...entry.pi, created: Math.floor(entry.createdAtMs / 1000) };
+      entry.history = entry.history.map((h) => ({ atMs: h.atMs - ms, pi: { ...h.pi, created: entry.pi.created } }));
     }
   }
 
@@ -96,19 +105,23 @@ export class Ledger {
         ? { type: 'card_error', code: 'card_declined', decline_code: 'generic_decline', message: 'Your card was declined.' }
         : null;
     entry.pi = { ...entry.pi, status, last_payment_error: lastPaymentError };
+    entry.history.push({ atMs: Date.now(), pi: entry.pi });
     return entry.pi;
   }
 
-  /** Newest first; only PaymentIntents created at or before `visibleUpToMs`; `beforeSeq` continues a page. */
+  /** Newest first; only PaymentIntents created at or before `visibleUpToMs`, each as it was then; `beforeSeq` continues a page. */
   search(
     clauses: readonly SearchClause[],
     visibleUpToMs: number,
     limit: number,
     beforeSeq: number | null,
   ): { data: PaymentIntentJson[]; nextBeforeSeq: number | null } {
+    // Each PaymentIntent as Search sees it: its newest state made at or before visibleUpToMs.
+    const seen = (e: Entry) => e.history.findLast((h) => h.atMs <= visibleUpToMs)?.pi;
     const hits = [...this.#byId.values()]
       .filter((e) => e.createdAtMs <= visibleUpToMs)
       .filter((e) => beforeSeq === null || e.seq < beforeSeq)
+      .map((e) => ({ seq: e.seq, pi: seen(e) ?? e.pi }))
       .filter((e) => clauses.every((c) => clauseMatches(c, e.pi)))
       .sort((a, b) => b.seq - a.seq);
     const page = hits.slice(0, limit);
@@ -147,7 +160,7 @@ export class Ledger {
       .filter((e) => filter.operationId === undefined || e.pi.metadata.operation_id === filter.operationId)
       .filter((e) => filter.orderId === undefined || e.pi.metadata.order_id === filter.orderId)
       .sort((a, b) => a.seq - b.seq)
-      .map((e) => ({ ...structuredClone(e.pi), idempotencyKey: e.idempotencyKey, createdAtMs: e.createdAtMs }));
+      .map((e) => ({ ...structuredClone(e.pi), idempotencyKey: e.idempotencyKey, createdAtMs: e.createdAtMs, requestId: e.requestId }));
   }
 
   countByStatus(): Record<PaymentIntentStatus, number> {

@@ -121,6 +121,7 @@ interface Entry {
   readonly seq: number;
   readonly createdAtMs: number;
   readonly idempotencyKey: string | null;
+  readonly requestId: string | null;
   readonly paymentIntentOrderId: string | null;
   readonly paymentIntentOperationId: string | null;
 }
@@ -130,7 +131,7 @@ export class RefundBook {
   #byId = new Map<string, Entry>();
   #seq = 0;
 
-  create(pi: PaymentIntentJson, amount: number, params: RefundParams, pending: boolean, idempotencyKey: string | null, nowMs: number): RefundJson {
+  create(pi: PaymentIntentJson, amount: number, params: RefundParams, pending: boolean, idempotencyKey: string | null, nowMs: number, requestId: string | null = null): RefundJson {
     let id = randomId('re_', 24);
     while (this.#byId.has(id)) id = randomId('re_', 24);
     const refund: RefundJson = {
@@ -141,11 +142,11 @@ export class RefundBook {
       charge: chargeIdOf(pi.id),
       created: Math.floor(nowMs / 1000),
       currency: pi.currency,
-      failure_balance_transaction: null,
-      failure_reason: null,
+      customer: pi.customer,
       metadata: { ...params.metadata },
       payment_intent: pi.id,
-      pending_reason: pending ? 'processing' : null,
+      payment_method: pi.payment_method,
+      ...(pending ? { pending_reason: 'processing' as const } : {}),
       reason: params.reason,
       receipt_number: null,
       source_transfer_reversal: null,
@@ -158,6 +159,7 @@ export class RefundBook {
       seq: this.#seq,
       createdAtMs: nowMs,
       idempotencyKey,
+      requestId,
       paymentIntentOrderId: pi.metadata.order_id ?? null,
       paymentIntentOperationId: pi.metadata.operation_id ?? null,
     });
@@ -179,12 +181,11 @@ export class RefundBook {
     const allowed = from === 'pending' || from === 'requires_action' || (from === 'succeeded' && status === 'failed');
     if (!allowed) throw new RangeError(`Refund ${id} is ${from}; it cannot become ${status}`);
     const failed = status === 'failed' || status === 'canceled';
+    const { pending_reason: _pending, ...rest } = entry.refund;
     entry.refund = {
-      ...entry.refund,
+      ...rest,
       status,
-      pending_reason: null,
-      failure_reason: status === 'failed' ? 'expired_or_canceled_card' : status === 'canceled' ? 'merchant_request' : null,
-      failure_balance_transaction: failed ? randomId('txn_', 24) : null,
+      ...(failed ? { failure_reason: status === 'failed' ? 'expired_or_canceled_card' : 'merchant_request', failure_balance_transaction: randomId('txn_', 24) } : {}),
     };
     return entry.refund;
   }
@@ -215,6 +216,7 @@ export class RefundBook {
       .map((e) => ({
         ...structuredClone(e.refund),
         idempotencyKey: e.idempotencyKey,
+        requestId: e.requestId,
         createdAtMs: e.createdAtMs,
         paymentIntentOrderId: e.paymentIntentOrderId,
         paymentIntentOperationId: e.paymentIntentOperationId,
@@ -446,7 +448,7 @@ export class RefundApi {
     const judged = this.#judge(params);
     if (!judged.ok) return refused(judged.error);
     const { pi, amount } = judged;
-    const refund = this.#take(pi, amount, params, fault === 'processing', request.idempotencyKey, request.nowMs);
+    const refund = this.#take(pi, amount, params, fault === 'processing', request.idempotencyKey, request.nowMs, requestId);
     if (fault === 'error_500_after_commit') {
       return { status: 500, body: JSON.stringify(errors.apiError()), requestId, paymentIntentId: pi.id, refundId: refund.id };
     }
@@ -479,9 +481,9 @@ export class RefundApi {
   }
 
   /** The Refund made, and what happens to it later (Stripe's test payment methods). */
-  #take(pi: PaymentIntentJson, amount: number, params: RefundParams, processing: boolean, idempotencyKey: string | null, nowMs: number): RefundJson {
+  #take(pi: PaymentIntentJson, amount: number, params: RefundParams, processing: boolean, idempotencyKey: string | null, nowMs: number, requestId: string | null = null): RefundJson {
     const pending = processing || pi.payment_method === PENDING_REFUND_PAYMENT_METHOD;
-    const refund = this.book.create(pi, amount, params, pending, idempotencyKey, nowMs);
+    const refund = this.book.create(pi, amount, params, pending, idempotencyKey, nowMs, requestId);
     if (pending) this.#scheduleSettle(refund.id, 'pending', 'succeeded');
     else if (pi.payment_method === FAILING_REFUND_PAYMENT_METHOD) this.#scheduleSettle(refund.id, 'succeeded', 'failed');
     return refund;

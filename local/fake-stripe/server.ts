@@ -50,6 +50,7 @@ import {
   FormError,
   metadataValue,
   parseSearchQuery,
+  paymentMethodJson,
   queryMetadata,
   randomId,
   validateCreate,
@@ -63,6 +64,15 @@ export * from './types.ts';
 export { FAULT_PROFILES, isFaultProfileName, sdkAttemptsWhenConnectionCloses, type FaultProfileName } from './faults.ts';
 
 const HOST = '127.0.0.1';
+/**
+ * docs.stripe.com/rate-limits: the basic limiter allows 100 operations per second in live mode and 25
+ * in sandboxes; each endpoint is limited to 25 requests per second by default, the Search API to 20
+ * read operations per second. (Its 1,000 updates per PaymentIntent per hour are not modelled: the fake
+ * has no update endpoint.)
+ */
+const STRIPE_PER_ENDPOINT_PER_SECOND = 25;
+const STRIPE_SEARCH_PER_SECOND = 20;
+export const STRIPE_TEST_MODE_RATE_LIMIT = { perSecond: 25 } as const;
 const MAX_BODY_BYTES = 1 << 20;
 /** Stripe's limit on Idempotency-Key length. */
 const MAX_KEY_LENGTH = 255;
@@ -215,6 +225,10 @@ class FakeStripeServer implements FakeStripe {
   readonly #processingSettleMs: number | null;
   readonly #apiKeys: readonly string[] | null;
   readonly #bucket: TokenBucket | null;
+  /** Per endpoint (search: its own rate), made on first use; only with a global bucket. */
+  readonly #endpointBuckets = new Map<Endpoint, TokenBucket>();
+  readonly #rateNow: () => number;
+  readonly #endpointRate: { readonly perEndpoint: number; readonly search: number } | null;
   readonly #plan: FaultPlan;
   readonly #faultKeyBy: 'idempotency_key' | 'order';
   readonly #keys = new IdempotencyStore();
@@ -238,7 +252,11 @@ class FakeStripeServer implements FakeStripe {
     this.#processingSettleMs =
       options.processingSettleMs == null ? null : nonNegative('processingSettleMs', options.processingSettleMs);
     this.#apiKeys = options.apiKeys ? [...options.apiKeys] : null;
-    this.#bucket = options.rateLimit ? new TokenBucket(options.rateLimit.perSecond, Date.now()) : null;
+    this.#rateNow = options.rateLimit?.now ?? Date.now;
+    this.#bucket = options.rateLimit ? new TokenBucket(options.rateLimit.perSecond, this.#rateNow()) : null;
+    this.#endpointRate = options.rateLimit
+      ? { perEndpoint: options.rateLimit.perEndpointPerSecond ?? STRIPE_PER_ENDPOINT_PER_SECOND, search: options.rateLimit.searchPerSecond ?? STRIPE_SEARCH_PER_SECOND }
+      : null;
     this.#plan = new FaultPlan(options.faults?.seed ?? 0, options.faults?.rates ?? {});
     this.#faultKeyBy = options.faults?.keyBy ?? 'idempotency_key';
     this.#logLimit = options.requestLogLimit ?? 100_000;
@@ -445,7 +463,11 @@ class FakeStripeServer implements FakeStripe {
 
     const authError = this.#authenticate(req);
     if (authError !== null) return this.#send(x, 401, authError);
-    if (this.#bucket !== null && !this.#bucket.take(Date.now())) {
+    if (this.#bucket !== null && !this.#bucket.take(this.#rateNow())) {
+      this.#counters.rateLimited += 1;
+      return this.#send(x, 429, errors.rateLimited());
+    }
+    if (matched !== null && !this.#endpointBucket(matched.endpoint)) {
       this.#counters.rateLimited += 1;
       return this.#send(x, 429, errors.rateLimited());
     }
@@ -454,7 +476,7 @@ class FakeStripeServer implements FakeStripe {
       case 'create':
         return this.#create(x, bodyText);
       case 'retrieve':
-        return this.#retrieve(x, matched.id);
+        return this.#retrieve(x, matched.id, url.searchParams);
       case 'search':
         return this.#search(x, url.searchParams);
       case 'list':
@@ -471,10 +493,28 @@ class FakeStripeServer implements FakeStripe {
     }
   }
 
+  /**
+   * Bearer auth, or HTTP Basic with the key as the user name and no password — the form Stripe's own
+   * examples use (`curl -u sk_test_…:`; docs.stripe.com/api/authentication: "Authentication to the API
+   * is performed with HTTP Basic Auth. Provide your API key as the basic auth username value. You do
+   * not need to provide a password." — bearer auth is also accepted).
+   */
+  /** True when the endpoint's own bucket has a token (or there are no per-endpoint limits). */
+  #endpointBucket(endpoint: Endpoint): boolean {
+    if (this.#endpointRate === null) return true;
+    let bucket = this.#endpointBuckets.get(endpoint);
+    if (bucket === undefined) {
+      bucket = new TokenBucket(endpoint === 'search' ? this.#endpointRate.search : this.#endpointRate.perEndpoint, this.#rateNow());
+      this.#endpointBuckets.set(endpoint, bucket);
+    }
+    return bucket.take(this.#rateNow());
+  }
+
   #authenticate(req: IncomingMessage): ErrorEnvelope | null {
     const authorization = header(req, 'authorization');
-    const m = authorization === null ? null : /^Bearer\s+(\S+)\s*$/i.exec(authorization);
-    const key = m?.[1];
+    const bearer = authorization === null ? null : /^Bearer\s+(\S+)\s*$/i.exec(authorization);
+    const basic = authorization === null ? null : /^Basic\s+([A-Za-z0-9+/=]+)\s*$/i.exec(authorization);
+    const key = bearer?.[1] ?? (basic?.[1] ? basicUser(basic[1]) : undefined);
     if (key === undefined) return errors.noApiKey();
     const accepted = this.#apiKeys === null ? key.startsWith('sk_test_') : this.#apiKeys.includes(key);
     return accepted ? null : errors.invalidApiKey(key);
@@ -660,7 +700,7 @@ class FakeStripeServer implements FakeStripe {
         : fault === 'processing'
           ? { kind: 'status', status: 'processing' }
           : cardOutcome(params);
-    const pi = this.#ledger.create(params, outcome, x.record.idempotencyKey, nowMs);
+    const pi = this.#ledger.create(params, outcome, x.record.idempotencyKey, nowMs, x.record.requestId);
     this.#counters.createsExecuted += 1;
     x.record.paymentIntentId = pi.id;
     if (pi.status === 'processing') this.#scheduleSettle(pi.id);
@@ -671,7 +711,7 @@ class FakeStripeServer implements FakeStripe {
       const declined: ErrorEnvelope = {
         error: {
           type: 'card_error',
-          code: 'card_declined',
+          code: outcome.code,
           decline_code: outcome.declineCode,
           message: outcome.message,
           param: '',
@@ -683,7 +723,14 @@ class FakeStripeServer implements FakeStripe {
     return { status: 200, body: JSON.stringify(pi), requestId, paymentIntentId: pi.id };
   }
 
-  async #retrieve(x: Exchange, id: string): Promise<void> {
+  /**
+   * GET /v1/payment_intents/:id, with `expand[]=payment_method` (docs.stripe.com/expand): the
+   * PaymentMethod object in place of its id. Any other expansion is refused (400), not ignored — a
+   * caller relying on it would otherwise read an id as an object.
+   */
+  async #retrieve(x: Exchange, id: string, query: URLSearchParams): Promise<void> {
+    const expand = [...query.entries()].filter(([name]) => /^expand(?:\[\d*\])?$/.test(name)).map(([, value]) => value);
+    const unknown = expand.find((value) => value !== 'payment_method');
     const known = this.#ledger.get(id);
     const facts: RequestFacts = {
       endpoint: 'retrieve',
@@ -694,8 +741,11 @@ class FakeStripeServer implements FakeStripe {
     };
     x.record.operationId = facts.operationId;
     x.record.paymentIntentId = id;
-    const fault = this.#chooseFault(x, facts, 'execute', null);
+    const fault = this.#chooseFault(x, facts, unknown === undefined ? 'execute' : 'rejected', null);
     if (fault !== null && faultStage(fault.kind, 'retrieve') === 'gate') return this.#gateFault(x, fault.kind);
+    if (unknown !== undefined) {
+      return this.#rejectParams(x, errors.invalidRequest(`The fake Stripe server expands only payment_method here, not ${unknown}.`, 'parameter_invalid_string', 'expand'));
+    }
     await this.#park(facts);
     await this.#payLatency(x);
     if (this.#stale(x)) return this.#drop(x);
@@ -704,7 +754,8 @@ class FakeStripeServer implements FakeStripe {
     if (pi === null) {
       return this.#deliver(x, 'retrieve', 404, JSON.stringify(errors.resourceMissing('payment_intent', id, 'intent')), fault);
     }
-    return this.#deliver(x, 'retrieve', 200, JSON.stringify(pi), fault);
+    const body = expand.length > 0 && pi.payment_method !== null ? { ...pi, payment_method: paymentMethodJson(pi.payment_method, pi.customer, pi.created) } : pi;
+    return this.#deliver(x, 'retrieve', 200, JSON.stringify(body), fault);
   }
 
   async #search(x: Exchange, query: URLSearchParams): Promise<void> {
@@ -832,6 +883,8 @@ class FakeStripeServer implements FakeStripe {
         return this.#send(x, 401, errors.invalidApiKey(header(x.req, 'authorization')?.replace(/^Bearer\s+/i, '') ?? ''));
       case 'permission_403':
         return this.#send(x, 403, errors.permission());
+      case 'lock_timeout_429':
+        return this.#send(x, 429, errors.lockTimeout(), { 'Stripe-Should-Retry': 'true' });
       default:
         throw new Error(`not a gate fault: ${kind}`);
     }
@@ -988,7 +1041,12 @@ class FakeStripeServer implements FakeStripe {
     await this.#payLatency(x);
     if (this.#stale(x)) return this.#drop(x);
     if (x.res.destroyed || x.req.socket.destroyed) return this.#finish(x, 'aborted');
-    x.res.writeHead(status, this.#headers(x, extraHeaders, stripeHeaders));
+    // Stripe's own 500 says "do not retry": the idempotency layer would replay it anyway. stripe-node
+    // reads the header before its own 409 / 5xx rules (RequestSender._shouldRetry, stripe@23.1.0: "we
+    // expect the stripe-should-retry header to be false in most cases when a 500 is returned"), so a
+    // 500 costs one HTTP attempt, not 1 + maxNetworkRetries. A proxy's 502 carries no Stripe headers.
+    const retryHeader: Record<string, string> = stripeHeaders && status === 500 ? { 'Stripe-Should-Retry': 'false' } : {};
+    x.res.writeHead(status, this.#headers(x, { ...retryHeader, ...extraHeaders }, stripeHeaders));
     x.res.end(typeof body === 'string' ? body : JSON.stringify(body));
     this.#finish(x, status);
   }
@@ -1046,6 +1104,14 @@ function parseListQuery(query: URLSearchParams): ListQuery {
   }
   const startingAfter = query.get('starting_after');
   return { ok: true, created, limit, startingAfter: startingAfter === null || startingAfter === '' ? null : startingAfter };
+}
+
+/** The user name of a Basic credential (`user:password`, base64); undefined when it is empty or malformed. */
+function basicUser(encoded: string): string | undefined {
+  const decoded = Buffer.from(encoded, 'base64').toString('utf8');
+  const colon = decoded.indexOf(':');
+  const user = colon === -1 ? decoded : decoded.slice(0, colon);
+  return /^\S+$/.test(user) ? user : undefined;
 }
 
 class BodyTooLarge extends Error {

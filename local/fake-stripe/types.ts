@@ -20,9 +20,9 @@ export const FAULT_KINDS = [
   'decline',
   /** PaymentIntent created with status 'processing' (settles later); on a refund create: the Refund is 'pending'. */
   'processing',
-  /** authentication_error; nothing executed or cached. */
+  /** 401 (an invalid_request_error on the wire; stripe-node's StripeAuthenticationError); nothing executed or cached. */
   'unauthorized_401',
-  /** permission_error; nothing executed or cached. */
+  /** 403 (an invalid_request_error on the wire; stripe-node's StripePermissionError); nothing executed or cached. */
   'permission_403',
   // Added beyond the brief (scripted use only, in no profile):
   /**
@@ -57,6 +57,14 @@ export const FAULT_KINDS = [
    * LATER commit (lateCommitMs, or commitLate()) makes the object and stores its answer for the key.
    */
   'in_flight_then_commit',
+  /**
+   * A 429 `lock_timeout` with `Stripe-Should-Retry: true`: another request or Stripe process held the
+   * object's lock too long (docs.stripe.com/rate-limits, "lock timeouts"; docs.stripe.com/error-codes
+   * lock_timeout). Before the idempotency layer: nothing executed, nothing cached — and stripe-node
+   * retries it (the header comes before its own rules), unlike a rate-limit 429. (Scripted use and
+   * random rates; in no profile.)
+   */
+  'lock_timeout_429',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
@@ -131,8 +139,19 @@ export interface FakeStripeOptions {
    * (or none) meet the same faults on the same orders (bench:peers). Default: none.
    */
   readonly faults?: { readonly seed: number; readonly rates: FaultRates; readonly keyBy?: FaultKeyBy };
-  /** A token bucket over all /v1 requests (burst = one second's worth); beyond it: 429. Default: unlimited. */
-  readonly rateLimit?: { readonly perSecond: number };
+  /**
+   * Token buckets (burst = one second's worth); beyond one: 429 `rate_limit`. `perSecond` over all /v1
+   * requests; with it, as Stripe documents (docs.stripe.com/rate-limits), a bucket per endpoint
+   * (`perEndpointPerSecond`, default 25) and a tighter one for Search (`searchPerSecond`, default 20
+   * read operations per second). `now` (epoch ms) is the buckets' clock, for tests. Default: unlimited.
+   * STRIPE_TEST_MODE_RATE_LIMIT is Stripe's sandbox limits (25 per second).
+   */
+  readonly rateLimit?: {
+    readonly perSecond: number;
+    readonly perEndpointPerSecond?: number;
+    readonly searchPerSecond?: number;
+    readonly now?: () => number;
+  };
   /** Accepted bearer keys; default: any key starting with sk_test_. */
   readonly apiKeys?: readonly string[];
   /** How many request records requests() keeps (oldest dropped first). Counters in stats() never drop. Default 100 000. */
@@ -205,6 +224,8 @@ export interface PaymentIntentRecord extends PaymentIntentJson {
   readonly idempotencyKey: string | null;
   /** Creation time in epoch milliseconds (what searchLagMs is measured from). */
   readonly createdAtMs: number;
+  /** The Request-Id of the API request that created it (its events' `request.id`); null when not made by an API request. */
+  readonly requestId?: string | null;
 }
 
 /**
@@ -359,7 +380,12 @@ export type RefundSettleStatus = 'succeeded' | 'failed' | 'canceled';
 
 export type RefundReason = 'duplicate' | 'fraudulent' | 'requested_by_customer';
 
-/** The Refund as Stripe serialises it (https://docs.stripe.com/api/refunds/object, the subset modelled). */
+/**
+ * The Refund as Stripe serialises it (https://docs.stripe.com/api/refunds/object, the subset
+ * modelled). The published schema (test/fixtures/stripe-openapi/refund-endive-2026-09-30.json) has
+ * `failure_balance_transaction`, `failure_reason` and `pending_reason` as optional, NOT nullable:
+ * absent unless they have a value. `customer` and `payment_method` are nullable and always present.
+ */
 export interface RefundJson {
   readonly id: string;
   readonly object: 'refund';
@@ -370,12 +396,17 @@ export interface RefundJson {
   /** Unix seconds. */
   readonly created: number;
   readonly currency: string;
-  readonly failure_balance_transaction: string | null;
-  readonly failure_reason: string | null;
+  /** The refunded PaymentIntent's customer. */
+  readonly customer: string | null;
+  /** Only once the refund failed or was canceled. */
+  readonly failure_balance_transaction?: string;
+  readonly failure_reason?: string;
   readonly metadata: Readonly<Record<string, string>>;
   readonly payment_intent: string;
-  /** Why a refund is pending (API 2025-04-30 and later); null unless status is pending. */
-  readonly pending_reason: 'processing' | 'insufficient_funds' | 'charge_pending' | null;
+  /** The refunded PaymentIntent's payment method. */
+  readonly payment_method: string | null;
+  /** Why a refund is pending (API 2025-04-30 and later); only while status is pending. */
+  readonly pending_reason?: 'processing' | 'insufficient_funds' | 'charge_pending';
   readonly reason: RefundReason | null;
   readonly receipt_number: null;
   readonly source_transfer_reversal: null;
@@ -386,6 +417,8 @@ export interface RefundJson {
 /** Ground truth about one Refund; the camelCase fields are the fake's bookkeeping, never on the wire. */
 export interface RefundRecord extends RefundJson {
   readonly idempotencyKey: string | null;
+  /** The Request-Id of the API request that created it; null for a Dashboard refund. */
+  readonly requestId?: string | null;
   readonly createdAtMs: number;
   /** metadata.order_id / operation_id of the refunded PaymentIntent (whatever the refund's own metadata says). */
   readonly paymentIntentOrderId: string | null;

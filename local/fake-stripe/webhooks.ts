@@ -50,6 +50,24 @@ export interface StripeEventJson {
 }
 
 /** Where an event comes from: a connected account (Connect) and the mode. Default: this account, test mode. */
+/**
+ * `request` of an event: "Information on the API request that triggers the event" — `id` the
+ * request's Request-Id, `idempotency_key` the key it was sent with; both null for an event Stripe
+ * made on its own (docs.stripe.com/api/events/object, request.id: "If null, the event was automatic").
+ * So the event of a PaymentIntent's create names the create; a later settle names nothing.
+ */
+export interface EventRequest {
+  readonly id: string | null;
+  readonly idempotency_key: string | null;
+}
+
+const AUTOMATIC: EventRequest = { id: null, idempotency_key: null };
+
+/** The request that made a ledger object (null: none, e.g. a Dashboard refund). */
+function madeBy(record: { readonly requestId?: string | null; readonly idempotencyKey: string | null }): EventRequest {
+  return record.requestId ? { id: record.requestId, idempotency_key: record.idempotencyKey } : AUTOMATIC;
+}
+
 export interface EventOrigin {
   /** A connected account's id (acct_…): the event carries it as `account`. Null / absent: the platform's own event. */
   readonly account?: string | null;
@@ -60,7 +78,7 @@ export interface EventOrigin {
 export function makeStripeEvent(
   type: string,
   object: Record<string, unknown>,
-  options: { createdMs?: number; previousAttributes?: Record<string, unknown>; apiVersion?: string } & EventOrigin = {},
+  options: { createdMs?: number; previousAttributes?: Record<string, unknown>; apiVersion?: string; request?: EventRequest } & EventOrigin = {},
 ): StripeEventJson {
   return {
     id: randomId('evt_', 24),
@@ -71,7 +89,7 @@ export function makeStripeEvent(
     data: { object: structuredClone(object), ...(options.previousAttributes ? { previous_attributes: options.previousAttributes } : {}) },
     livemode: options.livemode ?? false,
     pending_webhooks: 1,
-    request: { id: null, idempotency_key: null },
+    request: options.request ?? { id: null, idempotency_key: null },
     type,
   };
 }
@@ -96,13 +114,13 @@ export function paymentIntentEventType(status: string): string | null {
 
 /** The wire shape of a ledger record (the fake's bookkeeping fields removed). */
 export function paymentIntentJson(record: PaymentIntentRecord): Record<string, unknown> {
-  const { idempotencyKey: _key, createdAtMs: _at, ...pi } = record;
+  const { idempotencyKey: _key, createdAtMs: _at, requestId: _request, ...pi } = record;
   return { ...pi, latest_charge: chargeIdOf(record.id) };
 }
 
 /** The wire shape of a Refund record (the fake's bookkeeping fields removed). */
 export function refundJson(record: RefundRecord): Record<string, unknown> {
-  const { idempotencyKey: _key, createdAtMs: _at, paymentIntentOrderId: _order, paymentIntentOperationId: _op, ...refund } = record;
+  const { idempotencyKey: _key, createdAtMs: _at, requestId: _request, paymentIntentOrderId: _order, paymentIntentOperationId: _op, ...refund } = record;
   return refund;
 }
 
@@ -202,6 +220,8 @@ export class WebhookDispatcher {
   readonly #maxAttempts: number;
   readonly #seen = new Map<string, string>();
   readonly #seenRefunds = new Set<string>();
+  /** PaymentIntents whose charge had a dispute opened (dispute()): the Charge's `disputed`. */
+  readonly #disputedCharges = new Set<string>();
   /** Each Refund's status when last looked at: a change is a refund.updated (and refund.failed). */
   readonly #refundStatus = new Map<string, string>();
   readonly #chargeRefundUpdated: boolean;
@@ -237,8 +257,8 @@ export class WebhookDispatcher {
   }
 
   /** An event as rendered for this endpoint's api_version, from this endpoint's origin (account, mode). */
-  #event(type: string, object: Record<string, unknown>, previousAttributes?: Record<string, unknown>): StripeEventJson {
-    return makeStripeEvent(type, object, { apiVersion: this.#apiVersion, ...this.#origin, ...(previousAttributes ? { previousAttributes } : {}) });
+  #event(type: string, object: Record<string, unknown>, previousAttributes?: Record<string, unknown>, request: EventRequest = AUTOMATIC): StripeEventJson {
+    return makeStripeEvent(type, object, { apiVersion: this.#apiVersion, ...this.#origin, ...(previousAttributes ? { previousAttributes } : {}), request });
   }
 
   /**
@@ -334,7 +354,8 @@ export class WebhookDispatcher {
       if ((before === 'processing' || before === 'requires_action') && pi.status !== 'processing' && pi.status !== 'requires_action') this.#settledAt.set(pi.id, Date.now());
       if (!this.#deliverEvents) continue;
       const type = paymentIntentEventType(pi.status);
-      if (type) this.emit(this.#event(type, paymentIntentJson(pi)));
+      // The status the create answered is the create's event; a later change is Stripe's own.
+      if (type) this.emit(this.#event(type, paymentIntentJson(pi), undefined, before === undefined ? madeBy(pi) : AUTOMATIC));
     }
   }
 
@@ -366,7 +387,7 @@ export class WebhookDispatcher {
         .filter((r) => r.payment_intent === pi.id && r.id !== refund.id && this.#seenRefunds.has(r.id) && r.status !== 'failed' && r.status !== 'canceled')
         .reduce((sum, r) => sum + r.amount, 0));
       const after = Math.min(pi.amount, before + refund.amount);
-      if (this.#deliverEvents) this.emit(this.#event('charge.refunded', this.#charge(pi, after), { amount_refunded: before, refunded: before === pi.amount }));
+      if (this.#deliverEvents) this.emit(this.#event('charge.refunded', this.#charge(pi, after), { amount_refunded: before, refunded: before === pi.amount }, madeBy(refund)));
     }
   }
 
@@ -377,7 +398,7 @@ export class WebhookDispatcher {
     if (!this.#deliverEvents) return;
     const object = refundJson(refund);
     if (before === undefined) {
-      if (this.#refundEvents) this.emit(this.#event('refund.created', object));
+      if (this.#refundEvents) this.emit(this.#event('refund.created', object, undefined, madeBy(refund)));
       return;
     }
     const previousAttributes = { status: before, ...(refund.status !== 'pending' && before === 'pending' ? { pending_reason: 'processing' } : {}) };
@@ -391,19 +412,32 @@ export class WebhookDispatcher {
     if (refund.status === 'failed') this.emit(this.#event('refund.failed', object, previousAttributes));
   }
 
+  /**
+   * The Charge of a succeeded PaymentIntent, with every field the published `charge` schema requires
+   * (2026-09-30.endive: amount, amount_captured, amount_refunded, billing_details, captured, created,
+   * currency, disputed, id, livemode, metadata, object, paid, refunded, status) and the ids it names.
+   * `disputed`: "Whether the charge has been disputed" — once a dispute was opened here, won or not.
+   */
   #charge(pi: PaymentIntentRecord, amountRefunded: number): Record<string, unknown> {
     return {
       id: chargeIdOf(pi.id),
       object: 'charge',
       amount: pi.amount,
+      amount_captured: pi.amount,
       amount_refunded: amountRefunded,
+      billing_details: { address: null, email: null, name: null, phone: null },
+      captured: true,
+      created: pi.created,
       currency: pi.currency,
       customer: pi.customer,
-      payment_intent: pi.id,
+      disputed: this.#disputedCharges.has(pi.id),
+      livemode: this.#origin.livemode ?? false,
+      metadata: {},
       paid: true,
+      payment_intent: pi.id,
+      payment_method: pi.payment_method,
       refunded: amountRefunded === pi.amount,
       status: 'succeeded',
-      metadata: {},
     };
   }
 
@@ -431,16 +465,26 @@ export class WebhookDispatcher {
     const pi = this.#record(paymentIntentId);
     const chargedBack = !status.startsWith('warning_') && !(phase === 'closed' && status === 'won');
     this.#fake.setDisputed(pi.id, chargedBack);
+    this.#disputedCharges.add(pi.id);
+    // Every field the published `dispute` schema requires (2026-09-30.endive); evidence empty, as
+    // before the merchant answers.
     const dispute = {
       id: `dp_${pi.id.slice(3)}`,
       object: 'dispute',
       amount: pi.amount,
+      balance_transactions: [],
       charge: chargeIdOf(pi.id),
+      created: Math.floor(Date.now() / 1000),
       currency: pi.currency,
+      enhanced_eligibility_types: [],
+      evidence: {},
+      evidence_details: { due_by: null, has_evidence: false, past_due: false, submission_count: 0 },
+      is_charge_refundable: !chargedBack,
+      livemode: this.#origin.livemode ?? false,
+      metadata: {},
       payment_intent: pi.id,
       reason: 'fraudulent',
       status,
-      is_charge_refundable: !chargedBack,
     };
     return this.emit(this.#event(`charge.dispute.${phase}`, dispute));
   }

@@ -79,13 +79,12 @@ export function fingerprint(method: string, path: string, body: FormObject): str
 // ------------------------------------------------------------------------------------ error envelopes
 
 export interface StripeErrorObject {
-  readonly type:
-    | 'api_error'
-    | 'card_error'
-    | 'idempotency_error'
-    | 'invalid_request_error'
-    | 'authentication_error'
-    | 'permission_error';
+  /**
+   * The four types of Stripe's published `api_errors` schema. A 401 and a 403 are
+   * `invalid_request_error` on the wire: stripe-node picks StripeAuthenticationError /
+   * StripePermissionError from the HTTP status, not from `type` (RequestSender, stripe@23.1.0).
+   */
+  readonly type: 'api_error' | 'card_error' | 'idempotency_error' | 'invalid_request_error';
   readonly message: string;
   readonly code?: string;
   readonly param?: string;
@@ -130,19 +129,28 @@ export const errors = {
       message: 'Too many requests hit the API too quickly. We recommend an exponential backoff of your requests.',
     },
   }),
+  /** docs.stripe.com/error-codes, lock_timeout (a 429: docs.stripe.com/rate-limits). */
+  lockTimeout: (): ErrorEnvelope => ({
+    error: {
+      type: 'invalid_request_error',
+      code: 'lock_timeout',
+      message:
+        'This object cannot be accessed right now because another API request or Stripe process is currently accessing it. If you see this error intermittently, retry the request.',
+    },
+  }),
   noApiKey: (): ErrorEnvelope => ({
     error: {
-      type: 'authentication_error',
+      type: 'invalid_request_error',
       message:
         "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY').",
     },
   }),
   invalidApiKey: (key: string): ErrorEnvelope => ({
-    error: { type: 'authentication_error', message: `Invalid API Key provided: ${redactKey(key)}` },
+    error: { type: 'invalid_request_error', message: `Invalid API Key provided: ${redactKey(key)}` },
   }),
   permission: (): ErrorEnvelope => ({
     error: {
-      type: 'permission_error',
+      type: 'invalid_request_error',
       message: 'The provided key does not have the required permissions for this endpoint.',
     },
   }),
@@ -168,13 +176,22 @@ export interface CreateParams {
   readonly metadata: Readonly<Record<string, string>>;
   readonly description: string | null;
   readonly statementDescriptorSuffix: string | null;
+  /** `allowed_payment_method_types[]` / `excluded_payment_method_types[]`, null when not sent. */
+  readonly allowedPaymentMethodTypes: readonly string[] | null;
+  readonly excludedPaymentMethodTypes: readonly string[] | null;
+  /** `error_on_requires_action`: only with automatic payment methods turned off (see parseCreate). */
+  readonly errorOnRequiresAction: boolean;
 }
 
 export type Validated =
   | { readonly ok: true; readonly params: CreateParams }
   | { readonly ok: false; readonly error: ErrorEnvelope };
 
-/** Parameters Stripe accepts on this endpoint that the fake tolerates (and ignores unless listed in CreateParams). */
+/**
+ * Parameters Stripe accepts on this endpoint at the pinned version (2026-10-28.endive) that the fake
+ * tolerates (and ignores unless listed in CreateParams). `payment_method_types` is not among them:
+ * at this version Stripe refuses it (see parseCreate).
+ */
 const KNOWN_CREATE_PARAMS = new Set([
   'amount',
   'currency',
@@ -185,14 +202,85 @@ const KNOWN_CREATE_PARAMS = new Set([
   'metadata',
   'description',
   'expand',
-  'payment_method_types',
   'automatic_payment_methods',
+  'allowed_payment_method_types',
+  'excluded_payment_method_types',
   'return_url',
   'error_on_requires_action',
   'receipt_email',
   'statement_descriptor',
   'statement_descriptor_suffix',
 ]);
+
+/**
+ * Stripe's documented limits on what a create carries: metadata "up to 50 keys, with key names up to
+ * 40 characters long and values up to 500 characters long" (docs.stripe.com/metadata, and the
+ * `metadata` parameter of every create); `description` maxLength 1000 in the published OpenAPI
+ * description of POST /v1/payment_intents; `statement_descriptor_suffix` at most 22 characters
+ * (docs.stripe.com/get-started/account/statement-descriptors, the API reference of the parameter).
+ */
+export const METADATA_MAX_KEYS = 50;
+export const METADATA_MAX_KEY_LENGTH = 40;
+export const METADATA_MAX_VALUE_LENGTH = 500;
+export const DESCRIPTION_MAX_LENGTH = 1000;
+export const STATEMENT_DESCRIPTOR_SUFFIX_MAX_LENGTH = 22;
+
+/**
+ * The payment method types the fake models, by test payment method. Cards are Stripe's own test
+ * payment methods (docs.stripe.com/testing#cards); Stripe has no `pm_` shortcut for a debit, so the
+ * async ones are the fake's: `pm_fake_sepa_debit` (SEPA Direct Debit: "up to 14 business days",
+ * docs.stripe.com/payments/sepa-debit), `pm_fake_us_bank_account` (ACH Direct Debit: "up to 4
+ * business days", docs.stripe.com/payments/ach-direct-debit), and `pm_fake_processing`, an older name
+ * of the SEPA one. Anything else is a card.
+ */
+export type PaymentMethodType = 'card' | 'sepa_debit' | 'us_bank_account';
+const ASYNC_PAYMENT_METHODS: Readonly<Record<string, PaymentMethodType>> = {
+  pm_fake_processing: 'sepa_debit',
+  pm_fake_sepa_debit: 'sepa_debit',
+  pm_fake_us_bank_account: 'us_bank_account',
+};
+
+export function paymentMethodType(paymentMethod: string | null): PaymentMethodType {
+  return (paymentMethod !== null ? ASYNC_PAYMENT_METHODS[paymentMethod] : undefined) ?? 'card';
+}
+
+/** Stripe's test cards by test PaymentMethod (docs.stripe.com/testing#cards): brand and last four digits. */
+const TEST_CARDS: Readonly<Record<string, { readonly brand: string; readonly last4: string }>> = {
+  pm_card_visa: { brand: 'visa', last4: '4242' },
+  pm_card_mastercard: { brand: 'mastercard', last4: '4444' },
+  pm_card_chargeDeclined: { brand: 'visa', last4: '0002' },
+  pm_card_visa_chargeDeclined: { brand: 'visa', last4: '0002' },
+  pm_card_insufficientFunds: { brand: 'visa', last4: '9995' },
+  pm_card_visa_chargeDeclinedInsufficientFunds: { brand: 'visa', last4: '9995' },
+  pm_card_authenticationRequired: { brand: 'visa', last4: '3155' },
+};
+
+/**
+ * A PaymentMethod as an expanded `payment_method` shows it (docs.stripe.com/api/payment_methods/object):
+ * what the published schema requires (billing_details, created, id, livemode, object, type) plus
+ * `customer` and `metadata`, and for a card the `card` hash's required fields. The debit types' own
+ * hashes (IBAN, routing details) are not modelled: nothing reads them.
+ */
+export function paymentMethodJson(id: string, customer: string | null, createdSeconds: number): Record<string, unknown> {
+  const type = paymentMethodType(id);
+  const card = TEST_CARDS[id] ?? { brand: 'visa', last4: '4242' };
+  return {
+    id,
+    object: 'payment_method',
+    billing_details: { address: null, email: null, name: null, phone: null },
+    ...(type === 'card' ? { card: { brand: card.brand, exp_month: 12, exp_year: 2034, funding: 'credit', last4: card.last4 } } : {}),
+    created: createdSeconds,
+    customer,
+    livemode: false,
+    metadata: {},
+    type,
+  };
+}
+
+/** Types Stripe settles in days: a confirmed payment with one of them is `processing` at first. */
+export function isAsyncPaymentMethodType(type: PaymentMethodType): boolean {
+  return type !== 'card';
+}
 
 /** A customer id the fake treats as nonexistent, to exercise resource_missing. */
 export const MISSING_CUSTOMER = 'cus_missing';
@@ -244,7 +332,7 @@ export function validateCreate(body: FormObject): Validated {
 
 function parseCreate(body: FormObject): CreateParams {
   for (const name of Object.keys(body)) {
-    if (!KNOWN_CREATE_PARAMS.has(name)) invalid(`Received unknown parameter: ${name}`, 'parameter_unknown', name);
+    if (!KNOWN_CREATE_PARAMS.has(name) && name !== 'payment_method_types') invalid(`Received unknown parameter: ${name}`, 'parameter_unknown', name);
   }
 
   const amountText = stringParam(body, 'amount') ?? invalid('Missing required param: amount.', 'parameter_missing', 'amount');
@@ -264,7 +352,7 @@ function parseCreate(body: FormObject): CreateParams {
 
   const paymentMethod = stringParam(body, 'payment_method');
   const confirm = booleanParam(body, 'confirm');
-  const offSession = booleanParam(body, 'off_session');
+  const offSession = offSessionParam(body);
   if (offSession && !confirm) {
     invalid('off_session can only be used with confirm=true.', 'parameter_invalid_boolean', 'off_session');
   }
@@ -272,11 +360,97 @@ function parseCreate(body: FormObject): CreateParams {
     invalid('You cannot confirm this PaymentIntent because it is missing a payment method.', 'parameter_missing', 'payment_method');
   }
 
+  // At 2026-10-28.endive a PaymentIntent's payment methods come from automatic payment methods (the
+  // Dashboard's payment method settings), narrowed by allowed_/excluded_payment_method_types;
+  // `payment_method_types` is refused (stripe-node 23.1.0's PaymentIntentCreateParams no longer has it).
+  if (body.payment_method_types !== undefined) {
+    invalid(
+      'payment_method_types is no longer supported at this API version. Use allowed_payment_method_types or excluded_payment_method_types to choose which payment methods to offer.',
+      'payment_method_types_no_longer_supported',
+      'payment_method_types',
+    );
+  }
+  const allowedPaymentMethodTypes = stringListParam(body, 'allowed_payment_method_types');
+  const excludedPaymentMethodTypes = stringListParam(body, 'excluded_payment_method_types');
+  const automatic = automaticPaymentMethodsEnabled(body);
+  const errorOnRequiresAction = booleanParam(body, 'error_on_requires_action');
+  if (errorOnRequiresAction && automatic) {
+    // docs.stripe.com/api/payment_intents/create#create_payment_intent-error_on_requires_action:
+    // "This parameter can't be used with automatic_payment_methods".
+    invalid(
+      'error_on_requires_action cannot be used with automatic_payment_methods. Set automatic_payment_methods[enabled]=false to use it.',
+      'parameter_invalid_boolean',
+      'error_on_requires_action',
+    );
+  }
+  if (confirm) {
+    const type = paymentMethodType(paymentMethod);
+    if ((allowedPaymentMethodTypes !== null && !allowedPaymentMethodTypes.includes(type)) || excludedPaymentMethodTypes?.includes(type)) {
+      invalid(
+        `The PaymentIntent's allowed payment method types do not include the type of payment method ${paymentMethod} (${type}).`,
+        'payment_intent_incompatible_payment_method',
+        'payment_method',
+      );
+    }
+  }
+
   const metadata = metadataParam(body);
   // Kept as sent, so that a test can see what the PaymentIntent carries (an empty string is "unset").
-  const description = stringParam(body, 'description');
-  const statementDescriptorSuffix = stringParam(body, 'statement_descriptor_suffix');
-  return { amount, currency, customer, paymentMethod, confirm, offSession, metadata, description, statementDescriptorSuffix };
+  const description = boundedString(body, 'description', DESCRIPTION_MAX_LENGTH);
+  const statementDescriptorSuffix = boundedString(body, 'statement_descriptor_suffix', STATEMENT_DESCRIPTOR_SUFFIX_MAX_LENGTH);
+  return {
+    amount,
+    currency,
+    customer,
+    paymentMethod,
+    confirm,
+    offSession,
+    metadata,
+    description,
+    statementDescriptorSuffix,
+    allowedPaymentMethodTypes,
+    excludedPaymentMethodTypes,
+    errorOnRequiresAction,
+  };
+}
+
+/** `off_session`: a boolean, or "one_off" / "recurring" (both mean true), as the spec's anyOf has it. */
+function offSessionParam(body: FormObject): boolean {
+  const value = stringParam(body, 'off_session');
+  if (value === 'one_off' || value === 'recurring') return true;
+  return booleanParam(body, 'off_session');
+}
+
+function automaticPaymentMethodsEnabled(body: FormObject): boolean {
+  const apm = body.automatic_payment_methods;
+  if (apm === undefined) return true; // the default at this version
+  if (typeof apm === 'string') return invalid('Invalid automatic_payment_methods: must be an object', 'parameter_invalid_string', 'automatic_payment_methods');
+  const enabled = apm.enabled;
+  if (enabled !== 'true' && enabled !== 'false') {
+    return invalid('Invalid boolean: automatic_payment_methods[enabled]', 'parameter_invalid_boolean', 'automatic_payment_methods[enabled]');
+  }
+  return enabled === 'true';
+}
+
+/** `name[0]=a&name[1]=b`: a list of strings; null when absent. */
+function stringListParam(body: FormObject, name: string): string[] | null {
+  const value = body[name];
+  if (value === undefined) return null;
+  if (typeof value === 'string') return invalid(`Invalid array: ${name}`, 'parameter_invalid_string', name);
+  const items = Object.keys(value)
+    .sort((a, b) => Number(a) - Number(b))
+    .map((k) => value[k]);
+  if (items.some((item) => typeof item !== 'string')) return invalid(`Invalid array: ${name}`, 'parameter_invalid_string', name);
+  return items as string[];
+}
+
+/** A string parameter with Stripe's documented maximum length. */
+export function boundedString(body: FormObject, name: string, maxLength: number): string | null {
+  const value = stringParam(body, name);
+  if (value !== null && value.length > maxLength) {
+    invalid(`Invalid ${name}: must be at most ${maxLength} characters`, 'parameter_invalid_string_too_long', name);
+  }
+  return value;
 }
 
 /** `metadata[...]` of a create body (PaymentIntents and Refunds take it alike). */
@@ -291,7 +465,16 @@ export function metadataParam(body: FormObject): Record<string, string> {
       if (typeof value !== 'string') {
         invalid(`Invalid metadata[${key}]: must be a string`, 'parameter_invalid_string', `metadata[${key}]`);
       }
+      if (key.length > METADATA_MAX_KEY_LENGTH) {
+        invalid(`Metadata keys can have up to ${METADATA_MAX_KEY_LENGTH} characters: ${key.slice(0, 50)}`, 'parameter_invalid_string_too_long', `metadata[${key}]`);
+      }
+      if (value.length > METADATA_MAX_VALUE_LENGTH) {
+        invalid(`Metadata values can have up to ${METADATA_MAX_VALUE_LENGTH} characters (metadata[${key}])`, 'parameter_invalid_string_too_long', `metadata[${key}]`);
+      }
       if (value !== '') metadata[key] = value; // an empty value unsets the key
+    }
+    if (Object.keys(metadata).length > METADATA_MAX_KEYS) {
+      invalid(`You can have up to ${METADATA_MAX_KEYS} metadata keys`, 'parameter_invalid_metadata', 'metadata');
     }
   }
   return metadata;
@@ -309,22 +492,35 @@ export function metadataValue(body: FormObject, key: string): string | null {
 
 export type CardOutcome =
   | { readonly kind: 'status'; readonly status: PaymentIntentStatus }
-  | { readonly kind: 'decline'; readonly declineCode: string; readonly message: string };
+  | { readonly kind: 'decline'; readonly code: string; readonly declineCode: string; readonly message: string };
 
-const GENERIC_DECLINE = { kind: 'decline', declineCode: 'generic_decline', message: 'Your card was declined.' } as const;
+const GENERIC_DECLINE = { kind: 'decline', code: 'card_declined', declineCode: 'generic_decline', message: 'Your card was declined.' } as const;
 const INSUFFICIENT_FUNDS = {
   kind: 'decline',
+  code: 'card_declined',
   declineCode: 'insufficient_funds',
   message: 'Your card has insufficient funds.',
 } as const;
+/**
+ * An off-session payment (or error_on_requires_action) with a card whose bank asks for
+ * authentication: Stripe fails it — 402 card_error, code `authentication_required`, the PaymentIntent
+ * `requires_payment_method` and `payment_intent.payment_failed` (docs.stripe.com/payments/save-and-reuse,
+ * "When a payment attempt fails, the request also fails with a 402 HTTP status code and the status of
+ * the PaymentIntent is requires_payment_method"; docs.stripe.com/declines/codes authentication_required).
+ */
+const AUTHENTICATION_REQUIRED = {
+  kind: 'decline',
+  code: 'authentication_required',
+  declineCode: 'authentication_required',
+  message: 'Your card was declined. This transaction requires authentication.',
+} as const;
 
-/** Stripe's test payment methods (and one of our own for 'processing'); anything unlisted succeeds. */
+/** Stripe's test payment methods; anything unlisted succeeds (an async one after `processing`). */
 const PAYMENT_METHOD_OUTCOMES: Readonly<Record<string, CardOutcome>> = {
   pm_card_chargeDeclined: GENERIC_DECLINE,
   pm_card_visa_chargeDeclined: GENERIC_DECLINE,
   pm_card_insufficientFunds: INSUFFICIENT_FUNDS,
   pm_card_visa_chargeDeclinedInsufficientFunds: INSUFFICIENT_FUNDS,
-  pm_fake_processing: { kind: 'status', status: 'processing' },
   pm_card_authenticationRequired: { kind: 'status', status: 'requires_action' },
 };
 
@@ -333,7 +529,13 @@ export function cardOutcome(params: CreateParams): CardOutcome {
     // Not confirmed: nothing is charged yet.
     return { kind: 'status', status: params.paymentMethod === null ? 'requires_payment_method' : 'requires_confirmation' };
   }
-  return PAYMENT_METHOD_OUTCOMES[params.paymentMethod ?? ''] ?? { kind: 'status', status: 'succeeded' };
+  if (isAsyncPaymentMethodType(paymentMethodType(params.paymentMethod))) return { kind: 'status', status: 'processing' };
+  const outcome = PAYMENT_METHOD_OUTCOMES[params.paymentMethod ?? ''] ?? { kind: 'status', status: 'succeeded' };
+  // No customer is there to authenticate: the payment fails instead of waiting for an action.
+  if (outcome.kind === 'status' && outcome.status === 'requires_action' && (params.offSession || params.errorOnRequiresAction)) {
+    return AUTHENTICATION_REQUIRED;
+  }
+  return outcome;
 }
 
 export const DECLINE_FAULT_OUTCOME: CardOutcome = GENERIC_DECLINE;

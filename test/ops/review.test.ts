@@ -352,9 +352,21 @@ describe('review reissue', () => {
   });
 
   it('is refused while a PaymentIntent requires action (3-D Secure could still charge)', async () => {
-    const e = engine(h, { policy: { unsettledReviewAfterMs: 0 } });
-    const id = await e.requestCharge(order({ paymentMethod: 'pm_card_authenticationRequired' }));
-    await e.executeCharge(id);
+    // The engine's own creates are off-session, where Stripe fails a card that needs authentication
+    // (402 authentication_required). An on-session PaymentIntent of the operation, made outside the
+    // engine, waits for the customer's action instead — and could still charge.
+    const id = await intoReviewNothingCharged(h);
+    const op = await operationRow(h, id);
+    const stripe = createStripeClient({ apiKey: 'sk_test_ops', apiBase: h.stripe.fake.url, maxNetworkRetries: 0 });
+    const waiting = await stripe.paymentIntents.create({
+      amount: 1999,
+      currency: 'eur',
+      customer: 'cus_test',
+      payment_method: 'pm_card_authenticationRequired',
+      confirm: true,
+      metadata: { operation_id: id, order_id: op.order_id, key_generation: '0' },
+    });
+    expect(waiting.status).toBe('requires_action');
     const run = await cli(['review', 'reissue', id, '--confirm-no-charge', ...because], env);
     expect(run.code).toBe(1);
     expect(run.stderr).toMatch(/requires_action/);

@@ -235,25 +235,44 @@ describe('two stacks: a second pipeline on the first one’s database, the recei
     expect(receiptsFn.Properties!.Environment.Variables).toMatchObject({ CONSUMER_MIGRATIONS_DIR: '/var/task/consumer-migrations', CONSUMER_MIGRATE_ON_START: 'true' });
   });
 
-  it('bounds the webhook and charge functions’ concurrency', () => {
+  it('reserves the webhook and charge functions’ concurrency by default', () => {
+    // The webhook function behind the anonymous Function URL (the Checkout pipeline): reserved concurrency.
+    const urls = byType(shared.platform, 'AWS::Lambda::Url');
+    expect(urls).toHaveLength(1);
+    const webhookId = urls[0]![1].Properties!.TargetFunctionArn['Fn::GetAtt'][0] as string;
+    expect(shared.platform.Resources[webhookId]!.Properties!.ReservedConcurrentExecutions).toBeGreaterThan(0);
     for (const t of [shared.platform, shared.marketplace]) {
-      // The webhook function behind the anonymous Function URL: reserved concurrency.
-      const urls = byType(t, 'AWS::Lambda::Url');
-      expect(urls).toHaveLength(1);
-      const webhookId = urls[0]![1].Properties!.TargetFunctionArn['Fn::GetAtt'][0] as string;
-      expect(t.Resources[webhookId]!.Properties!.ReservedConcurrentExecutions).toBeGreaterThan(0);
-      // The charge function: bounded by its event source's maximum concurrency.
+      // The charge function: a reservation that holds its event source's maximum concurrency.
       const [[, mapping]] = byType(t, 'AWS::Lambda::EventSourceMapping').filter(([, m]) => JSON.stringify(m.Properties!.EventSourceArn).includes('Intake')) as [[string, Resource]];
-      expect(mapping.Properties!.ScalingConfig.MaximumConcurrency).toBeGreaterThan(0);
+      const max = mapping.Properties!.ScalingConfig.MaximumConcurrency as number;
+      expect(max).toBeGreaterThan(0);
+      const chargeId = (mapping.Properties!.FunctionName as { Ref: string }).Ref;
+      expect(t.Resources[chargeId]!.Properties!.ReservedConcurrentExecutions).toBeGreaterThanOrEqual(max);
     }
   });
 
-  it('puts resource policies on both secrets, the intake queue and the bus, in both stacks', () => {
+  it('keeps partner events the function could not take: an on-failure destination and its alarm (the Marketplace pipeline)', () => {
+    const t = shared.marketplace;
+    const [[, rule]] = byType(t, 'AWS::Events::Rule').filter(([, r]) => JSON.stringify(r.Properties!.EventPattern ?? {}).includes('aws.partner/stripe.com')) as [[string, Resource]];
+    const fnId = rule.Properties!.Targets[0].Arn['Fn::GetAtt'][0] as string;
+    expect(t.Resources[fnId]!.Properties!.ReservedConcurrentExecutions).toBeGreaterThan(0);
+    const configs = byType(t, 'AWS::Lambda::EventInvokeConfig').filter(([, c]) => JSON.stringify(c.Properties!.FunctionName).includes(fnId));
+    expect(configs).toHaveLength(1);
+    const queueArn = configs[0]![1].Properties!.DestinationConfig.OnFailure.Destination;
+    const queueId = queueArn['Fn::GetAtt'][0] as string;
+    expect(t.Resources[queueId]!.Type).toBe('AWS::SQS::Queue');
+    const alarms = byType(t, 'AWS::CloudWatch::Alarm').filter(([, a]) => JSON.stringify(a.Properties!.Dimensions ?? a.Properties!.Metrics ?? []).includes(queueId));
+    expect(alarms.map(([, a]) => String(JSON.stringify(a.Properties!.AlarmName)))).toEqual([expect.stringContaining('PartnerEventsNotRecorded')]);
+  });
+
+  it('puts resource policies on the Stripe key, the webhook secret where there is one, the intake queue and the bus, in both stacks', () => {
     for (const t of [shared.platform, shared.marketplace]) {
       const secretPolicies = byType(t, 'AWS::SecretsManager::ResourcePolicy').map(([, r]) => JSON.stringify(r.Properties!.SecretId));
       const stripe = byType(t, 'AWS::SecretsManager::Secret').find(([id]) => id.includes('StripeSecret'))![0];
-      const webhook = byType(t, 'AWS::SecretsManager::Secret').find(([id]) => id.includes('WebhookSecret'))![0];
-      expect(secretPolicies).toEqual(expect.arrayContaining([JSON.stringify({ Ref: stripe }), JSON.stringify({ Ref: webhook })]));
+      // The webhook signing secret exists where Stripe's events come by webhook (the Checkout pipeline).
+      const webhooks = byType(t, 'AWS::SecretsManager::Secret').filter(([id]) => id.includes('WebhookSecret')).map(([id]) => id);
+      expect(webhooks).toHaveLength(t === shared.platform ? 1 : 0);
+      expect(secretPolicies).toEqual(expect.arrayContaining([JSON.stringify({ Ref: stripe }), ...webhooks.map((id) => JSON.stringify({ Ref: id }))]));
       const intake = byType(t, 'AWS::SQS::Queue').find(([id, q]) => id.includes('IntakeQueue') && q.Properties!.RedrivePolicy)![0];
       const queuePolicy = byType(t, 'AWS::SQS::QueuePolicy').find(([, p]) => JSON.stringify(p.Properties!.Queues) === JSON.stringify([{ Ref: intake }]))!;
       expect(JSON.stringify(queuePolicy[1].Properties!.PolicyDocument)).toContain('sqs:SendMessage');

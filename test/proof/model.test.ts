@@ -49,11 +49,12 @@ afterAll(async () => {
 // ── Arbitraries ──────────────────────────────────────────────────────────────────────────────────
 
 /**
- * The Stripe faults the model scripts. Not stall_after_commit (see the charge commands). The
- * late-commit faults (a create committed after its 500, or after its key was left in flight) are in:
- * the `commit_late` command, or heal once every operation is decided, makes Stripe commit them.
+ * The Stripe faults the model scripts. Not stall_after_commit (see the charge commands), nor the
+ * lock-timeout 429 (the SDK's retry after it is a plain re-send). The late-commit faults (a create
+ * committed after its 500, or after its key was left in flight) are in: the `commit_late` command, or
+ * heal once every operation is decided, makes Stripe commit them.
  */
-const MODEL_FAULT_KINDS = FAULT_KINDS.filter((kind) => kind !== 'stall_after_commit');
+const MODEL_FAULT_KINDS = FAULT_KINDS.filter((kind) => kind !== 'stall_after_commit' && kind !== 'lock_timeout_429');
 
 const MAX_ORDERS = 3;
 const orderIndex = fc.nat({ max: MAX_ORDERS - 1 });

@@ -988,8 +988,9 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   const allDecided = async () =>
     (await scoped(`SELECT 1 FROM payment_operations WHERE order_id = ANY($1) AND status IN ('pending','unknown') AND review_reason IS NULL`)).rowCount === 0;
   // The List settle delay, then proofs of absence 16 minutes apart (a re-issue needs two; a re-issued
-  // generation may need two more), then the early search, the key window, the unsettled review.
-  const TIME_STEPS = ['3 minutes', '16 minutes', '16 minutes', '16 minutes', '16 minutes', '16 minutes', '16 minutes', '11 minutes', '24 hours', '8 days'];
+  // generation may need two more), then the early search, the key window, the unsettled review — a
+  // card's (7 days), then a SEPA debit's (pm_fake_processing: 24 days, DEFAULT_POLICY).
+  const TIME_STEPS = ['3 minutes', '16 minutes', '16 minutes', '16 minutes', '16 minutes', '16 minutes', '16 minutes', '11 minutes', '24 hours', '8 days', '17 days'];
   let timeSteps = 0;
   let healRounds = 0;
   for (; healRounds < 60; healRounds++) {
