@@ -22,7 +22,6 @@
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
-import { deduplicationId } from '../lambdas/payments/message.ts';
 import { chargeRequestMessage, refundRequestMessage, sendChargeRequests, sendRefundRequest, type ChargeRequest, type RefundRequest } from '../lambdas/producer/client.ts';
 import { AnotherSystem, remediesSettled } from './another-system.ts';
 import { buildLedger, type Ledger, type RunOutcome } from './ledger.ts';
@@ -499,8 +498,8 @@ async function chargeAgainBehindItsBack(
 
 /**
  * Past the producer client. The deduplication id differs from the producer's (a hash of the order
- * id) because these stand for messages sent more than 5 minutes after the original, when SQS no
- * longer remembers it.
+ * id and the request's parameters) because these stand for messages sent more than 5 minutes after
+ * the original, when SQS no longer remembers it.
  */
 async function sendRaw(sqs: SQSClient, queueUrl: string, body: string, groupId: string, salt: string, signal?: AbortSignal): Promise<void> {
   await sqs.send(
@@ -508,7 +507,7 @@ async function sendRaw(sqs: SQSClient, queueUrl: string, body: string, groupId: 
       QueueUrl: queueUrl,
       MessageBody: body,
       MessageGroupId: groupId,
-      MessageDeduplicationId: createHash('sha256').update(`${deduplicationId(groupId)}:${salt}`).digest('hex'),
+      MessageDeduplicationId: createHash('sha256').update(`late:${groupId}:${salt}:${body}`).digest('hex'),
     }),
     signal ? { abortSignal: signal } : {},
   );

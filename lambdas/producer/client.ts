@@ -6,9 +6,11 @@
 //     the SQSClient, 3 by default), resending the same entries;
 //   - entries that SendMessageBatch reports as failed inside a 200 answer are NOT retried by the SDK:
 //     `sendChargeRequests` resends those, and only those, with bounded attempts.
-// Every resend carries the same MessageDeduplicationId (a hash of the order id), so SQS drops a copy
-// that had in fact been stored within the last 5 minutes; later copies are caught by the charge
-// handler, which keeps one operation per order.
+// Every resend carries the same MessageDeduplicationId (a hash of the order id and of the request's
+// parameters), so SQS drops a copy that had in fact been stored within the last 5 minutes; later
+// copies are caught by the charge handler, which keeps one operation per order. A request for the
+// same order with other parameters has another id: it reaches the handler and is recorded as a
+// conflict instead of being dropped by SQS unseen.
 import { SendMessageBatchCommand, SendMessageCommand, type SQSClient, type SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
 import {
   DEFAULT_MAX_AMOUNT,
@@ -105,7 +107,7 @@ export function chargeRequestMessage(request: ChargeRequest): ChargeRequestMessa
     // One group per order: orders never wait for each other, and two messages of one order are
     // never worked at the same time.
     MessageGroupId: orderId,
-    MessageDeduplicationId: deduplicationId(orderId),
+    MessageDeduplicationId: deduplicationId(request),
   };
 }
 
@@ -118,7 +120,7 @@ export function refundRequestMessage(request: RefundRequest): ChargeRequestMessa
   return {
     MessageBody: JSON.stringify({ type: 'refund', orderId, refundId, amount, ...(reason ? { reason } : {}) }),
     MessageGroupId: orderId,
-    MessageDeduplicationId: refundDeduplicationId(orderId, refundId),
+    MessageDeduplicationId: refundDeduplicationId(request),
   };
 }
 
@@ -194,8 +196,8 @@ export function checkChargeRequests(
     if (earlier === undefined) {
       first.set(request.orderId, { index, body });
     } else if (earlier.body !== body) {
-      // SQS would keep the first and silently drop the other (same dedup id): a conflict must be
-      // refused here, where the caller can still see it.
+      // Two different requests for one order in one call is the caller's bug: refused here, where the
+      // caller can still see it (sent in separate calls, the second would be a recorded conflict).
       issues.push({
         index,
         orderId: request.orderId,
