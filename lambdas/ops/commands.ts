@@ -395,7 +395,7 @@ async function detail(ctx: OpsContext, history: OperationHistory, withStripe: bo
       stripeSkipped = error.message;
     }
   }
-  const rejected = await listRejected(ctx.db, { sinceMs: null, reasonCode: null, orderId: history.operation.orderId, limit: 100, withBody: false });
+  const rejected = await listRejected(ctx.db, { sinceMs: null, reasonCodes: null, orderId: history.operation.orderId, limit: 100, withBody: false });
   const charge = history.operation.kind === 'charge' ? history.operation : await findOperationByOrder(ctx.db, history.operation.orderId);
   const refunds = await findRefundsOfOrder(ctx.db, history.operation.orderId);
   return {
@@ -694,7 +694,7 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
               actor: rawBodyReader(ctx),
               verified: ctx.identity?.verified ?? false,
               command: 'rejected list --with-body',
-              detail: { transport: ctx.transport, identity: ctx.identity ?? { verified: false }, filter: { sinceMs: command.sinceMs, reasonCode: command.reasonCode, orderId: command.orderId, limit: command.limit } },
+              detail: { transport: ctx.transport, identity: ctx.identity ?? { verified: false }, filter: { sinceMs: command.sinceMs, reasonCodes: command.reasonCodes, orderId: command.orderId, limit: command.limit } },
             }
           : undefined,
       );
