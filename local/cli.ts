@@ -58,7 +58,7 @@ Workload:
                           (another key): the product must refund the extra PaymentIntent
                           itself, told by Stripe's event (fake Stripe with webhooks; default 2)
   --faults <profile>      fake Stripe faults: none | flaky | chaos (default flaky)
-  --seed <n>              makes faults and workload reproducible (default: random, printed)
+  --seed <n>              repeats the workload and the faults (default: random, printed)
   --customer <cus_...>    customer of every order (real Stripe needs one that exists)
 
 Running:
@@ -229,6 +229,11 @@ interface RunResult {
   readonly consumers: ConsumerLedgerEntry[] | null;
 }
 
+/** Four hex digits of a seed: the demo's order ids under the fake Stripe (demo-002a-001, …). */
+function seedTag(seed: number): string {
+  return (seed % 0x10000).toString(16).padStart(4, '0');
+}
+
 function stripeSetup(args: Args): StripeSetup {
   const key = process.env.STRIPE_SECRET_KEY;
   const base = process.env.STRIPE_API_BASE;
@@ -310,7 +315,9 @@ async function runOnce(
             refunds: args.refunds,
             duplicateCharges: args.duplicateCharges,
             seed: args.seed,
-            tag: `demo-${pipeline.runId.slice(-4)}`,
+            // Against the fake Stripe the order ids come from the seed, so that the faults (keyed by
+            // order and attempt) repeat with it; against a real account they stay unique per run.
+            tag: stripe.kind === 'fake' ? `demo-${seedTag(args.seed)}` : `demo-${pipeline.runId.slice(-4)}`,
             // pm_fake_processing is the fake's own (Stripe has no such test card), and it settles only
             // by a later retrieve: with --faults none every answer is immediate, so the run measures throughput.
             processing: stripe.kind === 'fake' && args.faults !== 'none',

@@ -436,7 +436,9 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       faults = options.stripe.faults ?? 'none';
       seed = options.stripe.seed ?? Math.floor(Math.random() * 2 ** 31);
       fakeStripe = await startFakeStripe({
-        faults: { seed, rates: FAULT_PROFILES[faults] },
+        // Keyed by order and attempt, not by idempotency key: the keys are made of operation ids,
+        // fresh in every run, so keyed by them one seed gave the same workload other faults.
+        faults: { seed, rates: FAULT_PROFILES[faults], keyBy: 'order' },
         latencyMs: options.stripe.latencyMs ?? 0,
         searchLagMs: timeLapse?.searchLagMs ?? 0,
         processingSettleMs: timeLapse?.processingSettleMs ?? null,
