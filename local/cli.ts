@@ -15,6 +15,7 @@ import { isFaultProfileName, type FaultProfileName } from './fake-stripe/server.
 import { ANSI, formatLedger, PLAIN, plural, seconds, type Ledger, type RunOutcome } from './ledger.ts';
 import {
   DEMO_TIME_LAPSE,
+  LOCAL_FAKE_STRIPE_KEY,
   describeTimeLapse,
   resetDataDir,
   startPipeline,
@@ -229,6 +230,34 @@ interface RunResult {
   readonly consumers: ConsumerLedgerEntry[] | null;
 }
 
+/** The ops tool reads these to judge a review as the handlers do: under the time-lapse, not production's 10 min. */
+const OPS_SETTINGS = ['KEY_WINDOW_MS', 'EARLY_SEARCH_AFTER_MS', 'LEASE_MS', 'LIST_SETTLE_MS'] as const;
+
+/**
+ * The commands --serve prints, ready to paste into a new shell: the produce command for this run's
+ * queue, and the ops prefix with this run's database, Stripe and the time-lapse's review settings
+ * (without them `review reissue` was refused for production's 10 minutes in a run whose key window
+ * is 20 s). The fake's key is a constant and printed; a real test-mode key never is.
+ */
+export function serveCommands(
+  env: Readonly<Record<string, string | undefined>>,
+  options: { readonly sqsEndpoint: string; /** Printed as is (the fake's constant key); null: the user's own key, never printed. */ readonly stripeKey: string | null },
+): { produce: string; ops: string; note: string | null } {
+  const settings = OPS_SETTINGS.filter((name) => env[name] !== undefined).map((name) => `${name}=${env[name]}`);
+  const ops = [
+    `DATABASE_URL=${env.DATABASE_URL ?? ''}`,
+    ...(env.STRIPE_API_BASE ? [`STRIPE_API_BASE=${env.STRIPE_API_BASE}`] : []),
+    `STRIPE_SECRET_KEY=${options.stripeKey ?? '$STRIPE_SECRET_KEY'}`,
+    ...settings,
+    'npm run ops --',
+  ].join(' ');
+  return {
+    produce: `SQS_ENDPOINT=${options.sqsEndpoint} npm run produce -- --order order-1001 --amount 1299 --currency eur --customer cus_demo001 --payment-method pm_card_visa`,
+    ops,
+    note: options.stripeKey === null ? 'export STRIPE_SECRET_KEY=sk_test_… (the key this run uses) in that shell first' : null,
+  };
+}
+
 /** Four hex digits of a seed: the demo's order ids under the fake Stripe (demo-002a-001, …). */
 function seedTag(seed: number): string {
   return (seed % 0x10000).toString(16).padStart(4, '0');
@@ -297,13 +326,16 @@ async function runOnce(
         .join('\n') + '\n',
     );
     if (args.serve) {
+      const commands = serveCommands(e, { sqsEndpoint: pipeline.sqs.endpoint, stripeKey: stripe.kind === 'fake' ? LOCAL_FAKE_STRIPE_KEY : null });
       ui.write(
         `${st.bold('Serving.')} From another terminal, send charge requests with:\n` +
-          `  SQS_ENDPOINT=${pipeline.sqs.endpoint} npm run produce -- --order order-1001 --amount 1299 --currency eur --customer cus_demo001 --payment-method pm_card_visa\n` +
+          `  ${commands.produce}\n` +
           `  ${st.dim(`(or --file orders.jsonl; queue URL ${pipeline.sqs.queueUrl})`)}\n` +
-          `The review queue, while this runs:\n` +
-          `  DATABASE_URL=${pipeline.databaseUrl} STRIPE_API_BASE=${e.STRIPE_API_BASE ?? ''} STRIPE_SECRET_KEY=${process.env.STRIPE_SECRET_KEY ? '$STRIPE_SECRET_KEY' : 'sk_test_local_runtime'} npm run ops -- review list\n` +
-          `Ctrl-C prints the ledger and stops everything.\n\n`,
+          `The review queue and an order's audit trail, while this runs (this run's database and settings):\n` +
+          `  ${commands.ops} review list\n` +
+          `  ${commands.ops} operations show order-1001\n` +
+          (commands.note ? `  ${st.dim(commands.note)}\n` : '') +
+          `Ctrl-C prints the ledger and stops everything (exit 0 when everything had settled).\n\n`,
       );
     }
 

@@ -450,7 +450,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       const fake = fakeStripe;
       cleanups.push(() => fake.close());
       stripeTruth = fakeTruth(fakeStripe);
-      stripeKey = 'sk_test_local_runtime';
+      stripeKey = LOCAL_FAKE_STRIPE_KEY;
       apiBase = fakeStripe.url;
       stripeDescription = `fake Stripe on ${fakeStripe.url} (faults: ${faults}, seed ${seed})`;
     } else {
@@ -704,6 +704,9 @@ function withDatabase(url: string, database: string): string {
   parsed.pathname = `/${database}`;
   return parsed.toString();
 }
+
+/** The key the handlers send the in-process fake Stripe: a constant, not a secret (printed by --serve). */
+export const LOCAL_FAKE_STRIPE_KEY = 'sk_test_local_runtime';
 
 function redactKey(key: string): string {
   return key.length > 12 ? `${key.slice(0, 8)}…${key.slice(-4)}` : '…';
