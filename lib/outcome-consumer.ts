@@ -38,7 +38,7 @@ export const LAMBDA_CONSUMER_MIGRATIONS_DIR = '/var/task/consumer-migrations';
 export interface OutcomeConsumerProps {
   /** Names the consumer: inbox rows, idempotency keys, metric dimension, alarm names. `^[a-z][a-z0-9-]{0,62}$` */
   readonly consumerName: string;
-  /** The failure this consumer accepts (seed §7): passed to the function and shown in its metrics. */
+  /** The failure this consumer accepts (docs/events.md#which-policy): passed to the function and shown in its metrics. */
   readonly policy: ConsumerPolicy;
   /** The pipeline's outcome-event bus. */
   readonly eventBus: events.IEventBus;

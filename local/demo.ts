@@ -11,12 +11,12 @@
 //   bad messages     sent raw with the SQS client, past the producer's validation: a body that is
 //                    not JSON, one against the schema, and an order repeated with another amount —
 //                    each must end in rejected_messages, acknowledged, never charged
-//   refunds          (issue 15) a share of the orders refunded through the producer's sendRefundRequest,
+//   refunds          a share of the orders refunded through the producer's sendRefundRequest,
 //                    on the order's FIFO group, one scenario each, in turn (RefundScenario below): a
 //                    partial refund, a full one, two partials summing to the amount, a repeated
 //                    request, the same refund id with another amount, an over-refund, a refund sent
 //                    while its charge may still be open, a refund of a declined order
-//   duplicate        (issue 15) once everything settled, a few orders charged a second time behind
+//   duplicate        once everything settled, a few orders charged a second time behind
 //   charges          the pipeline's back (another system, another key, the order's metadata): the
 //                    product learns it from Stripe's event and refunds the extra PaymentIntent itself
 import { createHash } from 'node:crypto';

@@ -68,7 +68,7 @@ export interface Ledger {
     readonly reviewSamples: readonly { readonly orderId: string; readonly reason: string }[];
   };
   readonly rejected: { readonly total: number; readonly byReason: Readonly<Record<string, number>> };
-  /** Refunds (issue 15): ours beside Stripe's, per order, with the counts and verdicts. */
+  /** Refunds: ours beside Stripe's, per order, with the counts and verdicts. */
   readonly refunds: RefundLedger;
   readonly stripe: {
     /** Where these figures come from. */
@@ -144,7 +144,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
 
   const [truthPis, truthRefunds, stats] = await Promise.all([
     p.stripeTruth.paymentIntents(orderIds),
-    // The refunds make the checker judge the net amount per order (issue 15); a truth that cannot list them skips that.
+    // The refunds make the checker judge the net amount per order; a truth that cannot list them skips that.
     p.stripeTruth.refunds(orderIds).catch(() => null),
     p.stripeTruth.stats().catch(() => null),
   ]);

@@ -1,4 +1,4 @@
-// One SQS batch, worked as a batch (DESIGN §5, §7). Knows nothing of middy, Powertools or the
+// One SQS batch, worked as a batch (docs/architecture.md#the-charge-handler). Knows nothing of middy, Powertools or the
 // environment: the handler passes its dependencies in, and so can a test or a benchmark.
 //
 //   parse every body ──▶ rejects: one INSERT (if any) ──▶ engine: one statement makes every request

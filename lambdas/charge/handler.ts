@@ -1,4 +1,4 @@
-// The charge Lambda: SQS FIFO batch in, partial batch response out (DESIGN §5, §8). Wiring only —
+// The charge Lambda: SQS FIFO batch in, partial batch response out (docs/architecture.md#the-charge-handler). Wiring only —
 // configuration from the environment, per-container resources, logging and metrics as middleware;
 // the batch logic is processChargeBatch (batch.ts).
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';

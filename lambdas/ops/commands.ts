@@ -504,7 +504,7 @@ async function resolve(ctx: OpsContext, command: Extract<Command, { name: 'revie
   const remedies: RemedyView[] = [];
   if (op.kind === 'charge' && others.length > 0) {
     // The charge is now final-succeeded with the operator's PaymentIntent: every other one that
-    // charged the order is the remedy's (issue 15), with the operator as actor and this command as evidence.
+    // charged the order is the remedy's (docs/model.md, the duplicate-charge remedy), with the operator as actor and this command as evidence.
     const evidenceOf = { evidence: 'operator', by: 'operator', command: `review resolve --as succeeded`, reason: command.action.reason, transport: ctx.transport, ...identityDetail(ctx, command.action) };
     const engine = await remedyEngine(ctx, command.action.actor);
     for (const other of others) {

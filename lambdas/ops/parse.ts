@@ -69,7 +69,7 @@ export type Command =
   /** What Stripe's events showed that the ledger cannot explain (stripe_event_findings). */
   | { readonly name: 'findings list'; readonly includeResolved: boolean; readonly kind: (typeof FINDING_KINDS)[number] | null; readonly limit: number }
   | { readonly name: 'findings resolve'; readonly findingId: number; readonly action: OperatorAction }
-  /** An order's refund operations beside its charge (issue 15). */
+  /** An order's refund operations beside its charge (docs/model.md, refunds). */
   | { readonly name: 'refunds list'; readonly orderId: string }
   | { readonly name: 'refunds show'; readonly operationId: string; readonly stripe: boolean }
   /** An operator's refund, through the same engine as a producer's (the operator as actor). */

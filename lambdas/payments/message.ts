@@ -1,4 +1,4 @@
-// The message contract (DESIGN §8): what a producer puts on the queue and what the charge handler
+// The message contract (docs/producers.md): what a producer puts on the queue and what the charge handler
 // accepts. One schema for both sides, so the producer refuses what the consumer would reject.
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
@@ -59,7 +59,7 @@ export function chargeRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
     currency: z.string().regex(/^[a-z]{3}$/, 'must be three lowercase letters (ISO 4217)'),
     customerId: z.string().regex(STRIPE_ID('cus'), 'must be a Stripe customer id (cus_…)'),
     paymentMethod: z.string().regex(STRIPE_ID('pm'), 'must be a Stripe PaymentMethod id (pm_…)'),
-    // Optional charge parameters (issue 15), passed to Stripe and part of the order's parameters: a
+    // Optional charge parameters (docs/producers.md), passed to Stripe and part of the order's parameters: a
     // repeat of the order with other values is a conflict. Never logged.
     description: z.string().min(1, 'must not be empty').max(1000, 'must be at most 1000 characters').refine(storableText, STORABLE).optional(),
     // Stripe: the suffix is at most 22 characters, Latin letters, digits and a few signs, at least one letter.
@@ -74,7 +74,7 @@ export function chargeRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
 export type ChargeRequest = z.infer<ReturnType<typeof chargeRequestSchema>>;
 
 /**
- * A refund request (issue 15): on the same FIFO queue and in the same message group as its order's
+ * A refund request (docs/producers.md#refund-requests-the-same-queue): on the same FIFO queue and in the same message group as its order's
  * charge, so that it is ordered after it. `amount` in minor units; `reason` one of Stripe's.
  */
 export function refundRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {

@@ -1,4 +1,4 @@
-// The producer client: how a service puts "charge order X" on the queue (DESIGN §8). Imported by
+// The producer client: how a service puts "charge order X" on the queue (docs/producers.md). Imported by
 // producer services, so it depends on the SQS client and the shared message contract only.
 //
 // Who retries what:
@@ -80,7 +80,7 @@ export type ChargeRequestResult =
       readonly repeatOf?: number;
     };
 
-/** What goes on the wire for one request (DESIGN §8). */
+/** What goes on the wire for one request (docs/producers.md#the-message-contract). */
 export interface ChargeRequestMessage {
   readonly MessageBody: string;
   readonly MessageGroupId: string;
@@ -112,7 +112,7 @@ export function chargeRequestMessage(request: ChargeRequest): ChargeRequestMessa
 }
 
 /**
- * The SQS message of a refund (issue 15): the same queue and the same message group as its order's
+ * The SQS message of a refund (docs/producers.md#refund-requests-the-same-queue): the same queue and the same message group as its order's
  * charge, so FIFO orders it after the charge; deduplicated on `refund:{orderId}:{refundId}`.
  */
 export function refundRequestMessage(request: RefundRequest): ChargeRequestMessage {

@@ -1,5 +1,5 @@
 // A fake Stripe API server that the REAL stripe SDK talks to over HTTP. It models the parts of Stripe
-// the product's guarantees rest on (DESIGN §2, §10): the idempotency layer (replay, parameter
+// the product's guarantees rest on (docs/fake-stripe.md): the idempotency layer (replay, parameter
 // mismatch, 409 while in flight, pruning), Search lag, and faults on either side of the commit.
 //
 // One request's life (create):

@@ -1,4 +1,4 @@
-// Refund requests on the charge queue (issue 15): the producer client puts them in the order's
+// Refund requests on the charge queue (docs/producers.md#refund-requests-the-same-queue): the producer client puts them in the order's
 // message group (fauxqs, real SQS protocol), the charge handler's batch routes them by `type` to the
 // same engine, after the batch's charges; rejections are durable rows, never Stripe calls.
 import { createHash } from 'node:crypto';
