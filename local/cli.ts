@@ -26,6 +26,8 @@ import {
 import { createProgressView } from './progress.ts';
 
 const SERVE_SQS_PORT = 9324;
+/** Stripe test mode: where `stripe listen --forward-to` sends Stripe's events (fixed, so the command can be kept). */
+const WEBHOOK_PORT = 4242;
 
 async function portIsFree(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -70,6 +72,8 @@ Running:
   --batch-size <n>        records per invocation, 1-10 (default 10)
   --timeout <s>           give up if not settled by then (default 90 + 0.02 × orders)
   --no-webhooks           polling only: the fake Stripe sends no signed webhooks (Stripe events in)
+  --webhook-port <port>   Stripe test mode with STRIPE_WEBHOOK_SECRET: the local endpoint for
+                          stripe listen --forward-to http://127.0.0.1:<port>/ (default 4242)
   --no-time-lapse         production durations (23 h key window, …): a fault may take a day
   --fresh                 delete the PostgreSQL data folder first (a new cluster)
   --data-dir <path>       PostgreSQL data folder (default .local/postgres; logs go next to it)
@@ -85,6 +89,8 @@ Output:
 
 Stripe: the fake by default. STRIPE_SECRET_KEY=sk_test_… uses Stripe test mode;
 STRIPE_API_BASE=<url> uses any Stripe-compatible server (e.g. npm run fake-stripe).
+With Stripe test mode, STRIPE_WEBHOOK_SECRET=<the whsec_… that stripe listen prints> receives
+Stripe's events: stripe listen --forward-to http://127.0.0.1:4242/ (docs/quickstart.md).
 
 Exit status: 0 ok · 1 invariant violated · 2 bad arguments · 3 not settled in time ·
 4 could not run · 130 interrupted`;
@@ -100,6 +106,8 @@ interface Args {
   customer: string | undefined;
   serve: boolean;
   sqsPort: number | undefined;
+  /** The local Function URL real Stripe's events are forwarded to (stripe listen --forward-to). */
+  webhookPort: number;
   pollers: number;
   batchSize: number;
   timeoutMs: number;
@@ -141,6 +149,7 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
       json: { type: 'boolean' },
       'compare-one-at-a-time': { type: 'boolean' },
       'no-webhooks': { type: 'boolean' },
+      'webhook-port': { type: 'string' },
       'no-consumers': { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -177,6 +186,7 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
     customer: values.customer,
     serve: values.serve ?? false,
     sqsPort: values['sqs-port'] === undefined ? undefined : int('sqs-port', values['sqs-port'], 0, 0, 65_535),
+    webhookPort: int('webhook-port', values['webhook-port'], WEBHOOK_PORT, 1, 65_535),
     pollers: int('pollers', values.pollers, 8, 1, 100),
     batchSize: int('batch-size', values['batch-size'], 10, 1, 10),
     timeoutMs: timeoutS * 1000,
@@ -267,7 +277,13 @@ function stripeSetup(args: Args): StripeSetup {
   const key = process.env.STRIPE_SECRET_KEY;
   const base = process.env.STRIPE_API_BASE;
   if (!key && !base) return { kind: 'fake', faults: args.faults, seed: args.seed };
-  return { kind: 'external', secretKey: key || 'sk_test_local', ...(base ? { apiBase: base } : {}) };
+  const webhookSecret = process.env.STRIPE_WEBHOOK_SECRET;
+  return {
+    kind: 'external',
+    secretKey: key || 'sk_test_local',
+    ...(base ? { apiBase: base } : {}),
+    ...(webhookSecret ? { webhookSecret, webhookPort: args.webhookPort } : {}),
+  };
 }
 
 async function runOnce(
@@ -317,6 +333,11 @@ async function runOnce(
         `  Stripe          ${st.dim(pipeline.stripeDescription)}`,
         `  EventBridge     ${st.dim(`${e.EVENTS_ENDPOINT} · bus ${e.EVENT_BUS_NAME}`)}`,
         `  handlers        ${st.dim(`charge: ${plural(pipeline.eventSource.concurrency, 'poller')} × batches of ${pipeline.eventSource.batchSize} · reconcile every ${seconds(pipeline.reconcileEveryMs)}`)}`,
+        pipeline.webhookEndpoint
+          ? `  Stripe events   ${st.dim(`${pipeline.webhookEndpoint.url} ← stripe listen --forward-to ${pipeline.webhookEndpoint.url}`)}`
+          : external && !process.env.STRIPE_API_BASE
+            ? `  Stripe events   ${st.dim(`none, polling only: run stripe listen --forward-to http://127.0.0.1:${args.webhookPort}/ and start again with STRIPE_WEBHOOK_SECRET=<the whsec_… it prints>`)}`
+            : '',
         timeLapse
           ? `  ${st.yellow(describeTimeLapse(timeLapse, pipeline.fakeStripe !== null))}`
           : `  ${st.yellow('production durations (no time-lapse): an ambiguous charge may take up to 23 h to settle')}`,

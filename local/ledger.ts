@@ -289,7 +289,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
       violations,
       warnings: report.warnings.map((w) => `${w.orderId}: ${w.detail}`),
     },
-    stripeEvents: p.webhooks ? await readStripeEventsLedger(db, p.webhooks) : null,
+    stripeEvents: p.webhooks ? await readStripeEventsLedger(db, p.webhooks) : p.webhookEndpoint ? await readStripeEventsLedger(db, p.webhookEndpoint) : null,
     settleLag: p.stripeObserver ? await readSettleLag(db, p.stripeObserver, p.webhooks ? 'webhooks' : 'polling') : null,
     timing: {
       elapsedMs: input.finishedAt.getTime() - p.startedAt.getTime(),
@@ -418,7 +418,7 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
   row('published', events.published, [list(events.byType), `re-sent ${n(events.resent)}`, `unpublished ${n(events.unpublished)}`].filter(Boolean).join(' · '));
   const se = ledger.stripeEvents;
   if (se) {
-    section('Stripe events in — signed webhooks from the fake Stripe');
+    section(se.delivery ? 'Stripe events in — signed webhooks from the fake Stripe' : 'Stripe events in — signed webhooks from Stripe, through stripe listen');
     const d = se.delivery;
     if (d) {
       row('events made by Stripe', d.eventsCreated, list({ 'delivered (2xx)': d.acknowledged, 'sent twice': d.duplicatesSent, 'lost, retried': d.lostAttempts, retries: d.retries, 'still waiting': d.unfinished + d.pending }));

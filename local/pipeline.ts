@@ -32,7 +32,7 @@ import { createDatabase, startEmbeddedPostgres, type EmbeddedPostgresHandle } fr
 import { LocalSchedule, type RunReport, type ScheduleCounters, type ScheduledHandler } from './scheduler.ts';
 import { startLocalSqs, type LocalSqs } from './sqs.ts';
 import type { WebhookDispatcher } from './fake-stripe/webhooks.ts';
-import { DEFAULT_DELIVERY_FAULTS, localWebhookSecret, startLocalWebhooks, startStripeObserver, type LocalWebhookOptions, type LocalWebhooks } from './stripe-events.ts';
+import { DEFAULT_DELIVERY_FAULTS, localWebhookSecret, startLocalWebhooks, startStripeObserver, startWebhookEndpoint, type LocalWebhookOptions, type LocalWebhooks, type WebhookEndpoint } from './stripe-events.ts';
 import { controlApiTruth, fakeTruth, listApiTruth, unavailableTruth, type StripeTruth } from './stripe-truth.ts';
 
 // ── The compressed clock ─────────────────────────────────────────────────────────────────────────
@@ -146,7 +146,18 @@ export type StripeSetup =
       readonly latencyMs?: number;
     }
   /** STRIPE_API_BASE (any Stripe-compatible server) and/or a real sk_test_ key. Never a live key. */
-  | { readonly kind: 'external'; readonly secretKey: string; readonly apiBase?: string };
+  | {
+      readonly kind: 'external';
+      readonly secretKey: string;
+      readonly apiBase?: string;
+      /**
+       * The signing secret `stripe listen --forward-to <url>` prints (whsec_…): with it, the real
+       * stripe-events handler listens on a local Function URL (`webhookPort`, default any free port)
+       * and Stripe's events reach it through the Stripe CLI. Without it: polling only.
+       */
+      readonly webhookSecret?: string;
+      readonly webhookPort?: number;
+    };
 
 export interface PipelineOptions {
   readonly postgres: PostgresSetup;
@@ -324,8 +335,10 @@ export interface Pipeline {
   readonly faults: FaultProfileName | null;
   readonly seed: number | null;
   readonly eventBridge: FakeEventBridge;
-  /** Stripe events in (null: polling only). */
+  /** Stripe events in from the fake Stripe (null: polling only, or a real Stripe). */
   readonly webhooks: LocalWebhooks | null;
+  /** Stripe events in from a real Stripe through `stripe listen --forward-to` this endpoint's url (null: none). */
+  readonly webhookEndpoint: WebhookEndpoint | null;
   /** Watches the fake's ledger for settle times (the webhooks' dispatcher, or an observer when they are off). */
   readonly stripeObserver: WebhookDispatcher | null;
   readonly eventSource: SqsEventSource;
@@ -480,7 +493,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
     const reconcileEveryMs = options.reconcileEveryMs ?? timeLapse?.reconcileEveryMs ?? 60_000;
     const maxReconcileRuns = 2;
     const webhookOptions = options.webhooks !== undefined ? options.webhooks : fakeStripe ? { faults: faults && faults !== 'none' ? DEFAULT_DELIVERY_FAULTS : {}, seed: (seed ?? 1) + 2 } : null;
-    const webhookSecret = webhookOptions && fakeStripe ? localWebhookSecret() : null;
+    const webhookSecret = webhookOptions && fakeStripe ? localWebhookSecret() : options.stripe.kind === 'external' ? (options.stripe.webhookSecret ?? null) : null;
     const env: Record<string, string> = {
       DATABASE_URL: databaseUrl,
       // One module scope serves every local invocation (see the header): room for all of them.
@@ -540,12 +553,17 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
     const chargeHandler = options.handlers?.charge ?? (await loadHandler<SqsHandler>('charge'));
     const reconcileHandler = options.handlers?.reconcile ?? (await loadHandler<ScheduledHandler>('reconcile'));
     let webhooks: LocalWebhooks | null = null;
+    let webhookEndpoint: WebhookEndpoint | null = null;
     let stripeObserver: WebhookDispatcher | null = null;
     if (webhookSecret && fakeStripe && webhookOptions) {
       const started = await startLocalWebhooks(fakeStripe, webhookSecret, webhookOptions);
       webhooks = started;
       stripeObserver = started.dispatcher;
       cleanups.push(() => started.stop());
+    } else if (webhookSecret && options.stripe.kind === 'external') {
+      const endpoint = await startWebhookEndpoint(options.stripe.webhookPort ?? 0);
+      webhookEndpoint = endpoint;
+      cleanups.push(() => endpoint.stop());
     } else if (fakeStripe) {
       const observer = startStripeObserver(fakeStripe);
       stripeObserver = observer;
@@ -632,6 +650,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       seed,
       eventBridge,
       webhooks,
+      webhookEndpoint,
       stripeObserver,
       eventSource,
       schedule,
