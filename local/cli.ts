@@ -6,6 +6,7 @@
 // Exit status: 0 settled and every invariant holds; 1 an invariant is violated; 2 bad arguments;
 // 3 not settled before --timeout; 4 could not run (a server did not start, …); 130 interrupted.
 import { createWriteStream, mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -16,6 +17,7 @@ import { ANSI, formatLedger, PLAIN, plural, seconds, type Ledger, type RunOutcom
 import {
   DEMO_TIME_LAPSE,
   LOCAL_FAKE_STRIPE_KEY,
+  timeLapseEnvironment,
   describeTimeLapse,
   resetDataDir,
   startPipeline,
@@ -240,30 +242,35 @@ interface RunResult {
   readonly consumers: ConsumerLedgerEntry[] | null;
 }
 
-/** The ops tool reads these to judge a review as the handlers do: under the time-lapse, not production's 10 min. */
-const OPS_SETTINGS = ['KEY_WINDOW_MS', 'EARLY_SEARCH_AFTER_MS', 'LEASE_MS', 'LIST_SETTLE_MS'] as const;
-
 /**
- * The commands --serve prints, ready to paste into a new shell: the produce command for this run's
- * queue, and the ops prefix with this run's database, Stripe and the time-lapse's review settings
- * (without them `review reissue` was refused for production's 10 minutes in a run whose key window
- * is 20 s). The fake's key is a constant and printed; a real test-mode key never is.
+ * What --serve prints, ready to paste into a new shell: the produce command for this run's queue,
+ * and the ops command reading `opsEnvFile`, which holds this run's database, Stripe and the
+ * time-lapse's settings (`timeLapseEnvironment`). Without the settings the ops tool judged a review
+ * by production's durations — `review reissue` refused for 10 minutes in a run whose key window is
+ * 20 s — or refused to start (a lease shorter than production's worst-case Stripe call). The fake's
+ * key is a constant and written; a real test-mode key never is.
  */
 export function serveCommands(
   env: Readonly<Record<string, string | undefined>>,
-  options: { readonly sqsEndpoint: string; /** Printed as is (the fake's constant key); null: the user's own key, never printed. */ readonly stripeKey: string | null },
-): { produce: string; ops: string; note: string | null } {
-  const settings = OPS_SETTINGS.filter((name) => env[name] !== undefined).map((name) => `${name}=${env[name]}`);
-  const ops = [
+  options: {
+    readonly sqsEndpoint: string;
+    /** Written as is (the fake's constant key); null: the user's own key, never written. */
+    readonly stripeKey: string | null;
+    /** The handlers' settings to carry over (names). */
+    readonly settings: readonly string[];
+    readonly opsEnvFile: string;
+  },
+): { produce: string; ops: string; opsEnv: string; note: string | null } {
+  const lines = [
     `DATABASE_URL=${env.DATABASE_URL ?? ''}`,
     ...(env.STRIPE_API_BASE ? [`STRIPE_API_BASE=${env.STRIPE_API_BASE}`] : []),
-    `STRIPE_SECRET_KEY=${options.stripeKey ?? '$STRIPE_SECRET_KEY'}`,
-    ...settings,
-    'npm run ops --',
-  ].join(' ');
+    ...(options.stripeKey !== null ? [`STRIPE_SECRET_KEY=${options.stripeKey}`] : []),
+    ...options.settings.filter((name) => env[name] !== undefined).map((name) => `${name}=${env[name]}`),
+  ];
   return {
     produce: `SQS_ENDPOINT=${options.sqsEndpoint} npm run produce -- --order order-1001 --amount 1299 --currency eur --customer cus_demo001 --payment-method pm_card_visa`,
-    ops,
+    ops: `env $(cat ${options.opsEnvFile}) npm run ops --`,
+    opsEnv: `${lines.join('\n')}\n`,
     note: options.stripeKey === null ? 'export STRIPE_SECRET_KEY=sk_test_… (the key this run uses) in that shell first' : null,
   };
 }
@@ -347,12 +354,19 @@ async function runOnce(
         .join('\n') + '\n',
     );
     if (args.serve) {
-      const commands = serveCommands(e, { sqsEndpoint: pipeline.sqs.endpoint, stripeKey: stripe.kind === 'fake' ? LOCAL_FAKE_STRIPE_KEY : null });
+      const opsEnvFile = path.join(path.dirname(args.dataDir), 'ops.env');
+      const commands = serveCommands(e, {
+        sqsEndpoint: pipeline.sqs.endpoint,
+        stripeKey: stripe.kind === 'fake' ? LOCAL_FAKE_STRIPE_KEY : null,
+        settings: timeLapse ? Object.keys(timeLapseEnvironment(timeLapse)) : [],
+        opsEnvFile: path.relative(process.cwd(), opsEnvFile),
+      });
+      await writeFile(opsEnvFile, commands.opsEnv, { mode: 0o600 });
       ui.write(
         `${st.bold('Serving.')} From another terminal, send charge requests with:\n` +
           `  ${commands.produce}\n` +
           `  ${st.dim(`(or --file orders.jsonl; queue URL ${pipeline.sqs.queueUrl})`)}\n` +
-          `The review queue and an order's audit trail, while this runs (this run's database and settings):\n` +
+          `The review queue and an order's audit trail, while this runs (${path.relative(process.cwd(), opsEnvFile)}: this run's database, Stripe and time-lapse):\n` +
           `  ${commands.ops} review list\n` +
           `  ${commands.ops} operations show order-1001\n` +
           (commands.note ? `  ${st.dim(commands.note)}\n` : '') +

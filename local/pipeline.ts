@@ -366,6 +366,33 @@ function runIdNow(): string {
   return `${iso.slice(0, 10).replaceAll('-', '')}_${iso.slice(11, 19).replaceAll(':', '')}_${randomBytes(2).toString('hex')}`;
 }
 
+/** The handlers' settings that make a time-lapse (also what the ops tool needs to judge a review as they do). */
+export function timeLapseEnvironment(timeLapse: TimeLapse): Record<string, string> {
+  return {
+    KEY_WINDOW_MS: String(timeLapse.keyWindowMs),
+    EARLY_SEARCH_AFTER_MS: String(timeLapse.earlySearchAfterMs),
+    LEASE_MS: String(leaseMsFor(timeLapse)),
+    // Events a killed writer leaves leased go to the relay after this instead of a real
+    // minute (the soak kills workers after their commit). The local bus answers in
+    // milliseconds; a slower writer would only publish twice, with the same eventId.
+    PUBLISH_LEASE_MS: '3000',
+    UNSETTLED_REVIEW_AFTER_MS: String(timeLapse.unsettledReviewAfterMs),
+    RETRY_BACKOFF_SCALE: String(timeLapse.retryBackoffScale),
+    LIST_SETTLE_MS: String(evidenceTimingsFor(timeLapse).listSettleMs),
+    ABSENCE_PROOF_SPACING_MS: String(evidenceTimingsFor(timeLapse).proofSpacingMs),
+    REISSUE_AFTER_LAST_SEND_MS: String(evidenceTimingsFor(timeLapse).reissueAfterLastSendMs),
+    // The list's created range is in whole seconds anyway; Stripe's 5 min margin would cover a
+    // compressed run's whole history.
+    LIST_WINDOW_MARGIN_MS: '1000',
+    // One machine, one clock: the fake Stripe and the database read the same one.
+    STRIPE_CLOCK_SKEW_MS: '1000',
+    REISSUE_WATCH_FIRST_AFTER_MS: String(watchTimingsFor(timeLapse).watchFirstAfterMs),
+    REISSUE_WATCH_FINAL_AFTER_MS: String(watchTimingsFor(timeLapse).watchFinalAfterFirstSendMs),
+    STRIPE_TIMEOUT_MS: String(timeLapse.stripeTimeoutMs),
+    STRIPE_MAX_NETWORK_RETRIES: String(timeLapse.stripeMaxNetworkRetries),
+  };
+}
+
 export async function startPipeline(options: PipelineOptions): Promise<Pipeline> {
   if (active !== null) throw new Error(`a local pipeline (${active}) is already running in this process: the handlers' environment is process-wide`);
   // The handlers refuse the local overrides (STRIPE_API_BASE, EVENTS_ENDPOINT, DB_SSL off) where
@@ -514,31 +541,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       POWERTOOLS_METRICS_NAMESPACE: PIPELINE.metricsNamespace,
       POWERTOOLS_LOG_LEVEL: options.logLevel ?? 'INFO',
       ...(options.metricsDisabled ? { POWERTOOLS_METRICS_DISABLED: 'true' } : {}),
-      ...(timeLapse
-        ? {
-            KEY_WINDOW_MS: String(timeLapse.keyWindowMs),
-            EARLY_SEARCH_AFTER_MS: String(timeLapse.earlySearchAfterMs),
-            LEASE_MS: String(leaseMsFor(timeLapse)),
-            // Events a killed writer leaves leased go to the relay after this instead of a real
-            // minute (the soak kills workers after their commit). The local bus answers in
-            // milliseconds; a slower writer would only publish twice, with the same eventId.
-            PUBLISH_LEASE_MS: '3000',
-            UNSETTLED_REVIEW_AFTER_MS: String(timeLapse.unsettledReviewAfterMs),
-            RETRY_BACKOFF_SCALE: String(timeLapse.retryBackoffScale),
-            LIST_SETTLE_MS: String(evidenceTimingsFor(timeLapse).listSettleMs),
-            ABSENCE_PROOF_SPACING_MS: String(evidenceTimingsFor(timeLapse).proofSpacingMs),
-            REISSUE_AFTER_LAST_SEND_MS: String(evidenceTimingsFor(timeLapse).reissueAfterLastSendMs),
-            // The list's created range is in whole seconds anyway; Stripe's 5 min margin would cover a
-            // compressed run's whole history.
-            LIST_WINDOW_MARGIN_MS: '1000',
-            // One machine, one clock: the fake Stripe and the database read the same one.
-            STRIPE_CLOCK_SKEW_MS: '1000',
-            REISSUE_WATCH_FIRST_AFTER_MS: String(watchTimingsFor(timeLapse).watchFirstAfterMs),
-            REISSUE_WATCH_FINAL_AFTER_MS: String(watchTimingsFor(timeLapse).watchFinalAfterFirstSendMs),
-            STRIPE_TIMEOUT_MS: String(timeLapse.stripeTimeoutMs),
-            STRIPE_MAX_NETWORK_RETRIES: String(timeLapse.stripeMaxNetworkRetries),
-          }
-        : {}),
+      ...(timeLapse ? timeLapseEnvironment(timeLapse) : {}),
       ...options.env,
     };
     for (const [key, value] of Object.entries(env)) {

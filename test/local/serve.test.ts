@@ -11,7 +11,8 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { serveCommands } from '../../local/cli.ts';
-import { DEMO_TIME_LAPSE, LOCAL_FAKE_STRIPE_KEY, temporaryDataDir } from '../../local/pipeline.ts';
+import { DEMO_TIME_LAPSE, LOCAL_FAKE_STRIPE_KEY, temporaryDataDir, timeLapseEnvironment } from '../../local/pipeline.ts';
+import { opsConfig, reviewPolicy } from '../../lambdas/ops/environment.ts';
 import { parseInvocation } from '../../lambdas/ops/parse.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '..', '..');
@@ -21,28 +22,30 @@ describe('the commands --serve prints', () => {
     DATABASE_URL: 'postgres://postgres:postgres@127.0.0.1:5555/run_x',
     STRIPE_API_BASE: 'http://127.0.0.1:4444',
     STRIPE_SECRET_KEY: 'sk_test_…time',
-    KEY_WINDOW_MS: String(DEMO_TIME_LAPSE.keyWindowMs),
-    EARLY_SEARCH_AFTER_MS: String(DEMO_TIME_LAPSE.earlySearchAfterMs),
-    LEASE_MS: '6000',
-    LIST_SETTLE_MS: '2000',
+    ...timeLapseEnvironment(DEMO_TIME_LAPSE),
   };
+  const settings = Object.keys(timeLapseEnvironment(DEMO_TIME_LAPSE));
+  const parse = (text: string) => Object.fromEntries(text.trim().split('\n').map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]));
 
-  it('carry the fake key itself (not an empty $STRIPE_SECRET_KEY) and the time-lapse review settings', () => {
-    const { ops, produce, note } = serveCommands(env, { sqsEndpoint: 'http://127.0.0.1:9324', stripeKey: LOCAL_FAKE_STRIPE_KEY });
-    expect(ops).toContain(`STRIPE_SECRET_KEY=${LOCAL_FAKE_STRIPE_KEY} `);
-    expect(ops).not.toContain('$STRIPE_SECRET_KEY');
-    for (const name of ['DATABASE_URL', 'STRIPE_API_BASE', 'KEY_WINDOW_MS', 'EARLY_SEARCH_AFTER_MS', 'LEASE_MS', 'LIST_SETTLE_MS'] as const) {
-      expect(ops).toContain(`${name}=${env[name]}`);
-    }
-    expect(ops.endsWith('npm run ops --')).toBe(true);
+  it('give the ops tool the fake key itself (not an empty $STRIPE_SECRET_KEY) and the time-lapse, so that its configuration loads and judges as the handlers do', () => {
+    const { ops, opsEnv, produce, note } = serveCommands(env, { sqsEndpoint: 'http://127.0.0.1:9324', stripeKey: LOCAL_FAKE_STRIPE_KEY, settings, opsEnvFile: '.local/ops.env' });
+    expect(ops).toBe('env $(cat .local/ops.env) npm run ops --');
+    const written = parse(opsEnv);
+    expect(written.STRIPE_SECRET_KEY).toBe(LOCAL_FAKE_STRIPE_KEY);
+    for (const name of ['DATABASE_URL', 'STRIPE_API_BASE', ...settings]) expect(written[name], name).toBe(env[name as keyof typeof env]);
+    // What the ops tool does with it: its configuration loads (a lease shorter than production's
+    // worst-case call, or proofs that do not fit the key window, are refused) and its review policy
+    // is the time-lapse's, not production's 10 minutes.
+    const config = opsConfig(written);
+    expect(reviewPolicy(config, written).searchSettleMs).toBe(DEMO_TIME_LAPSE.earlySearchAfterMs);
     expect(note).toBeNull();
     expect(produce).toMatch(/^SQS_ENDPOINT=http:\/\/127\.0\.0\.1:9324 npm run produce -- --order /);
     expect(parseInvocation(['review', 'list'], 'alice').command.name).toBe('review list');
   });
 
-  it('never print a real key: the shell variable and a note to export it', () => {
-    const { ops, note } = serveCommands(env, { sqsEndpoint: 'http://127.0.0.1:9324', stripeKey: null });
-    expect(ops).toContain('STRIPE_SECRET_KEY=$STRIPE_SECRET_KEY ');
+  it('never write a real key: a note to export it instead', () => {
+    const { opsEnv, note } = serveCommands(env, { sqsEndpoint: 'http://127.0.0.1:9324', stripeKey: null, settings, opsEnvFile: '.local/ops.env' });
+    expect(opsEnv).not.toContain('STRIPE_SECRET_KEY');
     expect(note).toMatch(/export STRIPE_SECRET_KEY=/);
   });
 });
