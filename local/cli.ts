@@ -262,6 +262,8 @@ export function serveCommands(
   },
 ): { produce: string; ops: string; opsEnv: string; note: string | null } {
   const lines = [
+    // For `set -a; . .local/ops.env; set +a` in a second shell: produce reads SQS_ENDPOINT too.
+    `SQS_ENDPOINT=${options.sqsEndpoint}`,
     `DATABASE_URL=${env.DATABASE_URL ?? ''}`,
     ...(env.STRIPE_API_BASE ? [`STRIPE_API_BASE=${env.STRIPE_API_BASE}`] : []),
     ...(options.stripeKey !== null ? [`STRIPE_SECRET_KEY=${options.stripeKey}`] : []),
