@@ -13,7 +13,7 @@ import { parseArgs } from 'node:util';
 import { formatConsumerLedger, startLocalConsumers, type ConsumerLedgerEntry } from './consumers.ts';
 import { buildWorkload, runWorkload, type Workload } from './demo.ts';
 import { isFaultProfileName, type FaultProfileName } from './fake-stripe/server.ts';
-import { ANSI, formatLedger, PLAIN, plural, seconds, type Ledger, type RunOutcome } from './ledger.ts';
+import { ANSI, formatLedger, PLAIN, plural, seconds, verdictLine, type Ledger, type RunOutcome } from './ledger.ts';
 import {
   DEMO_TIME_LAPSE,
   LOCAL_FAKE_STRIPE_KEY,
@@ -402,6 +402,7 @@ async function runOnce(
       signal,
       serve: args.serve,
       onSnapshot: (snapshot, send) => view.update(snapshot, send),
+      onNote: (line) => view.note(ui.style.dim(line)),
     });
     view.finish();
     if (run.outcome === 'timeout') {
@@ -420,7 +421,8 @@ async function runOnce(
       // Interrupted: the consumers' figures so far, as the pipeline's (whose queue is not drained
       // either) — not up to 30 s of their retries (10-12 s measured) after the user asked to stop.
       if (run.outcome === 'interrupted') ui.write(st.dim('outcome consumers: interrupted, figures so far (their queues were not drained)\n'));
-      else if (!(await consumers.drain(30_000))) ui.write(st.red('outcome consumers: queues not empty after 30 s; their figures are partial\n'));
+      else ui.write(st.dim('waiting for the outcome consumers to drain their queues (receipts; up to 30 s)…\n'));
+      if (run.outcome !== 'interrupted' && !(await consumers.drain(30_000))) ui.write(st.red('outcome consumers: queues not empty after 30 s; their figures are partial\n'));
       consumerLedger = await consumers.ledger();
     }
     return { ledger: run.ledger, outcome: run.outcome, consumers: consumerLedger };
@@ -529,6 +531,8 @@ export async function main(argv: readonly string[]): Promise<number> {
       }
     }
     ui.write(ui.style.dim(`handler logs (Powertools JSON + EMF, as CloudWatch would hold them): ${path.relative(process.cwd(), logFile)}\n`));
+    // The last line: did it work?
+    if (!args.json) realStdout(`\n${verdictLine(ledger, ui.style)}\n`);
 
     if (main.outcome === 'interrupted') return ledger.invariants.ok ? EXIT.interrupted : EXIT.violated;
     if (!ledger.invariants.ok || (comparison && !comparison.ledger.invariants.ok)) return EXIT.violated;

@@ -526,6 +526,8 @@ export interface RunWorkloadOptions {
   readonly serve?: boolean;
   /** Concurrent producer calls. Default 8. */
   readonly sendConcurrency?: number;
+  /** What the run waits for when the counts alone would not say (the progress view's notes). */
+  readonly onNote?: (line: string) => void;
 }
 
 export interface WorkloadRun {
@@ -565,6 +567,9 @@ export async function runWorkload(pipeline: Pipeline, workload: Workload | null,
   await sending.catch(() => {});
   let outcomeOfWait = waited.kind;
   if (waited.kind === 'settled' && workload && workload.duplicateCharges.length > 0 && !options.serve) {
+    options.onNote?.(
+      `all settled; now charging ${workload.duplicateCharges.length} order(s) again behind the pipeline's back, and waiting for its remedy to refund each extra PaymentIntent (told by Stripe's events)…`,
+    );
     outcomeOfWait = await chargeAgainBehindItsBack(pipeline, workload.duplicateCharges, workload.duplicateChargeCandidates, send, options);
   }
   await pipeline.stopIntake();

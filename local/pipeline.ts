@@ -215,9 +215,15 @@ export const EVENT_BRIDGE_FAULTS: Record<FaultProfileName, EventBridgeFaultRates
 // ── What the pipeline looks like at a moment ─────────────────────────────────────────────────────
 
 export interface DatabaseCounts {
+  /** Charge and refund operations together (the rest of the counts too; `refunds*` says how many are refunds). */
   readonly operations: number;
   readonly succeeded: number;
   readonly failed: number;
+  /** Refund operations (the duplicate remedy's included), of `operations`. */
+  readonly refunds: number;
+  /** Refund operations succeeded, failed or in review: of `succeeded + failed + inReview`. */
+  readonly refundsSettled: number;
+  readonly refundsSucceeded: number;
   /** pending or unknown, not in review: the machines still work on them. */
   readonly open: number;
   readonly pending: number;
@@ -239,6 +245,9 @@ const COUNTS_SQL = `
     FROM (SELECT count(*)::int AS operations,
                  count(*) FILTER (WHERE status = 'succeeded')::int AS succeeded,
                  count(*) FILTER (WHERE status = 'failed')::int AS failed,
+                 count(*) FILTER (WHERE kind = 'refund')::int AS refunds,
+                 count(*) FILTER (WHERE kind = 'refund' AND (status IN ('succeeded', 'failed') OR human))::int AS refunds_settled,
+                 count(*) FILTER (WHERE kind = 'refund' AND status = 'succeeded')::int AS refunds_succeeded,
                  count(*) FILTER (WHERE status IN ('pending', 'unknown') AND NOT human)::int AS open,
                  count(*) FILTER (WHERE status = 'pending' AND NOT human)::int AS pending,
                  count(*) FILTER (WHERE status = 'unknown' AND NOT human AND external_id IS NULL)::int AS ambiguous,
@@ -246,7 +255,7 @@ const COUNTS_SQL = `
                  count(*) FILTER (WHERE status IN ('pending', 'unknown') AND human)::int AS in_review,
                  max(updated_at) FILTER (WHERE status IN ('succeeded', 'failed') OR human) AS last_settled_at
             -- Waiting for a human: in review, or a refund whose charge is (it goes once the charge is resolved).
-            FROM (SELECT p.status, p.external_id, p.updated_at,
+            FROM (SELECT p.kind, p.status, p.external_id, p.updated_at,
                          p.review_reason IS NOT NULL OR coalesce(c.review_reason IS NOT NULL AND c.status IN ('pending', 'unknown'), false) AS human
                     FROM payment_operations p LEFT JOIN payment_operations c ON c.id = p.parent_operation_id) ops) o,
          (SELECT count(*)::int AS rejected FROM rejected_messages) r,
@@ -260,6 +269,9 @@ export async function readDatabaseCounts(db: pg.Pool | pg.Client): Promise<Datab
     operations: r.operations as number,
     succeeded: r.succeeded as number,
     failed: r.failed as number,
+    refunds: r.refunds as number,
+    refundsSettled: r.refunds_settled as number,
+    refundsSucceeded: r.refunds_succeeded as number,
     open: r.open as number,
     pending: r.pending as number,
     ambiguous: r.ambiguous as number,

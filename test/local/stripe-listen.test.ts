@@ -36,7 +36,7 @@ describe('an external Stripe with STRIPE_WEBHOOK_SECRET', () => {
       await sendChargeRequest(pipeline.sqs.client, pipeline.sqs.queueUrl, order);
       expect((await pipeline.waitUntilSettled({ intakeDone: () => true, timeoutMs: 30_000 })).kind).toBe('settled');
       await forwarder.drain();
-      const forged = forger.send('payment_intent.succeeded', stripe.paymentIntents({ orderId: order.orderId })[0]!);
+      const forged = forger.send('payment_intent.succeeded', stripe.paymentIntents({ orderId: order.orderId })[0]! as unknown as Record<string, unknown>);
       await forger.drain();
       const ledger = await readStripeEventsLedger(pipeline.db, pipeline.webhookEndpoint);
       expect(ledger.received).toBeGreaterThan(0);
