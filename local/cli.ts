@@ -532,7 +532,9 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     ui.write(ui.style.dim(`handler logs (Powertools JSON + EMF, as CloudWatch would hold them): ${path.relative(process.cwd(), logFile)}\n`));
     // The last line: did it work?
-    if (!args.json) realStdout(`\n${verdictLine(ledger, ui.style)}\n`);
+    // …and how long the user waited for it: this process's life so far (start-up, the run, the
+    // ledgers, the shutdown of every server).
+    if (!args.json) realStdout(`\n${verdictLine(ledger, ui.style)} ${ui.style.dim(`(${seconds(process.uptime() * 1000)} in all)`)}\n`);
 
     if (main.outcome === 'interrupted') return ledger.invariants.ok ? EXIT.interrupted : EXIT.violated;
     if (!ledger.invariants.ok || (comparison && !comparison.ledger.invariants.ok)) return EXIT.violated;

@@ -487,7 +487,7 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
     );
   }
   const rate = timing.chargesPerSecond !== null ? `${style.bold(`${n(timing.chargesPerSecond)} charges/s`)}` : 'n/a';
-  out.push(`    elapsed ${seconds(timing.elapsedMs)} (start-up and shutdown included)`);
+  out.push(`    elapsed ${seconds(timing.elapsedMs)} (from the pipeline's start-up to this ledger; the whole wait is on the last line)`);
   if (timing.processingMs !== null) {
     const bulk = timing.ninetyPercentMs !== null ? ` · 90 % of them within ${seconds(timing.ninetyPercentMs)}` : '';
     out.push(`    first send → last outcome ${seconds(timing.processingMs)} for ${n(timing.settledOperations)} operations${bulk}${run.serve ? '' : ` · throughput ${rate}`}`);
