@@ -1,4 +1,4 @@
-// docs/quickstart.md is a real session: its commands run here, in order, against a fresh local
+// docs/quickstart.md is a real run: its commands run here, in order, against a fresh local
 // pipeline (the real handlers, fauxqs, the fake Stripe with its webhooks, the suite's PostgreSQL,
 // the time-lapse of `npm start`), through the same CLI entry points (`main` of produce and ops) with
 // the environment `--serve` writes to .local/ops.env, and every output line the page shows must

@@ -13,7 +13,7 @@ const TEXT = /\.(ts|mts|mjs|js|md|sql|json|sh)$/;
 const FORBIDDEN: readonly [string, RegExp][] = [
   ['a design document kept elsewhere', new RegExp(['DES', 'IGN'].join(''))],
   ['an issue number', new RegExp(String.raw`(^|[^\w-])[Ii]ssue #?\d`)],
-  ['a numbered stop of a work session', new RegExp(String.raw`\b[Ss]to` + String.raw`p \d`)],
+  ['a numbered stop', new RegExp(String.raw`\b[Ss]to` + String.raw`p \d`)],
   ['a work item', new RegExp(['task', ' item'].join(''))],
   ['a folder outside the checkout', new RegExp(String.raw`\.\./sha` + 'red')],
   ['a section of an outside text', new RegExp('\u00a7')],
