@@ -13,7 +13,7 @@ import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
 import { ChargeEngine, mapBounded, type Execution, type RefundRequestResult, type RequestResult } from '../payments/engine.ts';
 import { OutcomesNotRecordedError } from '../payments/errors.ts';
 import type { PaymentGateway } from '../payments/gateway.ts';
-import { DEFAULT_MAX_AMOUNT, parseQueueMessage } from '../payments/message.ts';
+import { DEFAULT_MAX_AMOUNT, legacyDeduplicationId, legacyRefundDeduplicationId, parseQueueMessage } from '../payments/message.ts';
 import type { OutcomeEventRow } from '../payments/operations-store.ts';
 import { recordRejectedMessages, RejectReason, type RejectedMessage } from '../payments/rejected-store.ts';
 import type { ChargeInput, OperationStatus, RefundInput } from '../payments/types.ts';
@@ -94,6 +94,11 @@ export interface ChargeBatchCounts {
   readonly idempotencyErrors: number;
   readonly eventsPublished: number;
   readonly eventsNotPublished: number;
+  /**
+   * Valid records sent with the first contract's deduplication id (the order id alone): accepted as
+   * ever, counted so that operators see when the last producer has moved (docs/producers.md).
+   */
+  readonly legacyDeduplicationIds: number;
 }
 
 export interface ChargeBatchResult {
@@ -150,6 +155,7 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
       rejected: final.filter((r) => r.fate.kind === 'rejected' && !r.retried).length,
       notDurable: batchItemFailures.length,
       ...published,
+      legacyDeduplicationIds: countLegacyDeduplicationIds(parsed),
     },
   };
 }
@@ -429,6 +435,18 @@ async function publishEvents(
     }
   }
   return { eventsPublished, eventsNotPublished };
+}
+
+/** Valid records whose deduplication id is the first contract's: hex SHA-256 of the order (and refund) id alone. */
+function countLegacyDeduplicationIds(parsed: readonly Parsed[]): number {
+  let n = 0;
+  for (const p of parsed) {
+    const id = p.record.attributes?.MessageDeduplicationId;
+    if (!id) continue;
+    if (p.input && id === legacyDeduplicationId(p.input.orderId)) n++;
+    else if (p.refund && id === legacyRefundDeduplicationId(p.refund.orderId, p.refund.refundId)) n++;
+  }
+  return n;
 }
 
 /** 8. One line per record (message id, order id, operation id), and the counts. */

@@ -20,7 +20,8 @@ import { startFakeEventBridge, type FakeEventBridge } from '../../local/fake-eve
 import { startLocalSqs, type LocalSqs } from '../../local/sqs.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { chargeOrder } from '../support/orders.ts';
-import { deliverOnce, type QueueRef, type SqsHandler } from '../support/sqs-event.ts';
+import { deliverOnce, receiveMessages, settleBatch, toSqsEvent, type QueueRef, type SqsHandler } from '../support/sqs-event.ts';
+import { processChargeBatch } from '../../lambdas/charge/batch.ts';
 import { startStripe, type StripeHarness } from '../support/stripe.ts';
 
 let db: TestDatabase;
@@ -157,5 +158,29 @@ describe('producers deployed before the change (the first contract’s ids)', ()
     expect(await drain()).toBe(2);
     expect(charges(request.orderId)).toHaveLength(1);
     expect(await conflicts(request.orderId)).toEqual([]);
+  });
+
+  it('are counted (LegacyDeduplicationIds), so that operators see when the last producer has moved', async () => {
+    const request = chargeOrder();
+    const refund = { type: 'refund' as const, orderId: request.orderId, refundId: 'rf-old', amount: 100 };
+    const { MessageBody, MessageGroupId } = chargeRequestMessage(request);
+    await sqs.client.send(new SendMessageCommand({ QueueUrl: sqs.queueUrl, MessageBody, MessageGroupId, MessageDeduplicationId: legacyDeduplicationId(request.orderId) }));
+    const old = refundRequestMessage(refund);
+    await sqs.client.send(new SendMessageCommand({ QueueUrl: sqs.queueUrl, MessageBody: old.MessageBody, MessageGroupId, MessageDeduplicationId: legacyRefundDeduplicationId(refund.orderId, refund.refundId) }));
+    await sendChargeRequest(sqs.client, sqs.queueUrl, { ...request, orderId: `${request.orderId}-new` });
+    const messages = await receiveMessages(queue, 10, { attempts: 5 });
+    // fauxqs shows one message of a group at a time: take what came, work it, and the rest next.
+    const all = [...messages];
+    await settleBatch(queue, messages, { batchItemFailures: [] });
+    for (let i = 0; i < 5 && all.length < 3; i++) {
+      const more = await receiveMessages(queue, 10, { attempts: 1 });
+      all.push(...more);
+      await settleBatch(queue, more, { batchItemFailures: [] });
+    }
+    const sorted = all.sort((a, b) => (BigInt(a.Attributes!.SequenceNumber!) < BigInt(b.Attributes!.SequenceNumber!) ? -1 : 1));
+    const deps = { db: db.pool, gateway: stripe.gateway, publisher: null, minTimeToCallMs: 1_000 };
+    const result = await processChargeBatch(toSqsEvent(sorted, queue).Records, deps, { remainingMs: () => 60_000 });
+    expect(result.records).toHaveLength(3);
+    expect(result.counts.legacyDeduplicationIds).toBe(2);
   });
 });
