@@ -60,8 +60,10 @@ export class ChargeQueue extends Construct {
     this.queue = new sqs.Queue(this, 'Queue', {
       queueName: props.queueName,
       fifo: true,
-      // Producers send MessageDeduplicationId = sha256("charge:{orderId}"): a body-based id would let
-      // two different bodies for one order through.
+      // Producers send MessageDeduplicationId = sha256("charge:{orderId}:{parameters digest}"): equal
+      // for identical requests (dropped by SQS), different for a conflicting one, which must reach the
+      // handler to be recorded (docs/producers.md#deduplication-ids). A body-based id would tell apart
+      // bodies the handler treats as the same request (key order, an explicit "type":"charge").
       contentBasedDeduplication: false,
       deduplicationScope: sqs.DeduplicationScope.MESSAGE_GROUP,
       fifoThroughputLimit: sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,

@@ -348,6 +348,8 @@ export class Observability extends Construct {
           sum(METRICS.chargeLeftOpen),
           sum(METRICS.reconciledOperations),
         ],
+        // Requests still sent with the first contract's deduplication id: 0 once every producer moved.
+        right: [sum(METRICS.legacyDeduplicationIds)],
       }),
     );
     dashboard.addWidgets(

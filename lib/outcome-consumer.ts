@@ -43,7 +43,7 @@ export const RECEIPTS_ASSET = 'receipts';
 export interface OutcomeConsumerProps {
   /** Names the consumer: inbox rows, idempotency keys, metric dimension, alarm names. `^[a-z][a-z0-9-]{0,62}$` */
   readonly consumerName: string;
-  /** The failure this consumer accepts (seed §7): passed to the function and shown in its metrics. */
+  /** The failure this consumer accepts (docs/events.md#which-policy): passed to the function and shown in its metrics. */
   readonly policy: ConsumerPolicy;
   /** The pipeline's outcome-event bus. */
   readonly eventBus: events.IEventBus;

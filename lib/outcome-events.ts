@@ -8,7 +8,7 @@ import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 
-/** The detail-types of the outcome events (the event contract of DESIGN §6). */
+/** The detail-types of the outcome events (the event contract of docs/events.md). */
 export const OUTCOME_DETAIL_TYPES = ['Charge Succeeded', 'Charge Failed', 'Charge Needs Review', 'Charge Reissued'] as const;
 
 export interface OutcomeEventsProps {

@@ -6,15 +6,18 @@
 // Exit status: 0 settled and every invariant holds; 1 an invariant is violated; 2 bad arguments;
 // 3 not settled before --timeout; 4 could not run (a server did not start, …); 130 interrupted.
 import { createWriteStream, mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { formatConsumerLedger, startLocalConsumers, type ConsumerLedgerEntry } from './consumers.ts';
 import { buildWorkload, runWorkload, type Workload } from './demo.ts';
 import { isFaultProfileName, type FaultProfileName } from './fake-stripe/server.ts';
-import { ANSI, formatLedger, PLAIN, plural, seconds, type Ledger, type RunOutcome } from './ledger.ts';
+import { ANSI, formatLedger, PLAIN, plural, seconds, verdictLine, type Ledger, type RunOutcome } from './ledger.ts';
 import {
   DEMO_TIME_LAPSE,
+  LOCAL_FAKE_STRIPE_KEY,
+  timeLapseEnvironment,
   describeTimeLapse,
   resetDataDir,
   startPipeline,
@@ -25,6 +28,8 @@ import {
 import { createProgressView } from './progress.ts';
 
 const SERVE_SQS_PORT = 9324;
+/** Stripe test mode: where `stripe listen --forward-to` sends Stripe's events (fixed, so the command can be kept). */
+const WEBHOOK_PORT = 4242;
 
 async function portIsFree(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -58,7 +63,7 @@ Workload:
                           (another key): the product must refund the extra PaymentIntent
                           itself, told by Stripe's event (fake Stripe with webhooks; default 2)
   --faults <profile>      fake Stripe faults: none | flaky | chaos (default flaky)
-  --seed <n>              makes faults and workload reproducible (default: random, printed)
+  --seed <n>              repeats the workload and the faults (default: random, printed)
   --customer <cus_...>    customer of every order (real Stripe needs one that exists)
 
 Running:
@@ -69,6 +74,8 @@ Running:
   --batch-size <n>        records per invocation, 1-10 (default 10)
   --timeout <s>           give up if not settled by then (default 90 + 0.02 × orders)
   --no-webhooks           polling only: the fake Stripe sends no signed webhooks (Stripe events in)
+  --webhook-port <port>   Stripe test mode with STRIPE_WEBHOOK_SECRET: the local endpoint for
+                          stripe listen --forward-to http://127.0.0.1:<port>/ (default 4242)
   --no-time-lapse         production durations (23 h key window, …): a fault may take a day
   --fresh                 delete the PostgreSQL data folder first (a new cluster)
   --data-dir <path>       PostgreSQL data folder (default .local/postgres; logs go next to it)
@@ -84,6 +91,8 @@ Output:
 
 Stripe: the fake by default. STRIPE_SECRET_KEY=sk_test_… uses Stripe test mode;
 STRIPE_API_BASE=<url> uses any Stripe-compatible server (e.g. npm run fake-stripe).
+With Stripe test mode, STRIPE_WEBHOOK_SECRET=<the whsec_… that stripe listen prints> receives
+Stripe's events: stripe listen --forward-to http://127.0.0.1:4242/ (docs/quickstart.md).
 
 Exit status: 0 ok · 1 invariant violated · 2 bad arguments · 3 not settled in time ·
 4 could not run · 130 interrupted`;
@@ -99,6 +108,8 @@ interface Args {
   customer: string | undefined;
   serve: boolean;
   sqsPort: number | undefined;
+  /** The local Function URL real Stripe's events are forwarded to (stripe listen --forward-to). */
+  webhookPort: number;
   pollers: number;
   batchSize: number;
   timeoutMs: number;
@@ -140,6 +151,7 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
       json: { type: 'boolean' },
       'compare-one-at-a-time': { type: 'boolean' },
       'no-webhooks': { type: 'boolean' },
+      'webhook-port': { type: 'string' },
       'no-consumers': { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -176,6 +188,7 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
     customer: values.customer,
     serve: values.serve ?? false,
     sqsPort: values['sqs-port'] === undefined ? undefined : int('sqs-port', values['sqs-port'], 0, 0, 65_535),
+    webhookPort: int('webhook-port', values['webhook-port'], WEBHOOK_PORT, 1, 65_535),
     pollers: int('pollers', values.pollers, 8, 1, 100),
     batchSize: int('batch-size', values['batch-size'], 10, 1, 10),
     timeoutMs: timeoutS * 1000,
@@ -229,11 +242,57 @@ interface RunResult {
   readonly consumers: ConsumerLedgerEntry[] | null;
 }
 
+/**
+ * What --serve prints, ready to paste into a new shell: the produce command for this run's queue,
+ * and the ops command reading `opsEnvFile`, which holds this run's database, Stripe and the
+ * time-lapse's settings (`timeLapseEnvironment`). Without the settings the ops tool judged a review
+ * by production's durations — `review reissue` refused for 10 minutes in a run whose key window is
+ * 20 s — or refused to start (a lease shorter than production's worst-case Stripe call). The fake's
+ * key is a constant and written; a real test-mode key never is.
+ */
+export function serveCommands(
+  env: Readonly<Record<string, string | undefined>>,
+  options: {
+    readonly sqsEndpoint: string;
+    /** Written as is (the fake's constant key); null: the user's own key, never written. */
+    readonly stripeKey: string | null;
+    /** The handlers' settings to carry over (names). */
+    readonly settings: readonly string[];
+    readonly opsEnvFile: string;
+  },
+): { produce: string; ops: string; opsEnv: string; note: string | null } {
+  const lines = [
+    // For `set -a; . .local/ops.env; set +a` in a second shell: produce reads SQS_ENDPOINT too.
+    `SQS_ENDPOINT=${options.sqsEndpoint}`,
+    `DATABASE_URL=${env.DATABASE_URL ?? ''}`,
+    ...(env.STRIPE_API_BASE ? [`STRIPE_API_BASE=${env.STRIPE_API_BASE}`] : []),
+    ...(options.stripeKey !== null ? [`STRIPE_SECRET_KEY=${options.stripeKey}`] : []),
+    ...options.settings.filter((name) => env[name] !== undefined).map((name) => `${name}=${env[name]}`),
+  ];
+  return {
+    produce: `SQS_ENDPOINT=${options.sqsEndpoint} npm run produce -- --order order-1001 --amount 1299 --currency eur --customer cus_demo001 --payment-method pm_card_visa`,
+    ops: `env $(cat ${options.opsEnvFile}) npm run ops --`,
+    opsEnv: `${lines.join('\n')}\n`,
+    note: options.stripeKey === null ? 'export STRIPE_SECRET_KEY=sk_test_… (the key this run uses) in that shell first' : null,
+  };
+}
+
+/** Four hex digits of a seed: the demo's order ids under the fake Stripe (demo-002a-001, …). */
+function seedTag(seed: number): string {
+  return (seed % 0x10000).toString(16).padStart(4, '0');
+}
+
 function stripeSetup(args: Args): StripeSetup {
   const key = process.env.STRIPE_SECRET_KEY;
   const base = process.env.STRIPE_API_BASE;
   if (!key && !base) return { kind: 'fake', faults: args.faults, seed: args.seed };
-  return { kind: 'external', secretKey: key || 'sk_test_local', ...(base ? { apiBase: base } : {}) };
+  const webhookSecret = process.env.STRIPE_WEBHOOK_SECRET;
+  return {
+    kind: 'external',
+    secretKey: key || 'sk_test_local',
+    ...(base ? { apiBase: base } : {}),
+    ...(webhookSecret ? { webhookSecret, webhookPort: args.webhookPort } : {}),
+  };
 }
 
 async function runOnce(
@@ -283,6 +342,11 @@ async function runOnce(
         `  Stripe          ${st.dim(pipeline.stripeDescription)}`,
         `  EventBridge     ${st.dim(`${e.EVENTS_ENDPOINT} · bus ${e.EVENT_BUS_NAME}`)}`,
         `  handlers        ${st.dim(`charge: ${plural(pipeline.eventSource.concurrency, 'poller')} × batches of ${pipeline.eventSource.batchSize} · reconcile every ${seconds(pipeline.reconcileEveryMs)}`)}`,
+        pipeline.webhookEndpoint
+          ? `  Stripe events   ${st.dim(`${pipeline.webhookEndpoint.url} ← stripe listen --forward-to ${pipeline.webhookEndpoint.url}`)}`
+          : external && !process.env.STRIPE_API_BASE
+            ? `  Stripe events   ${st.dim(`none, polling only: run stripe listen --forward-to http://127.0.0.1:${args.webhookPort}/ and start again with STRIPE_WEBHOOK_SECRET=<the whsec_… it prints>`)}`
+            : '',
         timeLapse
           ? `  ${st.yellow(describeTimeLapse(timeLapse, pipeline.fakeStripe !== null))}`
           : `  ${st.yellow('production durations (no time-lapse): an ambiguous charge may take up to 23 h to settle')}`,
@@ -292,13 +356,23 @@ async function runOnce(
         .join('\n') + '\n',
     );
     if (args.serve) {
+      const opsEnvFile = path.join(path.dirname(args.dataDir), 'ops.env');
+      const commands = serveCommands(e, {
+        sqsEndpoint: pipeline.sqs.endpoint,
+        stripeKey: stripe.kind === 'fake' ? LOCAL_FAKE_STRIPE_KEY : null,
+        settings: timeLapse ? Object.keys(timeLapseEnvironment(timeLapse)) : [],
+        opsEnvFile: path.relative(process.cwd(), opsEnvFile),
+      });
+      await writeFile(opsEnvFile, commands.opsEnv, { mode: 0o600 });
       ui.write(
         `${st.bold('Serving.')} From another terminal, send charge requests with:\n` +
-          `  SQS_ENDPOINT=${pipeline.sqs.endpoint} npm run produce -- --order order-1001 --amount 1299 --currency eur --customer cus_demo001 --payment-method pm_card_visa\n` +
+          `  ${commands.produce}\n` +
           `  ${st.dim(`(or --file orders.jsonl; queue URL ${pipeline.sqs.queueUrl})`)}\n` +
-          `The review queue, while this runs:\n` +
-          `  DATABASE_URL=${pipeline.databaseUrl} STRIPE_API_BASE=${e.STRIPE_API_BASE ?? ''} STRIPE_SECRET_KEY=${process.env.STRIPE_SECRET_KEY ? '$STRIPE_SECRET_KEY' : 'sk_test_local_runtime'} npm run ops -- review list\n` +
-          `Ctrl-C prints the ledger and stops everything.\n\n`,
+          `The review queue and an order's audit trail, while this runs (${path.relative(process.cwd(), opsEnvFile)}: this run's database, Stripe and time-lapse):\n` +
+          `  ${commands.ops} review list\n` +
+          `  ${commands.ops} operations show order-1001\n` +
+          (commands.note ? `  ${st.dim(commands.note)}\n` : '') +
+          `Ctrl-C prints the ledger and stops everything (exit 0 when everything had settled).\n\n`,
       );
     }
 
@@ -310,7 +384,9 @@ async function runOnce(
             refunds: args.refunds,
             duplicateCharges: args.duplicateCharges,
             seed: args.seed,
-            tag: `demo-${pipeline.runId.slice(-4)}`,
+            // Against the fake Stripe the order ids come from the seed, so that the faults (keyed by
+            // order and attempt) repeat with it; against a real account they stay unique per run.
+            tag: stripe.kind === 'fake' ? `demo-${seedTag(args.seed)}` : `demo-${pipeline.runId.slice(-4)}`,
             // pm_fake_processing is the fake's own (Stripe has no such test card), and it settles only
             // by a later retrieve: with --faults none every answer is immediate, so the run measures throughput.
             processing: stripe.kind === 'fake' && args.faults !== 'none',
@@ -326,6 +402,7 @@ async function runOnce(
       signal,
       serve: args.serve,
       onSnapshot: (snapshot, send) => view.update(snapshot, send),
+      onNote: (line) => view.note(ui.style.dim(line)),
     });
     view.finish();
     if (run.outcome === 'timeout') {
@@ -344,7 +421,8 @@ async function runOnce(
       // Interrupted: the consumers' figures so far, as the pipeline's (whose queue is not drained
       // either) — not up to 30 s of their retries (10-12 s measured) after the user asked to stop.
       if (run.outcome === 'interrupted') ui.write(st.dim('outcome consumers: interrupted, figures so far (their queues were not drained)\n'));
-      else if (!(await consumers.drain(30_000))) ui.write(st.red('outcome consumers: queues not empty after 30 s; their figures are partial\n'));
+      else ui.write(st.dim('waiting for the outcome consumers to drain their queues (receipts; up to 30 s)…\n'));
+      if (run.outcome !== 'interrupted' && !(await consumers.drain(30_000))) ui.write(st.red('outcome consumers: queues not empty after 30 s; their figures are partial\n'));
       consumerLedger = await consumers.ledger();
     }
     return { ledger: run.ledger, outcome: run.outcome, consumers: consumerLedger };
@@ -453,6 +531,10 @@ export async function main(argv: readonly string[]): Promise<number> {
       }
     }
     ui.write(ui.style.dim(`handler logs (Powertools JSON + EMF, as CloudWatch would hold them): ${path.relative(process.cwd(), logFile)}\n`));
+    // The last line: did it work?
+    // …and how long the user waited for it: this process's life so far (start-up, the run, the
+    // ledgers, the shutdown of every server).
+    if (!args.json) realStdout(`\n${verdictLine(ledger, ui.style)} ${ui.style.dim(`(${seconds(process.uptime() * 1000)} in all)`)}\n`);
 
     if (main.outcome === 'interrupted') return ledger.invariants.ok ? EXIT.interrupted : EXIT.violated;
     if (!ledger.invariants.ok || (comparison && !comparison.ledger.invariants.ok)) return EXIT.violated;

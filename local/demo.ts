@@ -11,18 +11,17 @@
 //   bad messages     sent raw with the SQS client, past the producer's validation: a body that is
 //                    not JSON, one against the schema, and an order repeated with another amount —
 //                    each must end in rejected_messages, acknowledged, never charged
-//   refunds          (issue 15) a share of the orders refunded through the producer's sendRefundRequest,
+//   refunds          a share of the orders refunded through the producer's sendRefundRequest,
 //                    on the order's FIFO group, one scenario each, in turn (RefundScenario below): a
 //                    partial refund, a full one, two partials summing to the amount, a repeated
 //                    request, the same refund id with another amount, an over-refund, a refund sent
 //                    while its charge may still be open, a refund of a declined order
-//   duplicate        (issue 15) once everything settled, a few orders charged a second time behind
+//   duplicate        once everything settled, a few orders charged a second time behind
 //   charges          the pipeline's back (another system, another key, the order's metadata): the
 //                    product learns it from Stripe's event and refunds the extra PaymentIntent itself
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
-import { deduplicationId } from '../lambdas/payments/message.ts';
 import { chargeRequestMessage, refundRequestMessage, sendChargeRequests, sendRefundRequest, type ChargeRequest, type RefundRequest } from '../lambdas/producer/client.ts';
 import { AnotherSystem, remediesSettled } from './another-system.ts';
 import { buildLedger, type Ledger, type RunOutcome } from './ledger.ts';
@@ -499,8 +498,8 @@ async function chargeAgainBehindItsBack(
 
 /**
  * Past the producer client. The deduplication id differs from the producer's (a hash of the order
- * id) because these stand for messages sent more than 5 minutes after the original, when SQS no
- * longer remembers it.
+ * id and the request's parameters) because these stand for messages sent more than 5 minutes after
+ * the original, when SQS no longer remembers it.
  */
 async function sendRaw(sqs: SQSClient, queueUrl: string, body: string, groupId: string, salt: string, signal?: AbortSignal): Promise<void> {
   await sqs.send(
@@ -508,7 +507,7 @@ async function sendRaw(sqs: SQSClient, queueUrl: string, body: string, groupId: 
       QueueUrl: queueUrl,
       MessageBody: body,
       MessageGroupId: groupId,
-      MessageDeduplicationId: createHash('sha256').update(`${deduplicationId(groupId)}:${salt}`).digest('hex'),
+      MessageDeduplicationId: createHash('sha256').update(`late:${groupId}:${salt}:${body}`).digest('hex'),
     }),
     signal ? { abortSignal: signal } : {},
   );
@@ -527,6 +526,8 @@ export interface RunWorkloadOptions {
   readonly serve?: boolean;
   /** Concurrent producer calls. Default 8. */
   readonly sendConcurrency?: number;
+  /** What the run waits for when the counts alone would not say (the progress view's notes). */
+  readonly onNote?: (line: string) => void;
 }
 
 export interface WorkloadRun {
@@ -580,6 +581,9 @@ export async function runWorkload(pipeline: Pipeline, workload: Workload | null,
   await sending.catch(() => {});
   let outcomeOfWait = waited.kind;
   if (waited.kind === 'settled' && workload && workload.duplicateCharges.length > 0 && !options.serve) {
+    options.onNote?.(
+      `all settled; now charging ${workload.duplicateCharges.length} order(s) again behind the pipeline's back, and waiting for its remedy to refund each extra PaymentIntent (told by Stripe's events)…`,
+    );
     outcomeOfWait = await chargeAgainBehindItsBack(pipeline, workload.duplicateCharges, workload.duplicateChargeCandidates, send, options);
   }
   if (outcomeOfWait === 'settled' && !options.serve) outcomeOfWait = await watchLastLooks(pipeline, options);

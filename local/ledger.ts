@@ -68,7 +68,7 @@ export interface Ledger {
     readonly reviewSamples: readonly { readonly orderId: string; readonly reason: string }[];
   };
   readonly rejected: { readonly total: number; readonly byReason: Readonly<Record<string, number>> };
-  /** Refunds (issue 15): ours beside Stripe's, per order, with the counts and verdicts. */
+  /** Refunds: ours beside Stripe's, per order, with the counts and verdicts. */
   readonly refunds: RefundLedger;
   readonly stripe: {
     /** Where these figures come from. */
@@ -144,7 +144,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
 
   const [truthPis, truthRefunds, stats] = await Promise.all([
     p.stripeTruth.paymentIntents(orderIds),
-    // The refunds make the checker judge the net amount per order (issue 15); a truth that cannot list them skips that.
+    // The refunds make the checker judge the net amount per order; a truth that cannot list them skips that.
     p.stripeTruth.refunds(orderIds).catch(() => null),
     p.stripeTruth.stats().catch(() => null),
   ]);
@@ -289,7 +289,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
       violations,
       warnings: report.warnings.map((w) => `${w.orderId}: ${w.detail}`),
     },
-    stripeEvents: p.webhooks ? await readStripeEventsLedger(db, p.webhooks) : null,
+    stripeEvents: p.webhooks ? await readStripeEventsLedger(db, p.webhooks) : p.webhookEndpoint ? await readStripeEventsLedger(db, p.webhookEndpoint) : null,
     settleLag: p.stripeObserver ? await readSettleLag(db, p.stripeObserver, p.webhooks ? 'webhooks' : 'polling') : null,
     timing: {
       elapsedMs: input.finishedAt.getTime() - p.startedAt.getTime(),
@@ -308,7 +308,17 @@ function stripeFigures(description: string, available: boolean, report: Invarian
     available,
     paymentIntents: available ? report.paymentIntents.total : null,
     paymentIntentsByStatus: available ? { ...report.paymentIntents.byStatus } : null,
-    requests: stats ? { total: stats.requests.total, create: stats.requests.create, retrieve: stats.requests.retrieve, search: stats.requests.search, list: stats.requests.list ?? 0 } : null,
+    requests: stats
+      ? {
+          total: stats.requests.total,
+          create: stats.requests.create,
+          retrieve: stats.requests.retrieve,
+          search: stats.requests.search,
+          list: stats.requests.list ?? 0,
+          // The Refunds API's requests, so that the row adds up (their detail is under Refunds).
+          refunds: (stats.requests.refund_create ?? 0) + (stats.requests.refund_retrieve ?? 0) + (stats.requests.refund_list ?? 0),
+        }
+      : null,
     faultsInjected: stats ? Object.values(stats.faults).reduce((a, b) => a + b, 0) : null,
     faultsByKind,
     keysPruned: stats ? stats.keysPruned : null,
@@ -363,6 +373,22 @@ const list = (record: Readonly<Record<string, number>>, label: (k: string) => st
 export const plural = (count: number, noun: string) => `${count} ${noun}${count === 1 ? '' : 's'}`;
 export const seconds = (ms: number) => `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
 
+/**
+ * The run's answer to "did it work?", for the very end of the output: PASS with the invariants that
+ * held, or FAIL naming what broke (or that the run did not settle).
+ */
+export function verdictLine(ledger: Ledger, style: Style = PLAIN): string {
+  const inv = ledger.invariants;
+  if (!inv.ok) {
+    const broke = Object.entries(inv.violationsByKind).map(([kind, count]) => `${kind.replaceAll('_', ' ')} ${n(count)}`);
+    return style.red(style.bold(`FAIL — ${broke.join(' · ') || 'an invariant was violated'} (see Invariants above)`));
+  }
+  const held = `double charges 0 · lost orders 0${ledger.refunds.verdicts && ledger.refunds.orders.length > 0 ? ' · net amount off 0 · over-refunds 0 · unrecorded refunds 0' : ''} · ${n(inv.checked.length)} invariants checked`;
+  if (ledger.run.outcome === 'timeout') return style.red(style.bold(`FAIL — not settled before the timeout: ${n(ledger.operations.open + ledger.refunds.operations.open)} operation(s) still open (${held} so far)`));
+  if (ledger.run.outcome === 'interrupted') return style.yellow(style.bold(`INTERRUPTED — nothing broken so far: ${held}`));
+  return style.green(style.bold(`PASS — ${held}; every accepted order and refund settled or in review`));
+}
+
 export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
   const { run, intake, operations: ops, stripe, events, invariants: inv, timing } = ledger;
   const out: string[] = [];
@@ -411,14 +437,17 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
   } else {
     row('PaymentIntents', 'n/a', 'this Stripe cannot be read back: double charges are not checked');
   }
-  if (stripe.requests) row('requests', stripe.requests.total ?? 0, list({ create: stripe.requests.create ?? 0, retrieve: stripe.requests.retrieve ?? 0, search: stripe.requests.search ?? 0, list: stripe.requests.list ?? 0 }));
+  if (stripe.requests) {
+    const r = stripe.requests;
+    row('requests', r.total ?? 0, list({ 'PaymentIntent create': r.create ?? 0, retrieve: r.retrieve ?? 0, search: r.search ?? 0, list: r.list ?? 0, 'Refunds API': r.refunds ?? 0 }));
+  }
   if (stripe.faultsInjected !== null) row('faults injected', stripe.faultsInjected, list(stripe.faultsByKind ?? {}, (k) => FAULT_LABELS[k] ?? k));
   if (stripe.keysPruned) row('idempotency keys pruned', stripe.keysPruned, 'forgotten by "Stripe" (time-lapse), never re-sent');
   section(`Events — EventBridge bus ${events.bus}`);
   row('published', events.published, [list(events.byType), `re-sent ${n(events.resent)}`, `unpublished ${n(events.unpublished)}`].filter(Boolean).join(' · '));
   const se = ledger.stripeEvents;
   if (se) {
-    section('Stripe events in — signed webhooks from the fake Stripe');
+    section(se.delivery ? 'Stripe events in — signed webhooks from the fake Stripe' : 'Stripe events in — signed webhooks from Stripe, through stripe listen');
     const d = se.delivery;
     if (d) {
       row('events made by Stripe', d.eventsCreated, list({ 'delivered (2xx)': d.acknowledged, 'sent twice': d.duplicatesSent, 'lost, retried': d.lostAttempts, retries: d.retries, 'still waiting': d.unfinished + d.pending }));
@@ -458,7 +487,7 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
     );
   }
   const rate = timing.chargesPerSecond !== null ? `${style.bold(`${n(timing.chargesPerSecond)} charges/s`)}` : 'n/a';
-  out.push(`    elapsed ${seconds(timing.elapsedMs)} (start-up and shutdown included)`);
+  out.push(`    elapsed ${seconds(timing.elapsedMs)} (from the pipeline's start-up to this ledger; the whole wait is on the last line)`);
   if (timing.processingMs !== null) {
     const bulk = timing.ninetyPercentMs !== null ? ` · 90 % of them within ${seconds(timing.ninetyPercentMs)}` : '';
     out.push(`    first send → last outcome ${seconds(timing.processingMs)} for ${n(timing.settledOperations)} operations${bulk}${run.serve ? '' : ` · throughput ${rate}`}`);

@@ -32,7 +32,7 @@ import { createDatabase, startEmbeddedPostgres, type EmbeddedPostgresHandle } fr
 import { LocalSchedule, type RunReport, type ScheduleCounters, type ScheduledHandler } from './scheduler.ts';
 import { startLocalSqs, type LocalSqs } from './sqs.ts';
 import type { WebhookDispatcher } from './fake-stripe/webhooks.ts';
-import { DEFAULT_DELIVERY_FAULTS, localWebhookSecret, startLocalWebhooks, startStripeObserver, type LocalWebhookOptions, type LocalWebhooks } from './stripe-events.ts';
+import { DEFAULT_DELIVERY_FAULTS, localWebhookSecret, startLocalWebhooks, startStripeObserver, startWebhookEndpoint, type LocalWebhookOptions, type LocalWebhooks, type WebhookEndpoint } from './stripe-events.ts';
 import { controlApiTruth, fakeTruth, listApiTruth, unavailableTruth, type StripeTruth } from './stripe-truth.ts';
 
 // ── The compressed clock ─────────────────────────────────────────────────────────────────────────
@@ -159,7 +159,18 @@ export type StripeSetup =
       readonly latencyMs?: number;
     }
   /** STRIPE_API_BASE (any Stripe-compatible server) and/or a real sk_test_ key. Never a live key. */
-  | { readonly kind: 'external'; readonly secretKey: string; readonly apiBase?: string };
+  | {
+      readonly kind: 'external';
+      readonly secretKey: string;
+      readonly apiBase?: string;
+      /**
+       * The signing secret `stripe listen --forward-to <url>` prints (whsec_…): with it, the real
+       * stripe-events handler listens on a local Function URL (`webhookPort`, default any free port)
+       * and Stripe's events reach it through the Stripe CLI. Without it: polling only.
+       */
+      readonly webhookSecret?: string;
+      readonly webhookPort?: number;
+    };
 
 export interface PipelineOptions {
   readonly postgres: PostgresSetup;
@@ -217,9 +228,15 @@ export const EVENT_BRIDGE_FAULTS: Record<FaultProfileName, EventBridgeFaultRates
 // ── What the pipeline looks like at a moment ─────────────────────────────────────────────────────
 
 export interface DatabaseCounts {
+  /** Charge and refund operations together (the rest of the counts too; `refunds*` says how many are refunds). */
   readonly operations: number;
   readonly succeeded: number;
   readonly failed: number;
+  /** Refund operations (the duplicate remedy's included), of `operations`. */
+  readonly refunds: number;
+  /** Refund operations succeeded, failed or in review: of `succeeded + failed + inReview`. */
+  readonly refundsSettled: number;
+  readonly refundsSucceeded: number;
   /** pending or unknown, not in review: the machines still work on them. */
   readonly open: number;
   readonly pending: number;
@@ -243,6 +260,9 @@ const COUNTS_SQL = `
     FROM (SELECT count(*)::int AS operations,
                  count(*) FILTER (WHERE status = 'succeeded')::int AS succeeded,
                  count(*) FILTER (WHERE status = 'failed')::int AS failed,
+                 count(*) FILTER (WHERE kind = 'refund')::int AS refunds,
+                 count(*) FILTER (WHERE kind = 'refund' AND (status IN ('succeeded', 'failed') OR human))::int AS refunds_settled,
+                 count(*) FILTER (WHERE kind = 'refund' AND status = 'succeeded')::int AS refunds_succeeded,
                  count(*) FILTER (WHERE status IN ('pending', 'unknown') AND NOT human)::int AS open,
                  count(*) FILTER (WHERE status = 'pending' AND NOT human)::int AS pending,
                  count(*) FILTER (WHERE status = 'unknown' AND NOT human AND external_id IS NULL)::int AS ambiguous,
@@ -250,7 +270,7 @@ const COUNTS_SQL = `
                  count(*) FILTER (WHERE status IN ('pending', 'unknown') AND human)::int AS in_review,
                  max(updated_at) FILTER (WHERE status IN ('succeeded', 'failed') OR human) AS last_settled_at
             -- Waiting for a human: in review, or a refund whose charge is (it goes once the charge is resolved).
-            FROM (SELECT p.status, p.external_id, p.updated_at,
+            FROM (SELECT p.kind, p.status, p.external_id, p.updated_at,
                          p.review_reason IS NOT NULL OR coalesce(c.review_reason IS NOT NULL AND c.status IN ('pending', 'unknown'), false) AS human
                     FROM payment_operations p LEFT JOIN payment_operations c ON c.id = p.parent_operation_id) ops) o,
          (SELECT count(*)::int AS rejected FROM rejected_messages) r,
@@ -265,6 +285,9 @@ export async function readDatabaseCounts(db: pg.Pool | pg.Client): Promise<Datab
     operations: r.operations as number,
     succeeded: r.succeeded as number,
     failed: r.failed as number,
+    refunds: r.refunds as number,
+    refundsSettled: r.refunds_settled as number,
+    refundsSucceeded: r.refunds_succeeded as number,
     open: r.open as number,
     pending: r.pending as number,
     ambiguous: r.ambiguous as number,
@@ -345,8 +368,10 @@ export interface Pipeline {
   readonly faults: FaultProfileName | null;
   readonly seed: number | null;
   readonly eventBridge: FakeEventBridge;
-  /** Stripe events in (null: polling only). */
+  /** Stripe events in from the fake Stripe (null: polling only, or a real Stripe). */
   readonly webhooks: LocalWebhooks | null;
+  /** Stripe events in from a real Stripe through `stripe listen --forward-to` this endpoint's url (null: none). */
+  readonly webhookEndpoint: WebhookEndpoint | null;
   /** Watches the fake's ledger for settle times (the webhooks' dispatcher, or an observer when they are off). */
   readonly stripeObserver: WebhookDispatcher | null;
   readonly eventSource: SqsEventSource;
@@ -372,6 +397,35 @@ const RUN_DB = /^run_\d{8}_\d{6}_[0-9a-f]{4}$/;
 function runIdNow(): string {
   const iso = new Date().toISOString();
   return `${iso.slice(0, 10).replaceAll('-', '')}_${iso.slice(11, 19).replaceAll(':', '')}_${randomBytes(2).toString('hex')}`;
+}
+
+/** The handlers' settings that make a time-lapse (also what the ops tool needs to judge a review as they do). */
+export function timeLapseEnvironment(timeLapse: TimeLapse): Record<string, string> {
+  return {
+    KEY_WINDOW_MS: String(timeLapse.keyWindowMs),
+    EARLY_SEARCH_AFTER_MS: String(timeLapse.earlySearchAfterMs),
+    LEASE_MS: String(leaseMsFor(timeLapse)),
+    // Events a killed writer leaves leased go to the relay after this instead of a real
+    // minute (the soak kills workers after their commit). The local bus answers in
+    // milliseconds; a slower writer would only publish twice, with the same eventId.
+    PUBLISH_LEASE_MS: '3000',
+    UNSETTLED_REVIEW_AFTER_MS: String(timeLapse.unsettledReviewAfterMs),
+    // The bounds of the slow payment methods shrink by the same ratio as the card bound.
+    ...unsettledByTypeFor(timeLapse),
+    RETRY_BACKOFF_SCALE: String(timeLapse.retryBackoffScale),
+    LIST_SETTLE_MS: String(evidenceTimingsFor(timeLapse).listSettleMs),
+    ABSENCE_PROOF_SPACING_MS: String(evidenceTimingsFor(timeLapse).proofSpacingMs),
+    REISSUE_AFTER_LAST_SEND_MS: String(evidenceTimingsFor(timeLapse).reissueAfterLastSendMs),
+    // The list's created range is in whole seconds anyway; Stripe's 5 min margin would cover a
+    // compressed run's whole history.
+    LIST_WINDOW_MARGIN_MS: '1000',
+    // One machine, one clock: the fake Stripe and the database read the same one.
+    STRIPE_CLOCK_SKEW_MS: '1000',
+    REISSUE_WATCH_FIRST_AFTER_MS: String(watchTimingsFor(timeLapse).watchFirstAfterMs),
+    REISSUE_WATCH_FINAL_AFTER_MS: String(watchTimingsFor(timeLapse).watchFinalAfterFirstSendMs),
+    STRIPE_TIMEOUT_MS: String(timeLapse.stripeTimeoutMs),
+    STRIPE_MAX_NETWORK_RETRIES: String(timeLapse.stripeMaxNetworkRetries),
+  };
 }
 
 export async function startPipeline(options: PipelineOptions): Promise<Pipeline> {
@@ -457,7 +511,9 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       faults = options.stripe.faults ?? 'none';
       seed = options.stripe.seed ?? Math.floor(Math.random() * 2 ** 31);
       fakeStripe = await startFakeStripe({
-        faults: { seed, rates: FAULT_PROFILES[faults] },
+        // Keyed by order and attempt, not by idempotency key: the keys are made of operation ids,
+        // fresh in every run, so keyed by them one seed gave the same workload other faults.
+        faults: { seed, rates: FAULT_PROFILES[faults], keyBy: 'order' },
         latencyMs: options.stripe.latencyMs ?? 0,
         searchLagMs: timeLapse?.searchLagMs ?? 0,
         processingSettleMs: timeLapse?.processingSettleMs ?? null,
@@ -469,7 +525,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       const fake = fakeStripe;
       cleanups.push(() => fake.close());
       stripeTruth = fakeTruth(fakeStripe);
-      stripeKey = 'sk_test_local_runtime';
+      stripeKey = LOCAL_FAKE_STRIPE_KEY;
       apiBase = fakeStripe.url;
       stripeDescription = `fake Stripe on ${fakeStripe.url} (faults: ${faults}, seed ${seed})`;
     } else {
@@ -499,7 +555,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
     const reconcileEveryMs = options.reconcileEveryMs ?? timeLapse?.reconcileEveryMs ?? 60_000;
     const maxReconcileRuns = 2;
     const webhookOptions = options.webhooks !== undefined ? options.webhooks : fakeStripe ? { faults: faults && faults !== 'none' ? DEFAULT_DELIVERY_FAULTS : {}, seed: (seed ?? 1) + 2 } : null;
-    const webhookSecret = webhookOptions && fakeStripe ? localWebhookSecret() : null;
+    const webhookSecret = webhookOptions && fakeStripe ? localWebhookSecret() : options.stripe.kind === 'external' ? (options.stripe.webhookSecret ?? null) : null;
     const env: Record<string, string> = {
       DATABASE_URL: databaseUrl,
       // One module scope serves every local invocation (see the header): room for all of them.
@@ -520,33 +576,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       POWERTOOLS_METRICS_NAMESPACE: PIPELINE.metricsNamespace,
       POWERTOOLS_LOG_LEVEL: options.logLevel ?? 'INFO',
       ...(options.metricsDisabled ? { POWERTOOLS_METRICS_DISABLED: 'true' } : {}),
-      ...(timeLapse
-        ? {
-            KEY_WINDOW_MS: String(timeLapse.keyWindowMs),
-            EARLY_SEARCH_AFTER_MS: String(timeLapse.earlySearchAfterMs),
-            LEASE_MS: String(leaseMsFor(timeLapse)),
-            // Events a killed writer leaves leased go to the relay after this instead of a real
-            // minute (the soak kills workers after their commit). The local bus answers in
-            // milliseconds; a slower writer would only publish twice, with the same eventId.
-            PUBLISH_LEASE_MS: '3000',
-            UNSETTLED_REVIEW_AFTER_MS: String(timeLapse.unsettledReviewAfterMs),
-            // The bounds of the slow payment methods shrink by the same ratio as the card bound.
-            ...unsettledByTypeFor(timeLapse),
-            RETRY_BACKOFF_SCALE: String(timeLapse.retryBackoffScale),
-            LIST_SETTLE_MS: String(evidenceTimingsFor(timeLapse).listSettleMs),
-            ABSENCE_PROOF_SPACING_MS: String(evidenceTimingsFor(timeLapse).proofSpacingMs),
-            REISSUE_AFTER_LAST_SEND_MS: String(evidenceTimingsFor(timeLapse).reissueAfterLastSendMs),
-            // The list's created range is in whole seconds anyway; Stripe's 5 min margin would cover a
-            // compressed run's whole history.
-            LIST_WINDOW_MARGIN_MS: '1000',
-            // One machine, one clock: the fake Stripe and the database read the same one.
-            STRIPE_CLOCK_SKEW_MS: '1000',
-            REISSUE_WATCH_FIRST_AFTER_MS: String(watchTimingsFor(timeLapse).watchFirstAfterMs),
-            REISSUE_WATCH_FINAL_AFTER_MS: String(watchTimingsFor(timeLapse).watchFinalAfterFirstSendMs),
-            STRIPE_TIMEOUT_MS: String(timeLapse.stripeTimeoutMs),
-            STRIPE_MAX_NETWORK_RETRIES: String(timeLapse.stripeMaxNetworkRetries),
-          }
-        : {}),
+      ...(timeLapse ? timeLapseEnvironment(timeLapse) : {}),
       ...options.env,
     };
     for (const [key, value] of Object.entries(env)) {
@@ -561,12 +591,17 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
     const chargeHandler = options.handlers?.charge ?? (await loadHandler<SqsHandler>('charge'));
     const reconcileHandler = options.handlers?.reconcile ?? (await loadHandler<ScheduledHandler>('reconcile'));
     let webhooks: LocalWebhooks | null = null;
+    let webhookEndpoint: WebhookEndpoint | null = null;
     let stripeObserver: WebhookDispatcher | null = null;
     if (webhookSecret && fakeStripe && webhookOptions) {
       const started = await startLocalWebhooks(fakeStripe, webhookSecret, webhookOptions);
       webhooks = started;
       stripeObserver = started.dispatcher;
       cleanups.push(() => started.stop());
+    } else if (webhookSecret && options.stripe.kind === 'external') {
+      const endpoint = await startWebhookEndpoint(options.stripe.webhookPort ?? 0);
+      webhookEndpoint = endpoint;
+      cleanups.push(() => endpoint.stop());
     } else if (fakeStripe) {
       const observer = startStripeObserver(fakeStripe);
       stripeObserver = observer;
@@ -653,6 +688,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       seed,
       eventBridge,
       webhooks,
+      webhookEndpoint,
       stripeObserver,
       eventSource,
       schedule,
@@ -725,6 +761,9 @@ function withDatabase(url: string, database: string): string {
   parsed.pathname = `/${database}`;
   return parsed.toString();
 }
+
+/** The key the handlers send the in-process fake Stripe: a constant, not a secret (printed by --serve). */
+export const LOCAL_FAKE_STRIPE_KEY = 'sk_test_local_runtime';
 
 function redactKey(key: string): string {
   return key.length > 12 ? `${key.slice(0, 8)}…${key.slice(-4)}` : '…';

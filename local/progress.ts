@@ -35,19 +35,27 @@ const n = (value: number) => value.toLocaleString('en-US');
 function counts(s: PipelineSnapshot, send: SendReport | null) {
   const d = s.database;
   const settled = d.succeeded + d.failed + d.inReview;
-  // Until the producer is done, the orders it will send; then those SQS accepted (and any that other
-  // producers sent meanwhile, under --serve).
-  const expected = Math.max(d.operations, send ? (send.done ? send.ordersSent : Math.max(send.ordersPlanned, send.ordersSent)) : 0);
+  // Charges: until the producer is done, the orders it will send; then those SQS accepted (and any
+  // that other producers sent meanwhile, under --serve). Refunds are counted as they arrive, apart,
+  // so that the charges' denominator does not grow as refunds join.
+  const charges = d.operations - d.refunds;
+  const expectedCharges = Math.max(charges, send ? (send.done ? send.ordersSent : Math.max(send.ordersPlanned, send.ordersSent)) : 0);
+  const expected = expectedCharges + d.refunds;
   return {
     settled,
     expected,
+    chargesSettled: settled - d.refundsSettled,
+    expectedCharges,
+    refundsSettled: d.refundsSettled,
+    refunds: d.refunds,
+    refundsSucceeded: d.refundsSucceeded,
     sent: send?.ordersSent ?? null,
     duplicates: send?.duplicateSends ?? 0,
     delivered: s.eventSource.records,
     redeliveries: s.eventSource.redeliveries,
     succeeded: d.succeeded,
     failed: d.failed,
-    open: d.open + Math.max(0, expected - d.operations),
+    open: d.open + Math.max(0, expectedCharges - charges),
     inReview: d.inReview,
     rejected: d.rejected,
     stripeRequests: s.stripe?.requests.total ?? null,
@@ -105,9 +113,9 @@ class TtyView implements ProgressView {
       d.unpublished ? `${n(d.unpublished)} events in the outbox` : '',
     ].filter(Boolean);
     const lines = [
-      ` ${bar} ${st.bold(`${n(c.settled)}/${n(c.expected)}`)} settled ${(ratio * 100).toFixed(0).padStart(3)}%  ${st.dim(elapsed)}`,
+      ` ${bar} ${st.bold(`${n(c.settled)}/${n(c.expected)}`)} settled ${(ratio * 100).toFixed(0).padStart(3)}%  ${st.dim(`charges ${n(c.chargesSettled)}/${n(c.expectedCharges)} · refunds ${n(c.refundsSettled)}/${n(c.refunds)}`)}  ${st.dim(elapsed)}`,
       ` sent ${n(c.sent ?? 0)}${c.duplicates ? st.dim(` (+${n(c.duplicates)} dup)`) : ''}   delivered ${n(c.delivered)}${c.redeliveries ? st.dim(` (${n(c.redeliveries)} again)`) : ''}   ` +
-        `${st.green('succeeded')} ${n(c.succeeded)}   ${st.red('failed')} ${n(c.failed)}   ${st.yellow('open')} ${n(c.open)}   in review ${n(c.inReview)}   rejected ${n(c.rejected)}`,
+        `${st.green('succeeded')} ${n(c.succeeded)}${c.refundsSucceeded ? st.dim(` (${n(c.refundsSucceeded)} refunds)`) : ''}   ${st.red('failed')} ${n(c.failed)}   ${st.yellow('open')} ${n(c.open)}   in review ${n(c.inReview)}   rejected ${n(c.rejected)}`,
       ` Stripe ${c.stripeRequests === null ? 'n/a' : `${n(c.stripeRequests)} requests`}${c.faults === null ? '' : `, ${n(c.faults)} faults injected`}   ` +
         `events published ${n(c.events)}   reconcile sweeps ${n(c.sweeps)}`,
       st.dim(` ${waiting.length ? `open: ${waiting.join(' · ')}` : ' '}`),
@@ -153,8 +161,8 @@ class PlainView implements ProgressView {
     const c = counts(s, send);
     const elapsed = seconds(s.at.getTime() - this.#options.startedAt.getTime());
     return (
-      `[${elapsed}] settled ${n(c.settled)}/${n(c.expected)} · sent ${n(c.sent ?? 0)} (+${n(c.duplicates)} dup) · delivered ${n(c.delivered)} · ` +
-      `succeeded ${n(c.succeeded)} · failed ${n(c.failed)} · open ${n(c.open)} · in review ${n(c.inReview)} · rejected ${n(c.rejected)} · ` +
+      `[${elapsed}] settled ${n(c.settled)}/${n(c.expected)} (charges ${n(c.chargesSettled)}/${n(c.expectedCharges)}, refunds ${n(c.refundsSettled)}/${n(c.refunds)}) · sent ${n(c.sent ?? 0)} (+${n(c.duplicates)} dup) · delivered ${n(c.delivered)} · ` +
+      `succeeded ${n(c.succeeded)} (${n(c.refundsSucceeded)} refunds) · failed ${n(c.failed)} · open ${n(c.open)} · in review ${n(c.inReview)} · rejected ${n(c.rejected)} · ` +
       `Stripe ${c.stripeRequests === null ? 'n/a' : n(c.stripeRequests)} req · faults ${c.faults === null ? 'n/a' : n(c.faults)} · events ${n(c.events)}`
     );
   }

@@ -1,4 +1,4 @@
-// The refunds part of the ledger (issue 15): per refunded order, the refunds the database recorded
+// The refunds part of the ledger (docs/local.md#refunds-in-the-demo): per refunded order, the refunds the database recorded
 // beside the refunds Stripe holds, the net amount Stripe kept and what it should be, and the counts
 // the summary prints. The verdicts themselves are the invariant checker's (local/invariants.ts:
 // net_amount, over_refund, unrecorded_refund, succeeded_without_refund, refund_mismatch); this module

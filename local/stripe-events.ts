@@ -32,16 +32,25 @@ export function localWebhookSecret(): string {
 
 type FunctionUrlHandler = (event: APIGatewayProxyEventV2, context: unknown) => Promise<APIGatewayProxyStructuredResultV2>;
 
-export interface LocalWebhooks {
+/** A local Function URL in front of the real stripe-events handler. */
+export interface WebhookEndpoint {
   readonly url: string;
-  readonly dispatcher: WebhookDispatcher;
   /** Answers of the endpoint by HTTP status. */
   answers(): Readonly<Record<string, number>>;
   stop(): Promise<void>;
 }
 
-/** A Function URL in front of the real handler: the request becomes an APIGatewayProxyEventV2 (payload 2.0). */
-export async function startLocalWebhooks(fake: FakeStripe, secret: string, options: LocalWebhookOptions = {}): Promise<LocalWebhooks> {
+/** The endpoint and the fake Stripe's dispatcher that delivers to it. */
+export interface LocalWebhooks extends WebhookEndpoint {
+  readonly dispatcher: WebhookDispatcher;
+}
+
+/**
+ * A Function URL in front of the real handler on 127.0.0.1:`port` (0: any free one): the request
+ * becomes an APIGatewayProxyEventV2 (payload 2.0). Real Stripe's events reach it through the Stripe
+ * CLI (`stripe listen --forward-to <url>`), the fake's through startLocalWebhooks.
+ */
+export async function startWebhookEndpoint(port = 0): Promise<WebhookEndpoint> {
   const file = path.resolve(import.meta.dirname, '..', 'lambdas', 'stripe-events', 'handler.ts');
   const handler = ((await import(file)) as { handler: FunctionUrlHandler }).handler;
   const answers: Record<string, number> = {};
@@ -76,8 +85,18 @@ export async function startLocalWebhooks(fake: FakeStripe, secret: string, optio
         });
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`,
+    answers: () => ({ ...answers }),
+    stop: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** The endpoint, and the fake Stripe delivering its signed events to it (with the given faults). */
+export async function startLocalWebhooks(fake: FakeStripe, secret: string, options: LocalWebhookOptions = {}): Promise<LocalWebhooks> {
+  const endpoint = await startWebhookEndpoint();
+  const url = endpoint.url;
   const dispatcher = new WebhookDispatcher({
     fake,
     endpoint: url,
@@ -91,10 +110,10 @@ export async function startLocalWebhooks(fake: FakeStripe, secret: string, optio
   return {
     url,
     dispatcher,
-    answers: () => ({ ...answers }),
+    answers: endpoint.answers,
     async stop() {
       await dispatcher.stop();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await endpoint.stop();
     },
   };
 }
@@ -152,7 +171,7 @@ export interface StripeEventsLedger {
   readonly finalVia: Readonly<Record<string, number>>;
 }
 
-export async function readStripeEventsLedger(db: pg.Pool, webhooks: LocalWebhooks | null): Promise<StripeEventsLedger> {
+export async function readStripeEventsLedger(db: pg.Pool, webhooks: (WebhookEndpoint & { readonly dispatcher?: WebhookDispatcher }) | null): Promise<StripeEventsLedger> {
   const [inbox, outcomes, findings, via] = await Promise.all([
     db.query<{ received: number; applied: number; backlog: number }>(
       `SELECT count(*)::int AS received, count(*) FILTER (WHERE applied_at IS NOT NULL)::int AS applied,
@@ -178,7 +197,7 @@ export async function readStripeEventsLedger(db: pg.Pool, webhooks: LocalWebhook
   const rejected = Object.entries(answers).filter(([s]) => s.startsWith('4')).reduce((n, [, c]) => n + c, 0);
   const received = inbox.rows[0]?.received ?? 0;
   return {
-    delivery: webhooks?.dispatcher.stats() ?? null,
+    delivery: webhooks?.dispatcher?.stats() ?? null,
     endpointAnswers: answers,
     received,
     applied: inbox.rows[0]?.applied ?? 0,

@@ -1,4 +1,4 @@
--- The transactional outbox for outcome events (DESIGN §6). A row is written by the same statement
+-- The transactional outbox for outcome events (docs/events.md). A row is written by the same statement
 -- that records the outcome it announces — final state or entry into review — so there is no
 -- outcome without its event and no event without its outcome. Publishing to EventBridge happens
 -- afterwards, at least once: event_id is stable and is what consumers deduplicate on.

@@ -1,4 +1,4 @@
--- The application role: what charge, reconcile and ops connect as (DESIGN §11 least privilege). It may
+-- The application role: what charge, reconcile and ops connect as (least privilege, docs/deploy.md). It may
 -- read and write the pipeline's rows and nothing else: no DDL (it owns nothing and may create nothing),
 -- no TRUNCATE, no access to schema_migrations. Only the migrate function connects as the owner.
 --

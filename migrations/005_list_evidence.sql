@@ -1,4 +1,4 @@
--- List evidence and automatic re-issue (issue 13, docs/model.md "Evidence").
+-- List evidence and automatic re-issue (docs/model.md "Evidence").
 --
 -- The audit trail learns one step and one action, and the outbox one event type:
 --   step   'list'           GET /v1/payment_intents?customer=…&created[gte]=…&created[lte]=…, every page.

@@ -1,4 +1,4 @@
--- The transactional inbox for Stripe events (DESIGN §11, "events in"): the mirror image of the
+-- The transactional inbox for Stripe events (docs/architecture.md "Stripe events in"): the mirror image of the
 -- outbox. Stripe delivers every event at least once, in no guaranteed order, retried for up to three
 -- days (https://docs.stripe.com/webhooks#retries, #event-ordering). The endpoint records each event
 -- with ONE statement, deduplicated by Stripe's event id (ON CONFLICT DO NOTHING), and answers 200;

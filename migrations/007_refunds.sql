@@ -1,5 +1,5 @@
 -- Refunds: a second operation kind on the same table, the same engine and the same audit trail
--- (issue 15, docs/model.md "Refunds"). A refund operation is a row with kind = 'refund' that points
+-- (docs/model.md "Refunds"). A refund operation is a row with kind = 'refund' that points
 -- at its order's charge operation; its key is `payment-op:{id}` like a charge's, its Stripe object a
 -- Refund (re_…) in external_id.
 --
@@ -24,7 +24,7 @@ ALTER TABLE payment_operations
   -- operation holds): it is named here. NULL: the refund is of the charge's own PaymentIntent.
   ADD COLUMN refund_payment_intent text CHECK (refund_payment_intent IS NULL OR refund_payment_intent ~ '^pi_[A-Za-z0-9_]{1,250}$');
 
--- Charge parameters a producer may add (issue 15): passed to Stripe, part of the order's parameters
+-- Charge parameters a producer may add (docs/producers.md): passed to Stripe, part of the order's parameters
 -- (the guard below keeps them unchanged, like amount and currency). Never logged.
 ALTER TABLE payment_operations
   ADD COLUMN description                 text  CHECK (description IS NULL OR char_length(description) BETWEEN 1 AND 1000),

@@ -1,4 +1,4 @@
--- Refunds settled by Stripe's events (issue 15, "Stripe"; docs/decisions.md 2026-12-01): the outbox
+-- Refunds settled by Stripe's events (docs/decisions.md 2026-12-01): the outbox
 -- learns one more FACT, `Refund Failed After Success` — a refund operation that is final `succeeded`
 -- (the request executed, Stripe said succeeded) whose Refund Stripe reports failed since (a card
 -- refund the issuer could not process). The operation row is final and stays so

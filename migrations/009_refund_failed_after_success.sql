@@ -1,4 +1,4 @@
--- A refund Stripe failed after it succeeded gives its amount back to the order (issue 15; docs/decisions.md
+-- A refund Stripe failed after it succeeded gives its amount back to the order (docs/decisions.md
 -- 2026-12-01 "a refund Stripe failed after it succeeded is refundable again").
 --
 -- Stripe: a card refund can fail after it said `succeeded` (the issuer could not process it); the

@@ -1,4 +1,4 @@
-// npm run bench:batch — figures, not assertions (issue 3, "Performance").
+// npm run bench:batch — figures, not assertions (docs/proofs.md).
 //   1. A batch of 10 distinct orders through the exported charge handler with the fake Stripe answering
 //      after L = 200 ms: wall time (target ≤ 1.3 × L) beside a one-at-a-time baseline measured in the
 //      same run (≈ 10 × L), and database round trips per batch (target ≤ 3, events published included).

@@ -2,7 +2,7 @@
 //   1. database round trips per fresh charge, per repeated delivery of a settled operation, and what
 //      the seed's algorithm (request_charge + execute_charge, ported literally) costs for the same work;
 //   2. charges per second against the fake Stripe with zero latency, sequential and batched;
-//   3. refunds (issue 15): round trips per refund and per repeated refund request, and a mixed
+//   3. refunds: round trips per refund and per repeated refund request, and a mixed
 //      workload (batches of 10 charges, then refunds of 20 % of the orders).
 // Real PostgreSQL 18 (embedded), the real stripe SDK over HTTP, on this machine.
 import { randomUUID } from 'node:crypto';

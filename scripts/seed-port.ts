@@ -1,11 +1,11 @@
-// The seed's §5 algorithm on this product's table, as bench:engine and profile-single-order.ts run
+// The seed algorithm (bench/peers/contestants/seed.ts, docs/compared.md) on this product's table, as bench:engine and profile-single-order.ts run
 // it: request_charge + execute_charge's happy path, statement for statement (four round trips).
 import type { Db } from '../lambdas/payments/db.ts';
 import { idempotencyKey } from '../lambdas/payments/decisions.ts';
 import type { StripeGateway } from '../lambdas/payments/stripe-gateway.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
 
-/** The seed's §5 algorithm, statement for statement (request_charge, _load, _mark_attempt_started, _record). */
+/** The seed algorithm, statement for statement (request_charge, _load, _mark_attempt_started, _record). */
 // (The seed's ON CONFLICT (order_id, kind): since migrations/007_refunds.sql the one-charge-per-order
 // identity is the partial unique index on order_id WHERE kind = 'charge', the same arbiter.)
 export async function seedStyleCharge(db: Db, gateway: StripeGateway, input: ChargeInput): Promise<string> {

@@ -1,4 +1,4 @@
-// The pure decisions, exhaustively and without I/O: every row of DESIGN §4, every step of §3, and
+// The pure decisions, exhaustively and without I/O: every row of the classification table (docs/model.md), every step of the claim / call / record cycle, and
 // property checks over generated operations and answers for the invariants that must always hold.
 import fc from 'fast-check';
 import Stripe from 'stripe';
@@ -127,7 +127,7 @@ describe('backoff', () => {
   });
 });
 
-describe('DESIGN §4: reading the answer to a create', () => {
+describe('the classification table (docs/model.md): reading the answer to a create', () => {
   it('200 succeeded → succeeded with the PaymentIntent id', () => {
     const o = decideCreate(ctx(), ok(pi('succeeded')));
     expect(o).toMatchObject({ status: 'succeeded', externalId: 'pi_1', reviewReason: null, retryAfterMs: null });

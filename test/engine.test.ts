@@ -1,5 +1,5 @@
 // The charge engine on real PostgreSQL 18 and the real stripe SDK over HTTP against the fake Stripe.
-// First every row of the seed's test table (§6), then what this design adds beyond the seed.
+// First every row of the seed algorithm's test table (the cases any such design must pass: bench/peers/contestants/seed.ts), then what this design adds beyond it.
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
@@ -43,7 +43,7 @@ const createsFor = (id: string) => stripe.fake.requests().filter((r) => r.endpoi
 const callsFor = (id: string) => stripe.fake.requests().filter((r) => r.operationId === id);
 const succeededAtStripe = (id: string) => stripe.fake.paymentIntents({ operationId: id }).filter((p) => p.status === 'succeeded');
 
-describe('the seed’s test table (§6)', () => {
+describe('the seed algorithm’s test table', () => {
   it('the same order requested twice → the same operation id', async () => {
     const input = order();
     const a = await engine().requestCharge(input);
@@ -504,7 +504,7 @@ describe('beyond the seed', () => {
   });
 });
 
-describe('round trips (the budget of DESIGN §5)', () => {
+describe('round trips (the budget of docs/model.md: two statements a charge)', () => {
   it('a fresh charge costs 2 round trips; a repeated delivery of a settled operation costs 1', async () => {
     const counted = countingDb(db.pool);
     const e = engine({ db: counted });

@@ -5,7 +5,7 @@ import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabase } from '../local/postgres.ts';
-import { loadMigrations, migrate, MigrationError, type MigrationFile } from '../lambdas/runtime/migrations.ts';
+import { COMMENT_REVISIONS, loadMigrations, migrate, MigrationError, statementsChecksum, type MigrationFile } from '../lambdas/runtime/migrations.ts';
 import { inject } from 'vitest';
 import { createTestDatabase, databaseUrl, type TestDatabase } from './support/db.ts';
 
@@ -34,6 +34,29 @@ describe('migrations runner', () => {
     const url = await emptyDatabase('mig_changed');
     await migrate(url, [file('001_a.sql', 'CREATE TABLE a (x int)')]);
     await expect(migrate(url, [file('001_a.sql', 'CREATE TABLE a (x bigint)')])).rejects.toThrow(/has changed/);
+  });
+
+  it('accepts an applied file whose comments alone were reworded, when it is listed with its earlier checksum', async () => {
+    const url = await emptyDatabase('mig_comments');
+    const [listed] = Object.entries(COMMENT_REVISIONS);
+    const [name, revision] = listed!;
+    // A database migrated before the rewording: the file's row holds the earlier text's checksum.
+    await migrate(url, [{ name, sql: 'SELECT 1', checksum: revision.earlier[0]! }]);
+    const dir = name.startsWith('001_consumer') ? 'lambdas/consumers/kit/migrations' : 'migrations';
+    const now = (await loadMigrations(path.resolve(dir))).find((f) => f.name === name)!;
+    expect(now.checksum).not.toBe(revision.earlier[0]);
+    expect((await migrate(url, [now])).alreadyApplied).toEqual([name]);
+    // Its statements changed too: refused as before.
+    const changed = { ...now, sql: `${now.sql}\nSELECT 2;`, checksum: 'other' };
+    await expect(migrate(url, [changed])).rejects.toThrow(/has changed/);
+  });
+
+  it('keeps every comment revision true of its file: the statements hash as recorded', async () => {
+    const files = [...(await loadMigrations(path.resolve('migrations'))), ...(await loadMigrations(path.resolve('lambdas/consumers/kit/migrations')))];
+    for (const [name, revision] of Object.entries(COMMENT_REVISIONS)) {
+      const found = files.find((f) => f.name === name && statementsChecksum(f.sql) === revision.statements);
+      expect(found, name).toBeDefined();
+    }
   });
 
   it('refuses a missing applied file and a new file that sorts before an applied one', async () => {

@@ -65,7 +65,7 @@ interface EntryFailure {
 async function startFaultProxy(upstream: string) {
   const batchCalls: SendMessageBatchRequestEntry[][] = [];
   const operations: string[] = [];
-  /** Keyed by MessageDeduplicationId, i.e. by order. */
+  /** Keyed by MessageGroupId, i.e. by order. */
   const failures = new Map<string, EntryFailure>();
 
   const server = http.createServer((req, res) => {
@@ -81,7 +81,7 @@ async function startFaultProxy(upstream: string) {
         const input = JSON.parse(body) as { QueueUrl: string; Entries: SendMessageBatchRequestEntry[] };
         batchCalls.push(input.Entries.map((e) => ({ ...e })));
         const forward = input.Entries.filter((entry) => {
-          const failure = failures.get(entry.MessageDeduplicationId ?? '');
+          const failure = failures.get(entry.MessageGroupId ?? '');
           if (!failure || (failure.times ?? 1) <= 0) return true;
           failure.times = (failure.times ?? 1) - 1;
           const id = entry.Id ?? '';
@@ -124,7 +124,7 @@ async function startFaultProxy(upstream: string) {
     batchCalls,
     operations,
     fail(orderId: string, failure: EntryFailure) {
-      failures.set(deduplicationId(orderId), { ...failure });
+      failures.set(orderId, { ...failure });
     },
     close: () =>
       new Promise<void>((resolve) => {
@@ -178,12 +178,12 @@ describe('sendChargeRequest', () => {
     const messages = await drain(sqs.client, sqs.queueUrl);
     expect(messages).toHaveLength(1);
     const [message] = messages;
-    // The wire contract (DESIGN §8): exactly the five fields, group = order, dedup = sha256("charge:" + order).
+    // The wire contract (docs/producers.md): exactly the five fields, group = order, dedup = sha256("charge:" + order + ":" + parameters digest).
     expect(JSON.parse(message?.Body ?? '')).toEqual(request);
     expect(Object.keys(JSON.parse(message?.Body ?? ''))).toEqual(['orderId', 'amount', 'currency', 'customerId', 'paymentMethod']);
     expect(message?.Attributes?.MessageGroupId).toBe('order-1001');
-    expect(message?.Attributes?.MessageDeduplicationId).toBe(deduplicationId('order-1001'));
-    expect(deduplicationId('order-1001')).toMatch(/^[0-9a-f]{64}$/);
+    expect(message?.Attributes?.MessageDeduplicationId).toBe(deduplicationId(request));
+    expect(deduplicationId(request)).toMatch(/^[0-9a-f]{64}$/);
   });
 
   it('refuses a request with fields outside the contract (the schema is strict)', async () => {
@@ -251,7 +251,7 @@ describe('sendChargeRequests', () => {
     expect(results.every((r) => r.ok && r.attempts === 1)).toBe(true);
     expect(results.map((r) => r.orderId)).toEqual(requests.map((r) => r.orderId));
     for (const entry of proxy.batchCalls.flat()) {
-      expect(entry.MessageDeduplicationId).toBe(deduplicationId(entry.MessageGroupId ?? ''));
+      expect(entry.MessageDeduplicationId).toBe(deduplicationId(JSON.parse(entry.MessageBody ?? '{}') as ChargeRequest));
     }
     const messages = await drain(sqs.client, sqs.queueUrl);
     expect(messages).toHaveLength(25);
@@ -282,7 +282,7 @@ describe('sendChargeRequests', () => {
     const failedInFirst = first?.filter((e) => ['order-4002', 'order-4007'].includes(e.MessageGroupId ?? ''));
     // The second call carries exactly the two failed entries, unchanged: same ids, dedup ids, bodies.
     expect(second).toEqual(failedInFirst);
-    expect(second?.map((e) => e.MessageDeduplicationId)).toEqual([deduplicationId('order-4002'), deduplicationId('order-4007')]);
+    expect(second?.map((e) => e.MessageDeduplicationId)).toEqual([deduplicationId(order('order-4002')), deduplicationId(order('order-4007'))]);
     expect(delays).toEqual([50]); // full jitter: 0.5 × min(2000, 100 · 2^0)
 
     expect(results.every((r) => r.ok)).toBe(true);
@@ -463,6 +463,32 @@ describe('npm run produce (CLI, spawned)', () => {
       expect(refused.stderr).toContain('bad.jsonl:2: not valid JSON');
       expect(refused.stderr).toContain('bad.jsonl:3: amount: must be positive');
       expect(refused.stderr).toContain('nothing sent');
+      expect(await visibleCount(sqs.client, sqs.queueUrl)).toBe(0);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('sends a JSONL file of charges and refunds in file order (a refund line is a refund, not a bad charge)', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'produce-'));
+    try {
+      const file = path.join(dir, 'mixed.jsonl');
+      const refund = { type: 'refund', orderId: 'm-1', refundId: 'rf-m1', amount: 300 };
+      await writeFile(file, [JSON.stringify(order('m-1')), JSON.stringify(refund), JSON.stringify(order('m-2'))].join('\n') + '\n');
+      const ok = await runCli(['--file', file], { SQS_ENDPOINT: sqs.endpoint, QUEUE_URL: sqs.queueUrl });
+      expect(ok.stderr).toBe('');
+      expect(ok.code).toBe(0);
+      expect(ok.stdout.trim().split('\n').map((l) => l.split(' ').slice(0, 2).join(' '))).toEqual(['sent m-1', 'sent m-1', 'sent m-2']);
+      const bodies = (await drain(sqs.client, sqs.queueUrl)).map((m) => JSON.parse(m.Body ?? '{}') as { type?: string; orderId: string });
+      expect(bodies.filter((b) => b.type === 'refund')).toEqual([refund]);
+      expect(bodies).toHaveLength(3);
+
+      const bad = path.join(dir, 'bad-refund.jsonl');
+      await writeFile(bad, [JSON.stringify(order('m-3')), JSON.stringify({ ...refund, orderId: 'm-3', amount: 0 })].join('\n'));
+      const refused = await runCli(['--file', bad, '--endpoint', sqs.endpoint, '--queue-url', sqs.queueUrl]);
+      expect(refused.code).toBe(2);
+      expect(refused.stderr).toContain('bad-refund.jsonl:2: amount: must be positive');
+      expect(refused.stderr).not.toContain('must be "charge" or "refund"');
       expect(await visibleCount(sqs.client, sqs.queueUrl)).toBe(0);
     } finally {
       await rm(dir, { recursive: true, force: true });

@@ -1,4 +1,4 @@
-// The duplicate-charge remedy reached from each kind of evidence (issue 15): a Stripe event, the
+// The duplicate-charge remedy reached from each kind of evidence (docs/model.md, the duplicate-charge remedy): a Stripe event, the
 // List step, an operator. Real PostgreSQL 18, the real stripe SDK against the fake Stripe, which
 // holds the extra PaymentIntent for real: created through its API with our metadata, as a double
 // send under another key would. Each test fails if its wiring to the remedy is removed.

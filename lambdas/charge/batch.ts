@@ -1,4 +1,4 @@
-// One SQS batch, worked as a batch (DESIGN §5, §7). Knows nothing of middy, Powertools or the
+// One SQS batch, worked as a batch (docs/architecture.md#the-charge-handler). Knows nothing of middy, Powertools or the
 // environment: the handler passes its dependencies in, and so can a test or a benchmark.
 //
 //   parse every body ──▶ rejects: one INSERT (if any) ──▶ engine: one statement makes every request
@@ -13,7 +13,7 @@ import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
 import { ChargeEngine, mapBounded, type Execution, type RefundRequestResult, type RequestResult } from '../payments/engine.ts';
 import { OutcomesNotRecordedError } from '../payments/errors.ts';
 import type { PaymentGateway } from '../payments/gateway.ts';
-import { DEFAULT_MAX_AMOUNT, parseQueueMessage } from '../payments/message.ts';
+import { DEFAULT_MAX_AMOUNT, legacyDeduplicationId, legacyRefundDeduplicationId, parseQueueMessage } from '../payments/message.ts';
 import type { OutcomeEventRow } from '../payments/operations-store.ts';
 import { recordRejectedMessages, RejectReason, type RejectedMessage } from '../payments/rejected-store.ts';
 import type { ChargeInput, OperationStatus, RefundInput } from '../payments/types.ts';
@@ -94,6 +94,11 @@ export interface ChargeBatchCounts {
   readonly idempotencyErrors: number;
   readonly eventsPublished: number;
   readonly eventsNotPublished: number;
+  /**
+   * Valid records sent with the first contract's deduplication id (the order id alone): accepted as
+   * ever, counted so that operators see when the last producer has moved (docs/producers.md).
+   */
+  readonly legacyDeduplicationIds: number;
 }
 
 export interface ChargeBatchResult {
@@ -114,21 +119,102 @@ interface Parsed {
 
 const AUTH_ERRORS = new Set(['StripeAuthenticationError', 'StripePermissionError']);
 
+/**
+ * One batch, phase by phase: parse, record the bad bodies, hold back what queues behind a failure,
+ * the charges through the engine, each charge record's fate, the refunds, the conflicts, FIFO
+ * fail-forward, publish, one log line per record and the counts.
+ */
 export async function processChargeBatch(records: readonly SQSRecord[], deps: ChargeBatchDeps, clock: InvocationClock): Promise<ChargeBatchResult> {
-  const log = deps.log ?? silentLog;
-  const db = deps.db;
-  const maxAmount = deps.maxAmount ?? DEFAULT_MAX_AMOUNT;
-  const reports = new Array<RecordReport | undefined>(records.length);
-  const firstFailure = new Map<string, number>(); // message group → index of its first failed record
-  const heldBack = (p: Parsed) => (firstFailure.get(p.groupId) ?? Infinity) < p.index;
-  const report = (p: Parsed, fields: Omit<RecordReport, 'messageId' | 'groupId' | 'retried'>, retried = false) => {
-    reports[p.index] = { messageId: p.record.messageId, groupId: p.groupId, ...fields, retried, ...(retried ? { retryCause: 'not_recorded' as const } : {}) };
-    const first = firstFailure.get(p.groupId);
-    if (retried && (first === undefined || first > p.index)) firstFailure.set(p.groupId, p.index);
-  };
+  const batch = new BatchReports(records.length, deps.log ?? silentLog);
+  const parsed = parseRecords(records, deps.maxAmount ?? DEFAULT_MAX_AMOUNT);
+  await recordInvalidBodies(batch, deps.db, parsed);
+  const valid = chargesToWork(batch, parsed);
+  const engine = new ChargeEngine({
+    db: deps.db,
+    gateway: deps.gateway,
+    actor: deps.actor ?? 'charge-handler',
+    concurrency: deps.concurrency ?? 10,
+    ...(deps.policy ? { policy: deps.policy } : {}),
+    ...(deps.random ? { random: deps.random } : {}),
+  });
+  const canStart = callStartRule(deps, clock);
+  const charged = await runCharges(engine, valid, canStart);
+  const conflicts = reportCharges(batch, valid, charged);
+  const refunds = await runRefunds(batch, engine, parsed, canStart, deps.refundConcurrency ?? deps.concurrency ?? 10);
+  await recordConflicts(batch, deps.db, conflicts, refunds.rejects);
+  const final = failForward(batch, parsed);
+  const published = await publishEvents(deps, clock, batch.log, [...(charged.results ?? []), ...refunds.results.values()]);
+  const counts = logAndCount(batch.log, final, parsed, valid, charged.results, refunds, conflicts);
 
-  // ── 1. Parse. Never throws: a bad body is a value to record, not an exception that fails the batch.
-  const parsed: Parsed[] = records.map((record, index) => {
+  const batchItemFailures = final.filter((r) => r.retried).map((r) => ({ itemIdentifier: r.messageId }));
+  return {
+    response: { batchItemFailures },
+    records: final,
+    counts: {
+      ...counts,
+      rejected: final.filter((r) => r.fate.kind === 'rejected' && !r.retried).length,
+      notDurable: batchItemFailures.length,
+      ...published,
+      legacyDeduplicationIds: countLegacyDeduplicationIds(parsed),
+    },
+  };
+}
+
+/** Each record's fate as the phases decide it, and the first failed record of each message group. */
+class BatchReports {
+  readonly #reports: (RecordReport | undefined)[];
+  /** message group → index of its first failed record */
+  readonly #firstFailure = new Map<string, number>();
+  readonly log: LogSink;
+
+  constructor(size: number, log: LogSink) {
+    this.#reports = new Array<RecordReport | undefined>(size);
+    this.log = log;
+  }
+
+  /** Queued behind a failed record of its group (FIFO): must not be worked, nor acknowledged. */
+  heldBack(p: Parsed): boolean {
+    return (this.#firstFailure.get(p.groupId) ?? Infinity) < p.index;
+  }
+
+  report(p: Parsed, fields: Omit<RecordReport, 'messageId' | 'groupId' | 'retried'>, retried = false): void {
+    this.#reports[p.index] = { messageId: p.record.messageId, groupId: p.groupId, ...fields, retried, ...(retried ? { retryCause: 'not_recorded' as const } : {}) };
+    const first = this.#firstFailure.get(p.groupId);
+    if (retried && (first === undefined || first > p.index)) this.#firstFailure.set(p.groupId, p.index);
+  }
+
+  get(index: number): RecordReport {
+    return this.#reports[index]!;
+  }
+}
+
+interface ChargeConflict {
+  readonly p: Parsed;
+  readonly operationId: string;
+  readonly fields: readonly string[];
+}
+
+interface RefundReject {
+  readonly p: Parsed;
+  readonly operationId: string | null;
+  readonly reasonCode: RejectReason;
+  readonly reason: string;
+}
+
+interface ChargeResults {
+  /** Per valid record, in order; null when the request statement itself failed. */
+  readonly results: RequestResult[] | null;
+  readonly error: unknown;
+}
+
+interface RefundResults {
+  readonly results: ReadonlyMap<number, RefundRequestResult>;
+  readonly rejects: readonly RefundReject[];
+}
+
+/** 1. Parse. Never throws: a bad body is a value to record, not an exception that fails the batch. */
+function parseRecords(records: readonly SQSRecord[], maxAmount: number): Parsed[] {
+  return records.map((record, index) => {
     // A record without a group (a standard queue, a hand-made event) has no order to keep.
     const groupId = record.attributes?.MessageGroupId ?? `message:${record.messageId}`;
     const body = record.body ?? '';
@@ -140,69 +226,70 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
     if (result.ok) return { index, record, groupId, input: result.request };
     return { index, record, groupId, reject: { messageId: record.messageId, reasonCode: result.code, reason: result.reason, orderId: result.orderId ?? null, rawBody: body } };
   });
+}
 
-  // ── 2. Rejects first: if their write fails, the later records of their groups must not run ahead.
+/** 2. Rejects first: if their write fails, the later records of their groups must not run ahead. */
+async function recordInvalidBodies(batch: BatchReports, db: Db, parsed: readonly Parsed[]): Promise<void> {
   const invalid = parsed.filter((p) => p.reject);
-  if (invalid.length > 0) {
-    // Per reject: one that cannot be written fails alone, never the others of the batch.
-    const written = await recordRejectedMessages(db, invalid.map((p) => p.reject!));
-    for (const p of invalid) {
-      const error = written.failed.get(p.record.messageId);
-      if (error === undefined) {
-        report(p, { orderId: p.reject!.orderId ?? null, operationId: null, fate: { kind: 'rejected', reasonCode: p.reject!.reasonCode, operationId: null } });
-      } else {
-        log.error('could not record a rejected message', { messageId: p.record.messageId, ...describeError(error) });
-        report(p, { orderId: p.reject!.orderId ?? null, operationId: null, fate: { kind: 'not_recorded', what: 'reject' } }, true);
-      }
+  if (invalid.length === 0) return;
+  // Per reject: one that cannot be written fails alone, never the others of the batch.
+  const written = await recordRejectedMessages(db, invalid.map((p) => p.reject!));
+  for (const p of invalid) {
+    const error = written.failed.get(p.record.messageId);
+    if (error === undefined) {
+      batch.report(p, { orderId: p.reject!.orderId ?? null, operationId: null, fate: { kind: 'rejected', reasonCode: p.reject!.reasonCode, operationId: null } });
+    } else {
+      batch.log.error('could not record a rejected message', { messageId: p.record.messageId, ...describeError(error) });
+      batch.report(p, { orderId: p.reject!.orderId ?? null, operationId: null, fate: { kind: 'not_recorded', what: 'reject' } }, true);
     }
   }
+}
 
-  // ── 3. The valid records, minus those queued behind a failed record of their group (FIFO).
+/** 3. The valid charge records, minus those queued behind a failed record of their group (FIFO). */
+function chargesToWork(batch: BatchReports, parsed: readonly Parsed[]): Parsed[] {
   const valid: Parsed[] = [];
   for (const p of parsed) {
     if (!p.input) continue;
-    if (heldBack(p)) report(p, { orderId: p.input.orderId, operationId: null, fate: { kind: 'held_back' } });
+    if (batch.heldBack(p)) batch.report(p, { orderId: p.input.orderId, operationId: null, fate: { kind: 'held_back' } });
     else valid.push(p);
   }
+  return valid;
+}
 
-  // ── 4. The engine: one round trip before Stripe, calls bounded by time, one round trip after.
-  let results: RequestResult[] | null = null;
-  let engineError: unknown = null;
-  const engine = new ChargeEngine({
-    db,
-    gateway: deps.gateway,
-    actor: deps.actor ?? 'charge-handler',
-    concurrency: deps.concurrency ?? 10,
-    ...(deps.policy ? { policy: deps.policy } : {}),
-    ...(deps.random ? { random: deps.random } : {}),
-  });
-  // A call started with less than minTimeToCallMs left could be cut off by the Lambda timeout; such
-  // an operation is recorded unclaimed (or released) and due, for the reconciler.
-  // And a call must end before the lease taken by the claim does, or another worker could claim the
-  // operation while this one still waits for Stripe (safe — same key, fenced write — but a 409 and
-  // a wasted call). The claims (charges' and refunds') happen after this moment, so their leases end
-  // later than this bound.
+/**
+ * When a Stripe call may still start. A call started with less than minTimeToCallMs left could be
+ * cut off by the Lambda timeout; such an operation is recorded unclaimed (or released) and due, for
+ * the reconciler. And a call must end before the lease taken by the claim does, or another worker
+ * could claim the operation while this one still waits for Stripe (safe — same key, fenced write —
+ * but a 409 and a wasted call). The claims (charges' and refunds') happen after this moment, so
+ * their leases end later than this bound.
+ */
+function callStartRule(deps: ChargeBatchDeps, clock: InvocationClock): () => boolean {
   const leaseLatestStart = Date.now() + (deps.policy?.leaseMs ?? DEFAULT_POLICY.leaseMs) - (deps.worstCallMs ?? deps.minTimeToCallMs);
-  const canStart = () => clock.remainingMs() > deps.minTimeToCallMs && Date.now() < leaseLatestStart;
-  if (valid.length > 0) {
-    try {
-      results = await engine.processRequests(valid.map((p) => p.input!), { canStart });
-    } catch (error) {
-      engineError = error;
-      // Every request is durable, only the outcomes are missing: acknowledge, the reconciler owns them.
-      if (error instanceof OutcomesNotRecordedError) results = [...error.requests];
-    }
-  }
+  return () => clock.remainingMs() > deps.minTimeToCallMs && Date.now() < leaseLatestStart;
+}
 
-  // ── 5. Each valid record: durable (acknowledged whatever its status), conflicting, or not recorded.
-  const conflicts: { p: Parsed; operationId: string; fields: readonly string[] }[] = [];
+/** 4. The engine: one round trip before Stripe, calls bounded by time, one round trip after. */
+async function runCharges(engine: ChargeEngine, valid: readonly Parsed[], canStart: () => boolean): Promise<ChargeResults> {
+  if (valid.length === 0) return { results: null, error: null };
+  try {
+    return { results: await engine.processRequests(valid.map((p) => p.input!), { canStart }), error: null };
+  } catch (error) {
+    // Every request is durable, only the outcomes are missing: acknowledge, the reconciler owns them.
+    return { results: error instanceof OutcomesNotRecordedError ? [...error.requests] : null, error };
+  }
+}
+
+/** 5. Each valid charge record: durable (acknowledged whatever its status), conflicting, or not recorded. */
+function reportCharges(batch: BatchReports, valid: readonly Parsed[], charged: ChargeResults): ChargeConflict[] {
+  const conflicts: ChargeConflict[] = [];
   let durableButUnrecorded = 0;
   valid.forEach((p, i) => {
     const input = p.input!;
-    const result = results?.[i];
+    const result = charged.results?.[i];
     if (!result) {
       // The request statement itself failed: nothing of this record is durable; SQS delivers it again.
-      report(p, { orderId: input.orderId, operationId: null, fate: { kind: 'not_recorded', what: 'request' } }, true);
+      batch.report(p, { orderId: input.orderId, operationId: null, fate: { kind: 'not_recorded', what: 'request' } }, true);
       return;
     }
     if (result.conflict) {
@@ -213,104 +300,122 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
       // Durable, outcome not written: the Stripe call (if any) used the operation's key, its lease
       // expires, the reconciler settles it. Redelivering the record would add nothing.
       durableButUnrecorded++;
-      report(p, { orderId: input.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId, status: null, disposition: 'outcome_not_recorded' } });
+      batch.report(p, { orderId: input.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId, status: null, disposition: 'outcome_not_recorded' } });
       return;
     }
-    report(p, { orderId: input.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId, status: result.execution.status, disposition: result.execution.disposition } });
+    batch.report(p, { orderId: input.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId, status: result.execution.status, disposition: result.execution.disposition } });
   });
-  if (engineError) {
-    log.error(
+  if (charged.error) {
+    batch.log.error(
       durableButUnrecorded > 0 ? 'outcomes not recorded; the operations stay open for the reconciler' : 'requests not recorded',
-      { ...describeError(engineError), durableButUnrecorded },
+      { ...describeError(charged.error), durableButUnrecorded },
     );
   }
+  return conflicts;
+}
 
-  // ── 5b. Refunds, after the batch's charges (a refund's charge may be one of them): one statement
-  // each before Stripe, one after. In record order within a message group (FIFO: one order's refunds
-  // are judged one after the other against its charge); groups side by side, as the charges' Stripe
-  // calls are. Behind a failed record of its group a refund is held back; a rejected one is recorded
-  // with its reason and never sent.
-  const refundResults = new Map<number, RefundRequestResult>();
-  const refundRejects: { p: Parsed; operationId: string | null; reasonCode: RejectReason; reason: string }[] = [];
+/**
+ * 5b. Refunds, after the batch's charges (a refund's charge may be one of them): one statement each
+ * before Stripe, one after. In record order within a message group (FIFO: one order's refunds are
+ * judged one after the other against its charge); groups side by side, as the charges' Stripe calls
+ * are. Behind a failed record of its group a refund is held back; a rejected one is recorded with
+ * its reason and never sent.
+ */
+async function runRefunds(batch: BatchReports, engine: ChargeEngine, parsed: readonly Parsed[], canStart: () => boolean, concurrency: number): Promise<RefundResults> {
+  const results = new Map<number, RefundRequestResult>();
+  const rejects: RefundReject[] = [];
   const refundOne = async (p: Parsed, refund: RefundInput): Promise<void> => {
-    if (heldBack(p)) {
-      report(p, { orderId: refund.orderId, operationId: null, fate: { kind: 'held_back' } });
+    if (batch.heldBack(p)) {
+      batch.report(p, { orderId: refund.orderId, operationId: null, fate: { kind: 'held_back' } });
       return;
     }
     let result: RefundRequestResult;
     try {
       result = await engine.processRefund(refund, { canStart });
     } catch (error) {
-      log.error('refund request not recorded', { messageId: p.record.messageId, orderId: refund.orderId, ...describeError(error) });
-      report(p, { orderId: refund.orderId, operationId: null, fate: { kind: 'not_recorded', what: 'request' } }, true);
+      batch.log.error('refund request not recorded', { messageId: p.record.messageId, orderId: refund.orderId, ...describeError(error) });
+      batch.report(p, { orderId: refund.orderId, operationId: null, fate: { kind: 'not_recorded', what: 'request' } }, true);
       return;
     }
-    refundResults.set(p.index, result);
+    results.set(p.index, result);
     if (result.rejection) {
       const reasonCode = result.rejection.code === 'refund_conflict' ? RejectReason.refundConflict : RejectReason.refundRejected;
       // The engine's reason names ids and amounts the producer sent, never card data.
-      refundRejects.push({ p, operationId: result.operationId, reasonCode, reason: `${result.rejection.code}: ${result.rejection.message}` });
+      rejects.push({ p, operationId: result.operationId, reasonCode, reason: `${result.rejection.code}: ${result.rejection.message}` });
       return;
     }
     const status = result.execution?.status ?? null;
     const disposition = result.execution?.disposition ?? 'outcome_not_recorded';
-    report(p, { orderId: refund.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId!, status, disposition } });
+    batch.report(p, { orderId: refund.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId!, status, disposition } });
   };
-  const refundGroups = new Map<string, Parsed[]>();
+  const groups = new Map<string, Parsed[]>();
   for (const p of parsed) {
     if (!p.refund) continue;
-    const group = refundGroups.get(p.groupId);
+    const group = groups.get(p.groupId);
     if (group) group.push(p);
-    else refundGroups.set(p.groupId, [p]);
+    else groups.set(p.groupId, [p]);
   }
-  await mapBounded([...refundGroups.values()], deps.refundConcurrency ?? deps.concurrency ?? 10, async (group) => {
+  await mapBounded([...groups.values()], concurrency, async (group) => {
     for (const p of group) await refundOne(p, p.refund!);
   });
+  return { results, rejects };
+}
 
-  // Conflicts: the order exists with other parameters, or a refund that makes no operation. Recorded, never sent.
-  if (conflicts.length > 0 || refundRejects.length > 0) {
-    const all = [
-      ...conflicts.map(({ p, operationId, fields }) => ({
-        p,
-        operationId,
-        orderId: p.input!.orderId,
-        reasonCode: RejectReason.orderConflict as RejectReason,
-        // Names the fields that differ, never their values.
-        reason: `order already has operation ${operationId} with a different ${fields.join(', ')}`,
-      })),
-      ...refundRejects.map((r) => ({ ...r, orderId: r.p.refund!.orderId })),
-    ];
-    const rejects: RejectedMessage[] = all.map(({ p, operationId, orderId, reasonCode, reason }) => ({
-      messageId: p.record.messageId,
-      reasonCode,
-      reason,
-      orderId,
+/** 5c. Conflicts: the order exists with other parameters, or a refund that makes no operation. Recorded, never sent. */
+async function recordConflicts(batch: BatchReports, db: Db, conflicts: readonly ChargeConflict[], refundRejects: readonly RefundReject[]): Promise<void> {
+  if (conflicts.length === 0 && refundRejects.length === 0) return;
+  const all = [
+    ...conflicts.map(({ p, operationId, fields }) => ({
+      p,
       operationId,
-      rawBody: p.record.body ?? '',
-    }));
-    const written = await recordRejectedMessages(db, rejects);
-    for (const { p, operationId, orderId, reasonCode } of all) {
-      const error = written.failed.get(p.record.messageId);
-      if (error === undefined) {
-        report(p, { orderId, operationId, fate: { kind: 'rejected', reasonCode, operationId } });
-      } else {
-        log.error('could not record a rejected request', { messageId: p.record.messageId, ...describeError(error) });
-        report(p, { orderId, operationId, fate: { kind: 'not_recorded', what: 'reject' } }, true);
-      }
+      orderId: p.input!.orderId,
+      reasonCode: RejectReason.orderConflict as RejectReason,
+      // Names the fields that differ, never their values.
+      reason: `order already has operation ${operationId} with a different ${fields.join(', ')}`,
+    })),
+    ...refundRejects.map((r) => ({ ...r, orderId: r.p.refund!.orderId })),
+  ];
+  const rejects: RejectedMessage[] = all.map(({ p, operationId, orderId, reasonCode, reason }) => ({
+    messageId: p.record.messageId,
+    reasonCode,
+    reason,
+    orderId,
+    operationId,
+    rawBody: p.record.body ?? '',
+  }));
+  const written = await recordRejectedMessages(db, rejects);
+  for (const { p, operationId, orderId, reasonCode } of all) {
+    const error = written.failed.get(p.record.messageId);
+    if (error === undefined) {
+      batch.report(p, { orderId, operationId, fate: { kind: 'rejected', reasonCode, operationId } });
+    } else {
+      batch.log.error('could not record a rejected request', { messageId: p.record.messageId, ...describeError(error) });
+      batch.report(p, { orderId, operationId, fate: { kind: 'not_recorded', what: 'reject' } }, true);
     }
   }
+}
 
-  // ── 6. FIFO: once a record of a group fails, every later record of that group fails too — even a
-  // durable one (its redelivery finds the operation and changes nothing) — so that SQS never hands
-  // out a group's earlier message again after a later one was acknowledged.
-  const final: RecordReport[] = parsed.map((p) => {
-    const r = reports[p.index]!;
-    return !r.retried && heldBack(p) ? { ...r, retried: true, retryCause: 'earlier_record_of_group_failed' as const } : r;
+/**
+ * 6. FIFO: once a record of a group fails, every later record of that group fails too — even a
+ * durable one (its redelivery finds the operation and changes nothing) — so that SQS never hands
+ * out a group's earlier message again after a later one was acknowledged.
+ */
+function failForward(batch: BatchReports, parsed: readonly Parsed[]): RecordReport[] {
+  return parsed.map((p) => {
+    const r = batch.get(p.index);
+    return !r.retried && batch.heldBack(p) ? { ...r, retried: true, retryCause: 'earlier_record_of_group_failed' as const } : r;
   });
+}
 
-  // ── 7. Publish the batch's events right away; whatever does not go out waits for the sweep.
+/** 7. Publish the batch's events right away; whatever does not go out waits for the sweep. */
+async function publishEvents(
+  deps: ChargeBatchDeps,
+  clock: InvocationClock,
+  log: LogSink,
+  results: readonly (RequestResult | RefundRequestResult)[],
+): Promise<{ eventsPublished: number; eventsNotPublished: number }> {
   const events = new Map<string, OutcomeEventRow>();
-  for (const result of [...(results ?? []), ...refundResults.values()]) if (result.execution?.event) events.set(result.execution.event.eventId, result.execution.event);
+  for (const result of results) if (result.execution?.event) events.set(result.execution.event.eventId, result.execution.event);
   let eventsPublished = 0;
   let eventsNotPublished = events.size;
   if (deps.publisher && events.size > 0) {
@@ -318,7 +423,7 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
     const budget = clock.remainingMs() - 1_000;
     if (budget > 0) {
       try {
-        const summary = await withDeadline(publishLeased(db, deps.publisher, [...events.values()]), budget);
+        const summary = await withDeadline(publishLeased(deps.db, deps.publisher, [...events.values()]), budget);
         if (summary === 'deadline') log.warn('publishing outcome events did not finish in time; the sweep sends them', { events: events.size });
         else {
           ({ published: eventsPublished, failed: eventsNotPublished } = summary);
@@ -329,8 +434,31 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
       }
     }
   }
+  return { eventsPublished, eventsNotPublished };
+}
 
-  // ── 8. One line per record (message id, order id, operation id), and the counts.
+/** Valid records whose deduplication id is the first contract's: hex SHA-256 of the order (and refund) id alone. */
+function countLegacyDeduplicationIds(parsed: readonly Parsed[]): number {
+  let n = 0;
+  for (const p of parsed) {
+    const id = p.record.attributes?.MessageDeduplicationId;
+    if (!id) continue;
+    if (p.input && id === legacyDeduplicationId(p.input.orderId)) n++;
+    else if (p.refund && id === legacyRefundDeduplicationId(p.refund.orderId, p.refund.refundId)) n++;
+  }
+  return n;
+}
+
+/** 8. One line per record (message id, order id, operation id), and the counts. */
+function logAndCount(
+  log: LogSink,
+  final: readonly RecordReport[],
+  parsed: readonly Parsed[],
+  valid: readonly Parsed[],
+  results: readonly RequestResult[] | null,
+  refunds: RefundResults,
+  conflicts: readonly ChargeConflict[],
+): Pick<ChargeBatchCounts, 'succeeded' | 'failed' | 'leftOpen' | 'stripeAuthErrors' | 'idempotencyErrors'> {
   const byIndex = new Map<number, RequestResult>();
   valid.forEach((p, i) => {
     const result = results?.[i];
@@ -342,11 +470,11 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
     const ids = { messageId: r.messageId, orderId: r.orderId, operationId: r.operationId };
     const retry = r.retried ? { retried: true, retryCause: r.retryCause } : {};
     const fate = r.fate;
-    const execution = byIndex.get(index)?.execution ?? refundResults.get(index)?.execution ?? null;
+    const execution = byIndex.get(index)?.execution ?? refunds.results.get(index)?.execution ?? null;
     switch (fate.kind) {
       case 'rejected': {
         const reject = parsed[index]!.reject;
-        const refundReject = refundRejects.find((r) => r.p.index === index);
+        const refundReject = refunds.rejects.find((r) => r.p.index === index);
         log.warn('message rejected', {
           ...ids,
           reasonCode: fate.reasonCode,
@@ -385,19 +513,7 @@ export async function processChargeBatch(records: readonly SQSRecord[], deps: Ch
       }
     }
   });
-
-  const batchItemFailures = final.filter((r) => r.retried).map((r) => ({ itemIdentifier: r.messageId }));
-  return {
-    response: { batchItemFailures },
-    records: final,
-    counts: {
-      ...counts,
-      rejected: final.filter((r) => r.fate.kind === 'rejected' && !r.retried).length,
-      notDurable: batchItemFailures.length,
-      eventsPublished,
-      eventsNotPublished,
-    },
-  };
+  return counts;
 }
 
 async function withDeadline<T>(work: Promise<T>, ms: number): Promise<T | 'deadline'> {

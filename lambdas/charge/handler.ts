@@ -1,4 +1,4 @@
-// The charge Lambda: SQS FIFO batch in, partial batch response out (DESIGN §5, §8). Wiring only —
+// The charge Lambda: SQS FIFO batch in, partial batch response out (docs/architecture.md#the-charge-handler). Wiring only —
 // configuration from the environment, per-container resources, logging and metrics as middleware;
 // the batch logic is processChargeBatch (batch.ts).
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
@@ -107,6 +107,7 @@ const ZERO_COUNTS: ChargeBatchCounts = {
   idempotencyErrors: 0,
   eventsPublished: 0,
   eventsNotPublished: 0,
+  legacyDeduplicationIds: 0,
 };
 
 function publishCounts(counts: ChargeBatchCounts): void {
@@ -114,6 +115,7 @@ function publishCounts(counts: ChargeBatchCounts): void {
   metrics.addMetric(METRICS.chargeFailed, MetricUnit.Count, counts.failed);
   metrics.addMetric(METRICS.chargeLeftOpen, MetricUnit.Count, counts.leftOpen);
   metrics.addMetric(METRICS.rejectedMessages, MetricUnit.Count, counts.rejected);
+  metrics.addMetric(METRICS.legacyDeduplicationIds, MetricUnit.Count, counts.legacyDeduplicationIds);
   metrics.addMetric(METRICS.recordsNotDurable, MetricUnit.Count, counts.notDurable);
   metrics.addMetric(METRICS.stripeAuthErrors, MetricUnit.Count, counts.stripeAuthErrors);
   metrics.addMetric(METRICS.idempotencyErrors, MetricUnit.Count, counts.idempotencyErrors);

@@ -1,4 +1,4 @@
-// The outcome-event contract (DESIGN §6) for consumers: order services, e-mail senders, ledgers.
+// The outcome-event contract (docs/events.md) for consumers: order services, e-mail senders, ledgers.
 // Delivery is at least once. Deduplicate on `detail.eventId`: it is the same on every re-send.
 // One source of truth: the zod schema below; the JSON Schema for consumers is generated from it
 // (schemas/charge-outcome-detail.v1.json, kept in sync by test/contract-schemas.test.ts).
@@ -63,7 +63,7 @@ export function chargeOutcomeDetailJsonSchema(): Record<string, unknown> {
 }
 
 /**
- * Refund operations (issue 15) announce their outcomes the same way, through the same outbox, with
+ * Refund operations announce their outcomes the same way, through the same outbox, with
  * their own operationId and their own `sequence`: the detail is a charge's plus what names the
  * refund. externalId is the Stripe Refund (re_…).
  */
@@ -109,7 +109,7 @@ export function detailTypeOf(status: ChargeOutcomeDetail['status']): DetailType 
   return status === 'succeeded' ? DetailType.succeeded : status === 'failed' ? DetailType.failed : DetailType.needsReview;
 }
 
-// ── What happens to a charge after it settled (Stripe events in, DESIGN §11) ─────────────────────
+// ── What happens to a charge after it settled (Stripe events in, docs/architecture.md#stripe-events-in) ─────────────────────
 // A refund made in the Dashboard, a dispute opened or closed: learnt from Stripe's events
 // (lambdas/payments/event-applier.ts) and announced through the same outbox, source and bus. The
 // charge's own status stays what it is (a refunded charge still succeeded); these events say what

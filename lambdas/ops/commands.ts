@@ -395,7 +395,7 @@ async function detail(ctx: OpsContext, history: OperationHistory, withStripe: bo
       stripeSkipped = error.message;
     }
   }
-  const rejected = await listRejected(ctx.db, { sinceMs: null, reasonCode: null, orderId: history.operation.orderId, limit: 100, withBody: false });
+  const rejected = await listRejected(ctx.db, { sinceMs: null, reasonCodes: null, orderId: history.operation.orderId, limit: 100, withBody: false });
   const charge = history.operation.kind === 'charge' ? history.operation : await findOperationByOrder(ctx.db, history.operation.orderId);
   const refunds = await findRefundsOfOrder(ctx.db, history.operation.orderId);
   return {
@@ -504,7 +504,7 @@ async function resolve(ctx: OpsContext, command: Extract<Command, { name: 'revie
   const remedies: RemedyView[] = [];
   if (op.kind === 'charge' && others.length > 0) {
     // The charge is now final-succeeded with the operator's PaymentIntent: every other one that
-    // charged the order is the remedy's (issue 15), with the operator as actor and this command as evidence.
+    // charged the order is the remedy's (docs/model.md, the duplicate-charge remedy), with the operator as actor and this command as evidence.
     const evidenceOf = { evidence: 'operator', by: 'operator', command: `review resolve --as succeeded`, reason: command.action.reason, transport: ctx.transport, ...identityDetail(ctx, command.action) };
     const engine = await remedyEngine(ctx, command.action.actor);
     for (const other of others) {
@@ -694,7 +694,7 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
               actor: rawBodyReader(ctx),
               verified: ctx.identity?.verified ?? false,
               command: 'rejected list --with-body',
-              detail: { transport: ctx.transport, identity: ctx.identity ?? { verified: false }, filter: { sinceMs: command.sinceMs, reasonCode: command.reasonCode, orderId: command.orderId, limit: command.limit } },
+              detail: { transport: ctx.transport, identity: ctx.identity ?? { verified: false }, filter: { sinceMs: command.sinceMs, reasonCodes: command.reasonCodes, orderId: command.orderId, limit: command.limit } },
             }
           : undefined,
       );

@@ -1,4 +1,4 @@
-// Configuration shared by the two entry points: the runtime config (DESIGN §8), the review policy,
+// Configuration shared by the two entry points: the runtime config (docs/configuration.md), the review policy,
 // and the Stripe look-up, created once and only when a command needs it.
 import { DEFAULT_REVIEW_POLICY, type ReviewPolicy, type StripeLookup } from '../payments/review.ts';
 import { ConfigError, loadConfig, runsInLambda, type RuntimeConfig } from '../runtime/config.ts';

@@ -3,6 +3,7 @@
 // signed by the same credentials (sign.ts), so that the function knows who calls.
 import { InvokeCommand, LambdaClient, type LambdaClientConfig } from '@aws-sdk/client-lambda';
 import type { OpsResponse } from './commands.ts';
+import { OpsConfigError } from './errors.ts';
 import type { OpsEvent } from './handler.ts';
 import { signIdentityProof } from './sign.ts';
 
@@ -37,7 +38,16 @@ export async function invokeOpsFunction(target: LambdaTarget, argv: readonly str
   };
   const client = new LambdaClient(config);
   try {
-    const region = await client.config.region();
+    let region: string;
+    try {
+      region = await client.config.region();
+    } catch (error) {
+      // The SDK's own words are "Region is missing": say what to give instead (missing
+      // configuration, exit 2, nothing read or written).
+      throw new OpsConfigError(
+        `no AWS region for --lambda ${target.functionName}: give --region <region>, or set AWS_REGION, or use a profile with a region (${error instanceof Error ? error.message : String(error)})`,
+      );
+    }
     // A fake STS only with a local Lambda API (--endpoint): against AWS the proof is for STS itself.
     const stsEndpoint = target.endpoint && env.OPS_STS_ENDPOINT ? env.OPS_STS_ENDPOINT : undefined;
     const identity = await signIdentityProof({ argv, functionName: target.functionName, region, credentials: () => client.config.credentials(), stsEndpoint });

@@ -60,7 +60,8 @@ export type Command =
   | {
       readonly name: 'rejected list';
       readonly sinceMs: number | null;
-      readonly reasonCode: RejectReason | null;
+      /** Any of these codes (`--reason-code a,b`); null: every code. */
+      readonly reasonCodes: readonly RejectReason[] | null;
       readonly orderId: string | null;
       readonly limit: number;
       readonly withBody: boolean;
@@ -68,7 +69,7 @@ export type Command =
   /** What Stripe's events showed that the ledger cannot explain (stripe_event_findings). */
   | { readonly name: 'findings list'; readonly includeResolved: boolean; readonly kind: (typeof FINDING_KINDS)[number] | null; readonly limit: number }
   | { readonly name: 'findings resolve'; readonly findingId: number; readonly action: OperatorAction }
-  /** An order's refund operations beside its charge (issue 15). */
+  /** An order's refund operations beside its charge (docs/model.md, refunds). */
   | { readonly name: 'refunds list'; readonly orderId: string }
   | { readonly name: 'refunds show'; readonly operationId: string; readonly stripe: boolean }
   /** An operator's refund, through the same engine as a producer's (the operator as actor). */
@@ -208,7 +209,7 @@ export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
     },
     help: [
       ['--since <duration>', 'received within this long (e.g. 24h)'],
-      ['--reason-code <code>', REJECTED_REASON_CODES.join(' | ')],
+      ['--reason-code <code>[,<code>…]', `one or more of ${REJECTED_REASON_CODES.join(', ')} (comma-separated)`],
       ['--order <order-id>', 'only this order'],
       ['--limit <n>', 'at most n rows (default 50, max 1000)'],
       ['--with-body', 'include the raw message body (may hold anything a producer sent)'],
@@ -502,7 +503,7 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
         return {
           name,
           sinceMs: str('since') === undefined ? null : parseDuration('--since', str('since')!),
-          reasonCode: code === undefined ? null : oneOf('--reason-code', code, REJECTED_REASON_CODES),
+          reasonCodes: code === undefined ? null : [...new Set(code.split(',').map((c) => oneOf('--reason-code', c.trim(), REJECTED_REASON_CODES)))],
           orderId: str('order') ?? null,
           limit: parseLimit(str('limit')),
           withBody: bool('with-body'),

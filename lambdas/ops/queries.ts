@@ -116,7 +116,8 @@ export interface RejectedMessage {
 
 export interface RejectedFilter {
   readonly sinceMs: number | null;
-  readonly reasonCode: string | null;
+  /** Any of these codes; null: every code. */
+  readonly reasonCodes: readonly string[] | null;
   readonly orderId: string | null;
   readonly limit: number;
   readonly withBody: boolean;
@@ -144,7 +145,7 @@ export async function listRejected(
     `WITH matching AS (
        SELECT * FROM rejected_messages r
         WHERE ($1::bigint IS NULL OR r.received_at > now() - $1::bigint * interval '1 millisecond')
-          AND ($2::text IS NULL OR r.reason_code = $2::text)
+          AND ($2::text[] IS NULL OR r.reason_code = ANY ($2::text[]))
           AND ($3::text IS NULL OR r.order_id = $3::text)
      ),
      page AS (SELECT * FROM matching ORDER BY received_at DESC, id DESC LIMIT $4),
@@ -163,7 +164,7 @@ export async function listRejected(
                         FROM page m), '[]'::jsonb) AS items`,
     [
       filter.sinceMs,
-      filter.reasonCode,
+      filter.reasonCodes,
       filter.orderId,
       filter.limit,
       filter.withBody,

@@ -495,7 +495,7 @@ function toReview(reason: string, detail: Record<string, unknown>, failure?: Gat
  * back) would end `failed` — its Refund failed or was canceled at Stripe, or Stripe refused to make
  * it (the extra charge disputed: charge_disputed; partly refunded by hand: amount_too_large). The
  * extra PaymentIntent is still charged, and no machine can give the money back another way. Final
- * `failed` would leave a double charge no one is asked about (issue 15: the net amount is the amount
+ * `failed` would leave a double charge no one is asked about (the promise: the net amount is the amount
  * asked): a human decides (docs/runbook.md, the duplicate-charge remedy). The one rule for every such
  * end; `what` names it, given the extra PaymentIntent. Null for any other operation: its `failed` stands.
  */
@@ -1046,7 +1046,7 @@ export function judgeDuplicateCharge(
   if (!ours) return { kind: 'none', reason: `${pi.id} names neither operation ${charge.id} nor order ${charge.orderId}` };
   if (pi.currency !== charge.currency) return { kind: 'none', reason: `${pi.id} is in ${pi.currency}, the order in ${charge.currency}` };
   // A second charge of THIS order is the order's amount, to the order's customer: anything else is
-  // money we cannot explain, and a human decides (issue 15: no automatic refund of it).
+  // money we cannot explain, and a human decides (no automatic refund of it: docs/model.md, the duplicate-charge remedy).
   if (pi.amount !== charge.amount) return { kind: 'none', reason: `${pi.id} is for ${pi.amount}, the order for ${charge.amount}` };
   if (pi.customer != null && pi.customer !== charge.customerId) return { kind: 'none', reason: `${pi.id} belongs to another customer than the order's` };
   return { kind: 'refund', refundId: duplicateRefundId(pi.id), paymentIntentId: pi.id, amount: pi.amount };
@@ -1063,7 +1063,7 @@ interface ListedCharges {
  * A complete List shows several PaymentIntents of THIS charge operation and every one of them
  * charged (e.g. key generations 0 and 1 both succeeded: a proof of absence that came too early, a
  * send the proof could not see). The money is not in doubt, only which PaymentIntent the operation
- * keeps, so no human is needed (issue 15, docs/decisions.md 2026-12-01): the operation settles on one
+ * keeps, so no human is needed (docs/decisions.md 2026-12-01): the operation settles on one
  * and the remedy refunds the others. The rule: the PaymentIntent of the operation's CURRENT key
  * generation (the one a replay of the key the engine sends now returns), else the highest generation
  * below it; a tie (a second key under one generation) by id. Each other one must pass

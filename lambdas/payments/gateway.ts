@@ -4,7 +4,7 @@
 import type { PaymentIntentView } from './types.ts';
 
 /**
- * How a failed call is to be read (DESIGN §4). The question that matters is not "did it fail" but
+ * How a failed call is to be read (docs/model.md, the classification table). The question that matters is not "did it fail" but
  * "do we now know whether Stripe executed it".
  */
 export const FailureKind = {

@@ -1,4 +1,4 @@
-// The message contract (DESIGN §8): what a producer puts on the queue and what the charge handler
+// The message contract (docs/producers.md): what a producer puts on the queue and what the charge handler
 // accepts. One schema for both sides, so the producer refuses what the consumer would reject.
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
@@ -59,7 +59,7 @@ export function chargeRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
     currency: z.string().regex(/^[a-z]{3}$/, 'must be three lowercase letters (ISO 4217)'),
     customerId: z.string().regex(STRIPE_ID('cus'), 'must be a Stripe customer id (cus_…)'),
     paymentMethod: z.string().regex(STRIPE_ID('pm'), 'must be a Stripe PaymentMethod id (pm_…)'),
-    // Optional charge parameters (issue 15), passed to Stripe and part of the order's parameters: a
+    // Optional charge parameters (docs/producers.md), passed to Stripe and part of the order's parameters: a
     // repeat of the order with other values is a conflict. Never logged.
     description: z.string().min(1, 'must not be empty').max(1000, 'must be at most 1000 characters').refine(storableText, STORABLE).optional(),
     // Stripe: the suffix is at most 22 characters, Latin letters, digits and a few signs, at least one letter.
@@ -74,7 +74,7 @@ export function chargeRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
 export type ChargeRequest = z.infer<ReturnType<typeof chargeRequestSchema>>;
 
 /**
- * A refund request (issue 15): on the same FIFO queue and in the same message group as its order's
+ * A refund request (docs/producers.md#refund-requests-the-same-queue): on the same FIFO queue and in the same message group as its order's
  * charge, so that it is ordered after it. `amount` in minor units; `reason` one of Stripe's.
  */
 export function refundRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
@@ -187,12 +187,66 @@ function describeIssue(issue: z.core.$ZodIssue, fields: ReadonlySet<string> = KN
   return `${path}: ${issue.message}`;
 }
 
-/** DESIGN §8: MessageDeduplicationId = hex SHA-256 of `charge:{orderId}`; MessageGroupId = orderId. */
-export function deduplicationId(orderId: string): string {
+// ── Deduplication ids ─────────────────────────────────────────────────────────────────────────────
+// SQS FIFO drops a message whose MessageDeduplicationId it has seen in the last 5 minutes, silently:
+// the sender is told "sent" either way. So the id must be equal exactly when the handler would treat
+// two messages as the same request, and differ whenever it would treat them as a conflict — otherwise
+// a conflicting send inside the window vanishes without a record. The id is therefore the order (and
+// refund) id AND a digest of the parameters that identify the request (docs/producers.md#deduplication-ids).
+
+/**
+ * The parameters of a charge that decide "same request or conflict" (everything but `orderId` and
+ * `type`), in a canonical form: fixed field order, absent fields as null, metadata keys sorted (the
+ * handler compares metadata regardless of key order).
+ */
+export function chargeParametersDigest(request: Omit<ChargeRequest, 'orderId' | 'type'>): string {
+  const metadata = request.metadata === undefined ? null : Object.entries(request.metadata).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const canonical = JSON.stringify([
+    request.amount,
+    request.currency,
+    request.customerId,
+    request.paymentMethod,
+    request.description ?? null,
+    request.statementDescriptorSuffix ?? null,
+    metadata,
+  ]);
+  return createHash('sha256').update(canonical).digest('hex');
+}
+
+/** The parameters of a refund that decide "same refund or conflict": amount and reason. */
+export function refundParametersDigest(request: Pick<RefundRequest, 'amount' | 'reason'>): string {
+  return createHash('sha256').update(JSON.stringify([request.amount, request.reason ?? null])).digest('hex');
+}
+
+/**
+ * MessageDeduplicationId of a charge request: hex SHA-256 of `charge:{orderId}:{parametersDigest}`.
+ * Identical repeats share it (SQS drops them within 5 minutes); a repeat with another amount,
+ * currency, customer, payment method, description, suffix or metadata does not, so it reaches the
+ * handler and is recorded as an `order_conflict`. MessageGroupId = orderId.
+ */
+export function deduplicationId(request: Omit<ChargeRequest, 'type'>): string {
+  return createHash('sha256').update(`charge:${request.orderId}:${chargeParametersDigest(request)}`).digest('hex');
+}
+
+/**
+ * MessageDeduplicationId of a refund request: hex SHA-256 of
+ * `refund:{orderId}:{refundId}:{parametersDigest}`. MessageGroupId = orderId.
+ */
+export function refundDeduplicationId(request: Pick<RefundRequest, 'orderId' | 'refundId' | 'amount' | 'reason'>): string {
+  return createHash('sha256').update(`refund:${request.orderId}:${request.refundId}:${refundParametersDigest(request)}`).digest('hex');
+}
+
+/**
+ * The first contract's ids, hex SHA-256 of `charge:{orderId}` and `refund:{orderId}:{refundId}`.
+ * Producers deployed before the change still send them, and the queue and the handler accept them
+ * (the handler never reads the id: one operation per order and per refund id is what makes a repeat
+ * harmless). With them, a conflicting send inside SQS's window is dropped by SQS unseen — the reason
+ * to move; see docs/producers.md#moving-a-deployed-producer-to-the-new-ids.
+ */
+export function legacyDeduplicationId(orderId: string): string {
   return createHash('sha256').update(`charge:${orderId}`).digest('hex');
 }
 
-/** Issue 15: MessageDeduplicationId of a refund = hex SHA-256 of `refund:{orderId}:{refundId}`; MessageGroupId = orderId. */
-export function refundDeduplicationId(orderId: string, refundId: string): string {
+export function legacyRefundDeduplicationId(orderId: string, refundId: string): string {
   return createHash('sha256').update(`refund:${orderId}:${refundId}`).digest('hex');
 }

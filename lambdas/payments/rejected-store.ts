@@ -1,6 +1,6 @@
 // All SQL of rejected_messages: messages the charge handler acknowledged without making (or while
 // refusing) an operation — not JSON, against the schema, or an order that conflicts with the one on
-// record (DESIGN §7). Kept whole so that nothing is silently lost; one round trip per batch (one per
+// record (docs/architecture.md#the-charge-handler, bad input). Kept whole so that nothing is silently lost; one round trip per batch (one per
 // reject only when the batch statement fails).
 import { createHash } from 'node:crypto';
 import type { Db } from './db.ts';

@@ -1,5 +1,5 @@
 // The Stripe adapter: the real `stripe` SDK, our idempotency key on every create, explicit timeout
-// and retries, and the error mapping of DESIGN §4. It never throws: every outcome is a value.
+// and retries, and the error mapping of docs/model.md (the classification table). It never throws: every outcome is a value.
 import Stripe from 'stripe';
 import { DEFAULT_STRIPE_MAX_NETWORK_RETRIES, DEFAULT_STRIPE_TIMEOUT_MS } from './call-budget.ts';
 import { MAX_LIST_PAGES_FOR_PROOF } from './decisions.ts';
@@ -117,7 +117,7 @@ interface StripeErrorLike {
   headers?: unknown;
 }
 
-/** DESIGN §4 as code. Pure: the SDK's error object in, a classification out. */
+/** The classification table of docs/model.md as code. Pure: the SDK's error object in, a classification out. */
 export function classifyStripeError(error: unknown, call: Call): GatewayFailure {
   const e = (typeof error === 'object' && error !== null ? error : {}) as StripeErrorLike;
   const errorClass = typeof e.type === 'string' && e.type.startsWith('Stripe') ? e.type : typeof e.name === 'string' ? e.name : 'Error';

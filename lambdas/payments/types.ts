@@ -11,7 +11,7 @@ export type OperationStatus = (typeof OperationStatus)[keyof typeof OperationSta
 export const OPEN_STATUSES: readonly OperationStatus[] = ['pending', 'unknown'];
 export const isFinal = (status: OperationStatus): boolean => status === 'succeeded' || status === 'failed';
 
-/** What a producer asks for (DESIGN §8), in the engine's terms. */
+/** What a producer asks for (docs/producers.md), in the engine's terms. */
 export interface ChargeInput {
   readonly orderId: string;
   readonly amount: number;

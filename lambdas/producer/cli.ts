@@ -16,7 +16,9 @@ export const EXIT = { ok: 0, sendFailed: 1, usage: 2 } as const;
 export const USAGE = `Usage: npm run produce -- [options]
 
 Send charge requests to the charge queue (SQS FIFO): MessageGroupId = orderId,
-MessageDeduplicationId = sha256("charge:" + orderId), body = the request as JSON.
+MessageDeduplicationId = sha256("charge:" + orderId + ":" + digest of the parameters),
+body = the request as JSON. An identical repeat within 5 minutes is dropped by SQS; one
+with other parameters reaches the handler and is recorded as a conflict.
 
 One request:
   --order <id>              order id (1-128 printable ASCII, no spaces)
@@ -26,14 +28,16 @@ One request:
   --payment-method <pm_...> Stripe PaymentMethod id
 
 One refund (same queue, MessageGroupId = orderId, MessageDeduplicationId =
-sha256("refund:" + orderId + ":" + refundId), body {"type":"refund",...}):
+sha256("refund:" + orderId + ":" + refundId + ":" + digest of amount and reason),
+body {"type":"refund",...}):
   --refund <refundId>       your id of this refund (one refund per order and refund id)
   --order <id> --amount <n> the order refunded and the amount in minor units
   --reason <reason>         optional: duplicate | fraudulent | requested_by_customer
 
 Many requests:
-  --file <orders.jsonl>     one JSON request per line:
+  --file <orders.jsonl>     one JSON request per line, sent in file order:
                             {"orderId","amount","currency","customerId","paymentMethod"}
+                            or {"type":"refund","orderId","refundId","amount"}
                             blank lines are skipped; if any line is invalid, bad lines are
                             listed with their numbers and NOTHING is sent
 
@@ -142,7 +146,7 @@ export async function main(
     }
 
     // Validate everything before touching the network: invalid input never costs a call.
-    let requests: { readonly request: ChargeRequest; readonly label: string }[] = [];
+    let requests: FileRequest[] = [];
     if (refund !== undefined) {
       // validated above
     } else if (values.file !== undefined) {
@@ -164,7 +168,7 @@ export async function main(
         io.err('nothing sent');
         return EXIT.usage;
       }
-      requests = [{ request: valid, label: 'arguments' }];
+      requests = [{ kind: 'charge', request: valid, label: 'arguments' }];
     }
 
     const endpoint = values.endpoint ?? nonEmpty(env.SQS_ENDPOINT);
@@ -187,18 +191,38 @@ export async function main(
 
     if (values.file === undefined) {
       const only = requests[0];
-      if (!only) return EXIT.usage;
+      if (only?.kind !== 'charge') return EXIT.usage;
       return await sendOne(io, () => sendChargeRequest(client, queueUrl, only.request, validation));
     }
 
-    const results = await sendChargeRequests(sqs, queueUrl, requests.map((r) => r.request), validation);
+    // In file order, so that a refund line goes after its order's charge line (FIFO orders a group by
+    // send order): runs of charge lines in batches, each refund line on its own.
     let failed = 0;
-    results.forEach((result) => {
-      const repeat = result.repeatOf === undefined ? '' : ` (repeat of ${requests[result.repeatOf]?.label ?? '?'})`;
-      io.out(resultLine(result) + repeat);
-      if (!result.ok) failed++;
-    });
-    if (failed > 0) io.err(`${failed} of ${results.length} request(s) not sent`);
+    let total = 0;
+    for (const run of runsOf(requests)) {
+      if (run.kind === 'refund') {
+        for (const item of run.items) {
+          total++;
+          try {
+            const sent = await sendRefundRequest(client, queueUrl, item.request, validation);
+            io.out(`sent ${sent.orderId} ${sent.messageId}`);
+          } catch (error) {
+            if (!(error instanceof ChargeRequestSendError)) throw error;
+            io.out(`failed ${error.orderId} ${error.code}: ${firstLine(error.reason)}`);
+            failed++;
+          }
+        }
+        continue;
+      }
+      const results = await sendChargeRequests(client, queueUrl, run.items.map((r) => r.request), validation);
+      results.forEach((result) => {
+        total++;
+        const repeat = result.repeatOf === undefined ? '' : ` (repeat of ${run.items[result.repeatOf]?.label ?? '?'})`;
+        io.out(resultLine(result) + repeat);
+        if (!result.ok) failed++;
+      });
+    }
+    if (failed > 0) io.err(`${failed} of ${total} request(s) not sent`);
     return failed > 0 ? EXIT.sendFailed : EXIT.ok;
   } catch (error) {
     if (error instanceof UsageError) {
@@ -239,12 +263,32 @@ function resultLine(result: ChargeRequestResult): string {
     : `failed ${result.orderId} ${result.error.code}: ${firstLine(result.error.reason)}`;
 }
 
-/** Parse a JSONL file; every bad line is reported with its number and the whole file is refused. */
-async function readJsonl(
-  file: string,
-  validation: { maxAmount?: number },
-  io: CliIo,
-): Promise<{ readonly request: ChargeRequest; readonly label: string }[]> {
+type FileRequest =
+  | { readonly kind: 'charge'; readonly request: ChargeRequest; readonly label: string }
+  | { readonly kind: 'refund'; readonly request: RefundRequest; readonly label: string };
+
+type Run = { readonly kind: 'charge'; readonly items: Extract<FileRequest, { kind: 'charge' }>[] } | { readonly kind: 'refund'; readonly items: Extract<FileRequest, { kind: 'refund' }>[] };
+
+/** Consecutive requests of one kind, in order. */
+function runsOf(requests: readonly FileRequest[]): Run[] {
+  const runs: Run[] = [];
+  for (const item of requests) {
+    const last = runs.at(-1);
+    if (item.kind === 'charge') {
+      if (last?.kind === 'charge') last.items.push(item);
+      else runs.push({ kind: 'charge', items: [item] });
+    } else if (last?.kind === 'refund') last.items.push(item);
+    else runs.push({ kind: 'refund', items: [item] });
+  }
+  return runs;
+}
+
+/**
+ * Parse a JSONL file of charge and refund requests (a line with `"type":"refund"` is a refund, any
+ * other a charge, as the handler routes them); every bad line is reported with its number and the
+ * whole file is refused.
+ */
+async function readJsonl(file: string, validation: { maxAmount?: number }, io: CliIo): Promise<FileRequest[]> {
   let text: string;
   try {
     text = await readFile(file, 'utf8');
@@ -262,22 +306,40 @@ async function readJsonl(
       problems.push(`${name}:${i + 1}: not valid JSON`);
     }
   });
-  const { requests, issues } = checkChargeRequests(
-    lines.map((l) => l.value),
+  const isRefund = (value: unknown) => typeof value === 'object' && value !== null && (value as { type?: unknown }).type === 'refund';
+  const chargeLines = lines.filter((l) => !isRefund(l.value));
+  const { requests: charges, issues } = checkChargeRequests(
+    chargeLines.map((l) => l.value),
     validation,
   );
   for (const issue of issues) {
-    const line = lines[issue.index]?.line ?? 0;
-    const message = issue.message.replace(/of request #(\d+)/, (_, n: string) => `of line ${lines[Number(n)]?.line ?? '?'}`);
+    const line = chargeLines[issue.index]?.line ?? 0;
+    const message = issue.message.replace(/of request #(\d+)/, (_, n: string) => `of line ${chargeLines[Number(n)]?.line ?? '?'}`);
     problems.push(`${name}:${line}: ${issue.path}: ${message}`);
+  }
+  const refundSchema = refundRequestSchema(validation.maxAmount);
+  const refunds = new Map<number, RefundRequest>();
+  for (const { line, value } of lines.filter((l) => isRefund(l.value))) {
+    const parsed = refundSchema.safeParse(value);
+    if (parsed.success) refunds.set(line, parsed.data);
+    else for (const issue of parsed.error.issues) problems.push(`${name}:${line}: ${issue.path.map(String).join('.') || '(request)'}: ${issue.message}`);
   }
   if (problems.length > 0) {
     problems.sort((a, b) => lineOf(a) - lineOf(b));
     for (const problem of problems) io.err(problem);
     throw new UsageError(`nothing sent: ${new Set(problems.map(lineOf)).size} invalid line(s) in ${file}`);
   }
-  if (requests.length === 0) throw new UsageError(`nothing to send: ${file} has no requests`);
-  return requests.map((request, i) => ({ request, label: `line ${lines[i]?.line ?? '?'}` }));
+  const chargeAt = new Map(charges.map((request, i) => [chargeLines[i]?.line ?? -1, request]));
+  const out: FileRequest[] = [];
+  for (const { line } of lines) {
+    const label = `line ${line}`;
+    const refund = refunds.get(line);
+    const charge = chargeAt.get(line);
+    if (refund !== undefined) out.push({ kind: 'refund', request: refund, label });
+    else if (charge !== undefined) out.push({ kind: 'charge', request: charge, label });
+  }
+  if (out.length === 0) throw new UsageError(`nothing to send: ${file} has no requests`);
+  return out;
 }
 
 function lineOf(problem: string): number {

@@ -1,4 +1,4 @@
-// The producer client: how a service puts "charge order X" on the queue (DESIGN §8). Imported by
+// The producer client: how a service puts "charge order X" on the queue (docs/producers.md). Imported by
 // producer services, so it depends on the SQS client and the shared message contract only.
 //
 // Who retries what:
@@ -6,9 +6,11 @@
 //     the SQSClient, 3 by default), resending the same entries;
 //   - entries that SendMessageBatch reports as failed inside a 200 answer are NOT retried by the SDK:
 //     `sendChargeRequests` resends those, and only those, with bounded attempts.
-// Every resend carries the same MessageDeduplicationId (a hash of the order id), so SQS drops a copy
-// that had in fact been stored within the last 5 minutes; later copies are caught by the charge
-// handler, which keeps one operation per order.
+// Every resend carries the same MessageDeduplicationId (a hash of the order id and of the request's
+// parameters), so SQS drops a copy that had in fact been stored within the last 5 minutes; later
+// copies are caught by the charge handler, which keeps one operation per order. A request for the
+// same order with other parameters has another id: it reaches the handler and is recorded as a
+// conflict instead of being dropped by SQS unseen.
 import { SendMessageBatchCommand, SendMessageCommand, type SQSClient, type SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
 import {
   DEFAULT_MAX_AMOUNT,
@@ -28,8 +30,9 @@ export const MAX_BATCH_ENTRIES = 10;
 /**
  * Sum of the bodies in one SendMessageBatch. AWS raised the SQS limit to 1 MiB in 2025, but a queue's
  * MaximumMessageSize may still be 256 KiB, and 256 KiB is valid everywhere. A valid charge request
- * body is at most 739 bytes (611, plus 128 if every orderId character needs a JSON escape), so in
- * practice the 10-entry limit always binds first.
+ * body is at most 67,742 bytes (every field at its longest, the description and metadata values in
+ * six-byte JSON escapes: test/docs/figures.test.ts), so with large bodies this limit binds before
+ * the 10-entry one.
  */
 export const DEFAULT_MAX_BATCH_BYTES = 262_144;
 
@@ -78,7 +81,7 @@ export type ChargeRequestResult =
       readonly repeatOf?: number;
     };
 
-/** What goes on the wire for one request (DESIGN §8). */
+/** What goes on the wire for one request (docs/producers.md#the-message-contract). */
 export interface ChargeRequestMessage {
   readonly MessageBody: string;
   readonly MessageGroupId: string;
@@ -105,12 +108,12 @@ export function chargeRequestMessage(request: ChargeRequest): ChargeRequestMessa
     // One group per order: orders never wait for each other, and two messages of one order are
     // never worked at the same time.
     MessageGroupId: orderId,
-    MessageDeduplicationId: deduplicationId(orderId),
+    MessageDeduplicationId: deduplicationId(request),
   };
 }
 
 /**
- * The SQS message of a refund (issue 15): the same queue and the same message group as its order's
+ * The SQS message of a refund (docs/producers.md#refund-requests-the-same-queue): the same queue and the same message group as its order's
  * charge, so FIFO orders it after the charge; deduplicated on `refund:{orderId}:{refundId}`.
  */
 export function refundRequestMessage(request: RefundRequest): ChargeRequestMessage {
@@ -118,7 +121,7 @@ export function refundRequestMessage(request: RefundRequest): ChargeRequestMessa
   return {
     MessageBody: JSON.stringify({ type: 'refund', orderId, refundId, amount, ...(reason ? { reason } : {}) }),
     MessageGroupId: orderId,
-    MessageDeduplicationId: refundDeduplicationId(orderId, refundId),
+    MessageDeduplicationId: refundDeduplicationId(request),
   };
 }
 
@@ -194,8 +197,8 @@ export function checkChargeRequests(
     if (earlier === undefined) {
       first.set(request.orderId, { index, body });
     } else if (earlier.body !== body) {
-      // SQS would keep the first and silently drop the other (same dedup id): a conflict must be
-      // refused here, where the caller can still see it.
+      // Two different requests for one order in one call is the caller's bug: refused here, where the
+      // caller can still see it (sent in separate calls, the second would be a recorded conflict).
       issues.push({
         index,
         orderId: request.orderId,

@@ -1,4 +1,4 @@
-// The reconciler's gauges, one value per run (DESIGN §5): open operations by status, the oldest open
+// The reconciler's gauges, one value per run (docs/architecture.md#the-reconcile-handler): open operations by status, the oldest open
 // age, the review queue, rejected messages and duplicate-charge remedies in the last period, the
 // outbox backlog, and — when the run works the Stripe event inbox — the inbox's backlog and open findings.
 //

@@ -1,4 +1,4 @@
-// One reconcile run (DESIGN §5, §6): settle what is due, relay what the outbox still holds, measure.
+// One reconcile run (docs/architecture.md#the-reconcile-handler): settle what is due, relay what the outbox still holds, measure.
 // Knows nothing of Lambda or the environment; the handler passes dependencies and the clock in.
 //
 //   ┌ page: claim ≤ pageSize due operations (FOR UPDATE SKIP LOCKED + lease, one statement)

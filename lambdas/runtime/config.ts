@@ -1,4 +1,4 @@
-// Configuration from the environment (DESIGN §8): DATABASE_URL / STRIPE_SECRET_KEY locally,
+// Configuration from the environment (docs/configuration.md): DATABASE_URL / STRIPE_SECRET_KEY locally,
 // Secrets Manager ARNs on AWS. Parsed once, validated with clear messages, no secret ever logged.
 import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
 import { callBudgetProblem, worstCaseCallMs, type CallingFunction } from '../payments/call-budget.ts';

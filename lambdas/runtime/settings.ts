@@ -36,6 +36,8 @@ export const METRICS = {
   chargeFailed: 'ChargeFailed',
   chargeLeftOpen: 'ChargeLeftOpen',
   rejectedMessages: 'RejectedMessages',
+  /** Records whose MessageDeduplicationId is the first contract's (order id alone): producers not moved yet. */
+  legacyDeduplicationIds: 'LegacyDeduplicationIds',
   recordsNotDurable: 'RecordsNotDurable',
   stripeAuthErrors: 'StripeAuthErrors',
   idempotencyErrors: 'StripeIdempotencyErrors',

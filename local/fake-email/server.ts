@@ -13,7 +13,7 @@
 // 409 invalid_idempotent_request; a second request while the first with that key is still being
 // processed is a 409 concurrent_idempotent_requests (nothing sent).
 //
-// `idempotency: false` stands for a provider WITHOUT idempotency keys (the seed's §7: many mail
+// `idempotency: false` stands for a provider WITHOUT idempotency keys (docs/events.md#which-policy: many mail
 // APIs have none): the header is ignored and every accepted request sends a mail.
 //
 // Faults, scripted (inject) or random (rates, seeded), the ways that matter to a consumer:

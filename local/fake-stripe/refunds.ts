@@ -1,4 +1,4 @@
-// The fake's Refunds API (issue 15): what a refund is at Stripe, and the three endpoints' own logic.
+// The fake's Refunds API (docs/fake-stripe.md): what a refund is at Stripe, and the three endpoints' own logic.
 // The HTTP pipeline (auth, faults, idempotency, holds, latency, delivery) is the server's, shared with
 // PaymentIntents; this module only says how a refund is validated, executed, read and listed.
 //

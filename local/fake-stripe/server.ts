@@ -1,5 +1,5 @@
 // A fake Stripe API server that the REAL stripe SDK talks to over HTTP. It models the parts of Stripe
-// the product's guarantees rest on (DESIGN §2, §10): the idempotency layer (replay, parameter
+// the product's guarantees rest on (docs/fake-stripe.md): the idempotency layer (replay, parameter
 // mismatch, 409 while in flight, pruning), Search lag, and faults on either side of the commit.
 //
 // One request's life (create):
@@ -594,8 +594,11 @@ class FakeStripeServer implements FakeStripe {
     x.record.paymentIntentId = facts.paymentIntentId;
     if (facts.refundId !== undefined) x.record.refundId = facts.refundId;
     // Without a key, "the same request" for reproducible faults is the same parameters; keyed by
-    // order, it is the order, whatever key (or none) the caller sends.
-    const randomKey = this.#faultKeyBy === 'order' && facts.orderId !== null ? `order:${facts.orderId}` : (key ?? `no-key:${params}`);
+    // order, it is the order (a refund: the order and its refund id), whatever key (or none) the
+    // caller sends — so the n-th create of an order meets the same fault in every run of one seed,
+    // though the idempotency keys (made of fresh operation ids) differ from run to run.
+    const byOrder = facts.refundId ? `order:${facts.orderId}:refund:${facts.refundId}` : `order:${facts.orderId}`;
+    const randomKey = this.#faultKeyBy === 'order' && facts.orderId !== null ? byOrder : (key ?? `no-key:${params}`);
     const fault = this.#chooseFault(x, facts, phase, randomKey);
     if (fault !== null && faultStage(fault.kind, kind.endpoint) === 'gate') return this.#gateFault(x, fault.kind);
 

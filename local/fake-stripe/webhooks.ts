@@ -23,7 +23,7 @@
 // Nothing here needs the server's internals: it watches the ledger through the FakeStripe interface.
 import { createHmac } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { mulberry32 } from '../random.ts';
+import { uniformFromHash } from './faults.ts';
 import type { FakeStripe, PaymentIntentRecord, RefundRecord } from './types.ts';
 import { randomId } from './wire.ts';
 
@@ -214,7 +214,11 @@ export class WebhookDispatcher {
   #endpoint: string | null;
   readonly #secret: string;
   #faults: DeliveryFaults;
-  readonly #random: () => number;
+  readonly #seed: number;
+  /** How many events of one (type, order) were made: the delivery faults' draw is keyed by it. */
+  readonly #sightings = new Map<string, number>();
+  /** PaymentIntent id → its order (from the PaymentIntent's events), for the events of its Charge and Refunds. */
+  readonly #orderOf = new Map<string, string>();
   readonly #pollMs: number;
   readonly #retryScale: number;
   readonly #maxAttempts: number;
@@ -244,7 +248,7 @@ export class WebhookDispatcher {
     this.#endpoint = options.endpoint;
     this.#secret = options.secret;
     this.#faults = options.faults ?? {};
-    this.#random = mulberry32(options.seed ?? 1);
+    this.#seed = options.seed ?? 1;
     this.#pollMs = options.pollMs ?? 50;
     this.#retryScale = options.retryScale ?? 1 / 3600;
     this.#maxAttempts = options.maxAttempts ?? RETRY_SCHEDULE_MS.length + 1;
@@ -493,14 +497,38 @@ export class WebhookDispatcher {
   emit(event: StripeEventJson): StripeEventJson {
     this.#events.push(event);
     this.#stats.eventsCreated++;
-    const copies = this.#random() < (this.#faults.duplicate ?? 0) ? 2 : 1;
+    const key = this.#faultKey(event);
+    const copies = this.#draw(key, 'duplicate') < (this.#faults.duplicate ?? 0) ? 2 : 1;
     if (copies === 2) this.#stats.duplicatesSent++;
-    for (let i = 0; i < copies; i++) this.#track(this.#deliver(event));
-    if (this.#random() < (this.#faults.badSignature ?? 0)) {
+    for (let i = 0; i < copies; i++) this.#track(this.#deliver(event, `${key}:copy${i}`));
+    if (this.#draw(key, 'forge') < (this.#faults.badSignature ?? 0)) {
       this.#stats.forgedSent++;
-      this.#track(this.#forge(event));
+      this.#track(this.#forge(event, key));
     }
     return event;
+  }
+
+  /**
+   * What an event's delivery faults are drawn from: its type, the order (and refund id) its object
+   * names, and how many such events came before — not a stream of draws in the order events happen
+   * to be made, nor the object's id (new in every run), so that one seed gives the same deliveries
+   * the same faults run after run.
+   */
+  #faultKey(event: StripeEventJson): string {
+    const object = event.data.object as { id?: unknown; object?: unknown; payment_intent?: unknown; metadata?: Record<string, unknown> | null };
+    // A Charge or a Refund names its PaymentIntent, whose order its own events told before.
+    if (object.object === 'payment_intent' && typeof object.id === 'string' && typeof object.metadata?.order_id === 'string') this.#orderOf.set(object.id, object.metadata.order_id);
+    const orderId = object.metadata?.order_id ?? (typeof object.payment_intent === 'string' ? this.#orderOf.get(object.payment_intent) : undefined);
+    const refundId = object.metadata?.refund_id;
+    const subject = typeof orderId === 'string' ? `order:${orderId}${typeof refundId === 'string' ? `:refund:${refundId}` : ''}` : `object:${String(object.id)}`;
+    const base = `${event.type}:${subject}`;
+    const n = (this.#sightings.get(base) ?? 0) + 1;
+    this.#sightings.set(base, n);
+    return `${base}:${n}`;
+  }
+
+  #draw(key: string, what: string): number {
+    return uniformFromHash('fake-stripe-webhook', this.#seed, key, what);
   }
 
   #record(paymentIntentId: string): PaymentIntentRecord {
@@ -514,9 +542,9 @@ export class WebhookDispatcher {
     void work.finally(() => this.#inFlight.delete(work));
   }
 
-  async #deliver(event: StripeEventJson): Promise<void> {
+  async #deliver(event: StripeEventJson, key: string): Promise<void> {
     const payload = JSON.stringify(event, null, 2);
-    if (this.#random() < (this.#faults.delayed ?? 0) && !(await this.#wait(Math.round(this.#random() * (this.#faults.maxDelayMs ?? 200))))) return this.#unfinished();
+    if (this.#draw(key, 'delayed') < (this.#faults.delayed ?? 0) && !(await this.#wait(Math.round(this.#draw(key, 'delay') * (this.#faults.maxDelayMs ?? 200))))) return this.#unfinished();
     for (let attempt = 1; attempt <= this.#maxAttempts; attempt++) {
       if (attempt > 1) {
         this.#stats.retries++;
@@ -525,7 +553,7 @@ export class WebhookDispatcher {
       while (this.#endpoint === null && !this.#stopped) if (!(await this.#wait(this.#pollMs))) return this.#unfinished();
       if (this.#endpoint === null || this.#stopped) return this.#unfinished();
       this.#stats.attempts++;
-      if (attempt === 1 && this.#random() < (this.#faults.lost ?? 0)) {
+      if (attempt === 1 && this.#draw(key, 'lost') < (this.#faults.lost ?? 0)) {
         this.#stats.lostAttempts++;
         continue;
       }
@@ -544,10 +572,10 @@ export class WebhookDispatcher {
   }
 
   /** A copy that must never be accepted: tampered after signing, signed with another secret, or replayed too late. */
-  async #forge(event: StripeEventJson): Promise<void> {
+  async #forge(event: StripeEventJson, key: string): Promise<void> {
     const payload = JSON.stringify(event, null, 2);
     const now = Math.floor(Date.now() / 1000);
-    const pick = Math.floor(this.#random() * 3);
+    const pick = Math.floor(this.#draw(key, 'forgery') * 3);
     const forged =
       pick === 0
         ? { body: payload.replace(/"amount": (\d+)/, (_, n: string) => `"amount": ${Number(n) + 1}`), header: signStripePayload(payload, this.#secret, now) }

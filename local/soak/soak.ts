@@ -43,7 +43,7 @@ export interface SoakOptions {
   /** Orders also sent with another amount (a producer bug): must be rejected, never charged. */
   readonly conflictRate: number;
   /**
-   * Orders that get refund requests (issue 15) INSTEAD of a duplicate send, so that the traffic stays
+   * Orders that get refund requests INSTEAD of a duplicate send, so that the traffic stays
    * what it was: a partial refund, two partials summing to the amount, a full one, a refund sent twice
    * (once past SQS's deduplication), the same refund id with another amount, an over-refund.
    */
@@ -223,7 +223,7 @@ export interface SoakReport {
   readonly timeToOutboxDrainedMs: number | null;
   readonly unpublishedEvents: number;
   readonly sends: { originals: number; duplicatesSameDedupId: number; duplicatesNewDedupId: number; conflicts: number; poison: number; refunds: number; total: number };
-  /** The refunds (issue 15): what was asked, what the database made of it, what Stripe holds. */
+  /** The refunds: what was asked, what the database made of it, what Stripe holds. */
   readonly refunds: SoakRefunds;
   readonly stripeFaults: Readonly<Record<string, number>>;
   readonly stripe: Pick<FakeStripeStats, 'createsExecuted' | 'replays' | 'conflicts409' | 'idempotencyErrors' | 'keysPruned' | 'doubleCharges'> & { requests: number };
@@ -242,7 +242,7 @@ export interface SoakReport {
   readonly watch: SoakWatch;
   /** Stripe events in (null: polling only). */
   readonly stripeEvents: StripeEventsLedger | null;
-  /** The List evidence path (issue 13): what it cost and how fast it settled what only it can settle. */
+  /** The List evidence path (docs/model.md#evidence-list-before-search-and-the-machines-re-issue): what it cost and how fast it settled what only it can settle. */
   readonly evidence: SoakEvidence;
   readonly check: InvariantReport;
 }
@@ -676,7 +676,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   const check = await checkInvariants({
     db: pipeline.db,
     paymentIntents: fake.paymentIntents(),
-    // The net-amount invariant (issue 15): Stripe's refunds — the requested ones and the remedies' — against the ledger's.
+    // The net-amount invariant: Stripe's refunds — the requested ones and the remedies' — against the ledger's.
     refunds: fake.refunds(),
     sentOrderIds,
     // Every refund request the sender put on the queue (it throws when a chunk cannot be sent): each

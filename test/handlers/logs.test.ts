@@ -116,7 +116,7 @@ describe('log lines of the real handlers', () => {
     expect(directive.Dimensions).toEqual([['service']]);
     expect(emf[0]!.service).toBe(PIPELINE.serviceName);
     expect(directive.Metrics.map((m) => m.Name).sort()).toEqual(
-      [METRICS.chargeSucceeded, METRICS.chargeFailed, METRICS.chargeLeftOpen, METRICS.rejectedMessages, METRICS.recordsNotDurable, METRICS.stripeAuthErrors, METRICS.idempotencyErrors, METRICS.configurationRefused].sort(),
+      [METRICS.chargeSucceeded, METRICS.chargeFailed, METRICS.chargeLeftOpen, METRICS.rejectedMessages, METRICS.legacyDeduplicationIds, METRICS.recordsNotDurable, METRICS.stripeAuthErrors, METRICS.idempotencyErrors, METRICS.configurationRefused].sort(),
     );
     expect(emf[0]).toMatchObject({ ChargeSucceeded: 1, ChargeFailed: 1, ChargeLeftOpen: 0, RejectedMessages: 2, RecordsNotDurable: 0, StripeAuthErrors: 0, StripeIdempotencyErrors: 0, ConfigurationRefused: 0 });
   });

@@ -1,4 +1,4 @@
-// Refund requests on the charge queue (issue 15): the producer client puts them in the order's
+// Refund requests on the charge queue (docs/producers.md#refund-requests-the-same-queue): the producer client puts them in the order's
 // message group (fauxqs, real SQS protocol), the charge handler's batch routes them by `type` to the
 // same engine, after the batch's charges; rejections are durable rows, never Stripe calls.
 import { createHash } from 'node:crypto';
@@ -71,11 +71,12 @@ describe('the message contract', () => {
     expect(parseQueueMessage(JSON.stringify({ type: 'capture', ...charge }))).toMatchObject({ ok: false, code: 'invalid_body' });
   });
 
-  it('MessageGroupId = orderId, MessageDeduplicationId = hex SHA-256 of refund:{orderId}:{refundId}', () => {
+  it('MessageGroupId = orderId, MessageDeduplicationId = hex SHA-256 of refund:{orderId}:{refundId}:{digest of amount and reason}', () => {
     const message = refundRequestMessage({ type: 'refund', orderId: 'order-9', refundId: 'rf-2', amount: 100 });
     expect(message.MessageGroupId).toBe('order-9');
-    expect(message.MessageDeduplicationId).toBe(createHash('sha256').update('refund:order-9:rf-2').digest('hex'));
-    expect(refundDeduplicationId('order-9', 'rf-2')).toBe(message.MessageDeduplicationId);
+    const digest = createHash('sha256').update(JSON.stringify([100, null])).digest('hex');
+    expect(message.MessageDeduplicationId).toBe(createHash('sha256').update(`refund:order-9:rf-2:${digest}`).digest('hex'));
+    expect(refundDeduplicationId({ orderId: 'order-9', refundId: 'rf-2', amount: 100 })).toBe(message.MessageDeduplicationId);
     expect(JSON.parse(message.MessageBody)).toEqual({ type: 'refund', orderId: 'order-9', refundId: 'rf-2', amount: 100 });
   });
 
@@ -107,14 +108,11 @@ describe('the charge handler routes refunds', () => {
     const charge = chargeOrder({ amount: 1000 });
     await sendChargeRequest(sqs.client, sqs.queueUrl, charge);
     await sendRefundRequest(sqs.client, sqs.queueUrl, { orderId: charge.orderId, refundId: 'rf-x', amount: 100 });
-    // The same refund id again, other amount: same deduplication id, so SQS drops it within 5 minutes.
-    await sendRefundRequest(sqs.client, sqs.queueUrl, { orderId: charge.orderId, refundId: 'rf-x', amount: 200 });
     const first = await receiveInQueueOrder(2);
     expect((await processChargeBatch(toSqsEvent(first, queue).Records, deps(), plenty)).response.batchItemFailures).toEqual([]);
-    // SQS deduplicated the second send (same refund id): a later producer bug sends it raw, as a copy after the window would.
-    const raw = JSON.stringify({ type: 'refund', orderId: charge.orderId, refundId: 'rf-x', amount: 200 });
-    const { SendMessageCommand } = await import('@aws-sdk/client-sqs');
-    await sqs.client.send(new SendMessageCommand({ QueueUrl: sqs.queueUrl, MessageBody: raw, MessageGroupId: charge.orderId, MessageDeduplicationId: 'late-copy' }));
+    // The same refund id again after the first is final, other amount: another deduplication id
+    // (the id carries a digest of amount and reason), so SQS lets it through.
+    await sendRefundRequest(sqs.client, sqs.queueUrl, { orderId: charge.orderId, refundId: 'rf-x', amount: 200 });
     const [late] = await receiveInQueueOrder(1);
     const result = await processChargeBatch(toSqsEvent([late!], queue).Records, deps(), plenty);
     expect(result.records[0]!.fate).toMatchObject({ kind: 'rejected', reasonCode: 'refund_conflict' });
@@ -186,7 +184,7 @@ describe('the charge handler routes refunds', () => {
     expect({ code, err }).toEqual({ code: 0, err: [] });
     expect(out[0]).toMatch(new RegExp(`^sent ${charge.orderId} `));
     const messages = await receiveInQueueOrder(2);
-    expect(messages[1]!.Attributes?.MessageDeduplicationId).toBe(refundDeduplicationId(charge.orderId, 'rf-cli'));
+    expect(messages[1]!.Attributes?.MessageDeduplicationId).toBe(refundDeduplicationId({ orderId: charge.orderId, refundId: 'rf-cli', amount: 300, reason: 'fraudulent' }));
     const result = await processChargeBatch(toSqsEvent(messages, queue).Records, deps(), plenty);
     expect(result.records.map((r) => r.fate.kind === 'processed' && r.fate.status)).toEqual(['succeeded', 'succeeded']);
     expect(stripe.fake.refunds({ orderId: charge.orderId })).toMatchObject([{ amount: 300, reason: 'fraudulent' }]);

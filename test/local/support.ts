@@ -94,7 +94,7 @@ export function expectPromiseKept(run: ProfileRun): void {
   expect(ledger.invariants.doubleCharges).toBe(0);
   expect(ledger.invariants.lostOrders).toBe(0);
 
-  // Refunds (issue 15): every refunded order judged, and each scenario ended as it must.
+  // Refunds: every refunded order judged, and each scenario ended as it must.
   expectRefundsKept(run);
 
   // At most one succeeded PaymentIntent per order not refunded in full by the duplicate remedy, whatever the database says.

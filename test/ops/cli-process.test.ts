@@ -47,6 +47,14 @@ describe('the ops CLI as a process', () => {
     expect(run.stderr).toMatch(/--help/);
   });
 
+  it('--lambda without a region → says how to give one, exit 2', async () => {
+    // No region anywhere: no AWS_REGION, no profile file (HOME and the config file point at nothing).
+    const home = os.tmpdir();
+    const run = await ops(['stats', '--lambda', 'charges-ops'], { HOME: home, AWS_CONFIG_FILE: path.join(home, `none-${randomUUID()}`), AWS_SHARED_CREDENTIALS_FILE: path.join(home, `none-${randomUUID()}`) });
+    expect(run.stderr).toMatch(/no AWS region for --lambda charges-ops: give --region <region>, or set AWS_REGION/);
+    expect(run.code).toBe(2);
+  });
+
   it('bad arguments → a clear message on stderr and exit 2, before any connection', async () => {
     const id = randomUUID();
     const cases: [string[], RegExp][] = [

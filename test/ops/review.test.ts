@@ -461,6 +461,14 @@ describe('operations show, rejected list, stats', () => {
     expect(forOrder.messages).toEqual([expect.objectContaining({ orderId, rawBody: '{"amount":-1}' })]);
     const text = await cli(['rejected', 'list'], env);
     expect(text.stdout).toMatch(/RECEIVED\s+MESSAGE\s+CODE/);
+    // More than one code, as docs/operations.md writes it: a comma-separated list.
+    const both = resultOf((await cliJson(['rejected', 'list', '--reason-code', 'invalid_json,invalid_body'], env)).response, 'rejected list');
+    expect(new Set(both.messages.map((m) => m.reasonCode))).toEqual(new Set(['invalid_json', 'invalid_body']));
+    const one = resultOf((await cliJson(['rejected', 'list', '--reason-code', 'invalid_body', '--order', orderId], env)).response, 'rejected list');
+    expect(one.messages.map((m) => m.reasonCode)).toEqual(['invalid_body']);
+    const wrong = await cli(['rejected', 'list', '--reason-code', 'invalid_json,nope'], env);
+    expect(wrong.code).toBe(2);
+    expect(wrong.stderr).toMatch(/--reason-code must be one of .* \(got "nope"\)/);
   });
 
   it('stats counts by status, the oldest open operation, the review queue, rejected (24 h) and the outbox — as the gauges do', async () => {

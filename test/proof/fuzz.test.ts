@@ -2,18 +2,18 @@
 // environment) on real PostgreSQL and the fake Stripe: random bytes, huge strings, 100,000-level JSON,
 // wrong types, negative / fractional / overflowing amounts, unicode (lone surrogates, NUL), SQL-looking
 // ids, 256 KB bodies, missing and extra fields, prototype keys, duplicate keys — mixed with valid
-// requests in SQS batches of 1-10 — charges, and refunds (issue 15: `type` absent / "charge" /
+// requests in SQS batches of 1-10 — charges, and refunds (`type` absent / "charge" /
 // "refund" / anything else, refund ids, amounts, reasons, missing and extra fields). For every record:
 //   - the handler returns (never throws) and reports no record as failed (the database is healthy);
 //   - it became an operation — a charge, or a refund operation (valid body; same parameters as the
 //     body) — XOR a rejected_messages row with its message id (invalid body, a conflicting order, a
 //     refund the rules refuse) — never both, never neither; a repeated refund is its first operation;
 //   - whether it is valid, and what the refund rules make of a valid refund, is decided by an oracle
-//     written here from DESIGN §7 and issue 15, not by the product's parser: the two must agree;
+//     written here from docs/producers.md and docs/model.md, not by the product's parser: the two must agree;
 //   - no PaymentIntent exists that a valid body did not ask for, and no Refund that a valid, accepted
 //     refund body did not ask for (nothing charged or refunded from invalid input).
 //
-// Issue 15's optional charge parameters too (`description`, `statementDescriptorSuffix`, `metadata`,
+// The optional charge parameters too (`description`, `statementDescriptorSuffix`, `metadata`,
 // valid and hostile): the oracle judges them from docs/producers.md, a repeat with other values (key
 // order aside) is an order_conflict, and every PaymentIntent carries exactly the producer's metadata
 // plus ours, and the description and suffix as sent.
@@ -57,7 +57,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-// ── The oracle: DESIGN §7 / §8 and issue 15 written out independently of lambdas/payments/message.ts ─
+// ── The oracle: docs/producers.md and the refund rules written out independently of lambdas/payments/message.ts ─
 
 interface Valid {
   orderId: string;
@@ -78,7 +78,7 @@ interface ValidRefund {
 }
 type Parsed = ({ kind: 'charge' } & Valid) | ({ kind: 'refund' } & ValidRefund);
 const KEYS = ['amount', 'currency', 'customerId', 'orderId', 'paymentMethod'];
-/** Issue 15 / docs/producers.md: optional charge parameters. */
+/** docs/producers.md: optional charge parameters. */
 const OPTIONAL_KEYS = ['description', 'metadata', 'statementDescriptorSuffix'];
 /** docs/producers.md: the pipeline's own metadata keys, refused from a producer. */
 const OUR_METADATA_KEYS = ['operation_id', 'order_id', 'key_generation', 'refund_id'];
@@ -120,10 +120,10 @@ function chargeParams(o: Record<string, unknown>): Pick<Valid, 'description' | '
 const sameMetadata = (a: Record<string, string>, b: Record<string, string>) =>
   JSON.stringify(Object.entries(a).sort(([x], [y]) => (x < y ? -1 : 1))) === JSON.stringify(Object.entries(b).sort(([x], [y]) => (x < y ? -1 : 1)));
 const REFUND_KEYS = ['amount', 'orderId', 'refundId', 'type'];
-/** Issue 15: `reason` is one of Stripe's. */
+/** `reason` is one of Stripe's. */
 const REFUND_REASONS = ['duplicate', 'fraudulent', 'requested_by_customer'];
 /**
- * Issue 15: the duplicate-charge remedy's refund id is derived from the extra PaymentIntent so that
+ * The duplicate-charge remedy's refund id is derived from the extra PaymentIntent so that
  * it "can be created only once": a producer's refund id in that namespace would take the remedy's
  * place (one refund operation per (order, refund id)) and leave the extra charge unrefunded.
  */
@@ -143,7 +143,7 @@ function oracle(body: string): Parsed | null {
   if (typeof json !== 'object' || json === null || Array.isArray(json)) return null;
   const o = json as Record<string, unknown>;
   if (Object.getPrototypeOf(o) !== Object.prototype) return null;
-  // Issue 15: `"type":"refund"` is a refund; the charge body gains `"type":"charge"`, optional
+  // `"type":"refund"` is a refund; the charge body gains `"type":"charge"`, optional
   // (existing producers keep working); any other type is neither.
   if (o.type === 'refund') {
     const keys = Object.keys(o).filter((k) => k !== 'reason').sort();
@@ -175,7 +175,7 @@ interface OrderBook {
 type RefundVerdict = 'accepted' | 'repeat' | 'refund_conflict' | 'refund_rejected';
 
 /**
- * Issue 15's rules for a valid refund body: one refund per (order, refund id) — the same id with the
+ * The rules for a valid refund body (docs/producers.md): one refund per (order, refund id) — the same id with the
  * same amount and reason is the same refund again, with another amount or reason a conflict (nothing
  * sent); no charge, or a charge that failed: nothing to refund; the refunds that are not failed never
  * add up to more than the charge. Otherwise accepted (and, the charge being final here, sent).
@@ -428,7 +428,7 @@ describe('hostile message bodies through the real charge handler', () => {
           )).rows.map((r) => [r.message_id, r]),
         );
         const parsed = records.map((r) => ({ r, valid: oracle(r.body) }));
-        // Issue 15: a refund is ordered after its order's charge. Within one batch the handler makes the
+        // A refund is ordered after its order's charge. Within one batch the handler makes the
         // batch's charges durable first, then its refunds in record order (lambdas/charge/batch.ts):
         // charges are judged first here too.
         const ordered = [...parsed.filter((p) => p.valid?.kind !== 'refund'), ...parsed.filter((p) => p.valid?.kind === 'refund')];

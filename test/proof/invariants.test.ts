@@ -240,7 +240,7 @@ describe('checkInvariants detects every kind of broken promise', () => {
     expect(misused.warnings).toEqual([]);
   });
 
-  /** The healthy world plus a refund of 500 of the paid order through the engine (issue 15). */
+  /** The healthy world plus a refund of 500 of the paid order through the engine. */
   async function refundedWorld() {
     const w = await healthyWorld();
     const refund = await engine().processRefund({ orderId: w.paid.orderId, refundId: `rf-${randomUUID()}`, amount: 500, reason: null });

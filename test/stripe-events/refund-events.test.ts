@@ -1,4 +1,4 @@
-// Refunds settled by Stripe's events (issue 15, "Stripe"): refund.created / refund.updated /
+// Refunds settled by Stripe's events (docs/model.md#refunds-settled-by-stripes-events): refund.created / refund.updated /
 // refund.failed (and the older charge.refund.updated) made by the fake Stripe from its own ledger,
 // signed, received by the real webhook path, applied on real PostgreSQL with the engine's own writes;
 // the Refunds really made through the real stripe SDK against the fake.

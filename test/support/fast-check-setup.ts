@@ -3,8 +3,8 @@
 //
 // Under CI (`CI` set: .ci/run exports CI=true) every property runs from ONE fixed seed, CI_SEED, so
 // the landing gate judges exactly the inputs a developer ran with `CI=true npm test` before pushing: a new
-// counterexample found by chance on the gate would block a change that did not cause it (stop 19:
-// a random seed found a hole in the consumer property's oracle). Locally, without CI, every run
+// counterexample found by chance on the gate would block a change that did not cause it (it happened:
+// a random seed once found a hole in the consumer property's oracle). Locally, without CI, every run
 // draws new seeds and keeps exploring; a failure prints its seed and path, and
 // `FC_SEED=<seed> npx vitest run <file>` replays it (a property's own `seed` parameter wins).
 // Counterexamples worth keeping go into that property's `examples`, played on every run.

@@ -1,4 +1,4 @@
-// Contestant 3: the seed article's algorithm (§5), ported literally: its schema, request_charge,
+// Contestant 3: the seed algorithm (docs/compared.md: the textbook design this product started from), ported literally: its schema, request_charge,
 // _load, _mark_attempt_started, _record and execute_charge, its three-way error classification, and
 // execute_charge re-run over every open operation as its recovery. Differences, all forced by the
 // bench: one message at a time from SQS instead of its Outbox dispatcher; its 23 h window is the

@@ -41,7 +41,7 @@ export interface OutcomeConsumerOptions<D> {
   readonly leaseMs?: number;
   /**
    * idempotent only: how long the provider keeps an idempotency key. An attempt later than this after
-   * the first one may meet a forgotten key and act twice (the seed's §8: "a key does not make it safe
+   * the first one may meet a forgotten key and act twice ("a key does not make it safe
    * days later"); it is still made — a receipt sent twice is better than none — but logged, counted
    * (IdempotencyKeyLifetimeExceeded) and marked on the result. @default 23 h (Resend keeps keys 24 h)
    */

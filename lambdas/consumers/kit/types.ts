@@ -1,9 +1,9 @@
-// The vocabulary of the outcome-consumer kit: the three per-effect policies of the seed's §7, the
+// The vocabulary of the outcome-consumer kit: the three per-effect policies (docs/events.md#which-policy), the
 // effect a consumer supplies, and what the kit decided for each record. Plain TypeScript: nothing
 // here knows about Lambda, SQS clients or CDK.
 
 /**
- * Which failure a consumer accepts for its effect (the seed's §7 table). Declared per consumer,
+ * Which failure a consumer accepts for its effect (docs/events.md#which-policy). Declared per consumer,
  * stored on every inbox row, named in every log line and as a metric dimension.
  *
  *   idempotent     the effect takes a key derived from the event (`{consumer}:{eventId}`) and the

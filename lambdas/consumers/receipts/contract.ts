@@ -2,10 +2,10 @@
 // notifier and by its CDK wiring (lib/outcome-consumer.ts).
 import type { ConsumerPolicy } from '../kit/types.ts';
 
-/** `Refund Succeeded`: a refund operation's success (issue 15), its own operationId and sequence; the detail carries the same receipt fields. */
+/** `Refund Succeeded`: a refund operation's success (docs/events.md#refund-events), its own operationId and sequence; the detail carries the same receipt fields. */
 export const RECEIPT_DETAIL_TYPES = ['Charge Succeeded', 'Refund Succeeded'] as const;
 
-/** seed §7: a duplicate receipt is a small harm, a missing one a medium harm. */
+/** docs/events.md#which-policy: a duplicate receipt is a small harm, a missing one a medium harm. */
 export const DEFAULT_RECEIPTS_POLICY: ConsumerPolicy = 'at-least-once';
 
 /** The role the notifier logs in as on the pipeline's database (ChargePipeline.addConsumerDatabaseLogin). */

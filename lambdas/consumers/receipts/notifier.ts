@@ -2,7 +2,7 @@
 // refund operation's success (its detail carries the same orderId / amount / currency / occurredAt /
 // externalId) — it sends the customer a receipt through an e-mail provider.
 //
-// Policy: at-least-once by default (the seed's §7 table: a duplicate receipt is a small harm, a
+// Policy: at-least-once by default (docs/events.md#which-policy: a duplicate receipt is a small harm, a
 // missing one a medium harm). `idempotent` when the provider deduplicates on keys (Resend does):
 // then neither. `at-most-once` is allowed, and measured, but is the wrong choice for a receipt.
 import path from 'node:path';

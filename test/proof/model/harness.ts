@@ -11,7 +11,7 @@
 // (random fault draws hash the idempotency key, which contains a fresh uuid: not replayable), and a
 // stalled worker waits on a gate the interpreter opens, never on a timer.
 //
-// Refunds (issue 15) ride the same world: refund requests of an order (partial, the rest, full, more
+// Refunds ride the same world: refund requests of an order (partial, the rest, full, more
 // than is left, a repeat of an earlier refund id, the same id with another amount), possibly crashed,
 // faults on the Refunds endpoints, pending refunds settled, and the duplicate-charge remedy — a second
 // succeeded PaymentIntent made at Stripe behind the pipeline's back, and its evidence delivered (by an

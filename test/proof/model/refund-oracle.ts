@@ -1,5 +1,5 @@
 // The property model's refund oracle: what a refund request MAY come to, and what every order's money
-// at Stripe MUST be after heal — written from issue 15's rules, never read from the product
+// at Stripe MUST be after heal — written from the refund rules of docs/model.md, never read from the product
 // (lambdas/payments/operations-store.ts, decisions.ts). Its inputs are observations: the state of the
 // order's charge just before a request (Stripe and the engine decide that), the refunds it saw
 // accepted, and after the run the fake Stripe's ledger. Each rule below quotes the issue it comes from.

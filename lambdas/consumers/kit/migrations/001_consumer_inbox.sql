@@ -3,7 +3,7 @@
 -- pipeline's tables, and the pipeline never reads these. Applied with the tracking table
 -- outcome_consumer.schema_migrations (not the pipeline's schema_migrations).
 --
--- The seed's §8: an outbox publishes at least once, so every consumer must deduplicate. One row
+-- An outbox publishes at least once, so every consumer must deduplicate. One row
 -- per event a consumer has seen, written by ONE statement on arrival (kit/inbox-store.ts, admit):
 -- a re-delivery finds its row and learns what was done with it.
 
