@@ -518,7 +518,9 @@ export class WebhookDispatcher {
     const object = event.data.object as { id?: unknown; object?: unknown; payment_intent?: unknown; metadata?: Record<string, unknown> | null };
     // A Charge or a Refund names its PaymentIntent, whose order its own events told before.
     if (object.object === 'payment_intent' && typeof object.id === 'string' && typeof object.metadata?.order_id === 'string') this.#orderOf.set(object.id, object.metadata.order_id);
-    const orderId = object.metadata?.order_id ?? (typeof object.payment_intent === 'string' ? this.#orderOf.get(object.payment_intent) : undefined);
+    // …or, when its event comes first (which of the two is made first is timing), the PaymentIntent's own record.
+    const orderOfPaymentIntent = (id: string) => this.#orderOf.get(id) ?? this.#fake.paymentIntents().find((p) => p.id === id)?.metadata.order_id;
+    const orderId = object.metadata?.order_id ?? (typeof object.payment_intent === 'string' ? orderOfPaymentIntent(object.payment_intent) : undefined);
     const refundId = object.metadata?.refund_id;
     const subject = typeof orderId === 'string' ? `order:${orderId}${typeof refundId === 'string' ? `:refund:${refundId}` : ''}` : `object:${String(object.id)}`;
     const base = `${event.type}:${subject}`;
