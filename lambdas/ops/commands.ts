@@ -20,7 +20,6 @@ import {
   loadOperationHistory,
   reissueInReview,
   resolveInReview,
-  type AuditEvent,
   type OperationHistory,
   type OperatorWriteResult,
   type OutboxEvent,
@@ -30,6 +29,7 @@ import {
   type StripeEvidence,
   type Verdict,
 } from '../payments/review.ts';
+import type { AuditEvent } from '../payments/audit-trail.ts';
 import { listFindings, resolveFinding, type FindingRow } from '../payments/inbox-store.ts';
 import { findOperationByOrder, findRefundsOfOrder } from '../payments/operations-store.ts';
 import { paymentIntentOfRefund, type Operation, type PaymentIntentView } from '../payments/types.ts';

@@ -1,6 +1,6 @@
 // Human-readable output of an OpsResponse: tables and short sentences for a person on call. Pure:
 // the same response renders the same text whichever entry point produced it.
-import type { AuditEvent } from '../payments/review.ts';
+import type { AuditEvent } from '../payments/audit-trail.ts';
 import type { OperationDetailResult, OpsResponse, ResultOf } from './commands.ts';
 
 export interface Rendered {
