@@ -498,7 +498,6 @@ export function judgeNoEffect(
 
 // ── Reading ──────────────────────────────────────────────────────────────────────────────────────
 
-
 /** One row of the outbox, as the operator needs to see it. */
 export interface OutboxEvent {
   readonly eventId: string;
