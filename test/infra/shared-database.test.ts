@@ -6,8 +6,7 @@ import * as cdk from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { Template } from 'aws-cdk-lib/assertions';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ChargePipeline } from '../../lib/charge-pipeline.ts';
-import type { ExistingDatabase } from '../../lib/charge-pipeline-props.ts';
+import { ChargePipeline, type ExistingDatabase } from '../../lib/charge-pipeline.ts';
 import { ChargePipelinePropsError } from '../../lib/validation.ts';
 import { newApp, ofType, removeSynthOutput, type CfnResource } from './support.ts';
 
