@@ -547,7 +547,7 @@ function formatRefundedOrder(o: RefundedOrder, style: Style): string[] {
     o.verdict === 'ok' ? style.green('✔') : o.verdict === 'open' ? style.yellow('… open') : style.red('✘ violation');
   const net = o.net === null ? 'net n/a' : o.expectedNet === null ? `net ${n(o.net)}` : `net ${n(o.net)} = ${n(o.expectedNet)}${o.net === o.expectedNet ? '' : ' ✘'}`;
   const charge = o.charge ? `charge ${o.charge.status} ${n(o.charge.amount)} ${o.charge.currency}` : 'no charge';
-  const lines = [`      ${o.orderId} ${style.dim(`(${o.scenario ?? 'not the demo'})`)} · ${charge} · ${net} ${verdict}`];
+  const lines = [`      ${o.orderId} ${style.dim(`(${scenarioLabel(o)})`)} · ${charge} · ${net} ${verdict}`];
   const ours = [
     ...o.recorded.map(
       (r) =>
@@ -558,6 +558,37 @@ function formatRefundedOrder(o: RefundedOrder, style: Style): string[] {
   lines.push(`        ours:   ${ours.join(' · ') || 'none'}`);
   lines.push(`        Stripe: ${o.atStripe === null ? 'n/a' : o.atStripe.map((s) => `${s.id} ${n(s.amount)} ${s.status}`).join(' · ') || 'none'}`);
   return lines;
+}
+
+/**
+ * The scenario an order was planned for, and, when its row shows the plan could not play out (a fault
+ * profile declined the charge, a processing card was final before its refund arrived, a conflict
+ * never reached the handler), what happened instead, so that the label never contradicts its row.
+ */
+export function scenarioLabel(o: RefundedOrder): string {
+  if (o.scenario === null) return 'not the demo';
+  const chargeOk = o.charge?.status === 'succeeded';
+  const codes = new Set(o.rejected.map((r) => r.code));
+  const refunded = o.recorded.some((r) => r.status === 'succeeded');
+  const departure = ((): string | null => {
+    if (o.scenario === 'failed_charge') return chargeOk ? 'but the charge succeeded' : null;
+    if (o.charge === null) return 'but no charge was recorded';
+    if (!chargeOk) return `but the charge ${o.charge.status}, so nothing was refunded`;
+    switch (o.scenario) {
+      case 'before_final':
+        return o.recorded.some((r) => r.waited) ? null : 'but the charge was final first: nothing waited';
+      case 'conflict':
+        return codes.has('refund_conflict') ? null : 'but no conflict was recorded';
+      case 'over_refund':
+        return codes.has('exceeds_charge') ? null : 'but it was not rejected';
+      case 'duplicate_charge':
+        return o.recorded.some((r) => r.remedyOf !== null) ? null : 'but no remedy was recorded';
+      default:
+        if (refunded || o.verdict === 'open') return null;
+        return o.recorded.length === 0 ? 'but no refund was made' : 'but no refund succeeded';
+    }
+  })();
+  return departure === null ? o.scenario : `${o.scenario}, ${departure}`;
 }
 
 /** padEnd that does not count ANSI colour codes. */

@@ -1,8 +1,10 @@
 // The run's last screen answers "did it work?": a verdict line (PASS with the invariants, or FAIL
 // naming what broke), progress counts that say which are charges and which refunds (the charges'
-// denominator does not grow as refunds join), and a Stripe request row that adds up.
+// denominator does not grow as refunds join), a Stripe request row that adds up, and a scenario label that never
+// contradicts its row.
 import { describe, expect, it } from 'vitest';
-import { verdictLine, type Ledger } from '../../local/ledger.ts';
+import { scenarioLabel, verdictLine, type Ledger } from '../../local/ledger.ts';
+import type { RecordedRefund, RefundedOrder } from '../../local/refund-ledger.ts';
 import type { PipelineSnapshot } from '../../local/pipeline.ts';
 import { createProgressView } from '../../local/progress.ts';
 import { runProfile } from './support.ts';
@@ -44,4 +46,41 @@ describe('the ledger of a run', () => {
     expect((r.create ?? 0) + (r.retrieve ?? 0) + (r.search ?? 0) + (r.list ?? 0) + (r.refunds ?? 0)).toBe(r.total);
     expect(r.refunds).toBeGreaterThan(0);
   }, 120_000);
+});
+
+describe('a scenario label on the ledger', () => {
+  const order = (over: Partial<RefundedOrder>): RefundedOrder => ({
+    orderId: 'o-1',
+    scenario: 'full',
+    charge: { status: 'succeeded', amount: 1000, currency: 'usd' },
+    recorded: [],
+    rejected: [],
+    atStripe: [],
+    net: 0,
+    expectedNet: 0,
+    verdict: 'ok',
+    ...over,
+  });
+  const refund = (over: Partial<RecordedRefund>): RecordedRefund => ({
+    operationId: 'op', refundId: 'o-1-r1', amount: 1000, status: 'succeeded', externalId: 're_1', reviewReason: null, errorCode: null, waited: false, remedyOf: null, ...over,
+  });
+
+  it('is the bare scenario when the row shows it played out', () => {
+    expect(scenarioLabel(order({ recorded: [refund({})] }))).toBe('full');
+    expect(scenarioLabel(order({ scenario: 'before_final', recorded: [refund({ waited: true })] }))).toBe('before_final');
+    expect(scenarioLabel(order({ scenario: 'conflict', recorded: [refund({})], rejected: [{ code: 'refund_conflict', refundId: 'o-1-r1', amount: 1 }] }))).toBe('conflict');
+    expect(scenarioLabel(order({ scenario: 'failed_charge', charge: { status: 'failed', amount: 1000, currency: 'usd' } }))).toBe('failed_charge');
+    expect(scenarioLabel(order({ scenario: null }))).toBe('not the demo');
+  });
+
+  it('says what happened instead when the row departs from the plan', () => {
+    expect(scenarioLabel(order({ charge: { status: 'failed', amount: 1000, currency: 'usd' }, rejected: [{ code: 'charge_failed', refundId: 'o-1-r1', amount: 1000 }] })))
+      .toBe('full, but the charge failed, so nothing was refunded');
+    expect(scenarioLabel(order({ scenario: 'before_final', recorded: [refund({ waited: false })] }))).toBe('before_final, but the charge was final first: nothing waited');
+    expect(scenarioLabel(order({ scenario: 'conflict', recorded: [refund({})] }))).toBe('conflict, but no conflict was recorded');
+    expect(scenarioLabel(order({ scenario: 'over_refund' }))).toBe('over_refund, but it was not rejected');
+    expect(scenarioLabel(order({ scenario: 'duplicate_charge', recorded: [refund({})] }))).toBe('duplicate_charge, but no remedy was recorded');
+    expect(scenarioLabel(order({ scenario: 'failed_charge' }))).toBe('failed_charge, but the charge succeeded');
+    expect(scenarioLabel(order({ scenario: 'partial', recorded: [refund({ status: 'failed' })] }))).toBe('partial, but no refund succeeded');
+  });
 });
