@@ -8,16 +8,16 @@
 //   pipeline.grantSendChargeRequests(orderService);
 export { ALARM_CATALOG, type AlarmDescription, type AlarmName, CONSUMER_ALARM_CATALOG, type ConsumerAlarmName } from './alarm-catalog.ts';
 export { alarmNamesFor, type AlarmCondition, type AlarmConfiguration } from './alarm-catalog.ts';
+export { ChargePipeline } from './charge-pipeline.ts';
 export {
   CHARGE_PIPELINE_DEFAULTS,
   CHARGE_PIPELINE_PROFILES,
-  ChargePipeline,
   type ChargePipelineProfile,
   type ChargePipelineProps,
   type ConsumerDatabaseLogin,
   type ConsumerDatabaseLoginOptions,
   type ExistingDatabase,
-} from './charge-pipeline.ts';
+} from './charge-pipeline-props.ts';
 export { applicationRoleFor } from './database.ts';
 export { acknowledgeChargePipelineFindings, chargePipelineFindings, type DesignFinding } from './nag.ts';
 export { type PipelineAlarm, type PipelineMetricName, type PipelineMetrics } from './observability.ts';

@@ -28,7 +28,8 @@ import { isPolicy, type ConsumerPolicy } from '../lambdas/consumers/kit/types.ts
 import { DEFAULT_RECEIPTS_POLICY, RECEIPT_DETAIL_TYPES, RECEIPTS_DATABASE_ROLE, RECEIPTS_SCHEMAS } from '../lambdas/consumers/receipts/contract.ts';
 import { PIPELINE, SQL_IDENTIFIER } from '../lambdas/runtime/settings.ts';
 import { CONSUMER_ALARM_CATALOG, CONSUMER_METRICS_NAMESPACE, type ConsumerAlarmName } from './alarm-catalog.ts';
-import type { ChargePipeline, ConsumerDatabaseLogin } from './charge-pipeline.ts';
+import type { ChargePipeline } from './charge-pipeline.ts';
+import type { ConsumerDatabaseLogin } from './charge-pipeline-props.ts';
 import { DeploymentSettingsError } from './config.ts';
 import { existsSync } from 'node:fs';
 import { LAMBDA_RDS_CA_BUNDLE, PROJECT_ROOT, prebuiltAssetDir, RDS_CA_BUNDLE_FILE, type PipelineLogLevel } from './pipeline-function.ts';

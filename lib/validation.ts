@@ -5,7 +5,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type { IConstruct } from 'constructs';
 import { callBudgetProblem } from '../lambdas/payments/call-budget.ts';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
-import { CHARGE_PIPELINE_DEFAULTS, type ChargePipelineProps } from './charge-pipeline.ts';
+import { CHARGE_PIPELINE_DEFAULTS, type ChargePipelineProps } from './charge-pipeline-props.ts';
 import { DATABASE_NAME_MAX_LENGTH } from './database.ts';
 import { OPS_FUNCTION_CONCURRENCY } from './ops-function.ts';
 
@@ -236,7 +236,7 @@ function concurrencyProblems(props: ChargePipelineProps): string[] {
     problems.push(`databaseMaxConnections must be a positive integer, got ${maxConnections}`);
     return problems;
   }
-  const d = CHARGE_PIPELINE_DEFAULTS; // read at call time: charge-pipeline.ts imports this file
+  const d = CHARGE_PIPELINE_DEFAULTS;
   const maxConcurrency = props.chargeMaxConcurrency ?? d.chargeMaxConcurrency;
   const pool = props.databasePoolMax ?? d.databasePoolMax;
   // Out of their own bounds (reported above) or tokens: nothing to add up.

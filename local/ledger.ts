@@ -6,7 +6,7 @@ import { readSettleLag, readStripeEventsLedger, type SettleLag, type StripeEvent
 import type { Pipeline, PipelineSnapshot } from './pipeline.ts';
 import { queuedGroups } from './pipeline.ts';
 import { checkInvariants, type InvariantReport, type Violation } from './invariants.ts';
-import type { SendReport } from './demo.ts';
+import type { SendReport } from './send-report.ts';
 import { describeTimeLapse, keyPruneAfterMsFor, leaseMsFor } from './pipeline.ts';
 import type { FakeStripeStats } from './fake-stripe/types.ts';
 import { readRefundLedger, type RefundedOrder, type RefundLedger } from './refund-ledger.ts';

@@ -1,6 +1,6 @@
 // The live view of a local run. On a terminal: a bar and a few lines of counts, redrawn in place
 // (plain ANSI: cursor up, clear line); elsewhere (CI, a pipe, a log file): one line every few seconds.
-import type { SendReport } from './demo.ts';
+import type { SendReport } from './send-report.ts';
 import type { PipelineSnapshot } from './pipeline.ts';
 import { ANSI, seconds, type Style } from './ledger.ts';
 

@@ -4,7 +4,7 @@
 // net_amount, over_refund, unrecorded_refund, succeeded_without_refund, refund_mismatch); this module
 // gathers what a reader needs to see them for each order.
 import type { Db } from '../lambdas/payments/db.ts';
-import type { RefundScenario, SendReport } from './demo.ts';
+import type { RefundScenario, SendReport } from './send-report.ts';
 import type { FakeStripeStats, PaymentIntentRecord, RefundRecord, RequestRecord } from './fake-stripe/types.ts';
 import type { Violation } from './invariants.ts';
 import { netChargedByOrder } from './stripe-truth.ts';

@@ -8,7 +8,8 @@ import { backoffDelay, DEFAULT_POLICY, idempotencyKey, watchTimings } from '../l
 import type { EngineOptions } from '../lambdas/payments/engine.ts';
 import { OrderConflictError } from '../lambdas/payments/errors.ts';
 import { claimById, recordOutcomes, reissueAfterProof } from '../lambdas/payments/operations-store.ts';
-import { lastPossibleSendAt, loadOperationHistory } from '../lambdas/payments/review.ts';
+import { lastPossibleSendAt } from '../lambdas/payments/audit-trail.ts';
+import { loadOperationHistory } from '../lambdas/payments/review.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
 import { auditTrail, operationRow, type TestDatabase } from './support/db.ts';
 import { testEngine } from './support/engine.ts';

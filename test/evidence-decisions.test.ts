@@ -22,7 +22,7 @@ import {
   type ListedObject,
 } from '../lambdas/payments/decisions.ts';
 import { summarizeEvidence, type EvidenceEvent } from '../lambdas/payments/evidence.ts';
-import { lastPossibleSendAt } from '../lambdas/payments/review.ts';
+import { lastPossibleSendAt } from '../lambdas/payments/audit-trail.ts';
 import { FailureKind, type GatewayFailure, type ListAnswer } from '../lambdas/payments/gateway.ts';
 import type { ClaimedOperation, PaymentIntentView } from '../lambdas/payments/types.ts';
 import { claimedOperation, OP_ID, T0 } from './support/operations.ts';

@@ -10,8 +10,8 @@
 import type { SQSBatchResponse, SQSRecord } from 'aws-lambda';
 import type { Db } from '../payments/db.ts';
 import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
-import { ChargeEngine, mapBounded, type Execution, type RefundRequestResult, type RequestResult } from '../payments/engine.ts';
-import { OutcomesNotRecordedError } from '../payments/errors.ts';
+import { ChargeEngine, mapBounded } from '../payments/engine.ts';
+import { OutcomesNotRecordedError, type Execution, type RefundRequestResult, type RequestResult } from '../payments/request-results.ts';
 import type { PaymentGateway } from '../payments/gateway.ts';
 import { DEFAULT_MAX_AMOUNT, legacyDeduplicationId, legacyRefundDeduplicationId, parseQueueMessage } from '../payments/message.ts';
 import type { OutcomeEventRow } from '../payments/operations-store.ts';

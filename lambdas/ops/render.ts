@@ -1,7 +1,8 @@
 // Human-readable output of an OpsResponse: tables and short sentences for a person on call. Pure:
 // the same response renders the same text whichever entry point produced it.
-import type { AuditEvent } from '../payments/review.ts';
-import type { OperationDetailResult, OpsResponse, ResultOf } from './commands.ts';
+import type { AuditEvent } from '../payments/audit-trail.ts';
+import type { OpsResponse } from './response.ts';
+import type { OperationDetailResult, ResultOf } from './results.ts';
 
 export interface Rendered {
   readonly stdout: string[];

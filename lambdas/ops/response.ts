@@ -1,9 +1,9 @@
 // The one document both entry points answer with — `npm run ops -- … --json` prints it, the ops
 // Lambda returns it — and the failure half of it. Kept apart from the commands so that the CLI can
 // report a bad argument without loading the database and Stripe clients.
-import type { ResultOf } from './commands.ts';
 import { EXIT, type ErrorCode, type OpsError } from './errors.ts';
 import type { CommandName } from './parse.ts';
+import type { ResultOf } from './results.ts';
 
 export type ResponseCommand = keyof ResultOf;
 

@@ -34,7 +34,8 @@ import {
 } from './decisions.ts';
 import { summarizeEvidence } from './evidence.ts';
 import { KIND_ADAPTERS } from './kinds.ts';
-import { OperationNotFoundError, OrderConflictError, OutcomesNotRecordedError, RefundRejectedError } from './errors.ts';
+import { OperationNotFoundError, OrderConflictError, RefundRejectedError } from './errors.ts';
+import { OutcomesNotRecordedError, type Execution, type RefundRequestResult, type RequestResult } from './request-results.ts';
 import { FailureKind, type GatewayResult, type PaymentGateway } from './gateway.ts';
 import {
   claimById,
@@ -47,13 +48,12 @@ import {
   releaseWrite,
   requestAndClaim,
   requestRefundAndClaim,
-  type OutcomeEventRow,
   type OutcomeWrite,
   type RecordResult,
   type ReissueWrite,
   type RequestRow,
 } from './operations-store.ts';
-import type { ChargeInput, ClaimedOperation, Operation, OperationStatus, PaymentIntentView, RefundInput } from './types.ts';
+import type { ChargeInput, ClaimedOperation, Operation, PaymentIntentView, RefundInput } from './types.ts';
 
 export interface EngineOptions {
   readonly db: Db;
@@ -76,48 +76,6 @@ export interface EngineOptions {
    * past the window's end after a claim made inside it. Default performance.now.
    */
   readonly now?: () => number;
-}
-
-/** What happened to one operation in one execution. */
-export interface Execution {
-  readonly operationId: string;
-  /** Status after this execution (or the current one when nothing was done). */
-  readonly status: OperationStatus;
-  /**
-   * attempted: Stripe was called and the outcome written; discarded: Stripe was called but the lease
-   * was lost, so the outcome was not written; released: not started for lack of time or budget;
-   * deferred: claimed, but its List may not be asked before the settle delay since the last send
-   * ends, so it was given back, due then; skipped: not claimable (final, in review, leased by
-   * someone else, or not due yet).
-   */
-  readonly disposition: 'attempted' | 'discarded' | 'released' | 'deferred' | 'skipped';
-  readonly step?: AttemptStep;
-  readonly outcome?: Outcome;
-  readonly reviewReason?: string | null;
-  /** The outbox row written with this outcome, if any, leased to this caller for publishing. */
-  readonly event?: OutcomeEventRow | null;
-}
-
-export interface RequestResult {
-  readonly input: ChargeInput;
-  readonly operationId: string;
-  /** Null when the request was accepted; the conflict otherwise (nothing created, nothing charged). */
-  readonly conflict: OrderConflictError | null;
-  /** Null for a conflict, when not asked to execute, and inside an OutcomesNotRecordedError. */
-  readonly execution: Execution | null;
-}
-
-export interface RefundRequestResult {
-  readonly input: RefundInput;
-  /** The refund operation; null when the request was rejected (nothing created, nothing sent). */
-  readonly operationId: string | null;
-  readonly rejection: RefundRejectedError | null;
-  /** Null for a rejection, when not asked to execute, or when the outcome could not be recorded. */
-  readonly execution: Execution | null;
-  /** The refund is durable but its outcome write failed (the reconciler settles it, same key). */
-  readonly outcomeNotRecorded?: unknown;
-  /** This request made the operation (false: the same refund id was asked for before). */
-  readonly created?: boolean;
 }
 
 /** A concurrent refund of the same order committed first: the trigger of 007_refunds.sql said so. */

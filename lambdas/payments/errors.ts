@@ -1,5 +1,5 @@
 // One error hierarchy for the domain. Errors are identified by `name` and carry what a caller needs.
-import type { RequestResult } from './engine.ts';
+// OutcomesNotRecordedError, which carries a batch's request results, is in request-results.ts.
 import type { ChargeInput, Operation, RefundInput } from './types.ts';
 
 export class PaymentsError extends Error {
@@ -48,21 +48,5 @@ export class OperationNotFoundError extends PaymentsError {
   constructor(operationId: string) {
     super(`payment operation ${operationId} does not exist`);
     this.operationId = operationId;
-  }
-}
-
-/**
- * Every request of the batch is durable (its operation committed, claimed or not) but the outcomes of
- * the Stripe calls could not be written. Nothing is lost: the calls used the operations' keys, the
- * leases expire, the reconciler asks Stripe again with the same keys. `requests` says which
- * operation each input has (and which conflict), so a caller acknowledges them instead of making
- * the queue redeliver what the database already holds.
- */
-export class OutcomesNotRecordedError extends PaymentsError {
-  override readonly name = 'OutcomesNotRecordedError';
-  readonly requests: readonly RequestResult[];
-  constructor(requests: readonly RequestResult[], cause: unknown) {
-    super(`the outcomes of ${requests.length} durable request(s) could not be recorded: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
-    this.requests = requests;
   }
 }

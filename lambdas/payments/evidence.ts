@@ -3,11 +3,10 @@
 // when, whether List or Search cannot answer for it. Proofs are not stored anywhere else: the trail is
 // the record an auditor reads, so the engine decides from exactly what the auditor sees.
 //
-// Pure (the read is loadEvidenceEvents in operations-store.ts). Separate from decisions.ts only because
-// it reuses the operator's reading of the trail (review.ts lastPossibleSendAt), which itself imports
-// decisions.ts.
+// Pure (the read is loadEvidenceEvents in operations-store.ts). It reads the trail with the same
+// function the operator's review uses (audit-trail.ts lastPossibleSendAt).
 import type { EnginePolicy, EvidenceHistory } from './decisions.ts';
-import { lastPossibleSendAt, type AuditEvent } from './review.ts';
+import { lastPossibleSendAt, type AuditEvent } from './audit-trail.ts';
 import type { ClaimedOperation } from './types.ts';
 
 export type EvidenceEvent = Pick<AuditEvent, 'action' | 'step' | 'occurredAt' | 'keyGeneration' | 'detail'> & { readonly errorClass?: string | null };

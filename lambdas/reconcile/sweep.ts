@@ -13,7 +13,8 @@
 // fenced write discards a zombie's late outcome.
 import type { Db } from '../payments/db.ts';
 import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
-import { ChargeEngine, type Execution } from '../payments/engine.ts';
+import { ChargeEngine } from '../payments/engine.ts';
+import type { Execution } from '../payments/request-results.ts';
 import type { PaymentGateway } from '../payments/gateway.ts';
 import { publishLeased, relayUnpublished, type EventPublisher } from '../events/outbox.ts';
 import { describeError, silentLog, type InvocationClock, type LogSink } from '../runtime/observability.ts';

@@ -51,7 +51,7 @@ export function interfaceProps(source: string, name: string): string[] {
 
 const lambdaSources = sourceFiles(path.join(PROJECT_ROOT, 'lambdas'));
 const variables = [...new Set(lambdaSources.flatMap((file) => [...environmentVariablesRead(readFileSync(file, 'utf8'))]))].sort();
-const props = interfaceProps(readFileSync(path.join(PROJECT_ROOT, 'lib/charge-pipeline.ts'), 'utf8'), 'ChargePipelineProps');
+const props = interfaceProps(readFileSync(path.join(PROJECT_ROOT, 'lib/charge-pipeline-props.ts'), 'utf8'), 'ChargePipelineProps');
 const documented = documentedNames(doc);
 
 describe('reading the names from the source', () => {

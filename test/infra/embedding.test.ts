@@ -7,7 +7,8 @@ import * as rds from 'aws-cdk-lib/aws-rds';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { afterAll, describe, expect, it } from 'vitest';
 import { alarmNamesFor } from '../../lib/alarm-catalog.ts';
-import { ChargePipeline, type ChargePipelineProps } from '../../lib/charge-pipeline.ts';
+import { ChargePipeline } from '../../lib/charge-pipeline.ts';
+import type { ChargePipelineProps } from '../../lib/charge-pipeline-props.ts';
 import { ChargePipelinePropsError } from '../../lib/validation.ts';
 import { dependsOn, logicalId, newApp, ofType, removeSynthOutput, synthPipeline } from './support.ts';
 

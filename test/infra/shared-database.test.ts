@@ -6,7 +6,8 @@ import * as cdk from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { Template } from 'aws-cdk-lib/assertions';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ChargePipeline, type ExistingDatabase } from '../../lib/charge-pipeline.ts';
+import { ChargePipeline } from '../../lib/charge-pipeline.ts';
+import type { ExistingDatabase } from '../../lib/charge-pipeline-props.ts';
 import { ChargePipelinePropsError } from '../../lib/validation.ts';
 import { newApp, ofType, removeSynthOutput, type CfnResource } from './support.ts';
 

@@ -1,7 +1,8 @@
 import * as cdk from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ChargePipeline, type ChargePipelineProps } from '../../lib/charge-pipeline.ts';
+import { ChargePipeline } from '../../lib/charge-pipeline.ts';
+import type { ChargePipelineProps } from '../../lib/charge-pipeline-props.ts';
 import { DeploymentSettingsError, ENVIRONMENTS_CONTEXT_KEY, settingsFromContext } from '../../lib/config.ts';
 import { ChargePipelinePropsError } from '../../lib/validation.ts';
 import { OutcomeConsumer } from '../../lib/outcome-consumer.ts';

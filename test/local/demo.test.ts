@@ -2,7 +2,8 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../lambdas/runtime/config.ts';
 import { parseCliArgs } from '../../local/cli.ts';
-import { buildWorkload, REFUND_SCENARIOS, type SendStep } from '../../local/demo.ts';
+import { buildWorkload, type SendStep } from '../../local/demo.ts';
+import { REFUND_SCENARIOS } from '../../local/send-report.ts';
 import { DEMO_TIME_LAPSE, describeTimeLapse, evidenceTimingsFor, keyPruneAfterMsFor, leaseMsFor, watchTimingsFor, type TimeLapse } from '../../local/pipeline.ts';
 import { TEST_TIME_LAPSE } from './support.ts';
 

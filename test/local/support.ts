@@ -3,7 +3,8 @@
 // fake Stripe's OWN record of PaymentIntents — not against what the database believes.
 import { inject } from 'vitest';
 import { expect } from 'vitest';
-import { buildWorkload, REFUND_SCENARIOS, runWorkload, type Workload, type WorkloadRun } from '../../local/demo.ts';
+import { buildWorkload, runWorkload, type Workload, type WorkloadRun } from '../../local/demo.ts';
+import { REFUND_SCENARIOS } from '../../local/send-report.ts';
 import type { FaultProfileName } from '../../local/fake-stripe/server.ts';
 import type { PaymentIntentRecord, RefundRecord, RequestRecord } from '../../local/fake-stripe/types.ts';
 import { startPipeline, type PipelineOptions, type TimeLapse } from '../../local/pipeline.ts';

@@ -5,12 +5,11 @@ import {
   DEFAULT_REVIEW_POLICY,
   judgeNoEffect,
   judgeResolveSucceeded,
-  lastPossibleSendAt,
-  type AuditEvent,
   type PaymentIntentEvidence,
   type RefundEvidence,
   type StripeEvidence,
 } from '../../lambdas/payments/review.ts';
+import { lastPossibleSendAt, type AuditEvent } from '../../lambdas/payments/audit-trail.ts';
 import type { Operation } from '../../lambdas/payments/types.ts';
 import { parseInvocation } from '../../lambdas/ops/parse.ts';
 import { formatAmount, formatSeconds } from '../../lambdas/ops/render.ts';

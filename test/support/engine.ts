@@ -2,7 +2,8 @@
 import type { Pool } from 'pg';
 import { expect } from 'vitest';
 import { DEFAULT_POLICY, type EnginePolicy } from '../../lambdas/payments/decisions.ts';
-import { ChargeEngine, type EngineOptions, type Execution } from '../../lambdas/payments/engine.ts';
+import { ChargeEngine, type EngineOptions } from '../../lambdas/payments/engine.ts';
+import type { Execution } from '../../lambdas/payments/request-results.ts';
 import type { ChargeInput } from '../../lambdas/payments/types.ts';
 import { chargeOrder } from './orders.ts';
 import type { World } from './world.ts';

@@ -20,7 +20,8 @@
 // refund-oracle.ts before it is made; after heal the oracle judges every order's money.
 import { randomUUID } from 'node:crypto';
 import type { Db } from '../../../lambdas/payments/db.ts';
-import { ChargeEngine, type RefundRequestResult } from '../../../lambdas/payments/engine.ts';
+import { ChargeEngine } from '../../../lambdas/payments/engine.ts';
+import type { RefundRequestResult } from '../../../lambdas/payments/request-results.ts';
 import type {
   CreatePaymentIntentRequest,
   CreateRefundRequest,
