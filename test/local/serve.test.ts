@@ -52,7 +52,7 @@ describe('the commands --serve prints', () => {
 
 describe('Ctrl-C ends a settled --serve run', () => {
   it('with exit 0 through npm start (SIGINT to the whole process group, as a terminal sends it)', async () => {
-    expect((JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts.start).toMatch(/^exec tsx /);
+    expect((JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts.start).toMatch(/^exec node --import tsx /);
     const dataDir = temporaryDataDir('serve');
     let output = '';
     const child = spawn('npm', ['start', '--', '--serve', '--orders', '0', '--no-consumers', '--data-dir', dataDir, '--log-level', 'SILENT'], {
