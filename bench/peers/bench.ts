@@ -26,6 +26,8 @@ export interface BenchOptions {
   readonly pollers: number;
   /** Skip the clean throughput runs and the limit (the test's small configuration). */
   readonly faultRunOnly?: boolean;
+  /** Skip the fault runs: the clean runs and the limit only (speed and WAL work). */
+  readonly cleanRunOnly?: boolean;
   readonly log?: (line: string) => void;
 }
 
@@ -51,7 +53,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     const cleanRuns: RunResult[] = [];
     const limits: LimitResult[] = [];
     log(`fault runs, one process per contestant at once: ${options.orders} orders, ${faultWorkload.sends.length} messages, seed ${options.seed}`);
-    const results = await Promise.all(chosen.map((contestant) => faultRunInWorker(contestant.id, postgres.adminUrl, options, log)));
+    const results = options.cleanRunOnly ? [] : await Promise.all(chosen.map((contestant) => faultRunInWorker(contestant.id, postgres.adminUrl, options, log)));
     for (const r of results) {
       log(`${r.contestant}: ${JSON.stringify(r.judgement.counts)} (traffic ${r.phasesMs.traffic} ms, quiet ${r.phasesMs.quiet} ms, recovery ${r.phasesMs.recovery} ms)`);
       faultRuns.push(r);
@@ -122,6 +124,29 @@ function table(headers: readonly string[], rows: readonly (readonly string[])[])
   return [line(headers), `|${widths.map((w, i) => (i === 0 ? '-'.repeat(w + 2) : `${'-'.repeat(w + 1)}:`)).join('|')}|`, ...rows.map(line)].join('\n');
 }
 
+/** Relations under this share of a contestant's WAL are summed into one row. */
+const WAL_ROW_MIN_SHARE = 0.01;
+
+/** Per PostgreSQL contestant, its clean 0 ms run's WAL per charge by relation (pg_walinspect). */
+function renderWalByRelation(report: BenchReport): string[] {
+  const out: string[] = [];
+  for (const r of report.cleanRuns) {
+    if (r.latencyMs !== report.options.latencies[0] || !r.perOrder.walByRelation || r.perOrder.walBytes === null) continue;
+    const shares = r.perOrder.walByRelation;
+    const total = r.perOrder.walBytes;
+    const big = shares.filter((w) => w.bytes >= WAL_ROW_MIN_SHARE * total);
+    const small = shares.filter((w) => w.bytes < WAL_ROW_MIN_SHARE * total);
+    const counted = shares.reduce((a, w) => a + w.bytes, 0);
+    const rows = big.map((w) => [w.relation, fmt(w.records, 2), fmt(Math.round(w.bytes)), fmt(Math.round(w.fpiBytes))]);
+    if (small.length > 0) rows.push([`${small.length} others`, fmt(small.reduce((a, w) => a + w.records, 0), 2), fmt(Math.round(small.reduce((a, w) => a + w.bytes, 0))), fmt(Math.round(small.reduce((a, w) => a + w.fpiBytes, 0)))]);
+    rows.push(['page headers and alignment', '–', fmt(Math.round(total - counted)), '–']);
+    rows.push(['total', fmt(shares.reduce((a, w) => a + w.records, 0), 2), fmt(Math.round(total)), fmt(Math.round(shares.reduce((a, w) => a + w.fpiBytes, 0)))]);
+    out.push('', `WAL per charge by relation — ${r.title}, clean run at ${r.latencyMs} ms (pg_walinspect):`, '');
+    out.push(table(['relation', 'records/charge', 'bytes/charge', 'of which full-page images'], rows));
+  }
+  return out;
+}
+
 /** The report as Markdown tables (what docs/compared.md holds). */
 export function renderReport(report: BenchReport): string {
   const out: string[] = [];
@@ -131,10 +156,10 @@ export function renderReport(report: BenchReport): string {
     `bench:peers — ${o.orders} orders (${first?.messages ?? '?'} messages: each order sent 1–3 times), seed ${o.seed}, ${o.pollers} pollers × batches of 10, ` +
       `${report.machine.cpus} CPUs, Node ${report.machine.node}, PostgreSQL ${report.machine.postgres}`,
     '',
+  );
+  if (report.faultRuns.length > 0) out.push(
     'Under faults (one seeded schedule for all, fake Stripe at 0 ms; counts are orders, judged against the fake Stripe\'s record):',
     '',
-  );
-  out.push(
     table(
       ['contestant', 'double charges', 'lost', 'charged, unrecorded', 'wrongly failed', 'left open', 'to review', 'ok', 'in DLQ', 'p50 send→final', 'p99 send→final', 'Stripe req/order', 'store req/order'],
       report.faultRuns.map((r) => [
@@ -193,6 +218,7 @@ export function renderReport(report: BenchReport): string {
         .join(', ')}`);
     }
   }
+  out.push(...renderWalByRelation(report));
   if (!report.statementStats) out.push('', 'pg_stat_statements could not be loaded: server-side statement figures are missing.');
   return out.join('\n');
 }

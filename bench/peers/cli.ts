@@ -1,4 +1,4 @@
-// npm run bench:peers [-- --orders 2000 --seed 42 --latency 0,50 --contestants ours,powertools,seed,naive --json]
+// npm run bench:peers [-- --orders 2000 --seed 42 --latency 0,50 --contestants ours,powertools,seed,naive --json --clean-only]
 // Figures, not assertions. Progress on stderr, the tables (or JSON) on stdout.
 import { parseArgs } from 'node:util';
 import { CONTESTANTS, renderReport, runBench } from './bench.ts';
@@ -12,6 +12,7 @@ const { values } = parseArgs({
     contestants: { type: 'string', default: CONTESTANTS.map((c) => c.id).join(',') },
     pollers: { type: 'string', default: '8' },
     json: { type: 'boolean', default: false },
+    'clean-only': { type: 'boolean', default: false },
   },
 });
 const orders = Number(values.orders);
@@ -28,7 +29,7 @@ if (latencies.some((l) => !Number.isFinite(l) || l < 0)) throw new Error(`--late
 if (bad.length > 0) throw new Error(`unknown contestant(s): ${bad.join(', ')} (known: ${[...known].join(', ')})`);
 
 const started = Date.now();
-const report = await runBench({ orders, seed, latencies, contestants: ids, pollers, log: (line) => process.stderr.write(`[${((Date.now() - started) / 1000).toFixed(0)} s] ${line}\n`) });
+const report = await runBench({ orders, seed, latencies, contestants: ids, pollers, cleanRunOnly: values['clean-only'], log: (line) => process.stderr.write(`[${((Date.now() - started) / 1000).toFixed(0)} s] ${line}\n`) });
 // JSON: the verdict of every order, as an object (a Map does not serialise).
 const replacer = (_key: string, value: unknown) => (value instanceof Map ? Object.fromEntries(value) : value);
 console.log(values.json ? JSON.stringify(report, replacer, 2) : renderReport(report));

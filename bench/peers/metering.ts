@@ -58,11 +58,58 @@ export function clientMeter(): ClientMeter {
 export interface ServerMeter {
   start(): Promise<void>;
   /** Since start(): statements the contestant's database executed, their execution time, WAL bytes. */
-  read(): Promise<{ statements: number; execMs: number; walBytes: number; statementsAvailable: boolean }>;
+  read(): Promise<{ statements: number; execMs: number; walBytes: number; statementsAvailable: boolean; walByRelation: readonly WalShare[] | null }>;
+}
+
+/** WAL written for one relation (or, for records that touch none, one resource manager). */
+export interface WalShare {
+  /** A table or index of the run's database; `(no relation) Transaction` for commit records and so on. */
+  readonly relation: string;
+  readonly records: number;
+  /** Whole record lengths, full-page images included. */
+  readonly bytes: number;
+  /** Of which full-page images (the first change to a page after a checkpoint). */
+  readonly fpiBytes: number;
+}
+
+/**
+ * Where the WAL between two positions went, per relation, read with pg_walinspect (PostgreSQL 16+):
+ * each record is counted once, under the relation of its first block reference; a record with no
+ * block (a commit, a running-transactions snapshot) under its resource manager. The sum is the
+ * records' lengths; the rest of the LSN distance is page headers and alignment.
+ */
+export async function walByRelation(databaseUrl: string, fromLsn: string, toLsn: string): Promise<WalShare[]> {
+  const client = new pg.Client({ connectionString: databaseUrl, application_name: OBSERVER_APPLICATION });
+  await client.connect();
+  try {
+    await client.query('CREATE EXTENSION IF NOT EXISTS pg_walinspect');
+    const { rows } = await client.query<{ relation: string; records: string; bytes: string; fpi: string }>(
+      `/* bench */
+       WITH first_block AS (
+              SELECT start_lsn, reldatabase, relfilenode, relforknumber
+                FROM pg_get_wal_block_info($1::pg_lsn, $2::pg_lsn, false) WHERE block_id = 0),
+            records AS (
+              SELECT start_lsn, resource_manager, record_length, fpi_length FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn))
+       SELECT CASE
+                WHEN b.start_lsn IS NULL THEN '(no relation) ' || r.resource_manager
+                WHEN b.reldatabase <> (SELECT oid FROM pg_database WHERE datname = current_database()) THEN '(another database)'
+                ELSE coalesce(c.relname, '(catalog or dropped)') || CASE WHEN b.relforknumber = 0 THEN '' ELSE ' (fork ' || b.relforknumber || ')' END
+              END AS relation,
+              count(*)::bigint AS records, sum(r.record_length)::bigint AS bytes, sum(r.fpi_length)::bigint AS fpi
+         FROM records r
+         LEFT JOIN first_block b USING (start_lsn)
+         LEFT JOIN pg_class c ON c.oid = pg_filenode_relation(0, b.relfilenode)
+        GROUP BY 1 ORDER BY 3 DESC`,
+      [fromLsn, toLsn],
+    );
+    return rows.map((r) => ({ relation: r.relation, records: Number(r.records), bytes: Number(r.bytes), fpiBytes: Number(r.fpi) }));
+  } finally {
+    await client.end();
+  }
 }
 
 /** Server-side figures; pg_stat_statements only if the server preloads it (the bench's does). */
-export function serverMeter(admin: pg.Pool, database: string): ServerMeter {
+export function serverMeter(admin: pg.Pool, database: string, databaseUrl?: string): ServerMeter {
   let lsn = '0/0';
   let available = false;
   return {
@@ -76,7 +123,7 @@ export function serverMeter(admin: pg.Pool, database: string): ServerMeter {
       }
     },
     async read() {
-      const wal = await admin.query<{ bytes: string }>('SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint AS bytes', [lsn]);
+      const wal = await admin.query<{ bytes: string; lsn: string }>('SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint AS bytes, pg_current_wal_lsn()::text AS lsn', [lsn]);
       let statements = 0;
       let execMs = 0;
       if (available) {
@@ -90,7 +137,8 @@ export function serverMeter(admin: pg.Pool, database: string): ServerMeter {
         statements = Number(rows[0]?.calls ?? 0);
         execMs = rows[0]?.ms ?? 0;
       }
-      return { statements, execMs, walBytes: Number(wal.rows[0]!.bytes), statementsAvailable: available };
+      const shares = databaseUrl ? await walByRelation(databaseUrl, lsn, wal.rows[0]!.lsn).catch(() => null) : null;
+      return { statements, execMs, walBytes: Number(wal.rows[0]!.bytes), statementsAvailable: available, walByRelation: shares };
     },
   };
 }

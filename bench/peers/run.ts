@@ -12,7 +12,7 @@ import type { FakeStripe, FaultRates } from '../../local/fake-stripe/types.ts';
 import { keyPruneAfterMsFor, leaseMsFor, queuedGroups, startPipeline, type TimeLapse } from '../../local/pipeline.ts';
 import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
 import type { Contestant, RunningContestant } from './contestant.ts';
-import { clientMeter, serverMeter } from './metering.ts';
+import { clientMeter, serverMeter, type WalShare } from './metering.ts';
 import { makeWorkload, PEER_FAULT_RATES, type Workload } from './schedule.ts';
 import { judge, type Judgement } from './truth.ts';
 
@@ -89,6 +89,8 @@ export interface RunResult {
     readonly serverStatements: number | null;
     readonly serverExecMs: number | null;
     readonly walBytes: number | null;
+    /** Clean runs of a PostgreSQL contestant: the WAL per charge by relation (bytes, FPI bytes, records per charge). */
+    readonly walByRelation: readonly WalShare[] | null;
     readonly dynamoRequests: number | null;
     readonly stripeRequests: number;
   };
@@ -192,7 +194,7 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
       await allFinal(warm.orders.map((o) => o.orderId), 30_000);
       firstSentAt.clear();
     }
-    const server = serverMeter(admin, pipeline.databaseName);
+    const server = serverMeter(admin, pipeline.databaseName, contestant.store === 'postgresql' && !options.faults ? pipeline.databaseUrl : undefined);
     await server.start();
     const client = clientMeter();
     client.reset(pipeline.databaseName);
@@ -291,6 +293,7 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
           serverStatements: pgStore && srv.statementsAvailable ? srv.statements / n : null,
           serverExecMs: pgStore && srv.statementsAvailable ? srv.execMs / n : null,
           walBytes: pgStore ? srv.walBytes / n : null,
+          walByRelation: pgStore && srv.walByRelation ? srv.walByRelation.map((w) => ({ ...w, bytes: w.bytes / n, fpiBytes: w.fpiBytes / n, records: w.records / n })) : null,
           dynamoRequests: contestant.store === 'dynamodb' ? (options.dynamoRequests() - dynamoBase) / n : null,
           stripeRequests: (fake.stats().requests.total - stripeBase) / n,
         },
