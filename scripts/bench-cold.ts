@@ -1,0 +1,122 @@
+// npm run bench:cold — cold start per Lambda function, in figures (printed, never asserted):
+// every pipeline handler bundled as the deploy bundles it (scripts/cold-bundles.ts), beside an empty
+// module and a "floor" bundle of just stripe + pg + @aws-sdk/client-eventbridge. For each: the bundle's
+// size, and the wall time of a fresh `node <bundle>` process (spawn to exit: Node's start-up, loading,
+// compiling and evaluating the module), over N processes per bundle run round-robin across the
+// bundles (one of each, again and again, the order rotated every round), so that a busy moment of
+// the machine falls on every bundle alike. Printed: min / median / max, the median minus the empty
+// module's (what the bundle itself costs), and that as a ratio to the floor's.
+// Options: --processes N (10), --json, --why (the top packages of each bundle, from esbuild's
+// metafile), --source-maps (bundle external source maps and run with --enable-source-maps, as the
+// functions run in Lambda: NODE_OPTIONS in lib/pipeline-function.ts), --keep (print and keep the folder).
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { buildColdBundles, bytesByPackage, type ColdBundle } from './cold-bundles.ts';
+
+const { values: args } = parseArgs({
+  options: {
+    processes: { type: 'string', default: '10' },
+    json: { type: 'boolean', default: false },
+    why: { type: 'boolean', default: false },
+    'source-maps': { type: 'boolean', default: false },
+    keep: { type: 'boolean', default: false },
+  },
+});
+const PROCESSES = Number(args.processes);
+if (!Number.isInteger(PROCESSES) || PROCESSES < 1) throw new Error(`--processes must be a positive integer, got ${args.processes}`);
+const SOURCE_MAPS = args['source-maps'];
+
+const median = (values: number[]) => {
+  const s = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+};
+const round = (n: number, d = 1) => Math.round(n * 10 ** d) / 10 ** d;
+const kib = (bytes: number) => Math.round(bytes / 1024).toLocaleString('en-US');
+
+/** One fresh process importing the bundle; its wall time in ms. */
+function runOnce(bundle: ColdBundle): number {
+  const started = process.hrtime.bigint();
+  const run = spawnSync(process.execPath, [...(SOURCE_MAPS ? ['--enable-source-maps'] : []), bundle.file], {
+    cwd: os.tmpdir(),
+    // No AWS or database settings: the handlers read their configuration on the first invocation.
+    env: { PATH: process.env.PATH ?? '', POWERTOOLS_METRICS_DISABLED: 'true', AWS_REGION: 'eu-west-1' },
+    stdio: ['ignore', 'ignore', 'pipe'],
+    timeout: 30_000,
+  });
+  const ms = Number(process.hrtime.bigint() - started) / 1e6;
+  if (run.status !== 0) throw new Error(`node ${bundle.file} exited ${run.status ?? run.signal}: ${run.stderr.toString().slice(0, 2000)}`);
+  return ms;
+}
+
+const outDir = mkdtempSync(path.join(os.tmpdir(), 'bench-cold-'));
+try {
+  const bundles = await buildColdBundles(outDir, { sourceMaps: SOURCE_MAPS });
+  const times = new Map<string, number[]>(bundles.map((b) => [b.name, []]));
+  runOnce(bundles[0]!); // warm the file system cache for node itself, not counted
+  for (let round = 0; round < PROCESSES; round++) {
+    for (let i = 0; i < bundles.length; i++) {
+      const bundle = bundles[(round + i) % bundles.length]!;
+      times.get(bundle.name)!.push(runOnce(bundle));
+    }
+  }
+  const medians = new Map(bundles.map((b) => [b.name, median(times.get(b.name)!)]));
+  const empty = medians.get('empty')!;
+  const floorCost = medians.get('floor')! - empty;
+  const rows = bundles.map((b) => {
+    const t = times.get(b.name)!;
+    const cost = medians.get(b.name)! - empty;
+    return {
+      name: b.name,
+      kind: b.kind,
+      bytes: b.bytes,
+      kib: round(b.bytes / 1024),
+      minMs: round(Math.min(...t)),
+      medianMs: round(medians.get(b.name)!),
+      maxMs: round(Math.max(...t)),
+      overEmptyMs: round(cost),
+      toFloor: b.name === 'empty' ? null : round(cost / floorCost, 2),
+      ...(args.why ? { top: bytesByPackage(b).slice(0, 10) } : {}),
+    };
+  });
+  const result = {
+    date: new Date().toISOString(),
+    node: process.version,
+    processesPerBundle: PROCESSES,
+    sourceMaps: SOURCE_MAPS,
+    rows,
+  };
+  if (args.json) {
+    process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+  } else {
+    const header = ['bundle', 'KiB', 'bytes', 'min ms', 'median ms', 'max ms', 'median − empty', '× floor'];
+    const table = rows.map((r) => [
+      r.name,
+      kib(r.bytes),
+      r.bytes.toLocaleString('en-US'),
+      r.minMs.toFixed(1),
+      r.medianMs.toFixed(1),
+      r.maxMs.toFixed(1),
+      r.name === 'empty' ? '—' : r.overEmptyMs.toFixed(1),
+      r.toFloor === null ? '—' : r.toFloor.toFixed(2),
+    ]);
+    const widths = header.map((h, i) => Math.max(h.length, ...table.map((row) => row[i]!.length)));
+    const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+    console.log(`bench:cold — ${PROCESSES} fresh node processes per bundle, round-robin; ${process.version}${SOURCE_MAPS ? ', --enable-source-maps' : ''}; ${result.date}`);
+    console.log(line(header));
+    for (const row of table) console.log(line(row));
+    console.log('Times are wall clock of spawn to exit on a shared machine: compare within one run, not across runs.');
+    if (args.why) {
+      for (const b of bundles.filter((x) => x.name !== 'empty')) {
+        console.log(`\n${b.name} (${kib(b.bytes)} KiB), top contributors:`);
+        for (const { name, bytes } of bytesByPackage(b).slice(0, 10)) console.log(`  ${kib(bytes).padStart(6)} KiB  ${name}`);
+      }
+    }
+  }
+  if (args.keep) console.error(`bundles kept in ${outDir}`);
+} finally {
+  if (!args.keep) rmSync(outDir, { recursive: true, force: true });
+}
