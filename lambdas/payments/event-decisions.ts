@@ -20,7 +20,7 @@
 //      our own key (one retrieve), checked to be the one the event named (confirmRetrieved), and the
 //      same decision is made again on what Stripe returned and on the operation as the claim found it;
 //   3. what only records (a finding, a contradiction, an aftermath fact) may rest on the snapshot.
-import { z } from 'zod';
+import * as z from 'zod';
 import { isSlowReview, judgeDuplicateCharge, type DuplicateRemedy } from './decisions.ts';
 import type { StripeKeyMode } from './gateway.ts';
 import { paymentIntentOfRefund, type Operation, type PaymentIntentView } from './types.ts';
