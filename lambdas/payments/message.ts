@@ -3,10 +3,8 @@
 import { createHash } from 'node:crypto';
 // zod/mini, not zod: the same checks, issues and messages (one core), at a fraction of the classic
 // build's bundle and load time on the charge handler's cold start (docs/decisions.md, bench:cold).
-// zod/mini sets no locale by itself: the English messages the classic build loads are set here, so
-// that a generic issue reads the same ("Invalid input: expected string, received number").
 import * as z from 'zod/mini';
-import { en } from 'zod/locales';
+import './zod-locale.ts';
 import { REFUND_REASONS, REMEDY_REFUND_ID_PREFIX } from './types.ts';
 
 /** Stripe's ceiling for most currencies is 8 digits in minor units; deployments may lower it. */
@@ -27,8 +25,6 @@ export const MAX_METADATA_KEYS = 20;
  */
 const storableText = (s: string) => !s.includes('\u0000') && s.isWellFormed();
 const STORABLE = 'must not contain NUL or lone surrogates';
-
-z.config(en());
 
 const metadataSchema = z
   .record(

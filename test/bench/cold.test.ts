@@ -54,10 +54,13 @@ test('npm run bench:cold -- --processes 2 prints a row per bundle', async () => 
     timeout: 120_000,
   });
   const lines = stdout.split('\n');
-  expect(lines[1]).toMatch(/^bundle\s+KiB\s+bytes\s+min ms\s+median ms\s+max ms\s+median − empty\s+× floor$/);
+  expect(lines[1]).toMatch(/^bundle\s+KiB\s+bytes\s+min ms\s+median ms\s+max ms\s+median − empty\s+× floor\s+CPU ms\s+CPU − empty\s+CPU × floor$/);
   for (const name of ['empty', 'floor', ...PIPELINE_HANDLERS]) {
     const row = lines.find((l) => l.startsWith(`${name} `));
-    expect(row, name).toMatch(/^\S+\s+[\d,]+\s+[\d,]+\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d\s+(—|-?\d+\.\d)\s+(—|-?\d+\.\d\d)$/);
+    const ms = String.raw`\d+\.\d`;
+    const over = String.raw`(—|-?\d+\.\d)`;
+    const ratio = String.raw`(—|-?\d+\.\d\d)`;
+    expect(row, name).toMatch(new RegExp(String.raw`^\S+\s+[\d,]+\s+[\d,]+\s+${ms}\s+${ms}\s+${ms}\s+${over}\s+${ratio}\s+${ms}\s+${over}\s+${ratio}$`));
   }
-  expect(lines.find((l) => l.startsWith('floor '))).toMatch(/\s1\.00$/);
+  expect(lines.find((l) => l.startsWith('floor '))).toMatch(/\s1\.00\s+[\d.]+\s+[\d.]+\s+1\.00$/);
 }, 150_000);
