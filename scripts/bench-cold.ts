@@ -10,7 +10,9 @@
 // Each process runs `node --input-type=module -e "await import(<bundle>)"` (the empty module too).
 // Options: --processes N (10), --json, --why (the top packages of each bundle, from esbuild's
 // metafile), --source-maps (bundle external source maps and run with --enable-source-maps, as the
-// functions run in Lambda: NODE_OPTIONS in lib/pipeline-function.ts), --keep (print and keep the folder).
+// functions run in Lambda: NODE_OPTIONS in lib/pipeline-function.ts), --keep (print and keep the folder),
+// --baseline DIR (also the handlers of another checkout, rows `<handler>@baseline`, in the same rounds:
+//   git archive <commit> | tar -x -C DIR && ln -s "$PWD/node_modules" DIR/node_modules).
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -26,6 +28,7 @@ const { values: args } = parseArgs({
     why: { type: 'boolean', default: false },
     'source-maps': { type: 'boolean', default: false },
     keep: { type: 'boolean', default: false },
+    baseline: { type: 'string' },
   },
 });
 const PROCESSES = Number(args.processes);
@@ -62,7 +65,7 @@ function runOnce(bundle: ColdBundle): { wallMs: number; cpuMs: number } {
 
 const outDir = mkdtempSync(path.join(os.tmpdir(), 'bench-cold-'));
 try {
-  const bundles = await buildColdBundles(outDir, { sourceMaps: SOURCE_MAPS });
+  const bundles = await buildColdBundles(outDir, { sourceMaps: SOURCE_MAPS, ...(args.baseline ? { baseline: args.baseline } : {}) });
   const times = new Map<string, number[]>(bundles.map((b) => [b.name, []]));
   const cpu = new Map<string, number[]>(bundles.map((b) => [b.name, []]));
   runOnce(bundles[0]!); // warm the file system cache for node itself, not counted

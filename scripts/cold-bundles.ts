@@ -51,16 +51,29 @@ export interface ColdBundle {
   readonly metafile: Metafile;
 }
 
-/** Bundle the references and every pipeline handler into `outDir`/<name>/index.mjs. */
-export async function buildColdBundles(outDir: string, options: { sourceMaps?: boolean } = {}): Promise<ColdBundle[]> {
+/**
+ * Bundle the references and every pipeline handler into `outDir`/<name>/index.mjs. With `baseline`
+ * (another checkout of this repository, e.g. an earlier commit extracted with `git archive`, its
+ * node_modules linked to these): its handlers too, named `<handler>@baseline`, for a before/after
+ * table from one interleaved run.
+ */
+export async function buildColdBundles(outDir: string, options: { sourceMaps?: boolean; baseline?: string } = {}): Promise<ColdBundle[]> {
   const common = deployBuildOptions(options.sourceMaps ?? false);
-  const jobs: { name: string; kind: ColdBundle['kind']; input: BuildOptions }[] = [
+  const jobs: { name: string; kind: ColdBundle['kind']; input: BuildOptions; root?: string }[] = [
     ...Object.entries(REFERENCE_BUNDLES).map(([name, contents]) => ({
       name,
       kind: 'reference' as const,
       input: { stdin: { contents, resolveDir: PROJECT_ROOT, sourcefile: `${name}.ts`, loader: 'ts' as const } },
     })),
     ...PIPELINE_HANDLERS.map((handler) => ({ name: handler, kind: 'function' as const, input: { entryPoints: [handlerEntry(handler)] } })),
+    ...(options.baseline === undefined
+      ? []
+      : PIPELINE_HANDLERS.map((handler) => ({
+          name: `${handler}@baseline`,
+          kind: 'function' as const,
+          input: { entryPoints: [path.join(path.resolve(options.baseline!), 'lambdas', handler, 'handler.ts')] },
+          root: path.resolve(options.baseline!),
+        }))),
   ];
   const bundles: ColdBundle[] = [];
   // One after another: the machine is shared, and esbuild already uses every core for each build.
@@ -68,8 +81,9 @@ export async function buildColdBundles(outDir: string, options: { sourceMaps?: b
     const dir = path.join(outDir, job.name);
     await mkdir(dir, { recursive: true });
     const file = path.join(dir, 'index.mjs');
-    const result = await build({ ...common, ...job.input, outfile: file, absWorkingDir: PROJECT_ROOT });
-    const output = result.metafile!.outputs[path.relative(PROJECT_ROOT, file)];
+    const root = job.root ?? PROJECT_ROOT;
+    const result = await build({ ...common, ...job.input, outfile: file, absWorkingDir: root });
+    const output = result.metafile!.outputs[path.relative(root, file)];
     if (!output) throw new Error(`esbuild wrote no ${file}`);
     bundles.push({ name: job.name, kind: job.kind, file, bytes: output.bytes, metafile: result.metafile! });
   }
