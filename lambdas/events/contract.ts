@@ -3,7 +3,7 @@
 // One source of truth: the zod schema below; the JSON Schema for consumers is generated from it
 // (schemas/charge-outcome-detail.v1.json, kept in sync by test/contract-schemas.test.ts).
 // Delivery is not in order either: an operation's state is the event with the highest `sequence`.
-import { z } from 'zod';
+import * as z from 'zod';
 import { REFUND_REASONS } from '../payments/types.ts';
 
 export const DEFAULT_EVENT_SOURCE = 'payments.charges';

@@ -20,7 +20,9 @@
 //      our own key (one retrieve), checked to be the one the event named (confirmRetrieved), and the
 //      same decision is made again on what Stripe returned and on the operation as the claim found it;
 //   3. what only records (a finding, a contradiction, an aftermath fact) may rest on the snapshot.
-import { z } from 'zod';
+// zod/mini (see message.ts): this module is in the webhook and reconcile bundles.
+import * as z from 'zod/mini';
+import './zod-locale.ts';
 import { isSlowReview, judgeDuplicateCharge, type DuplicateRemedy } from './decisions.ts';
 import type { StripeKeyMode } from './gateway.ts';
 import { paymentIntentOfRefund, type Operation, type PaymentIntentView } from './types.ts';
@@ -31,17 +33,17 @@ export { SUBSCRIBED_EVENT_TYPES, type SubscribedEventType } from './stripe-event
 // ── Reading an event ─────────────────────────────────────────────────────────────────────────────
 
 const stripeEventSchema = z.object({
-  id: z.string().min(1).max(255),
-  object: z.literal('event').optional(),
-  account: z.string().max(255).nullable().optional(),
-  context: z.string().max(255).nullable().optional(),
-  type: z.string().min(1).max(255),
-  created: z.number().int().nonnegative(),
-  api_version: z.string().nullable().optional(),
-  livemode: z.boolean().optional(),
+  id: z.string().check(z.minLength(1), z.maxLength(255)),
+  object: z.optional(z.literal('event')),
+  account: z.optional(z.nullable(z.string().check(z.maxLength(255)))),
+  context: z.optional(z.nullable(z.string().check(z.maxLength(255)))),
+  type: z.string().check(z.minLength(1), z.maxLength(255)),
+  created: z.number().check(z.int(), z.nonnegative()),
+  api_version: z.optional(z.nullable(z.string())),
+  livemode: z.optional(z.boolean()),
   data: z.object({
-    object: z.looseObject({ id: z.string().min(1).max(255).optional(), object: z.string().optional() }),
-    previous_attributes: z.record(z.string(), z.unknown()).optional(),
+    object: z.looseObject({ id: z.optional(z.string().check(z.minLength(1), z.maxLength(255))), object: z.optional(z.string()) }),
+    previous_attributes: z.optional(z.record(z.string(), z.unknown())),
   }),
 });
 

@@ -1,7 +1,10 @@
 // The message contract (docs/producers.md): what a producer puts on the queue and what the charge handler
 // accepts. One schema for both sides, so the producer refuses what the consumer would reject.
 import { createHash } from 'node:crypto';
-import { z } from 'zod';
+// zod/mini, not zod: the same checks, issues and messages (one core), at a fraction of the classic
+// build's bundle and load time on the charge handler's cold start (docs/decisions.md, bench:cold).
+import * as z from 'zod/mini';
+import './zod-locale.ts';
 import { REFUND_REASONS, REMEDY_REFUND_ID_PREFIX } from './types.ts';
 
 /** Stripe's ceiling for most currencies is 8 digits in minor units; deployments may lower it. */
@@ -25,50 +28,56 @@ const STORABLE = 'must not contain NUL or lone surrogates';
 
 const metadataSchema = z
   .record(
-    z.string().regex(/^[a-z0-9_]{1,40}$/, 'metadata keys must be 1-40 of [a-z0-9_]'),
+    z.string().check(z.regex(/^[a-z0-9_]{1,40}$/, 'metadata keys must be 1-40 of [a-z0-9_]')),
     // Stripe: "an empty value unsets the key" — an empty value would not be on the PaymentIntent as sent.
     z
       .string()
-      .min(1, 'metadata values must not be empty')
-      .max(500, 'metadata values must be at most 500 characters')
-      .refine(storableText, `metadata values ${STORABLE}`),
+      .check(
+        z.minLength(1, 'metadata values must not be empty'),
+        z.maxLength(500, 'metadata values must be at most 500 characters'),
+        z.refine(storableText, `metadata values ${STORABLE}`),
+      ),
   )
-  .refine((m) => Object.keys(m).length <= MAX_METADATA_KEYS, `at most ${MAX_METADATA_KEYS} metadata keys`)
-  .refine((m) => !Object.keys(m).some((k) => RESERVED_METADATA_KEYS.includes(k)), `metadata may not set the pipeline's keys (${RESERVED_METADATA_KEYS.join(', ')})`);
+  .check(
+    z.refine((m) => Object.keys(m).length <= MAX_METADATA_KEYS, `at most ${MAX_METADATA_KEYS} metadata keys`),
+    z.refine((m) => !Object.keys(m).some((k) => RESERVED_METADATA_KEYS.includes(k)), `metadata may not set the pipeline's keys (${RESERVED_METADATA_KEYS.join(', ')})`),
+  );
 
 /**
  * A `__proto__` key (JSON.parse makes it an own key) fits the alphabet, but zod's record skips it
  * silently and no plain JavaScript object carries it as data: it would vanish on the way to the
  * ledger and to Stripe, so it is refused before the record is read (found by test/proof/fuzz.test.ts).
  */
-const producerMetadataSchema = z
-  .unknown()
-  .refine((m) => typeof m !== 'object' || m === null || !Object.hasOwn(m, '__proto__'), 'metadata key __proto__ is not allowed')
-  .pipe(metadataSchema);
+const producerMetadataSchema = z.pipe(
+  z.unknown().check(z.refine((m) => typeof m !== 'object' || m === null || !Object.hasOwn(m, '__proto__'), 'metadata key __proto__ is not allowed')),
+  metadataSchema,
+);
 
 export function chargeRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
   return z.strictObject({
     /** Optional: a body without `type` is a charge, so producers written before refunds keep working. */
-    type: z.literal('charge', 'must be "charge" or "refund"').optional(),
-    orderId: z.string().regex(ORDER_ID, 'must be 1-128 printable ASCII characters without spaces'),
-    amount: z
-      .number()
-      .int('must be an integer number of minor units')
-      .positive('must be positive')
-      .max(maxAmount, `must be at most ${maxAmount}`),
-    currency: z.string().regex(/^[a-z]{3}$/, 'must be three lowercase letters (ISO 4217)'),
-    customerId: z.string().regex(STRIPE_ID('cus'), 'must be a Stripe customer id (cus_…)'),
-    paymentMethod: z.string().regex(STRIPE_ID('pm'), 'must be a Stripe PaymentMethod id (pm_…)'),
+    type: z.optional(z.literal('charge', 'must be "charge" or "refund"')),
+    orderId: z.string().check(z.regex(ORDER_ID, 'must be 1-128 printable ASCII characters without spaces')),
+    amount: amountSchema(maxAmount),
+    currency: z.string().check(z.regex(/^[a-z]{3}$/, 'must be three lowercase letters (ISO 4217)')),
+    customerId: z.string().check(z.regex(STRIPE_ID('cus'), 'must be a Stripe customer id (cus_…)')),
+    paymentMethod: z.string().check(z.regex(STRIPE_ID('pm'), 'must be a Stripe PaymentMethod id (pm_…)')),
     // Optional charge parameters (docs/producers.md), passed to Stripe and part of the order's parameters: a
     // repeat of the order with other values is a conflict. Never logged.
-    description: z.string().min(1, 'must not be empty').max(1000, 'must be at most 1000 characters').refine(storableText, STORABLE).optional(),
+    description: z.optional(
+      z.string().check(z.minLength(1, 'must not be empty'), z.maxLength(1000, 'must be at most 1000 characters'), z.refine(storableText, STORABLE)),
+    ),
     // Stripe: the suffix is at most 22 characters, Latin letters, digits and a few signs, at least one letter.
-    statementDescriptorSuffix: z
-      .string()
-      .regex(/^(?=.*[A-Za-z])[A-Za-z0-9 .\-_]{1,22}$/, 'must be 1-22 of letters, digits, space . - _ with at least one letter')
-      .optional(),
-    metadata: producerMetadataSchema.optional(),
+    statementDescriptorSuffix: z.optional(
+      z.string().check(z.regex(/^(?=.*[A-Za-z])[A-Za-z0-9 .\-_]{1,22}$/, 'must be 1-22 of letters, digits, space . - _ with at least one letter')),
+    ),
+    metadata: z.optional(producerMetadataSchema),
   });
+}
+
+/** Minor units: an integer, positive, at most the deployment's maximum (the classic `.int().positive().max()`). */
+function amountSchema(maxAmount: number) {
+  return z.number().check(z.int('must be an integer number of minor units'), z.positive('must be positive'), z.maximum(maxAmount, `must be at most ${maxAmount}`));
 }
 
 export type ChargeRequest = z.infer<ReturnType<typeof chargeRequestSchema>>;
@@ -80,17 +89,15 @@ export type ChargeRequest = z.infer<ReturnType<typeof chargeRequestSchema>>;
 export function refundRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
   return z.strictObject({
     type: z.literal('refund'),
-    orderId: z.string().regex(ORDER_ID, 'must be 1-128 printable ASCII characters without spaces'),
+    orderId: z.string().check(z.regex(ORDER_ID, 'must be 1-128 printable ASCII characters without spaces')),
     refundId: z
       .string()
-      .regex(ORDER_ID, 'must be 1-128 printable ASCII characters without spaces')
-      .refine((id) => !id.startsWith(REMEDY_REFUND_ID_PREFIX), `must not start with "${REMEDY_REFUND_ID_PREFIX}" (the duplicate-charge remedy's refund ids)`),
-    amount: z
-      .number()
-      .int('must be an integer number of minor units')
-      .positive('must be positive')
-      .max(maxAmount, `must be at most ${maxAmount}`),
-    reason: z.enum(REFUND_REASONS, `must be ${REFUND_REASONS.join(', ').replace(/, (?=[^,]*$)/, ' or ')}`).optional(),
+      .check(
+        z.regex(ORDER_ID, 'must be 1-128 printable ASCII characters without spaces'),
+        z.refine((id) => !id.startsWith(REMEDY_REFUND_ID_PREFIX), `must not start with "${REMEDY_REFUND_ID_PREFIX}" (the duplicate-charge remedy's refund ids)`),
+      ),
+    amount: amountSchema(maxAmount),
+    reason: z.optional(z.enum(REFUND_REASONS, `must be ${REFUND_REASONS.join(', ').replace(/, (?=[^,]*$)/, ' or ')}`)),
   });
 }
 
@@ -169,8 +176,8 @@ export function parseChargeRequest(body: string, maxAmount: number = DEFAULT_MAX
   return { ok: false, code: 'invalid_body', reason, ...(orderId ? { orderId } : {}) };
 }
 
-const KNOWN_FIELDS: ReadonlySet<string> = new Set(chargeRequestSchema().keyof().options);
-const REFUND_FIELDS: ReadonlySet<string> = new Set(refundRequestSchema().keyof().options);
+const KNOWN_FIELDS: ReadonlySet<string> = new Set(Object.keys(chargeRequestSchema().shape));
+const REFUND_FIELDS: ReadonlySet<string> = new Set(Object.keys(refundRequestSchema().shape));
 
 /**
  * One issue as the reason column and the logs may carry it: only the schema's own field names and
