@@ -2,6 +2,7 @@
 // a duplicate charge (with its remedy), a refund failed after it succeeded (with its fact and, for a
 // remedy's Refund, a new remedy). Each is recorded once per object, with an audit line and the inbox
 // row's mark in one transaction; nothing here changes an operation's outcome.
+import type { Db } from './db.ts';
 import { inTransaction, lostLease, resultOf, type Applied, type ApplierContext } from './applier-context.ts';
 import { remedyAfterFailureRefundId } from './decisions.ts';
 import type { EventPaymentIntent, EventRefund, PaymentIntentEventDecision, RefundEventDecision, StripeEventView } from './event-decisions.ts';
@@ -81,30 +82,7 @@ export async function refundFinding(
     });
     if (!written.newFinding) return markApplied(client, row, 'stale', op.id);
     if (decision.kind === 'failed_after_success') {
-      written.event = await recordRefundFailedAfterSuccess(client, {
-        operation: op,
-        refundStripeId: refund.id,
-        paymentIntentId: refund.paymentIntentId,
-        amount: refund.amount,
-        currency: refund.currency,
-        failureReason: refund.failureReason,
-        stripeEventId: event.id,
-        stripeCreatedAt: event.created,
-        actor: ctx.actor,
-      }, ctx.publishLeaseMs);
-      // The duplicate-charge remedy's Refund failed after success: the extra charge stands again.
-      // A new remedy of the same PaymentIntent, in the same transaction (the fact's trigger has just
-      // marked the failed one, which no longer holds the PaymentIntent's one remedy): its first
-      // claim puts it in review naming the PaymentIntent (decisions.ts decidePrecondition).
-      const extra = op.refund?.paymentIntentId;
-      if (extra && op.refund) {
-        await insertDuplicateRefund(client, { id: op.refund.parentOperationId, orderId: op.orderId }, { refundId: remedyAfterFailureRefundId(extra, refund.id), paymentIntentId: extra, amount: op.amount }, ctx.actor, {
-          evidence: 'stripe_event',
-          stripeEventId: event.id,
-          eventType: event.type,
-          afterFailedRefund: refund.id,
-        });
-      }
+      written.event = await recordFailedAfterSuccess(ctx, client, event, refund, op);
     } else {
       await appendEventAudit(client, op, ctx.actor, { ...evidence, contradiction: decision.reason }, refund.id);
     }
@@ -113,4 +91,33 @@ export async function refundFinding(
   if (!done) return lostLease(row);
   if (!written.newFinding) return resultOf(row, 'stale', op.id, `already recorded for Refund ${refund.id}: ${decision.reason}`);
   return { ...resultOf(row, outcome, op.id, decision.reason), events: written.event ? [written.event] : [], newFinding: true };
+}
+
+/** Inside refundFinding's transaction: the fact of a refund failed after success, and for a remedy's Refund a new remedy. */
+async function recordFailedAfterSuccess(ctx: ApplierContext, client: Db, event: StripeEventView, refund: EventRefund, op: Operation): Promise<OutcomeEventRow> {
+  const fact = await recordRefundFailedAfterSuccess(client, {
+    operation: op,
+    refundStripeId: refund.id,
+    paymentIntentId: refund.paymentIntentId,
+    amount: refund.amount,
+    currency: refund.currency,
+    failureReason: refund.failureReason,
+    stripeEventId: event.id,
+    stripeCreatedAt: event.created,
+    actor: ctx.actor,
+  }, ctx.publishLeaseMs);
+  // The duplicate-charge remedy's Refund failed after success: the extra charge stands again.
+  // A new remedy of the same PaymentIntent, in the same transaction (the fact's trigger has just
+  // marked the failed one, which no longer holds the PaymentIntent's one remedy): its first
+  // claim puts it in review naming the PaymentIntent (decisions.ts decidePrecondition).
+  const extra = op.refund?.paymentIntentId;
+  if (extra && op.refund) {
+    await insertDuplicateRefund(client, { id: op.refund.parentOperationId, orderId: op.orderId }, { refundId: remedyAfterFailureRefundId(extra, refund.id), paymentIntentId: extra, amount: op.amount }, ctx.actor, {
+      evidence: 'stripe_event',
+      stripeEventId: event.id,
+      eventType: event.type,
+      afterFailedRefund: refund.id,
+    });
+  }
+  return fact;
 }

@@ -57,7 +57,11 @@ export async function applyToOpen<T extends PaymentIntentView>(
     await releaseOnly(ctx, claimed, `stripe event ${event.id}: decided again on Stripe's answer and the claimed row: ${verdict.reason}`, scheduleMs);
     return verdict.act();
   }
-  const outcome = verdict.outcome;
+  return writeOutcome(ctx, row, claimed, verdict.outcome);
+}
+
+/** The settling write: the outcome (fenced by the claim's lease) and the row's mark, in one transaction. */
+async function writeOutcome(ctx: ApplierContext, row: InboxRow, claimed: ClaimedOperation, outcome: Outcome): Promise<Applied> {
   const write: OutcomeWrite = {
     operationId: claimed.id,
     leaseToken: claimed.leaseToken,
