@@ -23,11 +23,12 @@
 //   - the SQS handler (the product's event source, FIFO, batches of 10) starts or re-attaches to the
 //     order's workflow and waits for its result; a decline is a result (stored like a success), any
 //     other error left after the step's retries ends the workflow in ERROR, which DBOS records and
-//     returns to every later start with that ID: the store says the order failed;
+//     returns to every later start with that ID: the store says the order failed, and the message is
+//     done (failing it would only fail the rest of its FIFO batch, again at every redelivery);
 //   - the crash: the bench freezes a worker after Stripe executed (stall_after_commit), as for every
 //     contestant. DBOS recovers only when a runtime launches, so the scheduled recovery restarts this
-//     process's runtime (DBOS.shutdown, DBOS.launch) when a workflow has been PENDING for longer than
-//     a function timeout — the invocation that ran it is dead, and on Lambda its execution environment
+//     process's runtime (DBOS.shutdown, DBOS.launch) when a workflow has been PENDING, its status
+//     unchanged, for longer than a function timeout — the invocation that ran it is dead, and on Lambda its execution environment
 //     would be replaced by a fresh one whose launch recovers it. At most one restart per function
 //     timeout. DBOS allows one runtime per process; bench:peers runs each fault run in a process of its
 //     own (worker.ts) and the clean runs one after another, each launch after the previous shutdown.
@@ -92,15 +93,19 @@ export const dbos: Contestant = {
     const systemDatabaseUrl = withDatabase(ctx.databaseUrl, systemDb);
     stripeOfRun = ctx.stripe();
     DBOS.setConfig({ name: 'bench-peers-dbos', systemDatabaseUrl, logLevel: 'error' });
+    // (DBOS logs each step that exhausts its retries at level error, with the Stripe error: on stderr.)
     chargeWorkflow ??= DBOS.registerWorkflow(chargeOrder, { name: 'chargeOrder' });
     await DBOS.launch();
 
+    const systemPool = new pg.Pool({ connectionString: systemDatabaseUrl, max: 1, application_name: 'peer-dbos-recovery' });
+    systemPool.on('error', () => {});
     let restarting: Promise<void> | null = null;
     let lastRestartAt = 0;
     const restart = async () => {
       await DBOS.shutdown();
       await DBOS.launch(); // recovers this executor's PENDING workflows
     };
+    let checking = false;
     const launched = async () => {
       while (restarting) await restarting;
     };
@@ -111,19 +116,36 @@ export const dbos: Contestant = {
           await launched();
           const order = JSON.parse(body) as ChargeRequest;
           const handle = await DBOS.startWorkflow(chargeWorkflow!, { workflowID: dbosWorkflowId(order.orderId) })(order);
-          await handle.getResult();
+          try {
+            await handle.getResult();
+          } catch (error) {
+            // The workflow's own recorded error is its outcome: every later start with this ID returns
+            // it, so a redelivery cannot change it (and would only fail the rest of its FIFO batch).
+            if ((await handle.getStatus())?.status === 'ERROR') return;
+            throw error;
+          }
         }),
       reconcile: async (_event, context) => {
-        await launched();
         // This scheduled function's timeout is the charge function's (run.ts): an invocation older than it is dead.
         const functionTimeoutMs = context.getRemainingTimeInMillis();
-        if (Date.now() - lastRestartAt < functionTimeoutMs) return { restarted: false };
-        const stale = await DBOS.listWorkflows({ status: 'PENDING', endTime: new Date(Date.now() - functionTimeoutMs).toISOString(), limit: 1, loadInput: false, loadOutput: false });
-        if (stale.length === 0) return { restarted: false };
-        lastRestartAt = Date.now();
-        restarting = restart().finally(() => (restarting = null));
-        await restarting;
-        return { restarted: true };
+        if (checking || restarting || Date.now() - lastRestartAt < functionTimeoutMs) return { restarted: false };
+        checking = true; // one restart at a time: the process has one runtime
+        try {
+          // Its status last written (started, or recovered) longer than a function timeout ago. Not
+          // listWorkflows' time filter: that is on created_at, which a recovered workflow keeps.
+          const stale = await systemPool.query('SELECT 1 FROM dbos.workflow_status WHERE status = $1 AND name = $2 AND updated_at < $3 LIMIT 1', [
+            'PENDING',
+            'chargeOrder',
+            Date.now() - functionTimeoutMs,
+          ]);
+          if (stale.rowCount === 0) return { restarted: false };
+          lastRestartAt = Date.now();
+          restarting = restart().finally(() => (restarting = null));
+          await restarting;
+          return { restarted: true };
+        } finally {
+          checking = false;
+        }
       },
       async beliefs() {
         await launched();
@@ -152,6 +174,7 @@ export const dbos: Contestant = {
       async stop() {
         await launched();
         await DBOS.shutdown();
+        await systemPool.end();
         stripeOfRun = null;
         // The system database goes with the run's database.
         const admin = new pg.Client({ connectionString: withDatabase(ctx.databaseUrl, 'postgres') });

@@ -91,8 +91,9 @@ export const durable: Contestant = {
         closedAtMs: null,
         done: runner.run({ payload: order }).then(
           (result) => {
+            // getResult() throws for an execution that did not succeed.
             execution.state = result.getStatus() === 'SUCCEEDED' ? 'SUCCEEDED' : 'FAILED';
-            execution.outcome = result.getResult() ?? null;
+            execution.outcome = execution.state === 'SUCCEEDED' ? (result.getResult() ?? null) : null;
             execution.closedAtMs = Date.now();
           },
           () => {
