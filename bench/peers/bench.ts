@@ -5,6 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import pg from 'pg';
+import { dbos } from './contestants/dbos.ts';
+import { durable } from './contestants/durable.ts';
 import { naive } from './contestants/naive.ts';
 import { ours } from './contestants/ours.ts';
 import { powertools, powertoolsDefault } from './contestants/powertools.ts';
@@ -16,7 +18,7 @@ import { makeWorkload } from './schedule.ts';
 import { startBenchPostgres, startDynalite } from './stores.ts';
 import type { Verdict } from './truth.ts';
 
-export const CONTESTANTS: readonly Contestant[] = [ours, powertools, powertoolsDefault, seed, naive];
+export const CONTESTANTS: readonly Contestant[] = [ours, powertools, powertoolsDefault, seed, naive, dbos, durable];
 
 export interface BenchOptions {
   readonly orders: number;

@@ -1,4 +1,4 @@
-// npm run bench:peers [-- --orders 2000 --seed 42 --latency 0,50 --contestants ours,powertools,seed,naive --json --clean-only]
+// npm run bench:peers [-- --orders 2000 --seed 42 --latency 0,50 --contestants ours,powertools,seed,naive,dbos,durable --json --clean-only]
 // Figures, not assertions. Progress on stderr, the tables (or JSON) on stdout.
 import { parseArgs } from 'node:util';
 import { CONTESTANTS, renderReport, runBench } from './bench.ts';

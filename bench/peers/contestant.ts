@@ -28,16 +28,21 @@ export interface RunningContestant {
   beliefs(orderIds: readonly string[]): Promise<Map<string, Belief>>;
   /** One line on the operations still open (diagnostics for the progress log). */
   describeOpen?(): Promise<string>;
+  /**
+   * Resolves when the work the contestant goes on doing by itself once the queue is empty (the
+   * retries inside a durable execution) is done; the bench waits for it, bounded, before the quiet.
+   */
+  settle?(): Promise<void>;
   /** DynamoDB requests so far, for the contestants that use it. */
   storeRequests?(): number;
   stop(): Promise<void>;
 }
 
 export interface Contestant {
-  readonly id: 'ours' | 'powertools' | 'powertools-default' | 'seed' | 'naive';
+  readonly id: 'ours' | 'powertools' | 'powertools-default' | 'seed' | 'naive' | 'dbos' | 'durable';
   readonly title: string;
-  /** Its database work is PostgreSQL (WAL and statement counts apply). */
-  readonly store: 'postgresql' | 'dynamodb';
+  /** Its database work is PostgreSQL (WAL and statement counts apply); memory: no store figures. */
+  readonly store: 'postgresql' | 'dynamodb' | 'memory';
   start(ctx: RigContext): Promise<RunningContestant>;
 }
 

@@ -37,6 +37,8 @@ export const BENCH_CLOCK: TimeLapse = {
 /** CHARGE_SAFETY_MARGIN_MS on this clock (the product's default is 5 s for a 60 s function). */
 const SAFETY_MARGIN_MS = 1_000;
 const MAX_RECEIVE_COUNT = 5;
+/** How long the bench waits for a contestant's own background work (RunningContestant.settle). */
+const SETTLE_TIMEOUT_MS = 160_000;
 
 export function functionTimeoutMsFor(clock: TimeLapse): number {
   // The charge handler starts no call it could not finish (worst case + margin): room for one, plus a second.
@@ -215,6 +217,13 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
       const trafficDeadline = Date.now() + (options.trafficTimeoutMs ?? 20 * 60_000);
       while (!(await drained()) && Date.now() < trafficDeadline) await sleep(100);
       if (Date.now() >= trafficDeadline) log(`  ${contestant.id}: the queue did not drain in time; judging what there is`);
+      // A contestant that keeps working by itself once the queue is empty (a durable execution's own
+      // retries: at most 150 s with the SDK's default strategy) is given that time before the quiet.
+      if (running.settle) {
+        const settleMs = options.recoveryTimeoutMs ?? SETTLE_TIMEOUT_MS;
+        const settled = await Promise.race([running.settle().then(() => true), sleep(settleMs, false, { ref: false })]);
+        if (!settled) log(`  ${contestant.id}: its own work did not settle in ${settleMs / 1000} s; judging what there is`);
+      }
       const tTraffic = Date.now();
 
       // ── Quiet: every key older than the window plus a lease, then pruned (as Stripe may) ────

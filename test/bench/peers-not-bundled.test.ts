@@ -7,7 +7,7 @@ import { build } from 'esbuild';
 import { describe, expect, test } from 'vitest';
 import { handlerEntry, PIPELINE_HANDLERS, PROJECT_ROOT } from '../../lib/pipeline-function.ts';
 
-const PEER_ONLY = ['@aws-lambda-powertools/batch', '@aws-lambda-powertools/idempotency', '@aws-sdk/client-dynamodb', '@aws-sdk/util-dynamodb', 'dynalite'];
+const PEER_ONLY = ['@aws-lambda-powertools/batch', '@aws-lambda-powertools/idempotency', '@aws-sdk/client-dynamodb', '@aws-sdk/util-dynamodb', 'dynalite', '@dbos-inc/dbos-sdk', '@aws/durable-execution-sdk-js', '@aws/durable-execution-sdk-js-testing'];
 
 describe('bench:peers dependencies stay out of the Lambda bundles', () => {
   test('they are devDependencies, and bench/ is not in the published package', () => {

@@ -8,6 +8,8 @@ import { startFakeStripe, type FakeStripe } from '../../local/fake-stripe/server
 import type { FaultKind, FaultRates, PaymentIntentRecord } from '../../local/fake-stripe/types.ts';
 import type { TimeLapse } from '../../local/pipeline.ts';
 import { CONTESTANTS } from '../../bench/peers/bench.ts';
+import { dbos } from '../../bench/peers/contestants/dbos.ts';
+import { durable } from '../../bench/peers/contestants/durable.ts';
 import { naive } from '../../bench/peers/contestants/naive.ts';
 import { runContestant } from '../../bench/peers/run.ts';
 import { faultFor, makeWorkload } from '../../bench/peers/schedule.ts';
@@ -169,6 +171,36 @@ describe('bench:peers runs', () => {
     },
     60_000,
   );
+
+  // Each retries a failed Stripe call inside its step, with the step's default retries (DBOS: 3
+  // attempts; durable functions: 6). A 429 is not cached under the key, so which orders come through
+  // is known in advance from the schedule: those whose every attempt met a 429 end failed.
+  test.each([
+    { contestant: dbos, attempts: 3 },
+    { contestant: durable, attempts: 6 },
+  ])('$contestant.id: its step retries what Stripe rate-limits, and the judge reads its store', async ({ contestant, attempts }) => {
+    const rates: FaultRates = { rate_limited_429: 0.35 };
+    const workload = makeWorkload(21, 10, { duplicates: false });
+    const result = await runContestant({
+      adminUrl: inject('pgAdminUrl'),
+      dynamoEndpoint: dynamo.endpoint,
+      dynamoRequests: dynamo.requests,
+      contestant,
+      workload,
+      faults: true,
+      rates,
+      quiet: false,
+      latencyMs: 0,
+      pollers: 4,
+      clock: TEST_CLOCK,
+    });
+    const limited = (orderId: string, n: number) => Array.from({ length: n }, (_, i) => faultFor(21, orderId, i + 1, rates)).every((f) => f === 'rate_limited_429');
+    const retried = workload.orders.filter((o) => limited(o.orderId, 1));
+    expect(retried.length).toBeGreaterThan(0);
+    for (const o of workload.orders) expect(result.judgement.byOrder.get(o.orderId), o.orderId).toBe(limited(o.orderId, attempts) ? 'wrongly_failed' : 'ok');
+    // A retried order cost Stripe more than one request: the retry happened in its step.
+    expect(result.perOrder.stripeRequests * workload.orders.length).toBeGreaterThan(workload.orders.length);
+  }, 90_000);
 
   test('the naive handler double-charges under 500s after commit, and the bench sees every one', async () => {
     const workload = makeWorkload(5, 12, { duplicates: false });
