@@ -5,6 +5,7 @@ import type pg from 'pg';
 import type { SqsHandler } from '../../local/event-source.ts';
 import type { ScheduledHandler } from '../../local/scheduler.ts';
 import type { Belief } from './truth.ts';
+import type { ChargeRequest } from '../../lambdas/payments/message.ts';
 
 export interface RigContext {
   /** The run's database (already migrated with this product's schema); a contestant may add tables. */
@@ -64,4 +65,17 @@ export async function fifoBatch(
     }
   }
   return { batchItemFailures: failures };
+}
+
+/** The PaymentIntent every contestant creates for an order: the same parameters, confirmed off-session. */
+export function paymentIntentParams(order: ChargeRequest): Stripe.PaymentIntentCreateParams {
+  return {
+    amount: order.amount,
+    currency: order.currency,
+    customer: order.customerId,
+    payment_method: order.paymentMethod,
+    confirm: true,
+    off_session: true,
+    metadata: { order_id: order.orderId },
+  };
 }

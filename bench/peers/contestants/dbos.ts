@@ -35,7 +35,7 @@
 import pg from 'pg';
 import { DBOS } from '@dbos-inc/dbos-sdk';
 import type { ChargeRequest } from '../../../lambdas/payments/message.ts';
-import { fifoBatch, type Contestant } from '../contestant.ts';
+import { paymentIntentParams, fifoBatch, type Contestant } from '../contestant.ts';
 import type { Belief } from '../truth.ts';
 
 interface ChargeOutcome {
@@ -51,15 +51,7 @@ let stripeOfRun: ReturnType<Parameters<Contestant['start']>[0]['stripe']> | null
 async function createPaymentIntent(order: ChargeRequest, idempotencyKey: string): Promise<ChargeOutcome> {
   try {
     const pi = await stripeOfRun!.paymentIntents.create(
-      {
-        amount: order.amount,
-        currency: order.currency,
-        customer: order.customerId,
-        payment_method: order.paymentMethod,
-        confirm: true,
-        off_session: true,
-        metadata: { order_id: order.orderId },
-      },
+      paymentIntentParams(order),
       { idempotencyKey },
     );
     return { status: pi.status, paymentIntentId: pi.id };

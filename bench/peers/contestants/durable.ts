@@ -33,7 +33,7 @@
 import { withDurableExecution, type DurableContext } from '@aws/durable-execution-sdk-js';
 import { LocalDurableTestRunner } from '@aws/durable-execution-sdk-js-testing';
 import type { ChargeRequest } from '../../../lambdas/payments/message.ts';
-import { fifoBatch, type Contestant } from '../contestant.ts';
+import { paymentIntentParams, fifoBatch, type Contestant } from '../contestant.ts';
 import type { Belief } from '../truth.ts';
 
 interface ChargeOutcome {
@@ -60,15 +60,7 @@ export const durable: Contestant = {
       return context.step('create-payment-intent', async () => {
         try {
           const pi = await stripe.paymentIntents.create(
-            {
-              amount: order.amount,
-              currency: order.currency,
-              customer: order.customerId,
-              payment_method: order.paymentMethod,
-              confirm: true,
-              off_session: true,
-              metadata: { order_id: order.orderId },
-            },
+            paymentIntentParams(order),
             { idempotencyKey: key },
           );
           return { status: pi.status, paymentIntentId: pi.id };

@@ -3,7 +3,7 @@
 // one precaution everybody takes: skip an order already recorded as done. Writes after the call.
 import pg from 'pg';
 import type { ChargeRequest } from '../../../lambdas/payments/message.ts';
-import { fifoBatch, type Contestant } from '../contestant.ts';
+import { paymentIntentParams, fifoBatch, type Contestant } from '../contestant.ts';
 import type { Belief } from '../truth.ts';
 
 export const naive: Contestant = {
@@ -27,15 +27,7 @@ export const naive: Contestant = {
       const done = await pool.query<{ status: string }>('SELECT status FROM naive_charges WHERE order_id = $1', [order.orderId]);
       if (done.rows[0]?.status === 'succeeded' || done.rows[0]?.status === 'failed') return;
       try {
-        const pi = await stripe.paymentIntents.create({
-          amount: order.amount,
-          currency: order.currency,
-          customer: order.customerId,
-          payment_method: order.paymentMethod,
-          confirm: true,
-          off_session: true,
-          metadata: { order_id: order.orderId },
-        });
+        const pi = await stripe.paymentIntents.create(paymentIntentParams(order));
         await save(order.orderId, pi.status === 'requires_payment_method' ? 'failed' : pi.status, pi.id);
       } catch (error) {
         if ((error as { type?: string }).type === 'StripeCardError') {

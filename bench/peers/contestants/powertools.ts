@@ -11,7 +11,7 @@ import { CreateTableCommand, DynamoDBClient, paginateScan } from '@aws-sdk/clien
 import { unmarshall } from '@aws-sdk/util-dynamodb';
 import type { Context, SQSRecord } from 'aws-lambda';
 import type { ChargeRequest } from '../../../lambdas/payments/message.ts';
-import type { Contestant } from '../contestant.ts';
+import { paymentIntentParams, type Contestant } from '../contestant.ts';
 import type { Belief } from '../truth.ts';
 
 /** Powertools' key: `<prefix>#<md5 base64 of the JSON of the selected value>` (BasePersistenceLayer). */
@@ -54,15 +54,7 @@ function powertoolsContestant(id: 'powertools' | 'powertools-default', skipGroup
         const order = JSON.parse(record.body) as ChargeRequest;
         try {
           const pi = await stripe.paymentIntents.create(
-            {
-              amount: order.amount,
-              currency: order.currency,
-              customer: order.customerId,
-              payment_method: order.paymentMethod,
-              confirm: true,
-              off_session: true,
-              metadata: { order_id: order.orderId },
-            },
+            paymentIntentParams(order),
             { idempotencyKey: order.orderId },
           );
           return { orderId: order.orderId, status: pi.status, paymentIntentId: pi.id, finishedAtMs: Date.now() };
