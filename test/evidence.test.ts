@@ -1,6 +1,6 @@
 // List evidence and automatic re-issue (docs/model.md#evidence-list-before-search-and-the-machines-re-issue), on real PostgreSQL 18 and the real stripe SDK over
 // HTTP against the fake Stripe's GET /v1/payment_intents. The policy's durations are shortened
-// (settle 150 ms, proofs 200 ms apart, re-issue 400 ms after the last send) and the driver waits until
+// (settle 150 ms, proofs 200 ms apart, a re-issue at 400 ms after the last send) and the driver waits until
 // the operation is due by the database's clock: nothing here asserts on time, only on order.
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';

@@ -107,7 +107,7 @@ describe('docs/quickstart.md', () => {
           if (args[0] === 'review' && args[1] === 'reissue') {
             const { rows } = await pipeline.db.query<{ id: string }>(`SELECT id FROM payment_operations WHERE review_reason IS NOT NULL`);
             expect(rows).toHaveLength(1);
-            args = [args[0], args[1], rows[0]!.id, ...args.slice(3)];
+            args = args.map((a) => (/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(a) ? rows[0]!.id : a));
           }
           await ops(args, env, io);
         } else {

@@ -15,7 +15,7 @@ export function testEngine(world: World, options: Partial<EngineOptions> = {}): 
 
 /**
  * The List-evidence policy with its durations shortened (settle 150 ms, proofs 200 ms apart,
- * re-issue 400 ms after the last send, backoffs of tens of ms): the tests wait on the database's
+ * a re-issue at 400 ms after the last send, backoffs of tens of ms): the tests wait on the database's
  * clock until an operation is due, never assert on time.
  */
 export const FAST_LIST_POLICY: Partial<EnginePolicy> = {
