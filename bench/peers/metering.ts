@@ -137,7 +137,12 @@ export function serverMeter(admin: pg.Pool, database: string, databaseUrl?: stri
         statements = Number(rows[0]?.calls ?? 0);
         execMs = rows[0]?.ms ?? 0;
       }
-      const shares = databaseUrl ? await walByRelation(databaseUrl, lsn, wal.rows[0]!.lsn).catch(() => null) : null;
+      const shares = databaseUrl ? await walByRelation(databaseUrl, lsn, wal.rows[0]!.lsn).catch((error: unknown) => {
+            // A figure missing says why (pg_walinspect not installed, no privilege), rather than nothing.
+            process.stderr.write(`WAL breakdown unavailable: ${error instanceof Error ? error.message : String(error)}\n`);
+            return null;
+          })
+        : null;
       return { statements, execMs, walBytes: Number(wal.rows[0]!.bytes), statementsAvailable: available, walByRelation: shares };
     },
   };

@@ -135,21 +135,21 @@ describe('bench:peers runs', () => {
     retryBackoffScale: 0.05,
   };
 
+  /** What every run here shares: the test's server, dynalite and the compressed clock. */
+  const rig = () => ({ adminUrl: inject('pgAdminUrl'), dynamoEndpoint: dynamo.endpoint, dynamoRequests: dynamo.requests, clock: TEST_CLOCK });
+
   test.each(CONTESTANTS.map((c) => [c.id, c] as const))(
     '%s: a planted double charge and a planted lost order are found in its store layout',
     async (_id, contestant) => {
       const workload = makeWorkload(11, 3, { duplicates: false });
       const victim = workload.orders[0]!;
       const result = await runContestant({
-        adminUrl: inject('pgAdminUrl'),
-        dynamoEndpoint: dynamo.endpoint,
-        dynamoRequests: dynamo.requests,
+        ...rig(),
         contestant,
         workload,
         faults: false,
         latencyMs: 0,
         pollers: 2,
-        clock: TEST_CLOCK,
         // A second charge of the first order, behind the contestant's back.
         tamper: async (fake) => {
           const stripe = new Stripe('sk_test_x', { host: fake.host, port: fake.port, protocol: 'http', timeout: 5_000, maxNetworkRetries: 0 });
@@ -181,19 +181,7 @@ describe('bench:peers runs', () => {
   ])('$contestant.id: its step retries what Stripe rate-limits, and the judge reads its store', async ({ contestant, attempts }) => {
     const rates: FaultRates = { rate_limited_429: 0.35 };
     const workload = makeWorkload(21, 10, { duplicates: false });
-    const result = await runContestant({
-      adminUrl: inject('pgAdminUrl'),
-      dynamoEndpoint: dynamo.endpoint,
-      dynamoRequests: dynamo.requests,
-      contestant,
-      workload,
-      faults: true,
-      rates,
-      quiet: false,
-      latencyMs: 0,
-      pollers: 4,
-      clock: TEST_CLOCK,
-    });
+    const result = await runContestant({ ...rig(), contestant, workload, faults: true, rates, quiet: false, latencyMs: 0, pollers: 4 });
     const limited = (orderId: string, n: number) => Array.from({ length: n }, (_, i) => faultFor(21, orderId, i + 1, rates)).every((f) => f === 'rate_limited_429');
     const retried = workload.orders.filter((o) => limited(o.orderId, 1));
     expect(retried.length).toBeGreaterThan(0);
