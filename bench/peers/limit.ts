@@ -1,6 +1,6 @@
 // The ceiling: the two statements a charge cannot avoid — one durable write before the Stripe call,
-// one after — and nothing else, at the contestants' concurrency (pollers × batches of 10, the 10
-// calls of a batch concurrent) against the same PostgreSQL and a fake Stripe at the same latency.
+// one after — and nothing else, at the contestants' concurrency (pollers × batches of 10, or of 1 for
+// the single-order runs; the calls of a batch concurrent) against the same PostgreSQL and a fake Stripe at the same latency.
 // No lease, no audit trail, no outbox, no fence, no error handling: not a design, a yardstick.
 import pg from 'pg';
 import { startFakeStripe } from '../../local/fake-stripe/server.ts';
@@ -10,13 +10,14 @@ import type { Workload } from './schedule.ts';
 
 export interface LimitResult {
   readonly latencyMs: number;
+  readonly batchSize: number;
   readonly chargesPerSecond: number;
   readonly walBytesPerCharge: number;
   readonly roundTripsPerCharge: number;
 }
 
-export async function runLimit(adminUrl: string, workload: Workload, latencyMs: number, pollers: number, stripeTimeoutMs: number): Promise<LimitResult> {
-  const name = `limit_${process.pid}_${latencyMs}_${Date.now() % 100000}`;
+export async function runLimit(adminUrl: string, workload: Workload, latencyMs: number, pollers: number, stripeTimeoutMs: number, batchSize = 10): Promise<LimitResult> {
+  const name = `limit_${process.pid}_${latencyMs}_${batchSize}_${Date.now() % 100000}`;
   await createDatabase(adminUrl, name);
   const url = new URL(adminUrl);
   url.pathname = `/${name}`;
@@ -34,7 +35,7 @@ export async function runLimit(adminUrl: string, workload: Workload, latencyMs: 
     await Promise.all(
       Array.from({ length: pollers }, async () => {
         while (next < orders.length) {
-          const batch = orders.slice(next, next + 10);
+          const batch = orders.slice(next, next + batchSize);
           next += batch.length;
           roundTrips += 2;
           await pool.query(`INSERT INTO limit_charges (order_id, status) SELECT unnest($1::text[]), 'pending'`, [batch.map((o) => o.orderId)]);
@@ -55,7 +56,7 @@ export async function runLimit(adminUrl: string, workload: Workload, latencyMs: 
     );
     const seconds = (performance.now() - t0) / 1000;
     const wal = (await pool.query<{ bytes: string }>('SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint AS bytes', [lsn])).rows[0]!.bytes;
-    return { latencyMs, chargesPerSecond: Math.round(orders.length / seconds), walBytesPerCharge: Number(wal) / orders.length, roundTripsPerCharge: roundTrips / orders.length };
+    return { latencyMs, batchSize, chargesPerSecond: Math.round(orders.length / seconds), walBytesPerCharge: Number(wal) / orders.length, roundTripsPerCharge: roundTrips / orders.length };
   } finally {
     await fake.close();
     await pool.end();
