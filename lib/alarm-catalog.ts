@@ -153,6 +153,12 @@ export const ALARM_CATALOG = [
     metrics: [{ namespace: APP, metricName: METRICS.openWatchFindings }],
   },
   {
+    name: 'AuditPartitionsBehind',
+    meaning:
+      "Rows of the audit trail for a coming month went to its default partition before the month's partition was made, so the reconciler can no longer make it: the month cannot be archived on its own until an operator moves the rows.",
+    metrics: [{ namespace: APP, metricName: METRICS.auditMonthsWithoutPartition }],
+  },
+  {
     name: 'StripeWebhookRejected',
     meaning:
       'Deliveries to the Stripe-events endpoint are refused at a sustained rate (bad or missing signature, stale timestamp, oversize, not an event): a signing-secret mismatch, or a forging flood. Nothing was recorded.',

@@ -194,6 +194,8 @@ export class Observability extends Construct {
     add('DuplicateChargeRemedied', app(METRICS.duplicateChargesRemedied, max), 0);
     // The watch after a re-issue: polling's own safety net, with Stripe events or without.
     add('ReissueWatchFinding', app(METRICS.openWatchFindings, max), 0);
+    // The audit trail's months: one that lost its partition to the default one (runbook).
+    add('AuditPartitionsBehind', app(METRICS.auditMonthsWithoutPartition, max), 0);
     // Stripe events in: refused deliveries, deliveries Stripe must retry, a stuck inbox, and what
     // the events showed that the ledger cannot explain (open findings keep their gauge up).
     if (props.stripeEvents) {
@@ -394,9 +396,9 @@ export class Observability extends Construct {
         left: [gauge(METRICS.unpublishedEvents), gauge(METRICS.rejectedLastPeriod), gauge(METRICS.duplicateChargesRemedied)],
       }),
       new cw.GraphWidget({
-        title: 'Re-issued operations under watch, open watch findings',
+        title: 'Re-issued operations under watch, open watch findings, audit months without a partition',
         width,
-        left: [gauge(METRICS.openWatches), gauge(METRICS.openWatchFindings)],
+        left: [gauge(METRICS.openWatches), gauge(METRICS.openWatchFindings), gauge(METRICS.auditMonthsWithoutPartition)],
       }),
     );
     dashboard.addWidgets(

@@ -108,6 +108,7 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
   ).finally(() => (lease.acquired ? releaseSweepLease(db, holder).catch(() => {}) : undefined));
 
   metrics.addMetric(METRICS.reconciledOperations, MetricUnit.Count, summary.reconciled);
+  if (summary.auditPartitions) metrics.addMetric(METRICS.auditMonthsWithoutPartition, MetricUnit.Count, summary.auditPartitions.blocked.length);
   metrics.addMetric(METRICS.stripeAuthErrors, MetricUnit.Count, summary.stripeAuthErrors);
   metrics.addMetric(METRICS.idempotencyErrors, MetricUnit.Count, summary.idempotencyErrors);
   const g = summary.gauges;

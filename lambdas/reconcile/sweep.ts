@@ -11,6 +11,7 @@
 // Two runs at once (a slow sweep and the next scheduled one, or an operator's) are safe: SKIP LOCKED
 // hands them disjoint pages, the lease keeps an operation claimed by one away from the other, and the
 // fenced write discards a zombie's late outcome.
+import { prepareAuditPartitions, type PreparedPartitions } from '../payments/audit-partitions.ts';
 import type { Db } from '../payments/db.ts';
 import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
 import { ChargeEngine } from '../payments/engine.ts';
@@ -110,6 +111,8 @@ export interface ReconcileSummary {
   readonly stripeEvents: StripeEventsRun | null;
   /** The watch over re-issued operations (null: no gateway, or it failed: see errors). */
   readonly watch: WatchRun | null;
+  /** The audit trail's partitions made ahead (null: it failed, see errors). */
+  readonly auditPartitions: PreparedPartitions | null;
 }
 
 const AUTH_ERRORS = new Set(['StripeAuthenticationError', 'StripePermissionError']);
@@ -297,6 +300,20 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     }
   }
 
+  // The audit trail's partitions for this month and the next ones (audit-partitions.ts): a catalog
+  // look-up on most runs, a CREATE once a month. A month whose rows already went to the default
+  // partition gets none and raises AuditPartitionsBehind (docs/runbook.md).
+  let auditPartitions: PreparedPartitions | null = null;
+  try {
+    auditPartitions = await prepareAuditPartitions(deps.db);
+    if (auditPartitions.created.length > 0) log.info('audit trail partitions made', { created: auditPartitions.created });
+    if (auditPartitions.blocked.length > 0) log.warn('audit trail months without a partition: their rows are in the default partition', { blocked: auditPartitions.blocked });
+  } catch (error) {
+    const described = describeError(error);
+    errors.push(`partitions: ${described.errorName}: ${described.errorMessage}`);
+    log.error('audit trail partitions not prepared', described);
+  }
+
   let gauges: ReconcileGauges | null = null;
   try {
     // The inbox's gauges with the others, whenever the run works the inbox: also when its apply
@@ -325,5 +342,6 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     errors,
     stripeEvents,
     watch,
+    auditPartitions,
   };
 }

@@ -55,6 +55,8 @@ export const METRICS = {
   openWatchFindings: 'OpenReissueWatchFindings',
   /** Re-issued operations still under watch. */
   openWatches: 'OpenReissueWatches',
+  /** Months of the audit trail whose rows went to its default partition, so no partition could be made for them (audit-partitions.ts). */
+  auditMonthsWithoutPartition: 'AuditMonthsWithoutPartition',
   unpublishedEvents: 'UnpublishedEvents',
   oldestUnpublishedEventAgeSeconds: 'OldestUnpublishedEventAgeSeconds',
   reconciledOperations: 'ReconciledOperations',

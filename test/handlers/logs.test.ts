@@ -189,6 +189,7 @@ describe('log lines of the real handlers', () => {
         METRICS.rejectedLastPeriod,
         METRICS.duplicateChargesRemedied,
         METRICS.openWatchFindings,
+        METRICS.auditMonthsWithoutPartition,
         METRICS.openWatches,
         METRICS.unpublishedEvents,
         METRICS.oldestUnpublishedEventAgeSeconds,
