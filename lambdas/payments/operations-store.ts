@@ -898,8 +898,8 @@ export interface OpenOperationCounts {
 /**
  * Duplicate-charge remedies created in the last `windowSeconds` (whichever evidence made them: an
  * event, a List, an operator): the gauge behind the DuplicateChargeRemedied alarm. Reads the partial
- * unique index over remedy rows only (refund_payment_intent IS NOT NULL): O(remedies ever), which
- * are rare by construction.
+ * index over remedy rows by creation time (migrations/016_remedy_gauge_index.sql): O(remedies in the
+ * window), never the table.
  */
 export async function countRecentRemedies(db: Db, windowSeconds: number): Promise<number> {
   const { rows } = await db.query<{ n: number }>(

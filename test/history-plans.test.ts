@@ -1,0 +1,93 @@
+// What runs every minute, and what an operator runs, reads what is open — never the history. On a
+// database holding a long settled history, every statement of the reconciler's gauges and `ops review
+// list` is planned without a sequential scan of the pipeline's growing tables
+// (`npm run bench:scale` measures the same with buffers and milliseconds).
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { collectGauges } from '../lambdas/reconcile/gauges.ts';
+import { listReviewQueue } from '../lambdas/payments/review.ts';
+import type { Db } from '../lambdas/payments/db.ts';
+import { createTestDatabase, type TestDatabase } from './support/db.ts';
+
+const GROWING = /^(payment_operations|payment_operation_events(_\w+)?|outcome_events|stripe_events|rejected_messages)$/;
+
+interface PlanNode {
+  'Node Type': string;
+  'Relation Name'?: string;
+  Plans?: PlanNode[];
+}
+const nodes = (plan: PlanNode): PlanNode[] => [plan, ...(plan.Plans ?? []).flatMap(nodes)];
+
+function recording(pool: pg.Pool): Db & { statements: { text: string; values: unknown[] }[] } {
+  const statements: { text: string; values: unknown[] }[] = [];
+  return {
+    statements,
+    query(textOrConfig: string | pg.QueryConfig, values?: unknown[]) {
+      statements.push(
+        typeof textOrConfig === 'string' ? { text: textOrConfig, values: values ?? [] } : { text: textOrConfig.text, values: textOrConfig.values ?? [] },
+      );
+      return pool.query(textOrConfig as string, values);
+    },
+  } as Db & { statements: { text: string; values: unknown[] }[] };
+}
+
+describe('reads of what is open, on a long history', () => {
+  let db: TestDatabase;
+
+  beforeAll(async () => {
+    db = await createTestDatabase('history_plans');
+    await db.pool.query(
+      `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method, status, external_id, attempts, first_attempted_at, next_attempt_at, settled_at, created_at, updated_at)
+       SELECT 'settled-' || g, 1000, 'eur', 'cus_hist', 'pm_card_visa', 'succeeded', 'pi_hist_' || g, 1, now() - interval '2 days', NULL, now() - interval '2 days', now() - interval '2 days', now() - interval '2 days'
+         FROM generate_series(1, 50000) g`,
+    );
+    // Each settled charge's published outcome event and applied Stripe event; a month of old rejected messages.
+    await db.pool.query(
+      `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, created_at, published_at, attempts)
+       SELECT e.eid, e.id, 'Charge Succeeded', jsonb_build_object('version', 1, 'eventId', e.eid, 'sequence', 1), now() - interval '2 days', now() - interval '2 days', 1
+         FROM (SELECT id, uuidv7() AS eid FROM payment_operations) e`,
+    );
+    await db.pool.query(
+      `INSERT INTO stripe_events (event_id, event_type, stripe_created_at, object_id, source, received_at, payload, applied_at, outcome, operation_id)
+       SELECT 'evt_' || p.external_id, 'payment_intent.succeeded', now() - interval '2 days', p.external_id, 'webhook', now() - interval '2 days', '{}'::jsonb,
+              now() - interval '2 days', 'settled', p.id
+         FROM payment_operations p`,
+    );
+    await db.pool.query(
+      `INSERT INTO rejected_messages (message_id, received_at, reason_code, reason, body_sha256, raw_body)
+       SELECT 'msg-' || g, now() - interval '30 days', 'invalid_json', 'not JSON', repeat('0', 64), '{' FROM generate_series(1, 20000) g`,
+    );
+    await db.pool.query(
+      `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method, status, review_reason, next_attempt_at)
+       SELECT 'review-' || g, 1000, 'eur', 'cus_hist', 'pm_card_visa', 'unknown', 'search_inconclusive', NULL FROM generate_series(1, 5) g`,
+    );
+    await db.pool.query(`INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method) SELECT 'open-' || g, 1000, 'eur', 'cus_hist', 'pm_card_visa' FROM generate_series(1, 5) g`);
+    await db.pool.query('VACUUM ANALYZE');
+  }, 120_000);
+
+  afterAll(async () => {
+    await db?.drop();
+  });
+
+  async function scansOfHistory(run: (db: Db) => Promise<unknown>): Promise<string[]> {
+    const rec = recording(db.pool);
+    await run(rec);
+    const scans: string[] = [];
+    for (const s of rec.statements) {
+      const { rows } = await db.pool.query<{ 'QUERY PLAN': { Plan: PlanNode }[] }>(`EXPLAIN (FORMAT JSON) ${s.text}`, s.values);
+      for (const n of nodes(rows[0]!['QUERY PLAN'][0]!.Plan)) {
+        if (n['Node Type'] === 'Seq Scan' && GROWING.test(n['Relation Name'] ?? '')) scans.push(`${n['Relation Name']}: ${s.text.replace(/\s+/g, ' ').slice(0, 100)}`);
+      }
+    }
+    return scans;
+  }
+
+  it("the reconciler's gauges", async () => {
+    expect(await scansOfHistory((d) => collectGauges(d, 300, { inbox: true }))).toEqual([]);
+  });
+
+  it('ops review list', async () => {
+    expect(await scansOfHistory((d) => listReviewQueue(d, { limit: 50 }))).toEqual([]);
+  });
+
+});
