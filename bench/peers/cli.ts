@@ -1,7 +1,10 @@
 // npm run bench:peers [-- --orders 2000 --seed 42 --latency 0,50 --contestants ours,powertools,seed,naive,dbos,durable
-//                        --single-order-rounds 3 --json --clean-only]
+//                        --single-order-rounds 3 --svg-dir docs/images --json --clean-only]
 // Figures, not assertions. Progress on stderr, the tables (or JSON) on stdout.
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { renderCharts } from './charts.ts';
 import { CONTESTANTS, renderReport, runBench } from './bench.ts';
 import type { Contestant } from './contestant.ts';
 
@@ -15,6 +18,8 @@ const { values } = parseArgs({
     'single-order-rounds': { type: 'string', default: '3' },
     json: { type: 'boolean', default: false },
     'clean-only': { type: 'boolean', default: false },
+    // Also write the figures as SVG charts (peers-*.svg) into this folder.
+    'svg-dir': { type: 'string' },
   },
 });
 const orders = Number(values.orders);
@@ -37,4 +42,11 @@ const report = await runBench({ orders, seed, latencies, contestants: ids, polle
 // JSON: the verdict of every order, as an object (a Map does not serialise).
 const replacer = (_key: string, value: unknown) => (value instanceof Map ? Object.fromEntries(value) : value);
 console.log(values.json ? JSON.stringify(report, replacer, 2) : renderReport(report));
+if (values['svg-dir']) {
+  await mkdir(values['svg-dir'], { recursive: true });
+  for (const chart of renderCharts(report)) {
+    await writeFile(path.join(values['svg-dir'], chart.name), chart.svg);
+    process.stderr.write(`wrote ${path.join(values['svg-dir'], chart.name)}\n`);
+  }
+}
 process.stderr.write(`bench:peers done in ${((Date.now() - started) / 1000).toFixed(0)} s\n`);

@@ -3,7 +3,10 @@
 //                  [--no-prune] [--no-webhooks] [--async-commit] [--quiescence-timeout-s 180] [--lambdas-dir DIR]
 //                  [--batch-size 10] [--visibility-s 8] [--no-await-outbox] [--time-lapse soak|demo|fast]
 // Exit code: 0 when every invariant holds and the pipeline settled; 1 otherwise; 2 on bad arguments.
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { renderSoakCharts } from './charts.ts';
 import { isFaultProfileName } from '../fake-stripe/server.ts';
 import { DEMO_TIME_LAPSE } from '../pipeline.ts';
 import { DEFAULT_SOAK, FAST_TIME_LAPSE, formatSoakReport, runSoak, soakQuiescenceTimeoutFor, soakTimeLapseFor } from './soak.ts';
@@ -41,6 +44,7 @@ const { values } = parseArgs({
     'visibility-s': { type: 'string' },
     'no-await-outbox': { type: 'boolean', default: false },
     'time-lapse': { type: 'string' },
+    'svg-dir': { type: 'string' },
     help: { type: 'boolean', default: false },
   },
   strict: true,
@@ -51,6 +55,7 @@ if (values.help) {
   --orders N               orders to send (default 1000)
   --seed N                 the soak's choices and the fake Stripe's fault draws (default: random, printed)
   --json                   the report as JSON on stdout (progress stays on stderr)
+  --svg-dir DIR            also write the figures as SVG charts (soak-faults.svg, soak-outcomes.svg) into DIR
   --pollers N              charge containers at once (default ${DEFAULT_SOAK.pollers})
   --batch-size N           records per charge invocation, 1-10 (default ${DEFAULT_SOAK.batchSize})
   --kill-rate R            invocations SIGKILLed at a chosen step (default ${DEFAULT_SOAK.killRate})
@@ -113,4 +118,9 @@ const report = await runSoak({
 });
 if (json) console.log(JSON.stringify(report, null, 2));
 else console.log(formatSoakReport(report));
+if (values['svg-dir']) {
+  await mkdir(values['svg-dir'], { recursive: true });
+  for (const chart of renderSoakCharts(report)) await writeFile(path.join(values['svg-dir'], chart.name), chart.svg);
+  console.error(`charts written to ${values['svg-dir']}: ${renderSoakCharts(report).map((c) => c.name).join(', ')}`);
+}
 process.exit(report.ok ? 0 : 1);

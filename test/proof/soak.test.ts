@@ -7,6 +7,7 @@
 //   SOAK_ORDERS=300 npx vitest run test/proof/soak.test.ts
 import { describe, expect, it } from 'vitest';
 import { formatSoakReport, runSoak } from '../../local/soak/soak.ts';
+import { renderSoakCharts } from '../../local/soak/charts.ts';
 import { SHORT_CHAOS_SOAK } from '../support/soak.ts';
 
 // 85: with a fifth of the orders refunded instead of sent twice, about the traffic 100 orders made
@@ -27,6 +28,10 @@ describe('chaos soak (short)', () => {
     expect(report.check.violations, `${text}\n${lines.join('\n')}`).toEqual([]);
     expect(report.settled, text).toBe(true);
     expect(report.unpublishedEvents, text).toBe(0);
+    // Its charts (--svg-dir) carry the same figures as its report.
+    const outcomes = renderSoakCharts(report).find((c) => c.name === 'soak-outcomes.svg')!.svg;
+    expect(outcomes).toContain(`succeeded: operations ${report.check.byStatus.succeeded.toLocaleString('en')}`);
+    expect(outcomes).toContain('violations: operations 0');
     // The only second PaymentIntents are the ones made behind the pipeline's back, each refunded once by
     // the remedy — or, when its refund could not be settled in the compressed key window (as a charge
     // can end in review too), in the review queue with its reason, which the checker reports.
