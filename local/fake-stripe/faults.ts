@@ -69,7 +69,7 @@ export type FaultStage = (typeof FAULT_STAGE)[FaultKind];
 
 /** Endpoints that execute something under an idempotency key: PaymentIntent and Refund creates. */
 export function executes(endpoint: Endpoint): boolean {
-  return endpoint === 'create' || endpoint === 'refund_create';
+  return endpoint === 'create' || endpoint === 'refund_create' || endpoint === 'capture' || endpoint === 'cancel';
 }
 
 export function faultStage(kind: FaultKind, endpoint: Endpoint): FaultStage {
@@ -89,6 +89,9 @@ const PAYMENT_INTENT_CREATE_ONLY: readonly FaultKind[] = ['decline'];
 export function faultCanTarget(kind: FaultKind, endpoint: Endpoint): boolean {
   if (endpoint === 'create') return true;
   if (endpoint === 'refund_create') return !PAYMENT_INTENT_CREATE_ONLY.includes(kind);
+  // A capture or cancel executes under its key like a create (500 before / after the commit, late
+  // commits, lost answers…); a card decline or a processing payment mean nothing for it.
+  if (endpoint === 'capture' || endpoint === 'cancel') return kind !== 'decline' && kind !== 'processing';
   return !CREATE_ONLY.includes(kind);
 }
 

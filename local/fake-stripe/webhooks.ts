@@ -114,7 +114,7 @@ export function paymentIntentEventType(status: string): string | null {
 
 /** The wire shape of a ledger record (the fake's bookkeeping fields removed). */
 export function paymentIntentJson(record: PaymentIntentRecord): Record<string, unknown> {
-  const { idempotencyKey: _key, createdAtMs: _at, requestId: _request, ...pi } = record;
+  const { idempotencyKey: _key, createdAtMs: _at, requestId: _request, stripeAccount: _account, authorizationExpiresAtMs: _expires, ...pi } = record;
   return { ...pi, latest_charge: chargeIdOf(record.id) };
 }
 
