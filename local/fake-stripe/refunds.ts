@@ -468,7 +468,9 @@ export class RefundApi {
       // depends on the charge's state at execution, so it is stored for the key like the ones below.
       return { ok: false, error: errors.invalidRequest(`Charge ${chargeIdOf(pi.id)} has been charged back; cannot issue a refund.`, 'charge_disputed') };
     }
-    const left = pi.amount - this.book.refundedAmount(pi.id);
+    // A partially captured payment (manual capture) can give back only what was captured: the
+    // charge's amount_captured, the PaymentIntent's amount_received (the rest was released, never taken).
+    const left = (pi.amount_received ?? pi.amount) - this.book.refundedAmount(pi.id);
     if (left <= 0) {
       return { ok: false, error: errors.invalidRequest(`Charge ${chargeIdOf(pi.id)} has already been refunded.`, 'charge_already_refunded') };
     }
