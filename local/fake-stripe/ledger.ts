@@ -63,7 +63,8 @@ export class Ledger {
     nowMs: number,
     requestId: string | null = null,
     account: string | null = null,
-    authorizationExpiryMs: number | null = null,
+    /** When an authorization made now expires, on the fake's authorization clock (epoch ms); null: never. */
+    authorizationExpiresAtMs: number | null = null,
   ): PaymentIntentJson {
     let id = randomId('pi_', 24);
     while (this.#byId.has(id)) id = randomId('pi_', 24);
@@ -100,7 +101,7 @@ export class Ledger {
       transfer_data: params.transferData,
     };
     this.#seq += 1;
-    const expiresAtMs = status === 'requires_capture' && authorizationExpiryMs !== null ? nowMs + authorizationExpiryMs : null;
+    const expiresAtMs = status === 'requires_capture' ? authorizationExpiresAtMs : null;
     this.#byId.set(id, { pi, history: [{ atMs: nowMs, pi }], seq: this.#seq, createdAtMs: nowMs, idempotencyKey, requestId, account, expiresAtMs });
     return pi;
   }

@@ -879,7 +879,7 @@ class FakeStripeServer implements FakeStripe {
         : fault === 'processing'
           ? { kind: 'status', status: 'processing' }
           : cardOutcome(params);
-    const pi = this.#ledger.create(params, outcome, x.record.idempotencyKey, nowMs, x.record.requestId, x.account, this.#authorizationExpiryMs);
+    const pi = this.#ledger.create(params, outcome, x.record.idempotencyKey, nowMs, x.record.requestId, x.account, this.#now() + this.#authorizationExpiryMs);
     this.#counters.createsExecuted += 1;
     x.record.paymentIntentId = pi.id;
     if (pi.status === 'processing') this.#scheduleSettle(pi.id);
