@@ -128,6 +128,26 @@ describe('Stripe Connect at the fake Stripe, through stripe-node', () => {
     expect(await rejection(stripe.paymentIntents.list({ starting_after: a1.id }, { stripeAccount: B }))).toMatchObject({ statusCode: 400, code: 'resource_missing' });
   });
 
+  test('a Refund is its PaymentIntent’s account’s: refunding, retrieving or listing it as another account finds nothing', async (ctx) => {
+    const { expect } = ctx;
+    const fake = await fakeFor(ctx);
+    const stripe = sdk(fake);
+    const pi = await stripe.paymentIntents.create(payment('op-re'), { stripeAccount: A, idempotencyKey: 'k-re' });
+    for (const options of [{ stripeAccount: B }, {}]) {
+      const refused = await rejection(stripe.refunds.create({ payment_intent: pi.id }, { ...options, idempotencyKey: `k-re-${options.stripeAccount ?? 'p'}` }));
+      expect(refused).toMatchObject({ statusCode: 400, code: 'resource_missing', param: 'payment_intent' });
+    }
+    const refund = await stripe.refunds.create({ payment_intent: pi.id, amount: 100 }, { stripeAccount: A, idempotencyKey: 'k-re-a' });
+    expect((await stripe.refunds.retrieve(refund.id, {}, { stripeAccount: A })).amount).toBe(100);
+    expect(await rejection(stripe.refunds.retrieve(refund.id, {}, { stripeAccount: B }))).toMatchObject({ statusCode: 404, code: 'resource_missing' });
+    expect(await rejection(stripe.refunds.retrieve(refund.id))).toMatchObject({ statusCode: 404, code: 'resource_missing' });
+    expect((await stripe.refunds.list({}, { stripeAccount: A })).data.map((r) => r.id)).toEqual([refund.id]);
+    expect((await stripe.refunds.list({}, { stripeAccount: B })).data).toEqual([]);
+    expect((await stripe.refunds.list({})).data).toEqual([]);
+    // The module API (the Dashboard) sees every account.
+    expect(fake.dashboardRefund(pi.id, 50).amount).toBe(50);
+  });
+
   test('application_fee_amount and transfer_data[destination]: stored as sent; a fee needs a connected account (Stripe-Account or a destination); an unknown destination is refused', async (ctx) => {
     const { expect } = ctx;
     const fake = await fakeFor(ctx);

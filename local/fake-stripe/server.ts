@@ -263,6 +263,8 @@ class FakeStripeServer implements FakeStripe {
   readonly #authorizationExpiryMs: number;
   readonly #now: () => number;
   readonly #accounts: Set<string>;
+  /** The account a Refunds API call is made as, while it runs (synchronously); undefined: every account. */
+  #refundScope: string | null | undefined = undefined;
 
   constructor(options: FakeStripeOptions) {
     this.#latencyMs = nonNegative('latencyMs', options.latencyMs ?? 0);
@@ -278,7 +280,13 @@ class FakeStripeServer implements FakeStripe {
     this.#plan = new FaultPlan(options.faults?.seed ?? 0, options.faults?.rates ?? {});
     this.#faultKeyBy = options.faults?.keyBy ?? 'idempotency_key';
     this.#logLimit = options.requestLogLimit ?? 100_000;
-    this.#refunds = new RefundApi((id) => this.#ledger.get(id), this.#processingSettleMs, options.overRefundError);
+    // The Refunds API sees the PaymentIntents of the account a request is made as (#asAccount); the
+    // module API (settle, a Dashboard refund) sees them all.
+    this.#refunds = new RefundApi(
+      (id) => (this.#refundScope === undefined ? this.#ledger.get(id) : this.#ledger.getIn(id, this.#refundScope)),
+      this.#processingSettleMs,
+      options.overRefundError,
+    );
     this.#lateCommits = new LateCommits(options.lateCommitMs == null ? null : nonNegative('lateCommitMs', options.lateCommitMs));
     this.#authorizationExpiryMs = nonNegative('authorizationExpiryMs', options.authorizationExpiryMs ?? AUTHORIZATION_EXPIRY_MS);
     this.#now = options.now ?? Date.now;
@@ -537,11 +545,11 @@ class FakeStripeServer implements FakeStripe {
       case 'refund_create':
         return this.#idempotentPost(x, bodyText, this.#refundCreate);
       case 'refund_retrieve':
-        return this.#read(x, 'refund_retrieve', this.#refunds.retrieveFacts(matched.id), () => this.#refunds.retrieve(matched.id));
+        return this.#read(x, 'refund_retrieve', this.#asAccount(x, () => this.#refunds.retrieveFacts(matched.id)), () => this.#asAccount(x, () => this.#refunds.retrieve(matched.id)));
       case 'refund_list': {
         const parsed = this.#refunds.parseListQuery(url.searchParams);
-        const facts = this.#refunds.listFacts(parsed.ok ? parsed.query : null);
-        return this.#read(x, 'refund_list', facts, parsed.ok ? () => this.#refunds.list(parsed.query) : parsed.error);
+        const facts = this.#asAccount(x, () => this.#refunds.listFacts(parsed.ok ? parsed.query : null));
+        return this.#read(x, 'refund_list', facts, parsed.ok ? () => this.#asAccount(x, () => this.#refunds.list(parsed.query)) : parsed.error);
       }
     }
   }
@@ -718,9 +726,9 @@ class FakeStripeServer implements FakeStripe {
   readonly #refundCreate: PostKind<RefundParams> = {
     endpoint: 'refund_create',
     path: '/v1/refunds',
-    facts: (body, key, replayed) => ({ endpoint: 'refund_create', idempotencyKey: key, ...this.#refunds.createFacts(body, replayed) }),
-    validate: (body) => this.#refunds.validateCreate(body),
-    execute: (x, params, fault, nowMs) => {
+    facts: (body, key, replayed, x) => ({ endpoint: 'refund_create', idempotencyKey: key, ...this.#asAccount(x, () => this.#refunds.createFacts(body, replayed)) }),
+    validate: (body, x) => this.#asAccount(x, () => this.#refunds.validateCreate(body)),
+    execute: (x, params, fault, nowMs) => this.#asAccount(x, () => {
       const commitFault =
         fault === 'processing' || fault === 'error_500_before_commit' || fault === 'error_500_after_commit' ? fault : null;
       const stored = this.#refunds.execute(params, commitFault, {
@@ -731,8 +739,21 @@ class FakeStripeServer implements FakeStripe {
       x.record.refundId = stored.refundId ?? null;
       if (stored.refundId != null) this.#counters.refundCreatesExecuted += 1;
       return stored;
-    },
+    }),
   };
+
+  /**
+   * Runs a (synchronous) Refunds API call as the request's account: a refund of another account's
+   * PaymentIntent, or the retrieve / list of its refunds, finds nothing, as for the PaymentIntent itself.
+   */
+  #asAccount<T>(x: Exchange, call: () => T): T {
+    this.#refundScope = x.account;
+    try {
+      return call();
+    } finally {
+      this.#refundScope = undefined;
+    }
+  }
 
   /**
    * The idempotency pipeline every create goes through (see the diagram in idempotency.ts): validate
