@@ -158,7 +158,9 @@ export const errors = {
    * A Stripe-Account header naming no account of this platform, or no account id at all:
    * docs.stripe.com/error-codes, account_invalid — "The account ID provided as a value for the
    * Stripe-Account header is invalid. Check that your requests are specifying a valid account ID."
-   * Answered 403, as a key that has no access to the account is a permission error.
+   * The code is documented; the HTTP status and the message's wording are not (no source found):
+   * the fake answers 403, a key without access to the account being a permission error, and says
+   * which key and account — a caller must branch on `code`, never on the text.
    */
   accountInvalid: (key: string, account: string): ErrorEnvelope => ({
     error: {
