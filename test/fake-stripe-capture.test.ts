@@ -186,6 +186,25 @@ describe('manual capture at the fake Stripe, through stripe-node', () => {
     ]);
   });
 
+  test('expiry is judged when the capture commits: a capture held past the deadline finds the PaymentIntent canceled; Search (real time) shows the expiry at once', async (ctx) => {
+    const { expect } = ctx;
+    let clock = Date.now();
+    const fake = await fakeFor(ctx, { now: () => clock, authorizationExpiryMs: 10_000 });
+    const stripe = sdk(fake);
+    const pi = await stripe.paymentIntents.create(authorize('op-held'), { idempotencyKey: 'k-held' });
+    const held = fake.hold({ endpoint: 'capture', paymentIntentId: pi.id });
+    const capture = rejection(stripe.paymentIntents.capture(pi.id, {}, { idempotencyKey: 'k-held-c' }));
+    await held.arrived;
+    clock += 10_000;
+    held.release();
+    expect(await capture).toMatchObject({ statusCode: 400, code: 'payment_intent_unexpected_state' });
+    expect(fake.paymentIntents()[0]).toMatchObject({ status: 'canceled', cancellation_reason: 'automatic', amount_received: 0 });
+    // The injected clock is far ahead of real time; Search's lag is measured on real time.
+    clock += 30 * DAY_MS;
+    const found = await stripe.paymentIntents.search({ query: "metadata['operation_id']:'op-held'" });
+    expect(found.data.map((p) => [p.status, p.cancellation_reason])).toEqual([['canceled', 'automatic']]);
+  });
+
   test('faults on capture, as on creates: 500 before the commit (nothing captured, replayed), 500 after it (captured), a lost answer (captured; the key replays), 429 (nothing), a late commit', async (ctx) => {
     const { expect } = ctx;
     const fake = await fakeFor(ctx);

@@ -138,21 +138,22 @@ export class Ledger {
    * requires_capture, the remaining amount_capturable is automatically refunded", stripe-node 23.1.0
    * PaymentIntents.cancel).
    */
-  cancel(id: string, reason: CancellationReason | null, nowMs: number): PaymentIntentJson {
+  cancel(id: string, reason: CancellationReason | null, nowMs: number, canceledAtMs = nowMs): PaymentIntentJson {
     const entry = this.#entry(id);
-    entry.pi = { ...entry.pi, status: 'canceled', amount_capturable: 0, canceled_at: Math.floor(nowMs / 1000), cancellation_reason: reason };
+    entry.pi = { ...entry.pi, status: 'canceled', amount_capturable: 0, canceled_at: Math.floor(canceledAtMs / 1000), cancellation_reason: reason };
     entry.expiresAtMs = null;
     entry.history.push({ atMs: nowMs, pi: entry.pi });
     return entry.pi;
   }
 
   /** Cancels, as Stripe does on its own (`automatic`), every authorization that expired at or before nowMs; returns their ids. */
-  expire(nowMs: number): string[] {
+  expire(nowMs: number, observedAtMs = Date.now()): string[] {
     const expired: string[] = [];
     for (const entry of this.#byId.values()) {
       if (entry.expiresAtMs === null || entry.expiresAtMs > nowMs || entry.pi.status !== 'requires_capture') continue;
-      // canceled_at is when it expired, not when the fake looked.
-      this.cancel(entry.pi.id, 'automatic', entry.expiresAtMs);
+      // canceled_at is when it expired on the authorization clock; Search (which runs on real time,
+      // searchLagMs) learns of it from when the fake looked.
+      this.cancel(entry.pi.id, 'automatic', observedAtMs, entry.expiresAtMs);
       expired.push(entry.pi.id);
     }
     return expired;

@@ -652,6 +652,8 @@ class FakeStripeServer implements FakeStripe {
       execute: (x, params, fault, nowMs) => {
         const requestId = x.record.requestId;
         if (fault === 'error_500_before_commit') return { status: 500, body: JSON.stringify(errors.apiError()), requestId, paymentIntentId: id };
+        // Judged at the commit: an authorization that expired while the request waited is canceled by then.
+        this.expireAuthorizations();
         const pi = this.#ledger.getIn(id, x.account);
         if (pi === null) return { status: 404, body: JSON.stringify(errors.resourceMissing('payment_intent', id, 'intent')), requestId, paymentIntentId: id };
         if (pi.status !== 'requires_capture') {
@@ -709,6 +711,8 @@ class FakeStripeServer implements FakeStripe {
       execute: (x, params, fault, nowMs) => {
         const requestId = x.record.requestId;
         if (fault === 'error_500_before_commit') return { status: 500, body: JSON.stringify(errors.apiError()), requestId, paymentIntentId: id };
+        // Judged at the commit: an authorization that expired while the request waited is canceled by then.
+        this.expireAuthorizations();
         const pi = this.#ledger.getIn(id, x.account);
         if (pi === null) return { status: 404, body: JSON.stringify(errors.resourceMissing('payment_intent', id, 'intent')), requestId, paymentIntentId: id };
         if (!CANCELABLE.includes(pi.status)) {
@@ -951,6 +955,7 @@ class FakeStripeServer implements FakeStripe {
     if (this.#stale(x)) return this.#drop(x);
     // Read after the hold and the latency: a test may settle() while the request is parked.
     // Another account's PaymentIntent is not there for this one: 404, as Stripe answers it.
+    this.expireAuthorizations();
     const pi = this.#ledger.getIn(id, x.account);
     if (pi === null) {
       return this.#deliver(x, 'retrieve', 404, JSON.stringify(errors.resourceMissing('payment_intent', id, 'intent')), fault);
