@@ -263,6 +263,19 @@ describe('manual capture at the fake Stripe, through stripe-node', () => {
     const replay = await stripe.paymentIntents.cancel(pi.id, { cancellation_reason: 'abandoned' }, { idempotencyKey: 'k-fc-2' });
     expect(replay.status).toBe('canceled');
     expect(replay.lastResponse.headers['idempotent-replayed']).toBe('true');
+ 
+    // in_flight_then_commit: the cancel takes its key and is never answered; re-sends meet 409 until
+    // the late commit cancels it and stores its answer for the key.
+    const other = await stripe.paymentIntents.create(authorize('op-fc-2'), { idempotencyKey: 'k-fc-b' });
+    fake.injectFault({ endpoint: 'cancel', paymentIntentId: other.id }, 'in_flight_then_commit');
+    const quick = new Stripe('sk_test_capture', { host: fake.host, port: fake.port, protocol: 'http', timeout: 300, maxNetworkRetries: 0 });
+    expect(await rejection(quick.paymentIntents.cancel(other.id, {}, { idempotencyKey: 'k-fc-3' }))).toBeInstanceOf(Stripe.errors.StripeConnectionError);
+    expect(await rejection(stripe.paymentIntents.cancel(other.id, {}, { idempotencyKey: 'k-fc-3' }))).toMatchObject({ statusCode: 409, code: 'idempotency_key_in_use' });
+    expect(fake.paymentIntents({ operationId: 'op-fc-2' })[0]?.status).toBe('requires_capture');
+    expect(fake.commitLate({ endpoint: 'cancel' })).toMatchObject([{ fault: 'in_flight_then_commit', endpoint: 'cancel', status: 200, paymentIntentId: other.id }]);
+    const stored = await stripe.paymentIntents.cancel(other.id, {}, { idempotencyKey: 'k-fc-3' });
+    expect(stored).toMatchObject({ status: 'canceled', cancellation_reason: null });
+    expect(stored.lastResponse.headers['idempotent-replayed']).toBe('true');
   });
 
   test('webhook events: amount_capturable_updated on the authorization (named by the create), then succeeded and charge.captured, or canceled, or canceled and charge.expired', async (ctx) => {

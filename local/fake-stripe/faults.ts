@@ -3,8 +3,9 @@ import { createHash } from 'node:crypto';
 import { FAULT_KINDS, type Endpoint, type FaultKind, type FaultMatch, type FaultRates } from './types.ts';
 
 /**
- * Named fault profiles for the CLI, `npm start` and the soak. Rates are per create request (PaymentIntent
- * or Refund; a `decline` drawn for a refund create is dropped, so refunds see slightly fewer faults).
+ * Named fault profiles for the CLI, `npm start` and the soak. Rates are per executing request — a
+ * create (PaymentIntent or Refund), a capture or a cancel; a `decline` drawn for anything but a
+ * PaymentIntent create (or a `processing` for a capture / cancel) is dropped, so those see slightly fewer faults.
  */
 export const FAULT_PROFILES = {
   none: {},

@@ -87,7 +87,7 @@ export interface LateCommitResult {
    * in_flight_then_commit this answer is now stored for the key; error_500_late_commit keeps its 500.
    */
   readonly status: number;
-  /** The PaymentIntent made (a create) or refunded (a refund create). */
+  /** The PaymentIntent made (a create), refunded (a refund create), captured or canceled. */
   readonly paymentIntentId: string | null;
   /** The Refund made; null for a PaymentIntent create or a refund refused at the commit. */
   readonly refundId: string | null;
