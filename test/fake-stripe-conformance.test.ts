@@ -44,11 +44,12 @@ const dahlia = load('subset-2026-07-29.dahlia.json') as unknown as Doc;
 const refunds = load('refund-endive-2026-09-30.json') as unknown as Doc;
 const paymentMethods = load('payment-method-endive-2026-09-30.json') as unknown as Doc;
 const charges = load('charge-endive-2026-09-30.json') as unknown as Doc;
+const actions = load('payment-intent-capture-cancel-2026-07-29.dahlia.json') as unknown as Doc;
 const events = load('event-endive-2026-09-30.json') as Record<string, unknown> & { dispute_required_2026_09_30: string[]; dispute_status_enum_2026_09_30: string[] };
 
 const definitions: Record<string, unknown> = {};
-for (const doc of [dahlia, refunds, paymentMethods, charges]) for (const stub of doc._stubs ?? []) definitions[stub] = false;
-for (const doc of [dahlia, refunds, paymentMethods, charges]) for (const [name, schema] of Object.entries(doc.components.schemas)) definitions[name] = toJsonSchema(schema);
+for (const doc of [dahlia, refunds, paymentMethods, charges, actions]) for (const stub of doc._stubs ?? []) definitions[stub] = false;
+for (const doc of [dahlia, refunds, paymentMethods, charges, actions]) for (const [name, schema] of Object.entries(doc.components.schemas)) definitions[name] = toJsonSchema(schema);
 for (const name of ['event', 'notification_event_data', 'notification_event_request']) definitions[name] = toJsonSchema(events[name]);
 
 const ajv = new Ajv({ strict: false, allErrors: true });
@@ -217,6 +218,36 @@ async function exercise(fake: FakeStripe): Promise<Case[]> {
   }
   cases.push({ name: 'refund 404', doc: refunds, path: '/v1/refunds/{refund}', method: 'get', answer: await call(fake, 'GET', '/v1/refunds/re_missing'), expectStatus: 404 });
   cases.push({ name: 'refund list', doc: refunds, path: '/v1/refunds', method: 'get', answer: await call(fake, 'GET', '/v1/refunds', { payment_intent: piId }), expectStatus: 200 });
+
+  // Manual capture: authorize, capture (whole, partial), cancel, and the refusals.
+  const action = async (name: string, verb: 'capture' | 'cancel', id: string, params: Record<string, string>, expectStatus: number, headers: Record<string, string> = {}) => {
+    const key = `k-${name}`;
+    const answer = await call(fake, 'POST', `/v1/payment_intents/${id}/${verb}`, params, { 'Idempotency-Key': key, ...headers });
+    cases.push({ name, doc: actions, path: `/v1/payment_intents/{intent}/${verb}`, method: 'post', answer, expectStatus, idempotencyKey: key });
+    return answer;
+  };
+  const authorized = async (name: string, headers: Record<string, string> = {}) =>
+    (await pi(name, create({ capture_method: 'manual' }), 200, `k-${name}`, headers)).body as { id: string };
+  const whole = await authorized('create requires_capture');
+  await action('capture', 'capture', whole.id, {}, 200);
+  await action('capture 400 already captured', 'capture', whole.id, {}, 400);
+  const part = await authorized('create requires_capture (partial)');
+  await action('capture 400 more than authorized', 'capture', part.id, { amount_to_capture: '999999' }, 400);
+  await action('capture partial', 'capture', part.id, { amount_to_capture: '500' }, 200);
+  const toCancel = await authorized('create requires_capture (cancel)');
+  await action('cancel', 'cancel', toCancel.id, { cancellation_reason: 'requested_by_customer' }, 200);
+  await action('cancel 400 already canceled', 'cancel', toCancel.id, {}, 400);
+  await action('capture 404', 'capture', 'pi_missing', {}, 404);
+
+  // Connect: a direct charge on a connected account, a destination charge, the refusals.
+  const onAccount = { 'Stripe-Account': 'acct_conformance' };
+  const direct = await pi('create on a connected account (direct, with a fee)', create({ application_fee_amount: '100' }), 200, 'k-direct', onAccount);
+  await read('404 retrieve of another account\'s PaymentIntent', `/v1/payment_intents/${(direct.body as { id: string }).id}`, '/v1/payment_intents/{intent}', dahlia, {}, 404);
+  await pi('create destination charge', create({ 'transfer_data[destination]': 'acct_conformance', application_fee_amount: '100' }), 200);
+  await pi('400 application_fee_amount without a connected account', create({ application_fee_amount: '100' }), 400);
+  await pi('400 no such destination', create({ 'transfer_data[destination]': 'acct_nobody' }), 400);
+  await pi('403 account_invalid', create(), 403, 'k-account-invalid', { 'Stripe-Account': 'acct_nobody' });
+  await authorized('create requires_capture on a connected account', onAccount);
   return cases;
 }
 
@@ -232,13 +263,13 @@ function objectProblems(event: StripeEventJson): string[] {
     const status = events.dispute_status_enum_2026_09_30.includes(String(object.status)) ? [] : [`dispute status ${String(object.status)}`];
     return [...missing.map((k) => `dispute without ${k}`), ...status];
   }
-  if (event.type === 'charge.refunded') return problems({ $ref: '#/definitions/charge' }, object);
+  if (event.type === 'charge.refunded' || event.type === 'charge.captured' || event.type === 'charge.expired') return problems({ $ref: '#/definitions/charge' }, object);
   return [`an event type the fake should not sign: ${event.type}`];
 }
 
 describe('the fake Stripe against Stripe\'s published OpenAPI schemas', () => {
   test('every answer of every modelled operation matches its schema, with the headers stripe-node reads', async () => {
-    const fake = await startFakeStripe({ apiKeys: [KEY] });
+    const fake = await startFakeStripe({ apiKeys: [KEY], connectedAccounts: ['acct_conformance'] });
     try {
       const cases = await exercise(fake);
       const failures: string[] = [];
@@ -256,7 +287,8 @@ describe('the fake Stripe against Stripe\'s published OpenAPI schemas', () => {
   });
 
   test('every webhook event the fake signs matches the event schema; an event an API request caused names it', async () => {
-    const fake = await startFakeStripe({ apiKeys: [KEY] });
+    let clock = Date.now();
+    const fake = await startFakeStripe({ apiKeys: [KEY], connectedAccounts: ['acct_events'], now: () => clock });
     const dispatcher = new WebhookDispatcher({ fake, endpoint: null, secret: 'whsec_conformance', chargeRefundUpdated: true });
     try {
       const ok = await call(fake, 'POST', '/v1/payment_intents', create(), { 'Idempotency-Key': 'k-ev-ok' });
@@ -274,6 +306,18 @@ describe('the fake Stripe against Stripe\'s published OpenAPI schemas', () => {
       dispatcher.refund(piId, 50);
       dispatcher.dispute(piId, 'created');
       dispatcher.dispute(piId, 'closed', 'won');
+      // Manual capture: authorized, then captured; authorized, then canceled; authorized on a
+      // connected account, then expired on the fake's clock.
+      const manual = async (key: string, headers: Record<string, string> = {}) =>
+        ((await call(fake, 'POST', '/v1/payment_intents', create({ capture_method: 'manual' }), { 'Idempotency-Key': key, ...headers })).body as { id: string }).id;
+      const toCapture = await manual('k-ev-capture');
+      const toCancel = await manual('k-ev-cancel');
+      const toExpire = await manual('k-ev-expire', { 'Stripe-Account': 'acct_events' });
+      dispatcher.poll();
+      await call(fake, 'POST', `/v1/payment_intents/${toCapture}/capture`, { amount_to_capture: '1000' }, { 'Idempotency-Key': 'k-ev-capture-1' });
+      await call(fake, 'POST', `/v1/payment_intents/${toCancel}/cancel`, {}, { 'Idempotency-Key': 'k-ev-cancel-1' });
+      clock += 8 * 24 * 3_600_000;
+      dispatcher.poll();
 
       const signed = dispatcher.events();
       const failures: string[] = [];
@@ -283,8 +327,19 @@ describe('the fake Stripe against Stripe\'s published OpenAPI schemas', () => {
       }
       expect(failures).toEqual([]);
       expect(new Set(signed.map((e) => e.type))).toEqual(
-        new Set(['payment_intent.succeeded', 'payment_intent.processing', 'payment_intent.payment_failed', 'refund.created', 'charge.refunded', 'refund.updated', 'charge.refund.updated', 'refund.failed', 'charge.dispute.created', 'charge.dispute.closed']),
+        new Set([
+          'payment_intent.succeeded', 'payment_intent.processing', 'payment_intent.payment_failed', 'refund.created', 'charge.refunded', 'refund.updated', 'charge.refund.updated', 'refund.failed', 'charge.dispute.created', 'charge.dispute.closed',
+          'payment_intent.amount_capturable_updated', 'charge.captured', 'payment_intent.canceled', 'charge.expired',
+        ]),
       );
+      // A connected account's object: its events carry `account`; the platform's carry none.
+      const ofExpired = signed.filter((e) => e.data.object.id === toExpire || e.data.object.payment_intent === toExpire);
+      expect(ofExpired.map((e) => [e.type, e.account])).toEqual([
+        ['payment_intent.amount_capturable_updated', 'acct_events'],
+        ['payment_intent.canceled', 'acct_events'],
+        ['charge.expired', 'acct_events'],
+      ]);
+      expect(signed.filter((e) => e.data.object.id === toCapture).every((e) => e.account === undefined)).toBe(true);
 
       // `request`: the create's Request-Id and our key on the events the create caused; null on what Stripe did later.
       const created = signed.find((e) => e.type === 'payment_intent.succeeded' && e.data.object.id === piId);

@@ -5,7 +5,8 @@ import { FAULT_PROFILES, isFaultProfileName, startFakeStripe } from './server.ts
 
 const USAGE = `usage: fake-stripe [--port 12111] [--latency-ms 0] [--search-lag-ms 0] [--processing-settle-ms N]
                    [--faults none|flaky|chaos] [--seed N] [--rate-limit N]
-                   [--over-refund-error amount_too_large|no_code] [--late-commit-ms N]`;
+                   [--over-refund-error amount_too_large|no_code] [--late-commit-ms N]
+                   [--authorization-expiry-ms N] [--connected-account acct_… ...]`;
 
 function numberOption(name: string, value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
@@ -28,6 +29,8 @@ const { values } = parseArgs({
     'rate-limit': { type: 'string' },
     'over-refund-error': { type: 'string', default: 'amount_too_large' },
     'late-commit-ms': { type: 'string' },
+    'authorization-expiry-ms': { type: 'string' },
+    'connected-account': { type: 'string', multiple: true },
     help: { type: 'boolean', short: 'h' },
   },
 });
@@ -60,6 +63,9 @@ const fake = await startFakeStripe({
   overRefundError,
   // Without it, the late-commit faults commit only when POST /__fake/commit_late releases them.
   lateCommitMs: numberOption('late-commit-ms', values['late-commit-ms']) ?? null,
+  // Default 7 days (docs/fake-stripe.md, "Manual capture"); a time-lapse sets it short.
+  ...(values['authorization-expiry-ms'] !== undefined ? { authorizationExpiryMs: numberOption('authorization-expiry-ms', values['authorization-expiry-ms'])! } : {}),
+  connectedAccounts: values['connected-account'] ?? [],
 });
 
 console.log(`fake Stripe listening on ${fake.url} (faults: ${profile}, seed: ${seed})`);

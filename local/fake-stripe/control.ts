@@ -9,7 +9,7 @@ class ControlError extends Error {
   override name = 'ControlError';
 }
 
-const ENDPOINTS: readonly Endpoint[] = ['create', 'retrieve', 'search', 'list', 'refund_create', 'refund_retrieve', 'refund_list'];
+const ENDPOINTS: readonly Endpoint[] = ['create', 'retrieve', 'search', 'list', 'capture', 'cancel', 'refund_create', 'refund_retrieve', 'refund_list'];
 const SETTLE_STATUSES: readonly SettleStatus[] = ['succeeded', 'canceled', 'requires_payment_method'];
 const REFUND_SETTLE_STATUSES: readonly RefundSettleStatus[] = ['succeeded', 'failed', 'canceled'];
 
@@ -72,9 +72,25 @@ export async function handleControl(fake: FakeStripe, req: IncomingMessage, res:
     const body = req.method === 'POST' ? await readJson(req) : {};
     switch (route) {
       case 'GET /__fake/payment_intents': {
+        // Ground truth, manual capture and Connect included: each record's amount_received (what was
+        // captured), amount_capturable, status / cancellation_reason (`automatic`: the authorization
+        // expired), stripeAccount and authorizationExpiresAtMs. ?account=acct_… (or `platform`) narrows it.
         const operationId = url.searchParams.get('operation_id') ?? undefined;
         const orderId = url.searchParams.get('order_id') ?? undefined;
-        return reply(res, 200, { data: fake.paymentIntents({ operationId, orderId }) });
+        const accountParam = url.searchParams.get('account');
+        const account = accountParam === null ? undefined : accountParam === 'platform' ? null : accountParam;
+        return reply(res, 200, { data: fake.paymentIntents({ operationId, orderId, ...(account !== undefined ? { account } : {}) }) });
+      }
+      case 'POST /__fake/expire_authorizations':
+        // Stripe cancels now every uncaptured authorization whose time is up on the fake's clock.
+        return reply(res, 200, { expired: fake.expireAuthorizations() });
+      case 'GET /__fake/connected_accounts':
+        return reply(res, 200, { data: fake.connectedAccounts() });
+      case 'POST /__fake/connected_accounts': {
+        const id = optionalString(body, 'id');
+        if (id === undefined) throw new ControlError('id is required');
+        fake.addConnectedAccount(id);
+        return reply(res, 200, { data: fake.connectedAccounts() });
       }
       case 'GET /__fake/refunds': {
         const paymentIntentId = url.searchParams.get('payment_intent') ?? undefined;

@@ -3,8 +3,9 @@ import { createHash } from 'node:crypto';
 import { FAULT_KINDS, type Endpoint, type FaultKind, type FaultMatch, type FaultRates } from './types.ts';
 
 /**
- * Named fault profiles for the CLI, `npm start` and the soak. Rates are per create request (PaymentIntent
- * or Refund; a `decline` drawn for a refund create is dropped, so refunds see slightly fewer faults).
+ * Named fault profiles for the CLI, `npm start` and the soak. Rates are per executing request — a
+ * create (PaymentIntent or Refund), a capture or a cancel; a `decline` drawn for anything but a
+ * PaymentIntent create (or a `processing` for a capture / cancel) is dropped, so those see slightly fewer faults.
  */
 export const FAULT_PROFILES = {
   none: {},
@@ -69,7 +70,7 @@ export type FaultStage = (typeof FAULT_STAGE)[FaultKind];
 
 /** Endpoints that execute something under an idempotency key: PaymentIntent and Refund creates. */
 export function executes(endpoint: Endpoint): boolean {
-  return endpoint === 'create' || endpoint === 'refund_create';
+  return endpoint === 'create' || endpoint === 'refund_create' || endpoint === 'capture' || endpoint === 'cancel';
 }
 
 export function faultStage(kind: FaultKind, endpoint: Endpoint): FaultStage {
@@ -89,6 +90,9 @@ const PAYMENT_INTENT_CREATE_ONLY: readonly FaultKind[] = ['decline'];
 export function faultCanTarget(kind: FaultKind, endpoint: Endpoint): boolean {
   if (endpoint === 'create') return true;
   if (endpoint === 'refund_create') return !PAYMENT_INTENT_CREATE_ONLY.includes(kind);
+  // A capture or cancel executes under its key like a create (500 before / after the commit, late
+  // commits, lost answers…); a card decline or a processing payment mean nothing for it.
+  if (endpoint === 'capture' || endpoint === 'cancel') return kind !== 'decline' && kind !== 'processing';
   return !CREATE_ONLY.includes(kind);
 }
 

@@ -25,6 +25,8 @@ export interface StoredResponse {
 /** An in-flight or completed key; callers hold it between lock() and complete()/abandon(). */
 export interface KeyEntry {
   readonly key: string;
+  /** The account the key belongs to: '' the platform, else the Stripe-Account it was sent as. */
+  readonly scope: string;
   readonly fingerprint: string;
   /** When the key was first used: what "older than" means for pruning. */
   readonly firstUsedAtMs: number;
@@ -41,8 +43,14 @@ export class IdempotencyStore {
   #entries = new Map<string, KeyEntry>();
   #pruned = 0;
 
-  lookup(key: string, fingerprint: string): Lookup {
-    const entry = this.#entries.get(key);
+  /**
+   * Keys are per account: a request made as a connected account (Stripe-Account) is that account's
+   * request (docs.stripe.com/connect/authentication: the header makes the call "for" the connected
+   * account, as if it made it itself), so the same key sent as another account, or as the platform,
+   * is another key. `scope`: '' for the platform, else the account id.
+   */
+  lookup(key: string, fingerprint: string, scope = ''): Lookup {
+    const entry = this.#entries.get(scoped(scope, key));
     if (entry === undefined) return { kind: 'new' };
     // Stripe compares parameters before it looks at the state of the first request.
     if (entry.fingerprint !== fingerprint) return { kind: 'mismatch' };
@@ -51,30 +59,30 @@ export class IdempotencyStore {
   }
 
   /** Marks the key in flight. Must follow a lookup() that said 'new' with no await in between. */
-  lock(key: string, fingerprint: string, nowMs: number): KeyEntry {
-    const entry: KeyEntry = { key, fingerprint, firstUsedAtMs: nowMs, response: null };
-    this.#entries.set(key, entry);
+  lock(key: string, fingerprint: string, nowMs: number, scope = ''): KeyEntry {
+    const entry: KeyEntry = { key, scope, fingerprint, firstUsedAtMs: nowMs, response: null };
+    this.#entries.set(scoped(scope, key), entry);
     return entry;
   }
 
   /** Stores the answer of the request holding `entry` (a no-op if the key was pruned or reset meanwhile). */
   complete(entry: KeyEntry, response: StoredResponse): void {
-    if (this.#entries.get(entry.key) === entry) entry.response = response;
+    if (this.#entries.get(scoped(entry.scope, entry.key)) === entry) entry.response = response;
   }
 
   /** Drops an in-flight lock without storing anything (the server closed or was reset mid-request). */
   abandon(entry: KeyEntry): void {
-    if (this.#entries.get(entry.key) === entry && entry.response === null) this.#entries.delete(entry.key);
+    if (this.#entries.get(scoped(entry.scope, entry.key)) === entry && entry.response === null) this.#entries.delete(scoped(entry.scope, entry.key));
   }
 
   /** Forgets completed keys; in-flight keys stay (Stripe prunes by age, and an in-flight key is young). */
   prune(nowMs: number, filter: { readonly olderThanMs?: number; readonly idempotencyKey?: string } = {}): number {
     let count = 0;
-    for (const [key, entry] of this.#entries) {
+    for (const [mapKey, entry] of this.#entries) {
       if (entry.response === null) continue;
-      if (filter.idempotencyKey !== undefined && key !== filter.idempotencyKey) continue;
+      if (filter.idempotencyKey !== undefined && entry.key !== filter.idempotencyKey) continue;
       if (filter.olderThanMs !== undefined && nowMs - entry.firstUsedAtMs <= filter.olderThanMs) continue;
-      this.#entries.delete(key);
+      this.#entries.delete(mapKey);
       count += 1;
     }
     this.#pruned += count;
@@ -93,4 +101,9 @@ export class IdempotencyStore {
     this.#entries.clear();
     this.#pruned = 0;
   }
+}
+
+/** The map key of an idempotency key within its account (a NUL cannot occur in a header value). */
+function scoped(scope: string, key: string): string {
+  return scope === '' ? key : `${scope}\u0000${key}`;
 }

@@ -468,7 +468,9 @@ export class RefundApi {
       // depends on the charge's state at execution, so it is stored for the key like the ones below.
       return { ok: false, error: errors.invalidRequest(`Charge ${chargeIdOf(pi.id)} has been charged back; cannot issue a refund.`, 'charge_disputed') };
     }
-    const left = pi.amount - this.book.refundedAmount(pi.id);
+    // A partially captured payment (manual capture) can give back only what was captured: the
+    // charge's amount_captured, the PaymentIntent's amount_received (the rest was released, never taken).
+    const left = (pi.amount_received ?? pi.amount) - this.book.refundedAmount(pi.id);
     if (left <= 0) {
       return { ok: false, error: errors.invalidRequest(`Charge ${chargeIdOf(pi.id)} has already been refunded.`, 'charge_already_refunded') };
     }
@@ -520,7 +522,8 @@ export class RefundApi {
   /** Read when the answer is made: a test may settle the refund while the request is parked. */
   retrieve(id: string): Answer {
     const refund = this.book.get(id);
-    if (refund === null) return { status: 404, body: JSON.stringify(errors.resourceMissing('refund', id, 'id')) };
+    // A Refund belongs to its PaymentIntent's account: for another account it is not there.
+    if (refund === null || this.#paymentIntent(refund.payment_intent) === null) return { status: 404, body: JSON.stringify(errors.resourceMissing('refund', id, 'id')) };
     return { status: 200, body: JSON.stringify(refund) };
   }
 
@@ -555,6 +558,7 @@ export class RefundApi {
     const { gt, gte, lt, lte } = query.created;
     const all = this.book
       .newestFirst(query.paymentIntentId)
+      .filter((r) => this.#paymentIntent(r.payment_intent) !== null)
       .filter((r) => (gt === undefined || r.created > gt) && (gte === undefined || r.created >= gte))
       .filter((r) => (lt === undefined || r.created < lt) && (lte === undefined || r.created <= lte));
     let page: RefundJson[];

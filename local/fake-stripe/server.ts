@@ -20,6 +20,7 @@ import { Ledger, type CreatedRange } from './ledger.ts';
 import { RefundApi, type Answer, type OverRefundError, type RefundParams } from './refunds.ts';
 import {
   FAULT_KINDS,
+  type CancellationReason,
   type Endpoint,
   type FakeStripe,
   type FakeStripeOptions,
@@ -30,6 +31,8 @@ import {
   type HoldHandle,
   type LateCommitFault,
   type LateCommitResult,
+  type PaymentIntentFilter,
+  type PaymentIntentJson,
   type PaymentIntentRecord,
   type RefundFilter,
   type RefundJson,
@@ -48,6 +51,8 @@ import {
   errors,
   fingerprint,
   FormError,
+  integerParam,
+  InvalidParam,
   metadataValue,
   parseSearchQuery,
   paymentMethodJson,
@@ -74,6 +79,8 @@ const STRIPE_PER_ENDPOINT_PER_SECOND = 25;
 const STRIPE_SEARCH_PER_SECOND = 20;
 export const STRIPE_TEST_MODE_RATE_LIMIT = { perSecond: 25 } as const;
 const MAX_BODY_BYTES = 1 << 20;
+/** 7 days: see FakeStripeOptions.authorizationExpiryMs. */
+const AUTHORIZATION_EXPIRY_MS = 7 * 24 * 3_600_000;
 /** Stripe's limit on Idempotency-Key length. */
 const MAX_KEY_LENGTH = 255;
 const SEARCH_DEFAULT_LIMIT = 10;
@@ -103,6 +110,8 @@ interface Exchange {
   /** reset() bumps the server's generation; an exchange from an older one must leave no trace. */
   readonly generation: number;
   latencyPaid: boolean;
+  /** The connected account the request is made as (Stripe-Account), null: the platform. */
+  account: string | null;
 }
 
 interface Hold {
@@ -127,7 +136,7 @@ interface Counters {
 
 function freshCounters(): Counters {
   return {
-    requests: { create: 0, retrieve: 0, search: 0, list: 0, refund_create: 0, refund_retrieve: 0, refund_list: 0, other: 0 },
+    requests: { create: 0, retrieve: 0, search: 0, list: 0, capture: 0, cancel: 0, refund_create: 0, refund_retrieve: 0, refund_list: 0, other: 0 },
     answers: {},
     createsExecuted: 0,
     refundCreatesExecuted: 0,
@@ -167,6 +176,8 @@ type Route =
   | { readonly endpoint: 'search' }
   | { readonly endpoint: 'list' }
   | { readonly endpoint: 'retrieve'; readonly id: string }
+  | { readonly endpoint: 'capture'; readonly id: string }
+  | { readonly endpoint: 'cancel'; readonly id: string }
   | { readonly endpoint: 'refund_create' }
   | { readonly endpoint: 'refund_list' }
   | { readonly endpoint: 'refund_retrieve'; readonly id: string };
@@ -179,6 +190,9 @@ function route(method: string, pathname: string): Route | null {
   if (pathname === '/v1/payment_intents/search' && method === 'GET') return { endpoint: 'search' };
   const m = /^\/v1\/payment_intents\/([^/]+)$/.exec(pathname);
   if (m !== null && method === 'GET') return { endpoint: 'retrieve', id: decodeURIComponent(m[1] ?? '') };
+  // docs.stripe.com/api/payment_intents/capture and /cancel: POST /v1/payment_intents/:id/capture | cancel.
+  const action = /^\/v1\/payment_intents\/([^/]+)\/(capture|cancel)$/.exec(pathname);
+  if (action !== null && method === 'POST') return { endpoint: action[2] === 'capture' ? 'capture' : 'cancel', id: decodeURIComponent(action[1] ?? '') };
   return null;
 }
 
@@ -198,11 +212,12 @@ function refundRoute(method: string, pathname: string): Route | null {
  * creates and Refund creates differ only in these four things.
  */
 interface PostKind<P> {
-  readonly endpoint: 'create' | 'refund_create';
+  readonly endpoint: 'create' | 'refund_create' | 'capture' | 'cancel';
   readonly path: string;
   /** For fault matching and the request log, from the raw body (valid or not); `replayed` when the key has an answer. */
-  facts(body: FormObject, key: string | null, replayed: StoredResponse | null): RequestFacts;
-  validate(body: FormObject): { readonly ok: true; readonly params: P } | { readonly ok: false; readonly error: ErrorEnvelope };
+  facts(body: FormObject, key: string | null, replayed: StoredResponse | null, x: Exchange): RequestFacts;
+  /** A refusal is answered (400 unless `status` says otherwise), never stored for the key. */
+  validate(body: FormObject, x: Exchange): { readonly ok: true; readonly params: P } | { readonly ok: false; readonly error: ErrorEnvelope; readonly status?: number };
   /** The commit: runs once per key (or per request without one); its answer is stored for the key. nowMs: the moment it commits. */
   execute(x: Exchange, params: P, fault: FaultKind | null, nowMs: number): StoredResponse;
 }
@@ -245,6 +260,11 @@ class FakeStripeServer implements FakeStripe {
   readonly #closing = new AbortController();
   #closed: Promise<void> | null = null;
   #generation = 0;
+  readonly #authorizationExpiryMs: number;
+  readonly #now: () => number;
+  readonly #accounts: Set<string>;
+  /** The account a Refunds API call is made as, while it runs (synchronously); undefined: every account. */
+  #refundScope: string | null | undefined = undefined;
 
   constructor(options: FakeStripeOptions) {
     this.#latencyMs = nonNegative('latencyMs', options.latencyMs ?? 0);
@@ -260,8 +280,18 @@ class FakeStripeServer implements FakeStripe {
     this.#plan = new FaultPlan(options.faults?.seed ?? 0, options.faults?.rates ?? {});
     this.#faultKeyBy = options.faults?.keyBy ?? 'idempotency_key';
     this.#logLimit = options.requestLogLimit ?? 100_000;
-    this.#refunds = new RefundApi((id) => this.#ledger.get(id), this.#processingSettleMs, options.overRefundError);
+    // The Refunds API sees the PaymentIntents of the account a request is made as (#asAccount); the
+    // module API (settle, a Dashboard refund) sees them all.
+    this.#refunds = new RefundApi(
+      (id) => (this.#refundScope === undefined ? this.#ledger.get(id) : this.#ledger.getIn(id, this.#refundScope)),
+      this.#processingSettleMs,
+      options.overRefundError,
+    );
     this.#lateCommits = new LateCommits(options.lateCommitMs == null ? null : nonNegative('lateCommitMs', options.lateCommitMs));
+    this.#authorizationExpiryMs = nonNegative('authorizationExpiryMs', options.authorizationExpiryMs ?? AUTHORIZATION_EXPIRY_MS);
+    this.#now = options.now ?? Date.now;
+    this.#accounts = new Set();
+    for (const id of options.connectedAccounts ?? []) this.addConnectedAccount(id);
     this.#server = createServer((req, res) => this.#onRequest(req, res));
     this.#server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
   }
@@ -366,8 +396,22 @@ class FakeStripeServer implements FakeStripe {
     return this.#lateCommits.release(match);
   }
 
-  paymentIntents(filter: { readonly operationId?: string; readonly orderId?: string } = {}): PaymentIntentRecord[] {
+  paymentIntents(filter: PaymentIntentFilter = {}): PaymentIntentRecord[] {
+    this.expireAuthorizations();
     return this.#ledger.records(filter);
+  }
+
+  expireAuthorizations(): number {
+    return this.#ledger.expire(this.#now()).length;
+  }
+
+  addConnectedAccount(id: string): void {
+    if (!CONNECTED_ACCOUNT_ID.test(id)) throw new RangeError(`a connected account id looks like acct_…, got ${JSON.stringify(id)}`);
+    this.#accounts.add(id);
+  }
+
+  connectedAccounts(): string[] {
+    return [...this.#accounts];
   }
 
   requests(since = 0): RequestRecord[] {
@@ -471,7 +515,20 @@ class FakeStripeServer implements FakeStripe {
       this.#counters.rateLimited += 1;
       return this.#send(x, 429, errors.rateLimited());
     }
+    // Connect (docs.stripe.com/connect/authentication): `Stripe-Account: acct_…` makes the request as
+    // that connected account; one this platform does not have is refused, nothing done.
+    const stripeAccount = header(req, 'stripe-account');
+    if (stripeAccount !== null) {
+      if (!this.#accounts.has(stripeAccount)) {
+        const key = header(req, 'authorization')?.replace(/^(Bearer|Basic)\s+/i, '') ?? '';
+        return this.#send(x, 403, errors.accountInvalid(key, stripeAccount));
+      }
+      x.account = stripeAccount;
+      x.record.account = stripeAccount;
+    }
     if (matched === null) return this.#send(x, 404, errors.unknownRoute(method, url.pathname));
+    // What Stripe did on its own meanwhile (an authorization expired) is there before this request is answered.
+    this.expireAuthorizations();
     switch (matched.endpoint) {
       case 'create':
         return this.#create(x, bodyText);
@@ -481,14 +538,18 @@ class FakeStripeServer implements FakeStripe {
         return this.#search(x, url.searchParams);
       case 'list':
         return this.#list(x, url.searchParams);
+      case 'capture':
+        return this.#idempotentPost(x, bodyText, this.#paymentIntentCapture(matched.id));
+      case 'cancel':
+        return this.#idempotentPost(x, bodyText, this.#paymentIntentCancel(matched.id));
       case 'refund_create':
         return this.#idempotentPost(x, bodyText, this.#refundCreate);
       case 'refund_retrieve':
-        return this.#read(x, 'refund_retrieve', this.#refunds.retrieveFacts(matched.id), () => this.#refunds.retrieve(matched.id));
+        return this.#read(x, 'refund_retrieve', this.#asAccount(x, () => this.#refunds.retrieveFacts(matched.id)), () => this.#asAccount(x, () => this.#refunds.retrieve(matched.id)));
       case 'refund_list': {
         const parsed = this.#refunds.parseListQuery(url.searchParams);
-        const facts = this.#refunds.listFacts(parsed.ok ? parsed.query : null);
-        return this.#read(x, 'refund_list', facts, parsed.ok ? () => this.#refunds.list(parsed.query) : parsed.error);
+        const facts = this.#asAccount(x, () => this.#refunds.listFacts(parsed.ok ? parsed.query : null));
+        return this.#read(x, 'refund_list', facts, parsed.ok ? () => this.#asAccount(x, () => this.#refunds.list(parsed.query)) : parsed.error);
       }
     }
   }
@@ -536,17 +597,142 @@ class FakeStripeServer implements FakeStripe {
       idempotencyKey: key,
       paymentIntentId: replayed?.paymentIntentId ?? null,
     }),
-    validate: validateCreate,
+    validate: (body, x) => validateCreate(body, { account: x.account, isConnectedAccount: (id) => this.#accounts.has(id) }),
     execute: (x, params, fault, nowMs) => this.#execute(x, params, fault, nowMs),
   };
+
+  /** The facts of a request about an existing PaymentIntent (capture, cancel), as the caller's account sees it. */
+  #actionFacts(endpoint: 'capture' | 'cancel', id: string, account: string | null, key: string | null): RequestFacts {
+    const known = this.#ledger.getIn(id, account);
+    return {
+      endpoint,
+      operationId: known?.metadata.operation_id ?? null,
+      orderId: known?.metadata.order_id ?? null,
+      idempotencyKey: key,
+      paymentIntentId: id,
+    };
+  }
+
+  /** A PaymentIntent id that names nothing for this account: 404 resource_missing, as a retrieve answers it. */
+  #missing(id: string, x: Exchange): { readonly ok: false; readonly error: ErrorEnvelope; readonly status: number } | null {
+    return this.#ledger.getIn(id, x.account) === null ? { ok: false, error: errors.resourceMissing('payment_intent', id, 'intent'), status: 404 } : null;
+  }
+
+  /**
+   * POST /v1/payment_intents/:id/capture (docs.stripe.com/api/payment_intents/capture): "Capture the
+   * funds of an existing uncaptured PaymentIntent when its status is requires_capture", optional
+   * `amount_to_capture` ("must be less than or equal to the original amount. Defaults to the full
+   * amount_capturable if it's not provided"), `application_fee_amount` (capped at what is captured).
+   * Through the same idempotency pipeline and faults as a create: same key + same parameters replays,
+   * other parameters are an idempotency_error. The status and amount are judged at the commit (a
+   * refusal then is stored for the key, as any executed request's answer is).
+   */
+  #paymentIntentCapture(id: string): PostKind<{ readonly amountToCapture: number | null; readonly applicationFeeAmount: number | null }> {
+    return {
+      endpoint: 'capture',
+      path: `/v1/payment_intents/${id}/capture`,
+      facts: (_body, key, _replayed, x) => this.#actionFacts('capture', id, x.account, key),
+      validate: (body, x) => {
+        const missing = this.#missing(id, x);
+        if (missing !== null) return missing;
+        try {
+          for (const name of Object.keys(body)) {
+            if (!CAPTURE_PARAMS.has(name)) return { ok: false, error: errors.invalidRequest(`Received unknown parameter: ${name}`, 'parameter_unknown', name) };
+          }
+          const amountToCapture = integerParam(body.amount_to_capture, 'amount_to_capture');
+          if (amountToCapture !== null && amountToCapture < 1) {
+            return { ok: false, error: errors.invalidRequest('Amount must be at least 1.', 'amount_too_small', 'amount_to_capture') };
+          }
+          return { ok: true, params: { amountToCapture, applicationFeeAmount: integerParam(body.application_fee_amount, 'application_fee_amount') } };
+        } catch (error) {
+          if (error instanceof InvalidParam) return { ok: false, error: error.envelope };
+          throw error;
+        }
+      },
+      execute: (x, params, fault, nowMs) => {
+        const requestId = x.record.requestId;
+        if (fault === 'error_500_before_commit') return { status: 500, body: JSON.stringify(errors.apiError()), requestId, paymentIntentId: id };
+        // Judged at the commit: an authorization that expired while the request waited is canceled by then.
+        this.expireAuthorizations();
+        const pi = this.#ledger.getIn(id, x.account);
+        if (pi === null) return { status: 404, body: JSON.stringify(errors.resourceMissing('payment_intent', id, 'intent')), requestId, paymentIntentId: id };
+        if (pi.status !== 'requires_capture') {
+          const message =
+            pi.status === 'succeeded' && pi.capture_method === 'manual'
+              ? 'This PaymentIntent could not be captured because it has already been captured.'
+              : `This PaymentIntent could not be captured because it has a status of ${pi.status}. Only a PaymentIntent with one of the following statuses may be captured: requires_capture.`;
+          return { status: 400, body: JSON.stringify(errors.unexpectedState(message, pi)), requestId, paymentIntentId: id };
+        }
+        const capturable = pi.amount_capturable ?? pi.amount;
+        const amount = params.amountToCapture ?? capturable;
+        if (amount > capturable) {
+          // Stripe's answer to a capture above the authorization (quoted in 202-ecommerce/stripe_official#98;
+          // its code, amount_too_large, is docs.stripe.com/error-codes' "greater than the maximum amount allowed").
+          const tooLarge = errors.invalidRequest(
+            'The payment could not be captured because the requested capture amount is greater than the authorized amount.',
+            'amount_too_large',
+            'amount_to_capture',
+          );
+          return { status: 400, body: JSON.stringify(tooLarge), requestId, paymentIntentId: id };
+        }
+        const fee = params.applicationFeeAmount === null ? null : Math.min(params.applicationFeeAmount, amount);
+        const captured = this.#ledger.capture(id, amount, fee, nowMs);
+        if (fault === 'error_500_after_commit') return { status: 500, body: JSON.stringify(errors.apiError()), requestId, paymentIntentId: id };
+        return { status: 200, body: JSON.stringify(captured), requestId, paymentIntentId: id };
+      },
+    };
+  }
+
+  /**
+   * POST /v1/payment_intents/:id/cancel (docs.stripe.com/api/payment_intents/cancel): from
+   * requires_payment_method, requires_capture, requires_confirmation or requires_action ("or, in rare
+   * cases, processing" — not modelled: the fake refuses a processing one), with an optional
+   * `cancellation_reason` of duplicate, fraudulent, requested_by_customer or abandoned. Any other
+   * status: payment_intent_unexpected_state.
+   */
+  #paymentIntentCancel(id: string): PostKind<{ readonly reason: CancellationReason | null }> {
+    return {
+      endpoint: 'cancel',
+      path: `/v1/payment_intents/${id}/cancel`,
+      facts: (_body, key, _replayed, x) => this.#actionFacts('cancel', id, x.account, key),
+      validate: (body, x) => {
+        const missing = this.#missing(id, x);
+        if (missing !== null) return missing;
+        for (const name of Object.keys(body)) {
+          if (name !== 'cancellation_reason' && name !== 'expand') return { ok: false, error: errors.invalidRequest(`Received unknown parameter: ${name}`, 'parameter_unknown', name) };
+        }
+        const reason = body.cancellation_reason;
+        if (reason === undefined || reason === '') return { ok: true, params: { reason: null } };
+        if (typeof reason !== 'string' || !(CANCEL_REASONS as readonly string[]).includes(reason)) {
+          return { ok: false, error: errors.invalidRequest(`Invalid cancellation_reason: must be one of ${CANCEL_REASONS.join(', ')}`, 'parameter_invalid_string', 'cancellation_reason') };
+        }
+        return { ok: true, params: { reason: reason as CancellationReason } };
+      },
+      execute: (x, params, fault, nowMs) => {
+        const requestId = x.record.requestId;
+        if (fault === 'error_500_before_commit') return { status: 500, body: JSON.stringify(errors.apiError()), requestId, paymentIntentId: id };
+        // Judged at the commit: an authorization that expired while the request waited is canceled by then.
+        this.expireAuthorizations();
+        const pi = this.#ledger.getIn(id, x.account);
+        if (pi === null) return { status: 404, body: JSON.stringify(errors.resourceMissing('payment_intent', id, 'intent')), requestId, paymentIntentId: id };
+        if (!CANCELABLE.includes(pi.status)) {
+          const message = `You cannot cancel this PaymentIntent because it has a status of ${pi.status}. Only a PaymentIntent with one of the following statuses may be canceled: ${CANCELABLE.join(', ')}.`;
+          return { status: 400, body: JSON.stringify(errors.unexpectedState(message, pi)), requestId, paymentIntentId: id };
+        }
+        const canceled = this.#ledger.cancel(id, params.reason, nowMs);
+        if (fault === 'error_500_after_commit') return { status: 500, body: JSON.stringify(errors.apiError()), requestId, paymentIntentId: id };
+        return { status: 200, body: JSON.stringify(canceled), requestId, paymentIntentId: id };
+      },
+    };
+  }
 
   /** Refunds (refunds.ts) through the very same idempotency pipeline as PaymentIntent creates. */
   readonly #refundCreate: PostKind<RefundParams> = {
     endpoint: 'refund_create',
     path: '/v1/refunds',
-    facts: (body, key, replayed) => ({ endpoint: 'refund_create', idempotencyKey: key, ...this.#refunds.createFacts(body, replayed) }),
-    validate: (body) => this.#refunds.validateCreate(body),
-    execute: (x, params, fault, nowMs) => {
+    facts: (body, key, replayed, x) => ({ endpoint: 'refund_create', idempotencyKey: key, ...this.#asAccount(x, () => this.#refunds.createFacts(body, replayed)) }),
+    validate: (body, x) => this.#asAccount(x, () => this.#refunds.validateCreate(body)),
+    execute: (x, params, fault, nowMs) => this.#asAccount(x, () => {
       const commitFault =
         fault === 'processing' || fault === 'error_500_before_commit' || fault === 'error_500_after_commit' ? fault : null;
       const stored = this.#refunds.execute(params, commitFault, {
@@ -557,8 +743,21 @@ class FakeStripeServer implements FakeStripe {
       x.record.refundId = stored.refundId ?? null;
       if (stored.refundId != null) this.#counters.refundCreatesExecuted += 1;
       return stored;
-    },
+    }),
   };
+
+  /**
+   * Runs a (synchronous) Refunds API call as the request's account: a refund of another account's
+   * PaymentIntent, or the retrieve / list of its refunds, finds nothing, as for the PaymentIntent itself.
+   */
+  #asAccount<T>(x: Exchange, call: () => T): T {
+    this.#refundScope = x.account;
+    try {
+      return call();
+    } finally {
+      this.#refundScope = undefined;
+    }
+  }
 
   /**
    * The idempotency pipeline every create goes through (see the diagram in idempotency.ts): validate
@@ -581,15 +780,17 @@ class FakeStripeServer implements FakeStripe {
       );
     }
     const params = fingerprint('POST', kind.path, body);
-    const lookup: Lookup | { readonly kind: 'none' } = key === null ? { kind: 'none' } : this.#keys.lookup(key, params);
-    const validated = kind.validate(body);
+    // Keys are the account's own: the same key as another account is another request (idempotency.ts).
+    const scope = x.account ?? '';
+    const lookup: Lookup | { readonly kind: 'none' } = key === null ? { kind: 'none' } : this.#keys.lookup(key, params, scope);
+    const validated = kind.validate(body, x);
     const phase: RequestPhase =
       lookup.kind === 'replay'
         ? 'replay'
         : lookup.kind === 'mismatch' || lookup.kind === 'in_flight' || !validated.ok
           ? 'rejected'
           : 'execute';
-    const facts = kind.facts(body, key, lookup.kind === 'replay' ? lookup.response : null);
+    const facts = kind.facts(body, key, lookup.kind === 'replay' ? lookup.response : null, x);
     x.record.operationId = facts.operationId;
     x.record.paymentIntentId = facts.paymentIntentId;
     if (facts.refundId !== undefined) x.record.refundId = facts.refundId;
@@ -621,10 +822,10 @@ class FakeStripeServer implements FakeStripe {
         'Original-Request': stored.requestId,
       });
     }
-    if (!validated.ok) return this.#rejectParams(x, validated.error);
+    if (!validated.ok) return this.#rejectParams(x, validated.error, validated.status);
 
     // From here on the key is in flight: a concurrent request with it gets 409 until we store.
-    const entry = key === null ? null : this.#keys.lock(key, params, Date.now());
+    const entry = key === null ? null : this.#keys.lock(key, params, Date.now(), scope);
     await this.#park(facts);
     await this.#payLatency(x);
     if (this.#stale(x)) {
@@ -703,7 +904,7 @@ class FakeStripeServer implements FakeStripe {
         : fault === 'processing'
           ? { kind: 'status', status: 'processing' }
           : cardOutcome(params);
-    const pi = this.#ledger.create(params, outcome, x.record.idempotencyKey, nowMs, x.record.requestId);
+    const pi = this.#ledger.create(params, outcome, x.record.idempotencyKey, nowMs, x.record.requestId, x.account, this.#now() + this.#authorizationExpiryMs);
     this.#counters.createsExecuted += 1;
     x.record.paymentIntentId = pi.id;
     if (pi.status === 'processing') this.#scheduleSettle(pi.id);
@@ -734,7 +935,7 @@ class FakeStripeServer implements FakeStripe {
   async #retrieve(x: Exchange, id: string, query: URLSearchParams): Promise<void> {
     const expand = [...query.entries()].filter(([name]) => /^expand(?:\[\d*\])?$/.test(name)).map(([, value]) => value);
     const unknown = expand.find((value) => value !== 'payment_method');
-    const known = this.#ledger.get(id);
+    const known = this.#ledger.getIn(id, x.account);
     const facts: RequestFacts = {
       endpoint: 'retrieve',
       operationId: known?.metadata.operation_id ?? null,
@@ -753,7 +954,9 @@ class FakeStripeServer implements FakeStripe {
     await this.#payLatency(x);
     if (this.#stale(x)) return this.#drop(x);
     // Read after the hold and the latency: a test may settle() while the request is parked.
-    const pi = this.#ledger.get(id);
+    // Another account's PaymentIntent is not there for this one: 404, as Stripe answers it.
+    this.expireAuthorizations();
+    const pi = this.#ledger.getIn(id, x.account);
     if (pi === null) {
       return this.#deliver(x, 'retrieve', 404, JSON.stringify(errors.resourceMissing('payment_intent', id, 'intent')), fault);
     }
@@ -798,7 +1001,7 @@ class FakeStripeServer implements FakeStripe {
     await this.#payLatency(x);
     if (this.#stale(x)) return this.#drop(x);
     // Visibility is judged when the answer is made, so a lagging PaymentIntent can appear mid-retry.
-    const result = this.#ledger.search(clauses, Date.now() - this.#searchLagMs, limit, beforeSeq);
+    const result = this.#ledger.search(clauses, Date.now() - this.#searchLagMs, limit, beforeSeq, x.account);
     const body = {
       object: 'search_result',
       url: '/v1/payment_intents/search',
@@ -836,7 +1039,7 @@ class FakeStripeServer implements FakeStripe {
     await this.#payLatency(x);
     if (this.#stale(x)) return this.#drop(x);
     // Read after the hold and the latency, like Stripe answering at the moment it answers.
-    const result = this.#ledger.list({ customer, created: parsed.created }, parsed.limit, parsed.startingAfter);
+    const result = this.#ledger.list({ customer, created: parsed.created }, parsed.limit, parsed.startingAfter, x.account);
     if (result === null) {
       return this.#rejectParams(x, errors.resourceMissing('payment_intent', parsed.startingAfter ?? '', 'starting_after'));
     }
@@ -894,9 +1097,9 @@ class FakeStripeServer implements FakeStripe {
   }
 
   /** Validation failures: answered, never cached, nothing executed. */
-  #rejectParams(x: Exchange, error: ErrorEnvelope): Promise<void> {
+  #rejectParams(x: Exchange, error: ErrorEnvelope, status = 400): Promise<void> {
     this.#counters.validationErrors += 1;
-    return this.#send(x, 400, error);
+    return this.#send(x, status, error);
   }
 
   /**
@@ -977,10 +1180,11 @@ class FakeStripeServer implements FakeStripe {
       replayed: false,
       requestId: randomId('req_', 14),
       durationMs: null,
+      account: null,
     };
     this.#log.push(record);
     if (this.#log.length > this.#logLimit) this.#log.splice(0, this.#log.length - this.#logLimit);
-    return { req, res, record, generation: this.#generation, latencyPaid: false };
+    return { req, res, record, generation: this.#generation, latencyPaid: false, account: null };
   }
 
   #finish(x: Exchange, outcome: RequestOutcome): void {
@@ -1070,6 +1274,15 @@ class FakeStripeServer implements FakeStripe {
     this.#settleTimers.clear();
   }
 }
+
+/** The capture parameters the fake takes (docs.stripe.com/api/payment_intents/capture); others are refused, not ignored. */
+const CAPTURE_PARAMS = new Set(['amount_to_capture', 'application_fee_amount', 'expand', 'metadata']);
+/** What a cancel request may give (stripe-node 23.1.0 PaymentIntentCancelParams.CancellationReason). */
+const CANCEL_REASONS = ['abandoned', 'duplicate', 'fraudulent', 'requested_by_customer'] as const;
+/** The statuses a PaymentIntent can be canceled from (stripe-node 23.1.0 PaymentIntents.cancel), processing left out. */
+const CANCELABLE: readonly PaymentIntentJson['status'][] = ['requires_payment_method', 'requires_capture', 'requires_confirmation', 'requires_action'];
+/** Stripe account ids: `acct_` and letters and digits (docs.stripe.com/api/connected-accounts: "usually starts with the acct_ prefix"). */
+const CONNECTED_ACCOUNT_ID = /^acct_[0-9A-Za-z]+$/;
 
 const LIST_PARAMS = new Set(['customer', 'limit', 'starting_after', 'ending_before', 'created', 'created[gt]', 'created[gte]', 'created[lt]', 'created[lte]']);
 

@@ -74,7 +74,7 @@ export type LateCommitFault = Extract<FaultKind, 'error_500_late_commit' | 'in_f
 /** What one late commit did (commitLate() returns them, oldest request first). */
 export interface LateCommitResult {
   readonly fault: LateCommitFault;
-  readonly endpoint: 'create' | 'refund_create';
+  readonly endpoint: 'create' | 'refund_create' | 'capture' | 'cancel';
   readonly idempotencyKey: string | null;
   /** metadata.operation_id / order_id of the create. */
   readonly operationId: string | null;
@@ -87,7 +87,7 @@ export interface LateCommitResult {
    * in_flight_then_commit this answer is now stored for the key; error_500_late_commit keeps its 500.
    */
   readonly status: number;
-  /** The PaymentIntent made (a create) or refunded (a refund create). */
+  /** The PaymentIntent made (a create), refunded (a refund create), captured or canceled. */
   readonly paymentIntentId: string | null;
   /** The Refund made; null for a PaymentIntent create or a refund refused at the commit. */
   readonly refundId: string | null;
@@ -100,7 +100,7 @@ export type FaultRates = Partial<Record<FaultKind, number>>;
 /** What a random fault draw is keyed on: the Idempotency-Key of the create, or its metadata.order_id. */
 export type FaultKeyBy = 'idempotency_key' | 'order';
 
-export type Endpoint = 'create' | 'retrieve' | 'search' | 'list' | RefundEndpoint;
+export type Endpoint = 'create' | 'retrieve' | 'search' | 'list' | 'capture' | 'cancel' | RefundEndpoint;
 /** The Refunds API (refunds.ts): POST /v1/refunds, GET /v1/refunds/:id, GET /v1/refunds. */
 export type RefundEndpoint = 'refund_create' | 'refund_retrieve' | 'refund_list';
 
@@ -166,6 +166,27 @@ export interface FakeStripeOptions {
    * by itself. null / undefined (default): only when commitLate() (POST /__fake/commit_late) releases it.
    */
   readonly lateCommitMs?: number | null;
+  /**
+   * How long a manual-capture authorization lives before Stripe cancels the uncaptured PaymentIntent
+   * (cancellation_reason `automatic`), from its creation. Default 7 days: "Uncaptured PaymentIntents
+   * are cancelled a set number of days (7 by default) after their creation" (the capture operation's
+   * description in Stripe's OpenAPI spec, stripe-node 23.1.0 PaymentIntents.capture), and 7 days is
+   * the customer-initiated card-not-present window of every brand (docs.stripe.com/payments/place-a-hold-on-a-payment-method).
+   * A time-lapse sets it short.
+   */
+  readonly authorizationExpiryMs?: number;
+  /**
+   * The clock authorizations expire on (epoch ms). Default Date.now; a test brings its own and moves
+   * it, never sleeping. Expiry is applied when the fake next looks (any /v1 request, paymentIntents(),
+   * the control API) or when expireAuthorizations() is called.
+   */
+  readonly now?: () => number;
+  /**
+   * The connected accounts (acct_…) this platform has (Stripe Connect): a request may act as one of
+   * them with `Stripe-Account`. Any other id is refused (account_invalid). addConnectedAccount() and
+   * POST /__fake/connected_accounts add more. Default: none.
+   */
+  readonly connectedAccounts?: readonly string[];
 }
 
 export type PaymentIntentStatus =
@@ -210,10 +231,33 @@ export interface PaymentIntentJson {
   /** Unix seconds. */
   readonly created: number;
   readonly livemode: false;
-  readonly capture_method: 'automatic';
+  /**
+   * `manual`: a confirmed card payment stops at requires_capture until POST …/capture (or cancel, or
+   * the authorization's expiry). `automatic_async` is accepted and behaves as `automatic` here.
+   */
+  readonly capture_method: 'automatic' | 'automatic_async' | 'manual';
   readonly confirmation_method: 'automatic';
   readonly last_payment_error: LastPaymentError | null;
+  /**
+   * What Stripe's PaymentIntent always carries (docs.stripe.com/api/payment_intents/object): the
+   * amount that can still be captured (requires_capture), the amount received (captured), when and
+   * why it was canceled, the Connect fee and destination. Optional here for hand-made records; the
+   * fake's own objects always carry them.
+   */
+  readonly amount_capturable?: number;
+  readonly amount_received?: number;
+  readonly canceled_at?: number | null;
+  readonly cancellation_reason?: CancellationReason | null;
+  readonly application_fee_amount?: number | null;
+  readonly transfer_data?: { readonly destination: string; readonly amount?: number } | null;
 }
+
+/**
+ * `cancellation_reason` (stripe-node 23.1.0 PaymentIntent.CancellationReason): the four a cancel
+ * request may give (PaymentIntentCancelParams), and `automatic` — Stripe's own, when an uncaptured
+ * authorization expires.
+ */
+export type CancellationReason = 'abandoned' | 'duplicate' | 'fraudulent' | 'requested_by_customer' | 'automatic';
 
 /**
  * Ground truth about one PaymentIntent. Stripe's own fields are snake_case; the two camelCase fields
@@ -226,6 +270,16 @@ export interface PaymentIntentRecord extends PaymentIntentJson {
   readonly createdAtMs: number;
   /** The Request-Id of the API request that created it (its events' `request.id`); null when not made by an API request. */
   readonly requestId?: string | null;
+  /**
+   * The connected account it was created on (the create's `Stripe-Account` header); null: the
+   * platform's own. Only requests made as that account see it (absent on hand-made records).
+   */
+  readonly stripeAccount?: string | null;
+  /**
+   * A manual-capture PaymentIntent in requires_capture: when its authorization expires (epoch ms,
+   * creation + authorizationExpiryMs); null otherwise.
+   */
+  readonly authorizationExpiresAtMs?: number | null;
 }
 
 /**
@@ -249,6 +303,8 @@ export interface RequestRecord {
   readonly paymentIntentId: string | null;
   /** The Refund retrieved, created or replayed (refund endpoints only). */
   readonly refundId?: string | null;
+  /** The `Stripe-Account` header it was sent with (a connected account), null without one. */
+  readonly account?: string | null;
   /** The fault that was applied (a drawn random fault that could not apply is not listed). */
   readonly fault: FaultKind | null;
   readonly faultSource: 'scripted' | 'random' | null;
@@ -308,6 +364,13 @@ export interface HoldHandle {
 
 export type SettleStatus = 'succeeded' | 'canceled' | 'requires_payment_method';
 
+export interface PaymentIntentFilter {
+  readonly operationId?: string;
+  readonly orderId?: string;
+  /** A connected account's PaymentIntents only; null: the platform's own; absent: all. */
+  readonly account?: string | null;
+}
+
 export interface FakeStripe {
   readonly url: string;
   readonly host: string;
@@ -355,7 +418,12 @@ export interface FakeStripe {
    */
   commitLate(match?: FaultMatch): LateCommitResult[];
   /** Ground truth: every PaymentIntent ever created, oldest first. */
-  paymentIntents(filter?: { readonly operationId?: string; readonly orderId?: string }): PaymentIntentRecord[];
+  paymentIntents(filter?: PaymentIntentFilter): PaymentIntentRecord[];
+  /** Cancels (cancellation_reason `automatic`) every requires_capture PaymentIntent whose authorization expired on the clock; returns how many. */
+  expireAuthorizations(): number;
+  /** A connected account Stripe-Account may name from now on (acct_…). */
+  addConnectedAccount(id: string): void;
+  connectedAccounts(): string[];
   /** Every /v1 request (up to requestLogLimit), oldest first; since = only those with seq > since. */
   requests(since?: number): RequestRecord[];
   stats(): FakeStripeStats;

@@ -94,7 +94,12 @@ export function makeStripeEvent(
   };
 }
 
-/** The event type Stripe sends when a PaymentIntent enters a status (none for requires_confirmation / requires_capture here). */
+/**
+ * The event type Stripe sends when a PaymentIntent enters a status (none for requires_confirmation).
+ * requires_capture: `payment_intent.amount_capturable_updated` — "Occurs when a PaymentIntent has
+ * funds to be captured" (docs.stripe.com/api/events/types); an authorization that is then captured
+ * sends payment_intent.succeeded, one canceled or expired payment_intent.canceled.
+ */
 export function paymentIntentEventType(status: string): string | null {
   switch (status) {
     case 'succeeded':
@@ -107,6 +112,8 @@ export function paymentIntentEventType(status: string): string | null {
       return 'payment_intent.canceled';
     case 'requires_payment_method':
       return 'payment_intent.payment_failed';
+    case 'requires_capture':
+      return 'payment_intent.amount_capturable_updated';
     default:
       return null;
   }
@@ -114,7 +121,7 @@ export function paymentIntentEventType(status: string): string | null {
 
 /** The wire shape of a ledger record (the fake's bookkeeping fields removed). */
 export function paymentIntentJson(record: PaymentIntentRecord): Record<string, unknown> {
-  const { idempotencyKey: _key, createdAtMs: _at, requestId: _request, ...pi } = record;
+  const { idempotencyKey: _key, createdAtMs: _at, requestId: _request, stripeAccount: _account, authorizationExpiresAtMs: _expires, ...pi } = record;
   return { ...pi, latest_charge: chargeIdOf(record.id) };
 }
 
@@ -261,8 +268,18 @@ export class WebhookDispatcher {
   }
 
   /** An event as rendered for this endpoint's api_version, from this endpoint's origin (account, mode). */
-  #event(type: string, object: Record<string, unknown>, previousAttributes?: Record<string, unknown>, request: EventRequest = AUTOMATIC): StripeEventJson {
-    return makeStripeEvent(type, object, { apiVersion: this.#apiVersion, ...this.#origin, ...(previousAttributes ? { previousAttributes } : {}), request });
+  #event(
+    type: string,
+    object: Record<string, unknown>,
+    previousAttributes?: Record<string, unknown>,
+    request: EventRequest = AUTOMATIC,
+    account: string | null = null,
+  ): StripeEventJson {
+    // An object of a connected account (made with Stripe-Account) is that account's event: it carries
+    // `account` (docs.stripe.com/connect/webhooks: "These events include an account attribute that
+    // identifies the relevant connected account"); the endpoint's origin decides it otherwise.
+    const origin = account !== null ? { ...this.#origin, account } : this.#origin;
+    return makeStripeEvent(type, object, { apiVersion: this.#apiVersion, ...origin, ...(previousAttributes ? { previousAttributes } : {}), request });
   }
 
   /**
@@ -358,8 +375,17 @@ export class WebhookDispatcher {
       if ((before === 'processing' || before === 'requires_action') && pi.status !== 'processing' && pi.status !== 'requires_action') this.#settledAt.set(pi.id, Date.now());
       if (!this.#deliverEvents) continue;
       const type = paymentIntentEventType(pi.status);
+      const account = pi.stripeAccount ?? null;
       // The status the create answered is the create's event; a later change is Stripe's own.
-      if (type) this.emit(this.#event(type, paymentIntentJson(pi), undefined, before === undefined ? madeBy(pi) : AUTOMATIC));
+      if (type) this.emit(this.#event(type, paymentIntentJson(pi), undefined, before === undefined ? madeBy(pi) : AUTOMATIC, account));
+      // The Charge of an authorization (docs.stripe.com/api/events/types): `charge.captured` "Occurs
+      // whenever a previously uncaptured charge is captured"; `charge.expired` "Occurs whenever an
+      // uncaptured charge expires" — Stripe's own cancel of an expired authorization (`automatic`).
+      if (before === 'requires_capture' && pi.status === 'succeeded') {
+        this.emit(this.#event('charge.captured', this.#charge(pi, 0), { captured: false, amount_captured: 0 }, AUTOMATIC, account));
+      } else if (before === 'requires_capture' && pi.status === 'canceled' && pi.cancellation_reason === 'automatic') {
+        this.emit(this.#event('charge.expired', this.#charge(pi, 0, 'expired'), undefined, AUTOMATIC, account));
+      }
     }
   }
 
@@ -387,11 +413,12 @@ export class WebhookDispatcher {
       if (!pi) continue;
       // The Charge's amount_refunded as Stripe keeps it: the refunds that hold money (a failed or
       // canceled one gave its amount back), those already told before this one.
-      const before = Math.min(pi.amount, refunds
+      const captured = pi.amount_received ?? pi.amount;
+      const before = Math.min(captured, refunds
         .filter((r) => r.payment_intent === pi.id && r.id !== refund.id && this.#seenRefunds.has(r.id) && r.status !== 'failed' && r.status !== 'canceled')
         .reduce((sum, r) => sum + r.amount, 0));
-      const after = Math.min(pi.amount, before + refund.amount);
-      if (this.#deliverEvents) this.emit(this.#event('charge.refunded', this.#charge(pi, after), { amount_refunded: before, refunded: before === pi.amount }, madeBy(refund)));
+      const after = Math.min(captured, before + refund.amount);
+      if (this.#deliverEvents) this.emit(this.#event('charge.refunded', this.#charge(pi, after), { amount_refunded: before, refunded: before === captured }, madeBy(refund), pi.stripeAccount ?? null));
     }
   }
 
@@ -422,15 +449,22 @@ export class WebhookDispatcher {
    * currency, disputed, id, livemode, metadata, object, paid, refunded, status) and the ids it names.
    * `disputed`: "Whether the charge has been disputed" — once a dispute was opened here, won or not.
    */
-  #charge(pi: PaymentIntentRecord, amountRefunded: number): Record<string, unknown> {
+  #charge(pi: PaymentIntentRecord, amountRefunded: number, phase: 'live' | 'expired' = 'live'): Record<string, unknown> {
+    // An authorization is a charge not (yet) captured; once captured, amount_captured is what was
+    // taken (a partial capture: less than amount). An expired one was never captured, and is
+    // "marked as refunded" (docs.stripe.com/api/charges/capture: "Uncaptured payments expire a set
+    // number of days after they are created (7 by default), after which they are marked as refunded").
+    const uncaptured = pi.status === 'requires_capture' || phase === 'expired';
+    const captured = uncaptured ? 0 : (pi.amount_received ?? pi.amount);
+    const expired = phase === 'expired';
     return {
       id: chargeIdOf(pi.id),
       object: 'charge',
       amount: pi.amount,
-      amount_captured: pi.amount,
-      amount_refunded: amountRefunded,
+      amount_captured: captured,
+      amount_refunded: expired ? pi.amount : amountRefunded,
       billing_details: { address: null, email: null, name: null, phone: null },
-      captured: true,
+      captured: !uncaptured,
       created: pi.created,
       currency: pi.currency,
       customer: pi.customer,
@@ -440,7 +474,7 @@ export class WebhookDispatcher {
       paid: true,
       payment_intent: pi.id,
       payment_method: pi.payment_method,
-      refunded: amountRefunded === pi.amount,
+      refunded: expired || (captured > 0 && amountRefunded === captured),
       status: 'succeeded',
     };
   }

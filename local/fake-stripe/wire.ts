@@ -106,7 +106,7 @@ export const errors = {
   unknownRoute: (method: string, path: string): ErrorEnvelope => ({
     error: {
       type: 'invalid_request_error',
-      message: `Unrecognized request URL (${method}: ${path}). The fake Stripe server models only create, retrieve, list and search of PaymentIntents, and create, retrieve and list of Refunds.`,
+      message: `Unrecognized request URL (${method}: ${path}). The fake Stripe server models only create, retrieve, capture, cancel, list and search of PaymentIntents, and create, retrieve and list of Refunds.`,
     },
   }),
   idempotencyMismatch: (key: string): ErrorEnvelope => ({
@@ -154,6 +154,31 @@ export const errors = {
       message: 'The provided key does not have the required permissions for this endpoint.',
     },
   }),
+  /**
+   * A Stripe-Account header naming no account of this platform, or no account id at all:
+   * docs.stripe.com/error-codes, account_invalid — "The account ID provided as a value for the
+   * Stripe-Account header is invalid. Check that your requests are specifying a valid account ID."
+   * The code is documented; the HTTP status and the message's wording are not (no source found):
+   * the fake answers 403, a key without access to the account being a permission error, and says
+   * which key and account — a caller must branch on `code`, never on the text.
+   */
+  accountInvalid: (key: string, account: string): ErrorEnvelope => ({
+    error: {
+      type: 'invalid_request_error',
+      code: 'account_invalid',
+      message: `The provided key '${redactKey(key)}' does not have access to account '${account}' (or that account does not exist). Application access may have been revoked.`,
+    },
+  }),
+  /**
+   * An operation the PaymentIntent's status does not allow: code payment_intent_unexpected_state
+   * (docs.stripe.com/error-codes), the PaymentIntent in the error; message as Stripe words it for a
+   * capture ("This PaymentIntent could not be captured because it has a status of
+   * requires_confirmation. Only a PaymentIntent with one of the following statuses may be captured:
+   * requires_capture.", a Stripe answer quoted in grandnode/grandnode#985).
+   */
+  unexpectedState: (message: string, pi: PaymentIntentJson): ErrorEnvelope => ({
+    error: { type: 'invalid_request_error', code: 'payment_intent_unexpected_state', message, payment_intent: pi },
+  }),
   apiError: (): ErrorEnvelope => ({
     error: { type: 'api_error', message: 'An unknown error occurred' },
   }),
@@ -181,7 +206,20 @@ export interface CreateParams {
   readonly excludedPaymentMethodTypes: readonly string[] | null;
   /** `error_on_requires_action`: only with automatic payment methods turned off (see parseCreate). */
   readonly errorOnRequiresAction: boolean;
+  /** `capture_method` (default automatic). */
+  readonly captureMethod: 'automatic' | 'automatic_async' | 'manual';
+  /** Connect: the platform's fee, and a destination charge's connected account. */
+  readonly applicationFeeAmount: number | null;
+  readonly transferData: { readonly destination: string; readonly amount?: number } | null;
 }
+
+/** Who a create is made as, for the Connect checks: the Stripe-Account header, and which accounts exist. */
+export interface CreateContext {
+  readonly account: string | null;
+  readonly isConnectedAccount: (id: string) => boolean;
+}
+
+const PLATFORM: CreateContext = { account: null, isConnectedAccount: () => false };
 
 export type Validated =
   | { readonly ok: true; readonly params: CreateParams }
@@ -210,7 +248,13 @@ const KNOWN_CREATE_PARAMS = new Set([
   'receipt_email',
   'statement_descriptor',
   'statement_descriptor_suffix',
+  'capture_method',
+  'application_fee_amount',
+  'transfer_data',
 ]);
+
+/** capture_method values of the create operation (stripe-node 23.1.0 PaymentIntentCreateParams.CaptureMethod). */
+const CAPTURE_METHODS = ['automatic', 'automatic_async', 'manual'] as const;
 
 /**
  * Stripe's documented limits on what a create carries: metadata "up to 50 keys, with key names up to
@@ -321,16 +365,16 @@ function booleanParam(body: FormObject, name: string): boolean {
  * product relies on them (parameter_missing, parameter_invalid_integer, parameter_unknown,
  * resource_missing, amount_too_small/large); the others only need to be invalid_request_error.
  */
-export function validateCreate(body: FormObject): Validated {
+export function validateCreate(body: FormObject, context: CreateContext = PLATFORM): Validated {
   try {
-    return { ok: true, params: parseCreate(body) };
+    return { ok: true, params: parseCreate(body, context) };
   } catch (error) {
     if (error instanceof InvalidParam) return { ok: false, error: error.envelope };
     throw error;
   }
 }
 
-function parseCreate(body: FormObject): CreateParams {
+function parseCreate(body: FormObject, context: CreateContext): CreateParams {
   for (const name of Object.keys(body)) {
     if (!KNOWN_CREATE_PARAMS.has(name) && name !== 'payment_method_types') invalid(`Received unknown parameter: ${name}`, 'parameter_unknown', name);
   }
@@ -398,6 +442,12 @@ function parseCreate(body: FormObject): CreateParams {
   // Kept as sent, so that a test can see what the PaymentIntent carries (an empty string is "unset").
   const description = boundedString(body, 'description', DESCRIPTION_MAX_LENGTH);
   const statementDescriptorSuffix = boundedString(body, 'statement_descriptor_suffix', STATEMENT_DESCRIPTOR_SUFFIX_MAX_LENGTH);
+  const captureText = stringParam(body, 'capture_method') ?? 'automatic';
+  if (!(CAPTURE_METHODS as readonly string[]).includes(captureText)) {
+    invalid(`Invalid capture_method: must be one of ${CAPTURE_METHODS.join(', ')}`, 'parameter_invalid_string', 'capture_method');
+  }
+  const captureMethod = captureText as CreateParams['captureMethod'];
+  const { applicationFeeAmount, transferData } = connectParams(body, amount, context);
   return {
     amount,
     currency,
@@ -411,7 +461,66 @@ function parseCreate(body: FormObject): CreateParams {
     allowedPaymentMethodTypes,
     excludedPaymentMethodTypes,
     errorOnRequiresAction,
+    captureMethod,
+    applicationFeeAmount,
+    transferData,
   };
+}
+
+/** A non-negative integer parameter (`application_fee_amount`, `transfer_data[amount]`, `amount_to_capture`); null when absent. */
+export function integerParam(value: FormValue | undefined, param: string): number | null {
+  if (value === undefined || value === '') return null;
+  if (typeof value !== 'string' || !/^\d+$/.test(value)) return invalid(`Invalid integer: ${typeof value === 'string' ? value : param}`, 'parameter_invalid_integer', param);
+  return Number(value);
+}
+
+/**
+ * Connect parameters of a create. `transfer_data[destination]` makes a destination charge: created on
+ * the platform, the funds going to that connected account (docs.stripe.com/connect/destination-charges),
+ * so it must name one of the platform's connected accounts ("No such destination", resource_missing,
+ * as for any id that names nothing). `application_fee_amount` needs a connected account to take the
+ * fee from: the request made as one (Stripe-Account, a direct charge: docs.stripe.com/connect/direct-charges)
+ * or a destination — Stripe refuses it otherwise ("Can only apply an application_fee when the request
+ * is made on behalf of another account (using an OAuth key, the Stripe-Account header, or the
+ * destination parameter)", quoted by Stripe staff in stripe-archive/stripe-payments-demo#18 and
+ * stripe/stripe-dotnet#936; the PaymentIntent form of the message names transfer_data[destination]).
+ * A fee above the amount is refused too (the fee comes out of the payment).
+ */
+function connectParams(body: FormObject, amount: number, context: CreateContext): Pick<CreateParams, 'applicationFeeAmount' | 'transferData'> {
+  const rawTransfer = body.transfer_data;
+  let transferData: CreateParams['transferData'] = null;
+  if (rawTransfer !== undefined && rawTransfer !== '') {
+    if (typeof rawTransfer === 'string') return invalid('Invalid transfer_data: must be an object', 'parameter_invalid_string', 'transfer_data');
+    for (const name of Object.keys(rawTransfer)) {
+      if (name !== 'destination' && name !== 'amount') invalid(`Received unknown parameter: transfer_data[${name}]`, 'parameter_unknown', `transfer_data[${name}]`);
+    }
+    const destination = rawTransfer.destination;
+    if (typeof destination !== 'string' || destination === '') {
+      return invalid('Missing required param: transfer_data[destination].', 'parameter_missing', 'transfer_data[destination]');
+    }
+    if (!context.isConnectedAccount(destination)) {
+      throw new InvalidParam(errors.resourceMissing('destination', destination, 'transfer_data[destination]'));
+    }
+    const transferAmount = integerParam(rawTransfer.amount, 'transfer_data[amount]');
+    if (transferAmount !== null && transferAmount > amount) {
+      invalid('transfer_data[amount] must be less than or equal to the amount of the PaymentIntent.', 'parameter_invalid_integer', 'transfer_data[amount]');
+    }
+    transferData = transferAmount === null ? { destination } : { destination, amount: transferAmount };
+  }
+  const applicationFeeAmount = integerParam(body.application_fee_amount, 'application_fee_amount');
+  if (applicationFeeAmount !== null) {
+    if (context.account === null && transferData === null) {
+      invalid(
+        'Can only apply an application_fee_amount when the PaymentIntent is attempting a direct payment (using an OAuth key or Stripe-Account header) or destination payment (using `transfer_data[destination]`).',
+        'parameter_invalid_integer',
+        'application_fee_amount',
+      );
+    }
+    if (applicationFeeAmount > amount) {
+      invalid('application_fee_amount must be less than or equal to the amount of the PaymentIntent.', 'parameter_invalid_integer', 'application_fee_amount');
+    }
+  }
+  return { applicationFeeAmount, transferData };
 }
 
 /** `off_session`: a boolean, or "one_off" / "recurring" (both mean true), as the spec's anyOf has it. */
