@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { EXIT, OpsError, UsageError } from './errors.ts';
-import { isAction, parseInvocation, usage, type Invocation } from './parse.ts';
+import { forwardedArgv, isAction, parseInvocation, usage, type Invocation } from './parse.ts';
 import { render } from './render.ts';
 import { failure, type OpsResponse } from './response.ts';
 
@@ -68,16 +68,6 @@ export function targetOf(invocation: Invocation, env: NodeJS.ProcessEnv): Target
   const deployed = deployedDb || live;
   const ignored = deployed && env.OPS_SEARCH_SETTLE_MS ? '; OPS_SEARCH_SETTLE_MS is ignored (not a local run)' : '';
   return { deployed, banner: `target: ${deployed ? 'deployed' : 'local'} pipeline — database ${database}, Stripe ${stripe}${live ? ' (live key)' : ''}, direct${actor}${ignored}` };
-}
-
-function forwardedArgv(invocation: Invocation): string[] {
-  const argv = [...invocation.forwardArgv];
-  const command = invocation.command;
-  // Inside the function there is no OS user: the actor is the identity STS verifies; the OS user
-  // travels as the --actor note beside it (who sat at the keyboard, as said).
-  const named = argv.some((a) => a === '--actor' || a.startsWith('--actor='));
-  if (isAction(command) && !named) argv.push('--actor', command.action.actor.replace(/^operator:/, ''));
-  return argv;
 }
 
 /** Runs the CLI and returns its exit status. Exported for tests; the script entry is at the bottom. */
