@@ -8,7 +8,7 @@ import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { osUser } from '../lambdas/ops/cli.ts';
 import type { OperationView } from '../lambdas/ops/results.ts';
 import { ratePerSecond, SampleLog, settledOf, type LivePageSource, type PageState, type QueueDepth, type StripeSide, type Timeline } from '../lambdas/ops/live-page/model.ts';
-import { checkPageWrite, readThroughOps, stripeSideOf } from '../lambdas/ops/live-page/ops-source.ts';
+import { checkPageWrite, readThroughOps, stripeSideOf, withActor } from '../lambdas/ops/live-page/ops-source.ts';
 import { directRunner } from '../lambdas/ops/live-page/runner.ts';
 import { startLivePage, type LivePage } from '../lambdas/ops/live-page/server.ts';
 import type { ResultOf } from '../lambdas/ops/results.ts';
@@ -81,7 +81,7 @@ async function fakeRecord(pipeline: Pipeline, op: OperationView): Promise<Stripe
 
 export interface LocalPageOptions {
   readonly actionsAllowed: boolean;
-  /** Who acts from the page (the audit trail's actor); default the OS user, as the CLI's. */
+  /** Who acts from the page, as the CLI's `--actor` (the audit trail's actor); default the OS user, as the CLI's. */
   readonly actor?: string;
   /** Default the ops tool's environment for this run (localOpsEnv). */
   readonly env?: NodeJS.ProcessEnv;
@@ -91,7 +91,7 @@ export interface LocalPageOptions {
 export function localPipelineSource(pipeline: Pipeline, options: LocalPageOptions): LivePageSource {
   const actor = options.actor ?? osUser(process.env);
   const env = options.env ?? localOpsEnv(pipeline);
-  const runner = directRunner(env, actor);
+  const runner = directRunner(env, osUser(process.env));
   const log = new SampleLog();
   const target = `local run ${pipeline.runId} — database ${pipeline.databaseName}, ${pipeline.stripeDescription}`;
   return {
@@ -128,7 +128,7 @@ export function localPipelineSource(pipeline: Pipeline, options: LocalPageOption
       return { show, stripe: await fakeRecord(pipeline, detail.operation) };
     },
     async act(argv) {
-      return checkPageWrite(argv) ?? runner.run(argv);
+      return checkPageWrite(argv) ?? runner.run(withActor(argv, options.actor ?? null));
     },
     close: runner.close,
   };

@@ -32,7 +32,10 @@ export interface OpsSourceOptions {
   readonly title: string;
   readonly target: string;
   readonly actionsAllowed: boolean;
+  /** Who the page says acts (the audit trail's actor where nothing is verified). */
   readonly actor: string | null;
+  /** `--actor <name>` for every write; null: the OS user (or, in the ops function, the identity STS verifies). */
+  readonly actorName: string | null;
   /** Only writes go through here; the ops commands judge them (reason, proof, evidence). */
   readonly close?: () => Promise<void>;
 }
@@ -67,6 +70,14 @@ export function stripeSideOf(show: OpsResponse): StripeSide | null {
   if (!r.stripe) return { source: 'Stripe, as operations show --stripe reads it', objects: [], note: r.stripeSkipped };
   const objects = [...r.stripe.paymentIntents, ...r.stripe.refunds].map((o) => ({ ...o }) as Record<string, unknown>);
   return { source: 'Stripe, as operations show --stripe reads it', objects, note: r.stripe.complete ? null : r.stripe.problems.join('; ') };
+}
+
+/**
+ * The argv of a write from the page: `--actor <name>` added when the page was started with one (as
+ * the CLI's `--actor`), else the command's default actor is the OS user, as the CLI's is.
+ */
+export function withActor(argv: readonly string[], actorName: string | null): string[] {
+  return actorName ? [...argv, '--actor', actorName] : [...argv];
 }
 
 /** Refuses anything but the three review writes (the page has no other). */
@@ -108,7 +119,7 @@ export function opsCommandsSource(options: OpsSourceOptions): LivePageSource {
       return { show, stripe: stripeSideOf(show) };
     },
     async act(argv) {
-      return checkPageWrite(argv) ?? options.run(argv);
+      return checkPageWrite(argv) ?? options.run(withActor(argv, options.actorName));
     },
     close: options.close ?? (async () => {}),
   };
