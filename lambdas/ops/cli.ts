@@ -72,6 +72,11 @@ export function targetOf(invocation: Invocation, env: NodeJS.ProcessEnv): Target
 
 /** Runs the CLI and returns its exit status. Exported for tests; the script entry is at the bottom. */
 export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env, io: CliIo = stdio): Promise<number> {
+  // The live page: a server that runs the commands below for a browser (live-page/cli.ts).
+  if (argv[0] === 'ui') {
+    const { runUi } = await import('./live-page/cli.ts');
+    return runUi(argv.slice(1), env, io);
+  }
   let invocation: Invocation;
   try {
     invocation = parseInvocation(argv, osUser(env));
@@ -80,7 +85,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     const response = failure(null, error);
     const json = argv.includes('--json');
     print(render(response, json), io);
-    if (!json && argv.length === 0) io.err('Commands: review list|show|resolve|reissue|note, operations show, rejected list, stats');
+    if (!json && argv.length === 0) io.err('Commands: review list|show|resolve|reissue|note, operations show, rejected list, stats, ui (the live page)');
     return response.exitCode;
   }
 

@@ -328,6 +328,7 @@ export function usage(topic: CommandName | null = null): string {
     '',
     'Commands:',
     ...COMMAND_NAMES.map((name) => `  ${`${name} ${COMMANDS[name].args}`.trim().padEnd(width)}  ${COMMANDS[name].summary}`),
+    `  ${'ui'.padEnd(width)}  the live page on localhost: these figures in a browser, refreshed live (ui --help)`,
     '',
     'Global options:',
     ...helpLines(GLOBAL_HELP),
