@@ -162,7 +162,15 @@ describe('the live page of a local run, in a real browser', () => {
     await expect.poll(() => page.locator('#trail li strong').last().textContent(), { timeout: 10_000 }).toBe('operator_resolved');
     await expect.poll(rows, { timeout: 10_000 }).not.toContain(first.id);
 
-    if (process.env.LIVE_PAGE_SCREENSHOT) await page.screenshot({ path: process.env.LIVE_PAGE_SCREENSHOT, fullPage: true });
+    // `npm run screenshot:ui` (docs/images/live-page.png): the page with an item still in review open.
+    const shot = process.env.LIVE_PAGE_SCREENSHOT;
+    const open = listed.operations[2];
+    if (shot && open) {
+      await page.getByRole('button', { name: `Open the timeline of ${open.orderId} (${open.kind})` }).click();
+      await page.locator(`#timeline-title[data-operation-id="${open.id}"]`).waitFor({ timeout: 10_000 });
+      await page.locator('#action-reason').fill('TICKET-42: the dashboard shows no PaymentIntent');
+      await page.screenshot({ path: shot, fullPage: true, clip: { x: 0, y: 0, width: 1280, height: 1900 } });
+    }
   }, 110_000);
 
   it('started without actions, says so and refuses a write', async () => {

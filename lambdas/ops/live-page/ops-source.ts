@@ -67,9 +67,10 @@ export async function readThroughOps(run: OpsRunner): Promise<OpsReading> {
 export function stripeSideOf(show: OpsResponse): StripeSide | null {
   if (!show.ok || (show.command !== 'operations show' && show.command !== 'review show')) return null;
   const r = show.result as ResultOf['operations show'];
-  if (!r.stripe) return { source: 'Stripe, as operations show --stripe reads it', objects: [], note: r.stripeSkipped };
-  const objects = [...r.stripe.paymentIntents, ...r.stripe.refunds].map((o) => ({ ...o }) as Record<string, unknown>);
-  return { source: 'Stripe, as operations show --stripe reads it', objects, note: r.stripe.complete ? null : r.stripe.problems.join('; ') };
+  const evidence = r.stripe;
+  if (!evidence) return { source: 'Stripe, as operations show --stripe reads it', objects: [], note: r.stripeSkipped };
+  const objects = [...evidence.paymentIntents, ...evidence.refunds].map((o) => ({ ...o }) as Record<string, unknown>);
+  return { source: 'Stripe, as operations show --stripe reads it', objects, note: evidence.complete ? null : evidence.problems.join('; ') };
 }
 
 /**

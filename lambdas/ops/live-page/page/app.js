@@ -197,8 +197,13 @@ function stripeTable(objects) {
   );
 }
 
-async function showTimeline(key) {
+async function showTimeline(key, { keepResult = false } = {}) {
   $('timeline-key').value = key;
+  // An action's answer belongs to its operation: another timeline starts without it.
+  if (!keepResult) {
+    $('action-result').className = '';
+    $('action-result').textContent = '';
+  }
   const res = await fetch(`/api/timeline?key=${encodeURIComponent(key)}`);
   const body = await res.json();
   const box = $('timeline');
@@ -295,7 +300,7 @@ $('confirm-run').addEventListener('click', async () => {
     out.textContent = `Done: ${response.command}${audit ? ` — audit event #${audit.id} ${audit.action} by ${audit.actor}` : ''}`;
     $('action-reason').value = '';
   }
-  await showTimeline(r.operationId);
+  await showTimeline(r.operationId, { keepResult: true });
 });
 
 // ── Live updates: server-sent events, polling when they fail ──────────────────────────────────────
