@@ -24,7 +24,7 @@ Options:
                            step, run as the ops command itself (reason required, audited as the CLI's)
   --actor <name>           who acts, as the CLI's --actor (default: the OS user; with --lambda a
                            note beside the IAM identity STS verifies, which is the actor)
-  --interval <seconds>     how often the figures are read (default 1; 5 with --lambda)
+  --interval <seconds>     how often the figures are read (default 1; 5 with --lambda, at least 2)
   --lambda <function>      read (and act) through the ops Lambda (IAM) instead of DATABASE_URL
   --region <region>        AWS region for --lambda (default $AWS_REGION)
   --endpoint <url>         a local Lambda API endpoint for --lambda (tests, emulators)
@@ -68,7 +68,8 @@ export function parseUiArgs(argv: readonly string[]): UiOptions | 'help' {
   const port = values.port === undefined ? 0 : Number(values.port);
   if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new UsageError(`ui: --port must be an integer in [0, 65535] (got "${values.port}")`);
   const interval = values.interval === undefined ? (values.lambda ? 5 : 1) : Number(values.interval);
-  if (!(interval >= 0.2 && interval <= 600)) throw new UsageError(`ui: --interval must be a number of seconds in [0.2, 600] (got "${values.interval}")`);
+  const least = values.lambda ? 2 : 0.2;
+  if (!(interval >= least && interval <= 600)) throw new UsageError(`ui: --interval must be a number of seconds in [${least}, 600]${values.lambda ? ' with --lambda' : ''} (got "${values.interval}")`);
   if (values.actor !== undefined && !/^[\x21-\x7e]{1,100}$/.test(values.actor)) throw new UsageError('ui: --actor must be 1-100 printable characters without spaces');
   const transportArgv = [
     ...(values.lambda !== undefined ? ['--lambda', values.lambda] : []),

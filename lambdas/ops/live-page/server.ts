@@ -74,7 +74,12 @@ export async function startLivePage(options: LivePageOptions): Promise<LivePage>
 
   const withFlag = (state: PageState): PageState => ({ ...state, actionsAllowed: options.actionsAllowed });
 
-  const refresh = async (): Promise<void> => {
+  // One read at a time, shared by whoever asks meanwhile (the ticker, a first GET, a write's push):
+  // a slow database is not asked twice, and through the ops Lambda the same command is never signed
+  // twice in one second (the function refuses an identity proof it has seen).
+  let reading: Promise<void> | null = null;
+  const refresh = (): Promise<void> => (reading ??= read().finally(() => (reading = null)));
+  const read = async (): Promise<void> => {
     try {
       latest = withFlag(await source.state());
       lastError = null;
@@ -154,13 +159,9 @@ export async function startLivePage(options: LivePageOptions): Promise<LivePage>
   port = (server.address() as AddressInfo).port;
 
   let stopped = false;
-  let busy = true;
-  let ticking: Promise<void> = refresh().finally(() => (busy = false));
+  let ticking: Promise<void> = refresh();
   const timer = setInterval(() => {
-    // One read at a time: a slow database is not asked again before it answered.
-    if (busy || stopped) return;
-    busy = true;
-    ticking = refresh().finally(() => (busy = false));
+    if (!stopped) ticking = refresh();
   }, options.intervalMs ?? 1_000);
   timer.unref();
 
