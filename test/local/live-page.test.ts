@@ -16,13 +16,15 @@ import type { LivePage } from '../../lambdas/ops/live-page/server.ts';
 import { cliJson, resultOf } from '../ops/support.ts';
 import { TEST_TIME_LAPSE } from './support.ts';
 
-/** CHROMIUM_PATH, else the first chromium on PATH (Debian's package installs /usr/bin/chromium). */
+/**
+ * CHROMIUM_PATH when set (and only it), else the first chromium on PATH (Debian's package installs
+ * /usr/bin/chromium), as `command -v chromium` finds it. None: the test fails, saying what to install.
+ */
 function findChromium(): string {
-  const candidates = [
-    process.env.CHROMIUM_PATH,
-    ...(process.env.PATH ?? '').split(path.delimiter).flatMap((dir) => (dir ? [path.join(dir, 'chromium'), path.join(dir, 'chromium-browser')] : [])),
-    '/usr/bin/chromium',
-  ].filter((p): p is string => Boolean(p));
+  const set = process.env.CHROMIUM_PATH;
+  const candidates = set
+    ? [set]
+    : (process.env.PATH ?? '').split(path.delimiter).flatMap((dir) => (dir ? [path.join(dir, 'chromium'), path.join(dir, 'chromium-browser')] : []));
   for (const candidate of candidates) {
     try {
       accessSync(candidate, constants.X_OK);
@@ -31,7 +33,9 @@ function findChromium(): string {
       // not this one
     }
   }
-  throw new Error('no Chromium found for the live page test: apt-get install chromium (or set CHROMIUM_PATH to a Chromium binary)');
+  throw new Error(
+    `no Chromium found for the live page test${set ? ` at CHROMIUM_PATH=${set}` : ' on PATH'}: apt-get install chromium (or set CHROMIUM_PATH to a Chromium binary)`,
+  );
 }
 
 const ORDERS = 40;
@@ -50,8 +54,17 @@ describe('the live page of a local run, in a real browser', () => {
   let run: WorkloadRun;
   let env: NodeJS.ProcessEnv;
 
+  /** No browser: every test below FAILS with it (a failing hook would only mark them skipped). */
+  let missing: Error | null = null;
+
   beforeAll(async () => {
-    const executablePath = findChromium();
+    let executablePath: string;
+    try {
+      executablePath = findChromium();
+    } catch (error) {
+      missing = error as Error;
+      return;
+    }
     pipeline = await startPipeline({
       postgres: { kind: 'server', adminUrl: inject('pgAdminUrl') },
       stripe: { kind: 'fake', faults: 'none', seed: 7 },
@@ -76,6 +89,7 @@ describe('the live page of a local run, in a real browser', () => {
   }, 60_000);
 
   it('follows the run, lists the review queue, shows a timeline and resolves from the page as the CLI does', async () => {
+    if (missing) throw missing;
     const workload = buildWorkload({ orders: ORDERS, duplicates: 0.3, refunds: 0.1, duplicateCharges: 0, seed: 7, tag: 'e2e-page', processing: false });
     const refunded = new Set(workload.refunds.map((r) => r.orderId));
     const faulted = workload.orders.filter((o) => !refunded.has(o.orderId)).slice(0, FAULTED).map((o) => o.orderId);
@@ -174,6 +188,7 @@ describe('the live page of a local run, in a real browser', () => {
   }, 110_000);
 
   it('started without actions, says so and refuses a write', async () => {
+    if (missing) throw missing;
     const readOnly = await startLocalLivePage(pipeline, { actionsAllowed: false, env });
     try {
       const tab = await browser.newPage();
