@@ -5,7 +5,7 @@
 // operation's PaymentIntents and Refunds (its control API, /__fake/…), and the time from first send
 // to final.
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
-import { osUser } from '../lambdas/ops/cli.ts';
+import { osUser } from '../lambdas/ops/target.ts';
 import type { OperationView } from '../lambdas/ops/results.ts';
 import { ratePerSecond, SampleLog, settledOf, type LivePageSource, type PageState, type QueueDepth, type StripeSide, type Timeline } from '../lambdas/ops/live-page/model.ts';
 import { checkPageWrite, readThroughOps, stripeSideOf, withActor } from '../lambdas/ops/live-page/ops-source.ts';

@@ -2,7 +2,6 @@
 // (Stripe look-ups with STRIPE_SECRET_KEY / STRIPE_API_BASE), or — with `--lambda <function>` — in
 // the ops Lambda, so nobody needs a network path to the database on AWS. Either way the same core
 // (commands.ts) produces the same OpsResponse; this file only chooses the transport and prints.
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { EXIT, OpsError, UsageError } from './errors.ts';
@@ -13,62 +12,12 @@ import { failure, type OpsResponse } from './response.ts';
 // The database, Stripe and AWS clients are loaded only once the arguments are known to be good:
 // a typo is answered at once instead of after a second of module loading.
 
-export interface CliIo {
-  readonly out: (line: string) => void;
-  readonly err: (line: string) => void;
-}
+import { osUser, targetOf, type CliIo } from './target.ts';
+
+export type { CliIo, Target } from './target.ts';
+export { osUser, targetOf } from './target.ts';
 
 const stdio: CliIo = { out: (l) => process.stdout.write(`${l}\n`), err: (l) => process.stderr.write(`${l}\n`) };
-
-/** The OS user: who is at the keyboard, unless --actor says otherwise. */
-export function osUser(env: NodeJS.ProcessEnv): string | null {
-  try {
-    const name = os.userInfo().username;
-    if (name) return name;
-  } catch {
-    // No passwd entry (some containers): fall back to the environment.
-  }
-  return env.USER ?? env.USERNAME ?? null;
-}
-
-/**
- * Where a command goes, said before it runs (on stderr, so `--json` output stays one document):
- * deployed (the ops function, or a deployed database from a bastion: DB_SECRET_ARN, or a live Stripe
- * key) or local, which function or database, region, and whether the actor is verified.
- */
-export interface Target {
-  readonly deployed: boolean;
-  readonly banner: string;
-}
-
-export function targetOf(invocation: Invocation, env: NodeJS.ProcessEnv): Target {
-  const lambda = invocation.transport.lambda;
-  if (lambda) {
-    const region = invocation.transport.region ?? env.AWS_REGION ?? env.AWS_DEFAULT_REGION ?? '(the profile\'s region)';
-    const via = invocation.transport.endpoint ? ` through the Lambda API at ${invocation.transport.endpoint}` : '';
-    const ignored = env.OPS_SEARCH_SETTLE_MS ? '; OPS_SEARCH_SETTLE_MS here is ignored (the function has its own settings)' : '';
-    return { deployed: true, banner: `target: deployed pipeline — ops function ${lambda} in ${region}${via}; you act as the IAM identity STS verifies${ignored}` };
-  }
-  const live = /^(sk|rk)_live_/.test(env.STRIPE_SECRET_KEY ?? '');
-  const deployedDb = Boolean(env.DB_SECRET_ARN) && !env.DATABASE_URL;
-  let database = '(no DATABASE_URL or DB_SECRET_ARN)';
-  if (env.DATABASE_URL) {
-    try {
-      const url = new URL(env.DATABASE_URL);
-      database = `${url.hostname}${url.port ? `:${url.port}` : ''}${url.pathname} (DATABASE_URL)`;
-    } catch {
-      database = '(DATABASE_URL is not a URL)';
-    }
-  } else if (env.DB_SECRET_ARN) {
-    database = `${env.DB_HOST ?? 'the host in'} secret ${env.DB_SECRET_ARN} (DB_SECRET_ARN)`;
-  }
-  const stripe = env.STRIPE_API_BASE ?? 'api.stripe.com';
-  const command = invocation.command;
-  const actor = isAction(command) ? `; actor ${command.action.actor} (as said, not verified)` : '';
-  const deployed = deployedDb || live;
-  const ignored = deployed && env.OPS_SEARCH_SETTLE_MS ? '; OPS_SEARCH_SETTLE_MS is ignored (not a local run)' : '';
-  return { deployed, banner: `target: ${deployed ? 'deployed' : 'local'} pipeline — database ${database}, Stripe ${stripe}${live ? ' (live key)' : ''}, direct${actor}${ignored}` };
-}
 
 /** Runs the CLI and returns its exit status. Exported for tests; the script entry is at the bottom. */
 export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env, io: CliIo = stdio): Promise<number> {

@@ -5,7 +5,7 @@
 // confirmation step and run as the same ops command (the same required reason, the same audit detail).
 import { once } from 'node:events';
 import { parseArgs } from 'node:util';
-import { osUser, targetOf, type CliIo } from '../cli.ts';
+import { osUser, targetOf, type CliIo } from '../target.ts';
 import { EXIT, UsageError } from '../errors.ts';
 import { parseInvocation } from '../parse.ts';
 import { opsCommandsSource } from './ops-source.ts';
