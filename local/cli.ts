@@ -26,6 +26,8 @@ import {
   type StripeSetup,
 } from './pipeline.ts';
 import { createProgressView } from './progress.ts';
+import { startLocalLivePage } from './live-page.ts';
+import type { LivePage } from '../lambdas/ops/live-page/server.ts';
 
 const SERVE_SQS_PORT = 9324;
 /** Stripe test mode: where `stripe listen --forward-to` sends Stripe's events (fixed, so the command can be kept). */
@@ -70,6 +72,11 @@ Running:
   --serve                 keep running after the workload; accept messages from
                           \`npm run produce\` in another terminal; Ctrl-C ends with the ledger
   --sqs-port <port>       fauxqs port (default: any free one; 9324 with --serve if free)
+  --ui-port <port>        the live page's port on 127.0.0.1 (default: any free one); the page
+                          is served with --serve, or whenever this is given
+  --no-ui                 no live page with --serve
+  --allow-actions         resolve, re-issue and note review items from the live page (default:
+                          read-only); each is confirmed there and run as the ops command
   --pollers <n>           concurrent charge invocations (default 8)
   --batch-size <n>        records per invocation, 1-10 (default 10)
   --timeout <s>           give up if not settled by then (default 90 + 0.02 × orders)
@@ -108,6 +115,9 @@ interface Args {
   customer: string | undefined;
   serve: boolean;
   sqsPort: number | undefined;
+  /** The live page (local/live-page.ts): null, none; 0, any free port. */
+  uiPort: number | null;
+  allowActions: boolean;
   /** The local Function URL real Stripe's events are forwarded to (stripe listen --forward-to). */
   webhookPort: number;
   pollers: number;
@@ -141,6 +151,9 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
       customer: { type: 'string' },
       serve: { type: 'boolean' },
       'sqs-port': { type: 'string' },
+      'ui-port': { type: 'string' },
+      'no-ui': { type: 'boolean' },
+      'allow-actions': { type: 'boolean' },
       pollers: { type: 'string' },
       'batch-size': { type: 'string' },
       timeout: { type: 'string' },
@@ -178,6 +191,9 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
   const timeoutS = values.timeout === undefined ? 90 + Math.ceil(orders * 0.02) : Number(values.timeout);
   if (!(timeoutS > 0)) throw new UsageError(`--timeout must be a positive number of seconds, got ${values.timeout}`);
   if (values.serve && values['compare-one-at-a-time']) throw new UsageError('--serve and --compare-one-at-a-time do not go together');
+  if (values['no-ui'] && (values['ui-port'] !== undefined || values['allow-actions'])) throw new UsageError('--no-ui goes with neither --ui-port nor --allow-actions');
+  const uiPort = values['ui-port'] !== undefined ? int('ui-port', values['ui-port'], 0, 0, 65_535) : values.serve && !values['no-ui'] ? 0 : null;
+  if (values['allow-actions'] && uiPort === null) throw new UsageError('--allow-actions is for the live page: give --serve or --ui-port');
   return {
     orders,
     duplicates,
@@ -188,6 +204,8 @@ export function parseCliArgs(argv: readonly string[]): Args | 'help' {
     customer: values.customer,
     serve: values.serve ?? false,
     sqsPort: values['sqs-port'] === undefined ? undefined : int('sqs-port', values['sqs-port'], 0, 0, 65_535),
+    uiPort,
+    allowActions: values['allow-actions'] ?? false,
     webhookPort: int('webhook-port', values['webhook-port'], WEBHOOK_PORT, 1, 65_535),
     pollers: int('pollers', values.pollers, 8, 1, 100),
     batchSize: int('batch-size', values['batch-size'], 10, 1, 10),
@@ -332,7 +350,22 @@ async function runOnce(
   const st = ui.style;
   // The outcome consumers (docs/events.md): the receipt notifier on this run's bus, once per policy.
   const consumers = args.consumers ? await startLocalConsumers({ pipeline, faults: pipeline.faults, seed: args.seed, log: (line) => logLines.push(`${new Date().toISOString()} ${line}`) }) : null;
+  let livePage: LivePage | null = null;
   try {
+    // The live page: the figures of this run in a browser (docs/local.md, "The live page").
+    let pageProblem = '';
+    livePage =
+      args.uiPort === null
+        ? null
+        : await startLocalLivePage(pipeline, {
+            actionsAllowed: args.allowActions,
+            port: args.uiPort,
+            onError: (error) => {
+              const text = error instanceof Error ? error.message : String(error);
+              if (text !== pageProblem) logLines.push(`live page: could not read the figures: ${text}`);
+              pageProblem = text;
+            },
+          });
     const e = pipeline.environment;
     ui.write(
       [
@@ -347,6 +380,9 @@ async function runOnce(
           : external && !process.env.STRIPE_API_BASE
             ? `  Stripe events   ${st.dim(`none, polling only: run stripe listen --forward-to http://127.0.0.1:${args.webhookPort}/ and start again with STRIPE_WEBHOOK_SECRET=<the whsec_… it prints>`)}`
             : '',
+        livePage
+          ? `  live page       ${livePage.url} ${st.dim(args.allowActions ? '(review actions allowed: each confirmed in the page, run as the ops command)' : '(read-only; --allow-actions to resolve from it)')}`
+          : '',
         timeLapse
           ? `  ${st.yellow(describeTimeLapse(timeLapse, pipeline.fakeStripe !== null))}`
           : `  ${st.yellow('production durations (no time-lapse): an ambiguous charge may take up to 23 h to settle')}`,
@@ -428,6 +464,7 @@ async function runOnce(
     return { ledger: run.ledger, outcome: run.outcome, consumers: consumerLedger };
   } finally {
     registerPipeline(null);
+    await livePage?.close();
     await consumers?.stop();
     await pipeline.stop();
   }

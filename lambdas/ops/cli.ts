@@ -2,86 +2,30 @@
 // (Stripe look-ups with STRIPE_SECRET_KEY / STRIPE_API_BASE), or — with `--lambda <function>` — in
 // the ops Lambda, so nobody needs a network path to the database on AWS. Either way the same core
 // (commands.ts) produces the same OpsResponse; this file only chooses the transport and prints.
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { EXIT, OpsError, UsageError } from './errors.ts';
-import { isAction, parseInvocation, usage, type Invocation } from './parse.ts';
+import { forwardedArgv, isAction, parseInvocation, usage, type Invocation } from './parse.ts';
 import { render } from './render.ts';
 import { failure, type OpsResponse } from './response.ts';
 
 // The database, Stripe and AWS clients are loaded only once the arguments are known to be good:
 // a typo is answered at once instead of after a second of module loading.
 
-export interface CliIo {
-  readonly out: (line: string) => void;
-  readonly err: (line: string) => void;
-}
+import { osUser, targetOf, type CliIo } from './target.ts';
+
+export type { CliIo, Target } from './target.ts';
+export { osUser, targetOf } from './target.ts';
 
 const stdio: CliIo = { out: (l) => process.stdout.write(`${l}\n`), err: (l) => process.stderr.write(`${l}\n`) };
 
-/** The OS user: who is at the keyboard, unless --actor says otherwise. */
-export function osUser(env: NodeJS.ProcessEnv): string | null {
-  try {
-    const name = os.userInfo().username;
-    if (name) return name;
-  } catch {
-    // No passwd entry (some containers): fall back to the environment.
-  }
-  return env.USER ?? env.USERNAME ?? null;
-}
-
-/**
- * Where a command goes, said before it runs (on stderr, so `--json` output stays one document):
- * deployed (the ops function, or a deployed database from a bastion: DB_SECRET_ARN, or a live Stripe
- * key) or local, which function or database, region, and whether the actor is verified.
- */
-export interface Target {
-  readonly deployed: boolean;
-  readonly banner: string;
-}
-
-export function targetOf(invocation: Invocation, env: NodeJS.ProcessEnv): Target {
-  const lambda = invocation.transport.lambda;
-  if (lambda) {
-    const region = invocation.transport.region ?? env.AWS_REGION ?? env.AWS_DEFAULT_REGION ?? '(the profile\'s region)';
-    const via = invocation.transport.endpoint ? ` through the Lambda API at ${invocation.transport.endpoint}` : '';
-    const ignored = env.OPS_SEARCH_SETTLE_MS ? '; OPS_SEARCH_SETTLE_MS here is ignored (the function has its own settings)' : '';
-    return { deployed: true, banner: `target: deployed pipeline — ops function ${lambda} in ${region}${via}; you act as the IAM identity STS verifies${ignored}` };
-  }
-  const live = /^(sk|rk)_live_/.test(env.STRIPE_SECRET_KEY ?? '');
-  const deployedDb = Boolean(env.DB_SECRET_ARN) && !env.DATABASE_URL;
-  let database = '(no DATABASE_URL or DB_SECRET_ARN)';
-  if (env.DATABASE_URL) {
-    try {
-      const url = new URL(env.DATABASE_URL);
-      database = `${url.hostname}${url.port ? `:${url.port}` : ''}${url.pathname} (DATABASE_URL)`;
-    } catch {
-      database = '(DATABASE_URL is not a URL)';
-    }
-  } else if (env.DB_SECRET_ARN) {
-    database = `${env.DB_HOST ?? 'the host in'} secret ${env.DB_SECRET_ARN} (DB_SECRET_ARN)`;
-  }
-  const stripe = env.STRIPE_API_BASE ?? 'api.stripe.com';
-  const command = invocation.command;
-  const actor = isAction(command) ? `; actor ${command.action.actor} (as said, not verified)` : '';
-  const deployed = deployedDb || live;
-  const ignored = deployed && env.OPS_SEARCH_SETTLE_MS ? '; OPS_SEARCH_SETTLE_MS is ignored (not a local run)' : '';
-  return { deployed, banner: `target: ${deployed ? 'deployed' : 'local'} pipeline — database ${database}, Stripe ${stripe}${live ? ' (live key)' : ''}, direct${actor}${ignored}` };
-}
-
-function forwardedArgv(invocation: Invocation): string[] {
-  const argv = [...invocation.forwardArgv];
-  const command = invocation.command;
-  // Inside the function there is no OS user: the actor is the identity STS verifies; the OS user
-  // travels as the --actor note beside it (who sat at the keyboard, as said).
-  const named = argv.some((a) => a === '--actor' || a.startsWith('--actor='));
-  if (isAction(command) && !named) argv.push('--actor', command.action.actor.replace(/^operator:/, ''));
-  return argv;
-}
-
 /** Runs the CLI and returns its exit status. Exported for tests; the script entry is at the bottom. */
 export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env, io: CliIo = stdio): Promise<number> {
+  // The live page: a server that runs the commands below for a browser (live-page/cli.ts).
+  if (argv[0] === 'ui') {
+    const { runUi } = await import('./live-page/cli.ts');
+    return runUi(argv.slice(1), env, io);
+  }
   let invocation: Invocation;
   try {
     invocation = parseInvocation(argv, osUser(env));
@@ -90,7 +34,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     const response = failure(null, error);
     const json = argv.includes('--json');
     print(render(response, json), io);
-    if (!json && argv.length === 0) io.err('Commands: review list|show|resolve|reissue|note, operations show, rejected list, stats');
+    if (!json && argv.length === 0) io.err('Commands: review list|show|resolve|reissue|note, operations show, rejected list, stats, ui (the live page)');
     return response.exitCode;
   }
 

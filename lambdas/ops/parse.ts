@@ -328,6 +328,7 @@ export function usage(topic: CommandName | null = null): string {
     '',
     'Commands:',
     ...COMMAND_NAMES.map((name) => `  ${`${name} ${COMMANDS[name].args}`.trim().padEnd(width)}  ${COMMANDS[name].summary}`),
+    `  ${'ui'.padEnd(width)}  the live page on localhost: these figures in a browser, refreshed live (ui --help)`,
     '',
     'Global options:',
     ...helpLines(GLOBAL_HELP),
@@ -556,3 +557,16 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
 
 /** Commands that write (and so need an actor and a reason). */
 export const isAction = (command: Command): command is Extract<Command, { action: OperatorAction }> => 'action' in command;
+
+/**
+ * The argv the CLI sends to the ops function. Inside the function there is no OS user: the actor is
+ * the identity STS verifies; the OS user travels as the --actor note beside it (who sat at the
+ * keyboard, as said).
+ */
+export function forwardedArgv(invocation: Invocation): string[] {
+  const argv = [...invocation.forwardArgv];
+  const command = invocation.command;
+  const named = argv.some((a) => a === '--actor' || a.startsWith('--actor='));
+  if (isAction(command) && !named) argv.push('--actor', command.action.actor.replace(/^operator:/, ''));
+  return argv;
+}

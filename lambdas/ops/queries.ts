@@ -9,6 +9,12 @@ export interface Stats {
   /** Every operation ever made, by status (operations in review included). */
   readonly operations: { readonly pending: number; readonly unknown: number; readonly succeeded: number; readonly failed: number; readonly total: number };
   /**
+   * The same operations by kind, charges beside refunds, with those in review apart: `pending` and
+   * `unknown` here are open and NOT in review (the machines still work on them), `inReview` is open
+   * with a review reason (the local ledger's definitions, local/ledger.ts).
+   */
+  readonly byKind: Readonly<Record<'charge' | 'refund', KindCounts>>;
+  /**
    * Open and NOT in review: what the machines still work on. The same definitions as the reconciler's
    * gauges (OpenOperationsPending / OpenOperationsUnknown / OldestOpenOperationAgeSeconds), so these
    * are the numbers behind the OldestOpenOperationTooOld alarm.
@@ -30,8 +36,19 @@ export interface Stats {
   readonly outbox: { readonly unpublished: number; readonly oldestUnpublishedAgeSeconds: number };
 }
 
+export interface KindCounts {
+  readonly pending: number;
+  readonly unknown: number;
+  readonly inReview: number;
+  readonly succeeded: number;
+  readonly failed: number;
+  readonly total: number;
+}
+
 const iso = (value: string | Date | null): string | null => (value === null ? null : new Date(value).toISOString());
 const seconds = (value: number | null): number => Math.max(0, Math.round(value ?? 0));
+
+const NO_OPERATIONS: KindCounts = { pending: 0, unknown: 0, inReview: 0, succeeded: 0, failed: 0, total: 0 };
 
 export async function loadStats(db: Db): Promise<Stats> {
   // Open and review figures read the partial index of open operations; the all-time counts by
@@ -49,6 +66,7 @@ export async function loadStats(db: Db): Promise<Stats> {
     oldest_review: Date | null;
     oldest_review_id: string | null;
     rejected_24h: number;
+    by_kind: Record<string, KindCounts> | null;
   }>(
     `WITH open_ops AS (
        SELECT id, status, created_at, updated_at, review_reason, next_attempt_at, lease_until
@@ -68,7 +86,17 @@ export async function loadStats(db: Db): Promise<Stats> {
             (SELECT count(*)::int FROM open_ops WHERE review_reason IS NOT NULL) AS review_size,
             (SELECT updated_at FROM oldest_review) AS oldest_review,
             (SELECT id FROM oldest_review) AS oldest_review_id,
-            (SELECT count(*)::int FROM rejected_messages WHERE received_at > now() - interval '24 hours') AS rejected_24h`,
+            (SELECT count(*)::int FROM rejected_messages WHERE received_at > now() - interval '24 hours') AS rejected_24h,
+            (SELECT jsonb_object_agg(kind, jsonb_build_object(
+                      'pending', pending, 'unknown', unknown, 'inReview', in_review, 'succeeded', succeeded, 'failed', failed, 'total', total))
+               FROM (SELECT kind,
+                            count(*) FILTER (WHERE status = 'pending' AND review_reason IS NULL)::int AS pending,
+                            count(*) FILTER (WHERE status = 'unknown' AND review_reason IS NULL)::int AS unknown,
+                            count(*) FILTER (WHERE status IN ('pending', 'unknown') AND review_reason IS NOT NULL)::int AS in_review,
+                            count(*) FILTER (WHERE status = 'succeeded')::int AS succeeded,
+                            count(*) FILTER (WHERE status = 'failed')::int AS failed,
+                            count(*)::int AS total
+                       FROM payment_operations GROUP BY kind) k) AS by_kind`,
   );
   const row = rows[0]!;
   const outbox = await outboxGauges(db);
@@ -85,6 +113,7 @@ export async function loadStats(db: Db): Promise<Stats> {
       failed: count('failed'),
       total: Object.values(byStatus).reduce((a, b) => a + b, 0),
     },
+    byKind: { charge: row.by_kind?.charge ?? NO_OPERATIONS, refund: row.by_kind?.refund ?? NO_OPERATIONS },
     open: {
       pending: row.pending,
       unknown: row.unknown,

@@ -149,6 +149,13 @@ describe('parseCliArgs', () => {
     expect(() => parseCliArgs(['--refunds', '1.5'])).toThrow(/--refunds/);
     expect(parseCliArgs(['--refunds', '0'])).toMatchObject({ refunds: 0 });
     expect(() => parseCliArgs(['--serve', '--compare-one-at-a-time'])).toThrow(/do not go together/);
+    // The live page: with --serve (any free port), or wherever --ui-port is given; actions only on request.
+    expect(parseCliArgs([])).toMatchObject({ uiPort: null, allowActions: false });
+    expect(parseCliArgs(['--serve'])).toMatchObject({ uiPort: 0, allowActions: false });
+    expect(parseCliArgs(['--serve', '--no-ui'])).toMatchObject({ uiPort: null });
+    expect(parseCliArgs(['--ui-port', '8080', '--allow-actions'])).toMatchObject({ uiPort: 8080, allowActions: true });
+    expect(() => parseCliArgs(['--allow-actions'])).toThrow(/--allow-actions is for the live page/);
+    expect(() => parseCliArgs(['--no-ui', '--ui-port', '1'])).toThrow(/--no-ui goes with neither/);
     expect(() => parseCliArgs(['--bogus'])).toThrow();
     expect(parseCliArgs(['-h'])).toBe('help');
   });

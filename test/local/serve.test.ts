@@ -67,6 +67,12 @@ describe('Ctrl-C ends a settled --serve run', () => {
     try {
       for (let i = 0; i < 600 && !/settled 0\/0|Ctrl-C prints the ledger/.test(output); i++) await sleep(100);
       expect(output).toMatch(/Ctrl-C prints the ledger/);
+      // The live page, in the start-up block: on 127.0.0.1, read-only by default, this run's figures.
+      const page = /live page\s+(http:\/\/127\.0\.0\.1:\d+\/) \(read-only/.exec(output);
+      expect(page, output).not.toBeNull();
+      const state = (await (await fetch(new URL('/api/state', page![1]))).json()) as { mode: string; actionsAllowed: boolean; flow: { charges: { total: number } } };
+      expect(state).toMatchObject({ mode: 'local', actionsAllowed: false, flow: { charges: { total: 0 } } });
+      expect((await fetch(page![1]!)).headers.get('content-type')).toMatch(/^text\/html/);
       process.kill(-child.pid!, 'SIGINT');
       const code = await Promise.race([exited, sleep(45_000, 'still running')]);
       expect(code, output).toBe(0);

@@ -1,5 +1,6 @@
 // `npm run ops` as an operator runs it: a child process, exit codes and messages on the real streams.
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
@@ -113,5 +114,27 @@ describe('the ops CLI as a process', () => {
     const run = await ops(['review', 'reissue', '--help']);
     expect(run.code).toBe(0);
     expect(run.stdout).toMatch(/--confirm-no-charge/);
+  });
+
+  it('ui: serves the live page until Ctrl-C, then exits 0 (the entry module does not wait on itself)', async () => {
+    const child = spawn(TSX, ['lambdas/ops/cli.ts', 'ui'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, USER: 'alice', DATABASE_URL: db.url }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+    try {
+      for (let i = 0; i < 200 && !/live page: http:\/\/127\.0\.0\.1:\d+\//.test(out); i++) await new Promise((r) => setTimeout(r, 100));
+      const url = /live page: (http:\/\/127\.0\.0\.1:\d+\/)/.exec(out)?.[1];
+      expect(url, out).toBeDefined();
+      expect(out).toMatch(/target: local pipeline — database 127\.0\.0\.1/);
+      expect(out).toMatch(/read-only \(start with --allow-actions/);
+      const state = (await (await fetch(new URL('/api/state', url))).json()) as { mode: string; actionsAllowed: boolean };
+      expect(state).toMatchObject({ mode: 'ops', actionsAllowed: false });
+      child.kill('SIGINT');
+      const [code] = await exited;
+      expect(code, out).toBe(0);
+    } finally {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    }
   });
 });

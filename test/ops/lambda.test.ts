@@ -171,3 +171,34 @@ describe('the ops Lambda', () => {
     }
   });
 });
+
+describe('the live page through the ops Lambda (ops ui --lambda)', () => {
+  it('reads through the function and writes as the IAM identity STS verifies, the --actor a note beside it', async () => {
+    const { parseUiArgs, startOpsUi } = await import('../../lambdas/ops/live-page/cli.ts');
+    const id = await intoReviewNothingCharged(h);
+    const options = parseUiArgs([...lambda, '--endpoint', endpoint.url, '--allow-actions', '--actor', 'pat']);
+    if (options === 'help') throw new Error('unexpected help');
+    const { page, banner } = await startOpsUi(options, env);
+    try {
+      expect(banner).toMatch(/^target: deployed pipeline — ops function charge-ops/);
+      const state = (await (await fetch(new URL('/api/state', page.url))).json()) as { mode: string; actor: string | null; review: { operations: { id: string }[] } };
+      const listed = resultOf((await cliJson(['review', 'list', '--limit', '200'], env)).response, 'review list');
+      expect(state).toMatchObject({ mode: 'ops', actor: null });
+      expect(state.review.operations.map((o) => o.id)).toEqual(listed.operations.map((o) => o.id));
+      const res = await fetch(new URL('/api/actions', page.url), {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Origin: new URL(page.url).origin },
+        body: JSON.stringify({ operationId: id, action: 'note', reason: 'INC-9: looked at it from the page', confirmed: true }),
+      });
+      const body = (await res.json()) as { response: OpsResponse };
+      expect(body.response, JSON.stringify(body)).toMatchObject({ ok: true, command: 'review note' });
+      expect((await auditEvents(h, id)).at(-1)).toMatchObject({
+        actor: `operator:${ONCALL.arn}`,
+        action: 'operator_note',
+        detail: { reason: 'INC-9: looked at it from the page', command: 'review note', transport: { kind: 'lambda' }, identity: { verified: true, arn: ONCALL.arn }, actorNote: 'pat' },
+      });
+    } finally {
+      await page.close();
+    }
+  });
+});
