@@ -2,6 +2,7 @@
 // Secrets Manager ARNs on AWS. Parsed once, validated with clear messages, no secret ever logged.
 import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
 import { callBudgetProblem, worstCaseCallMs, type CallingFunction } from '../payments/call-budget.ts';
+import type { RetentionSettings } from '../payments/retention-store.ts';
 import { isConsumerSchemaName, PIPELINE } from './settings.ts';
 
 export interface RuntimeConfig {
@@ -69,6 +70,14 @@ export interface RuntimeConfig {
     readonly maxRunMs: number;
     /** Window of the RejectedMessagesLastPeriod gauge. */
     readonly rejectedWindowSeconds: number;
+  };
+  /**
+   * The reconciler's retention phase (lambdas/payments/retention-store.ts; docs/operations.md
+   * "Retention"): bounds in days, and how much one run may remove. Checked at start (RETENTION_LIMITS).
+   */
+  readonly retention: RetentionSettings & {
+    /** The phase stops starting batches this long after it began. */
+    readonly maxRunMs: number;
   };
   /**
    * The engine's policy (handlers pass it to ChargeEngine). Only shortening is allowed: a key window
@@ -202,6 +211,15 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
       maxRunMs: integer(env, 'RECONCILE_MAX_RUN_MS', 50_000, 0),
       rejectedWindowSeconds: integer(env, 'RECONCILE_REJECTED_WINDOW_SECONDS', 300, 1),
     },
+    retention: {
+      outboxDays: integer(env, 'OUTBOX_RETENTION_DAYS', RETENTION_DEFAULTS.outboxDays, RETENTION_LIMITS.outboxDays, 36_500),
+      stripeEventPayloadDays: integer(env, 'STRIPE_EVENT_PAYLOAD_RETENTION_DAYS', RETENTION_DEFAULTS.stripeEventPayloadDays, RETENTION_LIMITS.stripeEventPayloadDays, 36_500),
+      stripeEventDays: integer(env, 'STRIPE_EVENT_RETENTION_DAYS', RETENTION_DEFAULTS.stripeEventDays, RETENTION_LIMITS.stripeEventDays, 36_500),
+      rejectedBodyDays: integer(env, 'REJECTED_BODY_RETENTION_DAYS', RETENTION_DEFAULTS.rejectedBodyDays, RETENTION_LIMITS.rejectedBodyDays, 36_500),
+      batchSize: integer(env, 'RETENTION_BATCH_SIZE', RETENTION_DEFAULTS.batchSize, 1, 10_000),
+      maxBatchesPerRun: integer(env, 'RETENTION_MAX_BATCHES', RETENTION_DEFAULTS.maxBatchesPerRun, 1, 100_000),
+      maxRunMs: integer(env, 'RETENTION_MAX_RUN_MS', RETENTION_DEFAULTS.maxRunMs, 0, 600_000),
+    },
     policy: {
       keyWindowMs: integer(env, 'KEY_WINDOW_MS', DEFAULT_POLICY.keyWindowMs, 1_000, DEFAULT_POLICY.keyWindowMs),
       earlySearchAfterMs: integer(env, 'EARLY_SEARCH_AFTER_MS', DEFAULT_POLICY.earlySearchAfterMs, 0),
@@ -237,7 +255,51 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
     throw new ConfigError(`LEASE_MS must exceed the worst-case Stripe call (${worstCall} ms for STRIPE_TIMEOUT_MS × retries)`);
   }
   checkEvidencePolicy(config.policy, config.stripe.timeoutMs, integer(env, 'STRIPE_CLOCK_SKEW_MS', DEFAULT_CLOCK_SKEW_MS, 0));
+  checkRetention(config.retention);
   return config;
+}
+
+/**
+ * The retention bounds' defaults, and the least each accepts (docs/operations.md "Retention"). Each
+ * least value is a day above the floor the database's lifecycle_* function refuses below (migration
+ * 015), so that a clock difference between the function and the database never refuses a valid setting.
+ *   - outbox 30 days (least 2): consumers deduplicate by eventId and have the event by then; the row
+ *     is only history an operator may read (operations show);
+ *   - Stripe event payload 4 days (least 4): Stripe retries a delivery for up to three days
+ *     (https://docs.stripe.com/webhooks#retries), plus a day; only the row's columns are kept after;
+ *   - Stripe event 30 days (least 5, and never before its payload): deduplication of a redelivery is
+ *     the event id, kept as long as Stripe may send the event again — its automatic retries (3 days),
+ *     and a resend from the Dashboard or API, possible for events of the last 30 days
+ *     (https://docs.stripe.com/api/events: events are retrievable for 30 days);
+ *   - rejected message body 14 days (least 2): time for an operator to read a refused body and have
+ *     its producer fixed; the row, its reason and body_sha256 stay;
+ *   - batch 1000 rows, at most 200 batches per kind and run, 10 s per run: well under the reconciler's
+ *     budget, and several times 1,000 charges/s of inflow (a run a minute).
+ */
+export const RETENTION_DEFAULTS = {
+  outboxDays: 30,
+  stripeEventPayloadDays: 4,
+  stripeEventDays: 30,
+  rejectedBodyDays: 14,
+  batchSize: 1000,
+  maxBatchesPerRun: 200,
+  maxRunMs: 10_000,
+} as const;
+
+export const RETENTION_LIMITS = {
+  outboxDays: 2,
+  stripeEventPayloadDays: 4,
+  stripeEventDays: 5,
+  rejectedBodyDays: 2,
+} as const;
+
+function checkRetention(r: RuntimeConfig['retention']): void {
+  if (r.stripeEventDays < r.stripeEventPayloadDays) {
+    throw new ConfigError(
+      `STRIPE_EVENT_RETENTION_DAYS (${r.stripeEventDays}) must be at least STRIPE_EVENT_PAYLOAD_RETENTION_DAYS (${r.stripeEventPayloadDays}): ` +
+        'an inbox row is reduced to its columns before it is deleted; raise the first or lower the second',
+    );
+  }
 }
 
 /**
