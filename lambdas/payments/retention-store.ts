@@ -70,9 +70,10 @@ export interface RetentionRun {
 }
 
 /**
- * Work every kind, a batch at a time, until none is due, `maxBatchesPerRun` batches of it were run, or
- * `canContinue` says stop; then measure what is still due. Kinds take turns so that one big backlog
- * does not starve the others.
+ * Work each kind in turn, a batch at a time, until none of it is due, `maxBatchesPerRun` batches of it
+ * were run, or `canContinue` says stop; then measure what is still due. Inbox payloads come before
+ * inbox rows (a row is deleted only once reduced, so this run deletes what it just reduced); the
+ * per-kind batch limit keeps one big backlog from taking the whole run from the others.
  */
 export async function runRetention(
   db: Db,
@@ -82,32 +83,22 @@ export async function runRetention(
 ): Promise<RetentionRun> {
   const cutoffs = retentionCutoffs(settings, now());
   const removed: Record<RetentionKind, number> = { outbox: 0, stripeEventPayloads: 0, stripeEvents: 0, rejectedBodies: 0 };
-  const batchesOf: Record<RetentionKind, number> = { outbox: 0, stripeEventPayloads: 0, stripeEvents: 0, rejectedBodies: 0 };
-  // Payloads are reduced before rows are deleted: a row must be reduced to be deletable.
-  let active: RetentionKind[] = [...RETENTION_KINDS];
-  const unfinished = new Set<RetentionKind>();
+  const unfinished: RetentionKind[] = [];
   let batches = 0;
-  while (active.length > 0) {
-    const next: RetentionKind[] = [];
-    for (const kind of active) {
-      if (!canContinue()) {
-        for (const k of active) unfinished.add(k);
-        active = [];
+  for (const kind of RETENTION_KINDS) {
+    for (let batch = 0; ; batch++) {
+      if (batch >= settings.maxBatchesPerRun || !canContinue()) {
+        unfinished.push(kind);
         break;
       }
       const n = await retentionBatch(db, kind, cutoffs[kind], settings.batchSize);
       batches++;
-      batchesOf[kind]++;
       removed[kind] += n;
-      if (n < settings.batchSize) continue;
-      if (batchesOf[kind] >= settings.maxBatchesPerRun) unfinished.add(kind);
-      else next.push(kind);
+      if (n < settings.batchSize) break;
     }
-    if (active.length === 0) break;
-    active = next;
   }
   const overdueSeconds = await retentionOverdue(db, cutoffs);
-  return { removed, batches, unfinished: RETENTION_KINDS.filter((k) => unfinished.has(k)), overdueSeconds, maxOverdueSeconds: Math.max(0, ...Object.values(overdueSeconds)) };
+  return { removed, batches, unfinished, overdueSeconds, maxOverdueSeconds: Math.max(0, ...Object.values(overdueSeconds)) };
 }
 
 /**
