@@ -72,6 +72,7 @@ const EXPECTED: Record<Exclude<AlarmName, OtherConfigurations>, Expected> = {
     statistic: 'Maximum',
     threshold: 300,
   },
+  RetentionBehind: { namespace: 'ChargePipeline', metricName: METRICS.retentionOverdueSeconds, dimensions: service, statistic: 'Maximum', threshold: 86_400 },
   DuplicateChargeRemedied: { namespace: 'ChargePipeline', metricName: METRICS.duplicateChargesRemedied, dimensions: service, statistic: 'Maximum', threshold: 0 },
   ReissueWatchFinding: { namespace: 'ChargePipeline', metricName: METRICS.openWatchFindings, dimensions: service, statistic: 'Maximum', threshold: 0 },
   // a rate: more than 10 refusals in each of two 5-minute periods (one stranger's request is no page)
