@@ -361,6 +361,13 @@ function actionLines(response: Extract<OpsResponse, { ok: true }>): string[] {
       const f = response.result.finding;
       return [`Resolved finding ${f.id} (${f.kind}, ${f.paymentIntentId}) by ${f.resolvedBy} at ${f.resolvedAt}.`];
     }
+    case 'erase customer': {
+      const e = response.result.erasure;
+      return [
+        `Erasure #${e.erasureId}: ${e.operations} operation(s) erased now (${e.operationIds.length} of the customer in all), ${e.stripeEvents} Stripe event payload(s) and ${e.rejectedBodies} rejected body(ies) removed.`,
+        '  amounts, currencies, states, order and Stripe ids stay; every operation has an audit line of it',
+      ];
+    }
     case 'review note':
       return [`Noted on ${response.result.operation.id}: audit event #${response.result.auditEvent.id} by ${response.result.auditEvent.actor}.`];
     default:
