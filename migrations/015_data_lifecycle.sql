@@ -213,7 +213,7 @@ END $$;
 -- rows it removes, which nothing else writes any more. The bound each one accepts is the smallest its
 -- setting does (lambdas/runtime/config.ts); a later one is always fine.
 
--- The smallest uuidv7 of a moment (RFC 9562 §5.7: 48 bits of Unix milliseconds first): every outbox
+-- The smallest uuidv7 of a moment (RFC 9562, section 5.7: 48 bits of Unix milliseconds first): every outbox
 -- row (event_id = uuidv7(), written at created_at ≤ published_at) published before `at` sorts below
 -- it, so the primary key finds them without an index on published_at.
 CREATE FUNCTION lifecycle_uuidv7_floor(at timestamptz) RETURNS uuid

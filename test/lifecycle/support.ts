@@ -6,7 +6,7 @@ import type { Db } from '../../lambdas/payments/db.ts';
 
 export const DAY_MS = 86_400_000;
 
-/** A uuidv7 of a given moment (RFC 9562 §5.7), as uuidv7() would have made it then. */
+/** A uuidv7 of a given moment (RFC 9562, section 5.7), as uuidv7() would have made it then. */
 export function uuidv7At(at: Date): string {
   const hex = at.getTime().toString(16).padStart(12, '0') + '7' + randomBytes(2).toString('hex').slice(0, 3) + ((8 + (randomBytes(1)[0]! & 3)).toString(16)) + randomBytes(8).toString('hex').slice(0, 15);
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
