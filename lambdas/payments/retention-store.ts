@@ -30,6 +30,50 @@ export interface RetentionSettings extends RetentionBounds {
 export const RETENTION_KINDS = ['outbox', 'stripeEventPayloads', 'stripeEvents', 'rejectedBodies'] as const;
 export type RetentionKind = (typeof RETENTION_KINDS)[number];
 
+/**
+ * The retention bounds' defaults, and the least each accepts (docs/operations.md "Retention"). Each
+ * least value is a day above the floor the database's lifecycle_* function refuses below (migration
+ * 015), so that a clock difference between the function and the database never refuses a valid setting.
+ *   - outbox 30 days (least 2): consumers deduplicate by eventId and have the event by then; the row
+ *     is only history an operator may read (operations show);
+ *   - Stripe event payload 4 days (least 4): Stripe retries a delivery for up to three days
+ *     (https://docs.stripe.com/webhooks#retries), plus a day; only the row's columns are kept after;
+ *   - Stripe event 30 days (least 5, and never before its payload): deduplication of a redelivery is
+ *     the event id, kept as long as Stripe may send the event again — its automatic retries (3 days),
+ *     and a resend from the Dashboard or API, possible for events of the last 30 days
+ *     (https://docs.stripe.com/api/events: events are retrievable for 30 days);
+ *   - rejected message body 14 days (least 2): time for an operator to read a refused body and have
+ *     its producer fixed; the row, its reason and body_sha256 stay;
+ *   - batch 1000 rows, at most 200 batches per kind and run, 10 s per run: well under the reconciler's
+ *     budget, and several times 1,000 charges/s of inflow (a run a minute).
+ */
+export const RETENTION_DEFAULTS = {
+  outboxDays: 30,
+  stripeEventPayloadDays: 4,
+  stripeEventDays: 30,
+  rejectedBodyDays: 14,
+  batchSize: 1000,
+  maxBatchesPerRun: 200,
+  maxRunMs: 10_000,
+} as const;
+
+export const RETENTION_LIMITS = {
+  outboxDays: 2,
+  stripeEventPayloadDays: 4,
+  stripeEventDays: 5,
+  rejectedBodyDays: 2,
+} as const;
+
+/** The environment variable of each bound (the construct's `retention` prop writes them). */
+export const RETENTION_VARIABLES = {
+  outboxDays: 'OUTBOX_RETENTION_DAYS',
+  stripeEventPayloadDays: 'STRIPE_EVENT_PAYLOAD_RETENTION_DAYS',
+  stripeEventDays: 'STRIPE_EVENT_RETENTION_DAYS',
+  rejectedBodyDays: 'REJECTED_BODY_RETENTION_DAYS',
+  batchSize: 'RETENTION_BATCH_SIZE',
+  maxBatchesPerRun: 'RETENTION_MAX_BATCHES',
+} as const;
+
 const DAY_MS = 86_400_000;
 
 /** The moment before which each kind's rows are due, at `now`. */

@@ -2,7 +2,9 @@
 // Secrets Manager ARNs on AWS. Parsed once, validated with clear messages, no secret ever logged.
 import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
 import { callBudgetProblem, worstCaseCallMs, type CallingFunction } from '../payments/call-budget.ts';
-import type { RetentionSettings } from '../payments/retention-store.ts';
+import { RETENTION_DEFAULTS, RETENTION_LIMITS, type RetentionSettings } from '../payments/retention-store.ts';
+
+export { RETENTION_DEFAULTS, RETENTION_LIMITS };
 import { isConsumerSchemaName, PIPELINE } from './settings.ts';
 
 export interface RuntimeConfig {
@@ -258,40 +260,6 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
   checkRetention(config.retention);
   return config;
 }
-
-/**
- * The retention bounds' defaults, and the least each accepts (docs/operations.md "Retention"). Each
- * least value is a day above the floor the database's lifecycle_* function refuses below (migration
- * 015), so that a clock difference between the function and the database never refuses a valid setting.
- *   - outbox 30 days (least 2): consumers deduplicate by eventId and have the event by then; the row
- *     is only history an operator may read (operations show);
- *   - Stripe event payload 4 days (least 4): Stripe retries a delivery for up to three days
- *     (https://docs.stripe.com/webhooks#retries), plus a day; only the row's columns are kept after;
- *   - Stripe event 30 days (least 5, and never before its payload): deduplication of a redelivery is
- *     the event id, kept as long as Stripe may send the event again — its automatic retries (3 days),
- *     and a resend from the Dashboard or API, possible for events of the last 30 days
- *     (https://docs.stripe.com/api/events: events are retrievable for 30 days);
- *   - rejected message body 14 days (least 2): time for an operator to read a refused body and have
- *     its producer fixed; the row, its reason and body_sha256 stay;
- *   - batch 1000 rows, at most 200 batches per kind and run, 10 s per run: well under the reconciler's
- *     budget, and several times 1,000 charges/s of inflow (a run a minute).
- */
-export const RETENTION_DEFAULTS = {
-  outboxDays: 30,
-  stripeEventPayloadDays: 4,
-  stripeEventDays: 30,
-  rejectedBodyDays: 14,
-  batchSize: 1000,
-  maxBatchesPerRun: 200,
-  maxRunMs: 10_000,
-} as const;
-
-export const RETENTION_LIMITS = {
-  outboxDays: 2,
-  stripeEventPayloadDays: 4,
-  stripeEventDays: 5,
-  rejectedBodyDays: 2,
-} as const;
 
 function checkRetention(r: RuntimeConfig['retention']): void {
   if (r.stripeEventDays < r.stripeEventPayloadDays) {
