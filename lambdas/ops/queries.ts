@@ -109,7 +109,10 @@ export interface RejectedMessage {
   readonly orderId: string | null;
   readonly operationId: string | null;
   readonly bodySha256: string;
-  readonly bodyBytes: number;
+  /** Null once the body was removed (bodyRemoved says why): body_sha256 stays the evidence of what came. */
+  readonly bodyBytes: number | null;
+  /** Why the raw body is gone (retention after REJECTED_BODY_RETENTION_DAYS, or a customer's erasure); null while it is kept. */
+  readonly bodyRemoved: { readonly why: 'retention' | 'erasure'; readonly at: string } | null;
   /** Only when asked for (--with-body): a body may carry anything a producer sent. */
   readonly rawBody?: string;
 }
@@ -159,7 +162,8 @@ export async function listRejected(
             coalesce((SELECT jsonb_agg(jsonb_build_object(
                         'id', m.id, 'message_id', m.message_id, 'received_at', m.received_at, 'reason_code', m.reason_code,
                         'reason', m.reason, 'order_id', m.order_id, 'operation_id', m.operation_id, 'body_sha256', m.body_sha256,
-                        'body_bytes', octet_length(m.raw_body), 'raw_body', CASE WHEN $5::boolean THEN m.raw_body END)
+                        'body_bytes', octet_length(m.raw_body), 'raw_body', CASE WHEN $5::boolean THEN m.raw_body END,
+                        'raw_body_removed_why', m.raw_body_removed_why, 'raw_body_removed_at', m.raw_body_removed_at)
                         ORDER BY m.received_at DESC, m.id DESC)
                         FROM page m), '[]'::jsonb) AS items`,
     [
@@ -196,8 +200,10 @@ interface RejectedRow {
   order_id: string | null;
   operation_id: string | null;
   body_sha256: string;
-  body_bytes: number;
+  body_bytes: number | null;
   raw_body: string | null;
+  raw_body_removed_why?: 'retention' | 'erasure' | null;
+  raw_body_removed_at?: string | null;
 }
 
 function toRejected(row: RejectedRow, withBody: boolean): RejectedMessage {
@@ -211,6 +217,7 @@ function toRejected(row: RejectedRow, withBody: boolean): RejectedMessage {
     operationId: row.operation_id,
     bodySha256: row.body_sha256,
     bodyBytes: row.body_bytes,
+    bodyRemoved: row.raw_body_removed_why && row.raw_body_removed_at ? { why: row.raw_body_removed_why, at: new Date(row.raw_body_removed_at).toISOString() } : null,
     ...(withBody && row.raw_body !== null ? { rawBody: row.raw_body } : {}),
   };
 }

@@ -231,7 +231,7 @@ function rejected(r: ResultOf['rejected list']): string[] {
     `${r.total} rejected message(s)${r.messages.length < r.total ? `, showing the newest ${r.messages.length}` : ''} (as of ${r.asOf}):`,
     ...table(
       ['RECEIVED', 'MESSAGE', 'CODE', 'ORDER', 'BYTES', 'REASON'],
-      r.messages.map((m) => [m.receivedAt, m.messageId, m.reasonCode, dash(m.orderId), String(m.bodyBytes), clip(m.reason, 100)]),
+      r.messages.map((m) => [m.receivedAt, m.messageId, m.reasonCode, dash(m.orderId), m.bodyBytes === null ? `removed (${m.bodyRemoved?.why ?? 'unknown'})` : String(m.bodyBytes), clip(m.reason, 100)]),
     ),
   ];
   for (const m of r.messages) if (m.rawBody !== undefined) out.push('', `body of ${m.messageId}:`, m.rawBody);

@@ -70,6 +70,12 @@ describe('erase customer', () => {
     expect(rejected[2]!.raw_body).toContain(other);
     expect(rejected.every((r) => /^[0-9a-f]{64}$/.test(r.body_sha256))).toBe(true);
 
+    // The operator sees the body is gone, and why; the evidence of what came stays.
+    const listed = resultOf((await cliJson(['rejected', 'list', '--order', charge.orderId], env())).response, 'rejected list');
+    expect(listed.messages).toHaveLength(1);
+    expect(listed.messages[0]).toMatchObject({ bodyBytes: null, bodyRemoved: { why: 'erasure' }, bodySha256: expect.stringMatching(/^[0-9a-f]{64}$/) });
+    expect((await cli(['rejected', 'list', '--order', charge.orderId], env())).stdout).toContain('removed (erasure)');
+
     // Nowhere in the pipeline's tables does the customer id remain (the audit trail included).
     const { rows: anywhere } = await db.pool.query<{ n: number }>(
       `SELECT (SELECT count(*) FROM payment_operations p WHERE to_jsonb(p)::text LIKE '%' || $1 || '%')
