@@ -409,6 +409,9 @@ GRANT EXECUTE ON FUNCTION lifecycle_delete_published_outbox(timestamptz, integer
 -- The application role loses the deletes 003 gave it, which no code of it uses (the guards refused
 -- them anyway): what is removed, the functions above remove.
 REVOKE DELETE, TRUNCATE ON outcome_events, rejected_messages, payment_operations, payment_operation_events FROM charges_app;
+-- 010's record of raw-body reads is append-only too (its trigger refuses); 003's default privileges
+-- had given the role DELETE on it. ops_identity_proofs keeps its DELETE: the insert prunes old proofs.
+REVOKE DELETE, UPDATE, TRUNCATE ON operator_reads FROM charges_app;
 -- 003's default privileges gave it DML on what later migrations create: the erasure record is written
 -- by lifecycle_erase_customer only, and read by anyone of the pipeline.
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON customer_erasures FROM charges_app;
