@@ -8,8 +8,8 @@
 -- both hold — the setting, and the owner as current_user (inside the function); a session of the
 -- application role cannot be the owner, so setting charges.lifecycle by hand gains it nothing:
 --
---   outcome_events     delete a row published more than a day ago (the smallest bound the setting
---                      accepts: OUTBOX_RETENTION_DAYS ≥ 1);
+--   outcome_events     delete a row published more than a day ago (a day below the least the setting
+--                      accepts, OUTBOX_RETENTION_DAYS ≥ 2: a clock difference never refuses a valid one);
 --   stripe_events      reduce an APPLIED row to what deduplication needs (payload and last_error set to
 --                      NULL, nothing else changed); delete an applied, reduced row received more than
 --                      four days ago (Stripe retries a delivery for up to three days,
@@ -37,13 +37,16 @@ ALTER TABLE rejected_messages
   ADD COLUMN raw_body_removed_at  timestamptz,
   ADD COLUMN raw_body_removed_why text CHECK (raw_body_removed_why IN ('retention', 'erasure')),
   ADD CONSTRAINT rejected_body_or_its_removal CHECK (
-    (raw_body IS NULL) = (raw_body_removed_at IS NOT NULL) AND (raw_body_removed_at IS NULL) = (raw_body_removed_why IS NULL));
+    (raw_body IS NULL) = (raw_body_removed_at IS NOT NULL) AND (raw_body_removed_at IS NULL) = (raw_body_removed_why IS NULL)) NOT VALID;
 
 -- An inbox row reduced to what deduplication needs: its event id, type, object id, Stripe's time and
 -- the outcome stay as columns. Only an applied row may lose its payload (an open one is still worked).
 ALTER TABLE stripe_events
   ALTER COLUMN payload DROP NOT NULL,
-  ADD CONSTRAINT stripe_events_open_has_payload CHECK (payload IS NOT NULL OR applied_at IS NOT NULL);
+  ADD CONSTRAINT stripe_events_open_has_payload CHECK (payload IS NOT NULL OR applied_at IS NOT NULL) NOT VALID;
+
+-- NOT VALID (both CHECKs): every existing row holds them (both columns were NOT NULL), so the scan that
+-- would prove it, under the ALTER's exclusive lock, is skipped; new and updated rows are checked.
 
 -- An operation whose personal data an operator erased.
 ALTER TABLE payment_operations ADD COLUMN erased_at timestamptz;
