@@ -141,6 +141,12 @@ export const ALARM_CATALOG = [
     metrics: [{ namespace: APP, metricName: METRICS.oldestUnpublishedEventAgeSeconds }],
   },
   {
+    name: 'RetentionBehind',
+    meaning:
+      'A row past its retention bound (a published outbox row, an applied Stripe event, a rejected body) has stayed more than a day: the reconciler\'s retention phase does not keep up or fails; the tables grow.',
+    metrics: [{ namespace: APP, metricName: METRICS.retentionOverdueSeconds }],
+  },
+  {
     name: 'DuplicateChargeRemedied',
     meaning:
       'An order was charged twice and the duplicate-charge remedy created a refund of the extra PaymentIntent (from List, a Stripe event or an operator): find out why.',

@@ -180,6 +180,12 @@ export interface ChargePipelineProps {
   readonly reconcileSearchMaxRps?: number;
   /** Operations a sweep works on at once (RECONCILE_CONCURRENCY). @default 4 */
   readonly reconcileConcurrency?: number;
+  /**
+   * The reconcile run's retention phase (docs/operations.md "Retention"): days each kind of row is
+   * kept, and how much one run may remove. Unset fields keep the function's defaults.
+   * @default outbox 30 days, Stripe event payloads 4, Stripe events 30, rejected bodies 14; batches of 1000, 200 a run
+   */
+  readonly retention?: RetentionProps;
 
   // ── outcome events ───────────────────────────────────────────────────────────────────────────
   /** @default PIPELINE.eventBusName ('charge-outcomes') */
@@ -364,3 +370,19 @@ export const CHARGE_PIPELINE_DEFAULTS = {
   databaseMaxConnections: 80,
   queueRetentionDays: 4,
 } as const;
+
+/** The retention bounds the reconcile function is deployed with (each an environment variable of it). */
+export interface RetentionProps {
+  /** OUTBOX_RETENTION_DAYS, ≥ 2. */
+  readonly outboxDays?: number;
+  /** STRIPE_EVENT_PAYLOAD_RETENTION_DAYS, ≥ 4 (Stripe's three days of retries, and a day). */
+  readonly stripeEventPayloadDays?: number;
+  /** STRIPE_EVENT_RETENTION_DAYS, ≥ 5 and ≥ stripeEventPayloadDays. */
+  readonly stripeEventDays?: number;
+  /** REJECTED_BODY_RETENTION_DAYS, ≥ 2. */
+  readonly rejectedBodyDays?: number;
+  /** RETENTION_BATCH_SIZE, 1-10000. */
+  readonly batchSize?: number;
+  /** RETENTION_MAX_BATCHES, 1-100000. */
+  readonly maxBatchesPerRun?: number;
+}

@@ -33,7 +33,8 @@ import { OutcomeEvents } from './outcome-events.ts';
 import { operatorArns, Perimeter, principalArnOf, stripeSecretKey } from './perimeter.ts';
 import { Reconciler } from './reconciler.ts';
 import { StripeEvents } from './stripe-events.ts';
-import { CHARGE_PIPELINE_DEFAULTS, CHARGE_PIPELINE_PROFILES, type ChargePipelineProps, type ConsumerDatabaseLogin, type ConsumerDatabaseLoginOptions } from './charge-pipeline-props.ts';
+import { CHARGE_PIPELINE_DEFAULTS, CHARGE_PIPELINE_PROFILES, type ChargePipelineProps, type ConsumerDatabaseLogin, type ConsumerDatabaseLoginOptions, type RetentionProps } from './charge-pipeline-props.ts';
+import { RETENTION_VARIABLES } from '../lambdas/payments/retention-store.ts';
 import { PipelineValidationError, validateChargePipelineProps } from './validation.ts';
 import { designFinding } from './nag.ts';
 
@@ -292,7 +293,7 @@ export class ChargePipeline extends Construct implements ec2.IConnectable {
     const reconciler = new Reconciler(this, 'Reconciler', {
       ...placement,
       ...common,
-      environment: pipelineEnv,
+      environment: { ...pipelineEnv, ...retentionEnvironment(props.retention) },
       schedule: props.reconcileSchedule ?? scheduler.ScheduleExpression.expression(PIPELINE.reconcileSchedule),
       maxRps: props.reconcileMaxRps ?? d.reconcileMaxRps,
       searchMaxRps: props.reconcileSearchMaxRps ?? d.reconcileSearchMaxRps,
@@ -566,3 +567,12 @@ function enableTracing(fn: lambda.Function): void {
   }
 }
 
+/** The retention fields given, as the reconcile function's variables (unset ones keep its defaults). */
+function retentionEnvironment(retention: RetentionProps | undefined): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [field, variable] of Object.entries(RETENTION_VARIABLES) as [keyof RetentionProps, string][]) {
+    const value = retention?.[field];
+    if (value !== undefined) env[variable] = String(value);
+  }
+  return env;
+}

@@ -17,6 +17,7 @@ export {
   type ConsumerDatabaseLogin,
   type ConsumerDatabaseLoginOptions,
   type ExistingDatabase,
+  type RetentionProps,
 } from './charge-pipeline-props.ts';
 export { applicationRoleFor } from './database.ts';
 export { acknowledgeChargePipelineFindings, chargePipelineFindings, type DesignFinding } from './nag.ts';

@@ -92,6 +92,12 @@ export interface ObservabilityProps {
 }
 
 const FIVE_MINUTES = cdk.Duration.minutes(5);
+/**
+ * RetentionBehind: the oldest row past its bound has stayed a day more. A run a minute removes what
+ * became due since the last one; a day of slack rides out a reconciler outage or a backlog after a
+ * bound was lowered, and is far below what a day of growth costs at any real rate.
+ */
+export const RETENTION_BEHIND_THRESHOLD_SECONDS = 86_400;
 
 /**
  * Thresholds of the database alarms. Storage autoscaling adds space when 10 % is left, at most every
@@ -191,6 +197,9 @@ export class Observability extends Construct {
       app(METRICS.oldestUnpublishedEventAgeSeconds, max),
       props.oldestUnpublishedEventAgeThreshold.toSeconds(),
     );
+    // Retention (lambdas/payments/retention-store.ts): a day past its bound is a phase that does not
+    // keep up (the inflow outgrows RETENTION_BATCH_SIZE × RETENTION_MAX_BATCHES a run) or fails.
+    add('RetentionBehind', app(METRICS.retentionOverdueSeconds, max), RETENTION_BEHIND_THRESHOLD_SECONDS);
     add('DuplicateChargeRemedied', app(METRICS.duplicateChargesRemedied, max), 0);
     // The watch after a re-issue: polling's own safety net, with Stripe events or without.
     add('ReissueWatchFinding', app(METRICS.openWatchFindings, max), 0);
@@ -399,6 +408,14 @@ export class Observability extends Construct {
         title: 'Re-issued operations under watch, open watch findings, audit months without a partition',
         width,
         left: [gauge(METRICS.openWatches), gauge(METRICS.openWatchFindings), gauge(METRICS.auditMonthsWithoutPartition)],
+      }),
+    );
+    dashboard.addWidgets(
+      new cw.GraphWidget({
+        title: 'Retention: rows removed per minute, overdue (s)',
+        width,
+        left: [sum(METRICS.retentionRowsRemoved)],
+        right: [gauge(METRICS.retentionOverdueSeconds)],
       }),
     );
     dashboard.addWidgets(

@@ -4,6 +4,7 @@ import * as cdk from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type { IConstruct } from 'constructs';
 import { callBudgetProblem } from '../lambdas/payments/call-budget.ts';
+import { RETENTION_DEFAULTS, RETENTION_LIMITS } from '../lambdas/payments/retention-store.ts';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import { CHARGE_PIPELINE_DEFAULTS, type ChargePipelineProps } from './charge-pipeline-props.ts';
 import { DATABASE_NAME_MAX_LENGTH } from './database.ts';
@@ -179,6 +180,18 @@ export function validateChargePipelineProps(props: ChargePipelineProps, scope: I
     ` (Stripe allows ${STRIPE_LIMITS.searchPerSecond} searches/s by default)`,
   );
   integerIn('reconcileConcurrency', props.reconcileConcurrency, 1, 100);
+  // The reconcile function refuses the same at start (lambdas/runtime/config.ts); refused here first.
+  const r = props.retention ?? {};
+  const MAX_DAYS = 36_500;
+  integerIn('retention.outboxDays', r.outboxDays, RETENTION_LIMITS.outboxDays, MAX_DAYS);
+  integerIn('retention.stripeEventPayloadDays', r.stripeEventPayloadDays, RETENTION_LIMITS.stripeEventPayloadDays, MAX_DAYS, " (Stripe retries a delivery for up to three days, and a day's margin)");
+  integerIn('retention.stripeEventDays', r.stripeEventDays, RETENTION_LIMITS.stripeEventDays, MAX_DAYS);
+  integerIn('retention.rejectedBodyDays', r.rejectedBodyDays, RETENTION_LIMITS.rejectedBodyDays, MAX_DAYS);
+  integerIn('retention.batchSize', r.batchSize, 1, 10_000);
+  integerIn('retention.maxBatchesPerRun', r.maxBatchesPerRun, 1, 100_000);
+  const payloadDays = r.stripeEventPayloadDays ?? RETENTION_DEFAULTS.stripeEventPayloadDays;
+  const eventDays = r.stripeEventDays ?? RETENTION_DEFAULTS.stripeEventDays;
+  check(eventDays >= payloadDays, `retention.stripeEventDays (${eventDays}) must be at least retention.stripeEventPayloadDays (${payloadDays}): an event is reduced before it is deleted`);
 
   // outcome events
   name('eventBusName', props.eventBusName, EVENT_BUS_NAME, 'must be 1-256 letters, digits, . _ - or /');

@@ -1,11 +1,12 @@
 // What runs every minute, and what an operator runs, reads what is open — never the history. On a
-// database holding a long settled history, every statement of the reconciler's gauges and `ops review
-// list` is planned without a sequential scan of the pipeline's growing tables
+// database holding a long settled history, every statement of the reconciler's gauges, `ops review
+// list` and `ops stats` is planned without a sequential scan of the pipeline's growing tables
 // (`npm run bench:scale` measures the same with buffers and milliseconds).
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { collectGauges } from '../lambdas/reconcile/gauges.ts';
 import { listReviewQueue } from '../lambdas/payments/review.ts';
+import { loadStats } from '../lambdas/ops/queries.ts';
 import type { Db } from '../lambdas/payments/db.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 
@@ -88,6 +89,20 @@ describe('reads of what is open, on a long history', () => {
 
   it('ops review list', async () => {
     expect(await scansOfHistory((d) => listReviewQueue(d, { limit: 50 }))).toEqual([]);
+  });
+
+  it('ops stats, on a table past the size it counts below: open figures counted, settled ones estimated', async () => {
+    expect(await scansOfHistory((d) => loadStats(d, { exactTotalsBelowRows: 10_000 }))).toEqual([]);
+    const estimated = await loadStats(db.pool, { exactTotalsBelowRows: 10_000 });
+    const counted = await loadStats(db.pool, { exactTotalsBelowRows: Number.POSITIVE_INFINITY });
+    expect(estimated.totalsEstimated).toBe(true);
+    expect(counted.totalsEstimated).toBe(false);
+    // Open and review figures are the same either way; the settled ones agree within the statistics' error.
+    expect(estimated.open).toEqual(counted.open);
+    expect(estimated.review).toEqual(counted.review);
+    expect(estimated.byKind.charge.inReview).toBe(5);
+    expect(counted.operations.succeeded).toBe(50_000);
+    expect(Math.abs(estimated.operations.succeeded - 50_000)).toBeLessThan(2_500);
   });
 
 });

@@ -29,6 +29,7 @@ import {
   type Verdict,
 } from '../payments/review.ts';
 import { listFindings, resolveFinding } from '../payments/inbox-store.ts';
+import { eraseCustomer, ErasureRefused } from '../payments/erasure-store.ts';
 import { findOperationByOrder, findRefundsOfOrder } from '../payments/operations-store.ts';
 import type { Operation, PaymentIntentView } from '../payments/types.ts';
 import { ConflictError, NotFoundError, OpsError, RefusedError, StripeUnavailableError, UsageError } from './errors.ts';
@@ -554,6 +555,23 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
       if (history.operation.kind !== 'refund') throw new NotFoundError(`operation ${command.operationId} is a ${history.operation.kind}, not a refund; see operations show`);
       return detail(ctx, history, command.stripe);
     }
+    case 'erase customer': {
+      // The customer id itself goes nowhere but the statement: the record names it by its SHA-256.
+      const detail = { command: 'erase customer', transport: ctx.transport, ...identityDetail(ctx, command.action) };
+      try {
+        const erased = await eraseCustomer(ctx.db, {
+          customerId: command.customerId,
+          actor: command.action.actor,
+          verified: ctx.identity?.verified ?? false,
+          reason: command.action.reason,
+          detail,
+        });
+        return { erasure: erased };
+      } catch (error) {
+        if (error instanceof ErasureRefused) throw new RefusedError(error.message, { code: 'not_final' });
+        throw error;
+      }
+    }
     case 'stats':
       return loadStats(ctx.db);
   }
@@ -566,7 +584,7 @@ async function execute(ctx: OpsContext, command: Exclude<Command, { name: 'help'
  */
 async function auditRefusal(ctx: OpsContext, command: Command, error: OpsError): Promise<void> {
   // A refused `refunds create` / `refunds remedy` made no operation to note it on (the CLI shows the reason).
-  if (!isAction(command) || command.name === 'review note' || command.name === 'findings resolve' || command.name === 'refunds create' || command.name === 'refunds remedy' || error.code === 'not_found' || error.code === 'config') return;
+  if (!isAction(command) || command.name === 'review note' || command.name === 'findings resolve' || command.name === 'refunds create' || command.name === 'refunds remedy' || command.name === 'erase customer' || error.code === 'not_found' || error.code === 'config') return;
   await appendOperatorNote(ctx.db, {
     operationId: command.operationId,
     actor: command.action.actor,

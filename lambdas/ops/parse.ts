@@ -2,6 +2,7 @@
 // (bad arguments never cost a connection), and the ops Lambda parses the same argv again (it never
 // trusts its caller). node:util parseArgs, strict: an unknown or misspelled flag is an error.
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
+import { CUSTOMER_ID } from '../payments/erasure-store.ts';
 import { RejectReason } from '../payments/rejected-store.ts';
 import type { ReviewQueueFilter } from '../payments/review.ts';
 import { REFUND_REASONS, REMEDY_REFUND_ID_PREFIX } from '../payments/types.ts';
@@ -21,6 +22,7 @@ export const COMMAND_NAMES = [
   'refunds show',
   'refunds create',
   'refunds remedy',
+  'erase customer',
   'stats',
 ] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
@@ -70,6 +72,8 @@ export type Command =
   | { readonly name: 'findings list'; readonly includeResolved: boolean; readonly kind: (typeof FINDING_KINDS)[number] | null; readonly limit: number }
   | { readonly name: 'findings resolve'; readonly findingId: number; readonly action: OperatorAction }
   /** An order's refund operations beside its charge (docs/model.md, refunds). */
+  /** A customer's personal data out of the pipeline's tables (docs/operations.md "Erasure"). */
+  | { readonly name: 'erase customer'; readonly customerId: string; readonly action: OperatorAction }
   | { readonly name: 'refunds list'; readonly orderId: string }
   | { readonly name: 'refunds show'; readonly operationId: string; readonly stripe: boolean }
   /** An operator's refund, through the same engine as a producer's (the operator as actor). */
@@ -270,6 +274,19 @@ export const COMMANDS: Readonly<Record<CommandName, CommandSpec>> = {
     ],
     positionals: ['order-id'],
   },
+  'erase customer': {
+    args: '<cus_…>',
+    summary: "remove a customer's personal data from the pipeline's tables (final operations only); amounts, states and ids stay",
+    options: { ...ACTION_OPTIONS },
+    help: [
+      ['', 'operations: customer_id and payment_method become "erased"; description, statement descriptor'],
+      ['', 'suffix, charge metadata and last error are removed; their Stripe events lose their payloads;'],
+      ['', 'rejected messages of their orders, or naming the customer, lose their raw bodies'],
+      ['', 'refused (nothing changed) while an operation of the customer is open or an event not applied'],
+      ...ACTION_HELP,
+    ],
+    positionals: ['customer-id'],
+  },
   stats: {
     args: '',
     summary: 'counts by status, oldest open operation, review queue, rejected (24 h), unpublished events',
@@ -406,7 +423,7 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
     throw new UsageError(
       argv.length === 0
         ? 'no command given'
-        : first === 'review' || first === 'operations' || first === 'rejected' || first === 'findings'
+        : first === 'review' || first === 'operations' || first === 'rejected' || first === 'findings' || first === 'erase'
           ? `unknown command "${argv.filter((a) => !a.startsWith('-')).slice(0, 2).join(' ')}"; ${first} has: ${COMMAND_NAMES.filter((n) => n.startsWith(`${first} `)).map((n) => n.split(' ')[1]).join(', ')}`
           : `unknown command "${first ?? argv[0]}"; commands: ${COMMAND_NAMES.join(', ')}`,
     );
@@ -548,6 +565,9 @@ export function parseInvocation(argv: readonly string[], defaultActor: string | 
         if (pi === undefined || !PAYMENT_INTENT_ID.test(pi)) throw new UsageError(`refunds remedy: --payment-intent pi_… is required (got "${pi ?? ''}")`);
         return { name, orderId: first, paymentIntentId: pi, action: action(values, defaultActor, actorOptional) };
       }
+      case 'erase customer':
+        if (!CUSTOMER_ID.test(first)) throw new UsageError(`erase customer: the customer id must be a Stripe customer id cus_… (got "${first}")`);
+        return { name, customerId: first, action: action(values, defaultActor, actorOptional) };
       case 'stats':
         return { name };
     }

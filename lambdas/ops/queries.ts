@@ -6,7 +6,7 @@ import type { Db } from '../payments/db.ts';
 
 export interface Stats {
   readonly asOf: string;
-  /** Every operation ever made, by status (operations in review included). */
+  /** Every operation ever made, by status (operations in review included); settled ones estimated when totalsEstimated. */
   readonly operations: { readonly pending: number; readonly unknown: number; readonly succeeded: number; readonly failed: number; readonly total: number };
   /**
    * The same operations by kind, charges beside refunds, with those in review apart: `pending` and
@@ -14,6 +14,11 @@ export interface Stats {
    * with a review reason (the local ledger's definitions, local/ledger.ts).
    */
   readonly byKind: Readonly<Record<'charge' | 'refund', KindCounts>>;
+  /**
+   * True on a large table (EXACT_TOTALS_BELOW_ROWS): the succeeded and failed figures (and totals) are
+   * estimated from the table's statistics, not counted. Open and review figures are always counted.
+   */
+  readonly totalsEstimated: boolean;
   /**
    * Open and NOT in review: what the machines still work on. The same definitions as the reconciler's
    * gauges (OpenOperationsPending / OpenOperationsUnknown / OldestOpenOperationAgeSeconds), so these
@@ -48,14 +53,51 @@ export interface KindCounts {
 const iso = (value: string | Date | null): string | null => (value === null ? null : new Date(value).toISOString());
 const seconds = (value: number | null): number => Math.max(0, Math.round(value ?? 0));
 
-const NO_OPERATIONS: KindCounts = { pending: 0, unknown: 0, inReview: 0, succeeded: 0, failed: 0, total: 0 };
+/**
+ * Below this many operations (the planner's count, pg_class.reltuples) the all-time figures are
+ * counted; above it they are estimated from the table's statistics, so that `stats` — and the live
+ * page, which reads it every few seconds — costs what is open, never the history (`npm run
+ * bench:scale`; test/history-plans.test.ts). Open and review figures are always counted.
+ */
+export const EXACT_TOTALS_BELOW_ROWS = 200_000;
 
-export async function loadStats(db: Db): Promise<Stats> {
-  // Open and review figures read the partial index of open operations; the all-time counts by
-  // status scan the table — fine for a command a person runs, not for a per-minute gauge.
+interface Totals {
+  readonly exact: boolean;
+  readonly byKindStatus: readonly { readonly kind: string; readonly status: string; readonly n: number }[];
+}
+
+/** The settled history by kind and status: counted on a small table, estimated on a large one. */
+async function historyTotals(db: Db, exactBelowRows: number): Promise<Totals> {
+  const { rows: est } = await db.query<{ rows: number; status: Record<string, number> | null; kind: Record<string, number> | null }>(
+    `SELECT c.reltuples::float8 AS rows,
+            (SELECT jsonb_object_agg(u.v, u.f) FROM pg_stats s, unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS u(v, f)
+              WHERE s.schemaname = 'public' AND s.tablename = 'payment_operations' AND s.attname = 'status') AS status,
+            (SELECT jsonb_object_agg(u.v, u.f) FROM pg_stats s, unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS u(v, f)
+              WHERE s.schemaname = 'public' AND s.tablename = 'payment_operations' AND s.attname = 'kind') AS kind
+       FROM pg_class c WHERE c.oid = 'payment_operations'::regclass`,
+  );
+  const e = est[0];
+  // Never analysed (reltuples -1), no statistics yet, or small: count.
+  if (!e || e.rows < exactBelowRows || !e.status || !e.kind) {
+    const { rows } = await db.query<{ kind: string; status: string; n: number }>(
+      `SELECT kind, status, count(*)::int AS n FROM payment_operations GROUP BY kind, status`,
+    );
+    return { exact: true, byKindStatus: rows };
+  }
+  // Estimated: the final statuses' share of the table times each kind's share (kind and status taken
+  // as independent). The statistics are as fresh as autovacuum's last ANALYZE.
+  const byKindStatus: { kind: string; status: string; n: number }[] = [];
+  for (const [kind, kf] of Object.entries(e.kind)) {
+    for (const status of ['succeeded', 'failed']) byKindStatus.push({ kind, status, n: Math.round(e.rows * kf * (e.status[status] ?? 0)) });
+  }
+  return { exact: false, byKindStatus };
+}
+
+export async function loadStats(db: Db, options: { readonly exactTotalsBelowRows?: number } = {}): Promise<Stats> {
+  // Open and review figures read the partial index of open operations: O(open). The all-time figures
+  // come from historyTotals: counted while the table is small, estimated once it is large.
   const { rows } = await db.query<{
     as_of: Date;
-    by_status: Record<string, number> | null;
     pending: number;
     unknown: number;
     oldest_open: Date | null;
@@ -66,16 +108,17 @@ export async function loadStats(db: Db): Promise<Stats> {
     oldest_review: Date | null;
     oldest_review_id: string | null;
     rejected_24h: number;
-    by_kind: Record<string, KindCounts> | null;
+    all_pending: number;
+    all_unknown: number;
+    open_by_kind: Record<string, { pending: number; unknown: number; inReview: number }> | null;
   }>(
     `WITH open_ops AS (
-       SELECT id, status, created_at, updated_at, review_reason, next_attempt_at, lease_until
+       SELECT id, kind, status, created_at, updated_at, review_reason, next_attempt_at, lease_until
          FROM payment_operations WHERE status IN ('pending', 'unknown')
      ),
      oldest_open AS (SELECT id, created_at FROM open_ops WHERE review_reason IS NULL ORDER BY created_at, id LIMIT 1),
      oldest_review AS (SELECT id, updated_at FROM open_ops WHERE review_reason IS NOT NULL ORDER BY updated_at, id LIMIT 1)
      SELECT now() AS as_of,
-            (SELECT jsonb_object_agg(status, n) FROM (SELECT status, count(*)::int AS n FROM payment_operations GROUP BY status) s) AS by_status,
             (SELECT count(*)::int FROM open_ops WHERE review_reason IS NULL AND status = 'pending') AS pending,
             (SELECT count(*)::int FROM open_ops WHERE review_reason IS NULL AND status = 'unknown') AS unknown,
             (SELECT created_at FROM oldest_open) AS oldest_open,
@@ -87,33 +130,42 @@ export async function loadStats(db: Db): Promise<Stats> {
             (SELECT updated_at FROM oldest_review) AS oldest_review,
             (SELECT id FROM oldest_review) AS oldest_review_id,
             (SELECT count(*)::int FROM rejected_messages WHERE received_at > now() - interval '24 hours') AS rejected_24h,
-            (SELECT jsonb_object_agg(kind, jsonb_build_object(
-                      'pending', pending, 'unknown', unknown, 'inReview', in_review, 'succeeded', succeeded, 'failed', failed, 'total', total))
+            (SELECT count(*)::int FROM open_ops WHERE status = 'pending') AS all_pending,
+            (SELECT count(*)::int FROM open_ops WHERE status = 'unknown') AS all_unknown,
+            (SELECT jsonb_object_agg(kind, jsonb_build_object('pending', pending, 'unknown', unknown, 'inReview', in_review))
                FROM (SELECT kind,
                             count(*) FILTER (WHERE status = 'pending' AND review_reason IS NULL)::int AS pending,
                             count(*) FILTER (WHERE status = 'unknown' AND review_reason IS NULL)::int AS unknown,
-                            count(*) FILTER (WHERE status IN ('pending', 'unknown') AND review_reason IS NOT NULL)::int AS in_review,
-                            count(*) FILTER (WHERE status = 'succeeded')::int AS succeeded,
-                            count(*) FILTER (WHERE status = 'failed')::int AS failed,
-                            count(*)::int AS total
-                       FROM payment_operations GROUP BY kind) k) AS by_kind`,
+                            count(*) FILTER (WHERE review_reason IS NOT NULL)::int AS in_review
+                       FROM open_ops GROUP BY kind) k) AS open_by_kind`,
   );
   const row = rows[0]!;
+  const totals = await historyTotals(db, options.exactTotalsBelowRows ?? EXACT_TOTALS_BELOW_ROWS);
   const outbox = await outboxGauges(db);
   const asOf = row.as_of.getTime();
   const age = (date: Date | null) => (date ? seconds((asOf - date.getTime()) / 1000) : 0);
-  const byStatus = row.by_status ?? {};
-  const count = (status: string) => byStatus[status] ?? 0;
+  const settled = (kind: string | null, status: string) =>
+    totals.byKindStatus.filter((t) => (kind === null || t.kind === kind) && t.status === status).reduce((a, t) => a + t.n, 0);
+  const open = row.open_by_kind ?? {};
+  const kindCounts = (kind: 'charge' | 'refund'): KindCounts => {
+    const o = open[kind] ?? { pending: 0, unknown: 0, inReview: 0 };
+    const succeeded = settled(kind, 'succeeded');
+    const failed = settled(kind, 'failed');
+    return { pending: o.pending, unknown: o.unknown, inReview: o.inReview, succeeded, failed, total: o.pending + o.unknown + o.inReview + succeeded + failed };
+  };
+  const byKind = { charge: kindCounts('charge'), refund: kindCounts('refund') };
+  // Every open operation by status, in review or not (the open index), beside the settled ones.
+  const operations = {
+    pending: row.all_pending,
+    unknown: row.all_unknown,
+    succeeded: settled(null, 'succeeded'),
+    failed: settled(null, 'failed'),
+  };
   return {
     asOf: row.as_of.toISOString(),
-    operations: {
-      pending: count('pending'),
-      unknown: count('unknown'),
-      succeeded: count('succeeded'),
-      failed: count('failed'),
-      total: Object.values(byStatus).reduce((a, b) => a + b, 0),
-    },
-    byKind: { charge: row.by_kind?.charge ?? NO_OPERATIONS, refund: row.by_kind?.refund ?? NO_OPERATIONS },
+    operations: { ...operations, total: operations.pending + operations.unknown + operations.succeeded + operations.failed },
+    totalsEstimated: !totals.exact,
+    byKind,
     open: {
       pending: row.pending,
       unknown: row.unknown,
@@ -138,7 +190,10 @@ export interface RejectedMessage {
   readonly orderId: string | null;
   readonly operationId: string | null;
   readonly bodySha256: string;
-  readonly bodyBytes: number;
+  /** Null once the body was removed (bodyRemoved says why): body_sha256 stays the evidence of what came. */
+  readonly bodyBytes: number | null;
+  /** Why the raw body is gone (retention after REJECTED_BODY_RETENTION_DAYS, or a customer's erasure); null while it is kept. */
+  readonly bodyRemoved: { readonly why: 'retention' | 'erasure'; readonly at: string } | null;
   /** Only when asked for (--with-body): a body may carry anything a producer sent. */
   readonly rawBody?: string;
 }
@@ -188,7 +243,8 @@ export async function listRejected(
             coalesce((SELECT jsonb_agg(jsonb_build_object(
                         'id', m.id, 'message_id', m.message_id, 'received_at', m.received_at, 'reason_code', m.reason_code,
                         'reason', m.reason, 'order_id', m.order_id, 'operation_id', m.operation_id, 'body_sha256', m.body_sha256,
-                        'body_bytes', octet_length(m.raw_body), 'raw_body', CASE WHEN $5::boolean THEN m.raw_body END)
+                        'body_bytes', octet_length(m.raw_body), 'raw_body', CASE WHEN $5::boolean THEN m.raw_body END,
+                        'raw_body_removed_why', m.raw_body_removed_why, 'raw_body_removed_at', m.raw_body_removed_at)
                         ORDER BY m.received_at DESC, m.id DESC)
                         FROM page m), '[]'::jsonb) AS items`,
     [
@@ -225,8 +281,10 @@ interface RejectedRow {
   order_id: string | null;
   operation_id: string | null;
   body_sha256: string;
-  body_bytes: number;
+  body_bytes: number | null;
   raw_body: string | null;
+  raw_body_removed_why?: 'retention' | 'erasure' | null;
+  raw_body_removed_at?: string | null;
 }
 
 function toRejected(row: RejectedRow, withBody: boolean): RejectedMessage {
@@ -240,6 +298,7 @@ function toRejected(row: RejectedRow, withBody: boolean): RejectedMessage {
     operationId: row.operation_id,
     bodySha256: row.body_sha256,
     bodyBytes: row.body_bytes,
+    bodyRemoved: row.raw_body_removed_why && row.raw_body_removed_at ? { why: row.raw_body_removed_why, at: new Date(row.raw_body_removed_at).toISOString() } : null,
     ...(withBody && row.raw_body !== null ? { rawBody: row.raw_body } : {}),
   };
 }

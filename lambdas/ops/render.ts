@@ -231,7 +231,7 @@ function rejected(r: ResultOf['rejected list']): string[] {
     `${r.total} rejected message(s)${r.messages.length < r.total ? `, showing the newest ${r.messages.length}` : ''} (as of ${r.asOf}):`,
     ...table(
       ['RECEIVED', 'MESSAGE', 'CODE', 'ORDER', 'BYTES', 'REASON'],
-      r.messages.map((m) => [m.receivedAt, m.messageId, m.reasonCode, dash(m.orderId), String(m.bodyBytes), clip(m.reason, 100)]),
+      r.messages.map((m) => [m.receivedAt, m.messageId, m.reasonCode, dash(m.orderId), m.bodyBytes === null ? `removed (${m.bodyRemoved?.why ?? 'unknown'})` : String(m.bodyBytes), clip(m.reason, 100)]),
     ),
   ];
   for (const m of r.messages) if (m.rawBody !== undefined) out.push('', `body of ${m.messageId}:`, m.rawBody);
@@ -291,7 +291,12 @@ function stats(r: ResultOf['stats']): string[] {
     ...table(
       ['', ''],
       [
-        ['operations', `${o.total} total: ${o.pending} pending, ${o.unknown} unknown, ${o.succeeded} succeeded, ${o.failed} failed`],
+        [
+          'operations',
+          r.totalsEstimated
+            ? `≈ ${o.total} total: ${o.pending} pending, ${o.unknown} unknown, ≈ ${o.succeeded} succeeded, ≈ ${o.failed} failed (settled figures estimated from the table's statistics)`
+            : `${o.total} total: ${o.pending} pending, ${o.unknown} unknown, ${o.succeeded} succeeded, ${o.failed} failed`,
+        ],
         ['open (not in review)', `${r.open.pending} pending, ${r.open.unknown} unknown (due now ${r.open.dueNow}, leased ${r.open.leased})`],
         [
           'oldest open',
@@ -360,6 +365,13 @@ function actionLines(response: Extract<OpsResponse, { ok: true }>): string[] {
     case 'findings resolve': {
       const f = response.result.finding;
       return [`Resolved finding ${f.id} (${f.kind}, ${f.paymentIntentId}) by ${f.resolvedBy} at ${f.resolvedAt}.`];
+    }
+    case 'erase customer': {
+      const e = response.result.erasure;
+      return [
+        `Erasure #${e.erasureId}: ${e.operations} operation(s) erased now (${e.operationIds.length} of the customer in all), ${e.stripeEvents} Stripe event payload(s) and ${e.rejectedBodies} rejected body(ies) removed.`,
+        '  amounts, currencies, states, order and Stripe ids stay; every operation has an audit line of it',
+      ];
     }
     case 'review note':
       return [`Noted on ${response.result.operation.id}: audit event #${response.result.auditEvent.id} by ${response.result.auditEvent.actor}.`];

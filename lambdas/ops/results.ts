@@ -3,6 +3,7 @@
 // (response.ts) and the renderer can name the results without importing the commands that make them.
 import type { AuditEvent } from '../payments/audit-trail.ts';
 import { idempotencyKey } from '../payments/decisions.ts';
+import type { ErasureResult } from '../payments/erasure-store.ts';
 import type { FindingRow } from '../payments/inbox-store.ts';
 import { isInReview, type OutboxEvent, type StripeEvidence, type Verdict } from '../payments/review.ts';
 import { paymentIntentOfRefund, type Operation } from '../payments/types.ts';
@@ -196,7 +197,12 @@ export interface ResultOf {
   readonly 'refunds show': OperationDetailResult;
   readonly 'refunds create': RefundCreateResult;
   readonly 'refunds remedy': RefundRemedyResult;
+  readonly 'erase customer': EraseCustomerResult;
   readonly stats: Stats;
+}
+
+export interface EraseCustomerResult {
+  readonly erasure: ErasureResult;
 }
 
 export interface RefundCreateResult {

@@ -47,7 +47,10 @@ const stripeEventSchema = z.object({
   }),
 });
 
-/** The parts of a Stripe event the inbox stores in columns; the payload is kept whole beside them. */
+/**
+ * The parts of a Stripe event the inbox stores in columns, and `payload`: the event minimized to what
+ * this pipeline reads (minimizeStripeEvent), never the whole object Stripe sent.
+ */
 export interface StripeEventView {
   readonly id: string;
   readonly type: string;
@@ -84,9 +87,64 @@ export function readStripeEvent(json: unknown): ReadResult {
       livemode: e.livemode ?? null,
       account: e.account || null,
       context: e.context || null,
-      payload: json as Record<string, unknown>,
+      payload: minimizeStripeEvent(json as Record<string, unknown>),
     },
   };
+}
+
+// ── What the inbox keeps of an event ─────────────────────────────────────────────────────────────
+//
+// Minimized at the door (docs/architecture.md "Stripe events in", the list of fields): the event's
+// own fields the origin check reads, and of data.object only what the decisions in this file read —
+// ids, status, amounts, currency, the three metadata keys the pipeline writes, a refund's
+// failure_reason, a dispute's reason. Everything else Stripe puts in an object (billing and shipping
+// details, receipt e-mail, card and payment-method details, descriptions, the producer's own
+// metadata, latest_charge, …) is never stored. Idempotent: minimizing a minimized event changes nothing.
+
+/** Event fields kept as they are. */
+const EVENT_FIELDS = ['id', 'object', 'type', 'created', 'api_version', 'livemode', 'account', 'context'] as const;
+/** data.object fields kept when they are strings or numbers. */
+const OBJECT_SCALARS = ['id', 'object', 'status', 'amount', 'amount_refunded', 'currency', 'failure_reason', 'reason'] as const;
+/** data.object fields that may be an id or an expanded object: kept as the id. */
+const OBJECT_REFERENCES = ['customer', 'payment_intent', 'charge'] as const;
+/** The metadata keys this pipeline writes on its PaymentIntents and Refunds (decisions.ts stripeMetadata). */
+export const KEPT_METADATA_KEYS = ['operation_id', 'order_id', 'key_generation'] as const;
+/** data.previous_attributes fields kept (a charge.refunded's earlier amount_refunded). */
+const PREVIOUS_FIELDS = ['amount_refunded'] as const;
+
+const scalar = (v: unknown): v is string | number | boolean | null => v === null || ['string', 'number', 'boolean'].includes(typeof v);
+
+export function minimizeStripeEvent(event: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const key of EVENT_FIELDS) if (key in event && scalar(event[key])) out[key] = event[key];
+  const data = typeof event.data === 'object' && event.data !== null ? (event.data as Record<string, unknown>) : {};
+  const object = typeof data.object === 'object' && data.object !== null ? (data.object as Record<string, unknown>) : {};
+  const kept: Record<string, unknown> = {};
+  for (const key of OBJECT_SCALARS) if (key in object && scalar(object[key])) kept[key] = object[key];
+  for (const key of OBJECT_REFERENCES) {
+    if (!(key in object)) continue;
+    const id = idOf(object[key]);
+    kept[key] = id;
+  }
+  if (typeof object.metadata === 'object' && object.metadata !== null) {
+    const metadata: Record<string, string> = {};
+    for (const key of KEPT_METADATA_KEYS) {
+      const v = (object.metadata as Record<string, unknown>)[key];
+      if (typeof v === 'string') metadata[key] = v;
+    }
+    kept.metadata = metadata;
+  }
+  const minimizedData: Record<string, unknown> = { object: kept };
+  if (typeof data.previous_attributes === 'object' && data.previous_attributes !== null) {
+    const previous: Record<string, unknown> = {};
+    for (const key of PREVIOUS_FIELDS) {
+      const v = (data.previous_attributes as Record<string, unknown>)[key];
+      if (v !== undefined && scalar(v)) previous[key] = v;
+    }
+    minimizedData.previous_attributes = previous;
+  }
+  out.data = minimizedData;
+  return out;
 }
 
 // ── Where an event comes from ────────────────────────────────────────────────────────────────────

@@ -103,6 +103,7 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
         rejectedWindowSeconds: config.reconcile.rejectedWindowSeconds,
       },
       inboxDb: db,
+      retention: config.retention,
     },
     clock,
   ).finally(() => (lease.acquired ? releaseSweepLease(db, holder).catch(() => {}) : undefined));
@@ -131,6 +132,11 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
       metrics.addMetric(METRICS.openRefusedStripeEvents, MetricUnit.Count, g.inbox.openRefusedEvents);
       metrics.addMetric(METRICS.stripeEventsSilentSeconds, MetricUnit.Seconds, g.inbox.eventsSilentSeconds);
     }
+  }
+  if (summary.retention) {
+    const removed = Object.values(summary.retention.removed).reduce((a, b) => a + b, 0);
+    metrics.addMetric(METRICS.retentionRowsRemoved, MetricUnit.Count, removed);
+    metrics.addMetric(METRICS.retentionOverdueSeconds, MetricUnit.Seconds, summary.retention.maxOverdueSeconds);
   }
   const inbox = summary.stripeEvents;
   if (inbox) {

@@ -22,6 +22,7 @@ import { describeError, silentLog, type InvocationClock, type LogSink } from '..
 import { StripeEventApplier } from '../payments/event-applier.ts';
 import type { TransactionalDb } from '../payments/inbox-store.ts';
 import { ReissueWatcher, type WatchRun } from '../payments/watcher.ts';
+import { runRetention, type RetentionRun, type RetentionSettings } from '../payments/retention-store.ts';
 import { collectGauges, type ReconcileGauges } from './gauges.ts';
 import { RequestRateLimiter } from './rate-limiter.ts';
 
@@ -65,6 +66,13 @@ export interface ReconcileDeps {
    * (a held lease, Stripe unreachable, a crash) — and its gauges published. The same pool as `db`.
    */
   readonly inboxDb?: TransactionalDb;
+  /**
+   * Set: the run ends with the retention phase (retention-store.ts), bounded by its batch limits, its
+   * own time budget (maxRunMs, on the `now` clock) and the invocation's safety margin.
+   */
+  readonly retention?: RetentionSettings & { readonly maxRunMs: number };
+  /** The wall clock retention's cutoffs are computed from (tests and the storage benchmark move it). @default new Date() */
+  readonly wallClock?: () => Date;
 }
 
 /** The inbox part of a run (null when not asked for, or when it failed: see errors). */
@@ -113,6 +121,8 @@ export interface ReconcileSummary {
   readonly watch: WatchRun | null;
   /** The audit trail's partitions made ahead (null: it failed, see errors). */
   readonly auditPartitions: PreparedPartitions | null;
+  /** The retention phase (null: not configured, or it failed: see errors). */
+  readonly retention: RetentionRun | null;
 }
 
 const AUTH_ERRORS = new Set(['StripeAuthenticationError', 'StripePermissionError']);
@@ -314,6 +324,23 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     log.error('audit trail partitions not prepared', described);
   }
 
+  // Retention last: it only removes what is past its bound, so it takes what time is left, never the
+  // settling's. Every batch is one short statement that skips locked rows (retention-store.ts).
+  let retention: RetentionRun | null = null;
+  if (deps.retention) {
+    const bounds = deps.retention;
+    const retentionStart = now();
+    try {
+      retention = await runRetention(deps.db, bounds, deps.wallClock ?? (() => new Date()), () =>
+        clock.remainingMs() > settings.safetyMarginMs && (bounds.maxRunMs === 0 || now() - retentionStart < bounds.maxRunMs));
+      if (retention.unfinished.length > 0) log.info('retention left due rows for the next run', { unfinished: retention.unfinished, removed: retention.removed });
+    } catch (error) {
+      const described = describeError(error);
+      errors.push(`retention: ${described.errorName}: ${described.errorMessage}`);
+      log.error('retention not run', described);
+    }
+  }
+
   let gauges: ReconcileGauges | null = null;
   try {
     // The inbox's gauges with the others, whenever the run works the inbox: also when its apply
@@ -343,5 +370,6 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     stripeEvents,
     watch,
     auditPartitions,
+    retention,
   };
 }

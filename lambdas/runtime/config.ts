@@ -2,6 +2,9 @@
 // Secrets Manager ARNs on AWS. Parsed once, validated with clear messages, no secret ever logged.
 import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
 import { callBudgetProblem, worstCaseCallMs, type CallingFunction } from '../payments/call-budget.ts';
+import { RETENTION_DEFAULTS, RETENTION_LIMITS, type RetentionSettings } from '../payments/retention-store.ts';
+
+export { RETENTION_DEFAULTS, RETENTION_LIMITS };
 import { isConsumerSchemaName, PIPELINE } from './settings.ts';
 
 export interface RuntimeConfig {
@@ -69,6 +72,14 @@ export interface RuntimeConfig {
     readonly maxRunMs: number;
     /** Window of the RejectedMessagesLastPeriod gauge. */
     readonly rejectedWindowSeconds: number;
+  };
+  /**
+   * The reconciler's retention phase (lambdas/payments/retention-store.ts; docs/operations.md
+   * "Retention"): bounds in days, and how much one run may remove. Checked at start (RETENTION_LIMITS).
+   */
+  readonly retention: RetentionSettings & {
+    /** The phase stops starting batches this long after it began. */
+    readonly maxRunMs: number;
   };
   /**
    * The engine's policy (handlers pass it to ChargeEngine). Only shortening is allowed: a key window
@@ -202,6 +213,15 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
       maxRunMs: integer(env, 'RECONCILE_MAX_RUN_MS', 50_000, 0),
       rejectedWindowSeconds: integer(env, 'RECONCILE_REJECTED_WINDOW_SECONDS', 300, 1),
     },
+    retention: {
+      outboxDays: integer(env, 'OUTBOX_RETENTION_DAYS', RETENTION_DEFAULTS.outboxDays, RETENTION_LIMITS.outboxDays, 36_500),
+      stripeEventPayloadDays: integer(env, 'STRIPE_EVENT_PAYLOAD_RETENTION_DAYS', RETENTION_DEFAULTS.stripeEventPayloadDays, RETENTION_LIMITS.stripeEventPayloadDays, 36_500),
+      stripeEventDays: integer(env, 'STRIPE_EVENT_RETENTION_DAYS', RETENTION_DEFAULTS.stripeEventDays, RETENTION_LIMITS.stripeEventDays, 36_500),
+      rejectedBodyDays: integer(env, 'REJECTED_BODY_RETENTION_DAYS', RETENTION_DEFAULTS.rejectedBodyDays, RETENTION_LIMITS.rejectedBodyDays, 36_500),
+      batchSize: integer(env, 'RETENTION_BATCH_SIZE', RETENTION_DEFAULTS.batchSize, 1, 10_000),
+      maxBatchesPerRun: integer(env, 'RETENTION_MAX_BATCHES', RETENTION_DEFAULTS.maxBatchesPerRun, 1, 100_000),
+      maxRunMs: integer(env, 'RETENTION_MAX_RUN_MS', RETENTION_DEFAULTS.maxRunMs, 0, 600_000),
+    },
     policy: {
       keyWindowMs: integer(env, 'KEY_WINDOW_MS', DEFAULT_POLICY.keyWindowMs, 1_000, DEFAULT_POLICY.keyWindowMs),
       earlySearchAfterMs: integer(env, 'EARLY_SEARCH_AFTER_MS', DEFAULT_POLICY.earlySearchAfterMs, 0),
@@ -237,7 +257,17 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
     throw new ConfigError(`LEASE_MS must exceed the worst-case Stripe call (${worstCall} ms for STRIPE_TIMEOUT_MS × retries)`);
   }
   checkEvidencePolicy(config.policy, config.stripe.timeoutMs, integer(env, 'STRIPE_CLOCK_SKEW_MS', DEFAULT_CLOCK_SKEW_MS, 0));
+  checkRetention(config.retention);
   return config;
+}
+
+function checkRetention(r: RuntimeConfig['retention']): void {
+  if (r.stripeEventDays < r.stripeEventPayloadDays) {
+    throw new ConfigError(
+      `STRIPE_EVENT_RETENTION_DAYS (${r.stripeEventDays}) must be at least STRIPE_EVENT_PAYLOAD_RETENTION_DAYS (${r.stripeEventPayloadDays}): ` +
+        'an inbox row is reduced to its columns before it is deleted; raise the first or lower the second',
+    );
+  }
 }
 
 /**

@@ -60,6 +60,10 @@ export const METRICS = {
   unpublishedEvents: 'UnpublishedEvents',
   oldestUnpublishedEventAgeSeconds: 'OldestUnpublishedEventAgeSeconds',
   reconciledOperations: 'ReconciledOperations',
+  /** Rows the retention phase removed or reduced in one run (all kinds). */
+  retentionRowsRemoved: 'RetentionRowsRemoved',
+  /** How far past its bound the oldest row still due for retention is (the largest over the kinds): the RetentionBehind alarm. */
+  retentionOverdueSeconds: 'RetentionOverdueSeconds',
   // Stripe events in (lambdas/stripe-events), counts per invocation
   stripeEventsReceived: 'StripeEventsReceived',
   stripeEventDuplicates: 'StripeEventDuplicates',

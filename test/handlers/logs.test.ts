@@ -204,8 +204,11 @@ describe('log lines of the real handlers', () => {
         METRICS.openUnrecordedCharges,
         METRICS.openRefusedStripeEvents,
         METRICS.stripeEventsSilentSeconds,
+        // the retention phase, the run's last (RetentionBehind watches the overdue gauge)
+        METRICS.retentionRowsRemoved,
+        METRICS.retentionOverdueSeconds,
       ].sort(),
     );
-    expect(emf[0]).toMatchObject({ RejectedMessagesLastPeriod: 2, ReviewQueueSize: 0 });
+    expect(emf[0]).toMatchObject({ RejectedMessagesLastPeriod: 2, ReviewQueueSize: 0, RetentionRowsRemoved: 0, RetentionOverdueSeconds: 0 });
   });
 });

@@ -72,6 +72,7 @@ const EXPECTED: Record<Exclude<AlarmName, OtherConfigurations>, Expected> = {
     statistic: 'Maximum',
     threshold: 300,
   },
+  RetentionBehind: { namespace: 'ChargePipeline', metricName: METRICS.retentionOverdueSeconds, dimensions: service, statistic: 'Maximum', threshold: 86_400 },
   DuplicateChargeRemedied: { namespace: 'ChargePipeline', metricName: METRICS.duplicateChargesRemedied, dimensions: service, statistic: 'Maximum', threshold: 0 },
   ReissueWatchFinding: { namespace: 'ChargePipeline', metricName: METRICS.openWatchFindings, dimensions: service, statistic: 'Maximum', threshold: 0 },
   AuditPartitionsBehind: { namespace: 'ChargePipeline', metricName: METRICS.auditMonthsWithoutPartition, dimensions: service, statistic: 'Maximum', threshold: 0 },

@@ -260,8 +260,13 @@ describe('functions', () => {
         logLevel: 'DEBUG',
         stripeTimeout: cdk.Duration.seconds(8),
         stripeMaxNetworkRetries: 2,
+        retention: { outboxDays: 7, stripeEventDays: 10, batchSize: 500 },
       });
       const vars = (f: cdk.IResource) => configured.resources[logicalId(f)]!.Properties!.Environment.Variables;
+      // Retention's bounds reach the reconcile function only; unset ones keep its defaults.
+      expect(vars(configured.pipeline.reconcileFunction)).toMatchObject({ OUTBOX_RETENTION_DAYS: '7', STRIPE_EVENT_RETENTION_DAYS: '10', RETENTION_BATCH_SIZE: '500' });
+      expect(vars(configured.pipeline.reconcileFunction)).not.toHaveProperty('REJECTED_BODY_RETENTION_DAYS');
+      expect(vars(configured.pipeline.chargeFunction)).not.toHaveProperty('OUTBOX_RETENTION_DAYS');
       expect(vars(configured.pipeline.chargeFunction)).toMatchObject({
         CHARGE_CONCURRENCY: '10',
         DB_POOL_MAX: '4',

@@ -61,6 +61,10 @@ describe('ChargePipeline props validation', () => {
     ['a Stripe timeout no reconcile call could fit', { stripeTimeout: cdk.Duration.seconds(40) }, /no Stripe call can ever start in the reconcile function/],
     ['too many SDK retries for the charge function', { stripeMaxNetworkRetries: 5, stripeTimeout: cdk.Duration.seconds(8) }, /charge function.*up to 68000 ms/],
     ['six SDK retries', { stripeMaxNetworkRetries: 6 }, /stripeMaxNetworkRetries must be an integer from 0 to 5, got 6/],
+    ['an outbox kept one day', { retention: { outboxDays: 1 } }, /retention\.outboxDays must be an integer from 2 to 36500, got 1/],
+    ['Stripe event payloads dropped inside Stripe\'s retries', { retention: { stripeEventPayloadDays: 3 } }, /retention\.stripeEventPayloadDays must be an integer from 4 to 36500 \(Stripe retries a delivery for up to three days/],
+    ['Stripe events deleted before their payloads', { retention: { stripeEventDays: 6, stripeEventPayloadDays: 8 } }, /retention\.stripeEventDays \(6\) must be at least retention\.stripeEventPayloadDays \(8\)/],
+    ['a retention batch above the functions\' limit', { retention: { batchSize: 20_000 } }, /retention\.batchSize must be an integer from 1 to 10000/],
   ])('rejects %s', (_label, props, message) => {
     const problems = problemsOf(props);
     expect(problems.some((problem) => message.test(problem)), problems.join('\n')).toBe(true);

@@ -119,7 +119,43 @@ describe('two pipelines on one server', () => {
       expect(byRole[role(database)]!.connect).toBe(true);
       expect(byRole[role(database)]!.tables).toBeGreaterThan(5);
       expect(byRole[role(database)]!.defaults).toBe(2);
+      // The lifecycle functions (migration 017: retention and erasure) are the pipeline's role's to run, no one else's.
+      const { rows: fns } = await asAdmin(database, (c) =>
+        c.query<{ own: boolean; template: boolean; other: boolean; public: boolean }>(
+          `SELECT has_function_privilege($1, 'lifecycle_delete_published_outbox(timestamptz, integer)', 'EXECUTE') AS own,
+                  has_function_privilege($2, 'lifecycle_delete_published_outbox(timestamptz, integer)', 'EXECUTE') AS template,
+                  has_function_privilege($3, 'lifecycle_erase_customer(text, text, boolean, text, jsonb)', 'EXECUTE') AS other,
+                  has_function_privilege('public', 'lifecycle_erase_customer(text, text, boolean, text, jsonb)', 'EXECUTE') AS public`,
+          [role(database), APPLICATION_ROLE, other],
+        ),
+      );
+      expect(fns[0]).toEqual({ own: true, template: false, other: false, public: false });
     }
+    // And it runs them, as its own login: the owner (not a superuser here, as on RDS) is the definer,
+    // and the guards let the function's removal through.
+    await asAdmin(FIRST, async (c) => {
+      const { rows } = await c.query<{ id: string }>(
+        `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method, status, external_id, settled_at, next_attempt_at)
+         VALUES ('roles-retention', 100, 'eur', 'cus_roles', 'pm_card_visa', 'succeeded', 'pi_roles', now(), NULL) RETURNING id`,
+      );
+      const old = new Date(Date.now() - 40 * 86_400_000);
+      const eventId = `${old.getTime().toString(16).padStart(12, '0').replace(/^(.{8})(.{4})$/, '$1-$2')}-7000-8000-000000000001`;
+      await c.query(
+        `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, created_at, published_at)
+         VALUES ($1::uuid, $2, 'Charge Succeeded', jsonb_build_object('eventId', $1::text, 'sequence', 1), $3, $3)`,
+        [eventId, rows[0]!.id, old],
+      );
+      await c.query(
+        `INSERT INTO rejected_messages (message_id, received_at, reason_code, reason, body_sha256, raw_body) VALUES ('roles-m', $1, 'invalid_json', 'not JSON', repeat('0', 64), '{')`,
+        [old],
+      );
+    });
+    const removed = await withClient(urlAs(FIRST, role(FIRST), PASSWORDS.first), (c) =>
+      c.query<{ outbox: number; bodies: number }>(
+        `SELECT lifecycle_delete_published_outbox(now() - interval '30 days', 10) AS outbox, lifecycle_remove_rejected_bodies(now() - interval '14 days', 10) AS bodies`,
+      ),
+    );
+    expect(removed.rows[0]).toEqual({ outbox: 1, bodies: 1 });
   });
 
   it('a later migration’s grants to charges_app and the owner’s default privileges reach the pipeline’s role only', async () => {
