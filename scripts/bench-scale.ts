@@ -4,7 +4,8 @@
 // an empty history: the reconcile sweep, `ops review list`, `ops stats` and the retention run, on one
 // database holding --settled settled operations (each with its three audit rows, its published outbox
 // event and an applied Stripe event, as a charge leaves them) and one holding none, both with the same
-// --open due operations and --review operations in review. Rounds alternate between the two, so a
+// --open due operations and --review operations in review. The history is two days old: inside every
+// retention bound, so the retention run finds nothing due and its cost is that of finding so. Rounds alternate between the two, so a
 // drift of the machine hits both alike. For every statement a command runs: the median time and the
 // shared buffers its plan touched (EXPLAIN (ANALYZE, BUFFERS)) — the buffers say O(open) or O(all)
 // whatever the machine's speed. Figures, not assertions. Real PostgreSQL 18 (embedded), the fake
@@ -20,6 +21,7 @@ import { createStripeClient, StripeGateway } from '../lambdas/payments/stripe-ga
 import { runReconcile, type ReconcileSettings } from '../lambdas/reconcile/sweep.ts';
 import { listReviewQueue } from '../lambdas/payments/review.ts';
 import { loadStats } from '../lambdas/ops/queries.ts';
+import { RETENTION_DEFAULTS, runRetention } from '../lambdas/payments/retention-store.ts';
 import type { Db } from '../lambdas/payments/db.ts';
 import { startStripeProcess } from './bench-support.ts';
 
@@ -81,12 +83,12 @@ async function loadHistory(pool: pg.Pool, settled: number): Promise<void> {
          INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method, status, external_id,
                                          attempts, first_attempted_at, next_attempt_at, created_at, updated_at, settled_at, event_sequence)
          SELECT 'settled-' || g, 1000 + g % 5000, 'eur', 'cus_scale', 'pm_card_visa', CASE WHEN g % 10 = 0 THEN 'failed' ELSE 'succeeded' END,
-                'pi_settled_' || g, 1, now() - interval '40 days', NULL, now() - interval '40 days', now() - interval '40 days', now() - interval '40 days', 1
+                'pi_settled_' || g, 1, now() - interval '2 days', NULL, now() - interval '2 days', now() - interval '2 days', now() - interval '2 days', 1
            FROM generate_series($1::int, $2::int) AS g
          RETURNING id, status, external_id, order_id, amount),
        trail AS (
          INSERT INTO payment_operation_events (operation_id, occurred_at, actor, action, from_status, to_status, external_id, key_generation, detail)
-         SELECT o.id, now() - interval '40 days', 'charge-handler', a.action, a.from_status, coalesce(a.to_status, o.status),
+         SELECT o.id, now() - interval '2 days', 'charge-handler', a.action, a.from_status, coalesce(a.to_status, o.status),
                 CASE WHEN a.action = 'outcome_recorded' THEN o.external_id END, 0,
                 CASE WHEN a.action = 'requested' THEN '{}'::jsonb ELSE jsonb_build_object('leaseToken', gen_random_uuid()) END
            FROM ops o CROSS JOIN (VALUES ('requested', NULL, 'pending'), ('attempt_started', 'pending', 'pending'), ('outcome_recorded', 'pending', NULL)) AS a(action, from_status, to_status))
@@ -94,8 +96,16 @@ async function loadHistory(pool: pg.Pool, settled: number): Promise<void> {
        SELECT o.eid, o.id, CASE WHEN o.status = 'succeeded' THEN 'Charge Succeeded' ELSE 'Charge Failed' END,
               jsonb_build_object('version', 1, 'eventId', o.eid, 'operationId', o.id, 'orderId', o.order_id, 'status', o.status,
                                  'amount', o.amount, 'currency', 'eur', 'externalId', o.external_id, 'sequence', 1),
-              now() - interval '40 days', now() - interval '40 days', 1
-         FROM (SELECT ops.*, uuidv7() AS eid FROM ops) o`,
+              now() - interval '2 days', now() - interval '2 days', 1
+         FROM (SELECT ops.*, uuidv7() AS eid FROM ops) o
+       RETURNING operation_id`,
+      [from, to],
+    );
+    await pool.query(
+      `INSERT INTO stripe_events (event_id, event_type, stripe_created_at, object_id, source, received_at, payload, applied_at, outcome, operation_id)
+       SELECT 'evt_' || p.external_id, 'payment_intent.succeeded', now() - interval '2 days', p.external_id, 'webhook', now() - interval '2 days',
+              '{}'::jsonb, now() - interval '2 days', 'settled', p.id
+         FROM payment_operations p WHERE p.kind = 'charge' AND p.order_id IN (SELECT 'settled-' || g FROM generate_series($1::int, $2::int) g)`,
       [from, to],
     );
     say(`  loaded ${to.toLocaleString('en')} of ${settled.toLocaleString('en')} settled charges`);
@@ -137,7 +147,7 @@ async function main() {
     const gateway = new StripeGateway(createStripeClient({ apiKey: 'sk_test_bench', apiBase: stripe.url, timeoutMs: 10_000, maxNetworkRetries: 1 }));
     const settings: ReconcileSettings = { maxRequestsPerSecond: 1e6, maxSearchesPerSecond: 1e6, concurrency: 8, pageSize: 50, minTimeToCallMs: 1_000, safetyMarginMs: 500, maxRunMs: 0, rejectedWindowSeconds: 300 };
 
-    type Command = 'sweep' | 'review list' | 'stats';
+    type Command = 'sweep' | 'review list' | 'stats' | 'retention';
     const commands: Record<Command, (db: Db, name: 'big' | 'empty') => Promise<unknown>> = {
       sweep: async (db, name) => {
         await addWork(pools[name], randomUUID());
@@ -147,6 +157,7 @@ async function main() {
       },
       'review list': (db) => listReviewQueue(db, { limit: 50 }),
       stats: (db) => loadStats(db),
+      retention: (db) => runRetention(db, RETENTION_DEFAULTS, () => new Date()),
     };
     const times: Record<string, number[]> = {};
     const recorded: Record<string, { text: string; values: unknown[] }[]> = {};

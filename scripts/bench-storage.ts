@@ -82,13 +82,20 @@ export type Sizes = Readonly<Record<string, TableSize>>;
 async function sizes(pool: pg.Pool): Promise<Sizes> {
   const out: Record<string, TableSize> = {};
   for (const table of TABLES) {
+    // A partitioned table (the audit trail, by month) holds nothing itself: its partitions are summed,
+    // and a partitioned index is reported as the sum of its partitions' indexes.
     const { rows } = await pool.query<{ heap: string; toast: string; total: string; rows: number }>(
-      `SELECT pg_relation_size($1::regclass) AS heap, pg_table_size($1::regclass) - pg_relation_size($1::regclass) AS toast,
-              pg_total_relation_size($1::regclass) AS total, (SELECT count(*)::int FROM ${table}) AS rows`,
+      `SELECT sum(pg_relation_size(t.relid)) AS heap, sum(pg_table_size(t.relid) - pg_relation_size(t.relid)) AS toast,
+              sum(pg_total_relation_size(t.relid)) AS total, (SELECT count(*)::int FROM ${table}) AS rows
+         FROM (SELECT relid FROM pg_partition_tree($1::regclass) WHERE isleaf AND relid <> $1::regclass
+               UNION ALL SELECT $1::regclass WHERE (SELECT relkind FROM pg_class WHERE oid = $1::regclass) <> 'p') t`,
       [table],
     );
     const { rows: idx } = await pool.query<{ name: string; bytes: string }>(
-      `SELECT c.relname AS name, pg_relation_size(i.indexrelid) AS bytes FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+      `SELECT c.relname AS name,
+              CASE WHEN c.relkind = 'I' THEN (SELECT sum(pg_relation_size(p.relid)) FROM pg_partition_tree(i.indexrelid) p WHERE p.isleaf)
+                   ELSE pg_relation_size(i.indexrelid) END AS bytes
+         FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
         WHERE i.indrelid = $1::regclass ORDER BY c.relname`,
       [table],
     );

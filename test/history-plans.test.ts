@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { collectGauges } from '../lambdas/reconcile/gauges.ts';
 import { listReviewQueue } from '../lambdas/payments/review.ts';
 import { loadStats } from '../lambdas/ops/queries.ts';
+import { RETENTION_DEFAULTS, runRetention } from '../lambdas/payments/retention-store.ts';
 import type { Db } from '../lambdas/payments/db.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 
@@ -42,7 +43,8 @@ describe('reads of what is open, on a long history', () => {
        SELECT 'settled-' || g, 1000, 'eur', 'cus_hist', 'pm_card_visa', 'succeeded', 'pi_hist_' || g, 1, now() - interval '2 days', NULL, now() - interval '2 days', now() - interval '2 days', now() - interval '2 days'
          FROM generate_series(1, 50000) g`,
     );
-    // Each settled charge's published outcome event and applied Stripe event; a month of old rejected messages.
+    // Each settled charge's published outcome event and applied Stripe event; older rejected messages. All of it
+    // inside the retention bounds (the retention run must find nothing due, and cost what finding so costs).
     await db.pool.query(
       `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, created_at, published_at, attempts)
        SELECT e.eid, e.id, 'Charge Succeeded', jsonb_build_object('version', 1, 'eventId', e.eid, 'sequence', 1), now() - interval '2 days', now() - interval '2 days', 1
@@ -56,7 +58,7 @@ describe('reads of what is open, on a long history', () => {
     );
     await db.pool.query(
       `INSERT INTO rejected_messages (message_id, received_at, reason_code, reason, body_sha256, raw_body)
-       SELECT 'msg-' || g, now() - interval '30 days', 'invalid_json', 'not JSON', repeat('0', 64), '{' FROM generate_series(1, 20000) g`,
+       SELECT 'msg-' || g, now() - interval '10 days', 'invalid_json', 'not JSON', repeat('0', 64), '{' FROM generate_series(1, 20000) g`,
     );
     await db.pool.query(
       `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method, status, review_reason, next_attempt_at)
@@ -89,6 +91,30 @@ describe('reads of what is open, on a long history', () => {
 
   it('ops review list', async () => {
     expect(await scansOfHistory((d) => listReviewQueue(d, { limit: 50 }))).toEqual([]);
+  });
+
+  it('the retention run, with nothing due: a few pages, not the history (its statements run inside owner functions, so pages are counted)', async () => {
+    const rec = recording(db.pool);
+    const run = await runRetention(rec, RETENTION_DEFAULTS, () => new Date());
+    expect(run.removed).toEqual({ outbox: 0, stripeEventPayloads: 0, stripeEvents: 0, rejectedBodies: 0 });
+    const { rows: pages } = await db.pool.query<{ n: number }>(
+      `SELECT sum(relpages)::int AS n FROM pg_class WHERE relname IN ('outcome_events', 'stripe_events', 'rejected_messages')`,
+    );
+    let touched = 0;
+    for (const s of rec.statements) {
+      const client = await db.pool.connect();
+      try {
+        await client.query('BEGIN');
+        const { rows } = await client.query<{ 'QUERY PLAN': { Plan: Record<string, number> }[] }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${s.text}`, s.values);
+        const plan = rows[0]!['QUERY PLAN'][0]!.Plan;
+        touched += (plan['Shared Hit Blocks'] ?? 0) + (plan['Shared Read Blocks'] ?? 0);
+      } finally {
+        await client.query('ROLLBACK');
+        client.release();
+      }
+    }
+    expect(pages[0]!.n).toBeGreaterThan(1_000);
+    expect(touched).toBeLessThan(pages[0]!.n / 10);
   });
 
   it('ops stats, on a table past the size it counts below: open figures counted, settled ones estimated', async () => {
