@@ -22,6 +22,15 @@ export interface ChargeInput {
   readonly description?: string;
   readonly statementDescriptorSuffix?: string;
   readonly metadata?: Record<string, string>;
+  /**
+   * Connect (docs/model.md#connected-accounts). `account`: the connected account the charge is made
+   * AS (a direct charge): every Stripe request of the operation — and of its refunds — carries it as
+   * Stripe-Account; absent: the platform. `applicationFeeAmount`: the platform's fee. `transferDestination`:
+   * a destination charge, made on the platform, transferred to that account. Parameters of the order.
+   */
+  readonly account?: string;
+  readonly applicationFeeAmount?: number;
+  readonly transferDestination?: string;
 }
 
 /** The kinds of business effect one engine carries (lambdas/payments/kinds.ts: one adapter each). */

@@ -93,7 +93,7 @@ export interface ChargeRequestMessage {
  * contract's fields in a stable order, whatever else the caller's object carries.
  */
 export function chargeRequestMessage(request: ChargeRequest): ChargeRequestMessage {
-  const { orderId, amount, currency, customerId, paymentMethod, description, statementDescriptorSuffix, metadata } = request;
+  const { orderId, amount, currency, customerId, paymentMethod, description, statementDescriptorSuffix, metadata, account, applicationFeeAmount, transferDestination } = request;
   return {
     MessageBody: JSON.stringify({
       orderId,
@@ -104,6 +104,9 @@ export function chargeRequestMessage(request: ChargeRequest): ChargeRequestMessa
       ...(description !== undefined ? { description } : {}),
       ...(statementDescriptorSuffix !== undefined ? { statementDescriptorSuffix } : {}),
       ...(metadata !== undefined ? { metadata } : {}),
+      ...(account !== undefined ? { account } : {}),
+      ...(applicationFeeAmount !== undefined ? { applicationFeeAmount } : {}),
+      ...(transferDestination !== undefined ? { transferDestination } : {}),
     }),
     // One group per order: orders never wait for each other, and two messages of one order are
     // never worked at the same time.
