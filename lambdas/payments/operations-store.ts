@@ -430,6 +430,17 @@ export async function insertDuplicateRefund(
   return rows[0] ?? null;
 }
 
+/** Whether any operation is on the connected account (the partial index of migrations/018). */
+export async function hasOperationOnAccount(db: Db, account: string): Promise<boolean> {
+  const { rows } = await prepared<{ found: boolean }>(
+    db,
+    'payments.has_operation_on_account',
+    'SELECT EXISTS (SELECT 1 FROM payment_operations WHERE stripe_account = $1) AS found',
+    [account],
+  );
+  return rows[0]?.found === true;
+}
+
 /** The refund operations of an order, oldest first. */
 export async function findRefundsOfOrder(db: Db, orderId: string): Promise<Operation[]> {
   const { rows } = await db.query<{ op: OperationJson }>(
