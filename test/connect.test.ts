@@ -118,6 +118,18 @@ describe('a direct charge on a connected account', () => {
   });
 });
 
+describe('an account the platform does not have', () => {
+  it('is refused by Stripe before anything executes (403 account_invalid): the operation stays open, nothing is charged anywhere', async () => {
+    const id = await engine().requestCharge(order({ account: 'acct_1NotThePlatforms' }));
+    const execution = await engine().executeCharge(id);
+    expect(execution.status).toBe('pending');
+    expect(await row(id)).toMatchObject({ status: 'pending', last_error_class: 'StripePermissionError', external_id: null, review_reason: null });
+    expect(stripe.fake.paymentIntents({ operationId: id })).toEqual([]);
+    // Refused before the body is read: the request is known by our key.
+    expect(stripe.fake.requests().filter((r) => r.idempotencyKey === idempotencyKey(id, 0)).map((r) => r.status)).toEqual([403]);
+  });
+});
+
 describe('a destination charge', () => {
   it('is made on the platform with transfer_data[destination] and the fee; its refund on the platform', async () => {
     const input = order({ transferDestination: B, applicationFeeAmount: 200 });

@@ -30,7 +30,7 @@ export const MAX_BATCH_ENTRIES = 10;
 /**
  * Sum of the bodies in one SendMessageBatch. AWS raised the SQS limit to 1 MiB in 2025, but a queue's
  * MaximumMessageSize may still be 256 KiB, and 256 KiB is valid everywhere. A valid charge request
- * body is at most 67,742 bytes (every field at its longest, the description and metadata values in
+ * body is at most 67,868 bytes (every field at its longest, the description and metadata values in
  * six-byte JSON escapes: test/docs/figures.test.ts), so with large bodies this limit binds before
  * the 10-entry one.
  */
