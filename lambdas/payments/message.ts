@@ -5,7 +5,7 @@ import { createHash } from 'node:crypto';
 // build's bundle and load time on the charge handler's cold start (docs/decisions.md, bench:cold).
 import * as z from 'zod/mini';
 import './zod-locale.ts';
-import { REFUND_REASONS, REMEDY_REFUND_ID_PREFIX } from './types.ts';
+import { ACCOUNT_ID, REFUND_REASONS, REMEDY_REFUND_ID_PREFIX } from './types.ts';
 
 /** Stripe's ceiling for most currencies is 8 digits in minor units; deployments may lower it. */
 export const DEFAULT_MAX_AMOUNT = 99_999_999;
@@ -13,11 +13,6 @@ export const DEFAULT_MAX_AMOUNT = 99_999_999;
 /** Printable ASCII without spaces, ≤ 128: also the alphabet and size of an SQS FIFO MessageGroupId. */
 const ORDER_ID = /^[\x21-\x7e]{1,128}$/;
 const STRIPE_ID = (prefix: string) => new RegExp(`^${prefix}_[A-Za-z0-9_]{1,196}$`);
-/**
- * A Stripe account id: `acct_` and letters and digits (e.g. `acct_1032D82eZvKYlo2C`, the shape of
- * docs.stripe.com/api/accounts/object `id`). Sent as the Stripe-Account header, so nothing else.
- */
-export const ACCOUNT_ID = /^acct_[A-Za-z0-9]{1,64}$/;
 const ACCOUNT_MESSAGE = 'must be a Stripe account id (acct_ and 1-64 letters or digits)';
 
 /** Keys the pipeline writes into a PaymentIntent's metadata itself: a producer may not set them. */

@@ -33,6 +33,13 @@ export interface ChargeInput {
   readonly transferDestination?: string;
 }
 
+/**
+ * A Stripe account id: `acct_` and letters and digits (e.g. `acct_1032D82eZvKYlo2C`, the shape of
+ * docs.stripe.com/api/accounts/object `id`). Sent as the Stripe-Account header, so nothing else;
+ * migrations/018 checks the same shape.
+ */
+export const ACCOUNT_ID = /^acct_[A-Za-z0-9]{1,64}$/;
+
 /** The kinds of business effect one engine carries (lambdas/payments/kinds.ts: one adapter each). */
 export type OperationKind = 'charge' | 'refund';
 

@@ -103,6 +103,7 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
         rejectedWindowSeconds: config.reconcile.rejectedWindowSeconds,
       },
       inboxDb: db,
+      connectedAccounts: config.stripe.connectedAccounts,
     },
     clock,
   ).finally(() => (lease.acquired ? releaseSweepLease(db, holder).catch(() => {}) : undefined));

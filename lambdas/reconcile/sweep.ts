@@ -65,6 +65,8 @@ export interface ReconcileDeps {
    * (a held lease, Stripe unreachable, a crash) — and its gauges published. The same pool as `db`.
    */
   readonly inboxDb?: TransactionalDb;
+  /** Connected accounts whose Stripe events are taken before the pipeline has an operation on them (STRIPE_CONNECTED_ACCOUNTS). */
+  readonly connectedAccounts?: readonly string[];
 }
 
 /** The inbox part of a run (null when not asked for, or when it failed: see errors). */
@@ -265,6 +267,7 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
         gateway,
         actor: deps.actor ?? 'reconciler',
         ...(deps.policy ? { policy: deps.policy } : {}),
+        ...(deps.connectedAccounts ? { connectedAccounts: deps.connectedAccounts } : {}),
         ...(deps.random ? { random: deps.random } : {}),
         beforeCall: () => (canStart() ? limiter.acquire('retrieve', latestStart) : false),
       });
