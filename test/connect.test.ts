@@ -4,6 +4,7 @@
 // request of an operation on a connected account is made AS that account, so the operation's key is
 // scoped to it at Stripe and its evidence is read where its PaymentIntent is.
 import { beforeEach, describe, expect, it } from 'vitest';
+import { chargeOutcomeDetailSchema } from '../lambdas/events/contract.ts';
 import { idempotencyKey, type EnginePolicy } from '../lambdas/payments/decisions.ts';
 import type { EngineOptions } from '../lambdas/payments/engine.ts';
 import { OrderConflictError } from '../lambdas/payments/errors.ts';
@@ -45,6 +46,10 @@ describe('a direct charge on a connected account', () => {
     expect(pi).toMatchObject({ status: 'succeeded', stripeAccount: A, idempotencyKey: idempotencyKey(id, 0), application_fee_amount: 150 });
     expect(await row(id)).toMatchObject({ status: 'succeeded', external_id: pi!.id, stripe_account: A, application_fee_amount: '150', transfer_destination: null });
     expect(requestsOf(id).map((r) => [r.endpoint, r.account])).toEqual([['create', A]]);
+    // The outcome event names the account (an additive field of the v1 detail).
+    const { rows: outbox } = await db.pool.query('SELECT event_type, payload FROM outcome_events WHERE operation_id = $1', [id]);
+    expect(outbox.map((e) => [e.event_type, e.payload.account])).toEqual([['Charge Succeeded', A]]);
+    expect(chargeOutcomeDetailSchema.parse(outbox[0].payload)).toMatchObject({ account: A });
 
     // Retrievable as A only: the platform and B are answered 404, as Stripe answers another account's object.
     expect(await stripe.gateway.retrievePaymentIntent(pi!.id, { account: A })).toMatchObject({ ok: true, value: { id: pi!.id, status: 'succeeded' } });
@@ -111,6 +116,8 @@ describe('a direct charge on a connected account', () => {
     expect(result.execution?.status).toBe('succeeded');
     expect(await row(result.operationId!)).toMatchObject({ kind: 'refund', stripe_account: A, application_fee_amount: null, transfer_destination: null });
     expect(requestsOf(result.operationId!).map((r) => [r.endpoint, r.account])).toEqual([['refund_create', A]]);
+    const { rows: outbox } = await db.pool.query('SELECT event_type, payload FROM outcome_events WHERE operation_id = $1', [result.operationId]);
+    expect(outbox.map((e) => [e.event_type, e.payload.account])).toEqual([['Refund Succeeded', A]]);
     const refund = stripe.fake.refunds({ operationId: result.operationId! });
     expect(refund).toHaveLength(1);
     expect(await stripe.gateway.retrieveRefund(refund[0]!.id, { account: A })).toMatchObject({ ok: true, value: { status: 'succeeded' } });
@@ -142,6 +149,9 @@ describe('a destination charge', () => {
     const refund = await engine().processRefund(refundOf(input.orderId, { refundId: 'rf-destination', amount: 100 }));
     expect(refund.execution?.status).toBe('succeeded');
     expect(await row(refund.operationId!)).toMatchObject({ stripe_account: null });
+    const { rows: outbox } = await db.pool.query('SELECT payload FROM outcome_events WHERE operation_id IN ($1, $2)', [id, refund.operationId]);
+    expect(outbox.length).toBe(2);
+    expect(outbox.every((e) => !('account' in e.payload))).toBe(true); // a platform operation's detail is as before
   });
 });
 

@@ -744,7 +744,9 @@ export function outboxInsertSql(source: string, leaseParam: string): string {
                                               'chargeOperationId', k.parent_operation_id, 'refundReason', k.refund_reason)
                            || CASE WHEN k.refund_payment_intent IS NOT NULL
                                    THEN jsonb_build_object('refundedPaymentIntent', k.refund_payment_intent) ELSE '{}'::jsonb END
-                      ELSE '{}'::jsonb END,
+                      ELSE '{}'::jsonb END
+              -- An operation on a connected account names it (migrations/018); a platform one is unchanged.
+              || CASE WHEN k.stripe_account IS NOT NULL THEN jsonb_build_object('account', k.stripe_account) ELSE '{}'::jsonb END,
               now() + ${leaseParam}::bigint * interval '1 millisecond'
          FROM ${source} AS s JOIN payment_operations k ON k.id = s.id`;
 }
