@@ -5,7 +5,10 @@
 // scoped to it at Stripe and its evidence is read where its PaymentIntent is.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { chargeOutcomeDetailSchema } from '../lambdas/events/contract.ts';
+import { StripePaymentIntentLookup } from '../lambdas/ops/stripe-lookup.ts';
 import { idempotencyKey, type EnginePolicy } from '../lambdas/payments/decisions.ts';
+import { gatherStripeEvidence, loadOperationHistory } from '../lambdas/payments/review.ts';
+import { createStripeClient } from '../lambdas/payments/stripe-gateway.ts';
 import type { EngineOptions } from '../lambdas/payments/engine.ts';
 import { OrderConflictError } from '../lambdas/payments/errors.ts';
 import { FailureKind } from '../lambdas/payments/gateway.ts';
@@ -31,6 +34,7 @@ const engine = (policy: Partial<EnginePolicy> = {}, options: Partial<EngineOptio
   testEngine({ db, stripe }, { policy: { ...FAST_LIST_POLICY, ...policy }, ...options });
 const order = (overrides: Partial<ChargeInput> = {}) => chargeOrderOfItsOwnCustomer(overrides);
 const row = (id: string) => operationRow(db.pool, id);
+const lookup = () => new StripePaymentIntentLookup(createStripeClient({ apiKey: 'sk_test_ops', apiBase: stripe.fake.url, maxNetworkRetries: 0 }));
 const requestsOf = (operationId: string) => stripe.fake.requests().filter((r) => r.operationId === operationId);
 
 describe('a direct charge on a connected account', () => {
@@ -122,6 +126,24 @@ describe('a direct charge on a connected account', () => {
     expect(refund).toHaveLength(1);
     expect(await stripe.gateway.retrieveRefund(refund[0]!.id, { account: A })).toMatchObject({ ok: true, value: { status: 'succeeded' } });
     expect(await stripe.gateway.retrieveRefund(refund[0]!.id)).toMatchObject({ ok: false, failure: { kind: FailureKind.notFound } });
+  });
+});
+
+describe("the operator's review of an operation on a connected account", () => {
+  it('reads the evidence as the account: the PaymentIntent is found by Search and retrieve, never "absent" for looking on the platform', async () => {
+    const input = order({ account: A });
+    const id = await engine({ ambiguousResolution: 'review' }).requestCharge(input);
+    stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'truncated_response_after_commit');
+    expect((await engine({ ambiguousResolution: 'review' }).executeCharge(id)).status).toBe('unknown');
+    const history = (await loadOperationHistory(db.pool, { operationId: id }))!;
+    const before = stripe.fake.requests().length;
+    const evidence = await gatherStripeEvidence(lookup(), history.operation, history.events);
+    const pi = stripe.fake.paymentIntents({ account: A, operationId: id })[0]!;
+    expect(evidence).toMatchObject({ complete: true, missing: [] });
+    expect(evidence.paymentIntents.map((p) => p.id)).toEqual([pi.id]);
+    const asked = stripe.fake.requests().slice(before);
+    expect(asked.length).toBeGreaterThan(0);
+    expect(asked.every((r) => r.account === A)).toBe(true);
   });
 });
 
