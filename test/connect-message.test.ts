@@ -2,7 +2,10 @@
 // `applicationFeeAmount`, `transferDestination` — validated by the schema the producer and the charge
 // handler share, part of the parameters digest (so of the MessageDeduplicationId) only when set.
 import { createHash } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { CreateQueueCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { main as produce } from '../lambdas/producer/cli.ts';
+import { startLocalSqs, type LocalSqs } from '../local/sqs.ts';
 import { chargeParametersDigest, deduplicationId, parseChargeRequest, parseQueueMessage } from '../lambdas/payments/message.ts';
 import { chargeRequestMessage } from '../lambdas/producer/client.ts';
 
@@ -63,5 +66,42 @@ describe('the deduplication id', () => {
     const message = chargeRequestMessage(request);
     expect(JSON.parse(message.MessageBody)).toEqual({ ...base, account: 'acct_1A', applicationFeeAmount: 7 });
     expect(message.MessageDeduplicationId).toBe(deduplicationId(request));
+  });
+});
+
+describe('npm run produce with the Connect flags', () => {
+  let sqs: LocalSqs;
+  beforeAll(async () => {
+    sqs = await startLocalSqs({ visibilityTimeoutSeconds: 30 });
+  });
+  afterAll(async () => {
+    await sqs?.stop();
+  });
+  const charge = ['--order', 'cli-connect-1', '--amount', '5000', '--currency', 'eur', '--customer', 'cus_OnAcct', '--payment-method', 'pm_card_visa'];
+  async function run(args: string[]) {
+    const out: string[] = [];
+    const err: string[] = [];
+    const code = await produce(args, { AWS_REGION: 'us-east-1' }, { out: (l) => out.push(l), err: (l) => err.push(l) });
+    return { code, out, err };
+  }
+
+  it('sends --account and --application-fee as the contract\'s fields; refuses a bad one naming its flag, and the flags with --refund', async () => {
+    const { QueueUrl } = await sqs.client.send(new CreateQueueCommand({ QueueName: 'connect-cli.fifo', Attributes: { FifoQueue: 'true', ContentBasedDeduplication: 'false' } }));
+    const sent = await run([...charge, '--account', 'acct_1Cli', '--application-fee', '120', '--endpoint', sqs.endpoint, '--queue-url', QueueUrl!]);
+    expect(sent).toMatchObject({ code: 0 });
+    const received = await sqs.client.send(new ReceiveMessageCommand({ QueueUrl, MaxNumberOfMessages: 10 }));
+    expect(received.Messages?.map((m) => JSON.parse(m.Body!))).toEqual([
+      { orderId: 'cli-connect-1', amount: 5000, currency: 'eur', customerId: 'cus_OnAcct', paymentMethod: 'pm_card_visa', account: 'acct_1Cli', applicationFeeAmount: 120 },
+    ]);
+
+    const bad = await run([...charge, '--transfer-destination', 'cus_NotAnAccount', '--queue-url', QueueUrl!]);
+    expect(bad.code).toBe(2);
+    expect(bad.err[0]).toMatch(/^error: --transfer-destination: must be a Stripe account id/);
+    const fee = await run([...charge, '--application-fee', '10', '--queue-url', QueueUrl!]);
+    expect(fee.code).toBe(2);
+    expect(fee.err[0]).toMatch(/^error: --application-fee: needs an account or a transferDestination/);
+    const withRefund = await run(['--refund', 'rf-1', '--order', 'cli-connect-1', '--amount', '10', '--account', 'acct_1Cli', '--queue-url', QueueUrl!]);
+    expect(withRefund.code).toBe(2);
+    expect(withRefund.err.join('\n')).toMatch(/--account go with one charge request/);
   });
 });
