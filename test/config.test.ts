@@ -27,6 +27,14 @@ describe('loadConfig', () => {
     }
   });
 
+  it('reads STRIPE_CONNECTED_ACCOUNTS (whose events are taken) and refuses a malformed one at start', () => {
+    expect(loadConfig(base).stripe.connectedAccounts).toEqual([]);
+    expect(loadConfig({ ...base, STRIPE_CONNECTED_ACCOUNTS: ' acct_1Alpha, acct_1Bravo,acct_1Alpha ' }).stripe.connectedAccounts).toEqual(['acct_1Alpha', 'acct_1Bravo']);
+    for (const bad of ['acct_1Alpha,', 'cus_1', 'acct_1Alpha;acct_1Bravo', 'acct_', `acct_${'a'.repeat(65)}`]) {
+      expect(() => loadConfig({ ...base, STRIPE_CONNECTED_ACCOUNTS: bad }), bad).toThrow(/STRIPE_CONNECTED_ACCOUNTS must be a comma-separated list of Stripe account ids/);
+    }
+  });
+
   it('keeps the production policy unless told otherwise', () => {
     const { policy } = loadConfig(base);
     expect(policy.keyWindowMs).toBe(DEFAULT_POLICY.keyWindowMs);

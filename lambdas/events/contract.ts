@@ -42,6 +42,12 @@ export const chargeOutcomeDetailSchema = z
       .describe(
         "Position of this event among its operation's events (1, 2, 3 …), strictly increasing. Events can arrive out of order: apply the highest sequence seen per operationId, ignore lower ones.",
       ),
+    // Added in v1 (additive: absent on every platform operation, as before) — docs/decisions.md, 2026-12-02.
+    account: z
+      .string()
+      .regex(/^acct_[A-Za-z0-9]{1,64}$/)
+      .optional()
+      .describe('Stripe Connect: the connected account the operation was made on (a direct charge, or a refund of one); absent: the platform.'),
   })
   .describe('detail of the Charge Succeeded / Charge Failed / Charge Needs Review / Charge Reissued events');
 

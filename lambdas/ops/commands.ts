@@ -349,7 +349,8 @@ async function refundsRemedy(ctx: OpsContext, command: Extract<Command, { name: 
   if (command.paymentIntentId === charge.externalId) throw new RefusedError(`${command.paymentIntentId} is the charge's own PaymentIntent: the remedy never refunds it`);
   if (!ctx.gateway) throw new StripeUnavailableError('this entry point has no Stripe gateway configured: refunds remedy cannot send');
   const lookup = await ctx.stripe();
-  const got = await lookup.retrieve(command.paymentIntentId);
+  // The extra PaymentIntent of a direct charge is on the charge's connected account, as its refund will be.
+  const got = await lookup.retrieve(command.paymentIntentId, { account: charge.account ?? null });
   if (!got.ok) {
     if (got.failure.kind === FailureKind.notFound) throw new RefusedError(`${command.paymentIntentId} does not exist at Stripe`);
     throw new StripeUnavailableError(`${command.paymentIntentId} could not be retrieved: ${got.failure.errorClass}: ${got.failure.message}`);

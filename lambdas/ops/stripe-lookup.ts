@@ -6,7 +6,7 @@
 // generation (List is not filtered by key generation). Errors are classified exactly as the engine
 // classifies them (classifyStripeError).
 import type Stripe from 'stripe';
-import { type GatewayResult } from '../payments/gateway.ts';
+import { type AccountScope, type GatewayResult } from '../payments/gateway.ts';
 import type { RefundView } from '../payments/gateway.ts';
 import type { StripeLookup, StripePaymentIntent, StripeRefund } from '../payments/review.ts';
 import { classifyStripeError, StripeGateway } from '../payments/stripe-gateway.ts';
@@ -33,6 +33,9 @@ function toPaymentIntent(raw: unknown): StripePaymentIntent | null {
   return { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency, metadata, created, customer };
 }
 
+/** stripe-node's request option for a call made as a connected account (the Stripe-Account header); nothing for the platform. */
+const asAccount = (scope: AccountScope): { stripeAccount?: string } => (scope.account ? { stripeAccount: scope.account } : {});
+
 /** stripe-node resolves a non-2xx answer without an `error` body as a success: check the status too. */
 function httpStatusOf(resource: unknown): number | undefined {
   const status = (resource as { lastResponse?: { statusCode?: unknown } } | null)?.lastResponse?.statusCode;
@@ -55,21 +58,21 @@ export class StripePaymentIntentLookup implements StripeLookup {
     this.#gateway = new StripeGateway(stripe);
   }
 
-  async retrieveRefund(id: string): Promise<GatewayResult<StripeRefund>> {
-    const got = await this.#gateway.retrieveRefund(id);
+  async retrieveRefund(id: string, scope: AccountScope = {}): Promise<GatewayResult<StripeRefund>> {
+    const got = await this.#gateway.retrieveRefund(id, scope);
     return got.ok ? { ok: true, value: toStripeRefund(got.value) } : got;
   }
 
-  async listRefunds(paymentIntentId: string): Promise<GatewayResult<{ refunds: StripeRefund[]; pages: number; complete: boolean }>> {
+  async listRefunds(paymentIntentId: string, scope: AccountScope = {}): Promise<GatewayResult<{ refunds: StripeRefund[]; pages: number; complete: boolean }>> {
     // The gateway's refund list reads the PaymentIntent's whole life (the created range is not sent).
-    const listed = await this.#gateway.listRefunds({ scope: { payment_intent: paymentIntentId }, createdGte: 0, createdLte: 0 });
+    const listed = await this.#gateway.listRefunds({ scope: { payment_intent: paymentIntentId }, createdGte: 0, createdLte: 0, account: scope.account ?? null });
     if (!listed.ok) return listed;
     return { ok: true, value: { refunds: listed.value.items.map(toStripeRefund), pages: listed.value.pages, complete: listed.value.complete } };
   }
 
-  async retrieve(id: string): Promise<GatewayResult<StripePaymentIntent>> {
+  async retrieve(id: string, scope: AccountScope = {}): Promise<GatewayResult<StripePaymentIntent>> {
     try {
-      const answer = await this.#stripe.paymentIntents.retrieve(id);
+      const answer = await this.#stripe.paymentIntents.retrieve(id, {}, asAccount(scope));
       const status = httpStatusOf(answer);
       if (status !== undefined && (status < 200 || status >= 300)) return unexpected(status, `HTTP ${status} answered without an error body`);
       const pi = toPaymentIntent(answer);
@@ -79,7 +82,7 @@ export class StripePaymentIntentLookup implements StripeLookup {
     }
   }
 
-  async searchByOperation(operationId: string): Promise<GatewayResult<{ paymentIntents: StripePaymentIntent[]; complete: boolean }>> {
+  async searchByOperation(operationId: string, scope: AccountScope = {}): Promise<GatewayResult<{ paymentIntents: StripePaymentIntent[]; complete: boolean }>> {
     // Built from a uuid read from our own table, never from free text.
     if (!UUID.test(operationId)) throw new Error(`refusing to build a search query from ${operationId}`);
     const query = `metadata['operation_id']:'${operationId}'`;
@@ -87,7 +90,7 @@ export class StripePaymentIntentLookup implements StripeLookup {
     let page: string | undefined;
     try {
       for (let pages = 0; pages < MAX_SEARCH_PAGES; pages++) {
-        const result = await this.#stripe.paymentIntents.search({ query, limit: 100, ...(page ? { page } : {}) });
+        const result = await this.#stripe.paymentIntents.search({ query, limit: 100, ...(page ? { page } : {}) }, asAccount(scope));
         const status = httpStatusOf(result);
         if (status !== undefined && (status < 200 || status >= 300)) return unexpected(status, `HTTP ${status} answered without an error body`);
         if (!Array.isArray(result.data)) return unexpected(status, 'search answer has no data');

@@ -24,6 +24,12 @@ export interface ApplierOptions {
   readonly leaseMs?: number;
   /** Asked before each retrieve (the reconciler's rate limiter); false = do not call, the event waits. */
   readonly beforeCall?: () => Promise<boolean> | boolean;
+  /**
+   * Connected accounts (acct_…) whose events are taken even before the pipeline has an operation on
+   * one (the STRIPE_CONNECTED_ACCOUNTS setting). An account the pipeline has an operation on is taken
+   * without being listed. Each event is still applied only to an operation of its own account.
+   */
+  readonly connectedAccounts?: Iterable<string>;
 }
 
 /** What happened to one inbox row. */
@@ -54,6 +60,7 @@ export interface ApplierContext {
   readonly leaseMs: number;
   readonly publishLeaseMs: number;
   readonly beforeCall: ApplierOptions['beforeCall'];
+  readonly connectedAccounts: ReadonlySet<string>;
 }
 
 export function applierContext(options: ApplierOptions): ApplierContext {
@@ -67,6 +74,7 @@ export function applierContext(options: ApplierOptions): ApplierContext {
     leaseMs: options.leaseMs ?? policy.leaseMs,
     publishLeaseMs: policy.publishLeaseMs,
     beforeCall: options.beforeCall,
+    connectedAccounts: new Set(options.connectedAccounts ?? []),
   };
 }
 

@@ -9,7 +9,18 @@ import { requestAndClaim, type RequestRow } from './operations-store.ts';
 import { OutcomesNotRecordedError, type Execution, type RequestResult } from './request-results.ts';
 import type { ChargeInput } from './types.ts';
 
-const PARAMETERS = ['amount', 'currency', 'customerId', 'paymentMethod', 'description', 'statementDescriptorSuffix', 'metadata'] as const;
+const PARAMETERS = [
+  'amount',
+  'currency',
+  'customerId',
+  'paymentMethod',
+  'description',
+  'statementDescriptorSuffix',
+  'metadata',
+  'account',
+  'applicationFeeAmount',
+  'transferDestination',
+] as const;
 
 /** Absent, null and an empty metadata object all mean "none"; metadata compares by its sorted entries. */
 function parameterValue(input: ChargeInput, field: (typeof PARAMETERS)[number]): unknown {

@@ -28,7 +28,7 @@ import { skipped, type EngineContext } from './engine-context.ts';
 import { OperationNotFoundError } from './errors.ts';
 import { summarizeEvidence } from './evidence.ts';
 import { FailureKind, type GatewayResult } from './gateway.ts';
-import { KIND_ADAPTERS } from './kinds.ts';
+import { accountOf, KIND_ADAPTERS } from './kinds.ts';
 import {
   claimById,
   loadEvidenceEvents,
@@ -177,17 +177,17 @@ async function attempt(
   };
   switch (step.kind) {
     case 'retrieve':
-      return { op, step: step.kind, outcome: decideRetrieve(decision, step.paymentIntentId, await guard(() => kind.retrieve(gateway, step.paymentIntentId))) };
+      return { op, step: step.kind, outcome: decideRetrieve(decision, step.paymentIntentId, await guard(() => kind.retrieve(gateway, step.paymentIntentId, accountOf(op)))) };
     case 'search':
-      return { op, step: step.kind, outcome: decideSearch(decision, await guard(() => gateway.searchPaymentIntents({ operationId: op.id, keyGeneration: op.keyGeneration }))) };
+      return { op, step: step.kind, outcome: decideSearch(decision, await guard(() => gateway.searchPaymentIntents({ operationId: op.id, keyGeneration: op.keyGeneration, account: accountOf(op) }))) };
     case 'list': {
       // Every page after the first is one more request against the same budget.
       const window = listWindow(op, history, policy);
-      const answer = await guard(() => kind.list(gateway, KIND_RULES[op.kind].listScope(op), window, () => mayCall('list')));
+      const answer = await guard(() => kind.list(gateway, KIND_RULES[op.kind].listScope(op), window, () => mayCall('list'), accountOf(op)));
       return { op, step: step.kind, outcome: decideList(decision, window, answer) };
     }
     case 'early_search': {
-      const decided = decideEarlySearch(decision, await guard(() => gateway.searchPaymentIntents({ operationId: op.id, keyGeneration: op.keyGeneration })));
+      const decided = decideEarlySearch(decision, await guard(() => gateway.searchPaymentIntents({ operationId: op.id, keyGeneration: op.keyGeneration, account: accountOf(op) })));
       if (decided !== 'create') return { op, step: step.kind, outcome: decided };
       // Nothing found (or Search unavailable): the same key, inside its window, is still safe.
       // If the budget says no now, the search was still worth it; the create waits for next time.

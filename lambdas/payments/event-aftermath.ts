@@ -2,7 +2,8 @@
 // the operation that holds the charge's PaymentIntent — an audit line and an outbox row, no change of
 // its outcome.
 import { finish, inTransaction, lostLease, resultOf, type Applied, type ApplierContext } from './applier-context.ts';
-import { aftermathOf, type StripeEventView } from './event-decisions.ts';
+import { refuse } from './event-confirmation.ts';
+import { aftermathOf, judgeEventAccount, type StripeEventView } from './event-decisions.ts';
 import { findOperationByExternalId, markApplied, recordAftermath, type InboxRow } from './inbox-store.ts';
 import type { OutcomeEventRow } from './operations-store.ts';
 
@@ -13,6 +14,9 @@ export async function applyAftermath(ctx: ApplierContext, row: InboxRow, event: 
   if (!a) return finish(ctx, row, 'unreadable', null, `${event.type} without a readable charge or dispute`);
   const op = await findOperationByExternalId(ctx.db, a.paymentIntentId);
   if (!op) return finish(ctx, row, 'unknown_payment_intent', null, `${event.type} for ${a.paymentIntentId}, which no operation holds`);
+  // A PaymentIntent id is unique at Stripe, but the event's `account` says whose: applied only to an operation of that account.
+  const foreign = judgeEventAccount(event, op);
+  if (foreign) return refuse(ctx, row, event, 'foreign_account', foreign);
   const written: { event: OutcomeEventRow | null } = { event: null };
   const done = await inTransaction(ctx.db, async (client) => {
     written.event = await recordAftermath(client, {

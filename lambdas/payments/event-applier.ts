@@ -36,8 +36,17 @@
 import { randomUUID } from 'node:crypto';
 import { applierContext, deferralDelayMs, finish, defer, type Applied, type ApplierContext, type ApplierOptions } from './applier-context.ts';
 import { applyAftermath } from './event-aftermath.ts';
-import { originPolicyOf, refuse } from './event-confirmation.ts';
-import { claimedOperationId, judgeEventOrigin, paymentIntentOf, readStripeEvent, REFUND_EVENT_TYPES, refundOf, type EventOriginPolicy } from './event-decisions.ts';
+import { originPolicyFor, originPolicyOf, refuse } from './event-confirmation.ts';
+import {
+  claimedOperationId,
+  judgeEventAccount,
+  judgeEventOrigin,
+  paymentIntentOf,
+  readStripeEvent,
+  REFUND_EVENT_TYPES,
+  refundOf,
+  type EventOriginPolicy,
+} from './event-decisions.ts';
 import { applyPaymentIntent, PAYMENT_INTENT_EVENTS } from './event-payment-intent.ts';
 import { applyRefund } from './event-refund.ts';
 import { claimDueEvents, deferEvent, findRefundEventOperation, isRefusal, type InboxRow } from './inbox-store.ts';
@@ -71,7 +80,7 @@ export class StripeEventApplier {
     return this.#ctx.leaseMs;
   }
 
-  /** Whose events are taken: our key's mode (none without a key), no connected account. */
+  /** Whose events are taken: our key's mode (none without a key), the setting's connected accounts (and, per event, any the pipeline has an operation on). */
   get originPolicy(): EventOriginPolicy {
     return originPolicyOf(this.#ctx);
   }
@@ -127,7 +136,9 @@ export class StripeEventApplier {
     if (!read.ok) return finish(ctx, row, 'unreadable', null, read.reason);
     const event = read.event;
     // Whose event is it? Before anything in it is believed — for every type, facts included.
-    const origin = judgeEventOrigin(event, originPolicyOf(ctx));
+    // A connected account's event is taken when the pipeline has an operation on that account (or the
+    // setting lists it); it is then applied only to an operation of that account (judgeEventAccount).
+    const origin = judgeEventOrigin(event, await originPolicyFor(ctx, event));
     if (origin.kind === 'wait') return defer(ctx, row, null, origin.reason);
     if (origin.kind === 'refused') return refuse(ctx, row, event, origin.outcome, origin.reason);
     if (PAYMENT_INTENT_EVENTS.has(event.type)) {
@@ -135,6 +146,8 @@ export class StripeEventApplier {
       if (!pi) return finish(ctx, row, 'unreadable', null, `${event.type} without a readable PaymentIntent`);
       const operationId = claimedOperationId(pi);
       const op = operationId ? await findOperation(ctx.db, operationId) : null;
+      const foreign = op ? judgeEventAccount(event, op) : null;
+      if (foreign) return refuse(ctx, row, event, 'foreign_account', foreign);
       return applyPaymentIntent(ctx, row, event, pi, op, 0);
     }
     if (event.type === 'charge.refunded' || event.type === 'charge.dispute.created' || event.type === 'charge.dispute.closed') {
@@ -146,6 +159,8 @@ export class StripeEventApplier {
       // Ours by the operation id we put in its metadata, else by the Refund id an operation recorded.
       const claimedId = claimedOperationId(refund);
       const found = await findRefundEventOperation(ctx.db, claimedId, refund.id);
+      const foreign = found ? judgeEventAccount(event, found.operation) : null;
+      if (foreign) return refuse(ctx, row, event, 'foreign_account', foreign);
       return applyRefund(ctx, row, event, refund, found?.operation ?? null, found?.chargePaymentIntentId ?? null, 0, 'snapshot');
     }
     return finish(ctx, row, 'ignored_type', null, `${event.type} is not acted on`);

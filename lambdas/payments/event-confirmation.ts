@@ -15,15 +15,23 @@ import {
 } from './applier-context.ts';
 import { confirmRetrieved, eventObjectOf, type EventOriginPolicy, type EventPaymentIntent, type EventRefund, type StripeEventView } from './event-decisions.ts';
 import { FailureKind, type GatewayFailure, type GatewayResult, type PaymentGateway, type RefundView } from './gateway.ts';
-import { findOperation } from './operations-store.ts';
+import { findOperation, hasOperationOnAccount } from './operations-store.ts';
 import type { ClaimedOperation, Operation, PaymentIntentView } from './types.ts';
 
-/** Connected accounts whose events are taken: none (every event with an `account` is refused). */
-const CONNECTED_ACCOUNTS: ReadonlySet<string> = new Set();
-
-/** Whose events are taken: our key's mode (none without a key), no connected account. */
+/** Whose events are taken: our key's mode (none without a key), the connected accounts of the setting. */
 export function originPolicyOf(ctx: ApplierContext): EventOriginPolicy {
-  return { keyMode: ctx.gateway === null ? 'no_key' : (ctx.gateway.keyMode ?? 'unrecognised'), connectedAccounts: CONNECTED_ACCOUNTS };
+  return { keyMode: ctx.gateway === null ? 'no_key' : (ctx.gateway.keyMode ?? 'unrecognised'), connectedAccounts: ctx.connectedAccounts };
+}
+
+/**
+ * The origin policy for one event: the setting's accounts, and the event's own account when the
+ * pipeline has an operation on it (one indexed look-up, only for an event that names an account).
+ */
+export async function originPolicyFor(ctx: ApplierContext, event: Pick<StripeEventView, 'account'>): Promise<EventOriginPolicy> {
+  const policy = originPolicyOf(ctx);
+  if (event.account === null || policy.connectedAccounts.has(event.account)) return policy;
+  if (!(await hasOperationOnAccount(ctx.db, event.account))) return policy;
+  return { ...policy, connectedAccounts: new Set([...policy.connectedAccounts, event.account]) };
 }
 
 /**
@@ -84,14 +92,17 @@ const asEventRefund = (refund: RefundView): EventRefund => ({
   failureReason: refund.failureReason ?? null,
 });
 
-/** The PaymentIntent an event named, retrieved with our key. */
-export function paymentIntentTarget(pi: EventPaymentIntent): RetrieveTarget<EventPaymentIntent> {
-  return { objectName: 'PaymentIntent', snapshot: pi, retrieve: async (gateway) => mapOk(await gateway.retrievePaymentIntent(pi.id), asEventPaymentIntent) };
+/**
+ * The PaymentIntent an event named, retrieved with our key AS the operation's account (`account`:
+ * Stripe-Account; null: the platform) — the only account that holds it.
+ */
+export function paymentIntentTarget(pi: EventPaymentIntent, account: string | null): RetrieveTarget<EventPaymentIntent> {
+  return { objectName: 'PaymentIntent', snapshot: pi, retrieve: async (gateway) => mapOk(await gateway.retrievePaymentIntent(pi.id, { account }), asEventPaymentIntent) };
 }
 
-/** The Refund an event named, retrieved with our key. */
-export function refundTarget(refund: EventRefund): RetrieveTarget<EventRefund> {
-  return { objectName: 'Refund', snapshot: refund, retrieve: async (gateway) => mapOk(await gateway.retrieveRefund(refund.id), asEventRefund) };
+/** The Refund an event named, retrieved with our key as the operation's account. */
+export function refundTarget(refund: EventRefund, account: string | null): RetrieveTarget<EventRefund> {
+  return { objectName: 'Refund', snapshot: refund, retrieve: async (gateway) => mapOk(await gateway.retrieveRefund(refund.id, { account }), asEventRefund) };
 }
 
 /**

@@ -159,9 +159,10 @@ export interface EventOriginPolicy {
    */
   readonly keyMode: StripeKeyMode | 'unrecognised' | 'no_key';
   /**
-   * Connected accounts (acct_…) whose events are taken. Empty — today's only value: every event
-   * with an `account` is refused. Taking one's events would also need the object retrieved AS that
-   * account (the Stripe-Account header), which the gateway does not do.
+   * Connected accounts (acct_…) whose events are taken: those the pipeline has an operation on, and
+   * those of the STRIPE_CONNECTED_ACCOUNTS setting. Every other event with an `account` is refused.
+   * A taken one is still applied only to an operation of that account (judgeEventAccount), and its
+   * object is retrieved AS that account (Stripe-Account) before anything changes.
    */
   readonly connectedAccounts: ReadonlySet<string>;
 }
@@ -195,6 +196,21 @@ export function judgeEventOrigin(event: Pick<StripeEventView, 'account' | 'conte
   if (mode === null) return { kind: 'refused', outcome: 'livemode_mismatch', reason: `the event does not say its mode (no livemode); our key is ${policy.keyMode}` };
   if (mode !== policy.keyMode) return { kind: 'refused', outcome: 'livemode_mismatch', reason: `a ${mode}-mode event, and our key is ${policy.keyMode}: objects of one mode are not the other's` };
   return { kind: 'accepted' };
+}
+
+/**
+ * An event is applied only to an operation of the account it comes from: a connected account's
+ * event to an operation on that account, a platform event (no `account`) to a platform operation.
+ * Metadata is whatever the account that made the object wrote — a connected account can name the id
+ * of a platform operation, or of another account's — so the operation id in it is a claim, and the
+ * account is where the claim is checked. Null: the same account; otherwise why not (refused
+ * `foreign_account`).
+ */
+export function judgeEventAccount(event: Pick<StripeEventView, 'account'>, op: Pick<Operation, 'id' | 'account'>): string | null {
+  const ours = op.account ?? null;
+  if (event.account === ours) return null;
+  if (event.account === null) return `a platform event, and operation ${op.id} is on connected account ${ours}: its object is not the platform's`;
+  return `the event comes from connected account ${event.account}, and operation ${op.id} is ${ours === null ? 'on the platform' : `on connected account ${ours}`}: its object is not that operation's`;
 }
 
 // ── The objects inside ───────────────────────────────────────────────────────────────────────────

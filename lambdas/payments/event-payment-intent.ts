@@ -8,6 +8,7 @@ import { decidePaymentIntentEvent, type EventPaymentIntent, type PaymentIntentEv
 import { findingOfPaymentIntent } from './event-findings.ts';
 import { applyToOpen, reviewOutcome, type OpenJudgement } from './event-settle.ts';
 import { appendEventAudit, markApplied, type InboxRow } from './inbox-store.ts';
+import { accountOf } from './kinds.ts';
 import type { Operation } from './types.ts';
 
 export const PAYMENT_INTENT_EVENTS = new Set([
@@ -38,7 +39,7 @@ export async function applyPaymentIntent(ctx: ApplierContext, row: InboxRow, eve
     row,
     event,
     open,
-    paymentIntentTarget(pi),
+    paymentIntentTarget(pi, accountOf(open)),
     (claimed, now, decided): OpenJudgement => {
       const again = decidePaymentIntentEvent(claimed, now);
       const detail = { ...evidence, retrieved: objectEvidence(now), evidence: 'event+retrieve' };
@@ -76,7 +77,7 @@ async function recordPaymentIntent(
       if (evidenceOf === 'snapshot') {
         // A remedy moves money (a refund of the extra PaymentIntent): the extra one is retrieved
         // with our key and judged again on what Stripe holds (judgeDuplicateCharge, inside the decision).
-        const target = paymentIntentTarget(pi);
+        const target = paymentIntentTarget(pi, accountOf(op!));
         const got = await retrieveConfirmed(ctx, row, event, op!, null, target);
         if (!got.ok) return got.applied;
         const again = decidePaymentIntentEvent(op, got.object);

@@ -8,6 +8,7 @@ import { decideRefundAfterRetrieve, decideRefundEvent, type EventRefund, type Re
 import { refundFinding } from './event-findings.ts';
 import { applyToOpen, type OpenJudgement } from './event-settle.ts';
 import { appendEventAudit, markApplied, type InboxRow } from './inbox-store.ts';
+import { accountOf } from './kinds.ts';
 import type { Operation } from './types.ts';
 
 /** Decisions that write no outcome of the operation (a settle is judged after a claim). */
@@ -51,7 +52,7 @@ export async function applyRefund(
     row,
     event,
     open,
-    refundTarget(refund),
+    refundTarget(refund, accountOf(open)),
     (claimed, now, decided): OpenJudgement => {
       const again = decideRefundEvent(claimed, now, chargePaymentIntentId);
       if (again.kind === 'settle') return { kind: 'write', outcome: fromPaymentIntent(decided, now, { ...evidence, retrieved: objectEvidence(now), evidence: 'event+retrieve' }) };
@@ -91,7 +92,7 @@ async function recordRefund(
       if (evidenceOf === 'snapshot') {
         // The fact makes the refund's amount refundable again (migrations/009's mark): recorded
         // only once our key shows Stripe holds the Refund failed.
-        const target = refundTarget(refund);
+        const target = refundTarget(refund, accountOf(op!));
         const got = await retrieveConfirmed(ctx, row, event, op!, null, target);
         if (!got.ok) return got.applied;
         return applyRefund(ctx, row, event, got.object, op, chargePaymentIntentId, depth, 'stripe');
@@ -104,7 +105,7 @@ async function recordRefund(
       // a failed retrieve is a contradiction to look at, not a state change.
       const mayCall = ctx.gateway !== null && ((await ctx.beforeCall?.()) ?? true);
       if (!mayCall || ctx.gateway === null) return defer(ctx, row, op!.id, 'no Stripe call possible now (no key or no request budget)');
-      const answer = await ctx.gateway.retrieveRefund(refund.id).catch(thrownAsAmbiguous);
+      const answer = await ctx.gateway.retrieveRefund(refund.id, { account: accountOf(op!) }).catch(thrownAsAmbiguous);
       if (!answer.ok) {
         if (TRANSIENT.has(answer.failure.kind)) return defer(ctx, row, op!.id, `retrieve failed: ${answer.failure.errorClass}`);
         const reason = `refund operation failed; a snapshot of ${refund.id} says succeeded and retrieving it failed (${answer.failure.errorClass}${answer.failure.code ? ` ${answer.failure.code}` : ''})`;

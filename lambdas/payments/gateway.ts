@@ -59,7 +59,17 @@ export interface GatewayFailure {
 
 export type GatewayResult<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly failure: GatewayFailure };
 
-export interface CreatePaymentIntentRequest {
+/**
+ * Which Stripe account a request is made AS (Connect: the Stripe-Account header, stripe-node's
+ * `stripeAccount` request option; docs.stripe.com/connect/authentication). Null or absent: the
+ * platform. Objects, idempotency keys, List and Search are the account's own: every request of an
+ * operation on a connected account carries it (docs/model.md#connected-accounts).
+ */
+export interface AccountScope {
+  readonly account?: string | null;
+}
+
+export interface CreatePaymentIntentRequest extends AccountScope {
   readonly idempotencyKey: string;
   readonly amount: number;
   readonly currency: string;
@@ -69,9 +79,13 @@ export interface CreatePaymentIntentRequest {
   readonly metadata: Readonly<Record<string, string>>;
   readonly description?: string | null;
   readonly statementDescriptorSuffix?: string | null;
+  /** Connect: the platform's fee (`application_fee_amount`). */
+  readonly applicationFeeAmount?: number | null;
+  /** Connect: a destination charge (`transfer_data[destination]`), made on the platform. */
+  readonly transferDestination?: string | null;
 }
 
-export interface SearchPaymentIntentsRequest {
+export interface SearchPaymentIntentsRequest extends AccountScope {
   readonly operationId: string;
   readonly keyGeneration: number;
 }
@@ -82,7 +96,7 @@ export interface SearchPaymentIntentsRequest {
  * Every page is read, newest first; `complete: false` when the adapter stopped before the last page
  * (page cap or no request budget left): then absence is not shown.
  */
-export interface ListRequest {
+export interface ListRequest extends AccountScope {
   /** The list's filter, e.g. { customer: 'cus_…' }. */
   readonly scope: Readonly<Record<string, string>>;
   /** Unix seconds, inclusive (Stripe's `created[gte]` / `created[lte]`). */
@@ -103,7 +117,7 @@ export interface ListAnswer<T> {
   readonly complete: boolean;
 }
 
-export interface CreateRefundRequest {
+export interface CreateRefundRequest extends AccountScope {
   readonly idempotencyKey: string;
   /** The PaymentIntent refunded: the order's charge (or, for the duplicate remedy, the extra one). */
   readonly paymentIntentId: string;
@@ -145,14 +159,15 @@ export interface PaymentGateway {
    */
   readonly keyMode?: StripeKeyMode | null;
   createPaymentIntent(request: CreatePaymentIntentRequest): Promise<GatewayResult<PaymentIntentView>>;
-  retrievePaymentIntent(id: string): Promise<GatewayResult<PaymentIntentView>>;
+  /** `scope.account`: retrieved AS that connected account (a PaymentIntent exists only for its own account). */
+  retrievePaymentIntent(id: string, scope?: AccountScope): Promise<GatewayResult<PaymentIntentView>>;
   /** Not real time: "nothing found" proves nothing for a recent PaymentIntent. */
   searchPaymentIntents(request: SearchPaymentIntentsRequest): Promise<GatewayResult<PaymentIntentView[]>>;
   /** Real time: the customer's PaymentIntents created in the range (scope: { customer }). */
   listPaymentIntents(request: ListRequest): Promise<GatewayResult<ListAnswer<PaymentIntentView>>>;
   /** POST /v1/refunds with our key. */
   createRefund(request: CreateRefundRequest): Promise<GatewayResult<RefundView>>;
-  retrieveRefund(id: string): Promise<GatewayResult<RefundView>>;
+  retrieveRefund(id: string, scope?: AccountScope): Promise<GatewayResult<RefundView>>;
   /** Real time: every refund of a PaymentIntent (scope: { payment_intent }); the created range is not sent. */
   listRefunds(request: ListRequest): Promise<GatewayResult<ListAnswer<RefundView>>>;
 }

@@ -11,16 +11,25 @@ import { idempotencyKey, paymentIntentMetadata, refundMetadata, type ListWindow 
 import type { GatewayResult, ListAnswer, PaymentGateway } from './gateway.ts';
 import { paymentIntentOfRefund, type ClaimedOperation, type OperationKind, type PaymentIntentView } from './types.ts';
 
+/**
+ * Every call is made as the operation's account (`op.account`, `account`: Connect's Stripe-Account;
+ * null: the platform): a connected account's objects, keys, List and Search are its own, so a call
+ * made as another account would see nothing of the operation (docs/model.md#connected-accounts).
+ */
 export interface KindAdapter {
   create(gateway: PaymentGateway, op: ClaimedOperation): Promise<GatewayResult<PaymentIntentView>>;
-  retrieve(gateway: PaymentGateway, id: string): Promise<GatewayResult<PaymentIntentView>>;
+  retrieve(gateway: PaymentGateway, id: string, account: string | null): Promise<GatewayResult<PaymentIntentView>>;
   list(
     gateway: PaymentGateway,
     scope: Readonly<Record<string, string>>,
     window: ListWindow,
     beforePage: () => Promise<boolean>,
+    account: string | null,
   ): Promise<GatewayResult<ListAnswer<PaymentIntentView>>>;
 }
+
+/** The account an operation's Stripe requests are made as; null: the platform. */
+export const accountOf = (op: { readonly account?: string | undefined }): string | null => op.account ?? null;
 
 const charge: KindAdapter = {
   create: (gateway, op) =>
@@ -35,9 +44,12 @@ const charge: KindAdapter = {
       metadata: { ...(op.metadata ?? {}), ...paymentIntentMetadata(op) },
       ...(op.description ? { description: op.description } : {}),
       ...(op.statementDescriptorSuffix ? { statementDescriptorSuffix: op.statementDescriptorSuffix } : {}),
+      ...(op.applicationFeeAmount ? { applicationFeeAmount: op.applicationFeeAmount } : {}),
+      ...(op.transferDestination ? { transferDestination: op.transferDestination } : {}),
+      account: accountOf(op),
     }),
-  retrieve: (gateway, id) => gateway.retrievePaymentIntent(id),
-  list: (gateway, scope, window, beforePage) => gateway.listPaymentIntents({ scope, ...window, beforePage }),
+  retrieve: (gateway, id, account) => gateway.retrievePaymentIntent(id, { account }),
+  list: (gateway, scope, window, beforePage, account) => gateway.listPaymentIntents({ scope, ...window, beforePage, account }),
 };
 
 const refund: KindAdapter = {
@@ -53,10 +65,13 @@ const refund: KindAdapter = {
       amount: op.amount,
       reason: op.refund.reason,
       metadata: refundMetadata(op),
+      // A refund row carries its charge's account (migrations/018's trigger): a direct charge is
+      // refunded on the connected account, a destination charge on the platform.
+      account: accountOf(op),
     });
   },
-  retrieve: (gateway, id) => gateway.retrieveRefund(id),
-  list: (gateway, scope, window, beforePage) => gateway.listRefunds({ scope, ...window, beforePage }),
+  retrieve: (gateway, id, account) => gateway.retrieveRefund(id, { account }),
+  list: (gateway, scope, window, beforePage, account) => gateway.listRefunds({ scope, ...window, beforePage, account }),
 };
 
 export const KIND_ADAPTERS: Readonly<Record<OperationKind, KindAdapter>> = { charge, refund };

@@ -5,7 +5,7 @@ import { createHash } from 'node:crypto';
 // build's bundle and load time on the charge handler's cold start (docs/decisions.md, bench:cold).
 import * as z from 'zod/mini';
 import './zod-locale.ts';
-import { REFUND_REASONS, REMEDY_REFUND_ID_PREFIX } from './types.ts';
+import { ACCOUNT_ID, REFUND_REASONS, REMEDY_REFUND_ID_PREFIX } from './types.ts';
 
 /** Stripe's ceiling for most currencies is 8 digits in minor units; deployments may lower it. */
 export const DEFAULT_MAX_AMOUNT = 99_999_999;
@@ -13,6 +13,7 @@ export const DEFAULT_MAX_AMOUNT = 99_999_999;
 /** Printable ASCII without spaces, ≤ 128: also the alphabet and size of an SQS FIFO MessageGroupId. */
 const ORDER_ID = /^[\x21-\x7e]{1,128}$/;
 const STRIPE_ID = (prefix: string) => new RegExp(`^${prefix}_[A-Za-z0-9_]{1,196}$`);
+const ACCOUNT_MESSAGE = 'must be a Stripe account id (acct_ and 1-64 letters or digits)';
 
 /** Keys the pipeline writes into a PaymentIntent's metadata itself: a producer may not set them. */
 export const RESERVED_METADATA_KEYS: readonly string[] = ['operation_id', 'order_id', 'key_generation', 'refund_id'];
@@ -72,7 +73,31 @@ export function chargeRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
       z.string().check(z.regex(/^(?=.*[A-Za-z])[A-Za-z0-9 .\-_]{1,22}$/, 'must be 1-22 of letters, digits, space . - _ with at least one letter')),
     ),
     metadata: z.optional(producerMetadataSchema),
-  });
+    // Connect (docs/producers.md#connected-accounts): a direct charge made AS a connected account
+    // (every Stripe request of the operation carries Stripe-Account), or a destination charge on the
+    // platform that transfers to one. Parameters of the order like the amount.
+    account: z.optional(z.string().check(z.regex(ACCOUNT_ID, ACCOUNT_MESSAGE))),
+    applicationFeeAmount: z.optional(
+      z.number().check(z.int('must be an integer number of minor units'), z.positive('must be positive'), z.maximum(maxAmount, `must be at most ${maxAmount}`)),
+    ),
+    transferDestination: z.optional(z.string().check(z.regex(ACCOUNT_ID, ACCOUNT_MESSAGE))),
+  }).check(
+    // Stripe: an application fee is taken from a connected account — the one the charge is made as,
+    // or the destination's transfer (docs.stripe.com/connect/direct-charges, /destination-charges).
+    z.refine((r) => r.applicationFeeAmount === undefined || r.account !== undefined || r.transferDestination !== undefined, {
+      message: 'needs an account or a transferDestination (a fee is taken from a connected account)',
+      path: ['applicationFeeAmount'],
+    }),
+    z.refine((r) => r.applicationFeeAmount === undefined || r.applicationFeeAmount <= r.amount, {
+      message: 'must be at most the amount',
+      path: ['applicationFeeAmount'],
+    }),
+    // A destination charge is made on the platform; a direct charge is the connected account's own.
+    z.refine((r) => r.account === undefined || r.transferDestination === undefined, {
+      message: 'a charge is either on a connected account (account) or a destination charge on the platform (transferDestination), not both',
+      path: ['transferDestination'],
+    }),
+  );
 }
 
 /** Minor units: an integer, positive, at most the deployment's maximum (the classic `.int().positive().max()`). */
@@ -216,6 +241,11 @@ export function chargeParametersDigest(request: Omit<ChargeRequest, 'orderId' | 
     request.description ?? null,
     request.statementDescriptorSuffix ?? null,
     metadata,
+    // Connect parameters: appended only when one is set, so that a platform charge's digest (and its
+    // MessageDeduplicationId) is what it was before they existed.
+    ...(request.account !== undefined || request.applicationFeeAmount !== undefined || request.transferDestination !== undefined
+      ? [request.account ?? null, request.applicationFeeAmount ?? null, request.transferDestination ?? null]
+      : []),
   ]);
   return createHash('sha256').update(canonical).digest('hex');
 }
@@ -228,7 +258,7 @@ export function refundParametersDigest(request: Pick<RefundRequest, 'amount' | '
 /**
  * MessageDeduplicationId of a charge request: hex SHA-256 of `charge:{orderId}:{parametersDigest}`.
  * Identical repeats share it (SQS drops them within 5 minutes); a repeat with another amount,
- * currency, customer, payment method, description, suffix or metadata does not, so it reaches the
+ * currency, customer, payment method, description, suffix, metadata, account, fee or destination does not, so it reaches the
  * handler and is recorded as an `order_conflict`. MessageGroupId = orderId.
  */
 export function deduplicationId(request: Omit<ChargeRequest, 'type'>): string {

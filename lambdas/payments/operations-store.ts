@@ -20,6 +20,9 @@ interface OperationJson {
   description?: string | null;
   statement_descriptor_suffix?: string | null;
   charge_metadata?: Record<string, string> | null;
+  stripe_account?: string | null;
+  application_fee_amount?: number | string | null;
+  transfer_destination?: string | null;
   order_id: string;
   amount: number | string;
   currency: string;
@@ -67,6 +70,9 @@ export function toOperation(row: OperationJson): Operation {
     ...(row.description ? { description: row.description } : {}),
     ...(row.statement_descriptor_suffix ? { statementDescriptorSuffix: row.statement_descriptor_suffix } : {}),
     ...(row.charge_metadata && Object.keys(row.charge_metadata).length > 0 ? { metadata: row.charge_metadata } : {}),
+    ...(row.stripe_account ? { account: row.stripe_account } : {}),
+    ...(row.application_fee_amount !== null && row.application_fee_amount !== undefined ? { applicationFeeAmount: Number(row.application_fee_amount) } : {}),
+    ...(row.transfer_destination ? { transferDestination: row.transfer_destination } : {}),
     status: row.status,
     externalId: row.external_id,
     attempts: row.attempts,
@@ -190,6 +196,9 @@ export async function requestAndClaim(
     description: input.description ?? null,
     statement_descriptor_suffix: input.statementDescriptorSuffix ?? null,
     charge_metadata: input.metadata ?? {},
+    stripe_account: input.account ?? null,
+    application_fee_amount: input.applicationFeeAmount ?? null,
+    transfer_destination: input.transferDestination ?? null,
     claim,
   }));
   const { rows } = await prepared<{ idx: number; source: RequestSource; op: OperationJson; db_now: Date }>(
@@ -198,13 +207,16 @@ export async function requestAndClaim(
     `WITH input AS (
        SELECT * FROM jsonb_to_recordset($1::jsonb)
          AS i(idx int, order_id text, amount bigint, currency text, customer_id text, payment_method text,
-              description text, statement_descriptor_suffix text, charge_metadata jsonb, claim boolean)
+              description text, statement_descriptor_suffix text, charge_metadata jsonb,
+              stripe_account text, application_fee_amount bigint, transfer_destination text, claim boolean)
      ),
      inserted AS (
        INSERT INTO payment_operations AS p
          (order_id, amount, currency, customer_id, payment_method, description, statement_descriptor_suffix, charge_metadata,
+          stripe_account, application_fee_amount, transfer_destination,
           lease_token, lease_until, first_attempted_at, next_attempt_at)
        SELECT order_id, amount, currency, customer_id, payment_method, description, statement_descriptor_suffix, charge_metadata,
+              stripe_account, application_fee_amount, transfer_destination,
               CASE WHEN claim THEN $2::uuid END,
               CASE WHEN claim THEN now() + $3::bigint * interval '1 millisecond' END,
               CASE WHEN claim THEN now() END,
@@ -219,8 +231,10 @@ export async function requestAndClaim(
         WHERE i.claim AND p.order_id = i.order_id AND p.kind = 'charge'
           AND (p.amount, p.currency, p.customer_id, p.payment_method)
               = (i.amount, i.currency, i.customer_id, i.payment_method)
-          AND (p.description, p.statement_descriptor_suffix, p.charge_metadata)
-              IS NOT DISTINCT FROM (i.description, i.statement_descriptor_suffix, i.charge_metadata)
+          AND (p.description, p.statement_descriptor_suffix, p.charge_metadata,
+               p.stripe_account, p.application_fee_amount, p.transfer_destination)
+              IS NOT DISTINCT FROM (i.description, i.statement_descriptor_suffix, i.charge_metadata,
+               i.stripe_account, i.application_fee_amount, i.transfer_destination)
           AND ${CLAIMABLE}
        RETURNING p.*
      ),
@@ -414,6 +428,17 @@ export async function insertDuplicateRefund(
     [charge.id, charge.orderId, remedy.refundId, remedy.paymentIntentId, remedy.amount, actor, JSON.stringify(evidence)],
   );
   return rows[0] ?? null;
+}
+
+/** Whether any operation is on the connected account (the partial index of migrations/018). */
+export async function hasOperationOnAccount(db: Db, account: string): Promise<boolean> {
+  const { rows } = await prepared<{ found: boolean }>(
+    db,
+    'payments.has_operation_on_account',
+    'SELECT EXISTS (SELECT 1 FROM payment_operations WHERE stripe_account = $1) AS found',
+    [account],
+  );
+  return rows[0]?.found === true;
 }
 
 /** The refund operations of an order, oldest first. */
@@ -719,7 +744,9 @@ export function outboxInsertSql(source: string, leaseParam: string): string {
                                               'chargeOperationId', k.parent_operation_id, 'refundReason', k.refund_reason)
                            || CASE WHEN k.refund_payment_intent IS NOT NULL
                                    THEN jsonb_build_object('refundedPaymentIntent', k.refund_payment_intent) ELSE '{}'::jsonb END
-                      ELSE '{}'::jsonb END,
+                      ELSE '{}'::jsonb END
+              -- An operation on a connected account names it (migrations/018); a platform one is unchanged.
+              || CASE WHEN k.stripe_account IS NOT NULL THEN jsonb_build_object('account', k.stripe_account) ELSE '{}'::jsonb END,
               now() + ${leaseParam}::bigint * interval '1 millisecond'
          FROM ${source} AS s JOIN payment_operations k ON k.id = s.id`;
 }

@@ -23,7 +23,7 @@
 import { lastPossibleSendAt, type AuditEvent } from './audit-trail.ts';
 import type { Db } from './db.ts';
 import { DEFAULT_POLICY, KIND_RULES, type WatchTimings } from './decisions.ts';
-import type { GatewayResult } from './gateway.ts';
+import type { AccountScope, GatewayResult } from './gateway.ts';
 import { outboxInsertSql, PAYMENT_INTENT_OF_REFUND, REISSUE_SET, toOperation, watchOnReissueSql } from './operations-store.ts';
 import type { Operation, OperationKind, OperationStatus, PaymentIntentView } from './types.ts';
 
@@ -42,25 +42,29 @@ export interface StripeRefund extends StripePaymentIntent {
   readonly paymentIntent: string | null;
 }
 
-/** What the operator tool asks Stripe. The adapter is lambdas/ops/stripe-lookup.ts (the real SDK). */
+/**
+ * What the operator tool asks Stripe. The adapter is lambdas/ops/stripe-lookup.ts (the real SDK).
+ * `scope.account`: asked AS that connected account (an operation on one has its objects only there:
+ * asked on the platform, its PaymentIntent would look absent — and absence is what a re-issue rests on).
+ */
 export interface PaymentIntentLookup {
-  retrieve(id: string): Promise<GatewayResult<StripePaymentIntent>>;
+  retrieve(id: string, scope?: AccountScope): Promise<GatewayResult<StripePaymentIntent>>;
   /**
    * Every PaymentIntent whose metadata.operation_id is this operation, WHATEVER its key generation.
    * `complete: false` when the answer was cut off (more pages than the adapter reads).
    */
-  searchByOperation(operationId: string): Promise<GatewayResult<{ readonly paymentIntents: readonly StripePaymentIntent[]; readonly complete: boolean }>>;
+  searchByOperation(operationId: string, scope?: AccountScope): Promise<GatewayResult<{ readonly paymentIntents: readonly StripePaymentIntent[]; readonly complete: boolean }>>;
 }
 
 /** The refund kind's look-ups (read-only). Same adapter. */
 export interface RefundLookup {
   /** GET /v1/refunds/:id */
-  retrieveRefund(id: string): Promise<GatewayResult<StripeRefund>>;
+  retrieveRefund(id: string, scope?: AccountScope): Promise<GatewayResult<StripeRefund>>;
   /**
    * GET /v1/refunds?payment_intent=… — every refund of the PaymentIntent, whatever its operation or
    * key generation, newest first, real time. `complete: false` when the adapter stopped before the end.
    */
-  listRefunds(paymentIntentId: string): Promise<GatewayResult<{ readonly refunds: readonly StripeRefund[]; readonly pages: number; readonly complete: boolean }>>;
+  listRefunds(paymentIntentId: string, scope?: AccountScope): Promise<GatewayResult<{ readonly refunds: readonly StripeRefund[]; readonly pages: number; readonly complete: boolean }>>;
 }
 
 export type StripeLookup = PaymentIntentLookup & RefundLookup;
@@ -200,7 +204,8 @@ const gatherPaymentIntentEvidence: EvidenceReader = async (lookup, op, events, o
   const problems: string[] = [];
   let complete = true;
   const found = new Found<StripePaymentIntent>();
-  const searched = await lookup.searchByOperation(op.id);
+  const scope = { account: op.account ?? null };
+  const searched = await lookup.searchByOperation(op.id, scope);
   if (searched.ok) {
     for (const pi of searched.value.paymentIntents) found.note(pi, 'search');
     if (!searched.value.complete) {
@@ -213,7 +218,7 @@ const gatherPaymentIntentEvidence: EvidenceReader = async (lookup, op, events, o
   }
   const missing: string[] = [];
   const ids = [...knownPaymentIntentIds(op, events), ...(options.extraIds ?? []), ...found.ids()];
-  if (!(await retrieveEach(ids, (id) => lookup.retrieve(id), found, missing, problems))) complete = false;
+  if (!(await retrieveEach(ids, (id) => lookup.retrieve(id, scope), found, missing, problems))) complete = false;
   const all = found.all();
   const related = (pi: PaymentIntentEvidence) => pi.metadata.operation_id === op.id || pi.metadata.order_id === op.orderId;
   return {
@@ -239,12 +244,13 @@ const gatherRefundEvidence: EvidenceReader = async (lookup, op, events, options)
   const problems: string[] = [];
   let complete = true;
   const found = new Found<StripeRefund>();
+  const scope = { account: op.account ?? null };
   const refunded = options.refundedPaymentIntent ?? null;
   if (refunded === null) {
     complete = false;
     problems.push(`the PaymentIntent refund ${op.refund?.refundId ?? op.id} is made against is not known (its charge has no PaymentIntent): List cannot be asked`);
   } else {
-    const listed = await lookup.listRefunds(refunded);
+    const listed = await lookup.listRefunds(refunded, scope);
     if (listed.ok) {
       for (const refund of listed.value.refunds) found.note(refund, 'list');
       if (!listed.value.complete) {
@@ -258,7 +264,7 @@ const gatherRefundEvidence: EvidenceReader = async (lookup, op, events, options)
   }
   const missing: string[] = [];
   const ids = [...knownRefundIds(op, events), ...(options.extraIds ?? [])];
-  if (!(await retrieveEach(ids, (id) => lookup.retrieveRefund(id), found, missing, problems))) complete = false;
+  if (!(await retrieveEach(ids, (id) => lookup.retrieveRefund(id, scope), found, missing, problems))) complete = false;
   const all = found.all();
   const ours = (refund: RefundEvidence) => refund.metadata.operation_id === op.id;
   return {

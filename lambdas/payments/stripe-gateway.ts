@@ -5,6 +5,7 @@ import { DEFAULT_STRIPE_MAX_NETWORK_RETRIES, DEFAULT_STRIPE_TIMEOUT_MS } from '.
 import { MAX_LIST_PAGES_FOR_PROOF } from './decisions.ts';
 import {
   FailureKind,
+  type AccountScope,
   type CreatePaymentIntentRequest,
   type CreateRefundRequest,
   type RefundView,
@@ -235,6 +236,15 @@ function lastStatus(resource: unknown): number | undefined {
 // One customer's PaymentIntents in one operation's send window are normally a handful; the List reader
 // stops, incomplete, at MAX_LIST_PAGES_FOR_PROOF pages (2,000 objects), past which it proves nothing.
 
+/**
+ * The request option that makes a call AS a connected account: stripe-node sends `stripeAccount` as
+ * the Stripe-Account header (stripe-node README, "Using Stripe Connect"; docs.stripe.com/connect/authentication).
+ * Nothing for the platform.
+ */
+function asAccount(scope: AccountScope): { stripeAccount?: string } {
+  return scope.account ? { stripeAccount: scope.account } : {};
+}
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 /**
@@ -316,8 +326,10 @@ export class StripeGateway implements PaymentGateway {
           metadata: { ...request.metadata },
           ...(request.description ? { description: request.description } : {}),
           ...(request.statementDescriptorSuffix ? { statement_descriptor_suffix: request.statementDescriptorSuffix } : {}),
+          ...(request.applicationFeeAmount ? { application_fee_amount: request.applicationFeeAmount } : {}),
+          ...(request.transferDestination ? { transfer_data: { destination: request.transferDestination } } : {}),
         },
-        { idempotencyKey: request.idempotencyKey },
+        { idempotencyKey: request.idempotencyKey, ...asAccount(request) },
       );
       return checkedPaymentIntent(pi);
     } catch (error) {
@@ -325,11 +337,11 @@ export class StripeGateway implements PaymentGateway {
     }
   }
 
-  async retrievePaymentIntent(id: string): Promise<GatewayResult<PaymentIntentView>> {
+  async retrievePaymentIntent(id: string, scope: AccountScope = {}): Promise<GatewayResult<PaymentIntentView>> {
     try {
       // The PaymentMethod expanded: its type decides how long `processing` is normal (a SEPA debit
       // takes days; decisions.ts unsettledBoundFor). A GET: no idempotency key, nothing changes.
-      const pi = await this.#stripe.paymentIntents.retrieve(id, { expand: ['payment_method'] });
+      const pi = await this.#stripe.paymentIntents.retrieve(id, { expand: ['payment_method'] }, asAccount(scope));
       return checkedPaymentIntent(pi);
     } catch (error) {
       return { ok: false, failure: classifyStripeError(error, 'retrieve') };
@@ -347,7 +359,7 @@ export class StripeGateway implements PaymentGateway {
       let page: string | undefined;
       // One operation has one PaymentIntent, or a few in the cases a human must see; 3 pages is plenty.
       for (let pages = 0; pages < 3; pages++) {
-        const result = await this.#stripe.paymentIntents.search({ query, limit: 100, ...(page ? { page } : {}) });
+        const result = await this.#stripe.paymentIntents.search({ query, limit: 100, ...(page ? { page } : {}) }, asAccount(request));
         const status = lastStatus(result);
         if (status !== undefined && (status < 200 || status >= 300)) return unexpected(status, `HTTP ${status} answered without an error body`);
         if (!Array.isArray(result.data)) return unexpected(status, 'search answer has no data');
@@ -374,7 +386,7 @@ export class StripeGateway implements PaymentGateway {
             ...(request.reason ? { reason: request.reason as Stripe.RefundCreateParams.Reason } : {}),
             metadata: { ...request.metadata },
           },
-          { idempotencyKey: request.idempotencyKey },
+          { idempotencyKey: request.idempotencyKey, ...asAccount(request) },
         );
         return checkedRefund(refund);
       } catch (error) {
@@ -384,9 +396,9 @@ export class StripeGateway implements PaymentGateway {
     return value.ok ? value : { ok: false, failure: withAttempts(value.failure, attempts, refused) };
   }
 
-  async retrieveRefund(id: string): Promise<GatewayResult<RefundView>> {
+  async retrieveRefund(id: string, scope: AccountScope = {}): Promise<GatewayResult<RefundView>> {
     try {
-      return checkedRefund(await this.#stripe.refunds.retrieve(id));
+      return checkedRefund(await this.#stripe.refunds.retrieve(id, {}, asAccount(scope)));
     } catch (error) {
       return { ok: false, failure: classifyStripeError(error, 'retrieve') };
     }
@@ -406,7 +418,8 @@ export class StripeGateway implements PaymentGateway {
     if (paymentIntent.trim() === '') throw new Error('listRefunds needs a PaymentIntent id in scope.payment_intent, got an empty one: the refund operation names no PaymentIntent to list; nothing was sent');
     return readAllPages(
       request.beforePage,
-      (startingAfter) => this.#stripe.refunds.list({ payment_intent: paymentIntent, limit: 100, ...(startingAfter ? { starting_after: startingAfter } : {}) }),
+      (startingAfter) =>
+        this.#stripe.refunds.list({ payment_intent: paymentIntent, limit: 100, ...(startingAfter ? { starting_after: startingAfter } : {}) }, asAccount(request)),
       toRefundView,
       'Refund',
     );
@@ -428,7 +441,7 @@ export class StripeGateway implements PaymentGateway {
           created: { gte: request.createdGte, lte: request.createdLte },
           limit: 100,
           ...(startingAfter ? { starting_after: startingAfter } : {}),
-        }),
+        }, asAccount(request)),
       toView,
       'PaymentIntent',
     );

@@ -22,7 +22,23 @@ export interface ChargeInput {
   readonly description?: string;
   readonly statementDescriptorSuffix?: string;
   readonly metadata?: Record<string, string>;
+  /**
+   * Connect (docs/model.md#connected-accounts). `account`: the connected account the charge is made
+   * AS (a direct charge): every Stripe request of the operation — and of its refunds — carries it as
+   * Stripe-Account; absent: the platform. `applicationFeeAmount`: the platform's fee. `transferDestination`:
+   * a destination charge, made on the platform, transferred to that account. Parameters of the order.
+   */
+  readonly account?: string;
+  readonly applicationFeeAmount?: number;
+  readonly transferDestination?: string;
 }
+
+/**
+ * A Stripe account id: `acct_` and letters and digits (e.g. `acct_1032D82eZvKYlo2C`, the shape of
+ * docs.stripe.com/api/accounts/object `id`). Sent as the Stripe-Account header, so nothing else;
+ * migrations/018 checks the same shape.
+ */
+export const ACCOUNT_ID = /^acct_[A-Za-z0-9]{1,64}$/;
 
 /** The kinds of business effect one engine carries (lambdas/payments/kinds.ts: one adapter each). */
 export type OperationKind = 'charge' | 'refund';

@@ -8,7 +8,7 @@ import type { Db } from './db.ts';
 import { DEFAULT_POLICY, type EnginePolicy } from './decisions.ts';
 import { mapBounded } from './engine.ts';
 import { FailureKind, type GatewayResult, type ListAnswer, type PaymentGateway } from './gateway.ts';
-import { KIND_ADAPTERS } from './kinds.ts';
+import { accountOf, KIND_ADAPTERS } from './kinds.ts';
 import type { PaymentIntentView } from './types.ts';
 import { deferLook, failedLook, judgeWatch, watchListScope, watchListWindow, type WatchedOperation, type WatchLook } from './watch.ts';
 import { claimDueWatches, recordWatchLooks, type WatchLookWrite } from './watch-store.ts';
@@ -105,7 +105,7 @@ export class ReissueWatcher {
     const mayCall = async () => (canStart?.() ?? true) && ((await this.#beforeCall?.()) ?? true);
     // No budget now: given back untouched, due again at once for the next run.
     if (!(await mayCall())) return write({ kind: 'later', nextCheckAt: w.claimedAt, reason: 'not started: no time or request budget left' }, true);
-    const answer = await guard(() => KIND_ADAPTERS[w.op.kind].list(this.#gateway, scope, window, mayCall));
+    const answer = await guard(() => KIND_ADAPTERS[w.op.kind].list(this.#gateway, scope, window, mayCall, accountOf(w.op)));
     if (!answer.ok) return write(failedLook(w, `List failed: ${answer.failure.errorClass}${answer.failure.httpStatus ? ` ${answer.failure.httpStatus}` : ''}`, this.#policy, this.#random));
     return write(judgeWatch(w, answer.value, this.#policy, this.#random));
   }

@@ -26,6 +26,11 @@ One request:
   --currency <xxx>          three lowercase letters (eur, usd, ...)
   --customer <cus_...>      Stripe customer id
   --payment-method <pm_...> Stripe PaymentMethod id
+  --account <acct_...>      optional: a direct charge on that connected account (Stripe Connect)
+  --transfer-destination <acct_...>
+                            optional: a destination charge on the platform, transferred there
+  --application-fee <n>     optional, with --account or --transfer-destination: the platform's
+                            fee in minor units, at most the amount
 
 One refund (same queue, MessageGroupId = orderId, MessageDeduplicationId =
 sha256("refund:" + orderId + ":" + refundId + ":" + digest of amount and reason),
@@ -80,6 +85,9 @@ const OPTIONS = {
   currency: { type: 'string' },
   customer: { type: 'string' },
   'payment-method': { type: 'string' },
+  account: { type: 'string' },
+  'transfer-destination': { type: 'string' },
+  'application-fee': { type: 'string' },
   refund: { type: 'string' },
   reason: { type: 'string' },
   file: { type: 'string' },
@@ -92,6 +100,8 @@ const OPTIONS = {
 } as const;
 
 const SINGLE_FLAGS = ['order', 'amount', 'currency', 'customer', 'payment-method'] as const;
+/** Optional flags of one charge request (Connect). */
+const CONNECT_FLAGS = ['account', 'transfer-destination', 'application-fee'] as const;
 
 /** Runs the CLI and returns its exit status. Exported for tests; the script entry is at the bottom. */
 export async function main(
@@ -118,6 +128,10 @@ export async function main(
     const maxAmount = values['max-amount'] === undefined ? undefined : integerFlag('--max-amount', values['max-amount']);
     const validation = maxAmount === undefined ? {} : { maxAmount };
     const single = SINGLE_FLAGS.filter((flag) => values[flag] !== undefined);
+    const connect = CONNECT_FLAGS.filter((flag) => values[flag] !== undefined);
+    if (connect.length > 0 && (values.refund !== undefined || values.file !== undefined)) {
+      throw new UsageError(`${connect.map((f) => `--${f}`).join(', ')} go with one charge request (a refund runs on its charge's account; a file's lines carry their own fields)`);
+    }
     let refund: RefundRequest | undefined;
     if (values.reason !== undefined && values.refund === undefined) throw new UsageError('--reason goes with --refund');
     if (values.refund !== undefined) {
@@ -160,6 +174,9 @@ export async function main(
         currency: values.currency,
         customerId: values.customer,
         paymentMethod: values['payment-method'],
+        ...(values.account !== undefined ? { account: values.account } : {}),
+        ...(values['transfer-destination'] !== undefined ? { transferDestination: values['transfer-destination'] } : {}),
+        ...(values['application-fee'] !== undefined ? { applicationFeeAmount: integerFlag('--application-fee', values['application-fee']) } : {}),
       };
       const checked = checkChargeRequests([request], validation);
       const valid = checked.requests[0];
@@ -386,6 +403,9 @@ function flagFor(fieldPath: string): string {
     currency: 'currency',
     customerId: 'customer',
     paymentMethod: 'payment-method',
+    account: 'account',
+    transferDestination: 'transfer-destination',
+    applicationFeeAmount: 'application-fee',
   };
   return flags[fieldPath] ?? fieldPath;
 }

@@ -30,7 +30,7 @@ export const MAX_BATCH_ENTRIES = 10;
 /**
  * Sum of the bodies in one SendMessageBatch. AWS raised the SQS limit to 1 MiB in 2025, but a queue's
  * MaximumMessageSize may still be 256 KiB, and 256 KiB is valid everywhere. A valid charge request
- * body is at most 67,742 bytes (every field at its longest, the description and metadata values in
+ * body is at most 67,868 bytes (every field at its longest, the description and metadata values in
  * six-byte JSON escapes: test/docs/figures.test.ts), so with large bodies this limit binds before
  * the 10-entry one.
  */
@@ -93,7 +93,7 @@ export interface ChargeRequestMessage {
  * contract's fields in a stable order, whatever else the caller's object carries.
  */
 export function chargeRequestMessage(request: ChargeRequest): ChargeRequestMessage {
-  const { orderId, amount, currency, customerId, paymentMethod, description, statementDescriptorSuffix, metadata } = request;
+  const { orderId, amount, currency, customerId, paymentMethod, description, statementDescriptorSuffix, metadata, account, applicationFeeAmount, transferDestination } = request;
   return {
     MessageBody: JSON.stringify({
       orderId,
@@ -104,6 +104,9 @@ export function chargeRequestMessage(request: ChargeRequest): ChargeRequestMessa
       ...(description !== undefined ? { description } : {}),
       ...(statementDescriptorSuffix !== undefined ? { statementDescriptorSuffix } : {}),
       ...(metadata !== undefined ? { metadata } : {}),
+      ...(account !== undefined ? { account } : {}),
+      ...(applicationFeeAmount !== undefined ? { applicationFeeAmount } : {}),
+      ...(transferDestination !== undefined ? { transferDestination } : {}),
     }),
     // One group per order: orders never wait for each other, and two messages of one order are
     // never worked at the same time.

@@ -104,6 +104,7 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
       },
       inboxDb: db,
       retention: config.retention,
+      connectedAccounts: config.stripe.connectedAccounts,
     },
     clock,
   ).finally(() => (lease.acquired ? releaseSweepLease(db, holder).catch(() => {}) : undefined));

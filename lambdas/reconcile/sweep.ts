@@ -73,6 +73,8 @@ export interface ReconcileDeps {
   readonly retention?: RetentionSettings & { readonly maxRunMs: number };
   /** The wall clock retention's cutoffs are computed from (tests and the storage benchmark move it). @default new Date() */
   readonly wallClock?: () => Date;
+  /** Connected accounts whose Stripe events are taken before the pipeline has an operation on them (STRIPE_CONNECTED_ACCOUNTS). */
+  readonly connectedAccounts?: readonly string[];
 }
 
 /** The inbox part of a run (null when not asked for, or when it failed: see errors). */
@@ -275,6 +277,7 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
         gateway,
         actor: deps.actor ?? 'reconciler',
         ...(deps.policy ? { policy: deps.policy } : {}),
+        ...(deps.connectedAccounts ? { connectedAccounts: deps.connectedAccounts } : {}),
         ...(deps.random ? { random: deps.random } : {}),
         beforeCall: () => (canStart() ? limiter.acquire('retrieve', latestStart) : false),
       });

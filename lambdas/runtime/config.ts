@@ -5,6 +5,7 @@ import { callBudgetProblem, worstCaseCallMs, type CallingFunction } from '../pay
 import { RETENTION_DEFAULTS, RETENTION_LIMITS, type RetentionSettings } from '../payments/retention-store.ts';
 
 export { RETENTION_DEFAULTS, RETENTION_LIMITS };
+import { ACCOUNT_ID } from '../payments/types.ts';
 import { isConsumerSchemaName, PIPELINE } from './settings.ts';
 
 export interface RuntimeConfig {
@@ -40,6 +41,11 @@ export interface RuntimeConfig {
     readonly apiBase: string | undefined;
     readonly timeoutMs: number;
     readonly maxNetworkRetries: number;
+    /**
+     * STRIPE_CONNECTED_ACCOUNTS: connected accounts whose Stripe events are taken before the pipeline
+     * has an operation on them (an account it has an operation on is taken anyway). Empty: none.
+     */
+    readonly connectedAccounts: readonly string[];
   };
   readonly events: {
     /** Unset: events stay in the outbox (counted by the gauges) until a relay with a bus runs. */
@@ -122,6 +128,19 @@ function consumerLogins(raw: string | undefined): ConsumerLoginConfig[] {
   });
 }
 
+/**
+ * A comma-separated list of Stripe account ids (acct_…, message.ts ACCOUNT_ID). Anything else is
+ * refused at start: a typo would silently refuse every event of the account it meant.
+ */
+function connectedAccounts(env: Env, name: string): string[] {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return [];
+  const ids = raw.split(',').map((id) => id.trim());
+  const bad = ids.findIndex((id) => !ACCOUNT_ID.test(id));
+  if (bad >= 0) throw new ConfigError(`${name} must be a comma-separated list of Stripe account ids (acct_ and 1-64 letters or digits); entry ${bad + 1} is not one`);
+  return [...new Set(ids)];
+}
+
 export class ConfigError extends Error {
   override readonly name = 'ConfigError';
 }
@@ -193,6 +212,7 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
       apiBase: blank(env.STRIPE_API_BASE),
       timeoutMs: integer(env, 'STRIPE_TIMEOUT_MS', 10_000, 100),
       maxNetworkRetries: integer(env, 'STRIPE_MAX_NETWORK_RETRIES', 1, 0, 5),
+      connectedAccounts: connectedAccounts(env, 'STRIPE_CONNECTED_ACCOUNTS'),
     },
     events: {
       busName: blank(env.EVENT_BUS_NAME),

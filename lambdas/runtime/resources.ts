@@ -7,6 +7,7 @@ import type Stripe from 'stripe';
 import { EventBridgePublisher, type EventPublisher } from '../events/outbox.ts';
 import {
   FailureKind,
+  type AccountScope,
   type CreatePaymentIntentRequest,
   type CreateRefundRequest,
   type GatewayResult,
@@ -120,8 +121,8 @@ export class CurrentKeyGateway implements PaymentGateway {
   createPaymentIntent(request: CreatePaymentIntentRequest): Promise<GatewayResult<PaymentIntentView>> {
     return this.#call((g) => g.createPaymentIntent(request));
   }
-  retrievePaymentIntent(id: string): Promise<GatewayResult<PaymentIntentView>> {
-    return this.#call((g) => g.retrievePaymentIntent(id));
+  retrievePaymentIntent(id: string, scope?: AccountScope): Promise<GatewayResult<PaymentIntentView>> {
+    return this.#call((g) => g.retrievePaymentIntent(id, scope));
   }
   searchPaymentIntents(request: SearchPaymentIntentsRequest): Promise<GatewayResult<PaymentIntentView[]>> {
     return this.#call((g) => g.searchPaymentIntents(request));
@@ -132,8 +133,8 @@ export class CurrentKeyGateway implements PaymentGateway {
   createRefund(request: CreateRefundRequest): Promise<GatewayResult<RefundView>> {
     return this.#call((g) => g.createRefund(request));
   }
-  retrieveRefund(id: string): Promise<GatewayResult<RefundView>> {
-    return this.#call((g) => g.retrieveRefund(id));
+  retrieveRefund(id: string, scope?: AccountScope): Promise<GatewayResult<RefundView>> {
+    return this.#call((g) => g.retrieveRefund(id, scope));
   }
   listRefunds(request: ListRequest): Promise<GatewayResult<ListAnswer<RefundView>>> {
     return this.#call((g) => g.listRefunds(request));

@@ -17,7 +17,7 @@ export async function receiveDeps(config: RuntimeConfig, eventsConfig: StripeEve
   });
   return {
     db,
-    applier: new StripeEventApplier({ db, gateway, actor: 'stripe-events', policy: config.policy }),
+    applier: new StripeEventApplier({ db, gateway, actor: 'stripe-events', policy: config.policy, connectedAccounts: config.stripe.connectedAccounts }),
     publisher: getEventPublisher(config),
     log,
   };

@@ -19,6 +19,9 @@ function largestValidRequest() {
     description: control.repeat(1000),
     statementDescriptorSuffix: 'A'.repeat(22),
     metadata: Object.fromEntries(Array.from({ length: MAX_METADATA_KEYS }, (_, i) => [`${String(i).padStart(2, '0')}${'k'.repeat(38)}`, control.repeat(500)])),
+    // Connect: a destination charge (its key is longer than `account`'s, and the two are exclusive) with the largest fee.
+    transferDestination: `acct_${'a'.repeat(64)}`,
+    applicationFeeAmount: DEFAULT_MAX_AMOUNT,
   };
 }
 

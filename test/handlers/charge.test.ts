@@ -176,6 +176,28 @@ describe('the exported handler, SQS events from fauxqs', () => {
     expect(await operationOf(first.orderId)).toMatchObject({ status: 'succeeded', amount: String(first.amount) });
   });
 
+  it('a charge naming a connected account is made on it; the same order naming another account → order_conflict, never charged', async () => {
+    const account = 'acct_1HandlerConnected';
+    stripe.fake.addConnectedAccount(account);
+    stripe.fake.addConnectedAccount('acct_1HandlerOther');
+    const first = order({ account, applicationFeeAmount: 100 });
+    await sendChargeRequest(sqs.client, sqs.queueUrl, first);
+    expect((await deliverOnce(queue, handler)).response).toEqual({ batchItemFailures: [] });
+    const existing = await operationOf(first.orderId);
+    expect(existing).toMatchObject({ status: 'succeeded', stripe_account: account, application_fee_amount: '100' });
+    expect(stripe.fake.paymentIntents({ account, operationId: String(existing!.id) })).toHaveLength(1);
+    expect(stripe.fake.paymentIntents({ account: null, operationId: String(existing!.id) })).toEqual([]);
+
+    const { MessageBody, MessageGroupId } = chargeRequestMessage({ ...first, account: 'acct_1HandlerOther' });
+    await sendRaw(MessageBody, MessageGroupId);
+    const turn = await deliverOnce(queue, handler);
+    expect(turn.response).toEqual({ batchItemFailures: [] });
+    const { rows } = await db.pool.query('SELECT * FROM rejected_messages WHERE message_id = $1', [turn.messages[0]!.MessageId]);
+    expect(rows[0]).toMatchObject({ reason_code: 'order_conflict', operation_id: existing!.id });
+    expect(rows[0].reason).toMatch(/account/);
+    expect(creates()).toHaveLength(1);
+  });
+
   it('a declined card is final and acknowledged; EventBridge failing does not fail the batch (the rows wait for the sweep)', async () => {
     const declined = order({ paymentMethod: 'pm_card_chargeDeclined' });
     const fine = order();
