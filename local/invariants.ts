@@ -269,9 +269,11 @@ const OPERATIONS_SQL = `
              WHERE r.operation_id = s.id AND r.action IN ('auto_reissued', 'operator_reissued') GROUP BY r.key_generation) x) AS reissued_from,
          (SELECT array_agg(f.payment_intent_id ORDER BY f.id) FROM stripe_event_findings f
            WHERE f.operation_id = s.id AND f.kind = 'refunded_twice') AS refunded_twice,
-         -- What the watch after a re-issue found and told a person (an open finding, the ReissueWatchFinding alarm).
+         -- What was found and told to a person: an open contradiction finding, made by the watch after a
+         -- re-issue (ReissueWatchFinding) or, when the late object's Stripe event came first, by the event
+         -- applier (StripeEventContradiction). The watch makes no second finding of an object already found.
          (SELECT array_agg(f.payment_intent_id ORDER BY f.id) FROM stripe_event_findings f
-           WHERE f.operation_id = s.id AND f.source = 'watch' AND f.kind = 'contradiction' AND f.resolved_at IS NULL) AS watch_found
+           WHERE f.operation_id = s.id AND f.kind = 'contradiction' AND f.resolved_at IS NULL) AS watch_found
     FROM scope s LEFT JOIN audit a ON a.operation_id = s.id`;
 
 const OUTBOX_SQL = `
@@ -546,8 +548,9 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       } else if (op.status === 'failed' && lateCommitIds.has(pi.id) && (op.watch_found ?? []).includes(pi.id)) {
         // A retired generation's create Stripe committed after the re-issue, and the re-issued one failed:
         // the order was announced failed and is charged. No machine may refund a charge it announced
-        // failed; the watch found it and a person is told (an open finding, its alarm): reported, not lost.
-        warnings.push({ kind: 'late_charge_found', operationId: op.id, orderId: op.order_id, detail: `PaymentIntent ${pi.id} committed after the re-issue; the operation failed; the watch found it (open finding)` });
+        // failed; the watch (or the late object's Stripe event) found it and a person is told (an open
+        // finding, its alarm): reported, not lost.
+        warnings.push({ kind: 'late_charge_found', operationId: op.id, orderId: op.order_id, detail: `PaymentIntent ${pi.id} committed after the re-issue; the operation failed; found (open contradiction finding)` });
       } else if (op.status === 'failed') {
         violate('wrongly_failed', `operation is failed (${op.external_id ?? 'no external id'}) but PaymentIntent ${pi.id} succeeded`, op);
       } else if (quiescent) {

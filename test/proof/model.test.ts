@@ -425,6 +425,15 @@ describe('late commits after automatic re-issues', () => {
     expect(result.watchFindings).toBe(1);
     expect(result.report.warnings).toEqual([expect.objectContaining({ kind: 'late_charge_found' })]);
   });
+
+  it('the same with Stripe events: the late charge\'s event finds it first (a contradiction for a person), and the watch adds no second finding', { timeout: 120_000 }, async () => {
+    // Found by a random seed: the checker took only the watch's finding for "a person is told".
+    const result = await playRun(world, lateAfterReissue(true, true));
+    expect(result.problems).toEqual([]);
+    expect(result.report.violations).toEqual([]);
+    expect(result.report.byStatus.failed).toBe(1);
+    expect(result.report.warnings).toEqual([expect.objectContaining({ kind: 'late_charge_found' })]);
+  });
 });
 
 describe('the List step and automatic re-issues are paths the model takes', () => {
