@@ -20,7 +20,9 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { mkdir, writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
+import { renderBarChart } from '../bench/svg-chart.ts';
 import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import type { SQSRecord } from 'aws-lambda';
 import pg from 'pg';
@@ -48,6 +50,8 @@ const { values: args } = parseArgs({
     json: { type: 'boolean', default: false },
     /** Measure with the erasure's optional customer index (what it costs a charge, in bytes and WAL). */
     'with-customer-index': { type: 'boolean', default: false },
+    /** Also write the figures as an SVG chart (storage.svg) into this folder. */
+    'svg-dir': { type: 'string' },
   },
 });
 const ORDERS = Number(args.orders);
@@ -334,6 +338,20 @@ async function main(): Promise<void> {
       projection: { chargesPerSecond: RATE, byTable: projection },
       durationMs: Math.round(performance.now() - started),
     };
+    if (args['svg-dir']) {
+      await mkdir(args['svg-dir'], { recursive: true });
+      const shown = Object.keys(before).filter((t) => before[t]!.total > 0 || after[t]!.total > 0);
+      await writeFile(
+        path.join(args['svg-dir'], 'storage.svg'),
+        renderBarChart({
+          title: 'Bytes per charge, by table, before and after retention',
+          description: `npm run bench:storage, ${ORDERS} orders (heap, TOAST and indexes after VACUUM FULL; retention with the default bounds). All tables: ${totals.beforePerCharge} bytes per charge before, ${totals.afterPerCharge} after.`,
+          unit: 'B',
+          series: [{ name: 'before retention' }, { name: 'after retention' }],
+          rows: shown.map((t) => ({ label: t, values: [before[t]!.total, after[t]!.total] })),
+        }),
+      );
+    }
     if (args.json) {
       console.log(JSON.stringify(report, null, 2));
       return;
