@@ -22,7 +22,7 @@ import { runReconcile, type ReconcileSettings } from '../lambdas/reconcile/sweep
 import { listReviewQueue } from '../lambdas/payments/review.ts';
 import { loadStats } from '../lambdas/ops/queries.ts';
 import { RETENTION_DEFAULTS, runRetention } from '../lambdas/payments/retention-store.ts';
-import type { Db } from '../lambdas/payments/db.ts';
+import { countingDb, type CountedStatement, type Db } from '../lambdas/payments/db.ts';
 import { startStripeProcess } from './bench-support.ts';
 
 const { values: args } = parseArgs({
@@ -44,25 +44,12 @@ for (const [name, v, min] of [['settled', SETTLED, 0], ['open', OPEN, 1], ['revi
 const root = path.resolve(import.meta.dirname, '..');
 const say = (line = '') => process.stderr.write(`${line}\n`);
 
-/** A Db that remembers every statement it ran (text and values), to EXPLAIN them afterwards. */
-function recording(pool: pg.Pool): Db & { statements: { text: string; values: unknown[] }[] } {
-  const statements: { text: string; values: unknown[] }[] = [];
-  return {
-    statements,
-    query(textOrConfig: string | pg.QueryConfig, values?: unknown[]) {
-      const text = typeof textOrConfig === 'string' ? textOrConfig : textOrConfig.text;
-      statements.push({ text, values: (typeof textOrConfig === 'string' ? values : textOrConfig.values) ?? [] });
-      return pool.query(textOrConfig as string, values);
-    },
-  } as Db & { statements: { text: string; values: unknown[] }[] };
-}
-
 /** Shared buffers a statement's plan touched, read in a transaction that is rolled back (a claim changes nothing). */
-async function buffersOf(pool: pg.Pool, statement: { text: string; values: unknown[] }): Promise<number> {
+async function buffersOf(pool: pg.Pool, statement: CountedStatement): Promise<number> {
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
-    const { rows } = await client.query<{ 'QUERY PLAN': { Plan: Record<string, number> }[] }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${statement.text}`, statement.values);
+    const { rows } = await client.query<{ 'QUERY PLAN': { Plan: Record<string, number> }[] }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${statement.text}`, [...statement.values]);
     const plan = rows[0]!['QUERY PLAN'][0]!.Plan;
     return (plan['Shared Hit Blocks'] ?? 0) + (plan['Shared Read Blocks'] ?? 0);
   } finally {
@@ -160,15 +147,16 @@ async function main() {
       retention: (db) => runRetention(db, RETENTION_DEFAULTS, () => new Date()),
     };
     const times: Record<string, number[]> = {};
-    const recorded: Record<string, { text: string; values: unknown[] }[]> = {};
+    const recorded: Record<string, CountedStatement[]> = {};
     for (let round = 0; round < ROUNDS; round++) {
       for (const name of round % 2 === 0 ? (['big', 'empty'] as const) : (['empty', 'big'] as const)) {
         for (const [command, run] of Object.entries(commands) as [Command, (typeof commands)[Command]][]) {
-          const db = recording(pools[name]);
+          const statements: CountedStatement[] = [];
+          const db = countingDb(pools[name], (statement) => statements.push(statement));
           const t = performance.now();
           await run(db, name);
           (times[`${command}|${name}`] ??= []).push(performance.now() - t);
-          recorded[`${command}|${name}`] = db.statements;
+          recorded[`${command}|${name}`] = statements;
         }
       }
     }

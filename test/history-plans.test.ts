@@ -2,13 +2,12 @@
 // database holding a long settled history, every statement of the reconciler's gauges, `ops review
 // list` and `ops stats` is planned without a sequential scan of the pipeline's growing tables
 // (`npm run bench:scale` measures the same with buffers and milliseconds).
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { collectGauges } from '../lambdas/reconcile/gauges.ts';
 import { listReviewQueue } from '../lambdas/payments/review.ts';
 import { loadStats } from '../lambdas/ops/queries.ts';
 import { RETENTION_DEFAULTS, runRetention } from '../lambdas/payments/retention-store.ts';
-import type { Db } from '../lambdas/payments/db.ts';
+import { countingDb, type CountedStatement, type Db } from '../lambdas/payments/db.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 
 const GROWING = /^(payment_operations|payment_operation_events(_\w+)?|outcome_events|stripe_events|rejected_messages)$/;
@@ -19,19 +18,6 @@ interface PlanNode {
   Plans?: PlanNode[];
 }
 const nodes = (plan: PlanNode): PlanNode[] => [plan, ...(plan.Plans ?? []).flatMap(nodes)];
-
-function recording(pool: pg.Pool): Db & { statements: { text: string; values: unknown[] }[] } {
-  const statements: { text: string; values: unknown[] }[] = [];
-  return {
-    statements,
-    query(textOrConfig: string | pg.QueryConfig, values?: unknown[]) {
-      statements.push(
-        typeof textOrConfig === 'string' ? { text: textOrConfig, values: values ?? [] } : { text: textOrConfig.text, values: textOrConfig.values ?? [] },
-      );
-      return pool.query(textOrConfig as string, values);
-    },
-  } as Db & { statements: { text: string; values: unknown[] }[] };
-}
 
 describe('reads of what is open, on a long history', () => {
   let db: TestDatabase;
@@ -73,11 +59,11 @@ describe('reads of what is open, on a long history', () => {
   });
 
   async function scansOfHistory(run: (db: Db) => Promise<unknown>): Promise<string[]> {
-    const rec = recording(db.pool);
-    await run(rec);
+    const statements: CountedStatement[] = [];
+    await run(countingDb(db.pool, (s) => statements.push(s)));
     const scans: string[] = [];
-    for (const s of rec.statements) {
-      const { rows } = await db.pool.query<{ 'QUERY PLAN': { Plan: PlanNode }[] }>(`EXPLAIN (FORMAT JSON) ${s.text}`, s.values);
+    for (const s of statements) {
+      const { rows } = await db.pool.query<{ 'QUERY PLAN': { Plan: PlanNode }[] }>(`EXPLAIN (FORMAT JSON) ${s.text}`, [...s.values]);
       for (const n of nodes(rows[0]!['QUERY PLAN'][0]!.Plan)) {
         if (n['Node Type'] === 'Seq Scan' && GROWING.test(n['Relation Name'] ?? '')) scans.push(`${n['Relation Name']}: ${s.text.replace(/\s+/g, ' ').slice(0, 100)}`);
       }
@@ -94,18 +80,18 @@ describe('reads of what is open, on a long history', () => {
   });
 
   it('the retention run, with nothing due: a few pages, not the history (its statements run inside owner functions, so pages are counted)', async () => {
-    const rec = recording(db.pool);
-    const run = await runRetention(rec, RETENTION_DEFAULTS, () => new Date());
+    const statements: CountedStatement[] = [];
+    const run = await runRetention(countingDb(db.pool, (s) => statements.push(s)), RETENTION_DEFAULTS, () => new Date());
     expect(run.removed).toEqual({ outbox: 0, stripeEventPayloads: 0, stripeEvents: 0, rejectedBodies: 0 });
     const { rows: pages } = await db.pool.query<{ n: number }>(
       `SELECT sum(relpages)::int AS n FROM pg_class WHERE relname IN ('outcome_events', 'stripe_events', 'rejected_messages')`,
     );
     let touched = 0;
-    for (const s of rec.statements) {
+    for (const s of statements) {
       const client = await db.pool.connect();
       try {
         await client.query('BEGIN');
-        const { rows } = await client.query<{ 'QUERY PLAN': { Plan: Record<string, number> }[] }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${s.text}`, s.values);
+        const { rows } = await client.query<{ 'QUERY PLAN': { Plan: Record<string, number> }[] }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${s.text}`, [...s.values]);
         const plan = rows[0]!['QUERY PLAN'][0]!.Plan;
         touched += (plan['Shared Hit Blocks'] ?? 0) + (plan['Shared Read Blocks'] ?? 0);
       } finally {

@@ -16,9 +16,11 @@ export function prepared<R extends QueryResultRow = QueryResultRow>(db: Db, name
   return db.query<R>({ name, text, values });
 }
 
-/** One statement as countingDb saw it: its prepared name (unnamed: null) and when it was sent and answered (performance.now()). */
+/** One statement as countingDb saw it: its prepared name (unnamed: null), its text and values, and when it was sent and answered (performance.now()). */
 export interface CountedStatement {
   readonly name: string | null;
+  readonly text: string;
+  readonly values: readonly unknown[];
   readonly startedAt: number;
   readonly endedAt: number;
 }
@@ -42,7 +44,9 @@ export function countingDb(db: Db, onStatement?: (statement: CountedStatement) =
       const sent = typeof textOrConfig === 'string' ? db.query<R>(textOrConfig, values) : db.query<R>(textOrConfig);
       if (!onStatement) return sent;
       const name = typeof textOrConfig === 'string' ? null : (textOrConfig.name ?? null);
-      return sent.finally(() => onStatement({ name, startedAt, endedAt: performance.now() }));
+      const text = typeof textOrConfig === 'string' ? textOrConfig : textOrConfig.text;
+      const params = (typeof textOrConfig === 'string' ? values : textOrConfig.values) ?? [];
+      return sent.finally(() => onStatement({ name, text, values: params, startedAt, endedAt: performance.now() }));
     },
   };
 }
