@@ -27,6 +27,8 @@ const NO_GATEWAY: PaymentGateway = {
   createRefund: () => Promise.reject(new Error('Stripe is not configured')),
   retrieveRefund: () => Promise.reject(new Error('Stripe is not configured')),
   listRefunds: () => Promise.reject(new Error('Stripe is not configured')),
+  capturePaymentIntent: () => Promise.reject(new Error('Stripe is not configured')),
+  cancelPaymentIntent: () => Promise.reject(new Error('Stripe is not configured')),
 };
 
 async function chargeBatch(event: SQSEvent, context: Context): Promise<SQSBatchResponse> {

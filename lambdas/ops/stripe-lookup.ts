@@ -30,7 +30,18 @@ function toPaymentIntent(raw: unknown): StripePaymentIntent | null {
   const created = typeof pi.created === 'number' ? new Date(pi.created * 1000).toISOString() : null;
   // The customer, when the answer names one: the duplicate-charge remedy compares it with the order's.
   const customer = typeof pi.customer === 'string' ? pi.customer : typeof pi.customer === 'object' && pi.customer !== null ? ((pi.customer as { id?: unknown }).id as string | undefined) ?? null : null;
-  return { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency, metadata, created, customer };
+  return {
+    id: pi.id,
+    status: pi.status,
+    amount: pi.amount,
+    currency: pi.currency,
+    metadata,
+    created,
+    customer,
+    // What a capture took, and why a PaymentIntent was released: a capture's or cancel's evidence.
+    ...(typeof pi.amount_received === 'number' ? { amountReceived: pi.amount_received } : {}),
+    ...(typeof pi.cancellation_reason === 'string' ? { cancellationReason: pi.cancellation_reason } : {}),
+  };
 }
 
 /** stripe-node's request option for a call made as a connected account (the Stripe-Account header); nothing for the platform. */

@@ -20,6 +20,7 @@ const PARAMETERS = [
   'account',
   'applicationFeeAmount',
   'transferDestination',
+  'captureMethod',
 ] as const;
 
 /** Absent, null and an empty metadata object all mean "none"; metadata compares by its sorted entries. */

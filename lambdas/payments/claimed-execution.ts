@@ -170,7 +170,8 @@ async function attempt(
   // back untouched, due at once: the next claim, after the window, takes the List path.
   const create = async (): Promise<Attempt> => {
     const now = new Date(op.claimedAt.getTime() + sinceClaim());
-    if (!withinKeyWindow(op.firstAttemptedAt, now, policy)) {
+    // (A capture or cancel has no window: Stripe acts on its PaymentIntent once, whatever the key.)
+    if (!KIND_RULES[op.kind].actsOnPaymentIntent && !withinKeyWindow(op.firstAttemptedAt, now, policy)) {
       return { op, step: null, outcome: null, notStarted: `not sent: the key window (${formatDuration(policy.keyWindowMs)}) ended between the claim and the call` };
     }
     return { op, step: step.kind, outcome: decideCreate(decision, await createPaymentIntent(ctx, op)) };

@@ -2,7 +2,16 @@
 // step, read the answer, schedule the next attempt. No I/O here — every branch is tested exhaustively
 // in test/decisions.test.ts, and the engine is thin I/O around these functions.
 import { FailureKind, type GatewayFailure, type GatewayResult, type ListAnswer } from './gateway.ts';
-import { REMEDY_REFUND_ID_PREFIX, paymentIntentOfRefund, type ClaimedOperation, type OperationKind, type OperationStatus, type PaymentIntentView } from './types.ts';
+import {
+  REMEDY_REFUND_ID_PREFIX,
+  isAuthorizationKind,
+  paymentIntentOfRefund,
+  type ClaimedOperation,
+  type Operation,
+  type OperationKind,
+  type OperationStatus,
+  type PaymentIntentView,
+} from './types.ts';
 
 export interface Backoff {
   readonly baseMs: number;
@@ -180,6 +189,19 @@ export function idempotencyKey(operationId: string, keyGeneration: number): stri
   return keyGeneration === 0 ? `payment-op:${operationId}` : `payment-op:${operationId}:g${keyGeneration}`;
 }
 
+/**
+ * A capture's or cancel's key: the operation's, per recorded send (`attempts`). A send whose answer
+ * was lost is re-sent — by a claim that finds it unrecorded — under the SAME key, so Stripe replays
+ * it; a recorded send's successor gets a new one. Stripe stores a 500 under its key and replays it
+ * for 24 hours (docs.stripe.com/api/idempotent_requests), and a capture sent again under its first
+ * key would only read that 500 back while the PaymentIntent shows nothing captured. A new key is
+ * safe here as it is nowhere else: Stripe captures or cancels a PaymentIntent once and refuses every
+ * later try (payment_intent_unexpected_state), so no key, old or new, can act twice.
+ */
+export function authorizationKey(op: Pick<ClaimedOperation, 'id' | 'keyGeneration' | 'attempts'>): string {
+  return `${idempotencyKey(op.id, op.keyGeneration)}:s${op.attempts}`;
+}
+
 /** What Search finds the PaymentIntent by once the key may be gone. */
 export function paymentIntentMetadata(op: Pick<ClaimedOperation, 'id' | 'orderId' | 'keyGeneration'>): Record<string, string> {
   return { operation_id: op.id, order_id: op.orderId, key_generation: String(op.keyGeneration) };
@@ -275,6 +297,15 @@ export function needsEvidence(op: ClaimedOperation, policy: EnginePolicy = DEFAU
 }
 
 export function chooseStep(op: ClaimedOperation, policy: EnginePolicy = DEFAULT_POLICY, history: EvidenceHistory | null = null): Step {
+  // A capture or cancel acts on a PaymentIntent we hold: its state at Stripe (real time) is the
+  // evidence, so an answer lost is learnt by a retrieve, never by Search or List; and a send is safe
+  // at any time, under any key — Stripe captures or cancels a PaymentIntent once and refuses the
+  // second (payment_intent_unexpected_state). Sent while nothing is known to have happened, else read.
+  if (KIND_RULES[op.kind].actsOnPaymentIntent) {
+    const paymentIntentId = op.charge?.paymentIntentId ?? null;
+    if (op.status === 'unknown' && paymentIntentId !== null) return { kind: 'retrieve', paymentIntentId };
+    return { kind: 'create' };
+  }
   // Stripe said the first request with this key is still running (409 idempotency_key_in_use): only
   // the same key can learn what it did — once it finishes, Stripe replays its stored result. No List
   // or Search may stand in for that answer meanwhile: what they show is not final.
@@ -318,9 +349,14 @@ function chooseStepOfAnyKind(op: ClaimedOperation, policy: EnginePolicy, history
 
 // ── Reading answers ──────────────────────────────────────────────────────────────────────────────
 
-/** PaymentIntent status → operation status. Only `succeeded` is success; a found PI is not a paid one. */
-export function statusOfPaymentIntent(paymentIntentStatus: string): OperationStatus {
+/**
+ * PaymentIntent status → operation status. Only `succeeded` is success; a found PI is not a paid one
+ * — but for a charge that only authorizes (captureMethod 'manual'), `requires_capture` is what it asked
+ * for: the amount is held (docs.stripe.com/payments/place-a-hold-on-a-payment-method).
+ */
+export function statusOfPaymentIntent(paymentIntentStatus: string, op?: Pick<Operation, 'captureMethod'>): OperationStatus {
   if (paymentIntentStatus === 'succeeded') return 'succeeded';
+  if (paymentIntentStatus === 'requires_capture' && op?.captureMethod === 'manual') return 'succeeded';
   if (paymentIntentStatus === 'canceled' || paymentIntentStatus === 'requires_payment_method') return 'failed';
   // processing, requires_action, requires_capture, requires_confirmation, anything new: not settled yet.
   return 'unknown';
@@ -342,8 +378,13 @@ export function statusOfRefund(refundStatus: string): OperationStatus {
  * A third kind adds one entry here and one adapter there; nothing else in the decisions changes.
  */
 export interface KindRules {
-  /** The Stripe object's status → the operation's. */
-  readonly statusOf: (status: string) => OperationStatus;
+  /** The Stripe object's status → the operation's (`op`: the operation's parameters, when known). */
+  readonly statusOf: (status: string, op?: Pick<Operation, 'captureMethod'>) => OperationStatus;
+  /**
+   * The kind acts on a PaymentIntent we already hold (a capture, a cancel) instead of making an
+   * object: no key window, no Search, no List — its evidence is the PaymentIntent (chooseStep).
+   */
+  readonly actsOnPaymentIntent: boolean;
   /** Whether Stripe offers Search for the object (charges: yes; refunds: no, List stands in). */
   readonly searchable: boolean;
   /** What the List step judges the kind's objects by. */
@@ -379,9 +420,21 @@ function refusalCode(failure: GatewayFailure): string | null {
   return failure.code === undefined && failure.param === 'amount' ? 'amount_too_large' : null;
 }
 
+/** What an authorization kind's answer is read by: its PaymentIntent's status for the operation. */
+const authorizationRules = (objectName: string): KindRules => ({
+  statusOf: () => 'unknown',
+  actsOnPaymentIntent: true,
+  searchable: false,
+  listSubject: (op) => ({ ownerKey: 'operation_id', relatedBy: { operation_id: op.id }, expected: {} }),
+  listScope: () => ({}),
+  objectName,
+  settleRefusalByEvidence: () => false,
+});
+
 export const KIND_RULES: Readonly<Record<OperationKind, KindRules>> = {
   charge: {
     statusOf: statusOfPaymentIntent,
+    actsOnPaymentIntent: false,
     searchable: true,
     listSubject: (op) => chargeListSubject(op),
     listScope: (op) => ({ customer: op.customerId }),
@@ -390,12 +443,15 @@ export const KIND_RULES: Readonly<Record<OperationKind, KindRules>> = {
   },
   refund: {
     statusOf: statusOfRefund,
+    actsOnPaymentIntent: false,
     searchable: false,
     listSubject: (op) => refundListSubject(op),
     listScope: (op) => ({ payment_intent: paymentIntentOfRefund(op, op.charge?.paymentIntentId ?? null) ?? '' }),
     objectName: 'Refund',
     settleRefusalByEvidence: isRefundRefusal,
   },
+  capture: authorizationRules('capture of PaymentIntent'),
+  cancel_authorization: authorizationRules('cancel of PaymentIntent'),
 };
 
 /** What the engine writes after an attempt. */
@@ -530,6 +586,7 @@ function transientFailure(ctx: Context, failure: GatewayFailure, ambiguousStatus
 /** A PaymentIntent that Stripe says belongs to this operation: settle by its status. */
 export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: Record<string, unknown> = {}): Outcome {
   const { op } = ctx;
+  if (isAuthorizationKind(op.kind)) return fromAuthorizedPaymentIntent(ctx, pi, detail);
   const mismatch: string[] = [];
   if (pi.metadata.operation_id !== undefined && pi.metadata.operation_id !== op.id) mismatch.push('metadata.operation_id');
   if (pi.amount !== op.amount) mismatch.push('amount');
@@ -539,7 +596,7 @@ export function fromPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: R
       { ...detail, paymentIntent: { id: pi.id, status: pi.status, amount: pi.amount, currency: pi.currency } },
     );
   }
-  const status = KIND_RULES[op.kind].statusOf(pi.status);
+  const status = KIND_RULES[op.kind].statusOf(pi.status, op);
   const base = { externalId: pi.id, error: null, errorClass: null, errorCode: null };
   if (status === 'failed') {
     const remedy = remedyStands(op, (extra) => `Refund ${pi.id} of ${extra} is ${pi.status} at Stripe`, { ...detail, paymentIntentStatus: pi.status }, undefined, pi.id);
@@ -610,6 +667,12 @@ export function decideCreate(ctx: Context, result: GatewayResult<PaymentIntentVi
       };
     case FailureKind.invalidRequest:
     case FailureKind.notFound:
+      if (isAuthorizationKind(ctx.op.kind) && failure.code === 'payment_intent_unexpected_state') {
+        // Captured, canceled or expired already — perhaps by this very operation's earlier send whose
+        // answer was lost. The PaymentIntent in the error (else a retrieve) says which.
+        if (failure.paymentIntent) return fromAuthorizedPaymentIntent(ctx, failure.paymentIntent, { refused: failure.code });
+        return { ...transientFailure(ctx, failure, 'unknown', 'unknown'), detail: { ...failureDetail(failure), settleByRetrieve: true } };
+      }
       if (KIND_RULES[ctx.op.kind].settleRefusalByEvidence(failure)) {
         // "Already refunded" / "more than is left" may be this operation's own refund, executed by an
         // earlier send whose answer was lost: List of the PaymentIntent's refunds decides, not a guess.
@@ -1122,13 +1185,13 @@ export function decidePrecondition(op: ClaimedOperation): Outcome | null {
       status: op.status,
     };
   }
-  if (op.kind !== 'refund' || op.charge?.status !== 'failed') return null;
+  if (op.kind === 'charge' || op.charge?.status !== 'failed') return null;
   return {
     status: 'failed',
     externalId: null,
     reviewReason: null,
     retryAfterMs: null,
-    error: `the order's charge failed: there is nothing to refund`,
+    error: op.kind === 'refund' ? `the order's charge failed: there is nothing to refund` : `the order's authorization failed: there is nothing to ${op.kind === 'capture' ? 'capture' : 'cancel'}`,
     errorClass: 'ChargeFailed',
     errorCode: 'charge_failed',
     detail: { chargeStatus: 'failed' },
@@ -1172,3 +1235,71 @@ function stayOpenQuietly(ctx: Context): Outcome {
 }
 
 export type DecisionContext = Context;
+
+// ── Captures and cancels of an authorization (docs/model.md#manual-capture) ─────────────────────
+//
+// What Stripe documents and this part relies on: a PaymentIntent confirmed with capture_method=manual
+// waits in `requires_capture`; a capture moves it to `succeeded` with `amount_received` what was
+// captured (the rest released), a cancel to `canceled`; either from any other status is refused with
+// `payment_intent_unexpected_state`; an authorization not captured in time is canceled by Stripe with
+// `cancellation_reason: automatic` (docs.stripe.com/api/payment_intents/capture, …/cancel,
+// docs.stripe.com/payments/place-a-hold-on-a-payment-method). So the PaymentIntent alone, read in
+// real time, says whether the operation happened.
+
+/** Sends of a capture or cancel that Stripe has not yet shown to have happened, before a human looks. */
+export const MAX_AUTHORIZATION_ATTEMPTS = 12;
+
+/** Stripe's `cancellation_reason` of an authorization it let expire. */
+export const EXPIRED_BY_STRIPE = 'automatic';
+
+/**
+ * A capture's or cancel's PaymentIntent, as Stripe holds it now: settle, send again, or a human.
+ * Captured (by this capture: the amount it asked for) → succeeded; released → a capture failed
+ * (`authorization_expired` / `authorization_canceled`), a cancel succeeded; still held → nothing
+ * happened yet: `pending`, sent again after the backoff (safe: Stripe acts once).
+ */
+export function fromAuthorizedPaymentIntent(ctx: Context, pi: PaymentIntentView, detail: Record<string, unknown> = {}): Outcome {
+  const { op } = ctx;
+  const seen = { ...detail, paymentIntentStatus: pi.status, ...(pi.amountReceived !== undefined ? { amountReceived: pi.amountReceived } : {}), ...(pi.cancellationReason ? { cancellationReason: pi.cancellationReason } : {}) };
+  const held = op.charge?.paymentIntentId ?? null;
+  if (held !== null && pi.id !== held) {
+    return toReview(`${op.kind} of ${held} was answered about another PaymentIntent, ${pi.id}; not adopted`, seen);
+  }
+  const settled = (status: OperationStatus, errorCode: string | null = null, error: string | null = null): Outcome => ({
+    status,
+    externalId: pi.id,
+    reviewReason: null,
+    retryAfterMs: null,
+    error,
+    errorClass: errorCode === null ? null : 'AuthorizationState',
+    errorCode,
+    detail: seen,
+  });
+  const released = pi.status === 'canceled';
+  const releasedCode = pi.cancellationReason === EXPIRED_BY_STRIPE ? 'authorization_expired' : 'authorization_canceled';
+  if (op.kind === 'capture') {
+    if (pi.status === 'succeeded') {
+      if (pi.amountReceived === op.amount) return settled('succeeded');
+      return toReview(`PaymentIntent ${pi.id} is captured for ${pi.amountReceived ?? 'an unknown amount'}, this capture asked for ${op.amount}: captured otherwise (the Dashboard, another integration?); not adopted`, seen, undefined, pi.id);
+    }
+    if (released) return settled('failed', releasedCode, `the authorization of ${pi.id} was released (${pi.cancellationReason ?? 'canceled'}) before it was captured`);
+  } else {
+    if (released) return settled('succeeded');
+    if (pi.status === 'succeeded') return settled('failed', 'authorization_captured', `the authorization of ${pi.id} was captured (${pi.amountReceived ?? '?'}): nothing to cancel; refund it instead`);
+  }
+  // Still held (requires_capture) — nothing happened yet — or a status Stripe may move on from.
+  const attempts = op.attempts + 1;
+  if (attempts >= MAX_AUTHORIZATION_ATTEMPTS) {
+    return toReview(`${op.kind} of ${pi.id} sent ${attempts} times and Stripe still shows it ${pi.status}; look the PaymentIntent up, then resolve`, seen, undefined, pi.id);
+  }
+  return {
+    status: pi.status === 'requires_capture' ? 'pending' : 'unknown',
+    externalId: pi.id,
+    reviewReason: null,
+    retryAfterMs: backoffDelay(attempts, ctx.policy.backoff.unsettled, ctx.random),
+    error: null,
+    errorClass: null,
+    errorCode: null,
+    detail: seen,
+  };
+}

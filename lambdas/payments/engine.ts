@@ -10,10 +10,12 @@
 // This class is the engine's one entry point; each job lives in a module of its own:
 //   charge-requests.ts    requesting charges (durable, claimed, conflicts)
 //   refund-requests.ts    requesting refunds (durable, claimed when the charge is final, rejections)
+//   authorization-requests.ts  capturing or releasing a manual charge's authorization (likewise)
 //   duplicate-remedy.ts   the duplicate-charge remedy
 //   reconcile-due.ts      one page of the reconcile sweep
 //   claimed-execution.ts  executing claimed operations: evidence, attempt / create, recording outcomes
 //   engine-context.ts     the options, resolved once, that every job takes
+import { processAuthorizationRequest, type AuthorizationRequestResult } from './authorization-requests.ts';
 import { processChargeRequests } from './charge-requests.ts';
 import { executeOperation } from './claimed-execution.ts';
 import type { EnginePolicy } from './decisions.ts';
@@ -22,7 +24,7 @@ import { engineContext, type EngineContext, type EngineOptions } from './engine-
 import { reconcileDue } from './reconcile-due.ts';
 import { processRefundRequest, type RefundRequestOptions } from './refund-requests.ts';
 import type { Execution, RefundRequestResult, RequestResult } from './request-results.ts';
-import type { ChargeInput, PaymentIntentView, RefundInput } from './types.ts';
+import type { AuthorizationInput, ChargeInput, PaymentIntentView, RefundInput } from './types.ts';
 
 export type { EngineOptions } from './engine-context.ts';
 export { conflictingFields } from './charge-requests.ts';
@@ -72,6 +74,11 @@ export class ChargeEngine {
   /** A refund request, made durable and executed when it can be (refund-requests.ts processRefundRequest). */
   async processRefund(input: RefundInput, options: RefundRequestOptions = {}): Promise<RefundRequestResult> {
     return processRefundRequest(this.#ctx, input, options);
+  }
+
+  /** A capture or cancel of a manual charge's authorization, made durable and executed when it can be (authorization-requests.ts). */
+  async processAuthorization(input: AuthorizationInput, options: { execute?: boolean; canStart?: () => boolean } = {}): Promise<AuthorizationRequestResult> {
+    return processAuthorizationRequest(this.#ctx, input, options);
   }
 
   /** The duplicate-charge remedy (duplicate-remedy.ts). */

@@ -83,6 +83,19 @@ export interface CreatePaymentIntentRequest extends AccountScope {
   readonly applicationFeeAmount?: number | null;
   /** Connect: a destination charge (`transfer_data[destination]`), made on the platform. */
   readonly transferDestination?: string | null;
+  /** 'manual': authorize only (`capture_method=manual`); absent: Stripe's default, captured at once. */
+  readonly captureMethod?: 'manual' | null;
+}
+
+/**
+ * POST /v1/payment_intents/:id/capture (docs.stripe.com/api/payment_intents/capture) or …/cancel
+ * (docs.stripe.com/api/payment_intents/cancel), with our key: they act on a PaymentIntent we hold.
+ */
+export interface AuthorizationActionRequest extends AccountScope {
+  readonly idempotencyKey: string;
+  readonly paymentIntentId: string;
+  /** A capture's `amount_to_capture` (the rest is released); ignored by a cancel. */
+  readonly amount?: number;
 }
 
 export interface SearchPaymentIntentsRequest extends AccountScope {
@@ -170,4 +183,8 @@ export interface PaymentGateway {
   retrieveRefund(id: string, scope?: AccountScope): Promise<GatewayResult<RefundView>>;
   /** Real time: every refund of a PaymentIntent (scope: { payment_intent }); the created range is not sent. */
   listRefunds(request: ListRequest): Promise<GatewayResult<ListAnswer<RefundView>>>;
+  /** Capture an authorized PaymentIntent (manual capture), all or `amount` of it. */
+  capturePaymentIntent(request: AuthorizationActionRequest): Promise<GatewayResult<PaymentIntentView>>;
+  /** Release an authorized PaymentIntent (manual capture) whole. */
+  cancelPaymentIntent(request: AuthorizationActionRequest): Promise<GatewayResult<PaymentIntentView>>;
 }

@@ -7,8 +7,8 @@
 // A third kind (a capture, a payout, …) is: a value in the `kind` CHECK (a migration), one adapter
 // here, one KindRules entry in decisions.ts, its request statement in operations-store.ts, and its
 // event names in the outbox — never a second engine or a copied state machine.
-import { idempotencyKey, paymentIntentMetadata, refundMetadata, type ListWindow } from './decisions.ts';
-import type { GatewayResult, ListAnswer, PaymentGateway } from './gateway.ts';
+import { authorizationKey, idempotencyKey, paymentIntentMetadata, refundMetadata, type ListWindow } from './decisions.ts';
+import type { AuthorizationActionRequest, GatewayResult, ListAnswer, PaymentGateway } from './gateway.ts';
 import { paymentIntentOfRefund, type ClaimedOperation, type OperationKind, type PaymentIntentView } from './types.ts';
 
 /**
@@ -46,6 +46,7 @@ const charge: KindAdapter = {
       ...(op.statementDescriptorSuffix ? { statementDescriptorSuffix: op.statementDescriptorSuffix } : {}),
       ...(op.applicationFeeAmount ? { applicationFeeAmount: op.applicationFeeAmount } : {}),
       ...(op.transferDestination ? { transferDestination: op.transferDestination } : {}),
+      ...(op.captureMethod ? { captureMethod: op.captureMethod } : {}),
       account: accountOf(op),
     }),
   retrieve: (gateway, id, account) => gateway.retrievePaymentIntent(id, { account }),
@@ -74,4 +75,31 @@ const refund: KindAdapter = {
   list: (gateway, scope, window, beforePage, account) => gateway.listRefunds({ scope, ...window, beforePage, account }),
 };
 
-export const KIND_ADAPTERS: Readonly<Record<OperationKind, KindAdapter>> = { charge, refund };
+/**
+ * A capture or a cancel acts on the charge's PaymentIntent (claimable only once the charge is final:
+ * operations-store.ts CLAIMABLE; one of a failed charge never gets here: decidePrecondition). Its
+ * evidence is a retrieve of that PaymentIntent (decisions.ts chooseStep): it has no List.
+ */
+function authorizationAdapter(act: (gateway: PaymentGateway, request: AuthorizationActionRequest) => Promise<GatewayResult<PaymentIntentView>>, withAmount: boolean): KindAdapter {
+  return {
+    create: (gateway, op) => {
+      const paymentIntentId = op.charge?.paymentIntentId;
+      if (!paymentIntentId) throw new Error(`${op.kind} operation ${op.id} was claimed without its charge's PaymentIntent`);
+      return act(gateway, {
+        idempotencyKey: authorizationKey(op),
+        paymentIntentId,
+        ...(withAmount ? { amount: op.amount } : {}),
+        account: accountOf(op),
+      });
+    },
+    retrieve: (gateway, id, account) => gateway.retrievePaymentIntent(id, { account }),
+    list: () => Promise.reject(new Error('a capture or cancel has no List: its evidence is its PaymentIntent')),
+  };
+}
+
+export const KIND_ADAPTERS: Readonly<Record<OperationKind, KindAdapter>> = {
+  charge,
+  refund,
+  capture: authorizationAdapter((gateway, request) => gateway.capturePaymentIntent(request), true),
+  cancel_authorization: authorizationAdapter((gateway, request) => gateway.cancelPaymentIntent(request), false),
+};

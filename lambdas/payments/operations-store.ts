@@ -5,7 +5,7 @@
 import { prepared, type Db } from './db.ts';
 import type { AttemptStep, Outcome, WatchTimings } from './decisions.ts';
 import type { EvidenceEvent } from './evidence.ts';
-import type { ChargeInput, ClaimedOperation, Operation, OperationKind, OperationStatus, RefundInput, RefundReason } from './types.ts';
+import type { AuthorizationInput, ChargeInput, ClaimedOperation, Operation, OperationKind, OperationStatus, RefundInput, RefundReason } from './types.ts';
 
 /** Raw row shape of to_jsonb(payment_operations). */
 interface OperationJson {
@@ -23,6 +23,8 @@ interface OperationJson {
   stripe_account?: string | null;
   application_fee_amount?: number | string | null;
   transfer_destination?: string | null;
+  capture_method?: 'manual' | null;
+  cancellation_reason?: 'expired' | null;
   order_id: string;
   amount: number | string;
   currency: string;
@@ -62,6 +64,10 @@ export function toOperation(row: OperationJson): Operation {
               : null,
           }
         : null,
+    authorization:
+      (row.kind === 'capture' || row.kind === 'cancel_authorization') && row.parent_operation_id
+        ? { chargeOperationId: row.parent_operation_id, cancellationReason: row.cancellation_reason ?? null }
+        : null,
     orderId: row.order_id,
     amount: Number(row.amount),
     currency: row.currency,
@@ -73,6 +79,7 @@ export function toOperation(row: OperationJson): Operation {
     ...(row.stripe_account ? { account: row.stripe_account } : {}),
     ...(row.application_fee_amount !== null && row.application_fee_amount !== undefined ? { applicationFeeAmount: Number(row.application_fee_amount) } : {}),
     ...(row.transfer_destination ? { transferDestination: row.transfer_destination } : {}),
+    ...(row.capture_method ? { captureMethod: row.capture_method } : {}),
     status: row.status,
     externalId: row.external_id,
     attempts: row.attempts,
@@ -199,6 +206,7 @@ export async function requestAndClaim(
     stripe_account: input.account ?? null,
     application_fee_amount: input.applicationFeeAmount ?? null,
     transfer_destination: input.transferDestination ?? null,
+    capture_method: input.captureMethod ?? null,
     claim,
   }));
   const { rows } = await prepared<{ idx: number; source: RequestSource; op: OperationJson; db_now: Date }>(
@@ -208,15 +216,15 @@ export async function requestAndClaim(
        SELECT * FROM jsonb_to_recordset($1::jsonb)
          AS i(idx int, order_id text, amount bigint, currency text, customer_id text, payment_method text,
               description text, statement_descriptor_suffix text, charge_metadata jsonb,
-              stripe_account text, application_fee_amount bigint, transfer_destination text, claim boolean)
+              stripe_account text, application_fee_amount bigint, transfer_destination text, capture_method text, claim boolean)
      ),
      inserted AS (
        INSERT INTO payment_operations AS p
          (order_id, amount, currency, customer_id, payment_method, description, statement_descriptor_suffix, charge_metadata,
-          stripe_account, application_fee_amount, transfer_destination,
+          stripe_account, application_fee_amount, transfer_destination, capture_method,
           lease_token, lease_until, first_attempted_at, next_attempt_at)
        SELECT order_id, amount, currency, customer_id, payment_method, description, statement_descriptor_suffix, charge_metadata,
-              stripe_account, application_fee_amount, transfer_destination,
+              stripe_account, application_fee_amount, transfer_destination, capture_method,
               CASE WHEN claim THEN $2::uuid END,
               CASE WHEN claim THEN now() + $3::bigint * interval '1 millisecond' END,
               CASE WHEN claim THEN now() END,
@@ -232,9 +240,9 @@ export async function requestAndClaim(
           AND (p.amount, p.currency, p.customer_id, p.payment_method)
               = (i.amount, i.currency, i.customer_id, i.payment_method)
           AND (p.description, p.statement_descriptor_suffix, p.charge_metadata,
-               p.stripe_account, p.application_fee_amount, p.transfer_destination)
+               p.stripe_account, p.application_fee_amount, p.transfer_destination, p.capture_method)
               IS NOT DISTINCT FROM (i.description, i.statement_descriptor_suffix, i.charge_metadata,
-               i.stripe_account, i.application_fee_amount, i.transfer_destination)
+               i.stripe_account, i.application_fee_amount, i.transfer_destination, i.capture_method)
           AND ${CLAIMABLE}
        RETURNING p.*
      ),
@@ -275,7 +283,7 @@ export async function requestAndClaim(
  * charge is final-failed: nothing to refund), `exceeds_charge` (with the refunds of the order that
  * are not failed, it would refund more than was charged).
  */
-export type RefundVerdict = RequestSource | 'no_charge' | 'charge_failed' | 'exceeds_charge';
+export type RefundVerdict = RequestSource | 'no_charge' | 'charge_failed' | 'exceeds_charge' | 'not_captured';
 
 export interface RefundRequestRow {
   readonly verdict: RefundVerdict;
@@ -317,6 +325,12 @@ export async function requestRefundAndClaim(
     'payments.request_refund_and_claim',
     `WITH i AS (SELECT $1::text AS order_id, $5::text AS refund_id, $6::bigint AS amount, $7::text AS reason, $8::boolean AS claim),
      charge AS (SELECT c.* FROM payment_operations c, i WHERE c.order_id = i.order_id AND c.kind = 'charge'),
+     -- What may be refunded: the charge's amount, or — a manual charge (migrations/019) — what its
+     -- capture took; NULL while it is not captured (the refund is refused: cancel it instead).
+     bound AS (SELECT CASE WHEN c.capture_method IS NULL THEN c.amount
+                           ELSE (SELECT k.amount FROM payment_operations k
+                                  WHERE k.parent_operation_id = c.id AND k.kind = 'capture' AND k.status = 'succeeded') END AS amount
+                 FROM charge c),
      -- The duplicate remedy's refunds give back ANOTHER PaymentIntent: they do not count against the
      -- charge's amount (as in the trigger of 007/009; the property model found the difference). Nor
      -- does a refund Stripe failed after it succeeded (009): its amount is refundable again.
@@ -327,7 +341,8 @@ export async function requestRefundAndClaim(
        SELECT CASE WHEN EXISTS (SELECT 1 FROM existing) THEN 'existing'
                    WHEN NOT EXISTS (SELECT 1 FROM charge) THEN 'no_charge'
                    WHEN (SELECT status FROM charge) = 'failed' THEN 'charge_failed'
-                   WHEN (SELECT held FROM held) + i.amount > (SELECT amount FROM charge) THEN 'exceeds_charge'
+                   WHEN (SELECT amount FROM bound) IS NULL THEN 'not_captured'
+                   WHEN (SELECT held FROM held) + i.amount > (SELECT amount FROM bound) THEN 'exceeds_charge'
                    ELSE 'insert' END AS v
          FROM i
      ),
@@ -367,7 +382,7 @@ export async function requestRefundAndClaim(
      )
      SELECT CASE WHEN v.v = 'insert' OR v.v = 'existing' THEN coalesce(ch.source, 'missing') ELSE v.v END AS verdict,
             ch.op, ${CHARGE_OF('ch')} AS charge,
-            (SELECT amount FROM charge) AS charge_amount, (SELECT held FROM held) AS held, now() AS db_now
+            (SELECT amount FROM bound) AS charge_amount, (SELECT held FROM held) AS held, now() AS db_now
        FROM verdict v LEFT JOIN LATERAL (SELECT * FROM chosen ORDER BY rank LIMIT 1) ch ON true`,
     [input.orderId, leaseToken, leaseMs, actor, input.refundId, input.amount, input.reason, claim, JSON.stringify(requestedDetail)],
   );
@@ -382,6 +397,103 @@ export async function requestRefundAndClaim(
     chargeAmount: row.charge_amount === null ? null : Number(row.charge_amount),
     refundedOrHeld: Number(row.held),
   };
+}
+
+/**
+ * How a capture / cancel_authorization request was taken: `inserted` / `claimed` / `existing` as for
+ * refunds; otherwise refused with nothing written — `no_charge`, `not_manual` (captured at once),
+ * `charge_failed`, `exceeds_authorization`, `already_settled` (the authorization's one capture or
+ * cancel exists, of the other kind — an expiry is a cancel: migrations/019).
+ */
+export type AuthorizationVerdict = RequestSource | 'no_charge' | 'not_manual' | 'charge_failed' | 'exceeds_authorization' | 'already_settled';
+
+export interface AuthorizationRequestRow {
+  readonly verdict: AuthorizationVerdict;
+  /** The capture or cancel operation (inserted, claimed or existing); the other kind's when already_settled; null otherwise. */
+  readonly operation: Operation | null;
+  readonly claimed: ClaimedOperation | null;
+  /** The authorized amount (the charge's), when there is a charge. */
+  readonly authorizedAmount: number | null;
+}
+
+/**
+ * Make one capture or cancel of an authorization durable and claim it when its charge is final, in
+ * ONE statement — the refund request's shape (requestRefundAndClaim): the rules judged here and again
+ * by the insert trigger of migrations/019, which locks the charge's row; the partial unique index
+ * (one capture or cancel per authorization) makes a concurrent request of either kind insert nothing,
+ * and the caller asks again, seeing it then.
+ */
+export async function requestAuthorizationAndClaim(
+  db: Db,
+  input: AuthorizationInput,
+  claim: boolean,
+  leaseToken: string,
+  leaseMs: number,
+  actor: string,
+): Promise<AuthorizationRequestRow | null> {
+  const { rows } = await prepared<{ verdict: AuthorizationVerdict; op: OperationJson | null; charge: ChargeJson | null; authorized: number | string | null; db_now: Date }>(
+    db,
+    'payments.request_authorization_and_claim',
+    `WITH i AS (SELECT $1::text AS order_id, $5::text AS kind, $6::bigint AS amount, $7::boolean AS claim),
+     charge AS (SELECT c.* FROM payment_operations c, i WHERE c.order_id = i.order_id AND c.kind = 'charge'),
+     settlement AS (SELECT s.* FROM payment_operations s, charge c
+                     WHERE s.parent_operation_id = c.id AND s.kind IN ('capture', 'cancel_authorization')),
+     verdict AS (
+       SELECT CASE WHEN EXISTS (SELECT 1 FROM settlement x WHERE x.kind = i.kind) THEN 'existing'
+                   WHEN EXISTS (SELECT 1 FROM settlement) THEN 'already_settled'
+                   WHEN NOT EXISTS (SELECT 1 FROM charge) THEN 'no_charge'
+                   WHEN (SELECT capture_method FROM charge) IS NULL THEN 'not_manual'
+                   WHEN (SELECT status FROM charge) = 'failed' THEN 'charge_failed'
+                   WHEN i.kind = 'capture' AND i.amount > (SELECT amount FROM charge) THEN 'exceeds_authorization'
+                   ELSE 'insert' END AS v
+         FROM i
+     ),
+     inserted AS (
+       INSERT INTO payment_operations AS p
+         (order_id, kind, parent_operation_id, amount, currency, customer_id, payment_method,
+          lease_token, lease_until, first_attempted_at, next_attempt_at)
+       SELECT i.order_id, i.kind, c.id, CASE WHEN i.kind = 'capture' THEN coalesce(i.amount, c.amount) ELSE c.amount END,
+              c.currency, c.customer_id, c.payment_method,
+              CASE WHEN i.claim AND c.status = 'succeeded' THEN $2::uuid END,
+              CASE WHEN i.claim AND c.status = 'succeeded' THEN now() + $3::bigint * interval '1 millisecond' END,
+              CASE WHEN i.claim AND c.status = 'succeeded' THEN now() END,
+              CASE WHEN i.claim AND c.status = 'succeeded' THEN now() + $3::bigint * interval '1 millisecond' ELSE now() END
+         FROM i, charge c, verdict v WHERE v.v = 'insert'
+       ON CONFLICT (parent_operation_id) WHERE kind IN ('capture', 'cancel_authorization') DO NOTHING
+       RETURNING p.*
+     ),
+     claimed AS (
+       UPDATE payment_operations AS p SET ${CLAIM_SET}
+         FROM i, settlement e
+        WHERE i.claim AND p.id = e.id AND e.kind = i.kind AND (i.amount IS NULL OR p.amount = i.amount)
+          AND ${CLAIMABLE}
+       RETURNING p.*
+     ),
+     audit AS (
+       INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
+       SELECT id, $4::text, 'requested', NULL, status, key_generation, '{}'::jsonb FROM inserted
+       UNION ALL
+       SELECT id, $4::text, 'attempt_started', status, status, key_generation,
+              jsonb_build_object('attempt', attempts + 1, 'leaseUntil', lease_until, 'leaseToken', lease_token)
+         FROM inserted WHERE lease_token IS NOT NULL
+       UNION ALL ${ATTEMPT_STARTED_EVENT}
+     ),
+     chosen AS (
+       SELECT 1 AS rank, 'inserted' AS source, to_jsonb(x) AS op, x.parent_operation_id FROM inserted x
+       UNION ALL SELECT 2, 'claimed', to_jsonb(x), x.parent_operation_id FROM claimed x
+       UNION ALL SELECT 3, 'existing', to_jsonb(x), x.parent_operation_id FROM settlement x, i WHERE x.kind = i.kind
+       UNION ALL SELECT 4, 'other', to_jsonb(x), x.parent_operation_id FROM settlement x
+     )
+     SELECT CASE WHEN v.v = 'insert' OR v.v = 'existing' THEN coalesce(ch.source, 'missing') ELSE v.v END AS verdict,
+            ch.op, ${CHARGE_OF('ch')} AS charge, (SELECT amount FROM charge) AS authorized, now() AS db_now
+       FROM verdict v LEFT JOIN LATERAL (SELECT * FROM chosen ORDER BY rank LIMIT 1) ch ON true`,
+    [input.orderId, leaseToken, leaseMs, actor, input.kind, input.amount ?? null, claim],
+  );
+  const row = rows[0];
+  if (!row || (row.verdict as string) === 'missing' || (row.verdict as string) === 'other') return null;
+  const operation = row.op ? toOperation(row.op) : null;
+  const claimed = operation && row.verdict !== 'existing' && row.verdict !== 'already_settled' && operation.leaseToken === leaseToken && row.op ? toClaimed(row.op, row.db_now, row.charge) : null;
+  return { verdict: row.verdict, operation, claimed, authorizedAmount: row.authorized === null ? null : Number(row.authorized) };
 }
 
 /**
@@ -720,7 +832,13 @@ export function outboxInsertSql(source: string, leaseParam: string): string {
        SELECT s.event_id, s.id,
               CASE WHEN s.status = 'succeeded' AND k.refund_payment_intent IS NOT NULL
                    THEN 'Charge Duplicate Refunded'
-                   ELSE CASE WHEN k.kind = 'refund' THEN 'Refund ' ELSE 'Charge ' END ||
+                   -- Manual capture (migrations/019): an authorization, its capture, its release.
+                   WHEN s.status = 'succeeded' AND s.review_reason IS NULL AND k.capture_method = 'manual' THEN 'Charge Authorized'
+                   WHEN s.status = 'succeeded' AND s.review_reason IS NULL AND k.kind = 'capture' THEN 'Charge Captured'
+                   WHEN s.status = 'succeeded' AND s.review_reason IS NULL AND k.kind = 'cancel_authorization'
+                   THEN CASE WHEN k.cancellation_reason = 'expired' THEN 'Authorization Expired' ELSE 'Authorization Canceled' END
+                   ELSE CASE k.kind WHEN 'refund' THEN 'Refund ' WHEN 'capture' THEN 'Charge Capture '
+                                    WHEN 'cancel_authorization' THEN 'Authorization Cancel ' ELSE 'Charge ' END ||
                         CASE WHEN s.review_reason IS NOT NULL THEN 'Needs Review'
                              WHEN s.status = 'succeeded' THEN 'Succeeded'
                              WHEN s.status = 'pending' THEN 'Reissued'
@@ -744,6 +862,12 @@ export function outboxInsertSql(source: string, leaseParam: string): string {
                                               'chargeOperationId', k.parent_operation_id, 'refundReason', k.refund_reason)
                            || CASE WHEN k.refund_payment_intent IS NOT NULL
                                    THEN jsonb_build_object('refundedPaymentIntent', k.refund_payment_intent) ELSE '{}'::jsonb END
+                      ELSE '{}'::jsonb END
+              -- A capture or cancel names the charge it settles; a manual charge says it only authorized.
+              || CASE WHEN k.kind IN ('capture', 'cancel_authorization')
+                      THEN jsonb_build_object('kind', k.kind, 'chargeOperationId', k.parent_operation_id)
+                           || CASE WHEN k.cancellation_reason IS NOT NULL THEN jsonb_build_object('cancellationReason', k.cancellation_reason) ELSE '{}'::jsonb END
+                      WHEN k.capture_method IS NOT NULL THEN jsonb_build_object('captureMethod', k.capture_method)
                       ELSE '{}'::jsonb END
               -- An operation on a connected account names it (migrations/018); a platform one is unchanged.
               || CASE WHEN k.stripe_account IS NOT NULL THEN jsonb_build_object('account', k.stripe_account) ELSE '{}'::jsonb END,

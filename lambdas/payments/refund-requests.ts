@@ -42,6 +42,8 @@ export async function processRefundRequest(ctx: EngineContext, input: RefundInpu
       return reject('no_charge', `order ${input.orderId} has no charge to refund`);
     case 'charge_failed':
       return reject('charge_failed', `order ${input.orderId}: the charge failed, there is nothing to refund`);
+    case 'not_captured':
+      return reject('not_captured', `order ${input.orderId}: the charge is an authorization not captured (capture "manual"); there is nothing to refund — cancel the authorization instead`);
     case 'exceeds_charge':
       return reject('exceeds_charge',
         `refund ${input.refundId} of order ${input.orderId} (${input.amount}) would exceed the charge: ${row.refundedOrHeld} of ${row.chargeAmount} already refunded or in flight`);

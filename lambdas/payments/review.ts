@@ -280,9 +280,38 @@ const gatherRefundEvidence: EvidenceReader = async (lookup, op, events, options)
   };
 };
 
+/**
+ * A capture or cancel: the PaymentIntent it acts on, retrieved (its row's external_id, or any the
+ * trail names). Its state is the whole evidence: Stripe captures or releases a PaymentIntent once.
+ */
+const gatherAuthorizationEvidence: EvidenceReader = async (lookup, op, events, options) => {
+  const problems: string[] = [];
+  const found = new Found<StripePaymentIntent>();
+  const missing: string[] = [];
+  const ids = [...knownPaymentIntentIds(op, events), ...(options.extraIds ?? [])];
+  let complete = await retrieveEach(ids, (id) => lookup.retrieve(id, { account: op.account ?? null }), found, missing, problems);
+  if (ids.length === 0) {
+    complete = false;
+    problems.push(`the ${op.kind} names no PaymentIntent yet: look up its charge operation's`);
+  }
+  return {
+    kind: op.kind,
+    paymentIntents: found.all(),
+    refunds: [],
+    refundedPaymentIntent: null,
+    unrelated: [],
+    missing,
+    complete,
+    problems,
+    checkedAt: (options.now ?? (() => new Date()))().toISOString(),
+  };
+};
+
 export const EVIDENCE_READERS: Readonly<Record<OperationKind, EvidenceReader>> = {
   charge: gatherPaymentIntentEvidence,
   refund: gatherRefundEvidence,
+  capture: gatherAuthorizationEvidence,
+  cancel_authorization: gatherAuthorizationEvidence,
 };
 
 /**
@@ -351,7 +380,23 @@ const amountAndCurrency = (op: Operation, object: EvidenceObject): string[] => [
   ...(object.currency !== op.currency ? [`currency ${object.currency} ≠ ${op.currency}`] : []),
 ];
 
+/** A capture's or cancel's PaymentIntent: it shows the effect when captured for the amount / released. */
+const authorizationReview = (effect: string, done: (op: Operation, pi: EvidenceObject) => boolean): ReviewKind => ({
+  own: (evidence) => evidence.paymentIntents,
+  proofFlag: '--payment-intent',
+  effect,
+  settleMs: (policy) => policy.listSettleMs,
+  mismatches: (op, object) => (done(op, object) ? [] : [`${object.id} is ${object.status}${object.amountReceived !== undefined ? ` (captured ${object.amountReceived})` : ''}, not ${effect === 'capture' ? `captured for ${op.amount}` : 'released'}`]),
+});
+
+/** Whether a capture's / cancel's PaymentIntent shows that it happened (decisions.ts fromAuthorizedPaymentIntent). */
+export function authorizationDone(op: Operation, pi: Pick<EvidenceObject, 'status' | 'amountReceived'>): boolean {
+  return op.kind === 'capture' ? pi.status === 'succeeded' && pi.amountReceived === op.amount : pi.status === 'canceled';
+}
+
 export const REVIEW_KINDS: Readonly<Record<OperationKind, ReviewKind>> = {
+  capture: authorizationReview('capture', authorizationDone),
+  cancel_authorization: authorizationReview('release of the authorization', authorizationDone),
   charge: {
     own: (evidence) => evidence.paymentIntents,
     proofFlag: '--payment-intent',
@@ -411,6 +456,13 @@ export function judgeResolveSucceeded(op: Operation, id: string, object: Evidenc
   const name = KIND_RULES[op.kind].objectName;
   if (object === null) return refuse(`${name} ${id} does not exist at Stripe`);
   const owner = object.metadata.operation_id;
+  // A capture's or cancel's PaymentIntent is its charge's (metadata names the charge operation).
+  const ownerExpected = op.authorization ? op.authorization.chargeOperationId : op.id;
+  if (op.authorization) {
+    if (owner !== ownerExpected) return refuse(`${name} ${object.id} is not the PaymentIntent of charge operation ${ownerExpected}`);
+    const mismatch = REVIEW_KINDS[op.kind].mismatches(op, object, refundedPaymentIntent);
+    return mismatch.length > 0 ? refuse(mismatch.join(', ')) : allowed;
+  }
   if (owner !== op.id) {
     return refuse(`${name} ${object.id} does not belong to operation ${op.id}: its metadata.operation_id is ${owner === undefined ? 'absent' : owner}`);
   }
@@ -452,7 +504,15 @@ export function judgeNoEffect(
   if (!evidence.complete) {
     return refuse(`the Stripe look-ups are incomplete (${evidence.problems.join('; ')}): the absence of a ${kind.effect} cannot be shown`);
   }
-  const moving = movingObjects(evidence);
+  if (op.authorization) {
+    // Stripe acts on a PaymentIntent once: sending again cannot capture twice or more than asked, so
+    // "it happened already" stops a re-issue or a resolve --as failed — and, below, a send that may
+    // still be running.
+    const done = evidence.paymentIntents.find((pi) => authorizationDone(op, pi));
+    if (done) return refuse(`Stripe shows the ${kind.effect} done (${done.id} ${done.status}): use review resolve --as succeeded --payment-intent ${done.id}`);
+  }
+  // (A capture's or cancel's PaymentIntent is the charge's: it is not "moving" for this operation.)
+  const moving = op.authorization ? [] : movingObjects(evidence);
   const succeeded = moving.filter((object) => object.status === 'succeeded');
   const judge = (object: EvidenceObject) => judgeResolveSucceeded(op, object.id, object, evidence.refundedPaymentIntent);
   if (succeeded.length > 0) {

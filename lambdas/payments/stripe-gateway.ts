@@ -6,6 +6,7 @@ import { MAX_LIST_PAGES_FOR_PROOF } from './decisions.ts';
 import {
   FailureKind,
   type AccountScope,
+  type AuthorizationActionRequest,
   type CreatePaymentIntentRequest,
   type CreateRefundRequest,
   type RefundView,
@@ -138,8 +139,12 @@ export function classifyStripeError(error: unknown, call: Call): GatewayFailure 
       const pi = toView(e.payment_intent);
       return { ...base, kind: FailureKind.declined, ...(pi ? { paymentIntent: pi } : {}) };
     }
-    case 'StripeInvalidRequestError':
-      return { ...base, kind: call === 'retrieve' && httpStatus === 404 ? FailureKind.notFound : FailureKind.invalidRequest };
+    case 'StripeInvalidRequestError': {
+      // payment_intent_unexpected_state carries the PaymentIntent as it is (a capture of one already
+      // captured or canceled): evidence, as a decline's is.
+      const pi = code === 'payment_intent_unexpected_state' ? toView(e.payment_intent) : undefined;
+      return { ...base, kind: call === 'retrieve' && httpStatus === 404 ? FailureKind.notFound : FailureKind.invalidRequest, ...(pi ? { paymentIntent: pi } : {}) };
+    }
     case 'StripeIdempotencyError':
       return { ...base, kind: FailureKind.idempotencyMisuse };
     case 'StripeRateLimitError':
@@ -178,6 +183,9 @@ function toView(raw: unknown): PaymentIntentView | undefined {
     metadata,
     ...(typeof pi.customer === 'string' || pi.customer === null ? { customer: pi.customer } : {}),
     ...paymentMethodTypeOf(pi.payment_method),
+    ...(typeof pi.amount_received === 'number' ? { amountReceived: pi.amount_received } : {}),
+    ...(typeof pi.capture_method === 'string' ? { captureMethod: pi.capture_method } : {}),
+    ...(typeof pi.cancellation_reason === 'string' || pi.cancellation_reason === null ? { cancellationReason: pi.cancellation_reason } : {}),
   };
 }
 
@@ -328,6 +336,7 @@ export class StripeGateway implements PaymentGateway {
           ...(request.statementDescriptorSuffix ? { statement_descriptor_suffix: request.statementDescriptorSuffix } : {}),
           ...(request.applicationFeeAmount ? { application_fee_amount: request.applicationFeeAmount } : {}),
           ...(request.transferDestination ? { transfer_data: { destination: request.transferDestination } } : {}),
+          ...(request.captureMethod ? { capture_method: request.captureMethod } : {}),
         },
         { idempotencyKey: request.idempotencyKey, ...asAccount(request) },
       );
@@ -335,6 +344,34 @@ export class StripeGateway implements PaymentGateway {
     } catch (error) {
       return { ok: false, failure: classifyStripeError(error, 'create') };
     }
+  }
+
+  async capturePaymentIntent(request: AuthorizationActionRequest): Promise<GatewayResult<PaymentIntentView>> {
+    return this.#authorizationAction(request, () =>
+      this.#stripe.paymentIntents.capture(
+        request.paymentIntentId,
+        request.amount !== undefined ? { amount_to_capture: request.amount } : {},
+        { idempotencyKey: request.idempotencyKey, ...asAccount(request) },
+      ),
+    );
+  }
+
+  async cancelPaymentIntent(request: AuthorizationActionRequest): Promise<GatewayResult<PaymentIntentView>> {
+    return this.#authorizationAction(request, () =>
+      this.#stripe.paymentIntents.cancel(request.paymentIntentId, {}, { idempotencyKey: request.idempotencyKey, ...asAccount(request) }),
+    );
+  }
+
+  /** A capture or cancel, counted and classified as a create is (it changes something at Stripe, under our key). */
+  async #authorizationAction(request: AuthorizationActionRequest, call: () => Promise<unknown>): Promise<GatewayResult<PaymentIntentView>> {
+    const { value, attempts, refused } = await this.#attempts.count(request.idempotencyKey, async (): Promise<GatewayResult<PaymentIntentView>> => {
+      try {
+        return checkedPaymentIntent(await call());
+      } catch (error) {
+        return { ok: false, failure: classifyStripeError(error, 'create') };
+      }
+    });
+    return value.ok ? value : { ok: false, failure: withAttempts(value.failure, attempts, refused) };
   }
 
   async retrievePaymentIntent(id: string, scope: AccountScope = {}): Promise<GatewayResult<PaymentIntentView>> {

@@ -31,6 +31,13 @@ export interface ChargeInput {
   readonly account?: string;
   readonly applicationFeeAmount?: number;
   readonly transferDestination?: string;
+  /**
+   * Manual capture (docs/model.md#manual-capture): 'manual' authorizes only — the PaymentIntent is
+   * created with `capture_method=manual` and the operation succeeds when Stripe holds the amount
+   * (`requires_capture`); a capture or cancel_authorization operation settles it later. Absent:
+   * captured at once. A parameter of the order.
+   */
+  readonly captureMethod?: 'manual';
 }
 
 /**
@@ -41,7 +48,28 @@ export interface ChargeInput {
 export const ACCOUNT_ID = /^acct_[A-Za-z0-9]{1,64}$/;
 
 /** The kinds of business effect one engine carries (lambdas/payments/kinds.ts: one adapter each). */
-export type OperationKind = 'charge' | 'refund';
+export type OperationKind = 'charge' | 'refund' | 'capture' | 'cancel_authorization';
+
+/** The kinds that settle a manual charge's authorization: they act on its PaymentIntent, they make no object. */
+export const AUTHORIZATION_KINDS = ['capture', 'cancel_authorization'] as const;
+export type AuthorizationKind = (typeof AUTHORIZATION_KINDS)[number];
+export const isAuthorizationKind = (kind: OperationKind): kind is AuthorizationKind => kind === 'capture' || kind === 'cancel_authorization';
+
+/** A capture or a release of a manual charge's authorization, as a producer asks for it. */
+export interface AuthorizationInput {
+  readonly kind: AuthorizationKind;
+  readonly orderId: string;
+  /** A capture's amount (at most the authorized; the rest is released). Absent: all of it. A cancel releases all. */
+  readonly amount?: number;
+}
+
+/** What a capture / cancel_authorization operation is of (migrations/019). */
+export interface AuthorizationFields {
+  /** The order's charge operation, the authorization it settles. */
+  readonly chargeOperationId: string;
+  /** 'expired': not asked for — the reconciler recorded that Stripe let the authorization expire. */
+  readonly cancellationReason: 'expired' | null;
+}
 
 export const REFUND_REASONS = ['duplicate', 'fraudulent', 'requested_by_customer'] as const;
 
@@ -99,6 +127,8 @@ export interface Operation extends ChargeInput {
   readonly kind: OperationKind;
   /** Null for a charge. */
   readonly refund: RefundFields | null;
+  /** A capture's or cancel's; null for every other kind. */
+  readonly authorization?: AuthorizationFields | null;
   readonly status: OperationStatus;
   readonly externalId: string | null;
   readonly attempts: number;
@@ -141,4 +171,10 @@ export interface PaymentIntentView {
    * carried the PaymentMethod expanded (a retrieve asks for it); absent or null: not known.
    */
   readonly paymentMethodType?: string | null;
+  /** Captured so far (`amount_received`), when the answer said: what a capture took. */
+  readonly amountReceived?: number;
+  /** `capture_method` as Stripe holds it (`automatic`, `automatic_async`, `manual`), when the answer said. */
+  readonly captureMethod?: string;
+  /** `cancellation_reason` of a canceled PaymentIntent (`automatic`: Stripe let the authorization expire; `requested_by_customer`, …). */
+  readonly cancellationReason?: string | null;
 }

@@ -8,6 +8,7 @@ import { EventBridgePublisher, type EventPublisher } from '../events/outbox.ts';
 import {
   FailureKind,
   type AccountScope,
+  type AuthorizationActionRequest,
   type CreatePaymentIntentRequest,
   type CreateRefundRequest,
   type GatewayResult,
@@ -135,6 +136,12 @@ export class CurrentKeyGateway implements PaymentGateway {
   }
   retrieveRefund(id: string, scope?: AccountScope): Promise<GatewayResult<RefundView>> {
     return this.#call((g) => g.retrieveRefund(id, scope));
+  }
+  capturePaymentIntent(request: AuthorizationActionRequest): Promise<GatewayResult<PaymentIntentView>> {
+    return this.#call((g) => g.capturePaymentIntent(request));
+  }
+  cancelPaymentIntent(request: AuthorizationActionRequest): Promise<GatewayResult<PaymentIntentView>> {
+    return this.#call((g) => g.cancelPaymentIntent(request));
   }
   listRefunds(request: ListRequest): Promise<GatewayResult<ListAnswer<RefundView>>> {
     return this.#call((g) => g.listRefunds(request));

@@ -553,8 +553,14 @@ function refundsOf(real: PaymentGateway): Pick<PaymentGateway, 'createRefund' | 
   return { createRefund: (r) => real.createRefund(r), retrieveRefund: (id) => real.retrieveRefund(id), listRefunds: (r) => real.listRefunds(r) };
 }
 
-function mutant(base: ModelWorld, wrap: (real: PaymentGateway) => PaymentGateway): ModelWorld {
-  return { ...base, gateway: wrap(base.gateway), patientGateway: wrap(base.patientGateway) };
+function authorizationsOf(real: PaymentGateway): Pick<PaymentGateway, 'capturePaymentIntent' | 'cancelPaymentIntent'> {
+  return { capturePaymentIntent: (r) => real.capturePaymentIntent(r), cancelPaymentIntent: (r) => real.cancelPaymentIntent(r) };
+}
+
+/** A mutant changes what it names; captures and cancels pass through unchanged. */
+function mutant(base: ModelWorld, wrap: (real: PaymentGateway) => Omit<PaymentGateway, 'capturePaymentIntent' | 'cancelPaymentIntent'>): ModelWorld {
+  const wrapped = (real: PaymentGateway): PaymentGateway => ({ ...authorizationsOf(real), ...wrap(real) });
+  return { ...base, gateway: wrapped(base.gateway), patientGateway: wrapped(base.patientGateway) };
 }
 
 async function findsCounterexample(broken: ModelWorld, runs: number): Promise<string | null> {

@@ -24,6 +24,7 @@ import { ChargeEngine } from '../../../lambdas/payments/engine.ts';
 import type { RefundRequestResult } from '../../../lambdas/payments/request-results.ts';
 import type {
   CreatePaymentIntentRequest,
+  AuthorizationActionRequest,
   CreateRefundRequest,
   GatewayResult,
   ListAnswer,
@@ -260,7 +261,9 @@ type Target =
   | { readonly list: ListRequest }
   | { readonly refundCreate: CreateRefundRequest }
   | { readonly refundRetrieve: string }
-  | { readonly refundList: ListRequest };
+  | { readonly refundList: ListRequest }
+  | { readonly capture: AuthorizationActionRequest }
+  | { readonly cancel: AuthorizationActionRequest };
 
 function holdMatch(target: Target): FaultMatch {
   if ('create' in target) return { endpoint: 'create', idempotencyKey: target.create.idempotencyKey };
@@ -268,6 +271,8 @@ function holdMatch(target: Target): FaultMatch {
   if ('list' in target) return { endpoint: 'list', ...(target.list.scope.customer ? { customerId: target.list.scope.customer } : {}) };
   if ('refundCreate' in target) return { endpoint: 'refund_create', idempotencyKey: target.refundCreate.idempotencyKey };
   if ('refundRetrieve' in target) return { endpoint: 'refund_retrieve', refundId: target.refundRetrieve };
+  if ('capture' in target) return { endpoint: 'capture', idempotencyKey: target.capture.idempotencyKey };
+  if ('cancel' in target) return { endpoint: 'cancel', idempotencyKey: target.cancel.idempotencyKey };
   if ('refundList' in target) return { endpoint: 'refund_list', ...(target.refundList.scope.payment_intent ? { paymentIntentId: target.refundList.scope.payment_intent } : {}) };
   return { endpoint: 'search', operationId: target.search.operationId };
 }
@@ -336,6 +341,14 @@ class ModelGateway implements PaymentGateway {
 
   listRefunds(request: ListRequest): Promise<GatewayResult<ListAnswer<RefundView>>> {
     return this.#call({ refundList: request }, () => this.#real.listRefunds(request));
+  }
+
+  capturePaymentIntent(request: AuthorizationActionRequest): Promise<GatewayResult<PaymentIntentView>> {
+    return this.#call({ capture: request }, () => this.#real.capturePaymentIntent(request));
+  }
+
+  cancelPaymentIntent(request: AuthorizationActionRequest): Promise<GatewayResult<PaymentIntentView>> {
+    return this.#call({ cancel: request }, () => this.#real.cancelPaymentIntent(request));
   }
 
   #die(): never {
