@@ -159,6 +159,12 @@ export const ALARM_CATALOG = [
     metrics: [{ namespace: APP, metricName: METRICS.openWatchFindings }],
   },
   {
+    name: 'AuthorizationsExpiring',
+    meaning:
+      'More manual-capture authorizations than the threshold expire at Stripe within a day and nobody has captured or canceled them: the producer that should capture them is down or behind; each one lost is a sale the merchant has to charge again.',
+    metrics: [{ namespace: APP, metricName: METRICS.authorizationsExpiringSoon }],
+  },
+  {
     name: 'AuditPartitionsBehind',
     meaning:
       "Rows of the audit trail for a coming month went to its default partition before the month's partition was made, so the reconciler can no longer make it: the month cannot be archived on its own until an operator moves the rows.",

@@ -104,6 +104,12 @@ export interface ChargePipelineProps {
   readonly existingDatabase?: ExistingDatabase;
   /** DatabaseConnectionsHigh fires above this many connections. @default 80 (of about 110 on db.t4g.micro) */
   readonly databaseConnectionsAlarmThreshold?: number;
+  /**
+   * AuthorizationsExpiring fires when more than this many manual-capture authorizations are within a
+   * day of expiring at Stripe with no capture or cancel (money the merchant loses unless captured).
+   * @default 10
+   */
+  readonly authorizationsExpiringAlarmThreshold?: number;
 
   // ── Stripe ───────────────────────────────────────────────────────────────────────────────────
   /**
@@ -365,6 +371,7 @@ export const CHARGE_PIPELINE_DEFAULTS = {
   opsFunctionTimeoutSeconds: 60,
   databaseSecretRotationDays: 30,
   databaseConnectionsAlarmThreshold: 80,
+  authorizationsExpiringAlarmThreshold: 10,
   stripeWebhookRejectedAlarmThreshold: 10,
   stripeEventsReservedConcurrency: 10,
   databaseMaxConnections: 80,

@@ -383,6 +383,7 @@ export class ChargePipeline extends Construct implements ec2.IConnectable {
       rotationFunctionNames: rotationFunctionNames(this.databaseConstruct),
       exampleConsumerDeadLetterQueue: outcomes.exampleConsumerDeadLetterQueue,
       databaseConnectionsThreshold: props.databaseConnectionsAlarmThreshold ?? d.databaseConnectionsAlarmThreshold,
+      authorizationsExpiringThreshold: props.authorizationsExpiringAlarmThreshold ?? d.authorizationsExpiringAlarmThreshold,
       eventBus: this.eventBus,
       exampleConsumerRule: outcomes.exampleConsumerRule,
       alarmTopic: props.alarmTopic,

@@ -69,6 +69,8 @@ export interface ObservabilityProps {
   /** The example consumer's DLQ, when it exists. */
   readonly exampleConsumerDeadLetterQueue?: sqs.IQueue;
   readonly databaseConnectionsThreshold: number;
+  /** AuthorizationsExpiring: more than this many authorizations within a day of expiring uncaptured. */
+  readonly authorizationsExpiringThreshold: number;
   readonly eventBus: events.IEventBus;
   readonly exampleConsumerRule?: events.IRule;
   readonly alarmTopic?: sns.ITopic;
@@ -203,6 +205,8 @@ export class Observability extends Construct {
     add('DuplicateChargeRemedied', app(METRICS.duplicateChargesRemedied, max), 0);
     // The watch after a re-issue: polling's own safety net, with Stripe events or without.
     add('ReissueWatchFinding', app(METRICS.openWatchFindings, max), 0);
+    // Manual capture: authorizations about to lapse at Stripe with nobody capturing or releasing them.
+    add('AuthorizationsExpiring', app(METRICS.authorizationsExpiringSoon, max), props.authorizationsExpiringThreshold);
     // The audit trail's months: one that lost its partition to the default one (runbook).
     add('AuditPartitionsBehind', app(METRICS.auditMonthsWithoutPartition, max), 0);
     // Stripe events in: refused deliveries, deliveries Stripe must retry, a stuck inbox, and what
@@ -405,9 +409,9 @@ export class Observability extends Construct {
         left: [gauge(METRICS.unpublishedEvents), gauge(METRICS.rejectedLastPeriod), gauge(METRICS.duplicateChargesRemedied)],
       }),
       new cw.GraphWidget({
-        title: 'Re-issued operations under watch, open watch findings, audit months without a partition',
+        title: 'Re-issued operations under watch, open watch findings, audit months without a partition, authorizations expiring',
         width,
-        left: [gauge(METRICS.openWatches), gauge(METRICS.openWatchFindings), gauge(METRICS.auditMonthsWithoutPartition)],
+        left: [gauge(METRICS.openWatches), gauge(METRICS.openWatchFindings), gauge(METRICS.auditMonthsWithoutPartition), gauge(METRICS.authorizationsExpiringSoon)],
       }),
     );
     dashboard.addWidgets(

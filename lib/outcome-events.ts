@@ -9,7 +9,7 @@ import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 
 /** The detail-types of the outcome events (the event contract of docs/events.md). */
-export const OUTCOME_DETAIL_TYPES = ['Charge Succeeded', 'Charge Failed', 'Charge Needs Review', 'Charge Reissued'] as const;
+export const OUTCOME_DETAIL_TYPES = ['Charge Succeeded', 'Charge Authorized', 'Charge Failed', 'Charge Needs Review', 'Charge Reissued'] as const;
 
 export interface OutcomeEventsProps {
   /** @default - a name unique to the construct instance */

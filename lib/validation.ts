@@ -214,6 +214,7 @@ export function validateChargePipelineProps(props: ChargePipelineProps, scope: I
     cdk.Duration.minutes(1),
   );
   integerIn('stripeWebhookRejectedAlarmThreshold', props.stripeWebhookRejectedAlarmThreshold, 1, 1_000_000, ' (refused deliveries per 5 minutes)');
+  integerIn('authorizationsExpiringAlarmThreshold', props.authorizationsExpiringAlarmThreshold, 0, 10_000_000, ' (authorizations within a day of expiring uncaptured)');
   if (props.logLevel !== undefined) {
     check(
       (LOG_LEVELS as readonly string[]).includes(props.logLevel),

@@ -16,7 +16,8 @@ import type { PaymentGateway } from '../payments/gateway.ts';
 import { DEFAULT_MAX_AMOUNT, legacyDeduplicationId, legacyRefundDeduplicationId, parseQueueMessage } from '../payments/message.ts';
 import type { OutcomeEventRow } from '../payments/operations-store.ts';
 import { recordRejectedMessages, RejectReason, type RejectedMessage } from '../payments/rejected-store.ts';
-import type { ChargeInput, OperationStatus, RefundInput } from '../payments/types.ts';
+import type { AuthorizationRequestResult } from '../payments/authorization-requests.ts';
+import type { AuthorizationInput, ChargeInput, OperationStatus, RefundInput } from '../payments/types.ts';
 import { publishLeased, type EventPublisher } from '../events/outbox.ts';
 import { describeError, silentLog, type InvocationClock, type LogSink } from '../runtime/observability.ts';
 
@@ -114,6 +115,8 @@ interface Parsed {
   readonly input?: ChargeInput;
   /** A `"type":"refund"` body: worked after the batch's charges, in record order. */
   readonly refund?: RefundInput;
+  /** A `"type":"capture"` / `"cancel_authorization"` body: worked as a refund is, in the same order. */
+  readonly authorization?: AuthorizationInput;
   readonly reject?: RejectedMessage;
 }
 
@@ -208,7 +211,7 @@ interface ChargeResults {
 }
 
 interface RefundResults {
-  readonly results: ReadonlyMap<number, RefundRequestResult>;
+  readonly results: ReadonlyMap<number, RefundRequestResult | AuthorizationRequestResult>;
   readonly rejects: readonly RefundReject[];
 }
 
@@ -223,7 +226,18 @@ function parseRecords(records: readonly SQSRecord[], maxAmount: number): Parsed[
       const { orderId, refundId, amount, reason } = result.request;
       return { index, record, groupId, refund: { orderId, refundId, amount, reason: reason ?? null } };
     }
-    if (result.ok) return { index, record, groupId, input: result.request };
+    if (result.ok && result.kind === 'authorization') {
+      const request = result.request;
+      const authorization: AuthorizationInput =
+        request.type === 'capture'
+          ? { kind: 'capture', orderId: request.orderId, ...(request.amount !== undefined ? { amount: request.amount } : {}) }
+          : { kind: 'cancel_authorization', orderId: request.orderId };
+      return { index, record, groupId, authorization };
+    }
+    if (result.ok) {
+      const { type: _type, capture, ...charge } = result.request;
+      return { index, record, groupId, input: { ...charge, ...(capture ? { captureMethod: capture } : {}) } };
+    }
     return { index, record, groupId, reject: { messageId: record.messageId, reasonCode: result.code, reason: result.reason, orderId: result.orderId ?? null, rawBody: body } };
   });
 }
@@ -315,14 +329,15 @@ function reportCharges(batch: BatchReports, valid: readonly Parsed[], charged: C
 }
 
 /**
- * 5b. Refunds, after the batch's charges (a refund's charge may be one of them): one statement each
+ * 5b. Refunds — and captures and cancels of authorizations, by the same rules — after the batch's
+ * charges (a refund's charge may be one of them): one statement each
  * before Stripe, one after. In record order within a message group (FIFO: one order's refunds are
  * judged one after the other against its charge); groups side by side, as the charges' Stripe calls
  * are. Behind a failed record of its group a refund is held back; a rejected one is recorded with
  * its reason and never sent.
  */
 async function runRefunds(batch: BatchReports, engine: ChargeEngine, parsed: readonly Parsed[], canStart: () => boolean, concurrency: number): Promise<RefundResults> {
-  const results = new Map<number, RefundRequestResult>();
+  const results = new Map<number, RefundRequestResult | AuthorizationRequestResult>();
   const rejects: RefundReject[] = [];
   const refundOne = async (p: Parsed, refund: RefundInput): Promise<void> => {
     if (batch.heldBack(p)) {
@@ -348,15 +363,39 @@ async function runRefunds(batch: BatchReports, engine: ChargeEngine, parsed: rea
     const disposition = result.execution?.disposition ?? 'outcome_not_recorded';
     batch.report(p, { orderId: refund.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId!, status, disposition } });
   };
+  // A capture or cancel of an authorization: the same phase and the same rules as a refund.
+  const settleOne = async (p: Parsed, authorization: AuthorizationInput): Promise<void> => {
+    if (batch.heldBack(p)) {
+      batch.report(p, { orderId: authorization.orderId, operationId: null, fate: { kind: 'held_back' } });
+      return;
+    }
+    let result: AuthorizationRequestResult;
+    try {
+      result = await engine.processAuthorization(authorization, { canStart });
+    } catch (error) {
+      batch.log.error(`${authorization.kind} request not recorded`, { messageId: p.record.messageId, orderId: authorization.orderId, ...describeError(error) });
+      batch.report(p, { orderId: authorization.orderId, operationId: null, fate: { kind: 'not_recorded', what: 'request' } }, true);
+      return;
+    }
+    results.set(p.index, result);
+    if (result.rejection) {
+      const reasonCode = result.rejection.code === 'authorization_conflict' ? RejectReason.authorizationConflict : RejectReason.authorizationRejected;
+      rejects.push({ p, operationId: result.operationId, reasonCode, reason: `${result.rejection.code}: ${result.rejection.message}` });
+      return;
+    }
+    const status = result.execution?.status ?? null;
+    const disposition = result.execution?.disposition ?? 'outcome_not_recorded';
+    batch.report(p, { orderId: authorization.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId!, status, disposition } });
+  };
   const groups = new Map<string, Parsed[]>();
   for (const p of parsed) {
-    if (!p.refund) continue;
+    if (!p.refund && !p.authorization) continue;
     const group = groups.get(p.groupId);
     if (group) group.push(p);
     else groups.set(p.groupId, [p]);
   }
   await mapBounded([...groups.values()], concurrency, async (group) => {
-    for (const p of group) await refundOne(p, p.refund!);
+    for (const p of group) await (p.refund ? refundOne(p, p.refund) : settleOne(p, p.authorization!));
   });
   return { results, rejects };
 }
@@ -373,7 +412,7 @@ async function recordConflicts(batch: BatchReports, db: Db, conflicts: readonly 
       // Names the fields that differ, never their values.
       reason: `order already has operation ${operationId} with a different ${fields.join(', ')}`,
     })),
-    ...refundRejects.map((r) => ({ ...r, orderId: r.p.refund!.orderId })),
+    ...refundRejects.map((r) => ({ ...r, orderId: (r.p.refund ?? r.p.authorization)!.orderId })),
   ];
   const rejects: RejectedMessage[] = all.map(({ p, operationId, orderId, reasonCode, reason }) => ({
     messageId: p.record.messageId,
@@ -412,7 +451,7 @@ async function publishEvents(
   deps: ChargeBatchDeps,
   clock: InvocationClock,
   log: LogSink,
-  results: readonly (RequestResult | RefundRequestResult)[],
+  results: readonly (RequestResult | RefundRequestResult | AuthorizationRequestResult)[],
 ): Promise<{ eventsPublished: number; eventsNotPublished: number }> {
   const events = new Map<string, OutcomeEventRow>();
   for (const result of results) if (result.execution?.event) events.set(result.execution.event.eventId, result.execution.event);
@@ -490,7 +529,7 @@ function logAndCount(
         log.warn('held back behind a failed record of its message group', { ...ids, groupId: r.groupId, ...retry });
         return;
       case 'processed': {
-        log.info(parsed[index]!.refund ? 'refund request recorded' : 'charge request recorded', {
+        log.info(parsed[index]!.refund ? 'refund request recorded' : parsed[index]!.authorization ? `${parsed[index]!.authorization!.kind} request recorded` : 'charge request recorded', {
           ...ids,
           status: fate.status,
           disposition: fate.disposition,

@@ -48,8 +48,13 @@ export const chargeOutcomeDetailSchema = z
       .regex(/^acct_[A-Za-z0-9]{1,64}$/)
       .optional()
       .describe('Stripe Connect: the connected account the operation was made on (a direct charge, or a refund of one); absent: the platform.'),
+    // Added in v1 (additive: absent on every charge captured at once) — docs/decisions.md, 2026-12-02 "manual capture".
+    captureMethod: z
+      .literal('manual')
+      .optional()
+      .describe('Manual capture: the charge only authorized (Charge Authorized); a Charge Captured or Authorization Canceled / Expired follows. Absent: captured at once.'),
   })
-  .describe('detail of the Charge Succeeded / Charge Failed / Charge Needs Review / Charge Reissued events');
+  .describe('detail of the Charge Succeeded / Charge Authorized / Charge Failed / Charge Needs Review / Charge Reissued events');
 
 /** `detail` of every outcome event. */
 export type ChargeOutcomeDetail = z.infer<typeof chargeOutcomeDetailSchema>;
@@ -88,6 +93,7 @@ export const RefundDetailType = {
 export type RefundDetailType = (typeof RefundDetailType)[keyof typeof RefundDetailType];
 
 export const refundOutcomeDetailSchema = chargeOutcomeDetailSchema
+  .omit({ captureMethod: true })
   .extend({
     operationId: z.uuid().describe('The refund operation (one per orderId + refundId).'),
     externalId: z.string().nullable().describe('The Stripe Refund id (re_…), when one is known.'),
@@ -107,6 +113,48 @@ export type RefundOutcomeDetail = z.infer<typeof refundOutcomeDetailSchema>;
 
 export function refundOutcomeDetailJsonSchema(): Record<string, unknown> {
   return detailJsonSchema('refund-outcome-detail', 'RefundOutcomeDetail', refundOutcomeDetailSchema);
+}
+
+/**
+ * Manual capture (docs/events.md#authorize-now-capture-later): a charge that only authorized is
+ * announced as Charge Authorized (a charge detail with captureMethod 'manual'); its capture and its
+ * release are operations of their own, with their own operationId and sequence.
+ */
+export const AuthorizationDetailType = {
+  authorized: 'Charge Authorized',
+  captured: 'Charge Captured',
+  captureFailed: 'Charge Capture Failed',
+  captureNeedsReview: 'Charge Capture Needs Review',
+  captureReissued: 'Charge Capture Reissued',
+  canceled: 'Authorization Canceled',
+  /** Not asked for: Stripe let the authorization expire uncaptured; the reconciler read it so. */
+  expired: 'Authorization Expired',
+  cancelFailed: 'Authorization Cancel Failed',
+  cancelNeedsReview: 'Authorization Cancel Needs Review',
+  cancelReissued: 'Authorization Cancel Reissued',
+} as const;
+export type AuthorizationDetailType = (typeof AuthorizationDetailType)[keyof typeof AuthorizationDetailType];
+
+export const authorizationOutcomeDetailSchema = chargeOutcomeDetailSchema
+  .omit({ captureMethod: true })
+  .extend({
+    operationId: z.uuid().describe('The capture or cancel operation (one per authorization).'),
+    amount: z.number().int().positive().describe('Minor units: what the capture takes (the rest is released), or the whole authorization a cancel releases.'),
+    externalId: z.string().nullable().describe('The Stripe PaymentIntent (pi_…) the operation acts on, when known.'),
+    reason: z
+      .string()
+      .nullable()
+      .describe('Review reason (needs_review) or failure code (failed: authorization_expired, authorization_canceled, authorization_captured, charge_failed, …); null on success.'),
+    kind: z.enum(['capture', 'cancel_authorization']),
+    chargeOperationId: z.uuid().describe("The order's charge operation, whose authorization this settles."),
+    cancellationReason: z.literal('expired').optional().describe('Authorization Expired: Stripe let it expire uncaptured (not asked for).'),
+  })
+  .describe('detail of the Charge Captured / Charge Capture Failed / Needs Review / Reissued and Authorization Canceled / Expired / Cancel Failed / Needs Review / Reissued events');
+
+export type AuthorizationOutcomeDetail = z.infer<typeof authorizationOutcomeDetailSchema>;
+
+export function authorizationOutcomeDetailJsonSchema(): Record<string, unknown> {
+  return detailJsonSchema('authorization-outcome-detail', 'AuthorizationOutcomeDetail', authorizationOutcomeDetailSchema);
 }
 
 /** The detail-type that announces a status. */
@@ -199,6 +247,7 @@ export function refundFactDetailJsonSchema(): Record<string, unknown> {
 export const EVENT_DETAIL_JSON_SCHEMAS: Readonly<Record<string, () => Record<string, unknown>>> = {
   'charge-outcome-detail.v1.json': chargeOutcomeDetailJsonSchema,
   'refund-outcome-detail.v1.json': refundOutcomeDetailJsonSchema,
+  'authorization-outcome-detail.v1.json': authorizationOutcomeDetailJsonSchema,
   'charge-aftermath-detail.v1.json': chargeAftermathDetailJsonSchema,
   'refund-fact-detail.v1.json': refundFactDetailJsonSchema,
 };

@@ -425,6 +425,11 @@ export function decidePaymentIntentEvent(op: Operation | null, pi: EventPaymentI
   if (op.status === 'succeeded' || op.status === 'failed') {
     const same = op.externalId === pi.id;
     if (op.status === 'succeeded') {
+      // An authorization (manual capture) is released by its cancel or by Stripe's expiry: what its
+      // cancel_authorization operation — or the reconciler's expiry check, with our key — records.
+      if (same && pi.status === 'canceled' && op.captureMethod === 'manual') {
+        return { kind: 'stale', reason: `authorization ${pi.id} released (${pi.status}): its cancel or the reconciler's expiry check records it` };
+      }
       if (same && pi.status === 'canceled') return { kind: 'contradiction', reason: `operation succeeded with ${pi.id}, but an event says it was canceled` };
       // The remedy's one rule (judgeDuplicateCharge) decides; anything it refuses stays a contradiction below.
       const verdict = !same && mismatch.length === 0 ? judgeDuplicateCharge(op, pi) : null;

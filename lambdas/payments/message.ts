@@ -81,6 +81,9 @@ export function chargeRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
       z.number().check(z.int('must be an integer number of minor units'), z.positive('must be positive'), z.maximum(maxAmount, `must be at most ${maxAmount}`)),
     ),
     transferDestination: z.optional(z.string().check(z.regex(ACCOUNT_ID, ACCOUNT_MESSAGE))),
+    // Manual capture (docs/producers.md#authorize-now-capture-later): authorize only; a capture or
+    // cancel_authorization message settles it later. Absent: captured at once.
+    capture: z.optional(z.literal('manual', 'must be "manual" (absent: captured at once)')),
   }).check(
     // Stripe: an application fee is taken from a connected account — the one the charge is made as,
     // or the destination's transfer (docs.stripe.com/connect/direct-charges, /destination-charges).
@@ -128,24 +131,48 @@ export function refundRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
 
 export type RefundRequest = z.infer<ReturnType<typeof refundRequestSchema>>;
 
+/**
+ * A capture or a release of a manual charge's authorization (docs/producers.md#authorize-now-capture-later):
+ * on the same queue and in the same message group as its order's charge. A capture's `amount` is at
+ * most the authorized (absent: all of it; the rest is released, as Stripe does); a cancel has none.
+ */
+export function authorizationRequestSchema(maxAmount: number = DEFAULT_MAX_AMOUNT) {
+  return z.union([
+    z.strictObject({
+      type: z.literal('capture'),
+      orderId: z.string().check(z.regex(ORDER_ID, 'must be 1-128 printable ASCII characters without spaces')),
+      amount: z.optional(amountSchema(maxAmount)),
+    }),
+    z.strictObject({
+      type: z.literal('cancel_authorization'),
+      orderId: z.string().check(z.regex(ORDER_ID, 'must be 1-128 printable ASCII characters without spaces')),
+    }),
+  ]);
+}
+
+export type AuthorizationRequest = z.infer<ReturnType<typeof authorizationRequestSchema>>;
+
 // Building a zod schema costs more than using it: one per kind and maximum, built once (a deployment has one).
 const built = new Map<string, unknown>();
-function memo<T>(kind: 'charge' | 'refund', maxAmount: number, build: (maxAmount: number) => T): T {
+function memo<T>(kind: 'charge' | 'refund' | 'authorization', maxAmount: number, build: (maxAmount: number) => T): T {
   const key = `${kind}:${maxAmount}`;
   if (!built.has(key)) built.set(key, build(maxAmount));
   return built.get(key) as T;
 }
 const schemaFor = (maxAmount: number) => memo('charge', maxAmount, chargeRequestSchema);
 const refundSchemaFor = (maxAmount: number) => memo('refund', maxAmount, refundRequestSchema);
+const authorizationSchemaFor = (maxAmount: number) => memo('authorization', maxAmount, authorizationRequestSchema);
 
 export type QueueParseResult =
   | { readonly ok: true; readonly kind: 'charge'; readonly request: ChargeRequest }
   | { readonly ok: true; readonly kind: 'refund'; readonly request: RefundRequest }
+  | { readonly ok: true; readonly kind: 'authorization'; readonly request: AuthorizationRequest }
   | { readonly ok: false; readonly code: 'invalid_json' | 'invalid_body'; readonly reason: string; readonly orderId?: string };
 
 /**
- * One message of the queue, charge or refund, routed by `type` ("refund" → the refund schema; absent
- * or anything else → the charge schema, which names a wrong `type`). Never throws.
+ * One message of the queue, routed by `type` ("refund" → the refund schema; "capture" /
+ * "cancel_authorization" → the authorization schema; absent or anything else → the charge schema,
+ * which names a wrong `type`). Never throws.
  */
 export function parseQueueMessage(body: string, maxAmount: number = DEFAULT_MAX_AMOUNT): QueueParseResult {
   let json: unknown;
@@ -154,7 +181,9 @@ export function parseQueueMessage(body: string, maxAmount: number = DEFAULT_MAX_
   } catch {
     return { ok: false, code: 'invalid_json', reason: 'body is not valid JSON' };
   }
-  if (typeof json !== 'object' || json === null || (json as { type?: unknown }).type !== 'refund') {
+  const type = typeof json === 'object' && json !== null ? (json as { type?: unknown }).type : undefined;
+  if (type === 'capture' || type === 'cancel_authorization') return parseAuthorizationRequest(json);
+  if (type !== 'refund') {
     const charge = parseChargeRequest(body, maxAmount);
     return charge.ok ? { ok: true, kind: 'charge', request: charge.request } : charge;
   }
@@ -168,6 +197,22 @@ export function parseQueueMessage(body: string, maxAmount: number = DEFAULT_MAX_
   const reason = result.error.issues.slice(0, 5).map((issue) => describeIssue(issue, REFUND_FIELDS)).join('; ');
   const orderId = (json as { orderId?: unknown }).orderId;
   return { ok: false, code: 'invalid_body', reason, ...(typeof orderId === 'string' && ORDER_ID.test(orderId) ? { orderId } : {}) };
+
+  function parseAuthorizationRequest(parsed: unknown): QueueParseResult {
+    let checked;
+    try {
+      checked = authorizationSchemaFor(maxAmount).safeParse(parsed);
+    } catch {
+      return { ok: false, code: 'invalid_body', reason: 'body could not be validated' };
+    }
+    if (checked.success) return { ok: true, kind: 'authorization', request: checked.data };
+    // A union reports its branches' issues; the one of the message's own type is the one to name.
+    const issues = checked.error.issues.flatMap((issue) => (issue.code === 'invalid_union' ? issue.errors.flat() : [issue]));
+    const own = issues.filter((issue) => !(issue.code === 'invalid_value' && issue.path.length === 1 && issue.path[0] === 'type'));
+    const why = (own.length > 0 ? own : issues).slice(0, 5).map((issue) => describeIssue(issue, AUTHORIZATION_FIELDS)).join('; ');
+    const id = (parsed as { orderId?: unknown }).orderId;
+    return { ok: false, code: 'invalid_body', reason: why, ...(typeof id === 'string' && ORDER_ID.test(id) ? { orderId: id } : {}) };
+  }
 }
 
 export type ParseResult =
@@ -203,6 +248,7 @@ export function parseChargeRequest(body: string, maxAmount: number = DEFAULT_MAX
 
 const KNOWN_FIELDS: ReadonlySet<string> = new Set(Object.keys(chargeRequestSchema().shape));
 const REFUND_FIELDS: ReadonlySet<string> = new Set(Object.keys(refundRequestSchema().shape));
+const AUTHORIZATION_FIELDS: ReadonlySet<string> = new Set(['type', 'orderId', 'amount']);
 
 /**
  * One issue as the reason column and the logs may carry it: only the schema's own field names and
@@ -246,6 +292,8 @@ export function chargeParametersDigest(request: Omit<ChargeRequest, 'orderId' | 
     ...(request.account !== undefined || request.applicationFeeAmount !== undefined || request.transferDestination !== undefined
       ? [request.account ?? null, request.applicationFeeAmount ?? null, request.transferDestination ?? null]
       : []),
+    // Likewise manual capture: appended only when asked.
+    ...(request.capture !== undefined ? [`capture:${request.capture}`] : []),
   ]);
   return createHash('sha256').update(canonical).digest('hex');
 }
@@ -280,6 +328,16 @@ export function refundDeduplicationId(request: Pick<RefundRequest, 'orderId' | '
  * harmless). With them, a conflicting send inside SQS's window is dropped by SQS unseen — the reason
  * to move; see docs/producers.md#moving-a-deployed-producer-to-the-new-ids.
  */
+/**
+ * MessageDeduplicationId of a capture or cancel_authorization request: hex SHA-256 of
+ * `{type}:{orderId}:{amount or "all"}` — a repeat is the same request; a capture of another amount
+ * reaches the handler and is recorded as an `authorization_conflict`. MessageGroupId = orderId.
+ */
+export function authorizationDeduplicationId(request: AuthorizationRequest): string {
+  const amount = request.type === 'capture' && request.amount !== undefined ? String(request.amount) : 'all';
+  return createHash('sha256').update(`${request.type}:${request.orderId}:${amount}`).digest('hex');
+}
+
 export function legacyDeduplicationId(orderId: string): string {
   return createHash('sha256').update(`charge:${orderId}`).digest('hex');
 }

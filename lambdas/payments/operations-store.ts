@@ -822,9 +822,10 @@ export async function recordOutcomes(
  * failure_code, event_id, occurred_at and event_sequence (the operation's counter, already advanced
  * by the calling statement's UPDATE of the row: migrations/004_event_sequence.sql); `leaseParam` is
  * the bound parameter of the publish lease in milliseconds (NULL: no lease, the relay's sweep
- * publishes it).
+ * publishes it); `rows` where the operation's own columns are read — a CTE of the calling statement
+ * (a constant) when the row is inserted by that statement, which its own snapshot cannot see.
  */
-export function outboxInsertSql(source: string, leaseParam: string): string {
+export function outboxInsertSql(source: string, leaseParam: string, rows = 'payment_operations'): string {
   // The kind and the refund's names are read from the row (they never change), joined once, so a
   // caller's source need not carry them: 'Charge …' for a charge, 'Refund …' for a refund
   // (lambdas/events/contract.ts). `s.` is the source's (the outcome just written), `k.` the row's.
@@ -872,7 +873,7 @@ export function outboxInsertSql(source: string, leaseParam: string): string {
               -- An operation on a connected account names it (migrations/018); a platform one is unchanged.
               || CASE WHEN k.stripe_account IS NOT NULL THEN jsonb_build_object('account', k.stripe_account) ELSE '{}'::jsonb END,
               now() + ${leaseParam}::bigint * interval '1 millisecond'
-         FROM ${source} AS s JOIN payment_operations k ON k.id = s.id`;
+         FROM ${source} AS s JOIN ${rows} k ON k.id = s.id`;
 }
 
 /**

@@ -13,6 +13,10 @@ export const RejectReason = {
   refundConflict: 'refund_conflict',
   /** A refund of an order without a charge, of a failed charge, or beyond what was charged (nothing sent). */
   refundRejected: 'refund_rejected',
+  /** A capture of an existing capture with another amount (nothing sent). */
+  authorizationConflict: 'authorization_conflict',
+  /** A capture or cancel_authorization with no authorization to settle, above it, or after it was settled (nothing sent). */
+  authorizationRejected: 'authorization_rejected',
 } as const;
 export type RejectReason = (typeof RejectReason)[keyof typeof RejectReason];
 

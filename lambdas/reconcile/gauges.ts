@@ -6,6 +6,7 @@
 // payment_operations_open (WHERE status IN ('pending', 'unknown') matches its predicate, so settled
 // rows — the vast majority after a while — are never read), rejects through rejected_messages_received,
 // the outbox through outcome_events_unpublished, the inbox through its partial indexes (inbox-store.ts).
+import { countExpiringAuthorizations, DEFAULT_AUTHORIZATION_VALIDITY_MS } from '../payments/authorization-expiry.ts';
 import type { Db } from '../payments/db.ts';
 import { inboxGauges, type InboxGauges } from '../payments/inbox-store.ts';
 import { countOpenOperations, countRecentRemedies } from '../payments/operations-store.ts';
@@ -30,18 +31,28 @@ export interface ReconcileGauges {
   readonly openWatches: number;
   /** Findings the watch made that nobody resolved yet: a second Refund, a late charge it could not remedy, a watch that could not look. */
   readonly openWatchFindings: number;
+  /** Manual-capture authorizations that expire at Stripe within a day with no capture or cancel (authorization-expiry.ts). */
+  readonly authorizationsExpiringSoon: number;
   /** The Stripe event inbox's gauges; null when the run does not work the inbox (not read, not published). */
   readonly inbox: InboxGauges | null;
 }
 
-export async function collectGauges(db: Db, rejectedWindowSeconds: number, options: { readonly inbox?: boolean } = {}): Promise<ReconcileGauges> {
-  const [open, rejectedLastPeriod, remedied, outbox, inbox, watch] = await Promise.all([
+/** How far ahead an expiring authorization is counted: a day, time enough to capture or cancel it. */
+export const AUTHORIZATION_EXPIRY_WARNING_MS = 24 * 3_600_000;
+
+export async function collectGauges(
+  db: Db,
+  rejectedWindowSeconds: number,
+  options: { readonly inbox?: boolean; readonly authorizationValidityMs?: number } = {},
+): Promise<ReconcileGauges> {
+  const [open, rejectedLastPeriod, remedied, outbox, inbox, watch, expiring] = await Promise.all([
     countOpenOperations(db),
     countRecentRejects(db, rejectedWindowSeconds),
     countRecentRemedies(db, rejectedWindowSeconds),
     outboxGauges(db),
     options.inbox ? inboxGauges(db) : null,
     watchGauges(db),
+    countExpiringAuthorizations(db, options.authorizationValidityMs ?? DEFAULT_AUTHORIZATION_VALIDITY_MS, AUTHORIZATION_EXPIRY_WARNING_MS),
   ]);
   return {
     ...open,
@@ -50,6 +61,7 @@ export async function collectGauges(db: Db, rejectedWindowSeconds: number, optio
     unpublishedEvents: outbox.unpublished,
     oldestUnpublishedEventAgeSeconds: Math.round(outbox.oldestUnpublishedAgeSeconds),
     ...watch,
+    authorizationsExpiringSoon: expiring,
     inbox,
   };
 }

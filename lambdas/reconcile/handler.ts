@@ -123,6 +123,7 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
     metrics.addMetric(METRICS.duplicateChargesRemedied, MetricUnit.Count, g.duplicateChargesRemediedLastPeriod);
     metrics.addMetric(METRICS.openWatchFindings, MetricUnit.Count, g.openWatchFindings);
     metrics.addMetric(METRICS.openWatches, MetricUnit.Count, g.openWatches);
+    metrics.addMetric(METRICS.authorizationsExpiringSoon, MetricUnit.Count, g.authorizationsExpiringSoon);
     metrics.addMetric(METRICS.unpublishedEvents, MetricUnit.Count, g.unpublishedEvents);
     metrics.addMetric(METRICS.oldestUnpublishedEventAgeSeconds, MetricUnit.Seconds, g.oldestUnpublishedEventAgeSeconds);
     if (g.inbox) {

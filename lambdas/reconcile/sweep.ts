@@ -23,6 +23,7 @@ import { StripeEventApplier } from '../payments/event-applier.ts';
 import type { TransactionalDb } from '../payments/inbox-store.ts';
 import { ReissueWatcher, type WatchRun } from '../payments/watcher.ts';
 import { runRetention, type RetentionRun, type RetentionSettings } from '../payments/retention-store.ts';
+import { checkExpiredAuthorizations, type ExpiryRun } from '../payments/authorization-expiry.ts';
 import { collectGauges, type ReconcileGauges } from './gauges.ts';
 import { RequestRateLimiter } from './rate-limiter.ts';
 
@@ -73,6 +74,8 @@ export interface ReconcileDeps {
   readonly retention?: RetentionSettings & { readonly maxRunMs: number };
   /** The wall clock retention's cutoffs are computed from (tests and the storage benchmark move it). @default new Date() */
   readonly wallClock?: () => Date;
+  /** How long an uncaptured authorization lives at Stripe (the expiry check and its gauge). @default 7 days */
+  readonly authorizationValidityMs?: number;
   /** Connected accounts whose Stripe events are taken before the pipeline has an operation on them (STRIPE_CONNECTED_ACCOUNTS). */
   readonly connectedAccounts?: readonly string[];
 }
@@ -125,6 +128,8 @@ export interface ReconcileSummary {
   readonly auditPartitions: PreparedPartitions | null;
   /** The retention phase (null: not configured, or it failed: see errors). */
   readonly retention: RetentionRun | null;
+  /** The look at lapsed authorizations (null: no gateway, or it failed: see errors). */
+  readonly authorizations: ExpiryRun | null;
 }
 
 const AUTH_ERRORS = new Set(['StripeAuthenticationError', 'StripePermissionError']);
@@ -267,6 +272,27 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     }
   }
 
+  // Authorizations Stripe let expire uncaptured (authorization-expiry.ts): each lapsed one looked up
+  // once with our key, on the same rate limiter, and recorded as what the PaymentIntent shows.
+  let authorizations: ExpiryRun | null = null;
+  if (worker && stoppedBecause !== 'error') {
+    try {
+      authorizations = await checkExpiredAuthorizations({
+        db: deps.db,
+        gateway: worker.gateway,
+        actor: worker.actor,
+        limit: settings.pageSize,
+        ...(deps.authorizationValidityMs !== undefined ? { validityMs: deps.authorizationValidityMs } : {}),
+        beforeCall: () => (canStart() ? limiter.acquire('retrieve', latestStart) : false),
+      });
+      if (authorizations.expired > 0 || authorizations.capturedElsewhere > 0) log.warn('authorizations expired or captured outside the pipeline', { ...authorizations });
+    } catch (error) {
+      const described = describeError(error);
+      errors.push(`authorizations: ${described.errorName}: ${described.errorMessage}`);
+      log.error('expired authorizations not checked', described);
+    }
+  }
+
   // The inbox: Stripe events recorded but not applied yet. Before the relay, so that the outcome
   // events their effects wrote go out in this run. Retrieves share the sweep's rate limiter.
   let stripeEvents: StripeEventsRun | null = null;
@@ -348,7 +374,10 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
   try {
     // The inbox's gauges with the others, whenever the run works the inbox: also when its apply
     // failed above, so that the backlog and findings alarms see the inbox then too.
-    gauges = await collectGauges(deps.db, settings.rejectedWindowSeconds, { inbox: Boolean(deps.inboxDb) });
+    gauges = await collectGauges(deps.db, settings.rejectedWindowSeconds, {
+      inbox: Boolean(deps.inboxDb),
+      ...(deps.authorizationValidityMs !== undefined ? { authorizationValidityMs: deps.authorizationValidityMs } : {}),
+    });
   } catch (error) {
     const described = describeError(error);
     errors.push(`gauges: ${described.errorName}: ${described.errorMessage}`);
@@ -374,5 +403,6 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     watch,
     auditPartitions,
     retention,
+    authorizations,
   };
 }

@@ -57,6 +57,8 @@ export const METRICS = {
   openWatches: 'OpenReissueWatches',
   /** Months of the audit trail whose rows went to its default partition, so no partition could be made for them (audit-partitions.ts). */
   auditMonthsWithoutPartition: 'AuditMonthsWithoutPartition',
+  /** Manual-capture authorizations within a day of expiring at Stripe with no capture or cancel (authorization-expiry.ts). */
+  authorizationsExpiringSoon: 'AuthorizationsExpiringSoon',
   unpublishedEvents: 'UnpublishedEvents',
   oldestUnpublishedEventAgeSeconds: 'OldestUnpublishedEventAgeSeconds',
   reconciledOperations: 'ReconciledOperations',
