@@ -161,7 +161,7 @@ export const ALARM_CATALOG = [
   {
     name: 'AuthorizationsExpiring',
     meaning:
-      'More manual-capture authorizations than the threshold expire at Stripe within a day and nobody has captured or canceled them: the producer that should capture them is down or behind; each one lost is a sale the merchant has to charge again.',
+      'More authorizations than the threshold expire at Stripe within a day with no capture or cancel: the producer that captures them is down or behind; each one that lapses is a sale to charge again.',
     metrics: [{ namespace: APP, metricName: METRICS.authorizationsExpiringSoon }],
   },
   {

@@ -4,9 +4,13 @@
 // `captureMethod: 'manual'` succeeds when the amount is held; a capture or cancel_authorization
 // operation settles the authorization, through the same engine, judged by its PaymentIntent.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { authorizationOutcomeDetailSchema } from '../lambdas/events/contract.ts';
+import { countExpiringAuthorizations } from '../lambdas/payments/authorization-expiry.ts';
 import { authorizationKey, idempotencyKey } from '../lambdas/payments/decisions.ts';
+import { decidePaymentIntentEvent, type EventPaymentIntent } from '../lambdas/payments/event-decisions.ts';
+import { runReconcile, type ReconcileSettings } from '../lambdas/reconcile/sweep.ts';
 import type { ChargeEngine } from '../lambdas/payments/engine.ts';
-import type { AuthorizationInput, ChargeInput } from '../lambdas/payments/types.ts';
+import type { AuthorizationInput, ChargeInput, Operation } from '../lambdas/payments/types.ts';
 import { createTestDatabase, operationRow, type TestDatabase } from './support/db.ts';
 import { driveOperation, FAST_LIST_POLICY, stepsOf, testEngine } from './support/engine.ts';
 import { chargeOrderOfItsOwnCustomer, refundOf } from './support/orders.ts';
@@ -242,5 +246,85 @@ describe('the rules in SQL (migrations/019), whoever writes', () => {
     await engine().processAuthorization(capture(input.orderId, 1500));
     expect(await refund('r2', 1501)).toBe('23514 refunds_within_charge');
     expect(await refund('r3', 1500)).toBe('inserted');
+  });
+});
+
+describe('the reconciler and authorizations Stripe lets expire', () => {
+  const plenty = { remainingMs: () => 60_000 };
+  const settings: ReconcileSettings = {
+    maxRequestsPerSecond: 1000,
+    maxSearchesPerSecond: 1000,
+    concurrency: 4,
+    pageSize: 50,
+    minTimeToCallMs: 1_000,
+    safetyMarginMs: 500,
+    maxRunMs: 0,
+    rejectedWindowSeconds: 300,
+  };
+  // Looked at as soon as Stripe's 7 days have passed on the fake's clock: no margin, and the
+  // database's own clock (which dates first_attempted_at) need not move.
+  const reconcile = () =>
+    runReconcile({ db: db.pool, gateway: stripe.gateway, publisher: null, settings, authorizationExpiry: { validityMs: 0, lookMarginMs: 0 } }, plenty);
+
+  it('an expired authorization is recorded, after a retrieve with our key, as its cancel (Authorization Expired); nothing can follow it', async () => {
+    const { input, chargeId, pi } = await authorized();
+    clock += 8 * DAY_MS;
+    const summary = await reconcile();
+    // (The file's earlier authorizations are looked at too: the fake forgot them between tests, so
+    // their retrieves fail — counted, nothing recorded.)
+    expect(summary.authorizations).toMatchObject({ expired: 1, capturedElsewhere: 0 });
+    const { rows } = await db.pool.query(`SELECT * FROM payment_operations WHERE parent_operation_id = $1`, [chargeId]);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ kind: 'cancel_authorization', cancellation_reason: 'expired', status: 'succeeded', external_id: pi, amount: '5000' });
+    const events = await outboxOf(rows[0].id);
+    expect(events.map((e) => [e.event_type, e.payload.cancellationReason, e.payload.chargeOperationId])).toEqual([['Authorization Expired', 'expired', chargeId]]);
+    expect(authorizationOutcomeDetailSchema.parse(events[0]!.payload)).toMatchObject({ kind: 'cancel_authorization' });
+    const trail = await db.pool.query(`SELECT action, step FROM payment_operation_events WHERE operation_id = $1 ORDER BY id`, [rows[0].id]);
+    expect(trail.rows).toEqual([{ action: 'requested', step: null }, { action: 'outcome_recorded', step: 'expiry' }]);
+    // The retrieve was made; nothing was sent to capture or cancel.
+    expect(stripe.fake.requests().filter((r) => r.paymentIntentId === pi).map((r) => r.endpoint)).toEqual(['create', 'retrieve']);
+
+    const late = await engine().processAuthorization(capture(input.orderId));
+    expect(late.rejection?.message).toContain('the authorization expired at Stripe');
+    expect((await engine().processRefund(refundOf(input.orderId, { amount: 100 }))).rejection).toMatchObject({ code: 'not_captured' });
+    // A second run records nothing more for it.
+    expect((await reconcile()).authorizations).toMatchObject({ expired: 0 });
+    expect((await db.pool.query(`SELECT 1 FROM payment_operations WHERE parent_operation_id = $1`, [chargeId])).rowCount).toBe(1);
+  });
+
+  it('an authorization still held at Stripe is left alone and looked at again; one captured outside the pipeline becomes a capture in review', async () => {
+    const held = await authorized();
+    const elsewhere = await authorized();
+    await stripe.gateway.capturePaymentIntent({ idempotencyKey: 'dashboard', paymentIntentId: elsewhere.pi, amount: 1200 });
+    const summary = await reconcile();
+    expect(summary.authorizations).toMatchObject({ expired: 0, capturedElsewhere: 1, stillHeld: 1 });
+    expect(await db.pool.query('SELECT 1 FROM payment_operations WHERE parent_operation_id = $1', [held.chargeId]).then((r) => r.rowCount)).toBe(0);
+    const { rows } = await db.pool.query(`SELECT * FROM payment_operations WHERE parent_operation_id = $1`, [elsewhere.chargeId]);
+    expect(rows[0]).toMatchObject({ kind: 'capture', status: 'unknown', amount: '1200', external_id: elsewhere.pi });
+    expect(rows[0].review_reason).toMatch(/captured \(1200\) outside the pipeline/);
+    expect((await outboxOf(rows[0].id)).map((e) => e.event_type)).toEqual(['Charge Capture Needs Review']);
+    expect((await reconcile()).authorizations).toMatchObject({ capturedElsewhere: 0, stillHeld: 1 });
+  });
+
+  it('the gauge counts authorizations within a day of expiry that nothing settles', async () => {
+    const open = await authorized();
+    const captured = await authorized();
+    await engine().processAuthorization(capture(captured.input.orderId));
+    // A validity of an hour: both were made just now, so both are within a day of it; the captured one is settled.
+    expect(await countExpiringAuthorizations(db.pool, 3_600_000, DAY_MS)).toBeGreaterThanOrEqual(1);
+    const before = await countExpiringAuthorizations(db.pool, 3_600_000, DAY_MS);
+    await engine().processAuthorization(cancel(open.input.orderId));
+    expect(await countExpiringAuthorizations(db.pool, 3_600_000, DAY_MS)).toBe(before - 1);
+    // Seven days ahead is not within a day.
+    expect(await countExpiringAuthorizations(db.pool, 7 * DAY_MS, DAY_MS)).toBe(0);
+  });
+});
+
+describe('Stripe events of an authorization', () => {
+  it('a canceled PaymentIntent of a manual charge is stale, not a contradiction; of a charge captured at once it still is one', () => {
+    const op = { id: 'op', kind: 'charge', status: 'succeeded', externalId: 'pi_1', amount: 5000, currency: 'eur', customerId: 'cus_1', orderId: 'o', keyGeneration: 0, reviewReason: null } as unknown as Operation;
+    const pi = { id: 'pi_1', status: 'canceled', amount: 5000, currency: 'eur', customer: 'cus_1', metadata: { operation_id: 'op', order_id: 'o', key_generation: '0' } } as EventPaymentIntent;
+    expect(decidePaymentIntentEvent({ ...op, captureMethod: 'manual' }, pi)).toMatchObject({ kind: 'stale' });
+    expect(decidePaymentIntentEvent(op, pi)).toMatchObject({ kind: 'contradiction' });
   });
 });

@@ -45,7 +45,7 @@ interface Lapsed {
 }
 
 /** The authorizations whose expiry has passed and that nothing settled yet, oldest first (the partial index of migrations/019). */
-export async function findLapsedAuthorizations(db: Db, validityMs: number, limit: number): Promise<Lapsed[]> {
+export async function findLapsedAuthorizations(db: Db, validityMs: number, limit: number, lookMarginMs: number = EXPIRY_LOOK_MARGIN_MS): Promise<Lapsed[]> {
   const { rows } = await db.query<Lapsed>(
     `SELECT c.id, c.order_id, c.external_id, c.stripe_account
        FROM payment_operations c
@@ -55,7 +55,7 @@ export async function findLapsedAuthorizations(db: Db, validityMs: number, limit
                          WHERE s.parent_operation_id = c.id AND s.kind IN ('capture', 'cancel_authorization'))
       ORDER BY c.first_attempted_at
       LIMIT $3`,
-    [validityMs, EXPIRY_LOOK_MARGIN_MS, limit],
+    [validityMs, lookMarginMs, limit],
   );
   return rows;
 }
@@ -146,11 +146,13 @@ export async function checkExpiredAuthorizations(options: {
   readonly db: Db;
   readonly gateway: PaymentGateway;
   readonly validityMs?: number;
+  /** @default EXPIRY_LOOK_MARGIN_MS */
+  readonly lookMarginMs?: number;
   readonly limit?: number;
   readonly actor?: string;
   readonly beforeCall?: () => Promise<boolean> | boolean;
 }): Promise<ExpiryRun> {
-  const lapsed = await findLapsedAuthorizations(options.db, options.validityMs ?? DEFAULT_AUTHORIZATION_VALIDITY_MS, options.limit ?? 100);
+  const lapsed = await findLapsedAuthorizations(options.db, options.validityMs ?? DEFAULT_AUTHORIZATION_VALIDITY_MS, options.limit ?? 100, options.lookMarginMs);
   const run = { looked: 0, expired: 0, capturedElsewhere: 0, stillHeld: 0, failed: 0 };
   for (const charge of lapsed) {
     if (!(await (options.beforeCall?.() ?? true))) break;

@@ -7,8 +7,16 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { GetQueueUrlCommand, SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
 import { PIPELINE } from '../runtime/settings.ts';
-import { refundRequestSchema, type RefundRequest } from '../payments/message.ts';
-import { checkChargeRequests, sendChargeRequest, sendChargeRequests, sendRefundRequest, type ChargeRequest, type ChargeRequestResult } from './client.ts';
+import { authorizationRequestSchema, refundRequestSchema, type AuthorizationRequest, type RefundRequest } from '../payments/message.ts';
+import {
+  checkChargeRequests,
+  sendAuthorizationRequest,
+  sendChargeRequest,
+  sendChargeRequests,
+  sendRefundRequest,
+  type ChargeRequest,
+  type ChargeRequestResult,
+} from './client.ts';
 import { ChargeRequestSendError, InvalidChargeRequestError } from './errors.ts';
 
 export const EXIT = { ok: 0, sendFailed: 1, usage: 2 } as const;
@@ -31,6 +39,14 @@ One request:
                             optional: a destination charge on the platform, transferred there
   --application-fee <n>     optional, with --account or --transfer-destination: the platform's
                             fee in minor units, at most the amount
+  --capture-method manual   optional: authorize only; a --capture or --cancel-authorization
+                            request settles it later (Stripe releases it after 7 days)
+
+One capture or release of an authorization (same queue and group as its charge):
+  --capture --order <id> [--amount <n>]
+                            capture the authorization, all of it or <n> (the rest is released)
+  --cancel-authorization --order <id>
+                            release the authorization whole
 
 One refund (same queue, MessageGroupId = orderId, MessageDeduplicationId =
 sha256("refund:" + orderId + ":" + refundId + ":" + digest of amount and reason),
@@ -43,6 +59,7 @@ Many requests:
   --file <orders.jsonl>     one JSON request per line, sent in file order:
                             {"orderId","amount","currency","customerId","paymentMethod"}
                             or {"type":"refund","orderId","refundId","amount"}
+                            or {"type":"capture","orderId","amount"?} / {"type":"cancel_authorization","orderId"}
                             blank lines are skipped; if any line is invalid, bad lines are
                             listed with their numbers and NOTHING is sent
 
@@ -90,6 +107,9 @@ const OPTIONS = {
   'application-fee': { type: 'string' },
   refund: { type: 'string' },
   reason: { type: 'string' },
+  'capture-method': { type: 'string' },
+  capture: { type: 'boolean' },
+  'cancel-authorization': { type: 'boolean' },
   file: { type: 'string' },
   'queue-url': { type: 'string' },
   environment: { type: 'string' },
@@ -101,7 +121,7 @@ const OPTIONS = {
 
 const SINGLE_FLAGS = ['order', 'amount', 'currency', 'customer', 'payment-method'] as const;
 /** Optional flags of one charge request (Connect). */
-const CONNECT_FLAGS = ['account', 'transfer-destination', 'application-fee'] as const;
+const CONNECT_FLAGS = ['account', 'transfer-destination', 'application-fee', 'capture-method'] as const;
 
 /** Runs the CLI and returns its exit status. Exported for tests; the script entry is at the bottom. */
 export async function main(
@@ -132,6 +152,25 @@ export async function main(
     if (connect.length > 0 && (values.refund !== undefined || values.file !== undefined)) {
       throw new UsageError(`${connect.map((f) => `--${f}`).join(', ')} go with one charge request (a refund runs on its charge's account; a file's lines carry their own fields)`);
     }
+    let authorization: AuthorizationRequest | undefined;
+    if (values.capture || values['cancel-authorization']) {
+      const flag = values.capture ? '--capture' : '--cancel-authorization';
+      if (values.capture && values['cancel-authorization']) throw new UsageError('--capture and --cancel-authorization exclude each other');
+      const extra = [...(values.file !== undefined ? ['file'] : []), ...(values.refund !== undefined ? ['refund'] : []), ...single.filter((f) => f !== 'order' && (f !== 'amount' || !values.capture))];
+      if (extra.length > 0) throw new UsageError(`${flag} cannot be combined with ${extra.map((f) => `--${f}`).join(', ')}`);
+      if (values.order === undefined) throw new UsageError(`${flag} needs --order`);
+      const parsed = authorizationRequestSchema(maxAmount).safeParse(
+        values.capture
+          ? { type: 'capture', orderId: values.order, ...(values.amount !== undefined ? { amount: integerFlag('--amount', values.amount) } : {}) }
+          : { type: 'cancel_authorization', orderId: values.order },
+      );
+      if (!parsed.success) {
+        for (const issue of parsed.error.issues) io.err(`error: ${issue.path.length > 0 ? `--${flagFor(String(issue.path[0]))}: ` : ''}${issue.message}`);
+        io.err('nothing sent');
+        return EXIT.usage;
+      }
+      authorization = parsed.data;
+    }
     let refund: RefundRequest | undefined;
     if (values.reason !== undefined && values.refund === undefined) throw new UsageError('--reason goes with --refund');
     if (values.refund !== undefined) {
@@ -161,7 +200,7 @@ export async function main(
 
     // Validate everything before touching the network: invalid input never costs a call.
     let requests: FileRequest[] = [];
-    if (refund !== undefined) {
+    if (refund !== undefined || authorization !== undefined) {
       // validated above
     } else if (values.file !== undefined) {
       requests = await readJsonl(values.file, validation, io);
@@ -177,6 +216,7 @@ export async function main(
         ...(values.account !== undefined ? { account: values.account } : {}),
         ...(values['transfer-destination'] !== undefined ? { transferDestination: values['transfer-destination'] } : {}),
         ...(values['application-fee'] !== undefined ? { applicationFeeAmount: integerFlag('--application-fee', values['application-fee']) } : {}),
+        ...(values['capture-method'] !== undefined ? { capture: values['capture-method'] } : {}),
       };
       const checked = checkChargeRequests([request], validation);
       const valid = checked.requests[0];
@@ -205,6 +245,7 @@ export async function main(
 
     const client = sqs;
     if (refund !== undefined) return await sendOne(io, () => sendRefundRequest(client, queueUrl, refund, validation));
+    if (authorization !== undefined) return await sendOne(io, () => sendAuthorizationRequest(client, queueUrl, authorization, validation));
 
     if (values.file === undefined) {
       const only = requests[0];
@@ -217,11 +258,11 @@ export async function main(
     let failed = 0;
     let total = 0;
     for (const run of runsOf(requests)) {
-      if (run.kind === 'refund') {
+      if (run.kind !== 'charge') {
         for (const item of run.items) {
           total++;
           try {
-            const sent = await sendRefundRequest(client, queueUrl, item.request, validation);
+            const sent = item.kind === 'refund' ? await sendRefundRequest(client, queueUrl, item.request, validation) : await sendAuthorizationRequest(client, queueUrl, item.request, validation);
             io.out(`sent ${sent.orderId} ${sent.messageId}`);
           } catch (error) {
             if (!(error instanceof ChargeRequestSendError)) throw error;
@@ -282,9 +323,11 @@ function resultLine(result: ChargeRequestResult): string {
 
 type FileRequest =
   | { readonly kind: 'charge'; readonly request: ChargeRequest; readonly label: string }
-  | { readonly kind: 'refund'; readonly request: RefundRequest; readonly label: string };
+  | { readonly kind: 'refund'; readonly request: RefundRequest; readonly label: string }
+  | { readonly kind: 'authorization'; readonly request: AuthorizationRequest; readonly label: string };
 
-type Run = { readonly kind: 'charge'; readonly items: Extract<FileRequest, { kind: 'charge' }>[] } | { readonly kind: 'refund'; readonly items: Extract<FileRequest, { kind: 'refund' }>[] };
+/** Charge lines go in batches; refund, capture and cancel lines one by one, each after what precedes it. */
+type Run = { readonly kind: 'charge'; readonly items: Extract<FileRequest, { kind: 'charge' }>[] } | { readonly kind: 'one_by_one'; readonly items: Exclude<FileRequest, { kind: 'charge' }>[] };
 
 /** Consecutive requests of one kind, in order. */
 function runsOf(requests: readonly FileRequest[]): Run[] {
@@ -294,8 +337,8 @@ function runsOf(requests: readonly FileRequest[]): Run[] {
     if (item.kind === 'charge') {
       if (last?.kind === 'charge') last.items.push(item);
       else runs.push({ kind: 'charge', items: [item] });
-    } else if (last?.kind === 'refund') last.items.push(item);
-    else runs.push({ kind: 'refund', items: [item] });
+    } else if (last?.kind === 'one_by_one') last.items.push(item);
+    else runs.push({ kind: 'one_by_one', items: [item] });
   }
   return runs;
 }
@@ -323,8 +366,10 @@ async function readJsonl(file: string, validation: { maxAmount?: number }, io: C
       problems.push(`${name}:${i + 1}: not valid JSON`);
     }
   });
-  const isRefund = (value: unknown) => typeof value === 'object' && value !== null && (value as { type?: unknown }).type === 'refund';
-  const chargeLines = lines.filter((l) => !isRefund(l.value));
+  const typeOf = (value: unknown) => (typeof value === 'object' && value !== null ? (value as { type?: unknown }).type : undefined);
+  const isRefund = (value: unknown) => typeOf(value) === 'refund';
+  const isAuthorization = (value: unknown) => typeOf(value) === 'capture' || typeOf(value) === 'cancel_authorization';
+  const chargeLines = lines.filter((l) => !isRefund(l.value) && !isAuthorization(l.value));
   const { requests: charges, issues } = checkChargeRequests(
     chargeLines.map((l) => l.value),
     validation,
@@ -341,6 +386,13 @@ async function readJsonl(file: string, validation: { maxAmount?: number }, io: C
     if (parsed.success) refunds.set(line, parsed.data);
     else for (const issue of parsed.error.issues) problems.push(`${name}:${line}: ${issue.path.map(String).join('.') || '(request)'}: ${issue.message}`);
   }
+  const authorizationSchema = authorizationRequestSchema(validation.maxAmount);
+  const authorizations = new Map<number, AuthorizationRequest>();
+  for (const { line, value } of lines.filter((l) => isAuthorization(l.value))) {
+    const parsed = authorizationSchema.safeParse(value);
+    if (parsed.success) authorizations.set(line, parsed.data);
+    else problems.push(`${name}:${line}: ${typeOf(value) as string}: ${parsed.error.issues.map((i) => `${i.path.map(String).join('.') || '(request)'}: ${i.message}`).join('; ')}`);
+  }
   if (problems.length > 0) {
     problems.sort((a, b) => lineOf(a) - lineOf(b));
     for (const problem of problems) io.err(problem);
@@ -352,7 +404,9 @@ async function readJsonl(file: string, validation: { maxAmount?: number }, io: C
     const label = `line ${line}`;
     const refund = refunds.get(line);
     const charge = chargeAt.get(line);
+    const authorization = authorizations.get(line);
     if (refund !== undefined) out.push({ kind: 'refund', request: refund, label });
+    else if (authorization !== undefined) out.push({ kind: 'authorization', request: authorization, label });
     else if (charge !== undefined) out.push({ kind: 'charge', request: charge, label });
   }
   if (out.length === 0) throw new UsageError(`nothing to send: ${file} has no requests`);
@@ -406,6 +460,7 @@ function flagFor(fieldPath: string): string {
     account: 'account',
     transferDestination: 'transfer-destination',
     applicationFeeAmount: 'application-fee',
+    capture: 'capture-method',
   };
   return flags[fieldPath] ?? fieldPath;
 }

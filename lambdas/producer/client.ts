@@ -14,16 +14,19 @@
 import { SendMessageBatchCommand, SendMessageCommand, type SQSClient, type SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
 import {
   DEFAULT_MAX_AMOUNT,
+  authorizationDeduplicationId,
+  authorizationRequestSchema,
   chargeRequestSchema,
   deduplicationId,
   refundDeduplicationId,
   refundRequestSchema,
+  type AuthorizationRequest,
   type ChargeRequest,
   type RefundRequest,
 } from '../payments/message.ts';
 import { ChargeRequestSendError, InvalidChargeRequestError, type ChargeRequestIssue } from './errors.ts';
 
-export type { ChargeRequest, RefundRequest } from '../payments/message.ts';
+export type { AuthorizationRequest, ChargeRequest, RefundRequest } from '../payments/message.ts';
 
 /** SendMessageBatch takes at most 10 entries. */
 export const MAX_BATCH_ENTRIES = 10;
@@ -93,7 +96,7 @@ export interface ChargeRequestMessage {
  * contract's fields in a stable order, whatever else the caller's object carries.
  */
 export function chargeRequestMessage(request: ChargeRequest): ChargeRequestMessage {
-  const { orderId, amount, currency, customerId, paymentMethod, description, statementDescriptorSuffix, metadata, account, applicationFeeAmount, transferDestination } = request;
+  const { orderId, amount, currency, customerId, paymentMethod, description, statementDescriptorSuffix, metadata, account, applicationFeeAmount, transferDestination, capture } = request;
   return {
     MessageBody: JSON.stringify({
       orderId,
@@ -107,6 +110,7 @@ export function chargeRequestMessage(request: ChargeRequest): ChargeRequestMessa
       ...(account !== undefined ? { account } : {}),
       ...(applicationFeeAmount !== undefined ? { applicationFeeAmount } : {}),
       ...(transferDestination !== undefined ? { transferDestination } : {}),
+      ...(capture !== undefined ? { capture } : {}),
     }),
     // One group per order: orders never wait for each other, and two messages of one order are
     // never worked at the same time.
@@ -146,6 +150,27 @@ export async function sendRefundRequest(
     );
   }
   return sendOne(sqs, queueUrl, parsed.data.orderId, refundRequestMessage(parsed.data), options);
+}
+
+/**
+ * The SQS message of a capture or a cancel of an authorization (docs/producers.md#authorize-now-capture-later):
+ * the same queue and message group as its order's charge, so FIFO orders it after the charge.
+ */
+export function authorizationRequestMessage(request: AuthorizationRequest): ChargeRequestMessage {
+  const body = request.type === 'capture' ? { type: 'capture', orderId: request.orderId, ...(request.amount !== undefined ? { amount: request.amount } : {}) } : { type: 'cancel_authorization', orderId: request.orderId };
+  return { MessageBody: JSON.stringify(body), MessageGroupId: request.orderId, MessageDeduplicationId: authorizationDeduplicationId(request) };
+}
+
+/** Send one capture or cancel_authorization request, validated as the charge handler validates it. */
+export async function sendAuthorizationRequest(sqs: SQSClient, queueUrl: string, request: AuthorizationRequest, options: SendOptions = {}): Promise<SentChargeRequest> {
+  const parsed = authorizationRequestSchema(options.maxAmount ?? DEFAULT_MAX_AMOUNT).safeParse(request);
+  if (!parsed.success) {
+    const orderId = typeof (request as { orderId?: unknown }).orderId === 'string' ? (request as { orderId: string }).orderId : undefined;
+    throw new InvalidChargeRequestError(
+      parsed.error.issues.map((issue) => ({ index: 0, ...(orderId === undefined ? {} : { orderId }), path: issue.path.map(String).join('.') || '(request)', message: issue.message })),
+    );
+  }
+  return sendOne(sqs, queueUrl, parsed.data.orderId, authorizationRequestMessage(parsed.data), options);
 }
 
 /** One SendMessage of a validated request's message: the answer, or ChargeRequestSendError. */

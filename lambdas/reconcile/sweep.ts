@@ -74,8 +74,11 @@ export interface ReconcileDeps {
   readonly retention?: RetentionSettings & { readonly maxRunMs: number };
   /** The wall clock retention's cutoffs are computed from (tests and the storage benchmark move it). @default new Date() */
   readonly wallClock?: () => Date;
-  /** How long an uncaptured authorization lives at Stripe (the expiry check and its gauge). @default 7 days */
-  readonly authorizationValidityMs?: number;
+  /**
+   * How long an uncaptured authorization lives at Stripe, and how long after that the expiry check
+   * first looks (authorization-expiry.ts; the gauge uses the validity). @default 7 days, 10 minutes
+   */
+  readonly authorizationExpiry?: { readonly validityMs: number; readonly lookMarginMs: number };
   /** Connected accounts whose Stripe events are taken before the pipeline has an operation on them (STRIPE_CONNECTED_ACCOUNTS). */
   readonly connectedAccounts?: readonly string[];
 }
@@ -282,7 +285,7 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
         gateway: worker.gateway,
         actor: worker.actor,
         limit: settings.pageSize,
-        ...(deps.authorizationValidityMs !== undefined ? { validityMs: deps.authorizationValidityMs } : {}),
+        ...(deps.authorizationExpiry ? { validityMs: deps.authorizationExpiry.validityMs, lookMarginMs: deps.authorizationExpiry.lookMarginMs } : {}),
         beforeCall: () => (canStart() ? limiter.acquire('retrieve', latestStart) : false),
       });
       if (authorizations.expired > 0 || authorizations.capturedElsewhere > 0) log.warn('authorizations expired or captured outside the pipeline', { ...authorizations });
@@ -376,7 +379,7 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     // failed above, so that the backlog and findings alarms see the inbox then too.
     gauges = await collectGauges(deps.db, settings.rejectedWindowSeconds, {
       inbox: Boolean(deps.inboxDb),
-      ...(deps.authorizationValidityMs !== undefined ? { authorizationValidityMs: deps.authorizationValidityMs } : {}),
+      ...(deps.authorizationExpiry ? { authorizationValidityMs: deps.authorizationExpiry.validityMs } : {}),
     });
   } catch (error) {
     const described = describeError(error);

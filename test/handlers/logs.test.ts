@@ -190,6 +190,7 @@ describe('log lines of the real handlers', () => {
         METRICS.duplicateChargesRemedied,
         METRICS.openWatchFindings,
         METRICS.auditMonthsWithoutPartition,
+        METRICS.authorizationsExpiringSoon,
         METRICS.openWatches,
         METRICS.unpublishedEvents,
         METRICS.oldestUnpublishedEventAgeSeconds,

@@ -311,7 +311,7 @@ describe('outbox sweep and gauges', () => {
     const { oldestOpenAgeSeconds, inbox, ...counts } = summary.gauges!;
     // (the operation settled in this run is no longer open)
     expect(counts).toEqual({
-      openPending: 1, openUnknown: 1, reviewQueueSize: 1, rejectedLastPeriod: 1, duplicateChargesRemediedLastPeriod: 0, unpublishedEvents: 0, oldestUnpublishedEventAgeSeconds: 0, openWatches: 0, openWatchFindings: 0,
+      openPending: 1, openUnknown: 1, reviewQueueSize: 1, rejectedLastPeriod: 1, duplicateChargesRemediedLastPeriod: 0, unpublishedEvents: 0, oldestUnpublishedEventAgeSeconds: 0, openWatches: 0, openWatchFindings: 0, authorizationsExpiringSoon: 0,
     });
     // The handler works the Stripe event inbox too: its gauges are read with the others. No event
     // ever arrived while Stripe answered these operations: the silence gauge counts from the oldest

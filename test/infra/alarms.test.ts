@@ -76,6 +76,7 @@ const EXPECTED: Record<Exclude<AlarmName, OtherConfigurations>, Expected> = {
   DuplicateChargeRemedied: { namespace: 'ChargePipeline', metricName: METRICS.duplicateChargesRemedied, dimensions: service, statistic: 'Maximum', threshold: 0 },
   ReissueWatchFinding: { namespace: 'ChargePipeline', metricName: METRICS.openWatchFindings, dimensions: service, statistic: 'Maximum', threshold: 0 },
   AuditPartitionsBehind: { namespace: 'ChargePipeline', metricName: METRICS.auditMonthsWithoutPartition, dimensions: service, statistic: 'Maximum', threshold: 0 },
+  AuthorizationsExpiring: { namespace: 'ChargePipeline', metricName: METRICS.authorizationsExpiringSoon, dimensions: service, statistic: 'Maximum', threshold: 10 },
   // a rate: more than 10 refusals in each of two 5-minute periods (one stranger's request is no page)
   StripeWebhookRejected: { namespace: 'ChargePipeline', metricName: METRICS.stripeWebhookRejected, dimensions: service, statistic: 'Sum', threshold: 10, evaluationPeriods: 2 },
   StripeWebhookUnavailable: { namespace: 'ChargePipeline', metricName: METRICS.stripeWebhookUnavailable, dimensions: service, statistic: 'Sum', threshold: 0 },
