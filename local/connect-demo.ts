@@ -93,6 +93,12 @@ export interface ConnectAccountFigures {
   readonly destinationCharges: { readonly operations: number; readonly succeeded: number; readonly fees: number };
   /** Refund operations made as this account, and how many succeeded. */
   readonly refunds: { readonly operations: number; readonly succeeded: number };
+  /**
+   * Stripe events from this account (a connected account's carry its id as `account`) recorded in the
+   * inbox, and how many of them were refused as another account's (`foreign_account`): the pipeline
+   * takes a connected account's events once it has an operation on it or lists it.
+   */
+  readonly events: { readonly received: number; readonly refused: number };
   /** What the fake Stripe's record holds on this account: PaymentIntents (by status) and Refunds (of its PaymentIntents). */
   readonly atStripe: { readonly paymentIntents: number; readonly succeeded: number; readonly refunds: number } | null;
 }
@@ -113,6 +119,10 @@ export async function readConnectLedger(db: Db, paymentIntents: readonly Payment
        FROM payment_operations GROUP BY 1, 2, 3, 4`,
   );
   if (!rows.some((r) => r.account !== null || r.destination !== null)) return null;
+  const { rows: events } = await db.query<{ account: string | null; received: number; refused: number }>(
+    `SELECT payload->>'account' AS account, count(*)::int AS received, count(*) FILTER (WHERE outcome = 'foreign_account')::int AS refused
+       FROM stripe_events GROUP BY 1`,
+  );
   const accounts = [...new Set(rows.flatMap((r) => [r.account, r.destination]).filter((a): a is string => a !== null))].sort();
   const count = (where: (r: (typeof rows)[number]) => boolean) => rows.filter(where).reduce((sum, r) => sum + r.n, 0);
   const accountOf = (pi: PaymentIntentRecord) => pi.stripeAccount ?? null;
@@ -134,6 +144,7 @@ export async function readConnectLedger(db: Db, paymentIntents: readonly Payment
         fees: rows.filter((r) => toIt(r) && r.status === 'succeeded').reduce((sum, r) => sum + Number(r.fees ?? 0), 0),
       },
       refunds: { operations: count((r) => mine(r) && r.kind === 'refund'), succeeded: count((r) => mine(r) && r.kind === 'refund' && r.status === 'succeeded') },
+      events: { received: events.find((e) => e.account === account)?.received ?? 0, refused: events.find((e) => e.account === account)?.refused ?? 0 },
       atStripe:
         pis === null
           ? null
@@ -159,6 +170,7 @@ export function formatConnectLines(ledger: ConnectLedger, n: (value: number) => 
       `${f.account ? 'direct charges' : 'charges'} ${n(f.charges.operations)} (${n(f.charges.succeeded)} succeeded, ${n(f.charges.failed)} failed)`,
       ...(f.account ? [`destination charges to it ${n(f.destinationCharges.operations)} (${n(f.destinationCharges.succeeded)} succeeded, fees ${n(f.destinationCharges.fees)})`] : []),
       `refunds ${n(f.refunds.operations)} (${n(f.refunds.succeeded)} succeeded)`,
+      `Stripe events ${n(f.events.received)} (refused as another account's ${n(f.events.refused)})`,
       f.atStripe ? `at Stripe on it: ${n(f.atStripe.paymentIntents)} PaymentIntents (${n(f.atStripe.succeeded)} succeeded), ${n(f.atStripe.refunds)} Refunds` : 'at Stripe: n/a',
     ];
     return `    ${who.padEnd(18)} ${parts.join(' · ')}`;
