@@ -89,7 +89,7 @@ export interface ConnectAccountFigures {
   readonly account: string | null;
   /** Charge operations made as this account (a direct charge), or on the platform. */
   readonly charges: { readonly operations: number; readonly succeeded: number; readonly failed: number };
-  /** Destination charges made on the platform for this account, and the fees of the succeeded ones. */
+  /** Destination charges made on the platform for this account (for the platform: all of them, among its charges), and the fees of the succeeded ones. */
   readonly destinationCharges: { readonly operations: number; readonly succeeded: number; readonly fees: number };
   /** Refund operations made as this account, and how many succeeded. */
   readonly refunds: { readonly operations: number; readonly succeeded: number };
@@ -129,7 +129,8 @@ export async function readConnectLedger(db: Db, paymentIntents: readonly Payment
   const piById = new Map((paymentIntents ?? []).map((pi) => [pi.id, pi]));
   const figures = (account: string | null): ConnectAccountFigures => {
     const mine = (r: (typeof rows)[number]) => r.account === account;
-    const toIt = (r: (typeof rows)[number]) => account !== null && r.kind === 'charge' && r.destination === account;
+    // For an account: the destination charges made for it; for the platform: all of them (they are its charges).
+    const toIt = (r: (typeof rows)[number]) => r.kind === 'charge' && (account === null ? r.destination !== null : r.destination === account);
     const pis = paymentIntents?.filter((pi) => accountOf(pi) === account) ?? null;
     return {
       account,
@@ -168,7 +169,9 @@ export function formatConnectLines(ledger: ConnectLedger, n: (value: number) => 
     const who = f.account ?? 'the platform';
     const parts = [
       `${f.account ? 'direct charges' : 'charges'} ${n(f.charges.operations)} (${n(f.charges.succeeded)} succeeded, ${n(f.charges.failed)} failed)`,
-      ...(f.account ? [`destination charges to it ${n(f.destinationCharges.operations)} (${n(f.destinationCharges.succeeded)} succeeded, fees ${n(f.destinationCharges.fees)})`] : []),
+      f.account
+        ? `destination charges to it ${n(f.destinationCharges.operations)} (${n(f.destinationCharges.succeeded)} succeeded, fees ${n(f.destinationCharges.fees)})`
+        : `destination charges among them ${n(f.destinationCharges.operations)}`,
       `refunds ${n(f.refunds.operations)} (${n(f.refunds.succeeded)} succeeded)`,
       `Stripe events ${n(f.events.received)} (refused as another account's ${n(f.events.refused)})`,
       f.atStripe ? `at Stripe on it: ${n(f.atStripe.paymentIntents)} PaymentIntents (${n(f.atStripe.succeeded)} succeeded), ${n(f.atStripe.refunds)} Refunds` : 'at Stripe: n/a',
