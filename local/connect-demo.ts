@@ -2,7 +2,7 @@
 // beside the platform's own, and the ledger's account of them against the fake Stripe's record.
 //
 //   direct charges       `account`: made AS the connected account (Stripe-Account on every request),
-//                        with the platform's application fee; the first on each account is refunded
+//                        with the platform's application fee (but the second); the first on each account is refunded
 //                        (a partial refund on the first account, a full one on the second): the
 //                        refund operation takes its charge's account
 //   destination charges  `transferDestination` and `applicationFeeAmount`: made on the platform,
@@ -22,8 +22,10 @@ import type { RefundScenario } from './send-report.ts';
 /** The demo's two connected accounts (the fake Stripe is started with them). */
 export const DEMO_CONNECTED_ACCOUNTS = ['acct_1DemoAlpha', 'acct_1DemoBravo'] as const;
 
-/** Direct charges per account, and destination charges to each, as shares of the platform orders (at least one each). */
+/** Direct charges per account, and destination charges to each (at least one), as shares of the platform orders. */
 const DIRECT_SHARE = 0.01;
+/** At least two direct charges per account: one with a fee, one without. */
+const DIRECT_AT_LEAST = 2;
 const DESTINATION_SHARE = 0.005;
 /** The platform's application fee, a share of the amount. */
 const FEE_SHARE = 0.05;
@@ -37,7 +39,7 @@ export interface ConnectPlan {
 /** The Connect orders of a run of `orders` platform orders: a direct charge (or more) on each account, destination charges to each, refunds of the first direct charges. */
 export function planConnectOrders(options: { readonly orders: number; readonly seed: number; readonly tag: string; readonly customerId?: string }): ConnectPlan {
   const random = mulberry32(options.seed ^ 0xc0ec7);
-  const direct = Math.max(1, Math.round(options.orders * DIRECT_SHARE));
+  const direct = Math.max(DIRECT_AT_LEAST, Math.round(options.orders * DIRECT_SHARE));
   const destination = Math.max(1, Math.round(options.orders * DESTINATION_SHARE));
   const orders: ChargeRequest[] = [];
   const refunds: ConnectPlan['refunds'][number][] = [];
@@ -56,7 +58,9 @@ export function planConnectOrders(options: { readonly orders: number; readonly s
         customerId: options.customerId ?? `cus_demo_connect_${letter}`,
         paymentMethod,
         account,
-        applicationFeeAmount: Math.max(1, Math.round(value * FEE_SHARE)),
+        // The second without a fee: a direct charge need not take one (and without it Stripe would
+        // take the charge on the platform too, were Stripe-Account not sent: the checker must see it).
+        ...(i === 2 ? {} : { applicationFeeAmount: Math.max(1, Math.round(value * FEE_SHARE)) }),
       };
       orders.push(order);
       if (i === 1) {

@@ -149,7 +149,10 @@ describe('buildWorkload: connected accounts', () => {
     for (const account of [A, B]) {
       const direct = connectOrders.filter((o) => o.account === account);
       expect(direct.length, account).toBe(5); // 1 % of 500 per account
-      expect(direct.every((o) => o.transferDestination === undefined && o.applicationFeeAmount! > 0 && o.applicationFeeAmount! <= o.amount)).toBe(true);
+      expect(direct.every((o) => o.transferDestination === undefined)).toBe(true);
+      // A fee on all but the second (a direct charge need not take one).
+      expect(direct.map((o) => o.applicationFeeAmount === undefined)).toEqual([false, true, false, false, false]);
+      expect(direct.every((o) => o.applicationFeeAmount === undefined || (o.applicationFeeAmount > 0 && o.applicationFeeAmount <= o.amount))).toBe(true);
       const destination = connectOrders.filter((o) => o.transferDestination === account);
       expect(destination.length, account).toBeGreaterThanOrEqual(1);
       expect(destination.every((o) => o.account === undefined && o.applicationFeeAmount! > 0 && o.applicationFeeAmount! <= o.amount)).toBe(true);
@@ -159,6 +162,18 @@ describe('buildWorkload: connected accounts', () => {
       expect(order.paymentMethod).toBe('pm_card_visa');
       expect(refunded[0]!.requests).toEqual([expect.objectContaining({ orderId: order.orderId, amount: account === A ? Math.floor(order.amount * 0.4) : order.amount })]);
     }
+  });
+
+  it('has two direct charges per account even in a small run (one with a fee, one without) and a destination charge to each', () => {
+    const small = buildWorkload({ orders: 60, duplicates: 0, seed: 1, tag: 'x', connect: true }).orders.filter((o) => o.account !== undefined || o.transferDestination !== undefined);
+    expect(small.map((o) => [o.account ?? null, o.transferDestination ?? null, o.applicationFeeAmount !== undefined])).toEqual([
+      [A, null, true],
+      [A, null, false],
+      [null, A, true],
+      [B, null, true],
+      [B, null, false],
+      [null, B, true],
+    ]);
   });
 
   it('is a section of its own: the platform orders, duplicates, refunds and second charges of the seed are as without it; its orders are sent after them, its refunds after their order', () => {
