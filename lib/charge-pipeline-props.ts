@@ -228,6 +228,16 @@ export interface ChargePipelineProps {
    */
   readonly stripeEventsReservedConcurrency?: number | 'unreserved';
   /**
+   * Stripe Connect: connected accounts (acct_…) whose Stripe events are taken before the pipeline has
+   * an operation on them — STRIPE_CONNECTED_ACCOUNTS of the Stripe-events and reconcile functions
+   * (the receiver's inline apply and the sweep's). An account the pipeline has an operation on is
+   * taken without being listed; an event is still applied only to an operation of its own account
+   * (docs/model.md#connected-accounts). Each id is checked at synth (acct_ and 1-64 letters or
+   * digits, lambdas/payments/types.ts ACCOUNT_ID), as the functions check it at start.
+   * @default - none: only the accounts the pipeline has operations on
+   */
+  readonly stripeConnectedAccounts?: readonly string[];
+  /**
    * StripeWebhookRejected fires when more than this many deliveries are refused in each of two
    * 5-minute periods: anyone can POST to the URL, so one refusal is no page. @default 10
    */

@@ -57,6 +57,7 @@ export class ChargePipelineStack extends cdk.Stack {
       chargeStripeConcurrency: s.chargeStripeConcurrency,
       chargeReservedConcurrency: s.chargeReservedConcurrency,
       stripeEventsReservedConcurrency: s.stripeEventsReservedConcurrency,
+      stripeConnectedAccounts: s.stripeConnectedAccounts,
       databaseMaxConnections: s.databaseMaxConnections,
       reconcileMaxRps: s.reconcileMaxRps,
       reconcileSearchMaxRps: s.reconcileSearchMaxRps,

@@ -265,6 +265,11 @@ export class ChargePipeline extends Construct implements ec2.IConnectable {
       ...(props.stripeMaxNetworkRetries !== undefined ? { STRIPE_MAX_NETWORK_RETRIES: String(props.stripeMaxNetworkRetries) } : {}),
     };
 
+    // Connect: whose events the two appliers take before an operation exists on the account (the
+    // receiver's inline apply, the reconciler's sweep); validated above. Absent: none listed.
+    const connectedAccounts = [...new Set(props.stripeConnectedAccounts ?? [])];
+    const connectEnv: Record<string, string> = connectedAccounts.length > 0 ? { STRIPE_CONNECTED_ACCOUNTS: connectedAccounts.join(',') } : {};
+
     const migrations = new Migrations(this, 'Migrations', {
       ...placement,
       ...common,
@@ -293,7 +298,7 @@ export class ChargePipeline extends Construct implements ec2.IConnectable {
     const reconciler = new Reconciler(this, 'Reconciler', {
       ...placement,
       ...common,
-      environment: { ...pipelineEnv, ...retentionEnvironment(props.retention) },
+      environment: { ...pipelineEnv, ...connectEnv, ...retentionEnvironment(props.retention) },
       schedule: props.reconcileSchedule ?? scheduler.ScheduleExpression.expression(PIPELINE.reconcileSchedule),
       maxRps: props.reconcileMaxRps ?? d.reconcileMaxRps,
       searchMaxRps: props.reconcileSearchMaxRps ?? d.reconcileSearchMaxRps,
@@ -320,7 +325,7 @@ export class ChargePipeline extends Construct implements ec2.IConnectable {
         ...placement,
         ...common,
         input: stripeEventsInput,
-        environment: pipelineEnv,
+        environment: { ...pipelineEnv, ...connectEnv },
         applicationDatabaseSecret: this.applicationDatabaseSecret,
         stripeSecret: this.stripeSecret,
         grantPutEvents: (grantee) => outcomes.grantPutEvents(grantee),

@@ -3,6 +3,8 @@
 // construct's defaults. Values from the command line are strings; they are parsed and checked here,
 // all at once, so a typo in a deploy command fails before anything is synthesized.
 
+import { ACCOUNT_ID } from '../lambdas/payments/types.ts';
+
 export const ENVIRONMENTS_CONTEXT_KEY = 'charge-pipeline:environments';
 export const DEFAULT_ENVIRONMENT = 'dev';
 
@@ -38,6 +40,8 @@ export interface DeploymentSettings {
   readonly opsReservedConcurrency?: number;
   /** Roles that may send charge requests (the intake queue's policy denies everyone else). */
   readonly producerRoleArns?: readonly string[];
+  /** Connected accounts whose Stripe events are taken before an operation exists on them (comma-separated acct_… ids). */
+  readonly stripeConnectedAccounts?: readonly string[];
   readonly removalPolicy?: RemovalPolicyName;
   readonly deletionProtection?: boolean;
   readonly logLevel?: string;
@@ -74,6 +78,7 @@ const KEYS = {
   opsRoleArn: 'string',
   opsReservedConcurrency: 'integer',
   producerRoleArns: 'string',
+  stripeConnectedAccounts: 'string',
   removalPolicy: 'string',
   deletionProtection: 'boolean',
   logLevel: 'string',
@@ -135,6 +140,13 @@ export function settingsFromContext(tryGetContext: (key: string) => unknown): De
     const bad = arns.filter((a) => !ROLE_ARN.test(a));
     if (bad.length > 0) problems.push(`producerRoleArns must be comma-separated IAM role ARNs (arn:aws:iam::<account>:role/<name>), got '${bad.join("', '")}'`);
     s.producerRoleArns = arns;
+  }
+  const connected = settings.stripeConnectedAccounts;
+  if (typeof connected === 'string') {
+    const ids = connected.split(',').map((a) => a.trim()).filter((a) => a !== '');
+    const bad = ids.filter((a) => !ACCOUNT_ID.test(a));
+    if (bad.length > 0) problems.push(`stripeConnectedAccounts must be comma-separated Stripe account ids (acct_ and 1-64 letters or digits), got '${bad.join("', '")}'`);
+    s.stripeConnectedAccounts = ids;
   }
   if (s.removalPolicy !== undefined) {
     const lower = s.removalPolicy.toLowerCase() as RemovalPolicyName;

@@ -5,6 +5,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type { IConstruct } from 'constructs';
 import { callBudgetProblem } from '../lambdas/payments/call-budget.ts';
 import { RETENTION_DEFAULTS, RETENTION_LIMITS } from '../lambdas/payments/retention-store.ts';
+import { ACCOUNT_ID } from '../lambdas/payments/types.ts';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import { CHARGE_PIPELINE_DEFAULTS, type ChargePipelineProps } from './charge-pipeline-props.ts';
 import { DATABASE_NAME_MAX_LENGTH } from './database.ts';
@@ -164,6 +165,8 @@ export function validateChargePipelineProps(props: ChargePipelineProps, scope: I
     }
   }
 
+  problems.push(...connectedAccountsProblems(props.stripeConnectedAccounts));
+
   // reconciler
   numberIn(
     'reconcileMaxRps',
@@ -225,6 +228,33 @@ export function validateChargePipelineProps(props: ChargePipelineProps, scope: I
   problems.push(...embeddingProblems(props));
 
   if (problems.length > 0) throw new ChargePipelinePropsError(problems, scope);
+}
+
+/**
+ * The deployed STRIPE_CONNECTED_ACCOUNTS is this list joined by commas: a Lambda function's
+ * environment holds 4 KB in all, so the list is bounded well inside it.
+ */
+export const CONNECTED_ACCOUNTS_MAX_CHARACTERS = 2048;
+
+/**
+ * stripeConnectedAccounts: every entry an account id of the shape the functions accept at start
+ * (lambdas/runtime/config.ts; ACCOUNT_ID), so a typo fails the synth instead of every function's start.
+ */
+export function connectedAccountsProblems(accounts: readonly string[] | undefined): string[] {
+  if (accounts === undefined || cdk.Token.isUnresolved(accounts)) return [];
+  const problems: string[] = [];
+  accounts.forEach((account, i) => {
+    if (typeof account === 'string' && cdk.Token.isUnresolved(account)) {
+      problems.push(`stripeConnectedAccounts[${i}] is a token: the list is checked and deployed as written, so give the account ids themselves`);
+    } else if (typeof account !== 'string' || !ACCOUNT_ID.test(account)) {
+      problems.push(`stripeConnectedAccounts[${i}] must be a Stripe account id (acct_ and 1-64 letters or digits), got ${JSON.stringify(account)}`);
+    }
+  });
+  const joined = accounts.join(',');
+  if (problems.length === 0 && joined.length > CONNECTED_ACCOUNTS_MAX_CHARACTERS) {
+    problems.push(`stripeConnectedAccounts deploys as STRIPE_CONNECTED_ACCOUNTS of ${joined.length} characters, more than ${CONNECTED_ACCOUNTS_MAX_CHARACTERS} (a function's environment holds 4 KB in all)`);
+  }
+  return problems;
 }
 
 /**

@@ -426,6 +426,8 @@ async function runOnce(
             // pm_fake_processing is the fake's own (Stripe has no such test card), and it settles only
             // by a later retrieve: with --faults none every answer is immediate, so the run measures throughput.
             processing: stripe.kind === 'fake' && args.faults !== 'none',
+            // Charges on the fake's two connected accounts (local/connect-demo.ts): only the fake has them.
+            connect: stripe.kind === 'fake',
             ...(args.customer ? { customerId: args.customer } : {}),
           })
         : null;

@@ -19,11 +19,15 @@
 //   duplicate        once everything settled, a few orders charged a second time behind
 //   charges          the pipeline's back (another system, another key, the order's metadata): the
 //                    product learns it from Stripe's event and refunds the extra PaymentIntent itself
+//   connected        (`connect`, on the fake) direct charges on two connected accounts, destination
+//   accounts         charges to them with the platform's fee, a refund of a direct charge on each:
+//                    local/connect-demo.ts, a section of its own after the platform orders
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { chargeRequestMessage, refundRequestMessage, sendChargeRequests, sendRefundRequest, type ChargeRequest, type RefundRequest } from '../lambdas/producer/client.ts';
 import { AnotherSystem, remediesSettled } from './another-system.ts';
+import { planConnectOrders } from './connect-demo.ts';
 import { buildLedger, type Ledger, type RunOutcome } from './ledger.ts';
 import { isSettled, type Pipeline, type PipelineSnapshot, type SettleResult } from './pipeline.ts';
 import { mulberry32 } from './random.ts';
@@ -46,6 +50,12 @@ export interface DemoOptions {
   readonly refunds?: number;
   /** Orders charged a second time behind the pipeline's back once the run settled. Default 0 (`npm start`: 2). */
   readonly duplicateCharges?: number;
+  /**
+   * Charges on the two connected accounts of local/connect-demo.ts (direct, destination, refunds of
+   * direct charges), after the platform orders. Needs a Stripe that has the accounts (the fake:
+   * startPipeline gives them to it). Default false (`npm start` on the fake: true).
+   */
+  readonly connect?: boolean;
 }
 
 export interface PlannedRefunds {
@@ -136,6 +146,15 @@ export function buildWorkload(options: DemoOptions): Workload {
     for (const order of chunk) steps.push(...(refundSteps.get(order.orderId) ?? []));
   }
 
+  // Connect: a section of its own (its own PRNG and order ids), so the platform orders, their
+  // duplicates, refunds and second charges are those of the seed with it or without.
+  const connect = options.connect ? planConnectOrders(options) : null;
+  if (connect) {
+    for (let c = 0; c < connect.orders.length; c += 10) steps.push({ kind: 'orders', requests: connect.orders.slice(c, c + 10) });
+    const connectRefunds = refundStepsByOrder(connect.refunds);
+    for (const order of connect.orders) steps.push(...(connectRefunds.get(order.orderId) ?? []));
+  }
+
   if (options.badMessages !== false && orders.length > 0) {
     const victim = orders[Math.floor(random() * orders.length)]!;
     steps.push(
@@ -155,7 +174,15 @@ export function buildWorkload(options: DemoOptions): Workload {
       },
     );
   }
-  return { orders, steps, paymentMethods, refunds, ...pickDuplicateCharges(orders, refunds, options) };
+  const duplicateCharges = pickDuplicateCharges(orders, refunds, options);
+  for (const order of connect?.orders ?? []) paymentMethods[order.paymentMethod] = (paymentMethods[order.paymentMethod] ?? 0) + 1;
+  return {
+    orders: connect ? [...orders, ...connect.orders] : orders,
+    steps,
+    paymentMethods,
+    refunds: connect ? [...refunds, ...connect.refunds] : refunds,
+    ...duplicateCharges,
+  };
 }
 
 function pickDuplicateCharges(orders: readonly ChargeRequest[], refunds: readonly PlannedRefunds[], options: DemoOptions): Pick<Workload, 'duplicateCharges' | 'duplicateChargeCandidates'> {

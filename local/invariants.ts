@@ -18,6 +18,9 @@
 //   nothing unaccounted     — every succeeded PaymentIntent is known by its operation
 //   nothing left hanging    — (quiescent) every operation final, or in review with a reason
 //   a trail for everything  — an audit event per attempt; an outbox event per outcome, matching it
+//   the right account       — every PaymentIntent and Refund on its operation's Stripe account (the
+//                             connected account of a direct charge, the platform otherwise), a
+//                             destination charge's transfer destination and fee as asked
 //
 // It reads only: safe to run against a live pipeline (`requireQuiescent: false`) or at the end.
 import type { Db } from '../lambdas/payments/db.ts';
@@ -76,6 +79,14 @@ export const VIOLATION_KINDS = [
    * operation names — none of ours, or (quiescent) only an open one not in review.
    */
   'unrecorded_refund',
+  /**
+   * An object at Stripe on another account than its operation's (docs/model.md#connected-accounts):
+   * a PaymentIntent of a direct charge not on that connected account (on the platform, or another
+   * account), a platform operation's PaymentIntent on a connected account, a Refund whose
+   * PaymentIntent (a Refund belongs to its PaymentIntent's account) is not on the refund operation's
+   * account; or a PaymentIntent whose transfer destination or application fee is not the one asked.
+   */
+  'wrong_account',
 ] as const;
 export type ViolationKind = (typeof VIOLATION_KINDS)[number];
 
@@ -193,6 +204,10 @@ interface OperationFacts {
   last_error_class: string | null;
   amount: string;
   currency: string;
+  /** Connect (migrations/018): the connected account it is made as (null: the platform), a destination charge's account, the fee. */
+  stripe_account: string | null;
+  transfer_destination: string | null;
+  application_fee_amount: string | null;
   requested: number;
   started: number;
   recorded: number;
@@ -258,6 +273,7 @@ const OPERATIONS_SQL = `
   )
   SELECT s.id::text, s.kind, s.refund_id, s.refund_payment_intent, ${PAYMENT_INTENT_OF_REFUND('s')} AS refunded_payment_intent,
          s.failed_after_success_at IS NOT NULL AS failed_after_success, s.parent_operation_id::text, s.order_id, s.status, s.external_id, s.attempts, s.review_reason, s.last_error_class, s.amount::text, s.currency,
+         s.stripe_account, s.transfer_destination, s.application_fee_amount::text,
          coalesce(a.requested, 0) AS requested, coalesce(a.started, 0) AS started,
          coalesce(a.recorded, 0) AS recorded, coalesce(a.discarded, 0) AS discarded,
          coalesce(a.released, 0) AS released, coalesce(a.operator_resolved, 0) AS operator_resolved,
@@ -566,6 +582,37 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
           violate('unrecorded_charge', `succeeded PaymentIntent ${pi.id}, but the operation is still ${op.status} after quiescence`, op);
         }
       }
+    }
+  }
+
+  // ── Every object on the right account ───────────────────────────────────────────────────────
+  // Stripe keeps a connected account's objects apart from the platform's (docs.stripe.com/connect/authentication):
+  // a direct charge's PaymentIntent must be on its account, any other on the platform; a Refund is on
+  // its PaymentIntent's account, which must be its refund operation's. Every PaymentIntent of the
+  // operation carries what was asked of a destination charge. A record without `stripeAccount` (one
+  // not made through the API) is the platform's.
+  const accountName = (account: string | null) => account ?? 'the platform';
+  for (const pi of paymentIntents) {
+    const op = ownerOf(pi);
+    if (op === null) continue;
+    const on = pi.stripeAccount ?? null;
+    const wrong: string[] = [];
+    if (on !== op.stripe_account) wrong.push(`is on ${accountName(on)}, the operation's account is ${accountName(op.stripe_account)}`);
+    const destination = pi.transfer_data?.destination ?? null;
+    if (destination !== op.transfer_destination) wrong.push(`transfer destination ${accountName(destination)} ≠ ${accountName(op.transfer_destination)} asked`);
+    const fee = pi.application_fee_amount ?? null;
+    const askedFee = op.application_fee_amount === null ? null : Number(op.application_fee_amount);
+    if (fee !== askedFee) wrong.push(`application fee ${fee ?? 'none'} ≠ ${askedFee ?? 'none'} asked`);
+    if (wrong.length > 0) violate('wrong_account', `PaymentIntent ${pi.id} ${wrong.join('; ')}`, op);
+  }
+  if (stripeRefunds) {
+    const refundOpById = new Map(refundOps.map((r) => [r.id, r]));
+    for (const refund of stripeRefunds) {
+      const op = refundOpById.get(refund.metadata.operation_id ?? '');
+      const pi = piById.get(refund.payment_intent);
+      if (op === undefined || pi === undefined) continue; // not ours (unrecorded_refund says so), or a PaymentIntent out of scope
+      const on = pi.stripeAccount ?? null;
+      if (on !== op.stripe_account) violate('wrong_account', `Refund ${refund.id} is on ${accountName(on)} (its PaymentIntent ${pi.id}'s), the refund operation's account is ${accountName(op.stripe_account)}`, op);
     }
   }
 

@@ -10,6 +10,7 @@ import type { SendReport } from './send-report.ts';
 import { describeTimeLapse, keyPruneAfterMsFor, leaseMsFor } from './pipeline.ts';
 import type { FakeStripeStats } from './fake-stripe/types.ts';
 import { readRefundLedger, type RefundedOrder, type RefundLedger } from './refund-ledger.ts';
+import { formatConnectLines, readConnectLedger, type ConnectLedger } from './connect-demo.ts';
 
 export type RunOutcome = 'settled' | 'timeout' | 'interrupted';
 
@@ -70,6 +71,11 @@ export interface Ledger {
   readonly rejected: { readonly total: number; readonly byReason: Readonly<Record<string, number>> };
   /** Refunds: ours beside Stripe's, per order, with the counts and verdicts. */
   readonly refunds: RefundLedger;
+  /**
+   * Connect: per connected account (then the platform), its operations beside what the fake Stripe's
+   * record holds on it (local/connect-demo.ts). Null when the run made no operation on or for one.
+   */
+  readonly connect: ConnectLedger | null;
   readonly stripe: {
     /** Where these figures come from. */
     readonly source: string;
@@ -128,7 +134,7 @@ export interface LedgerInput {
 }
 
 /** Kinds that need Stripe's side; skipped (and said so) when it cannot be read. */
-const NEEDS_STRIPE = new Set(['double_charge', 'wrongly_failed', 'succeeded_without_charge', 'charge_mismatch', 'unrecorded_charge', 'net_amount', 'over_refund', 'succeeded_without_refund', 'refund_mismatch', 'unrecorded_refund']);
+const NEEDS_STRIPE = new Set(['double_charge', 'wrongly_failed', 'succeeded_without_charge', 'charge_mismatch', 'unrecorded_charge', 'net_amount', 'over_refund', 'succeeded_without_refund', 'refund_mismatch', 'unrecorded_refund', 'wrong_account']);
 
 export async function buildLedger(input: LedgerInput): Promise<Ledger> {
   const { pipeline: p, snapshot: s, send } = input;
@@ -202,6 +208,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
   for (const v of violations) violationsByKind[v.kind] = (violationsByKind[v.kind] ?? 0) + 1;
   const refunds = await readRefundLedger({ db, orderIds, send, paymentIntents: truthPis, refunds: truthRefunds, stats, requests: p.fakeStripe?.requests() ?? null, violations, expectedNet: report.expectedNet });
   const c = charges.rows[0]!;
+  const connect = await readConnectLedger(db, truthPis, truthRefunds);
 
   const settledOperations = report.byStatus.succeeded + report.byStatus.failed + report.inReview;
   const firstSend = send?.firstSendAt ?? null;
@@ -263,6 +270,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
     },
     rejected: { total: report.rejectedMessages, byReason: Object.fromEntries(rejected.rows.map((r) => [r.reason_code, r.n])) },
     refunds,
+    connect,
     stripe: stripeFigures(p.stripeTruth.description, available, report, stats),
     events: {
       bus: String(p.environment.EVENT_BUS_NAME ?? ''),
@@ -276,7 +284,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
       doubleCharges: available ? (violationsByKind.double_charge ?? 0) : null,
       lostOrders: violationsByKind.lost_order ?? 0,
       checked: [
-        ...(available ? ['double charges', 'wrongly failed', 'succeeded without charge', 'charge mismatch', 'unrecorded charge'] : []),
+        ...(available ? ['double charges', 'wrongly failed', 'succeeded without charge', 'charge mismatch', 'unrecorded charge', 'every object on the right account'] : []),
         ...(available && truthRefunds ? ['net amount per order', 'over-refunds', 'refunds told truly', 'unrecorded refunds'] : []),
         'lost orders',
         ...(sentRefunds && sentRefunds.length > 0 ? ['lost refunds'] : []),
@@ -430,6 +438,10 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
   for (const r of ops.reviewSamples) out.push(`${' '.repeat(10)}${style.dim(`${r.orderId}: ${truncate(r.reason, 200)}`)}`);
   row('open', ops.open, ops.open ? style.yellow('still being worked on') : '', 6);
   formatRefunds(ledger.refunds, row, section, out, style);
+  if (ledger.connect) {
+    section(`Connected accounts — ${plural(ledger.connect.accounts.length - 1, 'account')} and the platform, each beside the fake Stripe's record on it`);
+    out.push(...formatConnectLines(ledger.connect, n));
+  }
   section(`Stripe — ${stripe.source}`);
   if (stripe.available) {
     const byStatus = Object.entries(stripe.paymentIntentsByStatus ?? {}).sort(([, a], [, b]) => b - a);

@@ -65,7 +65,7 @@ async function latency(pipeline: Pipeline): Promise<{ p50Ms: number | null; p95M
   return { p50Ms: round(r?.p50), p95Ms: round(r?.p95) };
 }
 
-const PI_FIELDS = ['id', 'status', 'amount', 'currency', 'idempotencyKey', 'created', 'metadata', 'last_payment_error'] as const;
+const PI_FIELDS = ['id', 'status', 'amount', 'currency', 'stripeAccount', 'transfer_data', 'application_fee_amount', 'idempotencyKey', 'created', 'metadata', 'last_payment_error'] as const;
 const REFUND_FIELDS = ['id', 'status', 'amount', 'currency', 'payment_intent', 'idempotencyKey', 'created', 'metadata'] as const;
 
 const pick = (o: Record<string, unknown>, fields: readonly string[]) => Object.fromEntries(fields.filter((f) => o[f] !== undefined && o[f] !== null).map((f) => [f, o[f]]));

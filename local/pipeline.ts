@@ -27,6 +27,7 @@ import { resetResources } from '../lambdas/runtime/resources.ts';
 import { PIPELINE } from '../lambdas/runtime/settings.ts';
 import { SqsEventSource, type EventSourceCounters, type InvocationReport, type SqsHandler } from './event-source.ts';
 import { startFakeEventBridge, type FakeEventBridge, type FaultRates as EventBridgeFaultRates } from './fake-eventbridge/server.ts';
+import { DEMO_CONNECTED_ACCOUNTS } from './connect-demo.ts';
 import { FAULT_PROFILES, startFakeStripe, type FakeStripe, type FakeStripeStats, type FaultProfileName } from './fake-stripe/server.ts';
 import { createDatabase, startEmbeddedPostgres, type EmbeddedPostgresHandle } from './postgres.ts';
 import { LocalSchedule, type RunReport, type ScheduleCounters, type ScheduledHandler } from './scheduler.ts';
@@ -521,6 +522,8 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
         // this long after it was answered: after the second proof of absence and the re-issue it
         // allows (re-issue delay + a settle delay), the case the watch after a re-issue is for.
         lateCommitMs: timeLapse ? lateCommitMsFor(timeLapse) : null,
+        // The demo's connected accounts (local/connect-demo.ts): a request may act as one of them.
+        connectedAccounts: [...DEMO_CONNECTED_ACCOUNTS],
       });
       const fake = fakeStripe;
       cleanups.push(() => fake.close());
@@ -572,6 +575,9 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       // Below the period, so that sweeps normally do not overlap (config.ts, RECONCILE_MAX_RUN_MS).
       RECONCILE_MAX_RUN_MS: String(Math.max(500, Math.floor(reconcileEveryMs * 0.8))),
       ...(webhookSecret ? { STRIPE_WEBHOOK_SECRET: webhookSecret, STRIPE_EVENTS_INPUT: 'webhook' } : {}),
+      // The fake's connected accounts: their Stripe events are taken from the first one, as a
+      // deployment lists its accounts (the construct's stripeConnectedAccounts).
+      ...(fakeStripe ? { STRIPE_CONNECTED_ACCOUNTS: DEMO_CONNECTED_ACCOUNTS.join(',') } : {}),
       POWERTOOLS_SERVICE_NAME: PIPELINE.serviceName,
       POWERTOOLS_METRICS_NAMESPACE: PIPELINE.metricsNamespace,
       POWERTOOLS_LOG_LEVEL: options.logLevel ?? 'INFO',

@@ -188,12 +188,23 @@ describe('Stripe Connect at the fake Stripe, through stripe-node', () => {
     await stripe.refunds.create({ payment_intent: onA.id, amount: 100 }, { stripeAccount: A, idempotencyKey: 'k-ev-a-r' });
     dispatcher.poll();
     const of = (id: string) => dispatcher.events().filter((e) => e.data.object.id === id || e.data.object.payment_intent === id);
-    expect(of(onA.id).filter((e) => !e.type.startsWith('refund.')).map((e) => [e.type, e.account])).toEqual([
+    expect(of(onA.id).map((e) => [e.type, e.account])).toEqual([
       ['payment_intent.amount_capturable_updated', A],
       ['payment_intent.succeeded', A],
       ['charge.captured', A],
+      // The Refund is A's too (its PaymentIntent's account): its own events are A's.
+      ['refund.created', A],
       ['charge.refunded', A],
     ]);
+    // A change of the Refund's status and a dispute of A's charge: A's events as well.
+    const [refund] = fake.refunds({ paymentIntentId: onA.id });
+    fake.settleRefund(refund!.id, 'failed');
+    dispatcher.poll();
+    expect(dispatcher.events().filter((e) => e.data.object.id === refund!.id && e.type !== 'refund.created').map((e) => [e.type, e.account])).toEqual([
+      ['refund.updated', A],
+      ['refund.failed', A],
+    ]);
+    expect([dispatcher.dispute(onA.id, 'created')].map((e) => [e.type, e.account])).toEqual([['charge.dispute.created', A]]);
     expect(of(onPlatform.id).map((e) => [e.type, 'account' in e])).toEqual([['payment_intent.succeeded', false]]);
     const read = async (query: string) => ((await (await fetch(`${fake.url}/__fake/payment_intents?${query}`)).json()) as { data: { id: string; stripeAccount: string | null }[] }).data;
     expect((await read(`account=${A}`)).map((p) => p.id)).toEqual([onA.id]);

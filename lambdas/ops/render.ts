@@ -98,6 +98,17 @@ function auditRows(events: readonly AuditEvent[]): string[] {
   );
 }
 
+/** Where the operation is at Stripe: the platform, or the connected account every request is made as; a destination charge's account and the fee. */
+function connectLine(op: OperationDetailResult['operation']): string {
+  const where = op.account ? `Stripe account ${op.account} (every Stripe request of the operation is made as it)` : 'Stripe account: the platform';
+  const destination = op.transferDestination ? `   transfer destination ${op.transferDestination}` : '';
+  const fee = op.applicationFeeAmount !== null ? `   application fee ${formatAmount(op.applicationFeeAmount, op.currency)} (${op.applicationFeeAmount} ${op.currency})` : '';
+  return `${where}${destination}${fee}`;
+}
+
+/** The evidence is read as the operation's account (review.ts gatherStripeEvidence): say so. */
+const asWhom = (op: OperationDetailResult['operation']): string => (op.account ? `, as ${op.account}` : ', on the platform');
+
 function detail(r: OperationDetailResult): string[] {
   const op = r.operation;
   const since = op.inReview ? ` — IN REVIEW since ${op.updatedAt} (${formatSeconds((Date.parse(r.asOf) - Date.parse(op.updatedAt)) / 1000)})` : '';
@@ -113,6 +124,7 @@ function detail(r: OperationDetailResult): string[] {
         : []),
       ...(op.reviewReason ? [`review reason: ${op.reviewReason}`] : []),
       `customer ${op.customerId}   payment method ${op.paymentMethod}`,
+      connectLine(op),
       `key generation ${op.keyGeneration} (${op.idempotencyKey})   external id ${dash(op.externalId)}   attempts ${op.attempts}`,
       `first attempt ${dash(op.firstAttemptedAt)}   next attempt ${dash(op.nextAttemptAt)}   lease until ${dash(op.leaseUntil)}`,
       ...(op.lastError ? [`last error: ${clip(op.lastError, 160)}`] : []),
@@ -122,7 +134,7 @@ function detail(r: OperationDetailResult): string[] {
   ];
   if (r.stripe && r.stripe.kind === 'refund') {
     const s = r.stripe;
-    out.push(`Stripe (checked ${s.checkedAt}; List of ${dash(s.refundedPaymentIntent)}'s refunds, all key generations, and every Refund id we know):`);
+    out.push(`Stripe (checked ${s.checkedAt}${asWhom(op)}; List of ${dash(s.refundedPaymentIntent)}'s refunds, all key generations, and every Refund id we know):`);
     if (s.refunds.length === 0) out.push('  no Refund of this operation found');
     else {
       out.push(
@@ -141,7 +153,7 @@ function detail(r: OperationDetailResult): string[] {
     for (const p of s.problems) out.push(`  INCOMPLETE: ${p}`);
   } else if (r.stripe) {
     const s = r.stripe;
-    out.push(`Stripe (checked ${s.checkedAt}; Search by metadata.operation_id, all key generations, and every id we know):`);
+    out.push(`Stripe (checked ${s.checkedAt}${asWhom(op)}; Search by metadata.operation_id, all key generations, and every id we know):`);
     if (s.paymentIntents.length === 0) out.push('  no PaymentIntent found for this operation');
     else {
       out.push(

@@ -19,6 +19,14 @@ export interface OperationView {
   readonly currency: string;
   readonly customerId: string;
   readonly paymentMethod: string;
+  /**
+   * Connect (docs/model.md#connected-accounts): the connected account the operation is made AS (a
+   * direct charge and its refunds: every Stripe request carries it as Stripe-Account, and `--stripe`
+   * looks there); null: the platform. A destination charge's account, and the platform's fee.
+   */
+  readonly account: string | null;
+  readonly transferDestination: string | null;
+  readonly applicationFeeAmount: number | null;
   readonly status: Operation['status'];
   readonly inReview: boolean;
   readonly reviewReason: string | null;
@@ -65,6 +73,9 @@ export function operationView(op: Operation, paymentIntent: string | null = null
     currency: op.currency,
     customerId: op.customerId,
     paymentMethod: op.paymentMethod,
+    account: op.account ?? null,
+    transferDestination: op.transferDestination ?? null,
+    applicationFeeAmount: op.applicationFeeAmount ?? null,
     status: op.status,
     inReview: isInReview(op),
     reviewReason: op.reviewReason,

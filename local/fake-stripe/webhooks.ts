@@ -428,19 +428,22 @@ export class WebhookDispatcher {
     this.#refundStatus.set(refund.id, refund.status);
     if (!this.#deliverEvents) return;
     const object = refundJson(refund);
+    // A Refund is its PaymentIntent's account's (refunds.ts): a connected account's Refund is told by
+    // that account's events, as its charge.refunded is.
+    const account = this.#fake.paymentIntents().find((p) => p.id === refund.payment_intent)?.stripeAccount ?? null;
     if (before === undefined) {
-      if (this.#refundEvents) this.emit(this.#event('refund.created', object, undefined, madeBy(refund)));
+      if (this.#refundEvents) this.emit(this.#event('refund.created', object, undefined, madeBy(refund), account));
       return;
     }
     const previousAttributes = { status: before, ...(refund.status !== 'pending' && before === 'pending' ? { pending_reason: 'processing' } : {}) };
     if (!this.#refundEvents) {
       // An endpoint on a version before 2024-10-28.acacia: a card refund's change is told by this alone.
-      this.emit(this.#event('charge.refund.updated', object, previousAttributes));
+      this.emit(this.#event('charge.refund.updated', object, previousAttributes, AUTOMATIC, account));
       return;
     }
-    this.emit(this.#event('refund.updated', object, previousAttributes));
-    if (this.#chargeRefundUpdated) this.emit(this.#event('charge.refund.updated', object, previousAttributes));
-    if (refund.status === 'failed') this.emit(this.#event('refund.failed', object, previousAttributes));
+    this.emit(this.#event('refund.updated', object, previousAttributes, AUTOMATIC, account));
+    if (this.#chargeRefundUpdated) this.emit(this.#event('charge.refund.updated', object, previousAttributes, AUTOMATIC, account));
+    if (refund.status === 'failed') this.emit(this.#event('refund.failed', object, previousAttributes, AUTOMATIC, account));
   }
 
   /**
@@ -524,7 +527,7 @@ export class WebhookDispatcher {
       reason: 'fraudulent',
       status,
     };
-    return this.emit(this.#event(`charge.dispute.${phase}`, dispute));
+    return this.emit(this.#event(`charge.dispute.${phase}`, dispute, undefined, AUTOMATIC, pi.stripeAccount ?? null));
   }
 
   /** Queue an event for delivery (with the configured faults). */

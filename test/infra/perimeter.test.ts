@@ -174,7 +174,9 @@ describe('egress', () => {
 describe('the default app', () => {
   it('-c producerRoleArns names the producers on the queue, -c opsRoleArn the operator in OPS_OPERATOR_ARNS; a malformed ARN fails the synth', () => {
     const producers = 'arn:aws:iam::123456789012:role/orders, arn:aws:iam::123456789012:role/billing';
-    const { pipeline, resources } = synthDefaultApp({ producerRoleArns: producers, opsRoleArn: 'arn:aws:iam::123456789012:role/oncall' });
+    const { pipeline, resources } = synthDefaultApp({ producerRoleArns: producers, opsRoleArn: 'arn:aws:iam::123456789012:role/oncall', stripeConnectedAccounts: 'acct_1Alpha,acct_1Bravo' });
+    // -c stripeConnectedAccounts reaches the construct's prop (checked and deployed by it: stripe-events.test.ts).
+    expect(resources[logicalId(pipeline.stripeEvents!.function as never)]!.Properties!.Environment.Variables.STRIPE_CONNECTED_ACCOUNTS).toBe('acct_1Alpha,acct_1Bravo');
     expect(denyStatement(queueStatements(resources, pipeline), 'sqs:SendMessage').exempt).toEqual(
       sorted([roleArn(pipeline.chargeFunction), 'arn:aws:iam::123456789012:role/oncall', 'arn:aws:iam::123456789012:role/orders', 'arn:aws:iam::123456789012:role/billing']),
     );

@@ -100,6 +100,25 @@ describe('stripeEvents: webhook (the default)', () => {
   });
 });
 
+describe('stripeConnectedAccounts', () => {
+  it('reaches the two appliers of Stripe events (the receiver\'s inline apply, the reconciler\'s sweep) as STRIPE_CONNECTED_ACCOUNTS, and no other function; none by default', () => {
+    const vars = (synth: ReturnType<typeof synthPipeline>, fn: Parameters<typeof logicalId>[0]): Record<string, unknown> =>
+      synth.resources[logicalId(fn)]!.Properties!.Environment.Variables;
+    const accounts = synthPipeline({ stripeConnectedAccounts: ['acct_1Alpha', 'acct_1Bravo', 'acct_1Alpha'] });
+    const p = accounts.pipeline;
+    for (const fn of [p.stripeEvents!.function, p.reconcileFunction]) expect(vars(accounts, fn)).toMatchObject({ STRIPE_CONNECTED_ACCOUNTS: 'acct_1Alpha,acct_1Bravo' });
+    for (const fn of [p.chargeFunction, p.opsFunction, p.migrateFunction]) expect(vars(accounts, fn)).not.toHaveProperty('STRIPE_CONNECTED_ACCOUNTS');
+    const base = synthPipeline();
+    for (const fn of [base.pipeline.stripeEvents!.function, base.pipeline.reconcileFunction]) expect(vars(base, fn)).not.toHaveProperty('STRIPE_CONNECTED_ACCOUNTS');
+  });
+
+  it('an invalid account id fails the synth, saying which entry and what is expected', () => {
+    expect(() => synthPipeline({ stripeConnectedAccounts: ['acct_1Alpha', 'acct_1 Bravo'] })).toThrow(
+      /Invalid ChargePipeline props:[\s\S]*stripeConnectedAccounts\[1\] must be a Stripe account id \(acct_ and 1-64 letters or digits\), got "acct_1 Bravo"/,
+    );
+  });
+});
+
 describe('stripeEvents: eventbridge', () => {
   const { pipeline, resources, template } = synthPipeline({ stripeEvents: 'eventbridge', stripePartnerEventBusName: PARTNER_BUS });
   const fnId = logicalId(pipeline.stripeEvents!.function);

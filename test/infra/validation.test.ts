@@ -65,6 +65,11 @@ describe('ChargePipeline props validation', () => {
     ['Stripe event payloads dropped inside Stripe\'s retries', { retention: { stripeEventPayloadDays: 3 } }, /retention\.stripeEventPayloadDays must be an integer from 4 to 36500 \(Stripe retries a delivery for up to three days/],
     ['Stripe events deleted before their payloads', { retention: { stripeEventDays: 6, stripeEventPayloadDays: 8 } }, /retention\.stripeEventDays \(6\) must be at least retention\.stripeEventPayloadDays \(8\)/],
     ['a retention batch above the functions\' limit', { retention: { batchSize: 20_000 } }, /retention\.batchSize must be an integer from 1 to 10000/],
+    ['a connected account id that is not one', { stripeConnectedAccounts: ['acct_1Alpha', 'acct-1Bravo'] }, /stripeConnectedAccounts\[1\] must be a Stripe account id \(acct_ and 1-64 letters or digits\), got "acct-1Bravo"/],
+    ['a connected account given as a key or a name', { stripeConnectedAccounts: ['sk_test_123'] }, /stripeConnectedAccounts\[0\] must be a Stripe account id .*got "sk_test_123"/],
+    ['a connected account with a comma in it (it would split in STRIPE_CONNECTED_ACCOUNTS)', { stripeConnectedAccounts: ['acct_1Alpha,acct_1Bravo'] }, /stripeConnectedAccounts\[0\] must be a Stripe account id/],
+    ['an empty connected account id', { stripeConnectedAccounts: [''] }, /stripeConnectedAccounts\[0\] must be a Stripe account id .*got ""/],
+    ['more connected accounts than a function environment holds', { stripeConnectedAccounts: Array.from({ length: 40 }, (_, i) => `acct_${String(i).padStart(60, 'x')}`) }, /stripeConnectedAccounts deploys as STRIPE_CONNECTED_ACCOUNTS of 2639 characters, more than 2048/],
   ])('rejects %s', (_label, props, message) => {
     const problems = problemsOf(props);
     expect(problems.some((problem) => message.test(problem)), problems.join('\n')).toBe(true);
@@ -98,6 +103,7 @@ describe('ChargePipeline props validation', () => {
         alarmEmail: 'payments-oncall+alarms@example.com',
         stripeTimeout: cdk.Duration.millis(16_999), // 3 × 16.999 + 4 + 5 s < 60 s
         stripeMaxNetworkRetries: 1,
+        stripeConnectedAccounts: ['acct_1', `acct_${'Z9'.repeat(32)}`],
       }),
     ).not.toThrow();
   });
@@ -181,6 +187,13 @@ describe('deployment settings from CDK context', () => {
     expect(problems).toMatch(/stripeSecretArn must be the complete secret ARN/);
     expect(problems).toMatch(/opsRoleArn must be an IAM role ARN/);
     expect(problems).toMatch(/dbInstanceClass must look like t4g.micro/);
+  });
+
+  it('-c stripeConnectedAccounts is a comma-separated list of account ids, each checked', () => {
+    expect(settingsFromContext(context({ stripeConnectedAccounts: ' acct_1Alpha, acct_1Bravo ' })).stripeConnectedAccounts).toEqual(['acct_1Alpha', 'acct_1Bravo']);
+    expect(() => settingsFromContext(context({ stripeConnectedAccounts: 'acct_1Alpha,bravo' }))).toThrow(
+      /stripeConnectedAccounts must be comma-separated Stripe account ids \(acct_ and 1-64 letters or digits\), got 'bravo'/,
+    );
   });
 
   it('rejects an unknown key in a profile', () => {

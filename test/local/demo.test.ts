@@ -2,6 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../lambdas/runtime/config.ts';
 import { parseCliArgs } from '../../local/cli.ts';
+import { DEMO_CONNECTED_ACCOUNTS } from '../../local/connect-demo.ts';
 import { buildWorkload, type SendStep } from '../../local/demo.ts';
 import { REFUND_SCENARIOS } from '../../local/send-report.ts';
 import { DEMO_TIME_LAPSE, describeTimeLapse, evidenceTimingsFor, keyPruneAfterMsFor, leaseMsFor, watchTimingsFor, type TimeLapse } from '../../local/pipeline.ts';
@@ -134,6 +135,63 @@ describe('buildWorkload: refunds', () => {
     for (const plan of few.refunds.filter((p) => p.scenario === 'before_final')) expect(methods.get(plan.orderId)).not.toBe('pm_fake_processing');
     const declined = few.orders.filter((o) => o.paymentMethod.includes('Declined') || o.paymentMethod.includes('insufficient')).length;
     expect(few.refunds.filter((p) => p.scenario === 'failed_charge').length).toBeLessThanOrEqual(declined);
+  });
+});
+
+describe('buildWorkload: connected accounts', () => {
+  const base = { orders: 500, duplicates: 0.3, seed: 7, tag: 'demo-t', refunds: 0.2, duplicateCharges: 2 };
+  const w = buildWorkload({ ...base, connect: true });
+  const plain = buildWorkload(base);
+  const connectOrders = w.orders.filter((o) => o.account !== undefined || o.transferDestination !== undefined);
+  const [A, B] = DEMO_CONNECTED_ACCOUNTS;
+
+  it('charges on each of the two accounts (direct, with the fee) and for each (destination, with the fee), and refunds a direct charge on each', () => {
+    for (const account of [A, B]) {
+      const direct = connectOrders.filter((o) => o.account === account);
+      expect(direct.length, account).toBe(5); // 1 % of 500 per account
+      expect(direct.every((o) => o.transferDestination === undefined)).toBe(true);
+      // A fee on all but the second (a direct charge need not take one).
+      expect(direct.map((o) => o.applicationFeeAmount === undefined)).toEqual([false, true, false, false, false]);
+      expect(direct.every((o) => o.applicationFeeAmount === undefined || (o.applicationFeeAmount > 0 && o.applicationFeeAmount <= o.amount))).toBe(true);
+      const destination = connectOrders.filter((o) => o.transferDestination === account);
+      expect(destination.length, account).toBeGreaterThanOrEqual(1);
+      expect(destination.every((o) => o.account === undefined && o.applicationFeeAmount! > 0 && o.applicationFeeAmount! <= o.amount)).toBe(true);
+      const refunded = w.refunds.filter((r) => direct.some((o) => o.orderId === r.orderId));
+      expect(refunded.map((r) => r.scenario), account).toEqual([account === A ? 'partial' : 'full']);
+      const order = direct.find((o) => o.orderId === refunded[0]!.orderId)!;
+      expect(order.paymentMethod).toBe('pm_card_visa');
+      expect(refunded[0]!.requests).toEqual([expect.objectContaining({ orderId: order.orderId, amount: account === A ? Math.floor(order.amount * 0.4) : order.amount })]);
+    }
+  });
+
+  it('has two direct charges per account even in a small run (one with a fee, one without) and a destination charge to each', () => {
+    const small = buildWorkload({ orders: 60, duplicates: 0, seed: 1, tag: 'x', connect: true }).orders.filter((o) => o.account !== undefined || o.transferDestination !== undefined);
+    expect(small.map((o) => [o.account ?? null, o.transferDestination ?? null, o.applicationFeeAmount !== undefined])).toEqual([
+      [A, null, true],
+      [A, null, false],
+      [null, A, true],
+      [B, null, true],
+      [B, null, false],
+      [null, B, true],
+    ]);
+  });
+
+  it('is a section of its own: the platform orders, duplicates, refunds and second charges of the seed are as without it; its orders are sent after them, its refunds after their order', () => {
+    expect(w.orders.slice(0, plain.orders.length)).toEqual(plain.orders);
+    expect(w.orders.slice(plain.orders.length)).toEqual(connectOrders);
+    expect(w.refunds.slice(0, plain.refunds.length)).toEqual(plain.refunds);
+    expect(w.duplicateCharges).toEqual(plain.duplicateCharges);
+    expect(w.duplicateChargeCandidates).toEqual(plain.duplicateChargeCandidates);
+    const connectIds = new Set(connectOrders.map((o) => o.orderId));
+    expect(plain.steps.filter((s) => s.kind !== 'bad')).toEqual(w.steps.slice(0, plain.steps.length - 3));
+    expect(w.steps.slice(-3).map((s) => s.kind)).toEqual(['bad', 'bad', 'bad']);
+    const sent = new Set<string>();
+    for (const step of w.steps) {
+      if (step.kind === 'orders') for (const r of step.requests) sent.add(r.orderId);
+      if ((step.kind === 'refund' || step.kind === 'late_refund') && connectIds.has(step.request.orderId)) expect(sent.has(step.request.orderId)).toBe(true);
+    }
+    expect(connectOrders.every((o) => o.orderId.startsWith('demo-t-connect-'))).toBe(true);
+    expect(buildWorkload({ ...base, connect: true })).toEqual(w);
   });
 });
 

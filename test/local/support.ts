@@ -40,7 +40,7 @@ export interface ProfileRun extends WorkloadRun {
 
 export async function runProfile(
   faults: FaultProfileName,
-  options: { orders?: number; seed?: number; timeoutMs?: number; webhooks?: PipelineOptions['webhooks']; refunds?: number; duplicateCharges?: number } = {},
+  options: { orders?: number; seed?: number; timeoutMs?: number; webhooks?: PipelineOptions['webhooks']; refunds?: number; duplicateCharges?: number; connect?: boolean } = {},
 ): Promise<ProfileRun> {
   const started = Date.now();
   const pipeline = await startPipeline({
@@ -66,6 +66,8 @@ export async function runProfile(
       seed: options.seed ?? 42,
       tag: `e2e-${faults}`,
       processing: false,
+      // Charges on the fake's two connected accounts (local/connect-demo.ts), as `npm start` makes them.
+      connect: options.connect ?? false,
     });
     const run = await runWorkload(pipeline, workload, { timeoutMs: options.timeoutMs ?? 80_000 });
     const { rows } = await pipeline.db.query<ProfileRun['operations'][number]>(`SELECT order_id, status, external_id, review_reason FROM payment_operations WHERE kind = 'charge'`);
@@ -128,6 +130,69 @@ export function expectPromiseKept(run: ProfileRun): void {
   // The bad messages were rejected, not charged (and the refund requests that must make no refund).
   const { refund_conflict: _conflicts, refund_rejected: _refused, ...charges } = ledger.rejected.byReason;
   expect(charges).toEqual({ invalid_json: 1, invalid_body: 1, order_conflict: 1 });
+}
+
+/**
+ * The Connect orders of the workload (local/connect-demo.ts), judged on the fake Stripe's own record,
+ * which keeps every object under the account it was made on: a direct charge's PaymentIntents only
+ * under its account — never on the platform or the other account — and every request of its
+ * operation (and of its refund's) made as it; a destination charge's on the platform, transferred to
+ * its account with the fee asked; the ledger's per-account counts agree, and no event of the
+ * accounts was refused.
+ */
+export function expectConnectKept(run: ProfileRun): void {
+  const connectOrders = run.workload.orders.filter((o) => o.account !== undefined || o.transferDestination !== undefined);
+  expect(connectOrders.length, 'the workload has Connect orders').toBeGreaterThan(0);
+  const accounts = [...new Set(connectOrders.flatMap((o) => [o.account, o.transferDestination]).filter((a): a is string => a !== undefined))].sort();
+  expect(accounts, 'two connected accounts').toHaveLength(2);
+  const byOrder = new Map(run.operations.map((op) => [op.order_id, op]));
+  for (const order of connectOrders) {
+    const where = order.account ?? null;
+    // (A fault may have declined it before anything was made: none at all is judged by the invariants.)
+    const pis = run.paymentIntents.filter((pi) => pi.metadata.order_id === order.orderId);
+    expect(pis.map((pi) => pi.stripeAccount ?? null), `${order.orderId}: on ${where ?? 'the platform'} only`).toEqual(pis.map(() => where));
+    for (const pi of pis) {
+      expect(pi.transfer_data?.destination ?? null, `${order.orderId}: transfer destination`).toBe(order.transferDestination ?? null);
+      expect(pi.application_fee_amount ?? null, `${order.orderId}: application fee`).toBe(order.applicationFeeAmount ?? null);
+    }
+    const op = byOrder.get(order.orderId)!;
+    if (op.status === 'succeeded') expect(pis.find((pi) => pi.id === op.external_id)?.stripeAccount ?? null, `${order.orderId}: its PaymentIntent`).toBe(where);
+  }
+  // Not judged on nothing: each account has PaymentIntents of its own in the record.
+  for (const account of accounts) expect(run.paymentIntents.some((pi) => pi.stripeAccount === account), `PaymentIntents on ${account}`).toBe(true);
+  // Every request of a direct charge's operations (the charge, its refunds) made as its account.
+  const operationIds = new Map(run.paymentIntents.map((pi) => [pi.metadata.operation_id, pi.stripeAccount ?? null]));
+  for (const r of run.stripeRequests) {
+    if (r.operationId === null || !operationIds.has(r.operationId)) continue;
+    expect(r.account ?? null, `${r.endpoint} of ${r.operationId}`).toBe(operationIds.get(r.operationId));
+  }
+  for (const refund of run.refunds) {
+    const pi = run.paymentIntents.find((p) => p.id === refund.payment_intent)!;
+    const ofRefundOp = run.stripeRequests.filter((r) => r.endpoint === 'refund_create' && r.operationId === refund.metadata.operation_id);
+    expect(ofRefundOp.map((r) => r.account ?? null), `the requests that made ${refund.id}`).toEqual(ofRefundOp.map(() => pi.stripeAccount ?? null));
+  }
+  // A refund of a direct charge on each account reached Stripe there.
+  // (Unless a human is asked: the charge or the refund in review.)
+  for (const plan of run.workload.refunds.filter((p) => connectOrders.some((o) => o.orderId === p.orderId && o.account !== undefined))) {
+    const account = connectOrders.find((o) => o.orderId === plan.orderId)!.account!;
+    const row = run.ledger.refunds.orders.find((o) => o.orderId === plan.orderId);
+    const withHuman = row?.recorded.some((r) => r.reviewReason !== null) ?? false;
+    const refunds = run.refunds.filter((r) => r.paymentIntentOrderId === plan.orderId && r.status === 'succeeded');
+    if (byOrder.get(plan.orderId)?.status === 'succeeded' && !withHuman) expect(refunds.length, `${plan.orderId}: refunded on ${account}`).toBeGreaterThan(0);
+    for (const r of refunds) expect(run.paymentIntents.find((pi) => pi.id === r.payment_intent)?.stripeAccount, `${r.id} on ${account}`).toBe(account);
+  }
+  // The ledger's section: each account, then the platform, counted as the fake's record counts.
+  const connect = run.ledger.connect!;
+  expect(connect.accounts.map((a) => a.account)).toEqual([...accounts, null]);
+  for (const figures of connect.accounts) {
+    const on = run.paymentIntents.filter((pi) => (pi.stripeAccount ?? null) === figures.account);
+    expect(figures.atStripe?.paymentIntents, `${figures.account}: PaymentIntents`).toBe(on.length);
+    if (figures.account !== null) {
+      expect(figures.charges.operations, `${figures.account}: direct charges`).toBe(connectOrders.filter((o) => o.account === figures.account).length);
+      expect(figures.destinationCharges.operations, `${figures.account}: destination charges`).toBe(connectOrders.filter((o) => o.transferDestination === figures.account).length);
+      expect(figures.events.refused, `${figures.account}: events refused`).toBe(0);
+    }
+  }
 }
 
 /**

@@ -390,6 +390,69 @@ describe('checkInvariants detects every kind of broken promise', () => {
     ]);
   });
 
+  /**
+   * Connect, made by the real engine against the fake (which keeps objects per Stripe-Account): a
+   * direct charge on A with a fee and a refund of it (on A), a destination charge to B with a fee, a
+   * platform charge. Healthy: no violation. The checker is then fed the fake's record with one fact
+   * changed, as a pipeline that lost the Stripe-Account header (or sent another) would have left it.
+   */
+  async function connectWorld() {
+    const A = 'acct_1CheckerAlpha';
+    const B = 'acct_1CheckerBravo';
+    stripe.fake.addConnectedAccount(A);
+    stripe.fake.addConnectedAccount(B);
+    const e = engine();
+    const direct = order({ account: A, applicationFeeAmount: 75 });
+    const destination = order({ transferDestination: B, applicationFeeAmount: 120 });
+    const platform = order();
+    const [d, t, p] = await e.processRequests([direct, destination, platform]);
+    expect([d, t, p].map((r) => r?.execution?.status)).toEqual(['succeeded', 'succeeded', 'succeeded']);
+    const refund = await e.processRefund({ orderId: direct.orderId, refundId: `rf-${randomUUID()}`, amount: 500, reason: null });
+    expect(refund.execution?.status).toBe('succeeded');
+    const orders = [direct, destination, platform].map((o) => o.orderId);
+    const ids = { direct: d!.operationId, destination: t!.operationId, platform: p!.operationId, refund: refund.operationId! };
+    const pis = stripe.fake.paymentIntents();
+    const check = (paymentIntents = pis) => checkInvariants({ db: db.pool, paymentIntents, refunds: stripe.fake.refunds(), orderIds: orders, sentOrderIds: orders, requireQuiescent: true });
+    /** The fake's record with the PaymentIntent of `operationId` changed. */
+    const changed = (operationId: string, change: Partial<PaymentIntentRecord>) => pis.map((pi) => (pi.metadata.operation_id === operationId ? { ...pi, ...change } : pi));
+    return { A, B, direct, destination, platform, ids, pis, check, changed };
+  }
+
+  it('wrong_account: a direct charge\'s PaymentIntent found on the platform or on another account, a platform charge\'s on a connected account', async () => {
+    const w = await connectWorld();
+    // Healthy: each on its account in the fake's own record (A's, the platform's for the other two).
+    expect(w.pis.find((pi) => pi.metadata.operation_id === w.ids.direct)?.stripeAccount).toBe(w.A);
+    const healthy = await w.check();
+    expect(healthy.violations).toEqual([]);
+    // On the platform: the charge's PaymentIntent, and the Refund made on it (a Refund is on its PaymentIntent's account).
+    expectViolations(await w.check(w.changed(w.ids.direct, { stripeAccount: null })), [
+      { kind: 'wrong_account', operationId: w.ids.direct, orderId: w.direct.orderId, detail: new RegExp(`^PaymentIntent pi_\\w+ is on the platform, the operation's account is ${w.A}$`) },
+      { kind: 'wrong_account', operationId: w.ids.refund, orderId: w.direct.orderId, detail: new RegExp(`^Refund re_\\w+ is on the platform \\(its PaymentIntent pi_\\w+'s\\), the refund operation's account is ${w.A}$`) },
+    ]);
+    // On the other account.
+    const onB = await w.check(w.changed(w.ids.direct, { stripeAccount: w.B }));
+    expect(onB.violations.map((v) => [v.kind, v.operationId])).toEqual([['wrong_account', w.ids.direct], ['wrong_account', w.ids.refund]]);
+    expect(onB.violations[0]!.detail).toContain(`is on ${w.B}, the operation's account is ${w.A}`);
+    // A platform charge's PaymentIntent on a connected account.
+    expectViolations(await w.check(w.changed(w.ids.platform, { stripeAccount: w.A })), [
+      { kind: 'wrong_account', operationId: w.ids.platform, orderId: w.platform.orderId, detail: new RegExp(`is on ${w.A}, the operation's account is the platform$`) },
+    ]);
+  });
+
+  it('wrong_account: a destination charge transferred elsewhere, or with another fee, than asked', async () => {
+    const w = await connectWorld();
+    expect(w.pis.find((pi) => pi.metadata.operation_id === w.ids.destination)).toMatchObject({ stripeAccount: null, transfer_data: { destination: w.B }, application_fee_amount: 120 });
+    expectViolations(await w.check(w.changed(w.ids.destination, { transfer_data: { destination: w.A } })), [
+      { kind: 'wrong_account', operationId: w.ids.destination, orderId: w.destination.orderId, detail: new RegExp(`transfer destination ${w.A} ≠ ${w.B} asked$`) },
+    ]);
+    expectViolations(await w.check(w.changed(w.ids.destination, { transfer_data: null, application_fee_amount: 121 })), [
+      { kind: 'wrong_account', operationId: w.ids.destination, orderId: w.destination.orderId, detail: new RegExp(`transfer destination the platform ≠ ${w.B} asked; application fee 121 ≠ 120 asked$`) },
+    ]);
+    expectViolations(await w.check(w.changed(w.ids.direct, { application_fee_amount: null })), [
+      { kind: 'wrong_account', operationId: w.ids.direct, orderId: w.direct.orderId, detail: /application fee none ≠ 75 asked$/ },
+    ]);
+  });
+
   it('charge_mismatch: succeeded on a PaymentIntent of another amount', async () => {
     const w = await healthyWorld();
     const pis = stripe.fake.paymentIntents().map((pi) => (pi.metadata.operation_id === w.paidId ? { ...pi, amount: pi.amount + 1 } : pi));
