@@ -65,6 +65,8 @@ describe('ChargePipeline props validation', () => {
     ['Stripe event payloads dropped inside Stripe\'s retries', { retention: { stripeEventPayloadDays: 3 } }, /retention\.stripeEventPayloadDays must be an integer from 4 to 36500 \(Stripe retries a delivery for up to three days/],
     ['Stripe events deleted before their payloads', { retention: { stripeEventDays: 6, stripeEventPayloadDays: 8 } }, /retention\.stripeEventDays \(6\) must be at least retention\.stripeEventPayloadDays \(8\)/],
     ['a retention batch above the functions\' limit', { retention: { batchSize: 20_000 } }, /retention\.batchSize must be an integer from 1 to 10000/],
+    ['operator reads kept under a year', { retention: { operatorReadDays: 365 } }, /retention\.operatorReadDays must be an integer from 366 to 36500 \(PCI DSS keeps audit log history for at least 12 months\)/],
+    ['resolved findings kept under a month', { retention: { resolvedFindingDays: 29 } }, /retention\.resolvedFindingDays must be an integer from 30 to 36500/],
   ])('rejects %s', (_label, props, message) => {
     const problems = problemsOf(props);
     expect(problems.some((problem) => message.test(problem)), problems.join('\n')).toBe(true);
