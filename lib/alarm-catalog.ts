@@ -143,7 +143,7 @@ export const ALARM_CATALOG = [
   {
     name: 'RetentionBehind',
     meaning:
-      'A row past its retention bound (a published outbox row, an applied Stripe event, a rejected body) has stayed more than a day: the reconciler\'s retention phase does not keep up or fails; the tables grow.',
+      'A row past its retention bound (a published outbox row, a Stripe event, a rejected body, an operator read, a resolved finding) has stayed more than a day: the reconciler\'s retention phase does not keep up or fails; the tables grow.',
     metrics: [{ namespace: APP, metricName: METRICS.retentionOverdueSeconds }],
   },
   {

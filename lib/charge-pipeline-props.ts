@@ -398,6 +398,10 @@ export interface RetentionProps {
   readonly stripeEventDays?: number;
   /** REJECTED_BODY_RETENTION_DAYS, ≥ 2. */
   readonly rejectedBodyDays?: number;
+  /** OPERATOR_READ_RETENTION_DAYS, ≥ 366 (PCI DSS keeps audit log history for at least 12 months). */
+  readonly operatorReadDays?: number;
+  /** RESOLVED_FINDING_RETENTION_DAYS, ≥ 30: days after its resolution (an open finding is never removed). */
+  readonly resolvedFindingDays?: number;
   /** RETENTION_BATCH_SIZE, 1-10000. */
   readonly batchSize?: number;
   /** RETENTION_MAX_BATCHES, 1-100000. */

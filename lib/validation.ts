@@ -190,6 +190,8 @@ export function validateChargePipelineProps(props: ChargePipelineProps, scope: I
   integerIn('retention.stripeEventPayloadDays', r.stripeEventPayloadDays, RETENTION_LIMITS.stripeEventPayloadDays, MAX_DAYS, " (Stripe retries a delivery for up to three days, and a day's margin)");
   integerIn('retention.stripeEventDays', r.stripeEventDays, RETENTION_LIMITS.stripeEventDays, MAX_DAYS);
   integerIn('retention.rejectedBodyDays', r.rejectedBodyDays, RETENTION_LIMITS.rejectedBodyDays, MAX_DAYS);
+  integerIn('retention.operatorReadDays', r.operatorReadDays, RETENTION_LIMITS.operatorReadDays, MAX_DAYS, ' (PCI DSS keeps audit log history for at least 12 months)');
+  integerIn('retention.resolvedFindingDays', r.resolvedFindingDays, RETENTION_LIMITS.resolvedFindingDays, MAX_DAYS);
   integerIn('retention.batchSize', r.batchSize, 1, 10_000);
   integerIn('retention.maxBatchesPerRun', r.maxBatchesPerRun, 1, 100_000);
   const payloadDays = r.stripeEventPayloadDays ?? RETENTION_DEFAULTS.stripeEventPayloadDays;

@@ -119,6 +119,11 @@ export interface Warning {
 export interface SentRefund {
   readonly orderId: string;
   readonly refundId: string;
+  /**
+   * The hex SHA-256 of the body as sent (UTF-8). Given, a rejection whose raw body retention removed
+   * is still matched: by its body_sha256, which stays with the row (migration 017).
+   */
+  readonly bodySha256?: string;
 }
 
 export interface CheckInvariantsInput {
@@ -153,6 +158,14 @@ export interface CheckInvariantsInput {
    * left theirs, e.g. the property model). Default: everything in the database and the ledger.
    */
   readonly orderIds?: readonly string[];
+  /**
+   * Retention ran with this outbox cutoff (lambdas/payments/retention-store.ts): a published outbox
+   * event created before it may be gone. An event is written in the transaction of its state change,
+   * whose audit row (kept for ever) carries the same time: so an event is accepted as removed only when
+   * that audit row is older than the cutoff; every event younger must still be there, and the ones
+   * left keep their order. Default: none was removed, every event must be there.
+   */
+  readonly outboxRemovedBefore?: Date;
 }
 
 export interface InvariantReport {
@@ -223,6 +236,10 @@ interface OperationFacts {
   /** Refund ids (re_…) the watch after a re-issue found as a second Refund of this refund operation. */
   refunded_twice: string[] | null;
   watch_found: string[] | null;
+  /** With outboxRemovedBefore: the final transition, entries into review and re-issues written before it (their events may be gone). */
+  final_before_cutoff: boolean;
+  review_entries_before_cutoff: number;
+  auto_reissues_before_cutoff: number;
 }
 
 interface OutboxFacts {
@@ -267,7 +284,11 @@ const OPERATIONS_SQL = `
            count(*) FILTER (WHERE e.action = 'auto_reissued')::int     AS auto_reissues,
            count(*) FILTER (WHERE e.action = 'outcome_recorded' AND e.detail ? 'reviewReason')::int AS review_entries,
            (array_agg(e.to_status ORDER BY e.id DESC)
-              FILTER (WHERE e.action IN ('outcome_recorded', 'operator_resolved')))[1] AS last_to_status
+              FILTER (WHERE e.action IN ('outcome_recorded', 'operator_resolved')))[1] AS last_to_status,
+           coalesce((array_agg(e.occurred_at < $2::timestamptz ORDER BY e.id DESC)
+              FILTER (WHERE e.action IN ('outcome_recorded', 'operator_resolved')))[1], false) AS final_before_cutoff,
+           count(*) FILTER (WHERE e.action = 'outcome_recorded' AND e.detail ? 'reviewReason' AND e.occurred_at < $2::timestamptz)::int AS review_entries_before_cutoff,
+           count(*) FILTER (WHERE e.action = 'auto_reissued' AND e.occurred_at < $2::timestamptz)::int AS auto_reissues_before_cutoff
       FROM payment_operation_events e JOIN scope s ON s.id = e.operation_id
      GROUP BY e.operation_id
   )
@@ -278,6 +299,9 @@ const OPERATIONS_SQL = `
          coalesce(a.recorded, 0) AS recorded, coalesce(a.discarded, 0) AS discarded,
          coalesce(a.released, 0) AS released, coalesce(a.operator_resolved, 0) AS operator_resolved,
          coalesce(a.review_entries, 0) AS review_entries, a.last_to_status,
+         coalesce(a.final_before_cutoff, false) AS final_before_cutoff,
+         coalesce(a.review_entries_before_cutoff, 0) AS review_entries_before_cutoff,
+         coalesce(a.auto_reissues_before_cutoff, 0) AS auto_reissues_before_cutoff,
          s.key_generation, coalesce(a.auto_reissues, 0) AS auto_reissues,
          -- A re-issue is written under the NEW generation: generation g was left at the re-issue to g + 1.
          (SELECT jsonb_object_agg(x.g, x.at) FROM (
@@ -301,7 +325,8 @@ const OUTBOX_SQL = `
 // The body only when refund requests are judged, and only of the rows that can be one (a refund's
 // rejection is matched by its refund id, read from the body the producer sent).
 const REJECTED_SQL = `
-  SELECT order_id, CASE WHEN $2::boolean AND raw_body LIKE '%"refund"%' THEN raw_body END AS raw_body
+  SELECT order_id, CASE WHEN $2::boolean AND raw_body LIKE '%"refund"%' THEN raw_body END AS raw_body,
+         CASE WHEN $2::boolean AND raw_body IS NULL THEN body_sha256 END AS removed_body_sha256
     FROM rejected_messages
    WHERE $1::text[] IS NULL OR order_id = ANY($1::text[])`;
 
@@ -312,12 +337,13 @@ const REJECTED_SQL = `
  * outbox_mismatch that never existed (seen in test/local/shutdown.test.ts under load). REPEATABLE
  * READ takes its snapshot at the first statement and keeps it for the others.
  */
-async function readFacts(db: Db, scope: string[] | null, rejectedBodies: boolean) {
+async function readFacts(db: Db, scope: string[] | null, rejectedBodies: boolean, outboxRemovedBefore: Date | null) {
   const read = (on: Db) =>
     [
-      () => on.query<OperationFacts>(OPERATIONS_SQL, [scope]),
+      // No cutoff: -infinity, before which nothing was written.
+      () => on.query<OperationFacts>(OPERATIONS_SQL, [scope, outboxRemovedBefore ?? '-infinity']),
       () => on.query<OutboxFacts>(OUTBOX_SQL, [scope]),
-      () => on.query<{ order_id: string | null; raw_body: string | null }>(REJECTED_SQL, [scope, rejectedBodies]),
+      () => on.query<{ order_id: string | null; raw_body: string | null; removed_body_sha256: string | null }>(REJECTED_SQL, [scope, rejectedBodies]),
     ] as const;
   const lender = db as Db & { connect?: () => Promise<Db & { release: (error?: Error) => void }> };
   if (typeof lender.connect !== 'function') {
@@ -343,7 +369,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
   const quiescent = input.requireQuiescent ?? false;
   const scope = input.orderIds ? [...input.orderIds] : null;
   const inScope = scope ? new Set(scope) : null;
-  const [operationRows, outboxRows, rejectedRows] = await readFacts(input.db, scope, input.sentRefunds !== undefined);
+  const [operationRows, outboxRows, rejectedRows] = await readFacts(input.db, scope, input.sentRefunds !== undefined, input.outboxRemovedBefore ?? null);
   const operations = operationRows.rows;
   const charges = operations.filter((op) => op.kind === 'charge');
   const refundOps = operations.filter((op) => op.kind === 'refund');
@@ -534,6 +560,12 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
   if (sentRefunds.size > 0) {
     const made = new Set(refundOps.flatMap((r) => (r.refund_id === null ? [] : [refundKey(r.order_id, r.refund_id)])));
     const refused = new Set<string>();
+    // A rejection whose body retention removed: matched by the SHA-256 of the body as sent, which stays.
+    const bySha = new Map([...sentRefunds].flatMap(([key, r]) => (r.bodySha256 ? [[`${r.orderId}:${r.bodySha256}`, key] as const] : [])));
+    for (const { order_id, removed_body_sha256 } of rejectedRows.rows) {
+      const key = order_id !== null && removed_body_sha256 !== null ? bySha.get(`${order_id}:${removed_body_sha256}`) : undefined;
+      if (key !== undefined) refused.add(key);
+    }
     for (const { order_id, raw_body } of rejectedRows.rows) {
       if (order_id === null || raw_body === null) continue;
       try {
@@ -689,7 +721,9 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
           ? REFUND_EVENT_TYPES.failed
           : undefined;
     if (wantFinal === undefined && finals.length > 0) outbox.push(`open operation has ${finals.map((e) => `'${e.event_type}'`).join(', ')}`);
-    if (wantFinal !== undefined && (finals.length !== 1 || finals[0]!.event_type !== wantFinal)) {
+    // Retention may have removed an event written before its cutoff (outboxRemovedBefore), no other.
+    const finalRemoved = wantFinal !== undefined && op.final_before_cutoff && finals.length === 0;
+    if (wantFinal !== undefined && !finalRemoved && (finals.length !== 1 || finals[0]!.event_type !== wantFinal)) {
       outbox.push(`want one '${wantFinal}', found [${finals.map((e) => e.event_type).join(', ')}]`);
     }
     for (const e of finals) {
@@ -704,13 +738,17 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       if (p.eventId !== e.event_id) wrong.push('eventId');
       if (wrong.length > 0) outbox.push(`'${e.event_type}' ${e.event_id} disagrees on ${wrong.join(', ')}`);
     }
-    if (reissues.length !== op.auto_reissues) outbox.push(`${op.auto_reissues} automatic re-issues but ${reissues.length} '${reissueType}' events`);
+    if (reissues.length > op.auto_reissues || reissues.length < op.auto_reissues - op.auto_reissues_before_cutoff) {
+      outbox.push(`${op.auto_reissues} automatic re-issues but ${reissues.length} '${reissueType}' events`);
+    }
     for (const e of reissues) {
       if (e.payload.status !== 'reissued' || e.payload.operationId !== op.id || e.payload.externalId !== null) {
         outbox.push(`'${reissueType}' ${e.event_id} has status ${String(e.payload.status)} / externalId ${String(e.payload.externalId)}`);
       }
     }
-    if (reviews.length !== op.review_entries) outbox.push(`${op.review_entries} entries into review but ${reviews.length} '${reviewType}' events`);
+    if (reviews.length > op.review_entries || reviews.length < op.review_entries - op.review_entries_before_cutoff) {
+      outbox.push(`${op.review_entries} entries into review but ${reviews.length} '${reviewType}' events`);
+    }
     for (const e of reviews) {
       if (e.payload.status !== 'needs_review' || e.payload.operationId !== op.id || typeof e.payload.reason !== 'string' || e.payload.reason === '') {
         outbox.push(`'${reviewType}' ${e.event_id} has status ${String(e.payload.status)} / reason ${String(e.payload.reason)}`);
@@ -720,7 +758,16 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     // (Refunds and disputes are facts about a final charge, not states of it: they carry no sequence.)
     const stateEvents = events.filter((e) => !AFTERMATH_EVENT_TYPES.has(e.event_type));
     const sequences = stateEvents.map((e) => e.payload.sequence);
-    if (sequences.some((n, i) => n !== i + 1)) outbox.push(`sequences [${sequences.map(String).join(', ')}] are not 1…${stateEvents.length} in write order`);
+    const removable = (op.final_before_cutoff ? 1 : 0) + op.review_entries_before_cutoff + op.auto_reissues_before_cutoff;
+    if (removable === 0) {
+      if (sequences.some((n, i) => n !== i + 1)) outbox.push(`sequences [${sequences.map(String).join(', ')}] are not 1…${stateEvents.length} in write order`);
+    } else {
+      // Some removed: the ones left still rise in write order, within 1…(all the operation's state events).
+      const all = (wantFinal === undefined ? 0 : 1) + op.review_entries + op.auto_reissues;
+      if (sequences.some((n, i) => typeof n !== 'number' || n < 1 || n > all || (i > 0 && n <= (sequences[i - 1] as number)))) {
+        outbox.push(`sequences [${sequences.map(String).join(', ')}] do not rise within 1…${all} in write order (retention removed events written before its cutoff)`);
+      }
+    }
     if (outbox.length > 0) violate('outbox_mismatch', outbox.join('; '), op);
   }
 

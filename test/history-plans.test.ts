@@ -82,7 +82,7 @@ describe('reads of what is open, on a long history', () => {
   it('the retention run, with nothing due: a few pages, not the history (its statements run inside owner functions, so pages are counted)', async () => {
     const statements: CountedStatement[] = [];
     const run = await runRetention(countingDb(db.pool, (s) => statements.push(s)), RETENTION_DEFAULTS, () => new Date());
-    expect(run.removed).toEqual({ outbox: 0, stripeEventPayloads: 0, stripeEvents: 0, rejectedBodies: 0 });
+    expect(run.removed).toEqual({ outbox: 0, stripeEventPayloads: 0, stripeEvents: 0, rejectedBodies: 0, operatorReads: 0, resolvedFindings: 0 });
     const { rows: pages } = await db.pool.query<{ n: number }>(
       `SELECT sum(relpages)::int AS n FROM pg_class WHERE relname IN ('outcome_events', 'stripe_events', 'rejected_messages')`,
     );

@@ -1,5 +1,5 @@
 // Retention: what the pipeline removes once it is past its bound (docs/operations.md "Retention",
-// docs/decisions.md "Data lifecycle"). Every removal is a call of one of migration 017's lifecycle_*
+// docs/decisions.md "Data lifecycle"). Every removal is a call of one of migrations 017's and 020's lifecycle_*
 // functions — the only way past the guards — in bounded batches: each call is ONE statement (its own
 // transaction) that takes at most `batchSize` rows, oldest first, by index, FOR UPDATE SKIP LOCKED,
 // so it never waits for a row lock the charge path holds, and holds locks only on rows nothing else
@@ -18,6 +18,10 @@ export interface RetentionBounds {
   readonly stripeEventDays: number;
   /** Rejected messages older than this lose their raw body (kept: the row, reason, body_sha256). */
   readonly rejectedBodyDays: number;
+  /** Records of an operator's read of raw bodies (operator_reads) older than this are deleted. */
+  readonly operatorReadDays: number;
+  /** Findings resolved longer ago than this are deleted (an open finding never is). */
+  readonly resolvedFindingDays: number;
 }
 
 export interface RetentionSettings extends RetentionBounds {
@@ -27,7 +31,9 @@ export interface RetentionSettings extends RetentionBounds {
   readonly maxBatchesPerRun: number;
 }
 
-export const RETENTION_KINDS = ['outbox', 'stripeEventPayloads', 'stripeEvents', 'rejectedBodies'] as const;
+// In this order: a resolved finding goes before the inbox rows, so that the row it pinned can follow
+// in the same run.
+export const RETENTION_KINDS = ['outbox', 'stripeEventPayloads', 'resolvedFindings', 'stripeEvents', 'rejectedBodies', 'operatorReads'] as const;
 export type RetentionKind = (typeof RETENTION_KINDS)[number];
 
 /**
@@ -44,6 +50,14 @@ export type RetentionKind = (typeof RETENTION_KINDS)[number];
  *     (https://docs.stripe.com/api/events: events are retrievable for 30 days);
  *   - rejected message body 14 days (least 2): time for an operator to read a refused body and have
  *     its producer fixed; the row, its reason and body_sha256 stay;
+ *   - operator read 400 days (least 366): the record of who read raw bodies is an audit log; PCI DSS
+ *     v4.0.1 requirement 10.5.1 keeps audit log history for at least 12 months (a leap year, and a
+ *     month of margin for an audit that starts late); the rows are a few per command an operator runs;
+ *   - resolved finding 90 days after its resolution (least 30): an explained incident stays readable
+ *     (`ops findings list --all`) for a quarter of follow-ups — the dispute window of a card payment
+ *     runs for months, and a finding is the first place to look; an OPEN finding is never removed (a
+ *     person's work not done; its alarm stays up). The finding's Stripe event follows it at the inbox's
+ *     own bound;
  *   - batch 1000 rows, at most 200 batches per kind and run, 10 s per run: well under the reconciler's
  *     budget, and several times 1,000 charges/s of inflow (a run a minute).
  */
@@ -52,6 +66,8 @@ export const RETENTION_DEFAULTS = {
   stripeEventPayloadDays: 4,
   stripeEventDays: 30,
   rejectedBodyDays: 14,
+  operatorReadDays: 400,
+  resolvedFindingDays: 90,
   batchSize: 1000,
   maxBatchesPerRun: 200,
   maxRunMs: 10_000,
@@ -62,6 +78,8 @@ export const RETENTION_LIMITS = {
   stripeEventPayloadDays: 4,
   stripeEventDays: 5,
   rejectedBodyDays: 2,
+  operatorReadDays: 366,
+  resolvedFindingDays: 30,
 } as const;
 
 /** The environment variable of each bound (the construct's `retention` prop writes them). */
@@ -70,6 +88,8 @@ export const RETENTION_VARIABLES = {
   stripeEventPayloadDays: 'STRIPE_EVENT_PAYLOAD_RETENTION_DAYS',
   stripeEventDays: 'STRIPE_EVENT_RETENTION_DAYS',
   rejectedBodyDays: 'REJECTED_BODY_RETENTION_DAYS',
+  operatorReadDays: 'OPERATOR_READ_RETENTION_DAYS',
+  resolvedFindingDays: 'RESOLVED_FINDING_RETENTION_DAYS',
   batchSize: 'RETENTION_BATCH_SIZE',
   maxBatchesPerRun: 'RETENTION_MAX_BATCHES',
 } as const;
@@ -84,6 +104,8 @@ export function retentionCutoffs(bounds: RetentionBounds, now: Date): Readonly<R
     stripeEventPayloads: before(bounds.stripeEventPayloadDays),
     stripeEvents: before(bounds.stripeEventDays),
     rejectedBodies: before(bounds.rejectedBodyDays),
+    operatorReads: before(bounds.operatorReadDays),
+    resolvedFindings: before(bounds.resolvedFindingDays),
   };
 }
 
@@ -93,6 +115,8 @@ const FUNCTION: Readonly<Record<RetentionKind, string>> = {
   stripeEventPayloads: 'lifecycle_reduce_inbox',
   stripeEvents: 'lifecycle_delete_inbox',
   rejectedBodies: 'lifecycle_remove_rejected_bodies',
+  operatorReads: 'lifecycle_delete_operator_reads',
+  resolvedFindings: 'lifecycle_delete_resolved_findings',
 };
 
 /** One batch of one kind: how many rows it removed (or reduced). */
@@ -126,7 +150,7 @@ export async function runRetention(
   canContinue: () => boolean = () => true,
 ): Promise<RetentionRun> {
   const cutoffs = retentionCutoffs(settings, now());
-  const removed: Record<RetentionKind, number> = { outbox: 0, stripeEventPayloads: 0, stripeEvents: 0, rejectedBodies: 0 };
+  const removed = Object.fromEntries(RETENTION_KINDS.map((kind) => [kind, 0])) as Record<RetentionKind, number>;
   const unfinished: RetentionKind[] = [];
   let batches = 0;
   for (const kind of RETENTION_KINDS) {
@@ -151,7 +175,7 @@ export async function runRetention(
  * up with what comes in (a batch size too small for the traffic) or does not run.
  */
 export async function retentionOverdue(db: Db, cutoffs: Readonly<Record<RetentionKind, Date>>): Promise<Record<RetentionKind, number>> {
-  const { rows } = await db.query<{ outbox: number | null; payloads: number | null; events: number | null; bodies: number | null }>(
+  const { rows } = await db.query<{ outbox: number | null; payloads: number | null; events: number | null; bodies: number | null; reads: number | null; findings: number | null }>(
     `SELECT extract(epoch FROM $1::timestamptz - (SELECT e.published_at FROM outcome_events e
                                                   WHERE e.event_id < lifecycle_uuidv7_floor($1::timestamptz) AND e.published_at < $1::timestamptz
                                                   ORDER BY e.event_id LIMIT 1))::float8 AS outbox,
@@ -164,10 +188,23 @@ export async function retentionOverdue(db: Db, cutoffs: Readonly<Record<Retentio
                                                   ORDER BY s.received_at LIMIT 1))::float8 AS events,
             extract(epoch FROM $4::timestamptz - (SELECT m.received_at FROM rejected_messages m
                                                   WHERE m.raw_body IS NOT NULL AND m.received_at < $4::timestamptz
-                                                  ORDER BY m.received_at LIMIT 1))::float8 AS bodies`,
-    [cutoffs.outbox, cutoffs.stripeEventPayloads, cutoffs.stripeEvents, cutoffs.rejectedBodies],
+                                                  ORDER BY m.received_at LIMIT 1))::float8 AS bodies,
+            extract(epoch FROM $5::timestamptz - (SELECT r.occurred_at FROM operator_reads r
+                                                  WHERE r.occurred_at < $5::timestamptz
+                                                  ORDER BY r.occurred_at LIMIT 1))::float8 AS reads,
+            extract(epoch FROM $6::timestamptz - (SELECT f.resolved_at FROM stripe_event_findings f
+                                                  WHERE f.resolved_at IS NOT NULL AND f.resolved_at < $6::timestamptz
+                                                  ORDER BY f.resolved_at LIMIT 1))::float8 AS findings`,
+    [cutoffs.outbox, cutoffs.stripeEventPayloads, cutoffs.stripeEvents, cutoffs.rejectedBodies, cutoffs.operatorReads, cutoffs.resolvedFindings],
   );
   const r = rows[0];
   const seconds = (v: number | null | undefined) => Math.max(0, Math.round(v ?? 0));
-  return { outbox: seconds(r?.outbox), stripeEventPayloads: seconds(r?.payloads), stripeEvents: seconds(r?.events), rejectedBodies: seconds(r?.bodies) };
+  return {
+    outbox: seconds(r?.outbox),
+    stripeEventPayloads: seconds(r?.payloads),
+    resolvedFindings: seconds(r?.findings),
+    stripeEvents: seconds(r?.events),
+    rejectedBodies: seconds(r?.bodies),
+    operatorReads: seconds(r?.reads),
+  };
 }

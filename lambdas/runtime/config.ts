@@ -238,6 +238,8 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
       stripeEventPayloadDays: integer(env, 'STRIPE_EVENT_PAYLOAD_RETENTION_DAYS', RETENTION_DEFAULTS.stripeEventPayloadDays, RETENTION_LIMITS.stripeEventPayloadDays, 36_500),
       stripeEventDays: integer(env, 'STRIPE_EVENT_RETENTION_DAYS', RETENTION_DEFAULTS.stripeEventDays, RETENTION_LIMITS.stripeEventDays, 36_500),
       rejectedBodyDays: integer(env, 'REJECTED_BODY_RETENTION_DAYS', RETENTION_DEFAULTS.rejectedBodyDays, RETENTION_LIMITS.rejectedBodyDays, 36_500),
+      operatorReadDays: integer(env, 'OPERATOR_READ_RETENTION_DAYS', RETENTION_DEFAULTS.operatorReadDays, RETENTION_LIMITS.operatorReadDays, 36_500),
+      resolvedFindingDays: integer(env, 'RESOLVED_FINDING_RETENTION_DAYS', RETENTION_DEFAULTS.resolvedFindingDays, RETENTION_LIMITS.resolvedFindingDays, 36_500),
       batchSize: integer(env, 'RETENTION_BATCH_SIZE', RETENTION_DEFAULTS.batchSize, 1, 10_000),
       maxBatchesPerRun: integer(env, 'RETENTION_MAX_BATCHES', RETENTION_DEFAULTS.maxBatchesPerRun, 1, 100_000),
       maxRunMs: integer(env, 'RETENTION_MAX_RUN_MS', RETENTION_DEFAULTS.maxRunMs, 0, 600_000),

@@ -14,7 +14,7 @@
 //
 //   intake ──────────────── chaos on ─────────────────▶│ faults stop │── reconcile until quiet ──▶ check
 //   sends, kills, PG restarts / crashes, Stripe + EB faults, key pruning    time to quiescence ─┘
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { chmod, mkdtemp } from 'node:fs/promises';
 import os from 'node:os';
@@ -27,7 +27,7 @@ import { worstCaseCallMs } from '../../lambdas/payments/call-budget.ts';
 import { chargeRequestMessage, refundRequestMessage } from '../../lambdas/producer/client.ts';
 import type { ChargeRequest, RefundRequest } from '../../lambdas/payments/message.ts';
 import type { FakeStripeStats, FaultProfileName } from '../fake-stripe/server.ts';
-import { checkInvariants, formatReport, type InvariantReport } from '../invariants.ts';
+import { checkInvariants, formatReport, type CheckInvariantsInput, type InvariantReport } from '../invariants.ts';
 import { describeTimeLapse, keyPruneAfterMsFor, queuedGroups, startPipeline, type Pipeline, type TimeLapse } from '../pipeline.ts';
 import { ContainerPool, KILL_POINTS, type ContainerCounters, type KillKind, type KillPlan } from './containers.ts';
 import { waitForPostgres } from '../postgres.ts';
@@ -98,6 +98,19 @@ export interface SoakOptions {
    */
   readonly webhooks?: boolean;
   readonly log?: (line: string) => void;
+  /**
+   * Run after the verdict, while the pipeline (its database, the fake Stripe, the webhook endpoint)
+   * is still up: `check` judges the database again with the verdict's inputs (and `extra`), e.g.
+   * after retention ran (test/lifecycle/soak-retention.test.ts).
+   */
+  readonly afterCheck?: (soak: SoakAfterCheck) => Promise<void>;
+}
+
+/** What afterCheck is given. */
+export interface SoakAfterCheck {
+  readonly pipeline: Pipeline;
+  readonly report: SoakReport;
+  check(extra?: Partial<Omit<CheckInvariantsInput, 'db'>>): Promise<InvariantReport>;
 }
 
 /**
@@ -673,7 +686,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   // ── The verdict ──────────────────────────────────────────────────────────────────────────────
   const dlqOrderIds = queuedGroups(pipeline.sqs, 'dlq');
   const left = queuedGroups(pipeline.sqs, 'queue').length;
-  const check = await checkInvariants({
+  const checkInput: CheckInvariantsInput = {
     db: pipeline.db,
     paymentIntents: fake.paymentIntents(),
     // The net-amount invariant: Stripe's refunds — the requested ones and the remedies' — against the ledger's.
@@ -681,10 +694,17 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     sentOrderIds,
     // Every refund request the sender put on the queue (it throws when a chunk cannot be sent): each
     // must end as its refund operation or its rejection (lost_refund).
-    sentRefunds: refundPlans.flatMap((plan) => plan.entries.map((e) => JSON.parse(e.MessageBody!) as RefundRequest)).map(({ orderId, refundId }) => ({ orderId, refundId })),
+    // With the SHA-256 of each body as sent: a rejection whose raw body retention removed still matches.
+    sentRefunds: refundPlans.flatMap((plan) =>
+      plan.entries.map((e) => {
+        const { orderId, refundId } = JSON.parse(e.MessageBody!) as RefundRequest;
+        return { orderId, refundId, bodySha256: createHash('sha256').update(e.MessageBody!, 'utf8').digest('hex') };
+      }),
+    ),
     dlqOrderIds,
     requireQuiescent: true,
-  });
+  };
+  const check = await checkInvariants(checkInput);
   const stats = fake.stats();
   const refunds = await soakRefunds(pipeline.db, refundPlans, fake.refunds(), stats, { targeted: duplicatesTargeted, extra: extraCharges().map((pi) => pi.id) });
   const reviewReasons: Record<string, number> = {};
@@ -791,6 +811,17 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     evidence,
     check,
   };
+  if (options.afterCheck) {
+    try {
+      await options.afterCheck({ pipeline, report, check: (extra = {}) => checkInvariants({ ...checkInput, ...extra, paymentIntents: fake.paymentIntents(), refunds: fake.refunds() }) });
+    } finally {
+      await p.charge.stop();
+      await p.reconcile.stop();
+      await pipeline.stop();
+      workerLog.end();
+    }
+    return report;
+  }
   await p.charge.stop();
   await p.reconcile.stop();
   await pipeline.stop();

@@ -260,11 +260,17 @@ describe('functions', () => {
         logLevel: 'DEBUG',
         stripeTimeout: cdk.Duration.seconds(8),
         stripeMaxNetworkRetries: 2,
-        retention: { outboxDays: 7, stripeEventDays: 10, batchSize: 500 },
+        retention: { outboxDays: 7, stripeEventDays: 10, batchSize: 500, operatorReadDays: 730, resolvedFindingDays: 120 },
       });
       const vars = (f: cdk.IResource) => configured.resources[logicalId(f)]!.Properties!.Environment.Variables;
       // Retention's bounds reach the reconcile function only; unset ones keep its defaults.
-      expect(vars(configured.pipeline.reconcileFunction)).toMatchObject({ OUTBOX_RETENTION_DAYS: '7', STRIPE_EVENT_RETENTION_DAYS: '10', RETENTION_BATCH_SIZE: '500' });
+      expect(vars(configured.pipeline.reconcileFunction)).toMatchObject({
+        OUTBOX_RETENTION_DAYS: '7',
+        STRIPE_EVENT_RETENTION_DAYS: '10',
+        RETENTION_BATCH_SIZE: '500',
+        OPERATOR_READ_RETENTION_DAYS: '730',
+        RESOLVED_FINDING_RETENTION_DAYS: '120',
+      });
       expect(vars(configured.pipeline.reconcileFunction)).not.toHaveProperty('REJECTED_BODY_RETENTION_DAYS');
       expect(vars(configured.pipeline.chargeFunction)).not.toHaveProperty('OUTBOX_RETENTION_DAYS');
       expect(vars(configured.pipeline.chargeFunction)).toMatchObject({

@@ -70,6 +70,8 @@ describe('ChargePipeline props validation', () => {
     ['a connected account with a comma in it (it would split in STRIPE_CONNECTED_ACCOUNTS)', { stripeConnectedAccounts: ['acct_1Alpha,acct_1Bravo'] }, /stripeConnectedAccounts\[0\] must be a Stripe account id/],
     ['an empty connected account id', { stripeConnectedAccounts: [''] }, /stripeConnectedAccounts\[0\] must be a Stripe account id .*got ""/],
     ['more connected accounts than a function environment holds', { stripeConnectedAccounts: Array.from({ length: 40 }, (_, i) => `acct_${String(i).padStart(60, 'x')}`) }, /stripeConnectedAccounts deploys as STRIPE_CONNECTED_ACCOUNTS of 2639 characters, more than 2048/],
+    ['operator reads kept under a year', { retention: { operatorReadDays: 365 } }, /retention\.operatorReadDays must be an integer from 366 to 36500 \(PCI DSS keeps audit log history for at least 12 months\)/],
+    ['resolved findings kept under a month', { retention: { resolvedFindingDays: 29 } }, /retention\.resolvedFindingDays must be an integer from 30 to 36500/],
   ])('rejects %s', (_label, props, message) => {
     const problems = problemsOf(props);
     expect(problems.some((problem) => message.test(problem)), problems.join('\n')).toBe(true);

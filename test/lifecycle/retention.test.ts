@@ -21,7 +21,8 @@ afterAll(async () => {
   await db.drop();
 });
 
-const SETTINGS: RetentionSettings = { outboxDays: 30, stripeEventPayloadDays: 4, stripeEventDays: 30, rejectedBodyDays: 14, batchSize: 2, maxBatchesPerRun: 1000 };
+const SETTINGS: RetentionSettings = { outboxDays: 30, stripeEventPayloadDays: 4, stripeEventDays: 30, rejectedBodyDays: 14, operatorReadDays: 400, resolvedFindingDays: 90, batchSize: 2, maxBatchesPerRun: 1000 };
+const NOTHING = { operatorReads: 0, resolvedFindings: 0 };
 
 describe('retention removes exactly what is past each bound', () => {
   it('outbox, inbox payloads, inbox rows, rejected bodies: past the bound removed in batches, the rest untouched', async () => {
@@ -58,7 +59,7 @@ describe('retention removes exactly what is past each bound', () => {
     expect(before.rejectedBodies).toBeGreaterThanOrEqual(85 * 86_400);
 
     const run = await asApplicationRole(db.pool, (client) => runRetention(client, SETTINGS, () => now));
-    expect(run.removed).toEqual({ outbox: 3, stripeEventPayloads: 5, stripeEvents: 2, rejectedBodies: 2 });
+    expect(run.removed).toEqual({ outbox: 3, stripeEventPayloads: 5, stripeEvents: 2, rejectedBodies: 2, ...NOTHING });
     expect(run.batches).toBeGreaterThan(4); // batches of two
     expect(run.unfinished).toEqual([]);
     expect(run.maxOverdueSeconds).toBe(0);
@@ -91,7 +92,7 @@ describe('retention removes exactly what is past each bound', () => {
 
     // Again: nothing is due, nothing changes.
     const again = await asApplicationRole(db.pool, (client) => runRetention(client, SETTINGS, () => now));
-    expect(again.removed).toEqual({ outbox: 0, stripeEventPayloads: 0, stripeEvents: 0, rejectedBodies: 0 });
+    expect(again.removed).toEqual({ outbox: 0, stripeEventPayloads: 0, stripeEvents: 0, rejectedBodies: 0, ...NOTHING });
   });
 
   it('stops at its batch limit and says what is left; the overdue gauge shows it until a later run catches up', async () => {
@@ -332,10 +333,11 @@ describe('the guards still refuse what they refused', () => {
   it('the lifecycle functions are the application role\'s and no one else\'s: PUBLIC may not execute them', async () => {
     const { rows } = await db.pool.query<{ proname: string; public: boolean; app: boolean }>(
       `SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') AS public, has_function_privilege('charges_app', p.oid, 'EXECUTE') AS app
-         FROM pg_proc p WHERE p.proname IN ('lifecycle_delete_published_outbox', 'lifecycle_reduce_inbox', 'lifecycle_delete_inbox', 'lifecycle_remove_rejected_bodies', 'lifecycle_erase_customer')
+         FROM pg_proc p WHERE p.proname IN ('lifecycle_delete_published_outbox', 'lifecycle_reduce_inbox', 'lifecycle_delete_inbox', 'lifecycle_remove_rejected_bodies', 'lifecycle_erase_customer',
+                                            'lifecycle_delete_operator_reads', 'lifecycle_delete_resolved_findings')
         ORDER BY p.proname`,
     );
-    expect(rows).toHaveLength(5);
+    expect(rows).toHaveLength(7);
     for (const r of rows) expect(r).toMatchObject({ public: false, app: true });
   });
 });
@@ -343,7 +345,10 @@ describe('the guards still refuse what they refused', () => {
 describe('the retention settings', () => {
   const base = { DATABASE_URL: 'postgres://localhost/x' };
   it('have safe defaults', () => {
-    expect(loadConfig(base).retention).toEqual({ outboxDays: 30, stripeEventPayloadDays: 4, stripeEventDays: 30, rejectedBodyDays: 14, batchSize: 1000, maxBatchesPerRun: 200, maxRunMs: 10_000 });
+    expect(loadConfig(base).retention).toEqual({
+      outboxDays: 30, stripeEventPayloadDays: 4, stripeEventDays: 30, rejectedBodyDays: 14, operatorReadDays: 400, resolvedFindingDays: 90,
+      batchSize: 1000, maxBatchesPerRun: 200, maxRunMs: 10_000,
+    });
   });
   it.each([
     [{ OUTBOX_RETENTION_DAYS: '1' }, /OUTBOX_RETENTION_DAYS must be an integer in \[2, 36500\], got "1"/],
@@ -352,8 +357,127 @@ describe('the retention settings', () => {
     [{ STRIPE_EVENT_RETENTION_DAYS: '6', STRIPE_EVENT_PAYLOAD_RETENTION_DAYS: '7' }, /STRIPE_EVENT_RETENTION_DAYS \(6\) must be at least STRIPE_EVENT_PAYLOAD_RETENTION_DAYS \(7\)/],
     [{ REJECTED_BODY_RETENTION_DAYS: 'soon' }, /REJECTED_BODY_RETENTION_DAYS must be an integer/],
     [{ RETENTION_BATCH_SIZE: '20000' }, /RETENTION_BATCH_SIZE must be an integer in \[1, 10000\]/],
+    [{ OPERATOR_READ_RETENTION_DAYS: '365' }, /OPERATOR_READ_RETENTION_DAYS must be an integer in \[366, 36500\], got "365"/],
+    [{ RESOLVED_FINDING_RETENTION_DAYS: '29' }, /RESOLVED_FINDING_RETENTION_DAYS must be an integer in \[30, 36500\], got "29"/],
+    [{ RESOLVED_FINDING_RETENTION_DAYS: 'a quarter' }, /RESOLVED_FINDING_RETENTION_DAYS must be an integer/],
   ])('refuse %o at start, saying what to change', (env, message) => {
     expect(() => loadConfig({ ...base, ...env })).toThrow(ConfigError);
     expect(() => loadConfig({ ...base, ...env })).toThrow(message);
+  });
+});
+
+// Migration 020: the operator's reads and resolved findings, in a database of their own (the other
+// tests' rows are of other ages).
+describe('operator reads and resolved findings (migration 020)', () => {
+  let own: TestDatabase;
+  beforeAll(async () => {
+    own = await createTestDatabase('retention_reads_findings');
+  });
+  afterAll(async () => {
+    await own.drop();
+  });
+
+  const readAt = async (at: Date) =>
+    (await own.pool.query<{ id: string }>(
+      `INSERT INTO operator_reads (occurred_at, actor, verified, command, what, rejected_message_ids) VALUES ($1, 'operator:alice', false, 'rejected list --with-body', 'rejected_message_body', '{1}') RETURNING id`,
+      [at],
+    )).rows[0]!.id;
+  const findingAt = async (foundAt: Date, resolvedAt: Date | null, eventId: string) =>
+    (await own.pool.query<{ id: string }>(
+      `INSERT INTO stripe_event_findings (kind, payment_intent_id, event_id, reason, found_at, resolved_at, resolved_by, resolution)
+       VALUES ('contradiction', $1, $2, 'a second succeeded PaymentIntent', $3, $4, CASE WHEN $4::timestamptz IS NOT NULL THEN 'operator:alice' END, CASE WHEN $4::timestamptz IS NOT NULL THEN 'refunded by hand' END)
+       RETURNING id`,
+      [`pi_${eventId}`, eventId, foundAt, resolvedAt],
+    )).rows[0]!.id;
+
+  it('past the bound removed, inside it and every open finding kept; the event a removed finding pinned follows in the same run', async () => {
+    const now = new Date();
+    const readOld = await readAt(daysAgo(now, 401));
+    const readOlder = await readAt(daysAgo(now, 900));
+    const readKept = await readAt(daysAgo(now, 399));
+    const evResolvedOld = await inboxEvent(own.pool, daysAgo(now, 200));
+    const evResolvedRecent = await inboxEvent(own.pool, daysAgo(now, 200));
+    const evOpen = await inboxEvent(own.pool, daysAgo(now, 200));
+    const resolvedOld = await findingAt(daysAgo(now, 199), daysAgo(now, 91), evResolvedOld);
+    const resolvedRecent = await findingAt(daysAgo(now, 199), daysAgo(now, 89), evResolvedRecent);
+    const open = await findingAt(daysAgo(now, 199), null, evOpen);
+
+    const cutoffs = retentionCutoffs(SETTINGS, now);
+    const before = await retentionOverdue(own.pool, cutoffs);
+    expect(before.operatorReads).toBeGreaterThanOrEqual(499 * 86_400);
+    expect(before.resolvedFindings).toBeGreaterThanOrEqual(86_000);
+    const run = await asApplicationRole(own.pool, (client) => runRetention(client, SETTINGS, () => now));
+    expect(run.removed).toMatchObject({ operatorReads: 2, resolvedFindings: 1, stripeEvents: 1, stripeEventPayloads: 3 });
+    expect(run.overdueSeconds).toMatchObject({ operatorReads: 0, resolvedFindings: 0 });
+    expect(run.maxOverdueSeconds).toBe(0);
+
+    const reads = (await own.pool.query<{ id: string }>('SELECT id FROM operator_reads ORDER BY id')).rows.map((r) => r.id);
+    expect(reads).toEqual([readKept]);
+    expect(reads).not.toContain(readOld);
+    expect(reads).not.toContain(readOlder);
+    const findings = (await own.pool.query<{ id: string }>('SELECT id FROM stripe_event_findings ORDER BY id')).rows.map((r) => r.id);
+    expect(findings).toEqual([resolvedRecent, open]);
+    expect(findings).not.toContain(resolvedOld);
+    // The pinned events: the removed finding's went with it; the others stay, reduced.
+    const events = new Map((await own.pool.query<{ event_id: string; reduced: boolean }>('SELECT event_id, payload IS NULL AS reduced FROM stripe_events')).rows.map((r) => [r.event_id, r.reduced]));
+    expect(events.has(evResolvedOld)).toBe(false);
+    expect(events.get(evResolvedRecent)).toBe(true);
+    expect(events.get(evOpen)).toBe(true);
+
+    // With the least bound (30 days) the resolved one of 89 days goes; an open finding found 40 years
+    // ago, like the other open one, stays, whatever the bound.
+    const ancient = await findingAt(daysAgo(now, 14_600), null, await inboxEvent(own.pool, daysAgo(now, 14_600)));
+    const again = await asApplicationRole(own.pool, (client) => runRetention(client, { ...SETTINGS, resolvedFindingDays: 30 }, () => now));
+    expect(again.removed.resolvedFindings).toBe(1);
+    const left = (await own.pool.query<{ id: string }>('SELECT id FROM stripe_event_findings ORDER BY id')).rows.map((r) => r.id);
+    expect(left).toEqual([open, ancient]);
+  });
+
+  it('operator reads: never updated; deleted by no one but the retention function, and by it only past its floor', async () => {
+    const now = new Date();
+    const old = await readAt(daysAgo(now, 800));
+    const recent = await readAt(daysAgo(now, 10));
+    // As the owner (the tests' connection): the guard.
+    expect(await outcomeOf(own.pool, 'DELETE FROM operator_reads WHERE id = $1', [old])).toBe('23000: operator_reads is append-only');
+    expect(await outcomeOf(own.pool, `UPDATE operator_reads SET actor = 'operator:mallory' WHERE id = $1`, [old])).toBe('23000: operator_reads is append-only');
+    expect(await outcomeOf(own.pool, `UPDATE operator_reads SET actor = 'operator:mallory' WHERE id = $1`, [recent])).toBe('23000: operator_reads is append-only');
+    await asApplicationRole(own.pool, async (client) => {
+      expect(await outcomeOf(client, 'DELETE FROM operator_reads WHERE id = $1', [old])).toBe('42501: permission denied for table operator_reads');
+      expect(await outcomeOf(client, `UPDATE operator_reads SET actor = 'x' WHERE id = $1`, [old])).toBe('42501: permission denied for table operator_reads');
+      await client.query('BEGIN');
+      await client.query(`SELECT set_config('charges.lifecycle', 'retention', true)`);
+      expect(await outcomeOf(client, 'DELETE FROM operator_reads WHERE id = $1', [old])).toBe('42501: permission denied for table operator_reads');
+      await client.query('ROLLBACK');
+      // The function's own floor: nothing of the last 365 days, whatever the caller's clock says.
+      expect(await outcomeOf(client, 'SELECT lifecycle_delete_operator_reads($1, 10)', [daysAgo(now, 364)])).toMatch(/^22023: operator reads of the last 365 days are kept/);
+      expect(await outcomeOf(client, 'SELECT lifecycle_delete_operator_reads($1, 10001)', [daysAgo(now, 400)])).toMatch(/^22023: a retention batch is 1 to 10000 rows/);
+    });
+    // The owner with the setting set by hand, outside the function: the guard's own floor still keeps a recent row.
+    await own.pool.query('BEGIN');
+    await own.pool.query(`SELECT set_config('charges.lifecycle', 'retention', true)`);
+    expect(await outcomeOf(own.pool, 'DELETE FROM operator_reads WHERE id = $1', [recent])).toBe('23000: operator_reads is append-only');
+    await own.pool.query('ROLLBACK');
+    expect((await own.pool.query('SELECT 1 FROM operator_reads WHERE id = ANY($1::bigint[])', [[old, recent]])).rowCount).toBe(2);
+  });
+
+  it('findings: an open one is deleted by no one; a resolved one only by the retention function, past its floor; resolving still works', async () => {
+    const now = new Date();
+    const openEvent = await inboxEvent(own.pool, daysAgo(now, 300));
+    const resolvedEvent = await inboxEvent(own.pool, daysAgo(now, 300));
+    const openOne = await findingAt(daysAgo(now, 300), null, openEvent);
+    const resolvedOne = await findingAt(daysAgo(now, 300), daysAgo(now, 200), resolvedEvent);
+    expect(await outcomeOf(own.pool, 'DELETE FROM stripe_event_findings WHERE id = $1', [openOne])).toBe(`23000: finding ${openOne} is open: an open finding is never deleted`);
+    expect(await outcomeOf(own.pool, 'DELETE FROM stripe_event_findings WHERE id = $1', [resolvedOne])).toBe(`23000: finding ${resolvedOne} is kept: resolved findings are removed by retention only`);
+    await asApplicationRole(own.pool, async (client) => {
+      expect(await outcomeOf(client, 'DELETE FROM stripe_event_findings WHERE id = $1', [resolvedOne])).toBe('42501: permission denied for table stripe_event_findings');
+      expect(await outcomeOf(client, 'SELECT lifecycle_delete_resolved_findings($1, 10)', [daysAgo(now, 28)])).toMatch(/^22023: findings resolved of the last 29 days are kept/);
+      // The function with the oldest cutoff it accepts takes the resolved one and never the open one.
+      expect((await client.query<{ n: number }>('SELECT lifecycle_delete_resolved_findings($1, 10) AS n', [daysAgo(now, 30)])).rows[0]!.n).toBeGreaterThanOrEqual(1);
+      // Resolving (an update) is not the guard's: it works as before.
+      expect(await outcomeOf(client, `UPDATE stripe_event_findings SET resolved_at = now(), resolved_by = 'operator:bob', resolution = 'explained' WHERE id = $1 AND resolved_at IS NULL`, [openOne])).toBe('ok');
+    });
+    expect((await own.pool.query('SELECT 1 FROM stripe_event_findings WHERE id = $1', [resolvedOne])).rowCount).toBe(0);
+    // Just resolved: inside the floor, kept by any run.
+    expect((await own.pool.query('SELECT 1 FROM stripe_event_findings WHERE id = $1', [openOne])).rowCount).toBe(1);
   });
 });

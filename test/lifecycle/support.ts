@@ -87,3 +87,67 @@ export async function outcomeOf(db: Db, sql: string, params: unknown[] = []): Pr
     return `${e.code}: ${e.message}`;
   }
 }
+
+/**
+ * Moves orders' rows `days` into the past, as if the orders had been taken then: every timestamptz
+ * column of their operations, audit trail, watches, outbox events (each event_id re-made as the
+ * uuidv7 of its moved created_at, as uuidv7() would have made it then, and the payload's eventId with
+ * it), Stripe events (by operation, or by object: the PaymentIntent of an operation) and findings, and
+ * of the given rejected messages. Rows must be moved, not only the clock: the lifecycle functions and
+ * the guards compare with the DATABASE's own clock (migration 017), so no clock a caller passes makes
+ * a row written minutes ago due — by design. The guards are set aside for this session's move only
+ * (session_replication_role = replica: the owner's connection), as bench:storage does.
+ */
+export async function ageRows(pool: pg.Pool, days: number, target: { orderIds: readonly string[]; rejectedIds?: readonly string[] }): Promise<{ operations: number; outbox: number; stripeEvents: number; rejected: number }> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query('SET LOCAL session_replication_role = replica');
+    // Every timestamptz column of a table, moved on the rows whose `key` is one of `keys` (the column
+    // names come from the catalog, quoted by format's %I; the values are parameters).
+    await client.query(`
+      CREATE OR REPLACE FUNCTION pg_temp.shift_times(p_table regclass, p_key text, p_keys text[], p_days int) RETURNS integer LANGUAGE plpgsql AS $f$
+      DECLARE sets text; n integer;
+      BEGIN
+        SELECT string_agg(format('%I = %I - make_interval(days => $2)', attname, attname), ', ') INTO sets
+          FROM pg_attribute WHERE attrelid = p_table AND atttypid = 'timestamptz'::regtype AND attnum > 0 AND NOT attisdropped;
+        EXECUTE format('UPDATE %s SET %s WHERE %I::text = ANY ($1)', p_table, sets, p_key) USING p_keys, p_days;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        RETURN n;
+      END $f$`);
+    const { rows: ops } = await client.query<{ id: string; external_id: string | null }>(`SELECT id::text, external_id FROM payment_operations WHERE order_id = ANY($1::text[])`, [target.orderIds]);
+    const opIds = ops.map((o) => o.id);
+    const externals = ops.flatMap((o) => (o.external_id ? [o.external_id] : []));
+    const { rows: events } = await client.query<{ event_id: string }>(`SELECT event_id FROM stripe_events WHERE operation_id = ANY($1::uuid[]) OR object_id = ANY($2::text[])`, [opIds, externals]);
+    const eventIds = events.map((e) => e.event_id);
+    const { rows: findings } = await client.query<{ id: string }>(`SELECT id::text FROM stripe_event_findings WHERE operation_id = ANY($1::uuid[]) OR event_id = ANY($2::text[])`, [opIds, eventIds]);
+    const shift = async (table: string, key: string, keys: readonly string[]) =>
+      (await client.query<{ n: number }>('SELECT pg_temp.shift_times($1::regclass, $2, $3::text[], $4) AS n', [table, key, keys, days])).rows[0]!.n;
+    const operations = await shift('payment_operations', 'id', opIds);
+    await shift('payment_operation_events', 'operation_id', opIds);
+    await shift('payment_operation_watches', 'operation_id', opIds);
+    const outbox = await shift('outcome_events', 'operation_id', opIds);
+    await client.query(
+      `UPDATE outcome_events o SET event_id = m.id, payload = jsonb_set(o.payload, '{eventId}', to_jsonb(m.id::text))
+         FROM (SELECT event_id AS old,
+                      (lpad(to_hex(floor(extract(epoch FROM created_at) * 1000)::bigint), 12, '0') || substr(replace(event_id::text, '-', ''), 13))::uuid AS id
+                 FROM outcome_events WHERE operation_id = ANY($1::uuid[])) m
+        WHERE o.event_id = m.old`,
+      [opIds],
+    );
+    const stripeEvents = await shift('stripe_events', 'event_id', eventIds);
+    await shift('stripe_event_findings', 'id', findings.map((f) => f.id));
+    const { rows: rejectedRows } = await client.query<{ id: string }>(
+      `SELECT id::text FROM rejected_messages WHERE order_id = ANY($1::text[]) OR id::text = ANY($2::text[])`,
+      [target.orderIds, target.rejectedIds ?? []],
+    );
+    const rejected = await shift('rejected_messages', 'id', rejectedRows.map((r) => r.id));
+    await client.query('COMMIT');
+    return { operations, outbox, stripeEvents, rejected };
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw error;
+  } finally {
+    client.release();
+  }
+}
