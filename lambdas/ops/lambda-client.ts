@@ -14,6 +14,26 @@ export interface LambdaTarget {
   readonly endpoint?: string | undefined;
 }
 
+/**
+ * A SigV4 signature is dated to the second: the same command signed twice in one second is the same
+ * proof, and the function refuses a proof it has seen (identity.ts). A caller that runs one command
+ * often — the live page polls `stats` while a person reloads it — is given a new second for each
+ * signing of the same command in this process, waiting for it if need be (at most a second).
+ */
+const lastSigned = new Map<string, number>();
+async function nextSigningSecond(command: string): Promise<Date> {
+  for (;;) {
+    const second = Math.floor(Date.now() / 1000);
+    const last = lastSigned.get(command);
+    if (last === undefined || second > last) {
+      lastSigned.set(command, second);
+      if (lastSigned.size > 1000) lastSigned.delete(lastSigned.keys().next().value!);
+      return new Date(second * 1000);
+    }
+    await new Promise((resolve) => setTimeout(resolve, (second + 1) * 1000 - Date.now() + 1));
+  }
+}
+
 /** The function failed (threw, timed out, or answered something that is not an OpsResponse). */
 export class OpsFunctionError extends Error {
   override readonly name = 'OpsFunctionError';
@@ -50,7 +70,8 @@ export async function invokeOpsFunction(target: LambdaTarget, argv: readonly str
     }
     // A fake STS only with a local Lambda API (--endpoint): against AWS the proof is for STS itself.
     const stsEndpoint = target.endpoint && env.OPS_STS_ENDPOINT ? env.OPS_STS_ENDPOINT : undefined;
-    const identity = await signIdentityProof({ argv, functionName: target.functionName, region, credentials: () => client.config.credentials(), stsEndpoint });
+    const signingDate = await nextSigningSecond(JSON.stringify([target.functionName, ...argv]));
+    const identity = await signIdentityProof({ argv, functionName: target.functionName, region, credentials: () => client.config.credentials(), stsEndpoint, signingDate });
     const event: OpsEvent = { command: [...argv], identity };
     const out = await client.send(
       new InvokeCommand({ FunctionName: target.functionName, InvocationType: 'RequestResponse', Payload: new TextEncoder().encode(JSON.stringify(event)) }),

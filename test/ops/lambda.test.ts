@@ -87,6 +87,13 @@ describe('the ops Lambda', () => {
     expect(stable(refusedLambda)).toEqual(stable(refusedCli));
   });
 
+  it('one command run three times at once through --lambda (the live page polling while a person reloads it): each gets a proof of its own, none is refused as used', async () => {
+    const runs = await Promise.all([1, 2, 3].map(() => cliJson(['stats', ...lambda, '--endpoint', endpoint.url], env)));
+    expect(runs.map((r) => [r.code, r.response.ok])).toEqual([[0, true], [0, true], [0, true]]);
+    const proofs = endpoint.invocations.slice(-3).map((i) => (i.event as { identity?: { query?: string } }).identity?.query);
+    expect(new Set(proofs).size).toBe(3);
+  });
+
   it('the CLI with --lambda invokes it through @aws-sdk/client-lambda and prints the same', async () => {
     await intoReviewNothingCharged(h);
     const direct = (await cliJson(['review', 'list'], env)).response;
