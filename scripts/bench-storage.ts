@@ -285,6 +285,7 @@ async function main(): Promise<void> {
     // 4. Figures.
     const wal = await (async () => {
       const p = new pg.Pool({ connectionString: url, max: 1 });
+      p.on('error', () => {}); // its client may still be closing when the server stops
       try {
         return { charging: await walBetween(p, walStart, walCharged), retention: await walBetween(p, walBeforeRetention, walAfterRetention) };
       } finally {

@@ -76,7 +76,9 @@ describe('retention after a soak', () => {
     expect(observed.toldTooEarly?.violationsByKind.outbox_mismatch ?? 0).toBe(observed.untold?.violationsByKind.outbox_mismatch);
     expect(Object.keys(observed.untold!.violationsByKind)).toEqual(['outbox_mismatch']);
     // The redelivered event: answered 2xx, its row as retention left it, nothing applied again.
-    expect(observed.redelivery).toMatchObject({ answered2xx: 1, rowAfter: { payload: null }, sameOutcome: true, sameTrail: true, sameOutbox: true, sameInbox: true, sameOperation: true });
+    expect(observed.redelivery).toMatchObject({ rowAfter: { payload: null }, sameOutcome: true, sameTrail: true, sameOutbox: true, sameInbox: true, sameOperation: true });
+    // Answered 2xx (a late delivery of the soak's own may be answered in the same window too).
+    expect(observed.redelivery?.answered2xx).toBeGreaterThanOrEqual(1);
     expect(observed.afterRedelivery?.violations, formatReport(observed.afterRedelivery!)).toEqual([]);
   });
 });
@@ -168,7 +170,7 @@ async function retentionAfterSoak({ pipeline, check }: SoakAfterCheck, observed:
     const { rows } = await db.query<{ trail: number; outbox: number; inbox: number; operation: unknown; row: unknown }>(
       `SELECT (SELECT count(*)::int FROM payment_operation_events WHERE operation_id = $2) AS trail,
               (SELECT count(*)::int FROM outcome_events WHERE operation_id = $2) AS outbox,
-              (SELECT count(*)::int FROM stripe_events) AS inbox,
+              (SELECT count(*)::int FROM stripe_events WHERE event_id = $1) AS inbox,
               (SELECT to_jsonb(p) FROM payment_operations p WHERE p.id = $2) AS operation,
               (SELECT jsonb_build_object('payload', s.payload, 'outcome', s.outcome, 'applied_at', s.applied_at) FROM stripe_events s WHERE s.event_id = $1) AS row`,
       [chosen.event_id, chosen.operation_id],
@@ -176,6 +178,8 @@ async function retentionAfterSoak({ pipeline, check }: SoakAfterCheck, observed:
     return rows[0]!;
   };
   // Stripe sends it again (a Dashboard resend), through the fake's signed delivery to the real webhook endpoint.
+  // Whatever the soak's deliveries still had queued goes first, so that only this one is counted.
+  await webhooks.dispatcher.drain();
   const before = await facts();
   const ok = () => Object.entries(webhooks.answers()).reduce((n, [status, k]) => n + (status.startsWith('2') ? k : 0), 0);
   const answeredBefore = ok();
