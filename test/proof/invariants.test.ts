@@ -14,6 +14,7 @@ import { testEngine } from '../support/engine.ts';
 import { chargeOrder } from '../support/orders.ts';
 import type { StripeHarness } from '../support/stripe.ts';
 import { useWorld } from '../support/world.ts';
+import { ageRows } from '../lifecycle/support.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
@@ -532,6 +533,34 @@ describe('checkInvariants detects every kind of broken promise', () => {
       { kind: 'audit_mismatch', operationId: open.rows[0]!.id, orderId, detail: /^0 'requested' events \(want 1\)$/ },
       { kind: 'outbox_mismatch', operationId: open.rows[0]!.id, orderId, detail: /^0 entries into review but 1 'Charge Needs Review' events; sequences \[2\] are not 1…1 in write order$/ },
     ]);
+  });
+
+  it('outbox_mismatch under retention: a missing event is accepted only when its state change is older than the cutoff the checker is told', async () => {
+    const w = await healthyWorld();
+    // The paid order's rows as if written ten days ago; the declined order's stay of now.
+    await ageRows(db.pool, 10, { orderIds: [w.paid.orderId] });
+    // Both final events gone, as retention would remove them (its guard set aside for the delete).
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query('SET LOCAL session_replication_role = replica');
+      const gone = await client.query(`DELETE FROM outcome_events WHERE operation_id = ANY($1::uuid[])`, [[w.paidId, w.declinedId]]);
+      expect(gone.rowCount).toBe(2);
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    const missingPaid = { kind: 'outbox_mismatch', operationId: w.paidId, orderId: w.paid.orderId, detail: /^want one 'Charge Succeeded', found \[\]$/ } as const;
+    const declinedOrder = w.orders[1]!;
+    const missingDeclined = { kind: 'outbox_mismatch', operationId: w.declinedId, orderId: declinedOrder, detail: /^want one 'Charge Failed', found \[\]$/ } as const;
+    const cutoff = (daysBack: number) => new Date(Date.now() - daysBack * 86_400_000);
+    // Told of a cutoff five days back: the ten-day-old event may be gone, the one of today may not.
+    expectViolations(await w.check({ outboxRemovedBefore: cutoff(5) }), [missingDeclined]);
+    // A cutoff older than both, or none at all: neither was due, both are reported.
+    const reported = (report: Awaited<ReturnType<typeof checkInvariants>>) => report.violations.map((v) => v.operationId).sort();
+    expect(reported(await w.check({ outboxRemovedBefore: cutoff(20) }))).toEqual([w.paidId, w.declinedId].sort());
+    expect(reported(await w.check())).toEqual([w.paidId, w.declinedId].sort());
+    expectViolations(await w.check({ outboxRemovedBefore: cutoff(20) }), w.paidId < w.declinedId ? [missingPaid, missingDeclined] : [missingDeclined, missingPaid]);
   });
 
   it('outbox_mismatch: a final outcome without its event, or with a second one that contradicts it', async () => {
