@@ -339,53 +339,35 @@ function reportCharges(batch: BatchReports, valid: readonly Parsed[], charged: C
 async function runRefunds(batch: BatchReports, engine: ChargeEngine, parsed: readonly Parsed[], canStart: () => boolean, concurrency: number): Promise<RefundResults> {
   const results = new Map<number, RefundRequestResult | AuthorizationRequestResult>();
   const rejects: RefundReject[] = [];
-  const refundOne = async (p: Parsed, refund: RefundInput): Promise<void> => {
+  // A refund, or a capture or cancel of an authorization: the same phase and the same rules.
+  const followUpOne = async (p: Parsed): Promise<void> => {
+    const orderId = (p.refund ?? p.authorization)!.orderId;
+    const what = p.refund ? 'refund' : p.authorization!.kind;
     if (batch.heldBack(p)) {
-      batch.report(p, { orderId: refund.orderId, operationId: null, fate: { kind: 'held_back' } });
+      batch.report(p, { orderId, operationId: null, fate: { kind: 'held_back' } });
       return;
     }
-    let result: RefundRequestResult;
+    let result: RefundRequestResult | AuthorizationRequestResult;
     try {
-      result = await engine.processRefund(refund, { canStart });
+      result = p.refund ? await engine.processRefund(p.refund, { canStart }) : await engine.processAuthorization(p.authorization!, { canStart });
     } catch (error) {
-      batch.log.error('refund request not recorded', { messageId: p.record.messageId, orderId: refund.orderId, ...describeError(error) });
-      batch.report(p, { orderId: refund.orderId, operationId: null, fate: { kind: 'not_recorded', what: 'request' } }, true);
+      batch.log.error(`${what} request not recorded`, { messageId: p.record.messageId, orderId, ...describeError(error) });
+      batch.report(p, { orderId, operationId: null, fate: { kind: 'not_recorded', what: 'request' } }, true);
       return;
     }
     results.set(p.index, result);
     if (result.rejection) {
-      const reasonCode = result.rejection.code === 'refund_conflict' ? RejectReason.refundConflict : RejectReason.refundRejected;
+      const code = result.rejection.code;
+      const reasonCode = p.refund
+        ? code === 'refund_conflict' ? RejectReason.refundConflict : RejectReason.refundRejected
+        : code === 'authorization_conflict' ? RejectReason.authorizationConflict : RejectReason.authorizationRejected;
       // The engine's reason names ids and amounts the producer sent, never card data.
-      rejects.push({ p, operationId: result.operationId, reasonCode, reason: `${result.rejection.code}: ${result.rejection.message}` });
+      rejects.push({ p, operationId: result.operationId, reasonCode, reason: `${code}: ${result.rejection.message}` });
       return;
     }
     const status = result.execution?.status ?? null;
     const disposition = result.execution?.disposition ?? 'outcome_not_recorded';
-    batch.report(p, { orderId: refund.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId!, status, disposition } });
-  };
-  // A capture or cancel of an authorization: the same phase and the same rules as a refund.
-  const settleOne = async (p: Parsed, authorization: AuthorizationInput): Promise<void> => {
-    if (batch.heldBack(p)) {
-      batch.report(p, { orderId: authorization.orderId, operationId: null, fate: { kind: 'held_back' } });
-      return;
-    }
-    let result: AuthorizationRequestResult;
-    try {
-      result = await engine.processAuthorization(authorization, { canStart });
-    } catch (error) {
-      batch.log.error(`${authorization.kind} request not recorded`, { messageId: p.record.messageId, orderId: authorization.orderId, ...describeError(error) });
-      batch.report(p, { orderId: authorization.orderId, operationId: null, fate: { kind: 'not_recorded', what: 'request' } }, true);
-      return;
-    }
-    results.set(p.index, result);
-    if (result.rejection) {
-      const reasonCode = result.rejection.code === 'authorization_conflict' ? RejectReason.authorizationConflict : RejectReason.authorizationRejected;
-      rejects.push({ p, operationId: result.operationId, reasonCode, reason: `${result.rejection.code}: ${result.rejection.message}` });
-      return;
-    }
-    const status = result.execution?.status ?? null;
-    const disposition = result.execution?.disposition ?? 'outcome_not_recorded';
-    batch.report(p, { orderId: authorization.orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId!, status, disposition } });
+    batch.report(p, { orderId, operationId: result.operationId, fate: { kind: 'processed', operationId: result.operationId!, status, disposition } });
   };
   const groups = new Map<string, Parsed[]>();
   for (const p of parsed) {
@@ -395,7 +377,7 @@ async function runRefunds(batch: BatchReports, engine: ChargeEngine, parsed: rea
     else groups.set(p.groupId, [p]);
   }
   await mapBounded([...groups.values()], concurrency, async (group) => {
-    for (const p of group) await (p.refund ? refundOne(p, p.refund) : settleOne(p, p.authorization!));
+    for (const p of group) await followUpOne(p);
   });
   return { results, rejects };
 }

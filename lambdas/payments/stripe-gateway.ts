@@ -184,7 +184,6 @@ function toView(raw: unknown): PaymentIntentView | undefined {
     ...(typeof pi.customer === 'string' || pi.customer === null ? { customer: pi.customer } : {}),
     ...paymentMethodTypeOf(pi.payment_method),
     ...(typeof pi.amount_received === 'number' ? { amountReceived: pi.amount_received } : {}),
-    ...(typeof pi.capture_method === 'string' ? { captureMethod: pi.capture_method } : {}),
     ...(typeof pi.cancellation_reason === 'string' || pi.cancellation_reason === null ? { cancellationReason: pi.cancellation_reason } : {}),
   };
 }

@@ -173,8 +173,6 @@ export interface PaymentIntentView {
   readonly paymentMethodType?: string | null;
   /** Captured so far (`amount_received`), when the answer said: what a capture took. */
   readonly amountReceived?: number;
-  /** `capture_method` as Stripe holds it (`automatic`, `automatic_async`, `manual`), when the answer said. */
-  readonly captureMethod?: string;
   /** `cancellation_reason` of a canceled PaymentIntent (`automatic`: Stripe let the authorization expire; `requested_by_customer`, …). */
   readonly cancellationReason?: string | null;
 }

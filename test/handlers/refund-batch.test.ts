@@ -1,4 +1,4 @@
-// Refund requests on the charge queue (docs/producers.md#refund-requests-the-same-queue): the producer client puts them in the order's
+// Refund, capture and cancel_authorization requests on the charge queue (docs/producers.md#refund-requests-the-same-queue): the producer client puts them in the order's
 // message group (fauxqs, real SQS protocol), the charge handler's batch routes them by `type` to the
 // same engine, after the batch's charges; rejections are durable rows, never Stripe calls.
 import { createHash } from 'node:crypto';
@@ -6,7 +6,7 @@ import type { Message } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { processChargeBatch, type ChargeBatchDeps } from '../../lambdas/charge/batch.ts';
 import { parseQueueMessage, refundDeduplicationId } from '../../lambdas/payments/message.ts';
-import { refundRequestMessage, sendChargeRequest, sendRefundRequest } from '../../lambdas/producer/client.ts';
+import { refundRequestMessage, sendAuthorizationRequest, sendChargeRequest, sendRefundRequest } from '../../lambdas/producer/client.ts';
 import { main as produce } from '../../lambdas/producer/cli.ts';
 import { InvalidChargeRequestError } from '../../lambdas/producer/errors.ts';
 import { startLocalSqs, type LocalSqs } from '../../local/sqs.ts';
@@ -191,5 +191,38 @@ describe('the charge handler routes refunds', () => {
     // A bad refund from the CLI: nothing sent, exit 2.
     const bad = await produce(['--refund', 'rf-bad', '--order', charge.orderId, '--amount', '3', '--reason', 'nope', '--queue-url', sqs.queueUrl, '--endpoint', sqs.endpoint], {}, { out: () => {}, err: (l) => err.push(l) });
     expect(bad).toBe(2);
+  });
+});
+
+describe('captures and cancels of an authorization on the same queue', () => {
+  it('authorize, refund before capture, partial capture, a second capture, a cancel, then a refund: one group, one batch, in queue order', async () => {
+    const charge = { ...chargeOrder({ amount: 1000 }), capture: 'manual' as const };
+    await sendChargeRequest(sqs.client, sqs.queueUrl, charge);
+    await sendRefundRequest(sqs.client, sqs.queueUrl, { orderId: charge.orderId, refundId: 'rf-early', amount: 100 });
+    await sendAuthorizationRequest(sqs.client, sqs.queueUrl, { type: 'capture', orderId: charge.orderId, amount: 700 });
+    await sendAuthorizationRequest(sqs.client, sqs.queueUrl, { type: 'capture', orderId: charge.orderId, amount: 200 });
+    await sendAuthorizationRequest(sqs.client, sqs.queueUrl, { type: 'cancel_authorization', orderId: charge.orderId });
+    await sendRefundRequest(sqs.client, sqs.queueUrl, { orderId: charge.orderId, refundId: 'rf-late', amount: 700 });
+    const messages = await receiveInQueueOrder(6);
+
+    const result = await processChargeBatch(toSqsEvent(messages, queue).Records, deps(), plenty);
+
+    expect(result.response).toEqual({ batchItemFailures: [] });
+    expect(result.records.map((r) => (r.fate.kind === 'processed' ? r.fate.status : r.fate.kind))).toEqual(['succeeded', 'rejected', 'succeeded', 'rejected', 'rejected', 'succeeded']);
+    // Each refusal is a durable row with the reason the producer can act on; nothing of it reached Stripe.
+    expect(await rejected(messages[1]!.MessageId!)).toMatchObject({ reason_code: 'refund_rejected', reason: expect.stringMatching(/^not_captured: /) });
+    expect(await rejected(messages[3]!.MessageId!)).toMatchObject({ reason_code: 'authorization_conflict', order_id: charge.orderId });
+    expect(await rejected(messages[4]!.MessageId!)).toMatchObject({ reason_code: 'authorization_rejected', reason: expect.stringMatching(/^already_settled: .*it is captured/) });
+    const [pi] = stripe.fake.paymentIntents().filter((p) => p.metadata.order_id === charge.orderId);
+    expect(pi).toMatchObject({ status: 'succeeded', amount: 1000, amount_received: 700 });
+    expect(stripe.fake.requests().filter((r) => r.endpoint === 'capture')).toHaveLength(1);
+    expect(stripe.fake.requests().filter((r) => r.endpoint === 'cancel')).toHaveLength(0);
+    expect(stripe.fake.refunds({ orderId: charge.orderId }).map((r) => r.amount)).toEqual([700]);
+    const { rows } = await db.pool.query(`SELECT kind, status, amount::int FROM payment_operations WHERE order_id = $1 ORDER BY created_at`, [charge.orderId]);
+    expect(rows).toEqual([
+      { kind: 'charge', status: 'succeeded', amount: 1000 },
+      { kind: 'capture', status: 'succeeded', amount: 700 },
+      { kind: 'refund', status: 'succeeded', amount: 700 },
+    ]);
   });
 });
