@@ -13,11 +13,12 @@ import type { EngineOptions } from '../lambdas/payments/engine.ts';
 import { OrderConflictError } from '../lambdas/payments/errors.ts';
 import { FailureKind } from '../lambdas/payments/gateway.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
-import { operationRow, type TestDatabase } from './support/db.ts';
+import { operationRow, shiftAuditTrail, type TestDatabase } from './support/db.ts';
 import { driveOperation, FAST_LIST_POLICY, stepsOf, testEngine } from './support/engine.ts';
 import { chargeOrderOfItsOwnCustomer, refundOf } from './support/orders.ts';
 import type { StripeHarness } from './support/stripe.ts';
 import { useWorld } from './support/world.ts';
+import { runReconcile } from '../lambdas/reconcile/sweep.ts';
 
 const A = 'acct_1ConnectAlpha';
 const B = 'acct_1ConnectBravo';
@@ -219,5 +220,40 @@ describe('the account, fee and destination are parameters of the order', () => {
     await expect(engine().requestCharge(order({ applicationFeeAmount: 10 }))).rejects.toThrow(/application_fee_from_a_connected_account/);
     await expect(engine().requestCharge(order({ account: A, applicationFeeAmount: 5000 }))).rejects.toThrow(/application_fee_from_a_connected_account/);
     await expect(engine().requestCharge(order({ account: A, transferDestination: B }))).rejects.toThrow(/direct_or_destination_charge/);
+  });
+});
+
+describe('the reconciler\'s request budget across accounts', () => {
+  it('one cap spans the platform and every connected account, and the run counts what each account was sent', async () => {
+    // Three operations left open by a 500 before Stripe committed: one on A, one on B, one on the platform.
+    const ids: string[] = [];
+    for (const account of [A, B, undefined]) {
+      const id = await engine().requestCharge(order(account ? { account } : {}));
+      stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'error_500_before_commit');
+      expect((await engine().executeCharge(id)).status).toBe('unknown');
+      ids.push(id);
+    }
+    // Past the List's settle delay since the send, and due: each one is asked of Stripe in this run.
+    for (const id of ids) await shiftAuditTrail(db.pool, id, '1 minute');
+    await db.pool.query(`UPDATE payment_operations SET next_attempt_at = now() WHERE id = ANY($1::uuid[])`, [ids]);
+    // This file's other open operations (an account Stripe refuses, left open on purpose) wait for later.
+    await db.pool.query(`UPDATE payment_operations SET next_attempt_at = now() + interval '1 day' WHERE status IN ('pending', 'unknown') AND NOT id = ANY($1::uuid[])`, [ids]);
+    const before = stripe.fake.requests().length;
+    const run = await runReconcile(
+      {
+        db: db.pool,
+        gateway: stripe.gateway,
+        publisher: null,
+        policy: FAST_LIST_POLICY,
+        settings: { maxRequestsPerSecond: 1_000, maxSearchesPerSecond: 100, concurrency: 4, pageSize: 50, minTimeToCallMs: 0, safetyMarginMs: 0, maxRunMs: 0, rejectedWindowSeconds: 300 },
+      },
+      { remainingMs: () => 60_000 },
+    );
+    // What the limiter granted, per account, is what the fake Stripe was sent, per Stripe-Account.
+    const sent: Record<string, number> = {};
+    for (const r of stripe.fake.requests().slice(before)) sent[r.account ?? 'platform'] = (sent[r.account ?? 'platform'] ?? 0) + 1;
+    expect(run.stripeRequestsByAccount).toEqual(sent);
+    expect(Object.keys(run.stripeRequestsByAccount).sort()).toEqual([A, B, 'platform'].sort());
+    expect(Object.values(run.stripeRequestsByAccount).reduce((a, b) => a + b, 0)).toBe(run.stripeRequests);
   });
 });

@@ -22,8 +22,11 @@ export interface ApplierOptions {
   readonly random?: () => number;
   /** How long an inbox row is held while applied; must exceed one Stripe retrieve. Default: the operation lease. */
   readonly leaseMs?: number;
-  /** Asked before each retrieve (the reconciler's rate limiter); false = do not call, the event waits. */
-  readonly beforeCall?: () => Promise<boolean> | boolean;
+  /**
+   * Asked before each retrieve (the reconciler's rate limiter), with the account it is made as (null:
+   * the platform); false = do not call, the event waits.
+   */
+  readonly beforeCall?: (account: string | null) => Promise<boolean> | boolean;
   /**
    * Connected accounts (acct_…) whose events are taken even before the pipeline has an operation on
    * one (the STRIPE_CONNECTED_ACCOUNTS setting). An account the pipeline has an operation on is taken

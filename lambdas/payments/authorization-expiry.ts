@@ -150,12 +150,13 @@ export async function checkExpiredAuthorizations(options: {
   readonly lookMarginMs?: number;
   readonly limit?: number;
   readonly actor?: string;
-  readonly beforeCall?: () => Promise<boolean> | boolean;
+  /** Asked before each retrieve (the reconciler's rate limiter), with the account it is made as (null: the platform). */
+  readonly beforeCall?: (account: string | null) => Promise<boolean> | boolean;
 }): Promise<ExpiryRun> {
   const lapsed = await findLapsedAuthorizations(options.db, options.validityMs ?? DEFAULT_AUTHORIZATION_VALIDITY_MS, options.limit ?? 100, options.lookMarginMs);
   const run = { looked: 0, expired: 0, capturedElsewhere: 0, stillHeld: 0, failed: 0 };
   for (const charge of lapsed) {
-    if (!(await (options.beforeCall?.() ?? true))) break;
+    if (!(await (options.beforeCall?.(charge.stripe_account) ?? true))) break;
     run.looked++;
     const answer = await options.gateway.retrievePaymentIntent(charge.external_id, { account: charge.stripe_account });
     if (!answer.ok) {

@@ -163,7 +163,7 @@ async function attempt(
   const kind = KIND_ADAPTERS[op.kind];
   const step = chooseStep(op, policy, history);
   if (step.kind === 'wait') return { op, step: step.kind, outcome: null, waitUntilMs: step.untilMs };
-  const mayCall = async (kind: Step['kind']) => (canStart?.() ?? true) && ((await ctx.beforeCall?.(kind)) ?? true);
+  const mayCall = async (kind: Step['kind']) => (canStart?.() ?? true) && ((await ctx.beforeCall?.(kind, accountOf(op))) ?? true);
   if (!(await mayCall(step.kind))) return { op, step: null, outcome: null };
   // Nothing goes out under a key older than the window: the claim judged it, but a create may start
   // later than its claim (the rate limiter's wait, the calls queued ahead of it in a batch). Given

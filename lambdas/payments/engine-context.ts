@@ -20,9 +20,10 @@ export interface EngineOptions {
   readonly random?: () => number;
   /**
    * Called before every Stripe call; resolves when the call may start (a rate limiter). Returning
-   * false means "do not start" — the operation is released, untouched, for a later run.
+   * false means "do not start" — the operation is released, untouched, for a later run. `account`:
+   * the Stripe account the call is made as (Connect's Stripe-Account; null: the platform).
    */
-  readonly beforeCall?: (step: Step['kind']) => Promise<boolean> | boolean;
+  readonly beforeCall?: (step: Step['kind'], account: string | null) => Promise<boolean> | boolean;
   /**
    * A monotonic clock in ms (tests inject one): how long after its claim a call starts. The key window
    * is checked again right before a create goes out, since a rate limiter or a busy batch may hold it

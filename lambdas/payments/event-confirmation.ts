@@ -15,6 +15,7 @@ import {
 } from './applier-context.ts';
 import { confirmRetrieved, eventObjectOf, type EventOriginPolicy, type EventPaymentIntent, type EventRefund, type StripeEventView } from './event-decisions.ts';
 import { FailureKind, type GatewayFailure, type GatewayResult, type PaymentGateway, type RefundView } from './gateway.ts';
+import { accountOf } from './kinds.ts';
 import { findOperation, hasOperationOnAccount } from './operations-store.ts';
 import type { ClaimedOperation, Operation, PaymentIntentView } from './types.ts';
 
@@ -123,7 +124,7 @@ export async function retrieveConfirmed<T extends PaymentIntentView>(
     if (held) await releaseOnly(ctx, held.claimed, `stripe event ${row.eventId} not applied: ${reason}`, held.scheduleMs);
     return { ok: false, applied: await defer(ctx, row, op.id, reason) };
   };
-  const mayCall = ctx.gateway !== null && ((await ctx.beforeCall?.()) ?? true);
+  const mayCall = ctx.gateway !== null && ((await ctx.beforeCall?.(accountOf(op))) ?? true);
   if (!mayCall || ctx.gateway === null) return later('no Stripe call possible now (no key or no request budget)');
   const answer = await target.retrieve(ctx.gateway).catch(thrownAsAmbiguous);
   let unconfirmed: { reason: string; detail: Record<string, unknown> };

@@ -103,7 +103,7 @@ async function recordRefund(
     case 'retrieve': {
       // A FAILED operation and a succeeded snapshot: only recorded (a contradiction or stale), so
       // a failed retrieve is a contradiction to look at, not a state change.
-      const mayCall = ctx.gateway !== null && ((await ctx.beforeCall?.()) ?? true);
+      const mayCall = ctx.gateway !== null && ((await ctx.beforeCall?.(accountOf(op!))) ?? true);
       if (!mayCall || ctx.gateway === null) return defer(ctx, row, op!.id, 'no Stripe call possible now (no key or no request budget)');
       const answer = await ctx.gateway.retrieveRefund(refund.id, { account: accountOf(op!) }).catch(thrownAsAmbiguous);
       if (!answer.ok) {

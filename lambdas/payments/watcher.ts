@@ -21,8 +21,11 @@ export interface WatcherOptions {
   /** Lists in flight at once. */
   readonly concurrency?: number;
   readonly random?: () => number;
-  /** Asked before every List page (the reconciler's rate limiter); false: not now, the look is due again at once. */
-  readonly beforeCall?: () => Promise<boolean> | boolean;
+  /**
+   * Asked before every List page (the reconciler's rate limiter), with the account it is made as (null:
+   * the platform); false: not now, the look is due again at once.
+   */
+  readonly beforeCall?: (account: string | null) => Promise<boolean> | boolean;
 }
 
 /** What one run of the watch did. */
@@ -102,7 +105,7 @@ export class ReissueWatcher {
     // still looks (judgeWatch tells the person what Stripe holds now), and changes nothing.
     if ((w.op.status === 'pending' || w.op.status === 'unknown') && w.op.reviewReason === null) return write(deferLook(w, this.#policy));
     if (scope === null) return write(failedLook(w, 'the refund operation names no PaymentIntent to list', this.#policy, this.#random));
-    const mayCall = async () => (canStart?.() ?? true) && ((await this.#beforeCall?.()) ?? true);
+    const mayCall = async () => (canStart?.() ?? true) && ((await this.#beforeCall?.(accountOf(w.op))) ?? true);
     // No budget now: given back untouched, due again at once for the next run.
     if (!(await mayCall())) return write({ kind: 'later', nextCheckAt: w.claimedAt, reason: 'not started: no time or request budget left' }, true);
     const answer = await guard(() => KIND_ADAPTERS[w.op.kind].list(this.#gateway, scope, window, mayCall, accountOf(w.op)));

@@ -8,6 +8,9 @@
 //
 // Stripe's limits are per account and shared by every caller (the charge Lambdas too): this cap is
 // the reconciler's share, per running sweep. See docs/architecture.md, The reconcile handler, for the numbers.
+// With Connect, a request is made as a connected account or as the platform; the one cap spans them
+// all, so no account is ever sent more than it (docs/decisions.md, "One request cap for every
+// account"). What each account was granted is counted, for the run's summary.
 import type { Step } from '../payments/decisions.ts';
 
 export interface RateLimiterOptions {
@@ -21,6 +24,9 @@ export interface RateLimiterOptions {
   readonly sleep?: (ms: number) => Promise<void>;
 }
 
+/** The key the platform's own requests are counted under (an account id always starts acct_). */
+export const PLATFORM = 'platform';
+
 const isSearch = (step: Step['kind']) => step === 'search' || step === 'early_search';
 
 export class RequestRateLimiter {
@@ -32,6 +38,7 @@ export class RequestRateLimiter {
   #nextSearchAt = -Infinity;
   #granted = 0;
   #refused = 0;
+  readonly #grantedByAccount = new Map<string, number>();
 
   constructor(options: RateLimiterOptions) {
     if (!(options.requestsPerSecond > 0) || !(options.searchesPerSecond > 0)) throw new RangeError('request rates must be positive');
@@ -44,9 +51,10 @@ export class RequestRateLimiter {
   /**
    * Wait for a slot for one request of this step. Resolves false — without taking a slot — only when
    * the slot would come after `latestStart` (same clock as `now`): the time budget would run out
-   * while waiting, so the operation is better released for the next sweep.
+   * while waiting, so the operation is better released for the next sweep. `account`: the Stripe
+   * account the request is made as (Connect's Stripe-Account; null or absent: the platform).
    */
-  async acquire(step: Step['kind'], latestStart: number): Promise<boolean> {
+  async acquire(step: Step['kind'], latestStart: number, account: string | null = null): Promise<boolean> {
     const now = this.#now();
     const search = isSearch(step);
     const at = Math.max(now, this.#nextAt, search ? this.#nextSearchAt : -Infinity);
@@ -57,6 +65,8 @@ export class RequestRateLimiter {
     this.#nextAt = at + this.#intervalMs;
     if (search) this.#nextSearchAt = at + this.#searchIntervalMs;
     this.#granted++;
+    const key = account ?? PLATFORM;
+    this.#grantedByAccount.set(key, (this.#grantedByAccount.get(key) ?? 0) + 1);
     if (at > now) await this.#sleep(at - now);
     return true;
   }
@@ -67,5 +77,10 @@ export class RequestRateLimiter {
 
   get refused(): number {
     return this.#refused;
+  }
+
+  /** Requests granted per account (`platform` for the platform's own), most first. */
+  get grantedByAccount(): Record<string, number> {
+    return Object.fromEntries([...this.#grantedByAccount].sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0])));
   }
 }

@@ -114,6 +114,8 @@ export interface ReconcileSummary {
   readonly reconciled: number;
   readonly pages: number;
   readonly stripeRequests: number;
+  /** The same requests per Stripe account they were made as (`platform`, or a connected account's id), most first. */
+  readonly stripeRequestsByAccount: Readonly<Record<string, number>>;
   readonly stripeAuthErrors: number;
   readonly idempotencyErrors: number;
   readonly published: number;
@@ -178,7 +180,7 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
   };
   const engine = worker && new ChargeEngine({
     ...worker,
-    beforeCall: (step) => limiter.acquire(step, pageLatestStart),
+    beforeCall: (step, account) => limiter.acquire(step, pageLatestStart, account),
   });
 
   const byOutcome: Record<string, number> = {};
@@ -264,7 +266,7 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     try {
       const watcher = new ReissueWatcher({
         ...worker,
-        beforeCall: () => (canStart() ? limiter.acquire('list', latestStart) : false),
+        beforeCall: (account) => (canStart() ? limiter.acquire('list', latestStart, account) : false),
       });
       watch = await watcher.lookAllDue(settings.pageSize, canStart);
       if (watch.remediesCreated > 0 || watch.newFindings > 0) log.warn('the watch after a re-issue found a late object', { ...watch });
@@ -286,7 +288,7 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
         actor: worker.actor,
         limit: settings.pageSize,
         ...(deps.authorizationExpiry ? { validityMs: deps.authorizationExpiry.validityMs, lookMarginMs: deps.authorizationExpiry.lookMarginMs } : {}),
-        beforeCall: () => (canStart() ? limiter.acquire('retrieve', latestStart) : false),
+        beforeCall: (account) => (canStart() ? limiter.acquire('retrieve', latestStart, account) : false),
       });
       if (authorizations.expired > 0 || authorizations.capturedElsewhere > 0) log.warn('authorizations expired or captured outside the pipeline', { ...authorizations });
     } catch (error) {
@@ -308,7 +310,7 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
         ...(deps.policy ? { policy: deps.policy } : {}),
         ...(deps.connectedAccounts ? { connectedAccounts: deps.connectedAccounts } : {}),
         ...(deps.random ? { random: deps.random } : {}),
-        beforeCall: () => (canStart() ? limiter.acquire('retrieve', latestStart) : false),
+        beforeCall: (account) => (canStart() ? limiter.acquire('retrieve', latestStart, account) : false),
       });
       const run = await applier.applyDue({ canContinue: () => clock.remainingMs() > settings.safetyMarginMs });
       for (const error of run.errors.slice(0, 5)) errors.push(`inbox: ${error}`);
@@ -394,6 +396,7 @@ export async function runReconcile(deps: ReconcileDeps, clock: InvocationClock):
     reconciled: claimed - (byOutcome.released ?? 0) - (byOutcome.deferred ?? 0) - (byOutcome.skipped ?? 0) - (byOutcome.discarded ?? 0),
     pages,
     stripeRequests: limiter.granted,
+    stripeRequestsByAccount: limiter.grantedByAccount,
     stripeAuthErrors,
     idempotencyErrors,
     published,
