@@ -9,6 +9,7 @@ import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EventBridgePublisher } from '../../lambdas/events/outbox.ts';
 import { CONSUMER_METRICS } from '../../lambdas/consumers/kit/lambda.ts';
+import { RECEIPT_DETAIL_TYPES } from '../../lambdas/consumers/receipts/contract.ts';
 import { startFakeEmail, type FakeEmail } from '../../local/fake-email/server.ts';
 import { startFakeEventBridge, type FakeEventBridge } from '../../local/fake-eventbridge/server.ts';
 import { createStandardQueue, LocalEventRules } from '../../local/event-rules.ts';
@@ -38,7 +39,7 @@ beforeAll(async () => {
     bus,
     sqs: sqs.client,
     region: sqs.region,
-    rules: [{ name: 'receipts', pattern: { source: ['payments.charges'], detailType: ['Charge Succeeded', 'Refund Succeeded'] }, queueUrl: q.url }],
+    rules: [{ name: 'receipts', pattern: { source: ['payments.charges'], detailType: [...RECEIPT_DETAIL_TYPES] }, queueUrl: q.url }],
   });
   Object.assign(process.env, {
     DATABASE_URL: db.url,
@@ -109,6 +110,26 @@ describe('the receipt notifier Lambda', () => {
     expect(emf[0]).toMatchObject({ consumer: 'receipts', policy: 'at-least-once', pipeline: 'payments-eu', [CONSUMER_METRICS.done]: 1, [CONSUMER_METRICS.duplicates]: 1, [CONSUMER_METRICS.effectCalls]: 1 });
     const logs = lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.message === 'effect done');
     expect(logs[0]).toMatchObject({ consumer: 'receipts', policy: 'at-least-once' });
+  });
+
+  it('an authorization is no receipt; its capture is, for the amount captured', async () => {
+    const publisher = new EventBridgePublisher(
+      new EventBridgeClient({ endpoint: bus.url, region: 'us-east-1', credentials: { accessKeyId: 'local', secretAccessKey: 'local' } }),
+      { busName: 'charge-outcomes', source: 'payments.charges' },
+    );
+    const before = email.sent().length;
+    const authorized = outcome('Charge Authorized', 'order-h3');
+    const captured = outcome('Charge Captured', 'order-h3');
+    // The capture's detail (authorizationOutcomeDetailSchema): its own operation, the charge's, the amount it took.
+    Object.assign(captured.payload, { amount: 1800, kind: 'capture', chargeOperationId: authorized.operationId });
+    expect((await publisher.publish([authorized, captured])).every((r) => r.ok)).toBe(true);
+    await rules.flush();
+    const { result, lines } = await capture(() => deliverOnce(queue, handler));
+    expect(result.messages).toHaveLength(1);
+    expect(result.response?.batchItemFailures, lines.join('\n')).toEqual([]);
+    const sent = email.sent().slice(before);
+    expect(sent.map((m) => m.subject)).toEqual(['Receipt for order order-h3']);
+    expect(sent[0]!.text).toContain('We received your payment of 18.00 USD for order order-h3');
   });
 
   it('created only its own schemas: the kit’s and the notifier’s, each with its own migration record', async () => {

@@ -66,10 +66,10 @@ describe('the default app', () => {
 });
 
 describe('the receipt notifier as an OutcomeConsumer', () => {
-  it('takes the charge outcomes it needs from the pipeline bus — Refund Succeeded declared ahead of refunds — into its queue', () => {
+  it('takes the charge outcomes it needs from the pipeline bus — a capture of an authorization and Refund Succeeded too — into its queue', () => {
     const rule = props(consumer.rule);
     expect(rule.EventBusName).toEqual({ Ref: logicalId(withReceipts.stack.pipeline.eventBus) });
-    expect(rule.EventPattern).toEqual({ source: ['payments.charges'], 'detail-type': ['Charge Succeeded', 'Refund Succeeded'] });
+    expect(rule.EventPattern).toEqual({ source: ['payments.charges'], 'detail-type': ['Charge Succeeded', 'Charge Captured', 'Refund Succeeded'] });
     expect(rule.Targets).toEqual([
       expect.objectContaining({
         Arn: { 'Fn::GetAtt': [logicalId(consumer.queue), 'Arn'] },

@@ -1,6 +1,7 @@
-// The receipt notifier: the kit's first user. On `Charge Succeeded` — and `Refund Succeeded`, a
-// refund operation's success (its detail carries the same orderId / amount / currency / occurredAt /
-// externalId) — it sends the customer a receipt through an e-mail provider.
+// The receipt notifier: the kit's first user. On `Charge Succeeded` — and `Charge Captured`, the
+// capture of an authorization (for the captured amount), and `Refund Succeeded`, a refund operation's
+// success (their details carry the same orderId / amount / currency / occurredAt / externalId) — it
+// sends the customer a receipt through an e-mail provider.
 //
 // Policy: at-least-once by default (docs/events.md#which-policy: a duplicate receipt is a small harm, a
 // missing one a medium harm). `idempotent` when the provider deduplicates on keys (Resend does):
