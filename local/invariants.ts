@@ -197,6 +197,8 @@ export interface InvariantReport {
    * late commit no proof could see): their money is judged like any extra charge's.
    */
   readonly lateCommits: number;
+  /** Their ids: what a finding about one of them is explained by. */
+  readonly lateCommitIds: readonly string[];
 }
 
 interface OperationFacts {
@@ -794,6 +796,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     warnings,
     expectedNet,
     lateCommits: lateCommits.length,
+    lateCommitIds: [...lateCommitIds],
   };
 }
 

@@ -204,6 +204,21 @@ export interface SoakWatch {
   readonly findings: number;
 }
 
+async function findingsByCause(db: pg.Pool, extra: readonly string[], lateCommits: readonly string[]): Promise<SoakReport['findingsByCause']> {
+  const { rows } = await db.query<{ kind: string; payment_intent_id: string | null; reason: string }>(
+    `SELECT kind, payment_intent_id, reason FROM stripe_event_findings ORDER BY id`,
+  );
+  const duplicate: Record<string, number> = {};
+  const lateCommit: Record<string, number> = {};
+  const unexplained: { kind: string; paymentIntentId: string | null; reason: string }[] = [];
+  for (const r of rows) {
+    const tally = r.payment_intent_id === null ? null : extra.includes(r.payment_intent_id) ? duplicate : lateCommits.includes(r.payment_intent_id) ? lateCommit : null;
+    if (tally === null) unexplained.push({ kind: r.kind, paymentIntentId: r.payment_intent_id, reason: r.reason });
+    else tally[r.kind] = (tally[r.kind] ?? 0) + 1;
+  }
+  return { duplicate, lateCommit, unexplained };
+}
+
 /** The cause of a review, from its reason: a short label (the reasons' wording is decisions.ts's). */
 export function reviewCause(reason: string): string {
   const causes: readonly [RegExp, string][] = [
@@ -255,6 +270,17 @@ export interface SoakReport {
   readonly watch: SoakWatch;
   /** Stripe events in (null: polling only). */
   readonly stripeEvents: StripeEventsLedger | null;
+  /**
+   * Every finding (stripe_event_findings, from events or the watch) by what explains it: a PaymentIntent
+   * made behind the pipeline's back (the duplicates above), one Stripe committed late under a key the
+   * operation had been re-issued away from (check.lateCommitIds), or nothing the soak made — which would
+   * be a defect.
+   */
+  readonly findingsByCause: {
+    readonly duplicate: Readonly<Record<string, number>>;
+    readonly lateCommit: Readonly<Record<string, number>>;
+    readonly unexplained: readonly { readonly kind: string; readonly paymentIntentId: string | null; readonly reason: string }[];
+  };
   /** The List evidence path (docs/model.md#evidence-list-before-search-and-the-machines-re-issue): what it cost and how fast it settled what only it can settle. */
   readonly evidence: SoakEvidence;
   readonly check: InvariantReport;
@@ -808,6 +834,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     reviewByCause,
     watch,
     stripeEvents: pipeline.webhooks ? await readStripeEventsLedger(pipeline.db, pipeline.webhooks).catch(() => null) : null,
+    findingsByCause: await findingsByCause(pipeline.db, extraCharges().map((pi) => pi.id), check.lateCommitIds),
     evidence,
     check,
   };
@@ -886,6 +913,8 @@ export function formatSoakReport(r: SoakReport): string {
     `  500 before commit: ${r.evidence.fiveHundredBeforeCommit.operations} operations, ${r.evidence.fiveHundredBeforeCommit.final} final, ${r.evidence.fiveHundredBeforeCommit.inReview} in review; first send → final p50 ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.p50)}, p90 ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.p90)}, max ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.max)} (compressed time)`,
     `  watch after a re-issue: ${r.watch.watches} operations watched (${r.watch.open} still open), ${r.watch.looks} looks; late commits made by the fake ${r.watch.lateCommitsMade}, ` +
       `${r.watch.lateCommitsAfterReissue} of them after a re-issue; ${r.watch.remedies} refunded by the watch's remedy, ${r.watch.findings} findings`,
+    `  findings by cause: on extra charges ${list(r.findingsByCause.duplicate)}; on late commits after a re-issue ${list(r.findingsByCause.lateCommit)}; unexplained ${r.findingsByCause.unexplained.length}` +
+      r.findingsByCause.unexplained.map((f) => `\n    ! ${f.kind} ${f.paymentIntentId ?? '(no PaymentIntent)'}: ${f.reason}`).join(''),
     `  review by cause: ${list(r.reviewByCause)}`,
     ...formatReport(r.check).split('\n').map((line) => `  ${line}`),
     ...Object.entries(r.reviewReasons).map(([reason, n]) => `    review ×${n}: ${reason}`),
