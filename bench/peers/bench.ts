@@ -7,6 +7,7 @@ import { createInterface } from 'node:readline';
 import pg from 'pg';
 import { dbos } from './contestants/dbos.ts';
 import { durable } from './contestants/durable.ts';
+import { limitBehindIntake } from './contestants/limit-intake.ts';
 import { naive } from './contestants/naive.ts';
 import { ours } from './contestants/ours.ts';
 import { powertools, powertoolsDefault } from './contestants/powertools.ts';
@@ -81,6 +82,11 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
         }
         log(`limit at ${latencyMs} ms`);
         limits.push(await runLimit(postgres.adminUrl, cleanWorkload, latencyMs, options.pollers, BENCH_CLOCK.stripeTimeoutMs));
+        // The same two statements behind the rig's SQS intake: what any contestant's ceiling is here.
+        log(`limit behind the same intake at ${latencyMs} ms`);
+        const intake = await runContestant({ ...common, contestant: limitBehindIntake, workload: cleanWorkload, faults: false, latencyMs });
+        log(`limit behind the same intake: ${intake.chargesPerSecond} charges/s at ${latencyMs} ms`);
+        cleanRuns.push(intake);
       }
     }
     const singleOrderRuns: RunResult[] = [];
@@ -284,13 +290,17 @@ export function renderReport(report: BenchReport): string {
     out.push(table(headers, rows));
     const oursRuns = byContestant.get('ours');
     if (oursRuns) {
-      out.push('', `this product as a fraction of the limit: ${o.latencies
-        .map((l) => {
-          const ours = oursRuns.find((r) => r.latencyMs === l)?.chargesPerSecond;
-          const limit = report.limits.find((x) => x.latencyMs === l)?.chargesPerSecond;
-          return ours && limit ? `${Math.round((100 * ours) / limit)} % at ${l} ms` : `– at ${l} ms`;
-        })
-        .join(', ')}`);
+      const ofLimit = (label: string, limitAt: (latencyMs: number) => number | undefined) =>
+        `this product as a fraction of ${label}: ${o.latencies
+          .map((l) => {
+            const ours = oursRuns.find((r) => r.latencyMs === l)?.chargesPerSecond;
+            const limit = limitAt(l);
+            return ours && limit ? `${Math.round((100 * ours) / limit)} % at ${l} ms` : `– at ${l} ms`;
+          })
+          .join(', ')}`;
+      out.push('', ofLimit('the limit', (l) => report.limits.find((x) => x.latencyMs === l)?.chargesPerSecond));
+      const behindIntake = byContestant.get(limitBehindIntake.id);
+      if (behindIntake) out.push(ofLimit('the limit behind the same SQS intake', (l) => behindIntake.find((r) => r.latencyMs === l)?.chargesPerSecond));
     }
   }
   out.push(...renderSingleOrder(report));

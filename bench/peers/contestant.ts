@@ -40,7 +40,7 @@ export interface RunningContestant {
 }
 
 export interface Contestant {
-  readonly id: 'ours' | 'powertools' | 'powertools-default' | 'seed' | 'naive' | 'dbos' | 'durable';
+  readonly id: 'ours' | 'powertools' | 'powertools-default' | 'seed' | 'naive' | 'dbos' | 'durable' | 'limit-intake';
   readonly title: string;
   /** Its database work is PostgreSQL (WAL and statement counts apply); memory: no store figures. */
   readonly store: 'postgresql' | 'dynamodb' | 'memory';

@@ -12,6 +12,7 @@ import { dbos } from '../../bench/peers/contestants/dbos.ts';
 import { durable } from '../../bench/peers/contestants/durable.ts';
 import { naive } from '../../bench/peers/contestants/naive.ts';
 import { runContestant } from '../../bench/peers/run.ts';
+import { limitBehindIntake } from '../../bench/peers/contestants/limit-intake.ts';
 import { faultFor, makeWorkload } from '../../bench/peers/schedule.ts';
 import { startDynalite, type Dynalite } from '../../bench/peers/stores.ts';
 import { judgeOrder } from '../../bench/peers/truth.ts';
@@ -138,7 +139,8 @@ describe('bench:peers runs', () => {
   /** What every run here shares: the test's server, dynalite and the compressed clock. */
   const rig = () => ({ adminUrl: inject('pgAdminUrl'), dynamoEndpoint: dynamo.endpoint, dynamoRequests: dynamo.requests, clock: TEST_CLOCK });
 
-  test.each(CONTESTANTS.map((c) => [c.id, c] as const))(
+  // The yardstick behind the same intake too: its store is judged like a contestant's.
+  test.each([...CONTESTANTS, limitBehindIntake].map((c) => [c.id, c] as const))(
     '%s: a planted double charge and a planted lost order are found in its store layout',
     async (_id, contestant) => {
       const workload = makeWorkload(11, 3, { duplicates: false });
