@@ -124,11 +124,11 @@ describe('migrations runner', () => {
       const { rows: op } = await client.query(`SELECT event_sequence FROM payment_operations WHERE id = $1`, [id]);
       expect(op[0].event_sequence).toBe(2); // the next event is number 3
       // The guard is back on after the backfill, and a second event with the same number is refused.
-      await expect(client.query(`UPDATE outcome_events SET payload = payload || '{"x":1}' WHERE event_id = $1`, [waiting])).rejects.toThrow(/cannot change/);
+      await expect(client.query(`UPDATE outcome_events SET stored_payload = stored_payload || '{"x":1}' WHERE event_id = $1`, [waiting])).rejects.toThrow(/cannot change/);
       const duplicate = randomUUID();
       await expect(
         client.query(
-          `INSERT INTO outcome_events (event_id, operation_id, event_type, payload)
+          `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload)
            VALUES ($1::uuid, $2, 'Charge Failed', jsonb_build_object('eventId', $1::text, 'sequence', 2))`,
           [duplicate, id],
         ),
@@ -172,7 +172,7 @@ describe('005_list_evidence widens the CHECK lists it touches, keeping what othe
       await expect(event('made_up', null)).rejects.toThrow(/payment_operation_events_action_check/);
       await expect(event('outcome_recorded', 'guess')).rejects.toThrow(/payment_operation_events_step_check/);
       const outbox = (eventId: string, type: string) =>
-        client.query(`INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1, $2, $3, $4::jsonb)`, [eventId, id, type, JSON.stringify({ eventId })]);
+        client.query(`INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload) VALUES ($1, $2, $3, $4::jsonb)`, [eventId, id, type, JSON.stringify({ eventId })]);
       await outbox('01930000-0000-7000-8000-000000000001', 'Charge Reissued');
       await expect(outbox('01930000-0000-7000-8000-000000000002', 'Charge Maybe')).rejects.toThrow(/outcome_events_event_type_check/);
     } finally {

@@ -209,7 +209,7 @@ describe('the relay', () => {
   it('a published row is history: it cannot be changed or deleted', async () => {
     const [r] = await engine().processRequests([order()]);
     await publishLeased(db.pool, publisher(), [r!.execution!.event!]);
-    await expect(db.pool.query(`UPDATE outcome_events SET payload = '{}' WHERE event_id = $1`, [r!.execution!.event!.eventId])).rejects.toThrow(/already published/);
+    await expect(db.pool.query(`UPDATE outcome_events SET stored_payload = '{}' WHERE event_id = $1`, [r!.execution!.event!.eventId])).rejects.toThrow(/already published/);
     await expect(db.pool.query(`DELETE FROM outcome_events WHERE event_id = $1`, [r!.execution!.event!.eventId])).rejects.toThrow(/never deleted/);
   });
 
