@@ -25,7 +25,7 @@ async function seed(pool: pg.Pool, n: number, batch: string) {
          FROM generate_series(1, $1::int) g
        RETURNING id, order_id, external_id
      )
-     INSERT INTO outcome_events (event_id, operation_id, event_type, payload)
+     INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload)
      SELECT e.id, ops.id, 'Charge Succeeded',
             jsonb_build_object('version', 1, 'eventId', e.id, 'operationId', ops.id, 'orderId', ops.order_id,
                                'status', 'succeeded', 'amount', 1999, 'currency', 'eur', 'externalId', ops.external_id,

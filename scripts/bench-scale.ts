@@ -94,7 +94,7 @@ async function loadHistory(pool: pg.Pool, settled: number): Promise<void> {
                   CASE WHEN a.action = 'requested' THEN '{}'::jsonb ELSE jsonb_build_object('leaseToken', gen_random_uuid()) END
              FROM ops o CROSS JOIN (VALUES ('requested', NULL, 'pending'), ('attempt_started', 'pending', 'pending'), ('outcome_recorded', 'pending', NULL)) AS a(action, from_status, to_status)),
          outbox AS (
-           INSERT INTO outcome_events (event_id, operation_id, event_type, payload, created_at, published_at, attempts)
+           INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload, created_at, published_at, attempts)
            SELECT o.eid, o.id, CASE WHEN o.status = 'succeeded' THEN 'Charge Succeeded' ELSE 'Charge Failed' END,
                   jsonb_build_object('version', 1, 'eventId', o.eid, 'operationId', o.id, 'orderId', o.order_id, 'status', o.status,
                                      'amount', o.amount, 'currency', 'eur', 'externalId', o.external_id, 'sequence', 1),

@@ -245,7 +245,8 @@ async function main(): Promise<void> {
     try {
       await client.query(`SET session_replication_role = replica`); // the guards are set aside for the move only (this session)
       await client.query(
-        `UPDATE outcome_events o SET event_id = m.id, payload = jsonb_set(o.payload, '{eventId}', to_jsonb(m.id::text)),
+        `UPDATE outcome_events o SET event_id = m.id, -- a stored payload carries no eventId (migrations/022); payload follows event_id
+               
                 created_at = o.created_at - $1::int * interval '1 day', published_at = o.published_at - $1::int * interval '1 day'
            FROM (SELECT event_id AS old,
                         (lpad(to_hex(floor(extract(epoch FROM created_at - $1::int * interval '1 day') * 1000)::bigint), 12, '0') || substr(replace(event_id::text, '-', ''), 13))::uuid AS id

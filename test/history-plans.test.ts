@@ -32,7 +32,7 @@ describe('reads of what is open, on a long history', () => {
     // Each settled charge's published outcome event and applied Stripe event; older rejected messages. All of it
     // inside the retention bounds (the retention run must find nothing due, and cost what finding so costs).
     await db.pool.query(
-      `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, created_at, published_at, attempts)
+      `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload, created_at, published_at, attempts)
        SELECT e.eid, e.id, 'Charge Succeeded', jsonb_build_object('version', 1, 'eventId', e.eid, 'sequence', 1), now() - interval '2 days', now() - interval '2 days', 1
          FROM (SELECT id, uuidv7() AS eid FROM payment_operations) e`,
     );

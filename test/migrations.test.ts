@@ -110,7 +110,7 @@ describe('migrations runner', () => {
         const eventId = randomUUID();
         await client.query(
           `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, created_at, published_at)
-           VALUES ($1::uuid, $2, 'Charge Needs Review', jsonb_build_object('eventId', $1::text), $3, $4)`,
+           VALUES ($1::uuid, $2::uuid, 'Charge Needs Review', jsonb_build_object('eventId', $1::text), $3, $4)`,
           [eventId, id, createdAt, published ? createdAt : null],
         );
         return eventId;
@@ -124,11 +124,11 @@ describe('migrations runner', () => {
       const { rows: op } = await client.query(`SELECT event_sequence FROM payment_operations WHERE id = $1`, [id]);
       expect(op[0].event_sequence).toBe(2); // the next event is number 3
       // The guard is back on after the backfill, and a second event with the same number is refused.
-      await expect(client.query(`UPDATE outcome_events SET payload = payload || '{"x":1}' WHERE event_id = $1`, [waiting])).rejects.toThrow(/cannot change/);
+      await expect(client.query(`UPDATE outcome_events SET stored_payload = stored_payload || '{"x":1}' WHERE event_id = $1`, [waiting])).rejects.toThrow(/cannot change/);
       const duplicate = randomUUID();
       await expect(
         client.query(
-          `INSERT INTO outcome_events (event_id, operation_id, event_type, payload)
+          `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload)
            VALUES ($1::uuid, $2, 'Charge Failed', jsonb_build_object('eventId', $1::text, 'sequence', 2))`,
           [duplicate, id],
         ),
@@ -143,6 +143,51 @@ describe('migrations runner', () => {
     await writeFile(path.join(dir, '001_fine.sql'), 'SELECT 1');
     await writeFile(path.join(dir, 'Oops.sql'), 'SELECT 1');
     await expect(loadMigrations(dir)).rejects.toThrow(/not of the form/);
+  });
+});
+
+describe('022 on an outbox that already holds whole payloads', () => {
+  it('renames the column and adds the virtual one without touching a row: old rows read exactly as before, the event number stays unique, the guard still refuses', async () => {
+    const url = await emptyDatabase('mig_compact_outbox');
+    const files = await loadMigrations(path.resolve('migrations'));
+    const index = files.findIndex((f) => f.name.startsWith('022_'));
+    expect(index).toBeGreaterThan(0);
+    await migrate(url, files.slice(0, index));
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      const { rows } = await client.query(
+        `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method, review_reason)
+         VALUES ('o-compact', 100, 'eur', 'cus_1', 'pm_card_visa', 'waiting') RETURNING id`,
+      );
+      const id = rows[0].id as string;
+      const eventId = randomUUID();
+      // A payload as every writer stored it before 022: the row's ids and version 1 inside it.
+      await client.query(
+        `INSERT INTO outcome_events (event_id, operation_id, event_type, payload)
+         VALUES ($1::uuid, $2::uuid, 'Charge Needs Review',
+                 jsonb_build_object('version', 1, 'eventId', $1::text, 'operationId', $2::text, 'status', 'needs_review', 'reason', 'waiting', 'sequence', 1))`,
+        [eventId, id],
+      );
+      const before = (await client.query(`SELECT payload::text AS text FROM outcome_events WHERE event_id = $1`, [eventId])).rows[0].text as string;
+      const filenode = async () => (await client.query(`SELECT pg_relation_filenode('outcome_events') AS n`)).rows[0].n as string;
+      const node = await filenode();
+      await migrate(url, files);
+      expect(await filenode()).toBe(node); // not rewritten
+      const after = await client.query(`SELECT payload::text AS text, stored_payload::text AS stored FROM outcome_events WHERE event_id = $1`, [eventId]);
+      expect(after.rows[0].text).toBe(before);
+      expect(after.rows[0].stored).toBe(before); // kept whole: the virtual column only repeats what it says
+      await expect(
+        client.query(
+          `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload) VALUES (uuidv7(), $1, 'Charge Failed', '{"sequence": 1}')`,
+          [id],
+        ),
+      ).rejects.toThrow(/outcome_events_operation_sequence/);
+      await expect(client.query(`UPDATE outcome_events SET stored_payload = stored_payload - 'reason' WHERE event_id = $1`, [eventId])).rejects.toThrow(/cannot change/);
+      await expect(client.query(`INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload) VALUES ($1::uuid, $2, 'Charge Failed', jsonb_build_object('eventId', $3::text, 'sequence', 2))`, [randomUUID(), id, randomUUID()])).rejects.toThrow(/payload_carries_event_id/);
+    } finally {
+      await client.end();
+    }
   });
 });
 
@@ -172,7 +217,7 @@ describe('005_list_evidence widens the CHECK lists it touches, keeping what othe
       await expect(event('made_up', null)).rejects.toThrow(/payment_operation_events_action_check/);
       await expect(event('outcome_recorded', 'guess')).rejects.toThrow(/payment_operation_events_step_check/);
       const outbox = (eventId: string, type: string) =>
-        client.query(`INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1, $2, $3, $4::jsonb)`, [eventId, id, type, JSON.stringify({ eventId })]);
+        client.query(`INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload) VALUES ($1, $2, $3, $4::jsonb)`, [eventId, id, type, JSON.stringify({ eventId })]);
       await outbox('01930000-0000-7000-8000-000000000001', 'Charge Reissued');
       await expect(outbox('01930000-0000-7000-8000-000000000002', 'Charge Maybe')).rejects.toThrow(/outcome_events_event_type_check/);
     } finally {

@@ -129,6 +129,26 @@ describe('the relay', () => {
     expect((await outboxGauges(db.pool)).unpublished).toBe(0);
   });
 
+  it('stores the payload without the row’s own ids, and publishes byte for byte what a whole stored payload gave (migrations/022)', async () => {
+    await drain();
+    const results = await engine().processRequests([order(), order({ paymentMethod: 'pm_card_chargeDeclined' })]);
+    const events = results.flatMap((r) => (r.execution?.event ? [r.execution.event] : []));
+    expect(events).toHaveLength(2);
+    await publishLeased(db.pool, publisher(), events);
+    const { rows } = await db.pool.query<{ event_id: string; stored: Record<string, unknown>; whole: Record<string, unknown> }>(
+      `SELECT event_id, stored_payload AS stored,
+              jsonb_build_object('version', 1, 'eventId', event_id, 'operationId', operation_id) || stored_payload AS whole
+         FROM outcome_events WHERE event_id = ANY($1::uuid[])`,
+      [events.map((e) => e.eventId)],
+    );
+    expect(rows).toHaveLength(2);
+    const sent = new Map(bus.events().map((e) => [(e.detail as { eventId: string }).eventId, e.rawDetail]));
+    for (const row of rows) {
+      expect(Object.keys(row.stored).filter((k) => ['eventId', 'operationId', 'version'].includes(k))).toEqual([]);
+      expect(sent.get(row.event_id)).toBe(JSON.stringify(row.whole));
+    }
+  });
+
   it('a partial PutEvents failure re-sends only the failed entries', async () => {
     await drain();
     bus.reset();
@@ -209,7 +229,7 @@ describe('the relay', () => {
   it('a published row is history: it cannot be changed or deleted', async () => {
     const [r] = await engine().processRequests([order()]);
     await publishLeased(db.pool, publisher(), [r!.execution!.event!]);
-    await expect(db.pool.query(`UPDATE outcome_events SET payload = '{}' WHERE event_id = $1`, [r!.execution!.event!.eventId])).rejects.toThrow(/already published/);
+    await expect(db.pool.query(`UPDATE outcome_events SET stored_payload = '{}' WHERE event_id = $1`, [r!.execution!.event!.eventId])).rejects.toThrow(/already published/);
     await expect(db.pool.query(`DELETE FROM outcome_events WHERE event_id = $1`, [r!.execution!.event!.eventId])).rejects.toThrow(/never deleted/);
   });
 

@@ -149,7 +149,7 @@ describe('a refund Stripe failed after it succeeded gives its amount back to the
       await owner.query('BEGIN');
       await owner.query('ALTER TABLE outcome_events DISABLE TRIGGER outcome_events_mark_refund_failed_after_success');
       await owner.query(
-        `INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1::uuid, $2, 'Refund Failed After Success', jsonb_build_object('eventId', $1::text))`,
+        `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload) VALUES ($1::uuid, $2, 'Refund Failed After Success', jsonb_build_object('eventId', $1::text))`,
         [eventId, unmarked],
       );
       await owner.query('ALTER TABLE outcome_events ENABLE TRIGGER outcome_events_mark_refund_failed_after_success');
@@ -194,7 +194,7 @@ describe('the database agrees: the insert trigger and the update guard (009)', (
         const eventId = randomUUID();
         // What 008's statement writes that matters here: the outbox row; the operation is not touched.
         const { rows } = await client.query<{ created_at: Date }>(
-          `INSERT INTO outcome_events (event_id, operation_id, event_type, payload)
+          `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload)
            VALUES ($1::uuid, $2::uuid, 'Refund Failed After Success',
                    jsonb_build_object('version', 1, 'eventId', $1::text, 'operationId', $2::uuid, 'kind', 'refund_failed_after_success', 'failureReason', $3::text))
            RETURNING created_at`,

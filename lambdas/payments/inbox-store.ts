@@ -340,10 +340,10 @@ export async function recordAftermath(db: Db, w: AftermathWrite, publishLeaseMs:
                                  'outcomeEventId', e.event_id)
          FROM e
      )
-     INSERT INTO outcome_events (event_id, operation_id, event_type, payload, publish_lease_until)
+     INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload, publish_lease_until)
      SELECT e.event_id, $1::uuid, $14,
             jsonb_build_object(
-              'version', 1, 'eventId', e.event_id, 'operationId', $1::uuid, 'orderId', $15::text, 'kind', $7::text,
+              'orderId', $15::text, 'kind', $7::text,
               'amount', $8::bigint, 'amountRefunded', $9::bigint, 'chargeAmount', $16::bigint, 'currency', $17::text,
               'externalId', $4::text, 'chargeId', $10::text, 'disputeId', $11::text, 'disputeStatus', $12::text,
               'disputeReason', $13::text, 'stripeEventId', $6::text,
@@ -394,10 +394,10 @@ export async function recordRefundFailedAfterSuccess(db: Db, w: RefundFailedAfte
                                  'currency', $8::text, 'failureReason', $9::text, 'paymentIntentId', $10::text, 'outcomeEventId', e.event_id)
          FROM e
      )
-     INSERT INTO outcome_events (event_id, operation_id, event_type, payload, publish_lease_until)
+     INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload, publish_lease_until)
      SELECT e.event_id, $1::uuid, 'Refund Failed After Success',
             jsonb_build_object(
-              'version', 1, 'eventId', e.event_id, 'operationId', $1::uuid, 'orderId', $11::text,
+              'orderId', $11::text,
               'kind', 'refund_failed_after_success', 'refundId', $12::text, 'chargeOperationId', $13::uuid,
               'amount', $7::bigint, 'currency', $8::text, 'externalId', $4::text, 'paymentIntentId', $10::text,
               'failureReason', $9::text, 'stripeEventId', $6::text,

@@ -829,7 +829,9 @@ export function outboxInsertSql(source: string, leaseParam: string, rows = 'paym
   // The kind and the refund's names are read from the row (they never change), joined once, so a
   // caller's source need not carry them: 'Charge …' for a charge, 'Refund …' for a refund
   // (lambdas/events/contract.ts). `s.` is the source's (the outcome just written), `k.` the row's.
-  return `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, publish_lease_until)
+  // The stored payload leaves out what the row's own columns say (eventId, operationId, version 1):
+  // the column payload puts them back when read (migrations/022_outbox_compact_payload.sql).
+  return `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload, publish_lease_until)
        SELECT s.event_id, s.id,
               CASE WHEN s.status = 'succeeded' AND k.refund_payment_intent IS NOT NULL
                    THEN 'Charge Duplicate Refunded'
@@ -846,9 +848,6 @@ export function outboxInsertSql(source: string, leaseParam: string, rows = 'paym
                              ELSE 'Failed' END
               END,
               jsonb_build_object(
-                'version', 1,
-                'eventId', s.event_id,
-                'operationId', s.id,
                 'orderId', s.order_id,
                 'status', CASE WHEN s.review_reason IS NOT NULL THEN 'needs_review' WHEN s.status = 'pending' THEN 'reissued' ELSE s.status END,
                 'amount', s.amount,

@@ -647,7 +647,7 @@ export async function loadOperationHistory(db: Db, by: { readonly operationId: s
   const { rows } = await db.query<{ op: OperationRow; events: AuditRow[]; outbox: OutboxRow[]; as_of: Date; refunded_payment_intent: string | null }>(
     `SELECT to_jsonb(p) AS op, ${PAYMENT_INTENT_OF_REFUND('p')} AS refunded_payment_intent,
             coalesce((SELECT jsonb_agg(to_jsonb(e) ORDER BY e.id) FROM payment_operation_events e WHERE e.operation_id = p.id), '[]'::jsonb) AS events,
-            coalesce((SELECT jsonb_agg(to_jsonb(o) ORDER BY o.created_at, o.event_id) FROM outcome_events o WHERE o.operation_id = p.id), '[]'::jsonb) AS outbox,
+            coalesce((SELECT jsonb_agg(to_jsonb(o) - 'stored_payload' ORDER BY o.created_at, o.event_id) FROM outcome_events o WHERE o.operation_id = p.id), '[]'::jsonb) AS outbox,
             now() AS as_of
        FROM payment_operations p WHERE ${where}`,
     ['operationId' in by ? by.operationId : by.orderId],
@@ -789,7 +789,7 @@ export async function resolveInReview(db: Db, write: ResolveWrite): Promise<Oper
        ${outboxInsertSql('outcome', '$10')}
        RETURNING *
      )
-     SELECT to_jsonb(u) AS op, (SELECT to_jsonb(a) FROM audit a) AS audit, (SELECT to_jsonb(o) FROM outbox o) AS outbox
+     SELECT to_jsonb(u) AS op, (SELECT to_jsonb(a) FROM audit a) AS audit, (SELECT to_jsonb(o) - 'stored_payload' FROM outbox o) AS outbox
        FROM upd u`,
     [
       fence.operationId,

@@ -213,7 +213,7 @@ describe('retention and the charge path do not wait for each other', () => {
       await charge.query('BEGIN');
       await charge.query(`UPDATE payment_operations SET attempts = attempts + 1, updated_at = now() WHERE id = $1`, [op.id]);
       await charge.query(
-        `WITH e AS (SELECT uuidv7() AS id) INSERT INTO outcome_events (event_id, operation_id, event_type, payload)
+        `WITH e AS (SELECT uuidv7() AS id) INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload)
          SELECT e.id, $1, 'Charge Needs Review', jsonb_build_object('eventId', e.id::text, 'sequence', 9999) FROM e`,
         [op.id],
       );

@@ -37,7 +37,7 @@ export async function outboxRow(db: Db, operationId: string, createdAt: Date, pu
   const eventId = uuidv7At(createdAt);
   sequence++;
   await db.query(
-    `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, created_at, published_at)
+    `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload, created_at, published_at)
      VALUES ($1::uuid, $2, 'Charge Succeeded', jsonb_build_object('eventId', $1::text, 'sequence', $5::int), $3, $4)`,
     [eventId, operationId, createdAt, publishedAt, sequence],
   );
@@ -128,7 +128,7 @@ export async function ageRows(pool: pg.Pool, days: number, target: { orderIds: r
     await shift('payment_operation_watches', 'operation_id', opIds);
     const outbox = await shift('outcome_events', 'operation_id', opIds);
     await client.query(
-      `UPDATE outcome_events o SET event_id = m.id, payload = jsonb_set(o.payload, '{eventId}', to_jsonb(m.id::text))
+      `UPDATE outcome_events o SET event_id = m.id, stored_payload = CASE WHEN o.stored_payload ? 'eventId' THEN jsonb_set(o.stored_payload, '{eventId}', to_jsonb(m.id::text)) ELSE o.stored_payload END
          FROM (SELECT event_id AS old,
                       (lpad(to_hex(floor(extract(epoch FROM created_at) * 1000)::bigint), 12, '0') || substr(replace(event_id::text, '-', ''), 13))::uuid AS id
                  FROM outcome_events WHERE operation_id = ANY($1::uuid[])) m

@@ -526,7 +526,7 @@ describe('checkInvariants detects every kind of broken promise', () => {
     );
     const eventId = randomUUID();
     await db.pool.query(
-      `INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1::uuid, $2::uuid, 'Charge Needs Review', jsonb_build_object('eventId', $1::text, 'operationId', $2::text, 'status', 'needs_review', 'reason', 'forged', 'sequence', 2))`,
+      `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload) VALUES ($1::uuid, $2::uuid, 'Charge Needs Review', jsonb_build_object('eventId', $1::text, 'operationId', $2::text, 'status', 'needs_review', 'reason', 'forged', 'sequence', 2))`,
       [eventId, open.rows[0]!.id],
     );
     expectViolations(await checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), orderIds: [orderId] }), [
@@ -568,7 +568,7 @@ describe('checkInvariants detects every kind of broken promise', () => {
     const { rows } = await db.pool.query<{ payload: Record<string, unknown> }>(`SELECT payload FROM outcome_events WHERE operation_id = $1`, [w.paidId]);
     const eventId = randomUUID();
     await db.pool.query(
-      `INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1, $2, 'Charge Failed', $3)`,
+      `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload) VALUES ($1, $2, 'Charge Failed', $3)`,
       [eventId, w.paidId, JSON.stringify({ ...rows[0]!.payload, eventId, status: 'failed', sequence: 2 })],
     );
     expectViolations(await w.check(), [

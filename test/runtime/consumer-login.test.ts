@@ -170,7 +170,7 @@ describe('a consumer login provisioned by the migrate run', () => {
       await expect(consumer.query(`SELECT * FROM ${table} LIMIT 1`), table).rejects.toThrow(new RegExp(`permission denied for table ${table}`));
     }
     await expect(
-      consumer.query(`INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES (gen_random_uuid(), gen_random_uuid(), 'Charge Succeeded', '{}')`),
+      consumer.query(`INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload) VALUES (gen_random_uuid(), gen_random_uuid(), 'Charge Succeeded', '{}')`),
     ).rejects.toThrow(/permission denied for table outcome_events/);
     await expect(consumer.query(`UPDATE payment_operations SET status = 'failed'`)).rejects.toThrow(/permission denied for table payment_operations/);
     await expect(consumer.query('DELETE FROM outcome_events')).rejects.toThrow(/permission denied for table outcome_events/);

@@ -141,7 +141,7 @@ describe('two pipelines on one server', () => {
       const old = new Date(Date.now() - 40 * 86_400_000);
       const eventId = `${old.getTime().toString(16).padStart(12, '0').replace(/^(.{8})(.{4})$/, '$1-$2')}-7000-8000-000000000001`;
       await c.query(
-        `INSERT INTO outcome_events (event_id, operation_id, event_type, payload, created_at, published_at)
+        `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload, created_at, published_at)
          VALUES ($1::uuid, $2, 'Charge Succeeded', jsonb_build_object('eventId', $1::text, 'sequence', 1), $3, $3)`,
         [eventId, rows[0]!.id, old],
       );
