@@ -10,6 +10,7 @@ import type { SendReport } from './send-report.ts';
 import { describeTimeLapse, keyPruneAfterMsFor, leaseMsFor } from './pipeline.ts';
 import type { FakeStripeStats } from './fake-stripe/types.ts';
 import { readRefundLedger, type RefundedOrder, type RefundLedger } from './refund-ledger.ts';
+import { formatAuthorizationLines, readAuthorizationLedger, type AuthorizationLedger } from './authorization-demo.ts';
 import { formatConnectLines, readConnectLedger, type ConnectLedger } from './connect-demo.ts';
 
 export type RunOutcome = 'settled' | 'timeout' | 'interrupted';
@@ -76,6 +77,12 @@ export interface Ledger {
    * record holds on it (local/connect-demo.ts). Null when the run made no operation on or for one.
    */
   readonly connect: ConnectLedger | null;
+  /**
+   * Manual capture: per authorization, its charge and what settled it (capture, cancel, expiry) beside
+   * its PaymentIntent at the fake Stripe (local/authorization-demo.ts), disagreements flagged. Null when
+   * the run made no manual charge.
+   */
+  readonly authorizations: AuthorizationLedger | null;
   readonly stripe: {
     /** Where these figures come from. */
     readonly source: string;
@@ -209,6 +216,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
   const refunds = await readRefundLedger({ db, orderIds, send, paymentIntents: truthPis, refunds: truthRefunds, stats, requests: p.fakeStripe?.requests() ?? null, violations, expectedNet: report.expectedNet });
   const c = charges.rows[0]!;
   const connect = await readConnectLedger(db, truthPis, truthRefunds);
+  const authorizations = await readAuthorizationLedger(db, truthPis);
 
   const settledOperations = report.byStatus.succeeded + report.byStatus.failed + report.inReview;
   const firstSend = send?.firstSendAt ?? null;
@@ -271,6 +279,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
     rejected: { total: report.rejectedMessages, byReason: Object.fromEntries(rejected.rows.map((r) => [r.reason_code, r.n])) },
     refunds,
     connect,
+    authorizations,
     stripe: stripeFigures(p.stripeTruth.description, available, report, stats),
     events: {
       bus: String(p.environment.EVENT_BUS_NAME ?? ''),
@@ -441,6 +450,10 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
   if (ledger.connect) {
     section(`Connected accounts — ${plural(ledger.connect.accounts.length - 1, 'account')} and the platform, each beside the fake Stripe's record on it`);
     out.push(...formatConnectLines(ledger.connect, n));
+  }
+  if (ledger.authorizations) {
+    section(`Authorizations — manual capture, each beside its PaymentIntent at ${stripe.available ? "the fake Stripe's record" : 'Stripe (not readable: not compared)'}`);
+    out.push(...formatAuthorizationLines(ledger.authorizations, n));
   }
   section(`Stripe — ${stripe.source}`);
   if (stripe.available) {
