@@ -141,7 +141,7 @@ export interface LedgerInput {
 }
 
 /** Kinds that need Stripe's side; skipped (and said so) when it cannot be read. */
-const NEEDS_STRIPE = new Set(['double_charge', 'wrongly_failed', 'succeeded_without_charge', 'charge_mismatch', 'unrecorded_charge', 'net_amount', 'over_refund', 'succeeded_without_refund', 'refund_mismatch', 'unrecorded_refund', 'wrong_account']);
+const NEEDS_STRIPE = new Set(['double_charge', 'wrongly_failed', 'succeeded_without_charge', 'charge_mismatch', 'unrecorded_charge', 'net_amount', 'over_refund', 'succeeded_without_refund', 'refund_mismatch', 'unrecorded_refund', 'wrong_account', 'captured_over_authorized', 'captured_after_release', 'capture_mismatch']);
 
 export async function buildLedger(input: LedgerInput): Promise<Ledger> {
   const { pipeline: p, snapshot: s, send } = input;
@@ -293,7 +293,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
       doubleCharges: available ? (violationsByKind.double_charge ?? 0) : null,
       lostOrders: violationsByKind.lost_order ?? 0,
       checked: [
-        ...(available ? ['double charges', 'wrongly failed', 'succeeded without charge', 'charge mismatch', 'unrecorded charge', 'every object on the right account'] : []),
+        ...(available ? ['double charges', 'wrongly failed', 'succeeded without charge', 'charge mismatch', 'unrecorded charge', 'every object on the right account', 'authorizations told truly'] : []),
         ...(available && truthRefunds ? ['net amount per order', 'over-refunds', 'refunds told truly', 'unrecorded refunds'] : []),
         'lost orders',
         ...(sentRefunds && sentRefunds.length > 0 ? ['lost refunds'] : []),
