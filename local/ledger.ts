@@ -334,6 +334,9 @@ function stripeFigures(description: string, available: boolean, report: Invarian
           list: stats.requests.list ?? 0,
           // The Refunds API's requests, so that the row adds up (their detail is under Refunds).
           refunds: (stats.requests.refund_create ?? 0) + (stats.requests.refund_retrieve ?? 0) + (stats.requests.refund_list ?? 0),
+          // An authorization's capture and cancel (manual capture), likewise.
+          capture: stats.requests.capture ?? 0,
+          cancel: stats.requests.cancel ?? 0,
         }
       : null,
     faultsInjected: stats ? Object.values(stats.faults).reduce((a, b) => a + b, 0) : null,
@@ -464,7 +467,7 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
   }
   if (stripe.requests) {
     const r = stripe.requests;
-    row('requests', r.total ?? 0, list({ 'PaymentIntent create': r.create ?? 0, retrieve: r.retrieve ?? 0, search: r.search ?? 0, list: r.list ?? 0, 'Refunds API': r.refunds ?? 0 }));
+    row('requests', r.total ?? 0, list({ 'PaymentIntent create': r.create ?? 0, retrieve: r.retrieve ?? 0, search: r.search ?? 0, list: r.list ?? 0, 'Refunds API': r.refunds ?? 0, capture: r.capture ?? 0, cancel: r.cancel ?? 0 }));
   }
   if (stripe.faultsInjected !== null) row('faults injected', stripe.faultsInjected, list(stripe.faultsByKind ?? {}, (k) => FAULT_LABELS[k] ?? k));
   if (stripe.keysPruned) row('idempotency keys pruned', stripe.keysPruned, 'forgotten by "Stripe" (time-lapse), never re-sent');
