@@ -170,7 +170,9 @@ export function formatAuthorizationLines(ledger: AuthorizationLedger, n: (value:
       ? `${f.atStripe.id} ${f.atStripe.status}${f.atStripe.cancellationReason ? ` (${f.atStripe.cancellationReason})` : ''}, received ${n(f.atStripe.amountReceived)}`
       : 'at Stripe: n/a';
     const mark = f.disagreements.length === 0 ? '✓' : `✗ ${f.disagreements.join('; ')}`;
-    lines.push(`    ${f.orderId.padEnd(36)} authorized ${n(f.charge.authorized).padStart(6)} ${f.charge.currency} · ${ours} · ${stripe} ${mark}`);
+    // A declined charge authorized nothing: the amount it asked for.
+    const amount = `${f.charge.status === 'succeeded' ? 'authorized' : 'asked     '} ${n(f.charge.authorized).padStart(6)} ${f.charge.currency}`;
+    lines.push(`    ${f.orderId.padEnd(36)} ${amount} · ${ours} · ${stripe} ${mark}`);
   }
   return lines;
 }
