@@ -428,6 +428,9 @@ async function runOnce(
             processing: stripe.kind === 'fake' && args.faults !== 'none',
             // Charges on the fake's two connected accounts (local/connect-demo.ts): only the fake has them.
             connect: stripe.kind === 'fake',
+            // Manual-capture charges (local/authorization-demo.ts): the one left to expire needs a Stripe
+            // that lets it lapse within the run, the fake under the time-lapse.
+            authorizations: stripe.kind === 'fake' && pipeline.timeLapse?.authorizationValidityMs !== undefined,
             ...(args.customer ? { customerId: args.customer } : {}),
           })
         : null;

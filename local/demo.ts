@@ -22,11 +22,24 @@
 //   connected        (`connect`, on the fake) direct charges on two connected accounts, destination
 //   accounts         charges to them with the platform's fee, a refund of a direct charge on each:
 //                    local/connect-demo.ts, a section of its own after the platform orders
+//   authorizations   (`authorizations`, on the fake) manual-capture charges: one captured in full, one
+//                    in part, one canceled, one left to expire: local/authorization-demo.ts, a section
+//                    of its own after those
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
-import { chargeRequestMessage, refundRequestMessage, sendChargeRequests, sendRefundRequest, type ChargeRequest, type RefundRequest } from '../lambdas/producer/client.ts';
+import {
+  chargeRequestMessage,
+  refundRequestMessage,
+  sendAuthorizationRequest,
+  sendChargeRequests,
+  sendRefundRequest,
+  type AuthorizationRequest,
+  type ChargeRequest,
+  type RefundRequest,
+} from '../lambdas/producer/client.ts';
 import { AnotherSystem, remediesSettled } from './another-system.ts';
+import { planAuthorizations, type PlannedAuthorization } from './authorization-demo.ts';
 import { planConnectOrders } from './connect-demo.ts';
 import { buildLedger, type Ledger, type RunOutcome } from './ledger.ts';
 import { isSettled, type Pipeline, type PipelineSnapshot, type SettleResult } from './pipeline.ts';
@@ -56,6 +69,12 @@ export interface DemoOptions {
    * startPipeline gives them to it). Default false (`npm start` on the fake: true).
    */
   readonly connect?: boolean;
+  /**
+   * Manual-capture charges of local/authorization-demo.ts (captured in full, in part, canceled, left to
+   * expire), after the Connect orders. The expiry needs a Stripe that lets an authorization lapse
+   * within the run (the fake under the time-lapse). Default false (`npm start` on the fake: true).
+   */
+  readonly authorizations?: boolean;
 }
 
 export interface PlannedRefunds {
@@ -72,6 +91,8 @@ export type SendStep =
   | { readonly kind: 'bad'; readonly reason: 'invalid_json' | 'invalid_body' | 'order_conflict'; readonly body: string; readonly groupId: string }
   /** Through the producer's sendRefundRequest, after `after` was sent (its order, or an earlier refund). */
   | { readonly kind: 'refund'; readonly scenario: RefundScenario; readonly request: RefundRequest; readonly after: string; readonly repeat?: boolean }
+  /** A capture or cancel_authorization, through the producer's sendAuthorizationRequest, after its order was sent. */
+  | { readonly kind: 'authorization'; readonly request: AuthorizationRequest }
   /** Raw, with a fresh deduplication id: as if sent after SQS's 5-minute window. */
   | { readonly kind: 'late_refund'; readonly scenario: RefundScenario; readonly request: RefundRequest; readonly after: string };
 
@@ -89,6 +110,8 @@ export interface Workload {
    * again (its charge did not succeed under the faults, or Stripe declined the second charge).
    */
   readonly duplicateChargeCandidates: readonly string[];
+  /** The manual-capture orders and what settles each (none for the one left to expire). */
+  readonly authorizations: readonly PlannedAuthorization[];
 }
 
 function pick<T>(random: () => number, weighted: readonly (readonly [T, number])[]): T {
@@ -155,6 +178,13 @@ export function buildWorkload(options: DemoOptions): Workload {
     for (const order of connect.orders) steps.push(...(connectRefunds.get(order.orderId) ?? []));
   }
 
+  // Authorizations: a section of their own too; each capture or cancel right behind its charge (FIFO).
+  const authorizing = options.authorizations ? planAuthorizations(options) : null;
+  if (authorizing) {
+    steps.push({ kind: 'orders', requests: authorizing.orders });
+    for (const a of authorizing.authorizations) if (a.settlement) steps.push({ kind: 'authorization', request: a.settlement });
+  }
+
   if (options.badMessages !== false && orders.length > 0) {
     const victim = orders[Math.floor(random() * orders.length)]!;
     steps.push(
@@ -175,13 +205,14 @@ export function buildWorkload(options: DemoOptions): Workload {
     );
   }
   const duplicateCharges = pickDuplicateCharges(orders, refunds, options);
-  for (const order of connect?.orders ?? []) paymentMethods[order.paymentMethod] = (paymentMethods[order.paymentMethod] ?? 0) + 1;
+  for (const order of [...(connect?.orders ?? []), ...(authorizing?.orders ?? [])]) paymentMethods[order.paymentMethod] = (paymentMethods[order.paymentMethod] ?? 0) + 1;
   return {
-    orders: connect ? [...orders, ...connect.orders] : orders,
+    orders: [...orders, ...(connect?.orders ?? []), ...(authorizing?.orders ?? [])],
     steps,
     paymentMethods,
     refunds: connect ? [...refunds, ...connect.refunds] : refunds,
     ...duplicateCharges,
+    authorizations: authorizing?.authorizations ?? [],
   };
 }
 
@@ -358,6 +389,12 @@ export async function sendWorkload(
         }
         break;
       }
+      case 'authorization':
+        await whenSent(step.request.orderId);
+        stamp();
+        await sendAuthorizationRequest(sqs, queueUrl, step.request, options);
+        report.messagesEnqueued += 1;
+        break;
       case 'late_refund':
         await whenSent(step.after);
         stamp();
@@ -435,6 +472,31 @@ async function chargeAgainBehindItsBack(
     const snapshot = await pipeline.snapshot();
     options.onSnapshot?.(snapshot, send);
     if ((await remediesSettled(pipeline.db, extra)) && isSettled(snapshot)) return 'settled';
+    if (options.signal?.aborted) return 'aborted';
+    if (Date.now() >= deadline) return 'timeout';
+    await sleep(250, undefined, options.signal ? { signal: options.signal } : {}).catch(() => {});
+  }
+}
+
+/**
+ * The authorizations nothing captures or cancels: Stripe lets them lapse after its validity (the
+ * time-lapse's, local/pipeline.ts; 7 days for real), and the reconciler's expiry check, once the
+ * validity and its margin have passed, reads each canceled and records it (Authorization Expired).
+ * Waits until every one that authorized has its final settlement row and everything settled again.
+ */
+async function waitForExpiries(pipeline: Pipeline, orderIds: readonly string[], send: SendReport | null, options: RunWorkloadOptions): Promise<SettleResult['kind']> {
+  const deadline = Date.now() + Math.max(60_000, options.timeoutMs / 2);
+  for (;;) {
+    const snapshot = await pipeline.snapshot();
+    options.onSnapshot?.(snapshot, send);
+    const { rows } = await pipeline.db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM payment_operations c
+        WHERE c.order_id = ANY($1::text[]) AND c.kind = 'charge' AND c.capture_method = 'manual' AND c.status = 'succeeded'
+          AND NOT EXISTS (SELECT 1 FROM payment_operations s WHERE s.parent_operation_id = c.id
+                           AND s.kind IN ('capture', 'cancel_authorization') AND s.status IN ('succeeded', 'failed'))`,
+      [orderIds],
+    );
+    if (rows[0]!.n === 0 && isSettled(snapshot)) return 'settled';
     if (options.signal?.aborted) return 'aborted';
     if (Date.now() >= deadline) return 'timeout';
     await sleep(250, undefined, options.signal ? { signal: options.signal } : {}).catch(() => {});
@@ -530,6 +592,11 @@ export async function runWorkload(pipeline: Pipeline, workload: Workload | null,
       `all settled; now charging ${workload.duplicateCharges.length} order(s) again behind the pipeline's back, and waiting for its remedy to refund each extra PaymentIntent (told by Stripe's events)…`,
     );
     outcomeOfWait = await chargeAgainBehindItsBack(pipeline, workload.duplicateCharges, workload.duplicateChargeCandidates, send, options);
+  }
+  const lapsing = workload?.authorizations.filter((a) => a.settlement === null).map((a) => a.orderId) ?? [];
+  if (outcomeOfWait === 'settled' && lapsing.length > 0 && !options.serve) {
+    options.onNote?.(`all settled; now waiting for ${lapsing.length} uncaptured authorization(s) to lapse at Stripe and the reconciler's expiry check to record them (Authorization Expired)…`);
+    outcomeOfWait = await waitForExpiries(pipeline, lapsing, workload ? send : null, options);
   }
   if (outcomeOfWait === 'settled' && !options.serve) outcomeOfWait = await watchLastLooks(pipeline, options);
   await pipeline.stopIntake();

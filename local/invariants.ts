@@ -21,6 +21,10 @@
 //   the right account       — every PaymentIntent and Refund on its operation's Stripe account (the
 //                             connected account of a direct charge, the platform otherwise), a
 //                             destination charge's transfer destination and fee as asked
+//   authorizations told     — (manual capture) never captured more than authorized, never captured
+//   truly                     once released (canceled or expired), a capture or release recorded as
+//                             Stripe holds it, an authorization announced as Charge Authorized (never
+//                             Charge Succeeded)
 //
 // It reads only: safe to run against a live pipeline (`requireQuiescent: false`) or at the end.
 import type { Db } from '../lambdas/payments/db.ts';
@@ -87,6 +91,22 @@ export const VIOLATION_KINDS = [
    * account; or a PaymentIntent whose transfer destination or application fee is not the one asked.
    */
   'wrong_account',
+  /** (manual capture) A PaymentIntent whose amount_received exceeds what its charge authorized, or a capture operation of more than that. */
+  'captured_over_authorized',
+  /**
+   * (manual capture) Money taken at Stripe (the PaymentIntent succeeded, amount_received > 0) of an
+   * authorization the operations record as released: canceled, or expired (the reconciler's expiry check).
+   */
+  'captured_after_release',
+  /**
+   * (manual capture) The operations and Stripe disagree on an authorization: a capture recorded
+   * succeeded whose PaymentIntent is not captured, or captured for another amount; a release recorded
+   * whose PaymentIntent is still held; (quiescent) a PaymentIntent captured that no succeeded capture
+   * records.
+   */
+  'capture_mismatch',
+  /** (manual capture) A charge that only authorized, announced as 'Charge Succeeded' (it is 'Charge Authorized', then 'Charge Captured'). */
+  'authorization_announced_as_charge',
 ] as const;
 export type ViolationKind = (typeof VIOLATION_KINDS)[number];
 
@@ -203,7 +223,12 @@ export interface InvariantReport {
 
 interface OperationFacts {
   id: string;
-  kind: 'charge' | 'refund';
+  kind: 'charge' | 'refund' | 'capture' | 'cancel_authorization';
+  /** Manual capture (migrations/019): 'manual' on a charge that only authorized; 'expired' on a cancel the expiry check recorded. */
+  capture_method: 'manual' | null;
+  cancellation_reason: 'expired' | null;
+  /** 'outcome_recorded' events of the reconciler's expiry check (step 'expiry'): an outcome read, no attempt made. */
+  expiry_recorded: number;
   refund_id: string | null;
   refund_payment_intent: string | null;
   /** A refund: the PaymentIntent it refunds (operations-store.ts PAYMENT_INTENT_OF_REFUND, the one definition). */
@@ -266,6 +291,18 @@ const REFUND_EVENT_TYPES = {
   review: 'Refund Needs Review',
   reissue: 'Refund Reissued',
 } as const;
+/**
+ * A capture's and a cancel's events (lambdas/events/contract.ts AuthorizationDetailType); a manual
+ * charge's final event is 'Charge Authorized'.
+ */
+const AUTHORIZATION_EVENT_TYPES = {
+  authorized: 'Charge Authorized',
+  capture: { succeeded: 'Charge Captured', failed: 'Charge Capture Failed', review: 'Charge Capture Needs Review', reissue: 'Charge Capture Reissued' },
+  cancel_authorization: { succeeded: 'Authorization Canceled', failed: 'Authorization Cancel Failed', review: 'Authorization Cancel Needs Review', reissue: 'Authorization Cancel Reissued' },
+  expired: 'Authorization Expired',
+} as const;
+/** What an authorized PaymentIntent may be once its charge succeeded: held, captured, released. */
+const AUTHORIZED: readonly PaymentIntentStatus[] = ['requires_capture', 'succeeded', 'canceled'];
 /** PaymentIntent statuses that are no charge and can never become one (review.ts movingObjects). */
 const HARMLESS: readonly PaymentIntentStatus[] = ['canceled', 'requires_payment_method'];
 
@@ -285,6 +322,7 @@ const OPERATIONS_SQL = `
            count(*) FILTER (WHERE e.action = 'operator_resolved')::int AS operator_resolved,
            count(*) FILTER (WHERE e.action = 'auto_reissued')::int     AS auto_reissues,
            count(*) FILTER (WHERE e.action = 'outcome_recorded' AND e.detail ? 'reviewReason')::int AS review_entries,
+           count(*) FILTER (WHERE e.action = 'outcome_recorded' AND e.step = 'expiry')::int AS expiry_recorded,
            (array_agg(e.to_status ORDER BY e.id DESC)
               FILTER (WHERE e.action IN ('outcome_recorded', 'operator_resolved')))[1] AS last_to_status,
            coalesce((array_agg(e.occurred_at < $2::timestamptz ORDER BY e.id DESC)
@@ -297,6 +335,7 @@ const OPERATIONS_SQL = `
   SELECT s.id::text, s.kind, s.refund_id, s.refund_payment_intent, ${PAYMENT_INTENT_OF_REFUND('s')} AS refunded_payment_intent,
          s.failed_after_success_at IS NOT NULL AS failed_after_success, s.parent_operation_id::text, s.order_id, s.status, s.external_id, s.attempts, s.review_reason, s.last_error_class, s.amount::text, s.currency,
          s.stripe_account, s.transfer_destination, s.application_fee_amount::text,
+         s.capture_method, s.cancellation_reason, coalesce(a.expiry_recorded, 0) AS expiry_recorded,
          coalesce(a.requested, 0) AS requested, coalesce(a.started, 0) AS started,
          coalesce(a.recorded, 0) AS recorded, coalesce(a.discarded, 0) AS discarded,
          coalesce(a.released, 0) AS released, coalesce(a.operator_resolved, 0) AS operator_resolved,
@@ -389,6 +428,13 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     });
 
   const byId = new Map(charges.map((op) => [op.id, op]));
+  /** A manual charge's capture or cancel (at most one: the unique index of migrations/019), by the charge. */
+  const settlementsOf = new Map<string, OperationFacts[]>();
+  for (const op of operations) {
+    if ((op.kind === 'capture' || op.kind === 'cancel_authorization') && op.parent_operation_id !== null) {
+      settlementsOf.set(op.parent_operation_id, [...(settlementsOf.get(op.parent_operation_id) ?? []), op]);
+    }
+  }
   const byOrder = new Map(charges.map((op) => [op.order_id, op]));
   const piById = new Map(paymentIntents.map((pi) => [pi.id, pi]));
   /** The operation a PaymentIntent belongs to: by the operation id we put in its metadata, else by order. */
@@ -476,10 +522,15 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       const truth = net.get(op.order_id);
       if (truth && truth.refunded > truth.charged) violate('over_refund', `refunded ${truth.refunded} of ${truth.charged} charged`, op);
       // Judged once nothing of the order is in flight: a final charge, final refunds, none pending at Stripe.
-      const settled = (op.status === 'succeeded' || op.status === 'failed') && ours.every((r) => r.status === 'succeeded' || r.status === 'failed') && (truth?.refundPending ?? 0) === 0;
+      // A manual charge: and its capture or cancel final (one in review waits for a person).
+      const settlements = settlementsOf.get(op.id) ?? [];
+      const isFinal = (r: OperationFacts) => r.status === 'succeeded' || r.status === 'failed';
+      const settled = isFinal(op) && ours.every(isFinal) && settlements.every(isFinal) && (truth?.refundPending ?? 0) === 0;
       if (!settled) continue;
       const asked = ours.filter((r) => r.status === 'succeeded' && r.refund_payment_intent === null && !failedAfterSuccess.has(r.id)).reduce((sum, r) => sum + Number(r.amount), 0);
-      const expected = op.status === 'succeeded' ? Number(op.amount) - asked : 0;
+      // What the order was to pay: its amount, or for an authorization what its capture took (nothing when released or still held).
+      const taken = op.capture_method === 'manual' ? settlements.filter((c) => c.kind === 'capture' && c.status === 'succeeded').reduce((sum, c) => sum + Number(c.amount), 0) : Number(op.amount);
+      const expected = op.status === 'succeeded' ? taken - asked : 0;
       expectedNet.set(op.order_id, expected);
       const kept = truth?.net ?? 0;
       // A second Refund of one refund operation that the watch after a re-issue FOUND (a finding and
@@ -650,6 +701,41 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     }
   }
 
+  // ── Authorizations told truly ───────────────────────────────────────────────────────────────
+  // A manual charge's PaymentIntent is held (requires_capture), captured (succeeded, amount_received
+  // at most the amount authorized: the rest is released) or released (canceled: by our cancel, or by
+  // Stripe after the validity, which the expiry check records as the authorization's cancel). Stripe
+  // acts on an authorization once (docs.stripe.com/payments/place-a-hold-on-a-payment-method), and so
+  // must the record: what the capture or cancel operation says is what Stripe holds.
+  for (const op of charges) {
+    if (op.capture_method !== 'manual') continue;
+    const settlements = settlementsOf.get(op.id) ?? [];
+    const authorized = Number(op.amount);
+    for (const c of settlements) {
+      if (c.kind === 'capture' && Number(c.amount) > authorized) violate('captured_over_authorized', `capture operation ${c.id} of ${c.amount}, the charge authorized ${authorized}`, c);
+    }
+    const pi = op.external_id === null ? undefined : piById.get(op.external_id);
+    if (pi === undefined || op.status !== 'succeeded') continue; // no authorization to judge (succeeded_without_charge / wrongly_failed say what is wrong)
+    const received = pi.amount_received ?? 0;
+    if (received > Math.min(pi.amount, authorized)) violate('captured_over_authorized', `PaymentIntent ${pi.id} received ${received}, the charge authorized ${authorized}`, op);
+    const captured = settlements.find((c) => c.kind === 'capture' && c.status === 'succeeded');
+    const released = settlements.find((c) => c.kind === 'cancel_authorization' && c.status === 'succeeded');
+    const taken = pi.status === 'succeeded' && received > 0;
+    if (released && taken) {
+      violate('captured_after_release', `PaymentIntent ${pi.id} is captured (${received}) though the authorization is recorded ${released.cancellation_reason === 'expired' ? 'expired' : 'canceled'} (operation ${released.id})`, released);
+    } else if (released && pi.status !== 'canceled') {
+      violate('capture_mismatch', `the authorization is recorded ${released.cancellation_reason === 'expired' ? 'expired' : 'canceled'} (operation ${released.id}), PaymentIntent ${pi.id} is ${pi.status}`, released);
+    } else if (captured && !taken) {
+      violate('capture_mismatch', `capture operation ${captured.id} recorded ${captured.amount} captured, PaymentIntent ${pi.id} is ${pi.status}${pi.cancellation_reason ? ` (${pi.cancellation_reason})` : ''}`, captured);
+    } else if (captured && received !== Number(captured.amount)) {
+      violate('capture_mismatch', `capture operation ${captured.id} recorded ${captured.amount} captured, Stripe received ${received} on ${pi.id}`, captured);
+    } else if (!captured && !released && taken && quiescent) {
+      // A capture still open may have been made at Stripe before its answer is recorded: judged once quiescent.
+      const open = settlements.find((c) => c.status !== 'succeeded' && c.status !== 'failed' && c.review_reason !== null);
+      if (open === undefined) violate('capture_mismatch', `PaymentIntent ${pi.id} is captured (${received}) and no succeeded capture operation records it`, op);
+    }
+  }
+
   // ── Per operation: outcome vs ground truth, settledness, audit, outbox ───────────────────────
   const outboxByOperation = new Map<string, OutboxFacts[]>();
   for (const event of outboxRows.rows) outboxByOperation.set(event.operation_id, [...(outboxByOperation.get(event.operation_id) ?? []), event]);
@@ -668,7 +754,9 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     if (op.kind === 'charge' && op.status === 'succeeded') {
       const pi = op.external_id === null ? undefined : piById.get(op.external_id);
       if (pi === undefined) violate('succeeded_without_charge', `external_id ${op.external_id ?? 'null'} is no PaymentIntent at Stripe`, op);
-      else if (pi.status !== 'succeeded') violate('succeeded_without_charge', `PaymentIntent ${pi.id} is ${pi.status}, not succeeded`, op);
+      else if (op.capture_method === 'manual' ? !AUTHORIZED.includes(pi.status) : pi.status !== 'succeeded') {
+        violate('succeeded_without_charge', `PaymentIntent ${pi.id} is ${pi.status}, not ${op.capture_method === 'manual' ? AUTHORIZED.join(' / ') : 'succeeded'}`, op);
+      }
       else {
         const mismatch: string[] = [];
         if (pi.metadata.operation_id !== undefined && pi.metadata.operation_id !== op.id) mismatch.push(`operation_id ${pi.metadata.operation_id}`);
@@ -695,9 +783,11 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     // at most once, and the last recorded transition is the state the row is in.
     const audit: string[] = [];
     if (op.requested !== 1) audit.push(`${op.requested} 'requested' events (want 1)`);
-    if (op.recorded !== op.attempts) audit.push(`attempts = ${op.attempts} but ${op.recorded} 'outcome_recorded' events`);
-    if (op.recorded + op.discarded + op.released > op.started) {
-      audit.push(`${op.recorded + op.discarded + op.released} claim endings for ${op.started} 'attempt_started' events`);
+    // The expiry check records what it read (authorization-expiry.ts): an outcome, no attempt, no claim.
+    const sent = op.recorded - op.expiry_recorded;
+    if (sent !== op.attempts) audit.push(`attempts = ${op.attempts} but ${sent} 'outcome_recorded' events${op.expiry_recorded ? ` (besides ${op.expiry_recorded} of the expiry check)` : ''}`);
+    if (sent + op.discarded + op.released > op.started) {
+      audit.push(`${sent + op.discarded + op.released} claim endings for ${op.started} 'attempt_started' events`);
     }
     if (final && op.last_to_status !== op.status) audit.push(`row is ${op.status} but the last recorded transition is to ${op.last_to_status ?? 'nothing'}`);
     if (audit.length > 0) violate('audit_mismatch', audit.join('; '), op);
@@ -706,14 +796,30 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     // entry into review, and every payload telling the truth about its operation.
     const events = outboxByOperation.get(op.id) ?? [];
     const refund = op.kind === 'refund';
-    const reviewType = refund ? REFUND_EVENT_TYPES.review : REVIEW_EVENT_TYPE;
-    const reissueType = refund ? REFUND_EVENT_TYPES.reissue : REISSUE_EVENT_TYPE;
+    const settles = op.kind === 'capture' || op.kind === 'cancel_authorization' ? AUTHORIZATION_EVENT_TYPES[op.kind] : null;
+    const reviewType = refund ? REFUND_EVENT_TYPES.review : (settles?.review ?? REVIEW_EVENT_TYPE);
+    const reissueType = refund ? REFUND_EVENT_TYPES.reissue : (settles?.reissue ?? REISSUE_EVENT_TYPE);
     // Refunds and disputes (Stripe events in) follow a final outcome; they are not one. Nor is a re-issue.
-    const finals = events.filter((e) => e.event_type !== reviewType && e.event_type !== reissueType && !AFTERMATH_EVENT_TYPES.has(e.event_type));
+    const allFinals = events.filter((e) => e.event_type !== reviewType && e.event_type !== reissueType && !AFTERMATH_EVENT_TYPES.has(e.event_type));
+    // An authorization announced as a charge is a finding of its own (below), not also this one's.
+    const manual = op.kind === 'charge' && op.capture_method === 'manual';
+    const announcedAsCharge = manual ? allFinals.filter((e) => e.event_type === FINAL_EVENT_TYPE.succeeded) : [];
+    for (const e of announcedAsCharge) violate('authorization_announced_as_charge', `'${e.event_type}' ${e.event_id} announces a charge that only authorized (want '${AUTHORIZATION_EVENT_TYPES.authorized}', then '${AUTHORIZATION_EVENT_TYPES.capture.succeeded}')`, op);
+    const finals = allFinals.filter((e) => !announcedAsCharge.includes(e));
     const reissues = events.filter((e) => e.event_type === reissueType);
     const reviews = events.filter((e) => e.event_type === reviewType);
     const outbox: string[] = [];
-    const wantFinal = !refund
+    const wantFinal = settles
+      ? op.status === 'succeeded'
+        ? op.cancellation_reason === 'expired'
+          ? AUTHORIZATION_EVENT_TYPES.expired
+          : settles.succeeded
+        : op.status === 'failed'
+          ? settles.failed
+          : undefined
+      : manual && op.status === 'succeeded'
+        ? AUTHORIZATION_EVENT_TYPES.authorized
+        : !refund
       ? FINAL_EVENT_TYPE[op.status]
       : op.status === 'succeeded'
         ? op.refund_payment_intent
@@ -725,7 +831,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     if (wantFinal === undefined && finals.length > 0) outbox.push(`open operation has ${finals.map((e) => `'${e.event_type}'`).join(', ')}`);
     // Retention may have removed an event written before its cutoff (outboxRemovedBefore), no other.
     const finalRemoved = wantFinal !== undefined && op.final_before_cutoff && finals.length === 0;
-    if (wantFinal !== undefined && !finalRemoved && (finals.length !== 1 || finals[0]!.event_type !== wantFinal)) {
+    if (wantFinal !== undefined && !finalRemoved && announcedAsCharge.length === 0 && (finals.length !== 1 || finals[0]!.event_type !== wantFinal)) {
       outbox.push(`want one '${wantFinal}', found [${finals.map((e) => e.event_type).join(', ')}]`);
     }
     for (const e of finals) {

@@ -10,6 +10,7 @@ import type { SendReport } from './send-report.ts';
 import { describeTimeLapse, keyPruneAfterMsFor, leaseMsFor } from './pipeline.ts';
 import type { FakeStripeStats } from './fake-stripe/types.ts';
 import { readRefundLedger, type RefundedOrder, type RefundLedger } from './refund-ledger.ts';
+import { formatAuthorizationLines, readAuthorizationLedger, type AuthorizationLedger } from './authorization-demo.ts';
 import { formatConnectLines, readConnectLedger, type ConnectLedger } from './connect-demo.ts';
 
 export type RunOutcome = 'settled' | 'timeout' | 'interrupted';
@@ -76,6 +77,12 @@ export interface Ledger {
    * record holds on it (local/connect-demo.ts). Null when the run made no operation on or for one.
    */
   readonly connect: ConnectLedger | null;
+  /**
+   * Manual capture: per authorization, its charge and what settled it (capture, cancel, expiry) beside
+   * its PaymentIntent at the fake Stripe (local/authorization-demo.ts), disagreements flagged. Null when
+   * the run made no manual charge.
+   */
+  readonly authorizations: AuthorizationLedger | null;
   readonly stripe: {
     /** Where these figures come from. */
     readonly source: string;
@@ -134,7 +141,7 @@ export interface LedgerInput {
 }
 
 /** Kinds that need Stripe's side; skipped (and said so) when it cannot be read. */
-const NEEDS_STRIPE = new Set(['double_charge', 'wrongly_failed', 'succeeded_without_charge', 'charge_mismatch', 'unrecorded_charge', 'net_amount', 'over_refund', 'succeeded_without_refund', 'refund_mismatch', 'unrecorded_refund', 'wrong_account']);
+const NEEDS_STRIPE = new Set(['double_charge', 'wrongly_failed', 'succeeded_without_charge', 'charge_mismatch', 'unrecorded_charge', 'net_amount', 'over_refund', 'succeeded_without_refund', 'refund_mismatch', 'unrecorded_refund', 'wrong_account', 'captured_over_authorized', 'captured_after_release', 'capture_mismatch']);
 
 export async function buildLedger(input: LedgerInput): Promise<Ledger> {
   const { pipeline: p, snapshot: s, send } = input;
@@ -209,6 +216,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
   const refunds = await readRefundLedger({ db, orderIds, send, paymentIntents: truthPis, refunds: truthRefunds, stats, requests: p.fakeStripe?.requests() ?? null, violations, expectedNet: report.expectedNet });
   const c = charges.rows[0]!;
   const connect = await readConnectLedger(db, truthPis, truthRefunds);
+  const authorizations = await readAuthorizationLedger(db, truthPis);
 
   const settledOperations = report.byStatus.succeeded + report.byStatus.failed + report.inReview;
   const firstSend = send?.firstSendAt ?? null;
@@ -271,6 +279,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
     rejected: { total: report.rejectedMessages, byReason: Object.fromEntries(rejected.rows.map((r) => [r.reason_code, r.n])) },
     refunds,
     connect,
+    authorizations,
     stripe: stripeFigures(p.stripeTruth.description, available, report, stats),
     events: {
       bus: String(p.environment.EVENT_BUS_NAME ?? ''),
@@ -284,7 +293,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
       doubleCharges: available ? (violationsByKind.double_charge ?? 0) : null,
       lostOrders: violationsByKind.lost_order ?? 0,
       checked: [
-        ...(available ? ['double charges', 'wrongly failed', 'succeeded without charge', 'charge mismatch', 'unrecorded charge', 'every object on the right account'] : []),
+        ...(available ? ['double charges', 'wrongly failed', 'succeeded without charge', 'charge mismatch', 'unrecorded charge', 'every object on the right account', 'authorizations told truly'] : []),
         ...(available && truthRefunds ? ['net amount per order', 'over-refunds', 'refunds told truly', 'unrecorded refunds'] : []),
         'lost orders',
         ...(sentRefunds && sentRefunds.length > 0 ? ['lost refunds'] : []),
@@ -325,6 +334,9 @@ function stripeFigures(description: string, available: boolean, report: Invarian
           list: stats.requests.list ?? 0,
           // The Refunds API's requests, so that the row adds up (their detail is under Refunds).
           refunds: (stats.requests.refund_create ?? 0) + (stats.requests.refund_retrieve ?? 0) + (stats.requests.refund_list ?? 0),
+          // An authorization's capture and cancel (manual capture), likewise.
+          capture: stats.requests.capture ?? 0,
+          cancel: stats.requests.cancel ?? 0,
         }
       : null,
     faultsInjected: stats ? Object.values(stats.faults).reduce((a, b) => a + b, 0) : null,
@@ -442,6 +454,10 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
     section(`Connected accounts — ${plural(ledger.connect.accounts.length - 1, 'account')} and the platform, each beside the fake Stripe's record on it`);
     out.push(...formatConnectLines(ledger.connect, n));
   }
+  if (ledger.authorizations) {
+    section(`Authorizations — manual capture, each beside its PaymentIntent at ${stripe.available ? "the fake Stripe's record" : 'Stripe (not readable: not compared)'}`);
+    out.push(...formatAuthorizationLines(ledger.authorizations, n));
+  }
   section(`Stripe — ${stripe.source}`);
   if (stripe.available) {
     const byStatus = Object.entries(stripe.paymentIntentsByStatus ?? {}).sort(([, a], [, b]) => b - a);
@@ -451,7 +467,7 @@ export function formatLedger(ledger: Ledger, style: Style = PLAIN): string {
   }
   if (stripe.requests) {
     const r = stripe.requests;
-    row('requests', r.total ?? 0, list({ 'PaymentIntent create': r.create ?? 0, retrieve: r.retrieve ?? 0, search: r.search ?? 0, list: r.list ?? 0, 'Refunds API': r.refunds ?? 0 }));
+    row('requests', r.total ?? 0, list({ 'PaymentIntent create': r.create ?? 0, retrieve: r.retrieve ?? 0, search: r.search ?? 0, list: r.list ?? 0, 'Refunds API': r.refunds ?? 0, capture: r.capture ?? 0, cancel: r.cancel ?? 0 }));
   }
   if (stripe.faultsInjected !== null) row('faults injected', stripe.faultsInjected, list(stripe.faultsByKind ?? {}, (k) => FAULT_LABELS[k] ?? k));
   if (stripe.keysPruned) row('idempotency keys pruned', stripe.keysPruned, 'forgotten by "Stripe" (time-lapse), never re-sent');

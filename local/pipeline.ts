@@ -68,6 +68,13 @@ export interface TimeLapse {
   readonly proofSpacingMs?: number;
   /** REISSUE_AFTER_LAST_SEND_MS. Real: 15 min. Default: twice the settle delay. */
   readonly reissueAfterLastSendMs?: number;
+  /**
+   * AUTHORIZATION_VALIDITY_MS, and the fake's authorizationExpiryMs: how long an uncaptured
+   * authorization lives. Real: 7 days. Default: none given (the real one, which a run never reaches).
+   */
+  readonly authorizationValidityMs?: number;
+  /** AUTHORIZATION_EXPIRY_LOOK_MARGIN_MS. Real: 10 min. Default: a tenth of the validity. */
+  readonly authorizationLookMarginMs?: number;
 }
 
 /** The List evidence timings of a time-lapse, in the real order: settle ≤ re-issue delay, all inside the key window. */
@@ -89,6 +96,10 @@ export const DEMO_TIME_LAPSE: TimeLapse = {
   reconcileEveryMs: 2_000,
   // Ambiguous answers retried after 0.1 s … 45 s instead of 2 s … 15 min; processing re-read after 1.5 s.
   retryBackoffScale: 0.05,
+  // An authorization lapses 20 s after it was made instead of 7 days (the demo's uncaptured one is
+  // recorded expired a few seconds later); its capture or cancel is sent right behind it, FIFO.
+  authorizationValidityMs: 20_000,
+  authorizationLookMarginMs: 2_000,
 };
 
 /** The lease must outlast the longest gateway call (config.ts refuses a shorter one). */
@@ -426,6 +437,12 @@ export function timeLapseEnvironment(timeLapse: TimeLapse): Record<string, strin
     REISSUE_WATCH_FINAL_AFTER_MS: String(watchTimingsFor(timeLapse).watchFinalAfterFirstSendMs),
     STRIPE_TIMEOUT_MS: String(timeLapse.stripeTimeoutMs),
     STRIPE_MAX_NETWORK_RETRIES: String(timeLapse.stripeMaxNetworkRetries),
+    ...(timeLapse.authorizationValidityMs === undefined
+      ? {}
+      : {
+          AUTHORIZATION_VALIDITY_MS: String(timeLapse.authorizationValidityMs),
+          AUTHORIZATION_EXPIRY_LOOK_MARGIN_MS: String(timeLapse.authorizationLookMarginMs ?? Math.round(timeLapse.authorizationValidityMs / 10)),
+        }),
   };
 }
 
@@ -522,6 +539,8 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
         // this long after it was answered: after the second proof of absence and the re-issue it
         // allows (re-issue delay + a settle delay), the case the watch after a re-issue is for.
         lateCommitMs: timeLapse ? lateCommitMsFor(timeLapse) : null,
+        // Stripe lets an uncaptured authorization lapse after the time-lapse's validity (as the reconciler is told).
+        ...(timeLapse?.authorizationValidityMs !== undefined ? { authorizationExpiryMs: timeLapse.authorizationValidityMs } : {}),
         // The demo's connected accounts (local/connect-demo.ts): a request may act as one of them.
         connectedAccounts: [...DEMO_CONNECTED_ACCOUNTS],
       });

@@ -69,6 +69,8 @@ export function netChargedByOrder(
     const orderId = pi.metadata.order_id;
     if (orderId === undefined || pi.status !== 'succeeded') continue;
     const sums = refundedByPi.get(pi.id) ?? { succeeded: 0, pending: 0 };
+    // What Stripe took: a manual capture's amount_received may be less than authorized (the rest released).
+    const taken = pi.amount_received ?? pi.amount;
     const prev = out.get(orderId) ?? {
       orderId,
       charged: 0,
@@ -80,12 +82,12 @@ export function netChargedByOrder(
     };
     out.set(orderId, {
       orderId,
-      charged: prev.charged + pi.amount,
+      charged: prev.charged + taken,
       succeededPaymentIntents: prev.succeededPaymentIntents + 1,
       refunded: prev.refunded + sums.succeeded,
       refundPending: prev.refundPending + sums.pending,
-      net: prev.net + pi.amount - sums.succeeded,
-      unrefundedPaymentIntents: prev.unrefundedPaymentIntents + (sums.succeeded + sums.pending < pi.amount ? 1 : 0),
+      net: prev.net + taken - sums.succeeded,
+      unrefundedPaymentIntents: prev.unrefundedPaymentIntents + (sums.succeeded + sums.pending < taken ? 1 : 0),
     });
   }
   return out;

@@ -105,6 +105,7 @@ async function reconcile(event: ReconcileEvent | null | undefined, context: Cont
       inboxDb: db,
       retention: config.retention,
       connectedAccounts: config.stripe.connectedAccounts,
+      authorizationExpiry: config.reconcile.authorizationExpiry,
     },
     clock,
   ).finally(() => (lease.acquired ? releaseSweepLease(db, holder).catch(() => {}) : undefined));

@@ -2,6 +2,7 @@
 // Secrets Manager ARNs on AWS. Parsed once, validated with clear messages, no secret ever logged.
 import { DEFAULT_POLICY, type EnginePolicy } from '../payments/decisions.ts';
 import { callBudgetProblem, worstCaseCallMs, type CallingFunction } from '../payments/call-budget.ts';
+import { DEFAULT_AUTHORIZATION_VALIDITY_MS, EXPIRY_LOOK_MARGIN_MS } from '../payments/authorization-expiry.ts';
 import { RETENTION_DEFAULTS, RETENTION_LIMITS, type RetentionSettings } from '../payments/retention-store.ts';
 
 export { RETENTION_DEFAULTS, RETENTION_LIMITS };
@@ -78,6 +79,12 @@ export interface RuntimeConfig {
     readonly maxRunMs: number;
     /** Window of the RejectedMessagesLastPeriod gauge. */
     readonly rejectedWindowSeconds: number;
+    /**
+     * How long an uncaptured authorization lives at Stripe (AUTHORIZATION_VALIDITY_MS, default 7 days)
+     * and how long after that the expiry check first looks (AUTHORIZATION_EXPIRY_LOOK_MARGIN_MS,
+     * default 10 minutes): lambdas/payments/authorization-expiry.ts. The local time-lapse shortens both.
+     */
+    readonly authorizationExpiry: { readonly validityMs: number; readonly lookMarginMs: number };
   };
   /**
    * The reconciler's retention phase (lambdas/payments/retention-store.ts; docs/operations.md
@@ -232,6 +239,10 @@ export function loadConfig(env: Env = process.env): RuntimeConfig {
       safetyMarginMs: integer(env, 'RECONCILE_SAFETY_MARGIN_MS', 5_000, 0),
       maxRunMs: integer(env, 'RECONCILE_MAX_RUN_MS', 50_000, 0),
       rejectedWindowSeconds: integer(env, 'RECONCILE_REJECTED_WINDOW_SECONDS', 300, 1),
+      authorizationExpiry: {
+        validityMs: integer(env, 'AUTHORIZATION_VALIDITY_MS', DEFAULT_AUTHORIZATION_VALIDITY_MS, 1_000),
+        lookMarginMs: integer(env, 'AUTHORIZATION_EXPIRY_LOOK_MARGIN_MS', EXPIRY_LOOK_MARGIN_MS, 0),
+      },
     },
     retention: {
       outboxDays: integer(env, 'OUTBOX_RETENTION_DAYS', RETENTION_DEFAULTS.outboxDays, RETENTION_LIMITS.outboxDays, 36_500),

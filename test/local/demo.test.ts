@@ -2,10 +2,11 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../lambdas/runtime/config.ts';
 import { parseCliArgs } from '../../local/cli.ts';
+import { AUTHORIZATION_SCENARIOS } from '../../local/authorization-demo.ts';
 import { DEMO_CONNECTED_ACCOUNTS } from '../../local/connect-demo.ts';
 import { buildWorkload, type SendStep } from '../../local/demo.ts';
 import { REFUND_SCENARIOS } from '../../local/send-report.ts';
-import { DEMO_TIME_LAPSE, describeTimeLapse, evidenceTimingsFor, keyPruneAfterMsFor, leaseMsFor, watchTimingsFor, type TimeLapse } from '../../local/pipeline.ts';
+import { DEMO_TIME_LAPSE, describeTimeLapse, evidenceTimingsFor, keyPruneAfterMsFor, leaseMsFor, timeLapseEnvironment, watchTimingsFor, type TimeLapse } from '../../local/pipeline.ts';
 import { TEST_TIME_LAPSE } from './support.ts';
 
 describe('buildWorkload', () => {
@@ -195,6 +196,53 @@ describe('buildWorkload: connected accounts', () => {
   });
 });
 
+describe('buildWorkload: authorizations (manual capture)', () => {
+  const base = { orders: 500, duplicates: 0.3, seed: 7, tag: 'demo-t', refunds: 0.2, duplicateCharges: 2, connect: true };
+  const w = buildWorkload({ ...base, authorizations: true });
+  const plain = buildWorkload(base);
+  const manual = w.orders.filter((o) => o.capture === 'manual');
+
+  it('authorizes orders of its own, each scenario at least once: captured in full, in part (less than authorized), canceled, left to expire', () => {
+    expect(w.authorizations.map((a) => a.scenario)).toEqual(AUTHORIZATION_SCENARIOS.flatMap((s) => [s, s, s])); // half a percent of 500 each
+    expect(manual.map((o) => o.orderId)).toEqual(w.authorizations.map((a) => a.orderId));
+    expect(manual.every((o) => o.paymentMethod === 'pm_card_visa' && o.orderId.startsWith('demo-t-auth-'))).toBe(true);
+    for (const a of w.authorizations) {
+      const order = manual.find((o) => o.orderId === a.orderId)!;
+      if (a.scenario === 'capture_full') expect(a.settlement).toEqual({ type: 'capture', orderId: a.orderId });
+      if (a.scenario === 'capture_partial') {
+        expect(a.settlement).toMatchObject({ type: 'capture', orderId: a.orderId });
+        const amount = (a.settlement as { amount: number }).amount;
+        expect(amount).toBeGreaterThan(0);
+        expect(amount).toBeLessThan(order.amount);
+      }
+      if (a.scenario === 'cancel') expect(a.settlement).toEqual({ type: 'cancel_authorization', orderId: a.orderId });
+      if (a.scenario === 'expire') expect(a.settlement).toBeNull();
+    }
+    const small = buildWorkload({ orders: 20, duplicates: 0, seed: 1, tag: 'x', authorizations: true });
+    expect(small.authorizations.map((a) => a.scenario)).toEqual([...AUTHORIZATION_SCENARIOS]);
+  });
+
+  it('is a section of its own, after the Connect orders: the rest of the seed is as without it; each capture or cancel is sent after its order', () => {
+    expect(w.orders.slice(0, plain.orders.length)).toEqual(plain.orders);
+    expect(w.orders.slice(plain.orders.length)).toEqual(manual);
+    expect(w.refunds).toEqual(plain.refunds);
+    expect(w.duplicateCharges).toEqual(plain.duplicateCharges);
+    expect(plain.steps.filter((s) => s.kind !== 'bad')).toEqual(w.steps.slice(0, plain.steps.length - 3));
+    const sent = new Set<string>();
+    const settlements: string[] = [];
+    for (const step of w.steps) {
+      if (step.kind === 'orders') for (const r of step.requests) sent.add(r.orderId);
+      if (step.kind === 'authorization') {
+        expect(sent.has(step.request.orderId)).toBe(true);
+        settlements.push(step.request.orderId);
+      }
+    }
+    expect(settlements).toEqual(w.authorizations.filter((a) => a.settlement !== null).map((a) => a.orderId));
+    expect(plain.authorizations).toEqual([]);
+    expect(buildWorkload({ ...base, authorizations: true })).toEqual(w);
+  });
+});
+
 describe('parseCliArgs', () => {
   it('has the documented defaults', () => {
     const args = parseCliArgs([]);
@@ -216,6 +264,17 @@ describe('parseCliArgs', () => {
     expect(() => parseCliArgs(['--no-ui', '--ui-port', '1'])).toThrow(/--no-ui goes with neither/);
     expect(() => parseCliArgs(['--bogus'])).toThrow();
     expect(parseCliArgs(['-h'])).toBe('help');
+  });
+});
+
+describe("the demo's authorization validity", () => {
+  it('reaches the reconciler through the time-lapse settings (the fake is started with the same), and each capture is sent well inside it', () => {
+    const config = loadConfig({ DATABASE_URL: 'postgres://x@127.0.0.1/x', ...timeLapseEnvironment(DEMO_TIME_LAPSE) });
+    expect(config.reconcile.authorizationExpiry).toEqual({ validityMs: DEMO_TIME_LAPSE.authorizationValidityMs, lookMarginMs: DEMO_TIME_LAPSE.authorizationLookMarginMs });
+    // Without the settings: Stripe's 7 days and the 10-minute margin.
+    expect(loadConfig({ DATABASE_URL: 'postgres://x@127.0.0.1/x' }).reconcile.authorizationExpiry).toEqual({ validityMs: 7 * 24 * 3_600_000, lookMarginMs: 600_000 });
+    // A capture goes right behind its charge: the validity outlasts a charge's worst case (a timeout and its retry).
+    expect(DEMO_TIME_LAPSE.authorizationValidityMs!).toBeGreaterThan(leaseMsFor(DEMO_TIME_LAPSE));
   });
 });
 

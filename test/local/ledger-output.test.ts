@@ -43,7 +43,7 @@ describe('the ledger of a run', () => {
     const late: Ledger = { ...ledger, run: { ...ledger.run, outcome: 'timeout' } };
     expect(verdictLine(late)).toMatch(/^FAIL — not settled before the timeout/);
     const r = ledger.stripe.requests!;
-    expect((r.create ?? 0) + (r.retrieve ?? 0) + (r.search ?? 0) + (r.list ?? 0) + (r.refunds ?? 0)).toBe(r.total);
+    expect((r.create ?? 0) + (r.retrieve ?? 0) + (r.search ?? 0) + (r.list ?? 0) + (r.refunds ?? 0) + (r.capture ?? 0) + (r.cancel ?? 0)).toBe(r.total);
     expect(r.refunds).toBeGreaterThan(0);
   }, 120_000);
 });

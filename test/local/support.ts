@@ -20,6 +20,9 @@ export const TEST_TIME_LAPSE: TimeLapse = {
   processingSettleMs: 1_000,
   reconcileEveryMs: 1_000,
   retryBackoffScale: 0.05,
+  // Manual capture: an authorization nothing settles lapses (at the fake, and for the reconciler) after 10 s.
+  authorizationValidityMs: 10_000,
+  authorizationLookMarginMs: 1_000,
 };
 
 export interface ProfileRun extends WorkloadRun {
@@ -31,7 +34,7 @@ export interface ProfileRun extends WorkloadRun {
   readonly stripeRequests: readonly RequestRecord[];
   readonly workload: Workload;
   /** The charge operations. */
-  readonly operations: readonly { order_id: string; status: string; external_id: string | null; review_reason: string | null }[];
+  readonly operations: readonly { order_id: string; status: string; external_id: string | null; review_reason: string | null; capture_method: 'manual' | null }[];
   readonly sentOrderIds: readonly string[];
   readonly elapsedMs: number;
   /** Every finding recorded (Stripe's events and the watch after a re-issue). */
@@ -40,7 +43,7 @@ export interface ProfileRun extends WorkloadRun {
 
 export async function runProfile(
   faults: FaultProfileName,
-  options: { orders?: number; seed?: number; timeoutMs?: number; webhooks?: PipelineOptions['webhooks']; refunds?: number; duplicateCharges?: number; connect?: boolean } = {},
+  options: { orders?: number; seed?: number; timeoutMs?: number; webhooks?: PipelineOptions['webhooks']; refunds?: number; duplicateCharges?: number; connect?: boolean; authorizations?: boolean } = {},
 ): Promise<ProfileRun> {
   const started = Date.now();
   const pipeline = await startPipeline({
@@ -68,9 +71,11 @@ export async function runProfile(
       processing: false,
       // Charges on the fake's two connected accounts (local/connect-demo.ts), as `npm start` makes them.
       connect: options.connect ?? false,
+      // Manual-capture charges (local/authorization-demo.ts), as `npm start` makes them.
+      authorizations: options.authorizations ?? false,
     });
     const run = await runWorkload(pipeline, workload, { timeoutMs: options.timeoutMs ?? 80_000 });
-    const { rows } = await pipeline.db.query<ProfileRun['operations'][number]>(`SELECT order_id, status, external_id, review_reason FROM payment_operations WHERE kind = 'charge'`);
+    const { rows } = await pipeline.db.query<ProfileRun['operations'][number]>(`SELECT order_id, status, external_id, review_reason, capture_method FROM payment_operations WHERE kind = 'charge'`);
     const findings = await pipeline.db.query<ProfileRun['findings'][number]>('SELECT kind, payment_intent_id, source FROM stripe_event_findings ORDER BY id');
     return {
       ...run,
@@ -118,8 +123,10 @@ export function expectPromiseKept(run: ProfileRun): void {
     if (op.status === 'succeeded' || op.status === 'failed') continue;
     expect(op.review_reason, `${op.order_id} is ${op.status} without a review reason`).toMatch(/\S/);
   }
-  // succeeded ⇔ a succeeded PaymentIntent at Stripe, and it is the one the operation names.
+  // succeeded ⇔ a succeeded PaymentIntent at Stripe, and it is the one the operation names (an
+  // authorization's may be held or released: expectAuthorizationsKept judges those).
   for (const op of run.operations) {
+    if (op.capture_method === 'manual') continue;
     const charged = succeededByOrder.get(op.order_id) ?? [];
     if (op.status === 'succeeded') expect(charged).toEqual([op.external_id]);
     if (op.status === 'failed') expect(charged).toEqual([]);
@@ -140,6 +147,39 @@ export function expectPromiseKept(run: ProfileRun): void {
  * its account with the fee asked; the ledger's per-account counts agree, and no event of the
  * accounts was refused.
  */
+export function expectAuthorizationsKept(run: ProfileRun): void {
+  const ledger = run.ledger.authorizations;
+  expect(ledger).not.toBeNull();
+  const planned = new Map(run.workload.authorizations.map((a) => [a.orderId, a]));
+  expect(ledger!.rows.map((r) => r.orderId).sort()).toEqual([...planned.keys()].sort());
+  expect(ledger!.disagreements).toBe(0);
+  for (const row of ledger!.rows) {
+    const plan = planned.get(row.orderId)!;
+    if (row.charge.status !== 'succeeded') continue; // declined: nothing held (its capture or cancel was refused)
+    const pi = row.atStripe!;
+    expect(pi.amount, row.orderId).toBe(row.charge.authorized);
+    if (plan.scenario === 'capture_full' || plan.scenario === 'capture_partial') {
+      const asked = plan.settlement?.type === 'capture' && plan.settlement.amount !== undefined ? plan.settlement.amount : row.charge.authorized;
+      expect([row.settlement, pi.status, pi.amountReceived], row.orderId).toEqual([{ kind: 'capture', status: 'succeeded', amount: asked, cancellationReason: null }, 'succeeded', asked]);
+      if (plan.scenario === 'capture_partial') expect(asked).toBeLessThan(row.charge.authorized);
+    } else {
+      const expired = plan.scenario === 'expire';
+      expect([row.settlement, pi.status, pi.cancellationReason, pi.amountReceived], row.orderId).toEqual([
+        { kind: 'cancel_authorization', status: 'succeeded', amount: row.charge.authorized, cancellationReason: expired ? 'expired' : null },
+        'canceled',
+        expired ? 'automatic' : null,
+        0,
+      ]);
+    }
+  }
+  // Announced as authorizations, never as charges: Charge Authorized, then Charge Captured / Authorization Canceled / Expired.
+  const byType = run.ledger.events.byType;
+  const authorized = ledger!.rows.filter((r) => r.charge.status === 'succeeded').length;
+  expect(byType['Charge Authorized']).toBe(authorized);
+  expect((byType['Charge Captured'] ?? 0) + (byType['Authorization Canceled'] ?? 0) + (byType['Authorization Expired'] ?? 0)).toBe(authorized);
+  expect(byType['Authorization Expired'] ?? 0).toBe(ledger!.expired);
+}
+
 export function expectConnectKept(run: ProfileRun): void {
   const connectOrders = run.workload.orders.filter((o) => o.account !== undefined || o.transferDestination !== undefined);
   expect(connectOrders.length, 'the workload has Connect orders').toBeGreaterThan(0);

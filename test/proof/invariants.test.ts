@@ -2,6 +2,7 @@
 // must be reported, with its operation; the healthy states around it must pass. A checker that cannot
 // fail proves nothing about the soak or the model that rely on it.
 import { randomUUID } from 'node:crypto';
+import { checkExpiredAuthorizations } from '../../lambdas/payments/authorization-expiry.ts';
 import { reissueInReview } from '../../lambdas/payments/review.ts';
 import { watchTimings } from '../../lambdas/payments/decisions.ts';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -18,7 +19,10 @@ import { ageRows } from '../lifecycle/support.ts';
 
 let db: TestDatabase;
 let stripe: StripeHarness;
-useWorld('invariants', (w) => ({ db, stripe } = w));
+// The fake's clock, on which authorizations expire: moved forward by a test, never slept on.
+let clock = Date.now();
+const DAY_MS = 24 * 3_600_000;
+useWorld('invariants', (w) => ({ db, stripe } = w), { fake: { now: () => clock } });
 
 const engine = () => testEngine({ db, stripe }, { actor: 'checker-test' });
 /** This file's orders: `inv-…` (a test makes a stranger's order id from it), 1500 (what fakeSucceededPi forges). */
@@ -49,6 +53,48 @@ async function healthyWorld() {
     paid,
     check: (overrides: Partial<CheckInvariantsInput> = {}) =>
       checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), orderIds: orders, sentOrderIds: orders, ...overrides }),
+  };
+}
+
+/**
+ * Manual capture by the real engine: authorizations captured in full, in part (600 of 1500), canceled,
+ * one Stripe let expire (the fake's clock moved past its 7 days; the expiry check, told no validity
+ * is left, recorded it), and one still held (made after that).
+ */
+async function authorizationWorld() {
+  const e = engine();
+  const inputs = { full: order({ captureMethod: 'manual' }), partial: order({ captureMethod: 'manual' }), canceled: order({ captureMethod: 'manual' }), expired: order({ captureMethod: 'manual' }) };
+  const charged = await e.processRequests(Object.values(inputs));
+  expect(charged.map((r) => r?.execution?.status)).toEqual(['succeeded', 'succeeded', 'succeeded', 'succeeded']);
+  const settle = async (input: Parameters<ReturnType<typeof engine>['processAuthorization']>[0]) => {
+    const result = await e.processAuthorization(input);
+    expect(result.execution?.status).toBe('succeeded');
+    return result.operationId!;
+  };
+  const captureFull = await settle({ kind: 'capture', orderId: inputs.full.orderId });
+  const capturePartial = await settle({ kind: 'capture', orderId: inputs.partial.orderId, amount: 600 });
+  const cancel = await settle({ kind: 'cancel_authorization', orderId: inputs.canceled.orderId });
+  clock += 8 * DAY_MS;
+  const run = await checkExpiredAuthorizations({ db: db.pool, gateway: stripe.gateway, validityMs: 0, lookMarginMs: 0 });
+  expect(run.expired).toBe(1);
+  const { rows } = await db.pool.query<{ id: string }>(
+    `SELECT s.id::text FROM payment_operations s JOIN payment_operations c ON c.id = s.parent_operation_id WHERE c.order_id = $1 AND s.cancellation_reason = 'expired'`,
+    [inputs.expired.orderId],
+  );
+  const held = order({ captureMethod: 'manual' });
+  const [heldResult] = await e.processRequests([held]);
+  const orders = [...Object.values(inputs), held].map((o) => o.orderId);
+  const chargeOf = (i: number) => (i < 4 ? charged[i]! : heldResult!).operationId;
+  const piOf = (orderId: string) => stripe.fake.paymentIntents().find((pi) => pi.metadata.order_id === orderId)!;
+  return {
+    inputs: { ...inputs, held },
+    orders,
+    ops: { full: chargeOf(0), partial: chargeOf(1), canceled: chargeOf(2), expired: chargeOf(3), held: chargeOf(4), captureFull, capturePartial, cancel, expiry: rows[0]!.id },
+    piOf,
+    /** The fake's record with one PaymentIntent replaced by `forged` (what Stripe would hold had it done otherwise). */
+    forge: (orderId: string, forged: Partial<PaymentIntentRecord>) => stripe.fake.paymentIntents().map((pi) => (pi.metadata.order_id === orderId ? { ...pi, ...forged } : pi)),
+    check: (overrides: Partial<CheckInvariantsInput> = {}) =>
+      checkInvariants({ db: db.pool, paymentIntents: stripe.fake.paymentIntents(), orderIds: orders, sentOrderIds: orders, requireQuiescent: true, ...overrides }),
   };
 }
 
@@ -87,6 +133,20 @@ describe('checkInvariants on healthy states', () => {
     });
     expect(report.paymentIntents.byStatus).toEqual({ succeeded: 1, requires_payment_method: 1 });
     expect(formatReport(report)).toContain('invariants: OK');
+  });
+
+  it('authorizations captured in full, in part, canceled, expired and still held: no violation, no warning, each PaymentIntent as recorded', async () => {
+    const w = await authorizationWorld();
+    // Refunds given: the net amount is judged too (what each capture took).
+    const report = await w.check({ refunds: stripe.fake.refunds() });
+    expect(report.violations).toEqual([]);
+    expect(report.warnings).toEqual([]);
+    expect([w.inputs.full, w.inputs.partial, w.inputs.canceled, w.inputs.expired, w.inputs.held].map((o) => {
+      const pi = w.piOf(o.orderId);
+      return [pi.status, pi.amount_received, pi.cancellation_reason ?? null];
+    })).toEqual([['succeeded', 1500, null], ['succeeded', 600, null], ['canceled', 0, null], ['canceled', 0, 'automatic'], ['requires_capture', 0, null]]);
+    // What Stripe kept: what each capture took, nothing of a released or held one.
+    expect(w.orders.map((o) => report.expectedNet.get(o))).toEqual([1500, 600, 0, 0, 0]);
   });
 
   it('an open operation is fine while running, `unsettled` when quiescence is required', async () => {
@@ -585,6 +645,59 @@ describe('checkInvariants detects every kind of broken promise', () => {
     expectViolations(await w.check({ orderIds: [orderId], sentOrderIds: [] }), [
       { kind: 'audit_mismatch', operationId: silent.rows[0]!.id, orderId, detail: /^0 'requested' events \(want 1\); row is failed but the last recorded transition is to nothing$/ },
       { kind: 'outbox_mismatch', operationId: silent.rows[0]!.id, orderId, detail: /^want one 'Charge Failed', found \[\]$/ },
+    ]);
+  });
+
+  it('captured_over_authorized: Stripe received more than the charge authorized', async () => {
+    const w = await authorizationWorld();
+    const pi = w.piOf(w.inputs.full.orderId);
+    expectViolations(await w.check({ paymentIntents: w.forge(w.inputs.full.orderId, { amount_received: 1600 }) }), [
+      { kind: 'captured_over_authorized', operationId: w.ops.full, orderId: w.inputs.full.orderId, detail: new RegExp(`^PaymentIntent ${pi.id} received 1600, the charge authorized 1500$`) },
+      // …and the capture recorded is not what Stripe holds.
+      { kind: 'capture_mismatch', operationId: w.ops.captureFull, orderId: w.inputs.full.orderId, detail: /recorded 1500 captured, Stripe received 1600/ },
+    ]);
+  });
+
+  it('captured_after_release: money taken at Stripe of an authorization recorded canceled, or expired', async () => {
+    const w = await authorizationWorld();
+    const captured = { status: 'succeeded', amount_received: 1500, cancellation_reason: null } as const;
+    expectViolations(await w.check({ paymentIntents: w.forge(w.inputs.canceled.orderId, captured) }), [
+      { kind: 'captured_after_release', operationId: w.ops.cancel, orderId: w.inputs.canceled.orderId, detail: /is captured \(1500\) though the authorization is recorded canceled/ },
+    ]);
+    expectViolations(await w.check({ paymentIntents: w.forge(w.inputs.expired.orderId, captured) }), [
+      { kind: 'captured_after_release', operationId: w.ops.expiry, orderId: w.inputs.expired.orderId, detail: /is captured \(1500\) though the authorization is recorded expired/ },
+    ]);
+  });
+
+  it('capture_mismatch: a capture recorded that Stripe did not make, a release recorded of one still held, a capture at Stripe nobody recorded', async () => {
+    const w = await authorizationWorld();
+    const held = { status: 'requires_capture', amount_received: 0, cancellation_reason: null } as const;
+    expectViolations(await w.check({ paymentIntents: w.forge(w.inputs.partial.orderId, held) }), [
+      { kind: 'capture_mismatch', operationId: w.ops.capturePartial, orderId: w.inputs.partial.orderId, detail: /recorded 600 captured, PaymentIntent pi_\w+ is requires_capture$/ },
+    ]);
+    expectViolations(await w.check({ paymentIntents: w.forge(w.inputs.canceled.orderId, held) }), [
+      { kind: 'capture_mismatch', operationId: w.ops.cancel, orderId: w.inputs.canceled.orderId, detail: /recorded canceled .*is requires_capture$/ },
+    ]);
+    const elsewhere = w.forge(w.inputs.held.orderId, { status: 'succeeded', amount_received: 1500 });
+    // Judged once quiescent: a capture still on its way may have been made before its answer is recorded.
+    expectViolations(await w.check({ paymentIntents: elsewhere, requireQuiescent: false }), []);
+    expectViolations(await w.check({ paymentIntents: elsewhere }), [
+      { kind: 'capture_mismatch', operationId: w.ops.held, orderId: w.inputs.held.orderId, detail: /is captured \(1500\) and no succeeded capture operation records it$/ },
+    ]);
+  });
+
+  it('authorization_announced_as_charge: a charge that only authorized, announced as Charge Succeeded', async () => {
+    const w = await authorizationWorld();
+    const { rows } = await db.pool.query<{ payload: Record<string, unknown> }>(`SELECT payload FROM outcome_events WHERE operation_id = $1`, [w.ops.held]);
+    expect(rows).toHaveLength(1);
+    const eventId = randomUUID();
+    await db.pool.query(`INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1, $2, 'Charge Succeeded', $3)`, [
+      eventId,
+      w.ops.held,
+      JSON.stringify({ ...rows[0]!.payload, eventId, sequence: 2 }),
+    ]);
+    expectViolations(await w.check(), [
+      { kind: 'authorization_announced_as_charge', operationId: w.ops.held, orderId: w.inputs.held.orderId, detail: new RegExp(`^'Charge Succeeded' ${eventId} announces a charge that only authorized`) },
     ]);
   });
 });

@@ -3,6 +3,7 @@
 // closed after it; the fake's ledger is reset before each test unless the file keeps it on purpose.
 import { afterAll, beforeAll, beforeEach } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './db.ts';
+import type { FakeStripeOptions } from '../../local/fake-stripe/types.ts';
 import { startStripe, type StripeHarness } from './stripe.ts';
 
 export interface World {
@@ -14,12 +15,16 @@ export interface World {
  * Registers the file's hooks. `started` gets the world once it runs (in beforeAll): the file keeps
  * its own `db` / `stripe` (or `h`) variables, so its tests read as before.
  */
-export function useWorld(label: string, started: (world: World) => void, options: { readonly resetFakeBeforeEach?: boolean } = {}): void {
+export function useWorld(
+  label: string,
+  started: (world: World) => void,
+  options: { readonly resetFakeBeforeEach?: boolean; /** The fake's options (e.g. its `now`, on which authorizations expire). */ readonly fake?: FakeStripeOptions } = {},
+): void {
   let db: TestDatabase | undefined;
   let stripe: StripeHarness | undefined;
   beforeAll(async () => {
     db = await createTestDatabase(label);
-    stripe = await startStripe();
+    stripe = await startStripe(options.fake ?? {});
     started({ db, stripe });
   });
   afterAll(async () => {
