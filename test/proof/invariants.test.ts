@@ -691,7 +691,7 @@ describe('checkInvariants detects every kind of broken promise', () => {
     const { rows } = await db.pool.query<{ payload: Record<string, unknown> }>(`SELECT payload FROM outcome_events WHERE operation_id = $1`, [w.ops.held]);
     expect(rows).toHaveLength(1);
     const eventId = randomUUID();
-    await db.pool.query(`INSERT INTO outcome_events (event_id, operation_id, event_type, payload) VALUES ($1, $2, 'Charge Succeeded', $3)`, [
+    await db.pool.query(`INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload) VALUES ($1, $2, 'Charge Succeeded', $3)`, [
       eventId,
       w.ops.held,
       JSON.stringify({ ...rows[0]!.payload, eventId, sequence: 2 }),
