@@ -426,6 +426,23 @@ describe('late commits after automatic re-issues', () => {
     expect(result.report.warnings).toEqual([expect.objectContaining({ kind: 'late_charge_found' })]);
   });
 
+  it('every create committed late, re-issues spent: the operation waits for a human, each charge named for them, none a problem', { timeout: 120_000 }, async () => {
+    // Found by a random seed: the last generation's create, committed after absence was proven with no
+    // re-issue left, is found while the operation is in review — a finding for the person, not a contradiction of the ledger.
+    const result = await playRun(world, {
+      orders: [{ paymentMethod: 'pm_card_visa', amount: 1 }],
+      commands: [
+        { t: 'fault', order: 0, kind: 'error_500_late_commit', times: 3, endpoint: 'create' },
+        { t: 'deliver', orders: [0] },
+      ],
+      healSettle: 'succeeded',
+      events: true,
+    });
+    expect(result.problems).toEqual([]);
+    expect(result.report.violations).toEqual([]);
+    expect(result.report.warnings.map((w) => w.kind)).toContain('charge_awaiting_review');
+  });
+
   it('the same with Stripe events: the late charge\'s event finds it first (a contradiction for a person), and the watch adds no second finding', { timeout: 120_000 }, async () => {
     // Found by a random seed: the checker took only the watch's finding for "a person is told".
     const result = await playRun(world, lateAfterReissue(true, true));
