@@ -344,9 +344,12 @@ const OPERATIONS_SQL = `
          coalesce(a.review_entries_before_cutoff, 0) AS review_entries_before_cutoff,
          coalesce(a.auto_reissues_before_cutoff, 0) AS auto_reissues_before_cutoff,
          s.key_generation, coalesce(a.auto_reissues, 0) AS auto_reissues,
-         -- A re-issue is written under the NEW generation: generation g was left at the re-issue to g + 1.
+         -- A re-issue is written under the NEW generation: generation g was left at the re-issue to g + 1 —
+         -- as far as anyone could know, at the List proof it rested on (detail.provenAt, the claim before
+         -- that List): a PaymentIntent Stripe created after it, even before the re-issue was written, is one
+         -- no proof could see. An operator's re-issue carries no proof: its moment is when it was written.
          (SELECT jsonb_object_agg(x.g, x.at) FROM (
-            SELECT (r.key_generation - 1)::text AS g, min(r.occurred_at) AS at FROM payment_operation_events r
+            SELECT (r.key_generation - 1)::text AS g, min(coalesce((r.detail->>'provenAt')::timestamptz, r.occurred_at)) AS at FROM payment_operation_events r
              WHERE r.operation_id = s.id AND r.action IN ('auto_reissued', 'operator_reissued') GROUP BY r.key_generation) x) AS reissued_from,
          (SELECT array_agg(f.payment_intent_id ORDER BY f.id) FROM stripe_event_findings f
            WHERE f.operation_id = s.id AND f.kind = 'refunded_twice') AS refunded_twice,
@@ -485,8 +488,8 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
   // ── No unsafe re-issue ───────────────────────────────────────────────────────────────────────
   // A PaymentIntent of a generation the operation left, that existed when it was left: the re-issue
   // rested on a proof of absence that was wrong. One Stripe created only AFTER the re-issue (created
-  // later than the re-issue's moment) is a late commit under the retired key, which no proof could
-  // see: not this violation — its money is judged like any extra charge (double_charge / net_amount
+  // later than the List proof it rested on, or than its write where it names none) is a late commit
+  // under the retired key, which no proof could see: not this violation — its money is judged like any extra charge (double_charge / net_amount
   // above and below: the watch after the re-issue must have handed it to the remedy).
   const lateCommits: PaymentIntentRecord[] = [];
   for (const pi of paymentIntents) {

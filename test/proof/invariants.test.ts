@@ -398,6 +398,27 @@ describe('checkInvariants detects every kind of broken promise', () => {
     expect((await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), before] })).violations.map((v) => v.kind)).toEqual(['unsafe_reissue']);
   });
 
+  it('a re-issue that names the List proof it rested on was left at that proof: Stripe created after it, even before the re-issue was written, is a late commit', async () => {
+    const w = await healthyWorld();
+    const [op] = (await db.pool.query('SELECT * FROM payment_operations WHERE id = $1', [w.reviewId])).rows;
+    // The engine's automatic re-issue records the claim before its List as provenAt; here a re-issue
+    // written ten seconds after such a proof.
+    const provenAt = Date.now() - 10_000;
+    await reissueInReview(db.pool, {
+      fence: { operationId: w.reviewId, status: op.status, reviewReason: op.review_reason, keyGeneration: 0 },
+      actor: 'operator:test',
+      detail: { provenAt: new Date(provenAt).toISOString() },
+      watch: watchTimings(),
+    });
+    const between = fakeSucceededPi({ status: 'processing', createdAtMs: provenAt + 5_000, metadata: { operation_id: w.reviewId, order_id: w.orders[3]!, key_generation: '0' } });
+    const report = await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), between] });
+    expect(report.violations).toEqual([]);
+    expect(report.lateCommitIds).toEqual([between.id]);
+    // One that existed before the proof: the proof should have seen it.
+    const before = { ...between, createdAtMs: provenAt - 1 };
+    expect((await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), before] })).violations.map((v) => v.kind)).toEqual(['unsafe_reissue']);
+  });
+
   it('lost_order: sent, but nowhere', async () => {
     const w = await healthyWorld();
     const lost = `inv-lost-${randomUUID()}`;
