@@ -91,7 +91,9 @@ async function interruptMidTransaction(interrupt: 'pg_terminate_backend' | 'pg_c
     const applying = applier.applySafely(row!);
     const waiting = await waitFor('the applier to wait on the row lock', async () => {
       const { rows } = await observer.query<{ pid: number; query: string }>(
-        `SELECT pid, query FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock' AND state = 'active'`,
+        // A row lock (the blocker's): a loaded server also makes a statement wait a moment on a
+        // relation-extension lock, which is 'Lock' too and passes by itself (seen: the finding's INSERT).
+        `SELECT pid, query FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple') AND state = 'active'`,
         [APP],
       );
       return rows[0];
