@@ -165,6 +165,15 @@ export class Ledger {
     return entry;
   }
 
+  /**
+   * One authorization's hold `ms` nearer its end (a test that lets days pass for one order only):
+   * Stripe cancels it (`automatic`) once its time is up, when the fake next looks.
+   */
+  ageAuthorization(id: string, ms: number): void {
+    const entry = this.#entry(id);
+    if (entry.expiresAtMs !== null) entry.expiresAtMs -= ms;
+  }
+
   /** Every PaymentIntent `ms` older (tests that move time forward). */
   age(ms: number): void {
     for (const entry of this.#byId.values()) {
