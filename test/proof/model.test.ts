@@ -655,6 +655,33 @@ async function findsCounterexample(broken: ModelWorld, runs: number): Promise<st
 }
 
 describe('the model catches broken engines', () => {
+  // Manual capture: a gateway that captures what was not asked — all of the authorization for a
+  // partial capture, or a capture where a cancel was asked (money taken after the cancel) — is caught
+  // by the authorization oracle's judgement of the PaymentIntent (fixed runs: one order, one request).
+  const manualRun = (commands: Command[]): ModelRun => ({ orders: [{ paymentMethod: 'pm_card_visa', amount: 3000, capture: 'manual' }], commands, healSettle: 'succeeded', events: false });
+  const withAuthorizations = (wrap: (real: PaymentGateway) => Pick<PaymentGateway, 'capturePaymentIntent' | 'cancelPaymentIntent'>): ModelWorld => {
+    const wrapped = (real: PaymentGateway): PaymentGateway => ({
+      createPaymentIntent: (r) => real.createPaymentIntent(r),
+      retrievePaymentIntent: (id, scope) => real.retrievePaymentIntent(id, scope),
+      searchPaymentIntents: (r) => real.searchPaymentIntents(r),
+      listPaymentIntents: (r) => real.listPaymentIntents(r),
+      ...refundsOf(real),
+      ...wrap(real),
+    });
+    return { ...world, gateway: wrapped(world.gateway), patientGateway: wrapped(world.patientGateway) };
+  };
+  it('a capture of the whole authorization when a part was asked → captured more than the capture (oracle)', { timeout: 60_000 }, async () => {
+    const broken = withAuthorizations((real) => ({ capturePaymentIntent: ({ amount: _asked, ...r }) => real.capturePaymentIntent(r), cancelPaymentIntent: (r) => real.cancelPaymentIntent(r) }));
+    const result = await playRun(broken, manualRun([{ t: 'deliver', orders: [0] }, { t: 'capture', order: 0, size: 'partial', crash: null }]));
+    // (The engine's own reading puts the capture in review: Stripe holds more than it asked.)
+    expect(result.problems).toEqual([expect.stringMatching(/captured 3000, more than capture \S+ asked \(1000, unknown\)/)]);
+  });
+  it('a cancel sent as a capture → money captured after a cancel (oracle)', { timeout: 60_000 }, async () => {
+    const broken = withAuthorizations((real) => ({ capturePaymentIntent: (r) => real.capturePaymentIntent(r), cancelPaymentIntent: (r) => real.capturePaymentIntent(r) }));
+    const result = await playRun(broken, manualRun([{ t: 'deliver', orders: [0] }, { t: 'cancel_authorization', order: 0, crash: null }]));
+    expect(result.problems).toEqual([expect.stringMatching(/captured 3000 after cancel \S+ \(/)]);
+  });
+
   it('a ledger that never marks the refund Stripe failed after success (its fact written, the refund still counted) → the oracle and the checker disagree with it', { timeout: 120_000 }, async () => {
     // The broken product: the fact's insert trigger (migrations/009) off, as a writer around it would be.
     // The test database's owner may; the trigger is on again before anything else runs.

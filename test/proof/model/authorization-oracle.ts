@@ -86,7 +86,8 @@ export function predictManualRefund(charge: AuthorizedChargeState, settlement: S
  * After heal, one order's authorization against Stripe's PaymentIntent:
  * - at most one settlement (one capture, or one cancel / expiry) per authorization;
  * - a charge captured at once has none;
- * - captured ≤ authorized (amount_received ≤ amount), and nothing captured after a cancel or an expiry;
+ * - captured ≤ authorized (amount_received ≤ amount), never more than the capture asked, and nothing
+ *   captured after a cancel or an expiry — whatever the settlement's state, a review included;
  * - the operations agree with the PaymentIntent: no settlement → still requires_capture (an expiry
  *   Stripe made is recorded by the expiry check, which heal runs); a capture that succeeded → succeeded
  *   with amount_received its amount; a failed capture → nothing received; a cancel → canceled, an
@@ -129,6 +130,10 @@ export function judgeAuthorization(input: {
   if (pi.amount !== charge.amount) say(`PaymentIntent ${pi.id} authorized ${pi.amount}, the charge asked ${charge.amount}`);
   if (received > pi.amount) say(`captured ${received} above the authorized ${pi.amount}`);
   const s = settlements[0];
+  // Whatever the settlement's state (final or in review): in the model nobody else captures, so
+  // nothing is captured beyond what a capture asked, and nothing at all once a cancel was asked.
+  if (s?.kind === 'capture' && received > s.amount) say(`captured ${received}, more than capture ${s.id} asked (${s.amount}, ${s.status})`);
+  if (s?.kind === 'cancel_authorization' && received > 0) say(`captured ${received} after cancel ${s.id} (${s.status}${s.cancellationReason ? `, ${s.cancellationReason}` : ''})`);
   if (s === undefined) {
     if (pi.status !== 'requires_capture') say(`no capture or cancel recorded, but PaymentIntent ${pi.id} is ${pi.status}${pi.cancellation_reason ? ` (${pi.cancellation_reason})` : ''}`);
   } else if (s.kind === 'capture' && s.status === 'succeeded') {
