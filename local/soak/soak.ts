@@ -605,8 +605,16 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   };
   /** Every aged hold's expiry recorded (a cancel_authorization operation of its charge, final). */
   const expiriesRecorded = async (): Promise<boolean> => {
-    // A hold still to age (its charge authorized, not yet aged) is work left too.
-    if (fake.paymentIntents().some((pi) => pi.status === 'requires_capture' && toExpire.has(pi.metadata?.order_id ?? ''))) return false;
+    // A hold still to age (its charge operation authorized, not yet aged) is work left too; one whose
+    // charge operation waits for a person (in review) is not aged, and waits with it.
+    const toAge = fake.paymentIntents().filter((pi) => pi.status === 'requires_capture' && toExpire.has(pi.metadata?.order_id ?? '') && !aged.has(pi.metadata?.order_id ?? ''));
+    if (toAge.length > 0) {
+      const { rows: [waiting] } = await pipeline.db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM payment_operations WHERE kind = 'charge' AND capture_method = 'manual' AND status = 'succeeded' AND external_id = ANY($1::text[])`,
+        [toAge.map((pi) => pi.id)],
+      );
+      if ((waiting?.n ?? 1) > 0) return false;
+    }
     if (aged.size === 0) return true;
     const { rows } = await pipeline.db.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM payment_operations c
