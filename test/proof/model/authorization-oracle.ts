@@ -88,7 +88,7 @@ export function predictManualRefund(charge: AuthorizedChargeState, settlement: S
  * - a charge captured at once has none;
  * - captured ≤ authorized (amount_received ≤ amount), never more than the capture asked, and nothing
  *   captured after a cancel or an expiry — whatever the settlement's state, a review included;
- * - the operations agree with the PaymentIntent: no settlement → still requires_capture (an expiry
+ * - the operations agree with the PaymentIntent (a cancel asked may find the hold lapsed first): no settlement → still requires_capture (an expiry
  *   Stripe made is recorded by the expiry check, which heal runs); a capture that succeeded → succeeded
  *   with amount_received its amount; a failed capture → nothing received; a cancel → canceled, an
  *   expiry → canceled `automatic`;
@@ -143,8 +143,10 @@ export function judgeAuthorization(input: {
     if (received !== 0 || pi.status === 'succeeded') say(`capture ${s.id} failed, but PaymentIntent ${pi.id} is ${pi.status} with ${received} received`);
   } else if (s.kind === 'cancel_authorization' && s.status === 'succeeded') {
     if (pi.status !== 'canceled' || received !== 0) say(`cancel ${s.id} succeeded, PaymentIntent ${pi.id} is ${pi.status} with ${received} received (captured after a cancel or an expiry)`);
+    // An expiry recorded is one Stripe made (automatic). A cancel asked may find the hold already
+    // lapsed (canceled automatic): the release it asked for is what Stripe holds, so it may succeed.
     const automatic = pi.cancellation_reason === 'automatic';
-    if ((s.cancellationReason === 'expired') !== automatic) say(`cancel ${s.id} recorded ${s.cancellationReason ?? 'as asked'}, Stripe canceled it ${pi.cancellation_reason ?? 'without a reason'}`);
+    if (s.cancellationReason === 'expired' && !automatic) say(`cancel ${s.id} recorded ${s.cancellationReason ?? 'as asked'}, Stripe canceled it ${pi.cancellation_reason ?? 'without a reason'}`);
   } else if (s.kind === 'cancel_authorization' && s.status === 'failed') {
     if (pi.status === 'canceled') say(`cancel ${s.id} failed, but PaymentIntent ${pi.id} is canceled`);
   }
