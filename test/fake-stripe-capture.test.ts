@@ -66,6 +66,18 @@ describe('manual capture at the fake Stripe, through stripe-node', () => {
     expect(fake.stats().requests.capture).toBe(1);
   });
 
+  test('a manual-capture PaymentIntent that was processing settles to requires_capture (authorized, nothing received), not succeeded; a capture then takes it', async (ctx) => {
+    const { expect } = ctx;
+    const fake = await fakeFor(ctx);
+    const stripe = sdk(fake);
+    const pi = await stripe.paymentIntents.create(authorize('op-proc', { payment_method: 'pm_fake_processing' }), { idempotencyKey: 'k-proc' });
+    expect(pi).toMatchObject({ status: 'processing', amount_received: 0 });
+    fake.settle(pi.id, 'succeeded');
+    expect(await stripe.paymentIntents.retrieve(pi.id)).toMatchObject({ status: 'requires_capture', amount_capturable: 2000, amount_received: 0 });
+    expect(fake.paymentIntents({ operationId: 'op-proc' })[0]!.authorizationExpiresAtMs).not.toBeNull();
+    expect(await stripe.paymentIntents.capture(pi.id, { amount_to_capture: 500 }, { idempotencyKey: 'k-proc-c' })).toMatchObject({ status: 'succeeded', amount_received: 500 });
+  });
+
   test('a partial capture releases the rest; capturing again, capturing more than authorized, capturing what is not requires_capture: payment_intent_unexpected_state / amount_too_large', async (ctx) => {
     const { expect } = ctx;
     const fake = await fakeFor(ctx);

@@ -101,7 +101,8 @@ export class Ledger {
       transfer_data: params.transferData,
     };
     this.#seq += 1;
-    const expiresAtMs = status === 'requires_capture' ? authorizationExpiresAtMs : null;
+    // Counted from the creation (a processing one that settles authorized keeps it: settle()).
+    const expiresAtMs = status === 'requires_capture' || (status === 'processing' && params.captureMethod === 'manual') ? authorizationExpiresAtMs : null;
     this.#byId.set(id, { pi, history: [{ atMs: nowMs, pi }], seq: this.#seq, createdAtMs: nowMs, idempotencyKey, requestId, account, expiresAtMs });
     return pi;
   }
@@ -165,6 +166,15 @@ export class Ledger {
     return entry;
   }
 
+  /**
+   * One authorization's hold `ms` nearer its end (a test that lets days pass for one order only):
+   * Stripe cancels it (`automatic`) once its time is up, when the fake next looks.
+   */
+  ageAuthorization(id: string, ms: number): void {
+    const entry = this.#entry(id);
+    if (entry.expiresAtMs !== null) entry.expiresAtMs -= ms;
+  }
+
   /** Every PaymentIntent `ms` older (tests that move time forward). */
   age(ms: number): void {
     for (const entry of this.#byId.values()) {
@@ -194,11 +204,15 @@ export class Ledger {
       status === 'requires_payment_method'
         ? { type: 'card_error', code: 'card_declined', decline_code: 'generic_decline', message: 'Your card was declined.' }
         : null;
+    // A manual-capture PaymentIntent that settles well is authorized, not captured: "requires_capture"
+    // ("If capture_method is manual … the PaymentIntent transitions to requires_capture", the
+    // `status` of docs.stripe.com/api/payment_intents/object; money is received only by a capture).
+    const authorized = status === 'succeeded' && entry.pi.capture_method === 'manual';
     entry.pi = {
       ...entry.pi,
-      status,
+      status: authorized ? 'requires_capture' : status,
       last_payment_error: lastPaymentError,
-      ...(status === 'succeeded' ? { amount_received: entry.pi.amount } : {}),
+      ...(authorized ? { amount_capturable: entry.pi.amount, amount_received: 0 } : status === 'succeeded' ? { amount_received: entry.pi.amount } : {}),
       ...(status === 'canceled' ? { canceled_at: Math.floor(Date.now() / 1000), amount_capturable: 0 } : {}),
     };
     if (status !== 'succeeded' || entry.pi.capture_method !== 'manual') entry.expiresAtMs = null;

@@ -351,6 +351,11 @@ class FakeStripeServer implements FakeStripe {
     this.#ledger.settle(paymentIntentId, status);
   }
 
+  /** One requires_capture PaymentIntent's expiry `ms` earlier (its authorization lapses sooner); applied at the next look. */
+  ageAuthorization(paymentIntentId: string, ms: number): void {
+    this.#ledger.ageAuthorization(paymentIntentId, nonNegative('ms', ms));
+  }
+
   ageRecords(ms: number): void {
     this.#ledger.age(nonNegative('ms', ms));
   }

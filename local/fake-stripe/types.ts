@@ -382,6 +382,8 @@ export interface FakeStripe {
   /** Forget cached keys (stands for Stripe pruning keys after > 24 h). Keys still in flight stay. Returns how many. */
   pruneKeys(filter?: { readonly olderThanMs?: number; readonly idempotencyKey?: string }): number;
   settle(paymentIntentId: string, status: SettleStatus): void;
+  /** One requires_capture PaymentIntent's authorization `ms` nearer its end (Stripe cancels it, `automatic`, once lapsed). */
+  ageAuthorization(paymentIntentId: string, ms: number): void;
   /**
    * Make every PaymentIntent `ms` older (`created` and the bookkeeping time): a test that moves time
    * forward for the product's records must move Stripe's with them, or a List by `created` would

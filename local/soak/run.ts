@@ -1,5 +1,5 @@
 // npm run -s soak -- --orders 10000 [--seed N] [--json] [--pollers 4] [--kill-rate 0.12] [--random-kill-rate 0.03]
-//                  [--pg-restarts 2] [--pg-crashes 2] [--duplicates 0.3] [--refunds 0.2] [--duplicate-charges 0.03] [--faults chaos|flaky|none]
+//                  [--pg-restarts 2] [--pg-crashes 2] [--duplicates 0.3] [--refunds 0.2] [--authorizations 0.1] [--duplicate-charges 0.03] [--faults chaos|flaky|none]
 //                  [--no-prune] [--no-webhooks] [--async-commit] [--quiescence-timeout-s 180] [--lambdas-dir DIR]
 //                  [--batch-size 10] [--visibility-s 8] [--no-await-outbox] [--time-lapse soak|demo|fast]
 // Exit code: 0 when every invariant holds and the pipeline settled; 1 otherwise; 2 on bad arguments.
@@ -33,6 +33,7 @@ const { values } = parseArgs({
     'pg-crashes': { type: 'string' },
     duplicates: { type: 'string' },
     refunds: { type: 'string' },
+    authorizations: { type: 'string' },
     'duplicate-charges': { type: 'string' },
     faults: { type: 'string' },
     'no-prune': { type: 'boolean', default: false },
@@ -64,6 +65,8 @@ if (values.help) {
   --pg-crashes N           PostgreSQL crashes: postmaster / backend SIGKILL, alternating (default ${DEFAULT_SOAK.pgCrashes})
   --duplicates R           orders sent twice (default ${DEFAULT_SOAK.duplicateRate})
   --refunds R              orders refunded instead of sent twice (default ${DEFAULT_SOAK.refundRate})
+  --authorizations R       orders charged with capture "manual" instead, then captured (full, part,
+                           above the authorization first), canceled or left to expire (default 0.1)
   --duplicate-charges R    orders charged again behind the pipeline's back once charged (the
                            duplicate remedy must refund them; webhooks only; default ${DEFAULT_SOAK.duplicateChargeRate})
   --faults P               Stripe fault profile: chaos | flaky | none (default ${DEFAULT_SOAK.faults})
@@ -103,6 +106,7 @@ const report = await runSoak({
   pgCrashes: Math.floor(number(values['pg-crashes'], 'pg-crashes', DEFAULT_SOAK.pgCrashes)),
   duplicateRate: number(values.duplicates, 'duplicates', DEFAULT_SOAK.duplicateRate),
   refundRate: Math.min(1, number(values.refunds, 'refunds', DEFAULT_SOAK.refundRate)),
+  authorizationRate: Math.min(1, number(values.authorizations, 'authorizations', DEFAULT_SOAK.authorizationRate ?? 0.1)),
   duplicateChargeRate: Math.min(1, number(values['duplicate-charges'], 'duplicate-charges', DEFAULT_SOAK.duplicateChargeRate)),
   pruneKeys: !values['no-prune'],
   webhooks: !values['no-webhooks'],

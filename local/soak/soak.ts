@@ -24,8 +24,8 @@ import { SendMessageBatchCommand, type SendMessageBatchRequestEntry } from '@aws
 import type { Context, SQSEvent } from 'aws-lambda';
 import pg from 'pg';
 import { worstCaseCallMs } from '../../lambdas/payments/call-budget.ts';
-import { chargeRequestMessage, refundRequestMessage } from '../../lambdas/producer/client.ts';
-import type { ChargeRequest, RefundRequest } from '../../lambdas/payments/message.ts';
+import { authorizationRequestMessage, chargeRequestMessage, refundRequestMessage } from '../../lambdas/producer/client.ts';
+import type { AuthorizationRequest, ChargeRequest, RefundRequest } from '../../lambdas/payments/message.ts';
 import type { FakeStripeStats, FaultProfileName } from '../fake-stripe/server.ts';
 import { checkInvariants, formatReport, type CheckInvariantsInput, type InvariantReport } from '../invariants.ts';
 import { describeTimeLapse, keyPruneAfterMsFor, queuedGroups, startPipeline, type Pipeline, type TimeLapse } from '../pipeline.ts';
@@ -48,6 +48,13 @@ export interface SoakOptions {
    * (once past SQS's deduplication), the same refund id with another amount, an over-refund.
    */
   readonly refundRate: number;
+  /**
+   * Orders (neither refunded nor sent twice) charged with `capture: "manual"` — authorized only — and
+   * then captured in full, captured in part, captured above the authorization (refused) and then in
+   * part, canceled, or left to expire (their hold aged past Stripe's 7 days at the fake and in the
+   * database, so that the reconciler's expiry check records it). Default 0.1.
+   */
+  readonly authorizationRate?: number;
   /**
    * Orders (neither refunded nor declined) charged a second time behind the pipeline's back once their
    * charge succeeded, during the intake — another system, another idempotency key, the order's
@@ -250,9 +257,11 @@ export interface SoakReport {
   /** From "faults stop" to every outcome event published (null: not waited for, or not reached). */
   readonly timeToOutboxDrainedMs: number | null;
   readonly unpublishedEvents: number;
-  readonly sends: { originals: number; duplicatesSameDedupId: number; duplicatesNewDedupId: number; conflicts: number; poison: number; refunds: number; total: number };
+  readonly sends: { originals: number; duplicatesSameDedupId: number; duplicatesNewDedupId: number; conflicts: number; poison: number; refunds: number; /** Manual-capture charges among the originals. */ authorizations: number; /** Capture and cancel_authorization messages. */ authorizationRequests: number; total: number };
   /** The refunds: what was asked, what the database made of it, what Stripe holds. */
   readonly refunds: SoakRefunds;
+  /** The manual-capture orders: what was asked, what the database made of it, what Stripe holds. */
+  readonly authorizations: SoakAuthorizations;
   readonly stripeFaults: Readonly<Record<string, number>>;
   readonly stripe: Pick<FakeStripeStats, 'createsExecuted' | 'replays' | 'conflicts409' | 'idempotencyErrors' | 'keysPruned' | 'doubleCharges'> & { requests: number };
   readonly eventBridgeFaults: Readonly<Record<string, number>>;
@@ -284,6 +293,28 @@ export interface SoakReport {
   /** The List evidence path (docs/model.md#evidence-list-before-search-and-the-machines-re-issue): what it cost and how fast it settled what only it can settle. */
   readonly evidence: SoakEvidence;
   readonly check: InvariantReport;
+}
+
+export type SoakAuthorizationScenario = 'capture_full' | 'capture_partial' | 'over_capture' | 'cancel' | 'expire';
+
+export interface SoakAuthorizations {
+  readonly orders: number;
+  readonly byScenario: Readonly<Partial<Record<SoakAuthorizationScenario, number>>>;
+  /** Capture and cancel_authorization operations by kind and end state (`capture succeeded`, `cancel_authorization succeeded (expired)`, …). */
+  readonly operations: Readonly<Record<string, number>>;
+  /** Capture / cancel requests that made no operation, by the engine's reason code. */
+  readonly rejected: Readonly<Record<string, number>>;
+  /** The manual-capture PaymentIntents at Stripe by status (canceled split by cancellation_reason). */
+  readonly atStripe: Readonly<Record<string, number>>;
+  /** Captured in part: succeeded with amount_received below amount. */
+  readonly partiallyCaptured: number;
+  /** Expire-scenario holds aged past their validity (at the fake and in the database). */
+  readonly aged: number;
+  /**
+   * The checker's violations split by order: on a manual-capture order, and on any other. The report
+   * judges all of them (`ok`); the split says where they are.
+   */
+  readonly violationsByOrder: { readonly manual: Readonly<Record<string, number>>; readonly other: Readonly<Record<string, number>> };
 }
 
 export type SoakRefundScenario = 'partial' | 'split' | 'full' | 'repeat' | 'conflict' | 'over_refund';
@@ -362,6 +393,29 @@ function planSoakRefund(order: ChargeRequest, random: () => number): { orderId: 
               : [entry(refund(1, part))];
   return { orderId: order.orderId, scenario, entries };
 }
+
+/** The capture / cancel requests of one manual-capture order (none: left to expire). */
+function planSoakAuthorization(order: ChargeRequest, random: () => number): { orderId: string; scenario: SoakAuthorizationScenario; entries: SendMessageBatchRequestEntry[] } {
+  const r = random();
+  const scenario: SoakAuthorizationScenario = r < 0.3 ? 'capture_full' : r < 0.55 ? 'capture_partial' : r < 0.65 ? 'over_capture' : r < 0.85 ? 'cancel' : 'expire';
+  const part = Math.max(1, Math.floor(order.amount * (0.1 + random() * 0.8)));
+  const entry = (request: AuthorizationRequest): SendMessageBatchRequestEntry => ({ Id: 'x', ...authorizationRequestMessage(request) });
+  const capture = (amount?: number) => entry({ type: 'capture', orderId: order.orderId, ...(amount !== undefined ? { amount } : {}) });
+  const entries =
+    scenario === 'capture_full'
+      ? [capture()]
+      : scenario === 'capture_partial'
+        ? [capture(part)]
+        : scenario === 'over_capture'
+          ? [capture(order.amount + 1), capture(part)]
+          : scenario === 'cancel'
+            ? [entry({ type: 'cancel_authorization', orderId: order.orderId })]
+            : [];
+  return { orderId: order.orderId, scenario, entries };
+}
+
+/** Past Stripe's 7 days and the expiry check's 10-minute margin (lambdas/payments/authorization-expiry.ts). */
+const AUTHORIZATION_AGE_MS = 8 * 24 * 3_600_000;
 
 const POISON = ['not json', '{"orderId":"x","amount":-1}', '{"orderId":"has space","amount":1,"currency":"eur","customerId":"cus_x","paymentMethod":"pm_x"}', '[]', '{"amount":1e309}'];
 
@@ -449,13 +503,20 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   // ── The messages ─────────────────────────────────────────────────────────────────────────────
   const entries: SendMessageBatchRequestEntry[] = [];
   const sentOrderIds: string[] = [];
-  const sends = { originals: 0, duplicatesSameDedupId: 0, duplicatesNewDedupId: 0, conflicts: 0, poison: 0, refunds: 0, total: 0 };
+  const sends = { originals: 0, duplicatesSameDedupId: 0, duplicatesNewDedupId: 0, conflicts: 0, poison: 0, refunds: 0, authorizations: 0, authorizationRequests: 0, total: 0 };
   /** Per refunded order, its refund messages in the order they must reach the queue (after the charge). */
   const refundPlans: { orderId: string; scenario: SoakRefundScenario; entries: SendMessageBatchRequestEntry[] }[] = [];
   const carriesCharge = new Map<SendMessageBatchRequestEntry, string>();
   const chargeRequests: ChargeRequest[] = [];
+  /** Per manual-capture order, its capture / cancel messages (after the charge, as refunds). */
+  const authorizationPlans: { orderId: string; scenario: SoakAuthorizationScenario; entries: SendMessageBatchRequestEntry[] }[] = [];
+  // A PRNG of its own, so that the rest of the run's choices stay as they were.
+  const pickAuthorization = mulberry32(options.seed ^ 0xa07);
+  const authorizationRate = options.authorizationRate ?? 0.1;
   for (let i = 0; i < options.orders; i++) {
-    const request: ChargeRequest = { orderId: `soak-${runTag}-${i}`, amount: 100 + Math.floor(random() * 99_900), currency: 'eur', ...paymentMethodFor(random(), i) };
+    const base: ChargeRequest = { orderId: `soak-${runTag}-${i}`, amount: 100 + Math.floor(random() * 99_900), currency: 'eur', ...paymentMethodFor(random(), i) };
+    const manual = pickAuthorization() < authorizationRate;
+    const request: ChargeRequest = manual ? { ...base, capture: 'manual' } : base;
     const message = chargeRequestMessage(request);
     sentOrderIds.push(request.orderId);
     chargeRequests.push(request);
@@ -463,7 +524,13 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     entries.push(original);
     carriesCharge.set(original, request.orderId);
     sends.originals++;
-    if (random() < options.refundRate) {
+    const refunded = random() < options.refundRate;
+    if (manual) {
+      sends.authorizations++;
+      // Its captures and cancel instead of a refund or a duplicate (the draws above are made all the same).
+      random();
+      authorizationPlans.push(planSoakAuthorization(request, pickAuthorization));
+    } else if (refunded) {
       refundPlans.push(planSoakRefund(request, random));
     } else if (random() < options.duplicateRate) {
       if (random() < 0.5) {
@@ -492,7 +559,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   // the compressed clock) or whose second charge Stripe declines is replaced by the next candidate,
   // so that the run makes the extra PaymentIntents it planned whatever the chaos did to the first
   // picks (test/proof/soak once made none of 3: every target's charge had ended in review).
-  const eligible = (options.webhooks === false ? [] : chargeRequests).filter((r) => !refundedOrders.has(r.orderId) && r.paymentMethod === 'pm_card_visa' && r.customerId !== 'cus_missing');
+  const eligible = (options.webhooks === false ? [] : chargeRequests).filter((r) => !refundedOrders.has(r.orderId) && r.capture === undefined && r.paymentMethod === 'pm_card_visa' && r.customerId !== 'cus_missing');
   const duplicatesTargeted = eligible.filter(() => pickDuplicate() < options.duplicateChargeRate).length;
   const candidates = eligible.map((r) => ({ r, k: pickDuplicate() })).sort((a, b) => a.k - b.k).map((x) => x.r.orderId);
   const another = new AnotherSystem(fake.url, { maxNetworkRetries: 2, timeoutMs: 2_000 });
@@ -516,6 +583,73 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     if (byAnotherSystem('processing').length > 0) return false;
     return remediesSettled(pipeline.db, extraCharges().map((pi) => pi.id));
   };
+  // Orders left to expire: once authorized (their charge operation succeeded with a requires_capture
+  // PaymentIntent), their hold is aged past Stripe's validity at the fake and their first send as far
+  // back in the database — days passing for them alone — so that the reconciler's expiry check (the
+  // real one, default validity) finds each lapsed, retrieves it and records the expiry.
+  const toExpire = new Set(authorizationPlans.filter((p) => p.scenario === 'expire').map((p) => p.orderId));
+  const aged = new Set<string>();
+  const ageExpiring = async (): Promise<void> => {
+    if (aged.size === toExpire.size) return;
+    const held = fake.paymentIntents().filter((pi) => pi.status === 'requires_capture' && toExpire.has(pi.metadata?.order_id ?? '') && !aged.has(pi.metadata?.order_id ?? ''));
+    if (held.length === 0) return;
+    const orderIds = held.map((pi) => pi.metadata!.order_id!);
+    // A final operation cannot change (migrations/001's guard): the soak, which owns its database,
+    // lifts the guard for this one transaction on one connection — DDL is transactional, so no other
+    // session ever sees it off — to move only the first send's time, as test/support/db.ts moves a trail.
+    const ageInDatabase = async (): Promise<{ rows: { order_id: string }[] }> => {
+      const client = await pipeline.db.connect();
+      try {
+        await client.query('BEGIN');
+        await client.query('ALTER TABLE payment_operations DISABLE TRIGGER payment_operations_guard');
+        const out = await client.query<{ order_id: string }>(
+          `UPDATE payment_operations SET first_attempted_at = first_attempted_at - $2::bigint * interval '1 millisecond'
+            WHERE kind = 'charge' AND capture_method = 'manual' AND status = 'succeeded' AND order_id = ANY($1::text[]) RETURNING order_id`,
+          [orderIds, AUTHORIZATION_AGE_MS],
+        );
+        await client.query('ALTER TABLE payment_operations ENABLE TRIGGER payment_operations_guard');
+        await client.query('COMMIT');
+        return out;
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw error;
+      } finally {
+        client.release();
+      }
+    };
+    const { rows } = await ageInDatabase()
+      .catch((error: unknown) => {
+        log(`authorizations: aging failed (${error instanceof Error ? error.message : String(error)}); tried again`);
+        return { rows: [] as { order_id: string }[] };
+      });
+    const done = new Set(rows.map((r) => r.order_id));
+    for (const pi of held) {
+      if (!done.has(pi.metadata!.order_id!)) continue;
+      fake.ageAuthorization(pi.id, AUTHORIZATION_AGE_MS);
+      aged.add(pi.metadata!.order_id!);
+    }
+  };
+  /** Every aged hold's expiry recorded (a cancel_authorization operation of its charge, final). */
+  const expiriesRecorded = async (): Promise<boolean> => {
+    // A hold still to age (its charge operation authorized, not yet aged) is work left too; one whose
+    // charge operation waits for a person (in review) is not aged, and waits with it.
+    const toAge = fake.paymentIntents().filter((pi) => pi.status === 'requires_capture' && toExpire.has(pi.metadata?.order_id ?? '') && !aged.has(pi.metadata?.order_id ?? ''));
+    if (toAge.length > 0) {
+      const { rows: [waiting] } = await pipeline.db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM payment_operations WHERE kind = 'charge' AND capture_method = 'manual' AND status = 'succeeded' AND external_id = ANY($1::text[])`,
+        [toAge.map((pi) => pi.id)],
+      );
+      if ((waiting?.n ?? 1) > 0) return false;
+    }
+    if (aged.size === 0) return true;
+    const { rows } = await pipeline.db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM payment_operations c
+        WHERE c.kind = 'charge' AND c.order_id = ANY($1::text[])
+          AND NOT EXISTS (SELECT 1 FROM payment_operations s WHERE s.parent_operation_id = c.id AND s.kind = 'cancel_authorization' AND s.status IN ('succeeded', 'failed'))`,
+      [[...aged]],
+    );
+    return (rows[0]?.n ?? 1) === 0;
+  };
   // Shuffled: duplicates and conflicts arrive in any order relative to their original.
   for (let i = entries.length - 1; i > 0; i--) {
     const j = Math.floor(random() * (i + 1));
@@ -535,7 +669,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     }),
   );
   const refundChunks: { at: number; chunk: { entries: SendMessageBatchRequestEntry[]; after: number[] } }[] = [];
-  for (const plan of refundPlans) {
+  for (const plan of [...refundPlans, ...authorizationPlans.filter((p) => p.entries.length > 0)]) {
     const after = chargeChunk.get(plan.orderId)!;
     // A plan's messages stay together, in order, in one chunk of their own (at most 3 entries).
     refundChunks.push({ at: after + 1 + Math.floor(random() * Math.max(1, chunks.length - after)), chunk: { entries: plan.entries, after: [after] } });
@@ -550,7 +684,9 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   }
   const position = new Map(chunks.map((c, k) => [k, allChunks.indexOf(c)]));
   for (const c of allChunks) c.after = c.after.map((k) => position.get(k)!);
-  sends.total = entries.length + sends.refunds;
+  sends.authorizationRequests = authorizationPlans.reduce((n, p) => n + p.entries.length, 0);
+  sends.refunds -= sends.authorizationRequests;
+  sends.total = entries.length + sends.refunds + sends.authorizationRequests;
 
   let sending = true;
   const sender = (async () => {
@@ -637,6 +773,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   for (;;) {
     await sleep(250);
     await chargeAgain();
+    await ageExpiring();
     const done = await progress();
     if (done >= 0 && nextPgEvent < pgEvents.length && done >= (nextPgEvent + 1) / (pgEvents.length + 1)) {
       await pgFault(pgEvents[nextPgEvent++]!);
@@ -680,8 +817,10 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     const snap = await pipeline.snapshot().catch(() => null);
     if (snap) {
       await chargeAgain();
+      await ageExpiring().catch(() => {});
       let opsSettled =
-        snap.database.open === 0 && snap.queue.waiting === 0 && snap.queue.inFlight === 0 && snap.eventSource.inFlight === 0 && (await remediesDone().catch(() => false));
+        snap.database.open === 0 && snap.queue.waiting === 0 && snap.queue.inFlight === 0 && snap.eventSource.inFlight === 0 && (await remediesDone().catch(() => false)) &&
+        (await expiriesRecorded().catch(() => false));
       const late = fake.stats();
       if (opsSettled && late.lateCommitsPending === 0 && late.lateCommitsMade > 0 && !watchesBroughtForward) {
         await pipeline.db.query('UPDATE payment_operation_watches SET next_check_at = now() WHERE next_check_at > now()');
@@ -733,6 +872,13 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   const check = await checkInvariants(checkInput);
   const stats = fake.stats();
   const refunds = await soakRefunds(pipeline.db, refundPlans, fake.refunds(), stats, { targeted: duplicatesTargeted, extra: extraCharges().map((pi) => pi.id) });
+  const manualOrders = new Set(authorizationPlans.map((p) => p.orderId));
+  const violationsByOrder = { manual: {} as Record<string, number>, other: {} as Record<string, number> };
+  for (const v of check.violations) {
+    const side = v.orderId !== undefined && manualOrders.has(v.orderId) ? violationsByOrder.manual : violationsByOrder.other;
+    side[v.kind] = (side[v.kind] ?? 0) + 1;
+  }
+  const authorizations = { ...(await soakAuthorizations(pipeline.db, authorizationPlans, fake.paymentIntents(), aged.size)), violationsByOrder };
   const reviewReasons: Record<string, number> = {};
   const reviewByCause: Record<string, number> = {};
   for (const { review_reason, kind } of (await pipeline.db.query<{ review_reason: string; kind: string }>(`SELECT review_reason, kind FROM payment_operations WHERE review_reason IS NOT NULL`)).rows) {
@@ -812,6 +958,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     unpublishedEvents: (await pipeline.snapshot().catch(() => null))?.database.unpublished ?? -1,
     sends,
     refunds,
+    authorizations,
     stripeFaults: Object.fromEntries(Object.entries(stats.faults).filter(([, n]) => n > 0)),
     stripe: {
       requests: stats.requests.total,
@@ -884,6 +1031,33 @@ async function soakRefunds(
   };
 }
 
+async function soakAuthorizations(
+  db: pg.Pool,
+  plans: readonly { orderId: string; scenario: SoakAuthorizationScenario }[],
+  paymentIntents: readonly { status: string; amount: number; amount_received?: number; capture_method?: string | null; cancellation_reason?: string | null }[],
+  aged: number,
+): Promise<Omit<SoakAuthorizations, 'violationsByOrder'>> {
+  const tally = (values: readonly string[]) => values.reduce<Record<string, number>>((out, v) => ({ ...out, [v]: (out[v] ?? 0) + 1 }), {});
+  const [ops, rejected] = await Promise.all([
+    db.query<{ state: string }>(
+      `SELECT kind || ' ' || CASE WHEN review_reason IS NOT NULL AND status IN ('pending', 'unknown') THEN 'in_review' ELSE status END
+              || CASE WHEN cancellation_reason IS NOT NULL THEN ' (' || cancellation_reason || ')' ELSE '' END AS state
+         FROM payment_operations WHERE kind IN ('capture', 'cancel_authorization')`,
+    ),
+    db.query<{ code: string }>(`SELECT coalesce(substring(reason FROM '^([a-z_]+):'), reason_code) AS code FROM rejected_messages WHERE reason_code IN ('authorization_rejected', 'authorization_conflict')`),
+  ]);
+  const manual = paymentIntents.filter((pi) => pi.capture_method === 'manual');
+  return {
+    orders: plans.length,
+    byScenario: tally(plans.map((p) => p.scenario)),
+    operations: tally(ops.rows.map((r) => r.state)),
+    rejected: tally(rejected.rows.map((r) => r.code)),
+    atStripe: tally(manual.map((pi) => (pi.status === 'canceled' && pi.cancellation_reason ? `canceled (${pi.cancellation_reason})` : pi.status))),
+    partiallyCaptured: manual.filter((pi) => pi.status === 'succeeded' && (pi.amount_received ?? pi.amount) < pi.amount).length,
+    aged,
+  };
+}
+
 export function formatSoakReport(r: SoakReport): string {
   const sum = (o: Readonly<Record<string, number>>) => Object.values(o).reduce((a, b) => a + b, 0);
   const list = (o: Readonly<Record<string, number>>) => Object.entries(o).map(([k, v]) => `${k} ${v}`).join(', ') || 'none';
@@ -893,6 +1067,7 @@ export function formatSoakReport(r: SoakReport): string {
     `  ${r.timeLapse}; PostgreSQL synchronous_commit ${r.synchronousCommit ? 'on (as on RDS)' : 'OFF (--async-commit: commits may be lost in a crash)'}`,
     `  sends ${r.sends.total}: ${r.sends.originals} originals, ${r.sends.duplicatesSameDedupId} duplicates (same dedup id), ${r.sends.duplicatesNewDedupId} duplicates (new dedup id), ${r.sends.conflicts} conflicting, ${r.sends.poison} poison, ${r.sends.refunds} refund requests`,
     `  refunds: ${r.refunds.orders} orders (${list(r.refunds.byScenario)}); operations ${list(r.refunds.operations)}; rejected ${list(r.refunds.rejected)}; at Stripe ${list(r.refunds.atStripe)}; ${r.refunds.stripeRequests} Stripe refund requests`,
+    `  authorizations (manual capture): ${r.authorizations.orders} orders (${list(r.authorizations.byScenario)}), ${r.authorizations.aged} holds aged past their validity; operations ${list(r.authorizations.operations)}; rejected ${list(r.authorizations.rejected)}; at Stripe ${list(r.authorizations.atStripe)}, ${r.authorizations.partiallyCaptured} captured in part; violations on these orders ${list(r.authorizations.violationsByOrder.manual)}, on the others ${list(r.authorizations.violationsByOrder.other)}`,
     `  duplicate charges behind the pipeline's back: ${r.refunds.duplicates.targeted} orders targeted, ${r.refunds.duplicates.made} extra PaymentIntents succeeded, ${r.refunds.duplicates.remedied} refunded by the remedy`,
     `  Stripe faults injected (${sum(r.stripeFaults)}): ${list(r.stripeFaults)}`,
     `  Stripe: ${r.stripe.requests} requests, ${r.stripe.createsExecuted} creates executed, ${r.stripe.replays} replays, ${r.stripe.conflicts409} 409s, ${r.stripe.keysPruned} keys pruned, double charges ${r.stripe.doubleCharges}`,

@@ -21,6 +21,9 @@ describe('chaos soak (short)', () => {
       ...SHORT_CHAOS_SOAK,
       orders: ORDERS,
       seed: Number(process.env.SOAK_SEED ?? 20261129),
+      // Manual capture instead of a refund or a duplicate (so the traffic stays what it was): enough
+      // orders that every scenario — full, partial, above the authorization, cancel, expiry — comes up.
+      authorizationRate: 0.15,
       log: (line) => lines.push(line),
     });
     const text = formatSoakReport(report);
@@ -50,6 +53,16 @@ describe('chaos soak (short)', () => {
     expect((report.refunds.operations.pending ?? 0) + (report.refunds.operations.unknown ?? 0), text).toBe(
       report.check.warnings.filter((w) => w.kind === 'refund_awaiting_review').length,
     );
+    // Manual capture met the same kills and faults: authorizations captured in full and in part, one
+    // above its authorization refused, canceled, and holds left to expire recorded as expired by the
+    // reconciler's expiry check (every capture and cancel is judged by report.check above).
+    const auth = report.authorizations;
+    expect(auth.orders, text).toBeGreaterThan(0);
+    expect((auth.operations['capture succeeded'] ?? 0) + (auth.operations['cancel_authorization succeeded'] ?? 0), text).toBeGreaterThan(0);
+    expect(auth.atStripe.succeeded ?? 0, text).toBeGreaterThan(0);
+    expect(Object.entries(auth.atStripe).filter(([status]) => status.startsWith('canceled')).reduce((n, [, k]) => n + k, 0), text).toBeGreaterThan(0);
+    expect(auth.operations['cancel_authorization succeeded (expired)'] ?? 0, text).toBe(auth.atStripe['canceled (automatic)'] ?? 0);
+    expect(auth.atStripe['canceled (automatic)'] ?? 0, text).toBe(auth.aged);
     // Stripe events in were on (the default): delivered through the same restarts and crashes, no forgery accepted.
     expect(report.stripeEvents?.received, text).toBeGreaterThan(0);
     expect(report.stripeEvents?.delivery?.forgedAccepted).toBe(0);

@@ -33,8 +33,10 @@ import type {
   RefundView,
   SearchPaymentIntentsRequest,
 } from '../../../lambdas/payments/gateway.ts';
-import type { ChargeInput, OperationStatus, PaymentIntentView, RefundInput, RefundReason } from '../../../lambdas/payments/types.ts';
+import type { AuthorizationInput, ChargeInput, OperationStatus, PaymentIntentView, RefundInput, RefundReason } from '../../../lambdas/payments/types.ts';
 import { createStripeClient } from '../../../lambdas/payments/stripe-gateway.ts';
+import { judgeAuthorization, predictManualRefund, predictSettlement, type AskedSettlement, type AuthorizationVerdict, type AuthorizedChargeState, type ManualRefundVerdict, type SettlementRow } from './authorization-oracle.ts';
+import { checkExpiredAuthorizations } from '../../../lambdas/payments/authorization-expiry.ts';
 import { holdsMoney, judgeOrder, predictRefund, type AcceptedRefund, type AskedRefund, type ChargeState, type RefundEnd, type RefundRow, type RefundVerdict } from './refund-oracle.ts';
 import { faultCanTarget } from '../../../local/fake-stripe/faults.ts';
 import type { FakeStripe, FaultKind, FaultMatch, HoldHandle, PaymentIntentRecord, RefundSettleStatus, SettleStatus } from '../../../local/fake-stripe/types.ts';
@@ -144,13 +146,30 @@ export type Command =
    */
   | { readonly t: 'refund_fails_after_success'; readonly order: number; readonly pick: number; readonly type: 'refund.failed' | 'refund.updated'; readonly copies: number; readonly inline: boolean; readonly reask: boolean }
   /** Stripe redelivers the events of the order's refunds it failed after success (the same event ids). */
-  | { readonly t: 'refund_event'; readonly copies: number; readonly inline: boolean };
+  | { readonly t: 'refund_event'; readonly copies: number; readonly inline: boolean }
+  /**
+   * Manual capture (docs/model.md#manual-capture; an order with `capture: 'manual'` is an authorize:
+   * its charge only authorizes). A capture of all of it, of the whole amount named, of a part, or of
+   * one more than was authorized (refused); the worker possibly killed at each point (redelivered at heal).
+   */
+  | { readonly t: 'capture'; readonly order: number; readonly size: 'all' | 'full' | 'partial' | 'over'; readonly crash: CrashPoint | null }
+  | { readonly t: 'cancel_authorization'; readonly order: number; readonly crash: CrashPoint | null }
+  /**
+   * The order's authorization lapses: the model's clock moves past Stripe's validity for its hold
+   * (the fake cancels it, `automatic`), and — with `check` — the reconciler's expiry check runs now
+   * (heal runs it anyway).
+   */
+  | { readonly t: 'authorization_expires'; readonly order: number; readonly check: boolean }
+  /** A refund of the order once its charge is final: of an uncaptured authorization refused (`not_captured`), else at most what was captured. */
+  | { readonly t: 'refund_authorized'; readonly order: number; readonly size: 'partial' | 'full' | 'over' };
 
-export type FaultEndpoint = 'any' | 'create' | 'retrieve' | 'search' | 'list' | 'refund_create' | 'refund_retrieve' | 'refund_list';
+export type FaultEndpoint = 'any' | 'create' | 'retrieve' | 'search' | 'list' | 'refund_create' | 'refund_retrieve' | 'refund_list' | 'capture' | 'cancel';
 
 export interface OrderSpec {
   readonly paymentMethod: string;
   readonly amount: number;
+  /** 'manual': the charge only authorizes (capture_method=manual); captures and cancels settle it. */
+  readonly capture?: 'manual';
 }
 
 export interface ModelRun {
@@ -199,6 +218,10 @@ export interface RunResult {
   readonly watchLooks: number;
   readonly watchRemedies: number;
   readonly watchFindings: number;
+  /** Capture / cancel requests by verdict (predicted and found), refunds of manual orders by verdict, and how each authorization ended. */
+  readonly authorizationVerdicts: Readonly<Record<string, number>>;
+  readonly manualRefundVerdicts: Readonly<Record<string, number>>;
+  readonly authorizationEnds: Readonly<Record<string, number>>;
 }
 
 const HOUR = 3_600_000;
@@ -455,7 +478,9 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     currency: 'eur',
     customerId: 'cus_model',
     paymentMethod: spec.paymentMethod,
+    ...(spec.capture === 'manual' ? { captureMethod: 'manual' as const } : {}),
   }));
+  const manualOrderIds = new Set(orders.filter((o) => o.captureMethod === 'manual').map((o) => o.orderId));
   const orderIds = orders.map((o) => o.orderId);
   const parking = new Parking();
   const problems: string[] = [];
@@ -627,6 +652,90 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     }
   };
 
+  // ── Manual capture: the order's charge and its settlement as observed, and the requests ──────────
+  const authorizationVerdicts: Record<string, number> = {};
+  const manualRefundVerdicts: Record<string, number> = {};
+  /** Capture / cancel requests a killed worker took: SQS redelivers them at heal. */
+  const unackedSettlements: { i: number; ask: AskedSettlement }[] = [];
+  const chargeStateOf = async (order: ChargeInput): Promise<AuthorizedChargeState> => {
+    const { rows } = await db.query<{ status: OperationStatus; capture_method: string | null; amount: number }>(
+      `SELECT status, capture_method, amount::int FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`,
+      [order.orderId],
+    );
+    const c = rows[0];
+    if (!c) return { kind: 'none' };
+    return { kind: c.status === 'succeeded' || c.status === 'failed' ? c.status : 'open', manual: c.capture_method === 'manual', amount: c.amount };
+  };
+  const settlementsOf = async (order: ChargeInput): Promise<SettlementRow[]> =>
+    (await db.query<{ id: string; kind: 'capture' | 'cancel_authorization'; status: OperationStatus; amount: number; cancellation_reason: 'expired' | null; review_reason: string | null }>(
+      `SELECT id::text, kind, status, amount::int, cancellation_reason, review_reason FROM payment_operations
+        WHERE order_id = $1 AND kind IN ('capture', 'cancel_authorization') ORDER BY created_at, id`,
+      [order.orderId],
+    )).rows.map((r) => ({ id: r.id, kind: r.kind, status: r.status, amount: r.amount, cancellationReason: r.cancellation_reason, reviewReason: r.review_reason }));
+  const settlementRequests = () => fake.stats().requests.capture + fake.stats().requests.cancel;
+  /** One capture or cancel: the oracle predicts, the engine (or a worker killed at `crash`) takes it, and the two must agree. */
+  const requestSettlement = async (i: number, ask: AskedSettlement, crash: CrashPoint | null) => {
+    const order = orders[i]!;
+    const charge = await chargeStateOf(order);
+    const before = await settlementsOf(order);
+    const predicted = predictSettlement(charge, before[0] ?? null, ask);
+    const input: AuthorizationInput = { kind: ask.kind, orderId: order.orderId, ...(ask.amount !== undefined ? { amount: ask.amount } : {}) };
+    const what = `${ask.kind}${ask.amount !== undefined ? ` of ${ask.amount}` : ''} of order ${order.orderId} [charge ${charge.kind}${charge.kind !== 'none' ? ` ${charge.manual ? 'manual' : 'at once'} ${charge.amount}` : ''}]`;
+    const sentBefore = settlementRequests();
+    if (crash !== null) {
+      const [statements, mode] = crashAt(crash);
+      unackedSettlements.push({ i, ask });
+      try {
+        await worker({ authorization: input }, order, statements, mode).running;
+      } catch (error) {
+        if (!killedBy(error)) problems.push(`crashed ${ask.kind} worker failed otherwise: ${String(error)}`);
+      }
+      const after = await settlementsOf(order);
+      if (predicted.verdict !== 'accepted' && predicted.verdict !== 'repeat' && after.length !== before.length) problems.push(`${what}: refused (${predicted.verdict}) but an operation was made`);
+      authorizationVerdicts[`${ask.kind}:${predicted.verdict}`] = (authorizationVerdicts[`${ask.kind}:${predicted.verdict}`] ?? 0) + 1;
+      return;
+    }
+    const result = await live('processAuthorization', engine.processAuthorization(input));
+    if (!result) return;
+    const found: AuthorizationVerdict = result.rejection ? result.rejection.code : before.some((s) => s.id === result.operationId) ? 'repeat' : 'accepted';
+    authorizationVerdicts[`${ask.kind}:${found}`] = (authorizationVerdicts[`${ask.kind}:${found}`] ?? 0) + 1;
+    if (found !== predicted.verdict || ((found === 'repeat' || found === 'authorization_conflict') && result.operationId !== predicted.operationId)) {
+      problems.push(`${what}: the oracle says ${predicted.verdict}, the engine ${found}${result.rejection ? ` (${result.rejection.message})` : ''}`);
+    }
+    if (result.rejection) {
+      // A refusal sends nothing and makes nothing, and says why.
+      if (settlementRequests() !== sentBefore) problems.push(`${what}: refused (${found}) but a capture or cancel reached Stripe`);
+      if ((await settlementsOf(order)).length !== before.length) problems.push(`${what}: refused (${found}) but an operation was made`);
+      if (result.rejection.message.length === 0) problems.push(`${what}: refused without a reason`);
+    }
+  };
+  /** The reconciler's expiry check, with the model's clock: every authorization nothing settled is looked at (the fake says whether it lapsed). */
+  const expiryCheck = () => live('checkExpiredAuthorizations', checkExpiredAuthorizations({ db, gateway: world.gateway, validityMs: 0, lookMarginMs: 0, actor: 'model-expiry' }));
+  let manualRefunds = 0;
+  const requestManualRefund = async (i: number, size: 'partial' | 'full' | 'over') => {
+    const order = orders[i]!;
+    // Manual orders only: a charge captured at once has its refunds judged by the refund oracle.
+    if (!manualOrderIds.has(order.orderId)) return;
+    const charge = await chargeStateOf(order);
+    if (charge.kind === 'none' || charge.kind === 'open') return;
+    const settlement = (await settlementsOf(order))[0] ?? null;
+    const mine = (await refundRowsOf(order)).filter((r) => r.refundId.startsWith('ra'));
+    const held = mine.filter((r) => r.status !== 'failed').reduce((n, r) => n + r.amount, 0);
+    const captured = settlement?.kind === 'capture' && settlement.status === 'succeeded' ? settlement.amount : charge.manual ? 0 : charge.amount;
+    const left = Math.max(0, captured - held);
+    const amount = { partial: Math.max(1, Math.floor(left / 2)), full: Math.max(1, left), over: left + 1 }[size];
+    const predicted = predictManualRefund(charge, settlement, held, amount);
+    const refundCreates = fake.stats().requests.refund_create;
+    const result = await live('processRefund (manual)', engine.processRefund({ orderId: order.orderId, refundId: `ra${manualRefunds++}`, amount, reason: null }));
+    if (!result) return;
+    const found: ManualRefundVerdict = result.rejection ? (result.rejection.code as ManualRefundVerdict) : 'accepted';
+    manualRefundVerdicts[found] = (manualRefundVerdicts[found] ?? 0) + 1;
+    const what = `refund of ${amount} of order ${order.orderId} [charge ${charge.kind} ${charge.manual ? 'manual' : 'at once'} ${charge.amount}, ${settlement ? `${settlement.kind} ${settlement.status} ${settlement.amount}` : 'no settlement'}]`;
+    if (predicted !== undefined && found !== predicted) problems.push(`${what}: the oracle says ${predicted}, the engine ${found}${result.rejection ? ` (${result.rejection.message})` : ''}`);
+    if (result.rejection && fake.stats().requests.refund_create !== refundCreates) problems.push(`${what}: refused (${found}) but a refund create reached Stripe`);
+    if (found === 'not_captured' && !/captur/i.test(result.rejection?.message ?? '')) problems.push(`${what}: refused not_captured without saying so (${result.rejection?.message})`);
+  };
+
   /** Evidence of the order's extra PaymentIntents, `copies` times at once, by an operator or by Stripe's event. */
   const deliverDuplicateEvidence = async (i: number, pis: readonly PaymentIntentRecord[], via: 'operator' | 'event', copies: number, inline = true) => {
     const charge = await chargeOf(orders[i]!);
@@ -704,7 +813,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   };
 
   /** A worker that dies or stalls. `parked` resolves once it died, stalled, or finished without a call. */
-  const worker = (via: 'deliver' | 'reconcile' | { refund: RefundInput }, order: ChargeInput, dbStatements: number | null, mode: GatewayMode, real = world.gateway) => {
+  const worker = (via: 'deliver' | 'reconcile' | { refund: RefundInput } | { authorization: AuthorizationInput }, order: ChargeInput, dbStatements: number | null, mode: GatewayMode, real = world.gateway) => {
     const gateway = new ModelGateway(real, fake, mode, parking);
     const e = new ChargeEngine({
       db: dbStatements === null ? db : dyingDb(db, dbStatements),
@@ -716,7 +825,13 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     if (via === 'deliver') sent.add(order.orderId);
     // A stalled reconciler takes one operation, so that exactly one call stalls.
     const running: Promise<unknown> =
-      via === 'deliver' ? e.processRequests([order]) : via === 'reconcile' ? e.reconcileDue(dbStatements === null ? 1 : 10) : e.processRefund(via.refund);
+      via === 'deliver'
+        ? e.processRequests([order])
+        : via === 'reconcile'
+          ? e.reconcileDue(dbStatements === null ? 1 : 10)
+          : 'refund' in via
+            ? e.processRefund(via.refund)
+            : e.processAuthorization(via.authorization);
     return { running, parked: Promise.race([gateway.parked.promise, running.then(() => {}, () => {})]) };
   };
 
@@ -800,6 +915,8 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
             ? { endpoint, customerId: order.customerId }
             : endpoint?.startsWith('refund_')
               ? { endpoint, orderId: order.orderId }
+              : endpoint === 'capture' || endpoint === 'cancel'
+                ? { endpoint }
               : { ...(operationId ? { operationId } : { orderId: order.orderId }), ...(endpoint ? { endpoint } : {}) };
         fake.injectFault(match, command.kind, command.times);
         break;
@@ -922,6 +1039,30 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
         }
         break;
       }
+      case 'capture': {
+        const i = command.order % orders.length;
+        if (!sent.has(orders[i]!.orderId)) await deliver([orders[i]!]);
+        const authorized = orders[i]!.amount;
+        const amount = { all: undefined, full: authorized, partial: Math.max(1, Math.floor(authorized / 3)), over: authorized + 1 }[command.size];
+        await requestSettlement(i, { kind: 'capture', ...(amount !== undefined ? { amount } : {}) }, command.crash);
+        break;
+      }
+      case 'cancel_authorization': {
+        const i = command.order % orders.length;
+        if (!sent.has(orders[i]!.orderId)) await deliver([orders[i]!]);
+        await requestSettlement(i, { kind: 'cancel_authorization' }, command.crash);
+        break;
+      }
+      case 'authorization_expires': {
+        const order = orderAt(command.order);
+        // Past Stripe's 7 days for this hold only (the fake cancels it, `automatic`, at its next look).
+        for (const pi of fake.paymentIntents({ orderId: order.orderId })) if (pi.status === 'requires_capture') fake.ageAuthorization(pi.id, 8 * DAY);
+        if (command.check) await expiryCheck();
+        break;
+      }
+      case 'refund_authorized':
+        await requestManualRefund(command.order % orders.length, command.size);
+        break;
       case 'refund_event':
         for (const b of book) for (const event of b.failedAfterSuccess.values()) await deliverRefundEvent(event, command.copies, command.inline);
         break;
@@ -971,6 +1112,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   fake.setSearchLag(0);
   for (const order of orders) if (sent.has(order.orderId) && !acked.has(order.orderId)) await deliver([order]);
   for (const [i, b] of book.entries()) for (const ask of [...b.unacked.values()]) await requestRefund(i, ask, null);
+  for (const { i, ask } of unackedSettlements.splice(0)) await requestSettlement(i, ask, null);
   // Stripe retries a webhook until it is acknowledged: every refund it failed after success is told at
   // least once (recorded again if it was: the inbox keeps one row per event id; the sweep below applies it).
   for (const b of book) for (const event of b.failedAfterSuccess.values()) await deliverRefundEvent(event, 1, false);
@@ -1020,6 +1162,8 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     const lastSeq = fake.requests().at(-1)?.seq ?? 0;
     await live('reconcileDue(heal)', engine.reconcileDue(50));
     await watch(50);
+    // The sweep's expiry check: holds the model's clock let lapse are recorded as expired.
+    await expiryCheck();
     if (eventsOn) {
       // The inbox sweep too; an event waiting for a lease the heal expired is due now.
       await db.query(`UPDATE stripe_events SET next_attempt_at = now() WHERE applied_at IS NULL`);
@@ -1049,9 +1193,13 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     paymentIntents: fake.paymentIntents(),
     // Given refunds, the checker judges the net amount per order (and a duplicate refunded in full is no double charge).
     refunds: fake.refunds(),
-    sentOrderIds: [...sent],
-    sentRefunds: [...mustHaveOperation.values()],
-    orderIds,
+    // The manual-capture orders are judged by the authorization oracle below: local/invariants.ts
+    // does not know captures yet (it reads an authorization's charge as a capture at once: 'Charge
+    // Succeeded' wanted where 'Charge Authorized' is, a canceled authorization's PaymentIntent as a
+    // charge that did not succeed, its net amount as the amount asked).
+    sentOrderIds: [...sent].filter((id) => !manualOrderIds.has(id)),
+    sentRefunds: [...mustHaveOperation.values()].filter((r) => !manualOrderIds.has(r.orderId)),
+    orderIds: orderIds.filter((id) => !manualOrderIds.has(id)),
     requireQuiescent: true,
   });
   const report = await expectBlindness(checked);
@@ -1106,6 +1254,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   const autoReissues = (reissued.rows[0] as { n: number }).n;
   // The refund oracle judges every order's refunds and money against Stripe's ledger.
   const refundEnds: Partial<Record<RefundEnd, number>> = {};
+  const authorizationEnds: Record<string, number> = {};
   for (const [i, order] of orders.entries()) {
     const charge = await chargeOf(order);
     const lateCharges = await lateChargesOf(i);
@@ -1116,6 +1265,25 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
         const told = await db.query(`SELECT 1 FROM stripe_event_findings WHERE payment_intent_id = $1 AND resolved_at IS NULL`, [pi.id]);
         if (told.rowCount === 0) problems.push(`order ${order.orderId}: PaymentIntent ${pi.id} charged after the re-issue of an operation that failed, and no finding tells it`);
       }
+    }
+    const chargeRow = (await db.query<{ id: string; status: OperationStatus; capture_method: string | null; amount: number; external_id: string | null }>(
+      `SELECT id::text, status, capture_method, amount::int, external_id FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`,
+      [order.orderId],
+    )).rows[0];
+    const settlements = await settlementsOf(order);
+    problems.push(
+      ...judgeAuthorization({
+        orderId: order.orderId,
+        charge: chargeRow ? { id: chargeRow.id, status: chargeRow.status, manual: chargeRow.capture_method === 'manual', amount: chargeRow.amount, externalId: chargeRow.external_id } : null,
+        settlements,
+        paymentIntent: chargeRow?.external_id ? (fake.paymentIntents({ orderId: order.orderId }).find((pi) => pi.id === chargeRow.external_id) ?? null) : null,
+        refunds: fake.refunds({ orderId: order.orderId }),
+      }),
+    );
+    if (manualOrderIds.has(order.orderId)) {
+      const end = chargeRow?.status !== 'succeeded' ? `charge ${chargeRow?.status ?? 'none'}` : settlements[0] ? `${settlements[0].kind}${settlements[0].cancellationReason ? ` (${settlements[0].cancellationReason})` : ''} ${settlements[0].status}` : 'held';
+      authorizationEnds[end] = (authorizationEnds[end] ?? 0) + 1;
+      continue;
     }
     const judged = judgeOrder({
       orderId: order.orderId,
@@ -1133,11 +1301,22 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     for (const end of judged.ends) refundEnds[end] = (refundEnds[end] ?? 0) + 1;
   }
   // Leave nothing claimable behind for later runs sharing the database.
+  // …nor a held authorization for their expiry checks (oldest first, a page at a time: a hundred left
+  // by earlier runs would hide a later run's own): its first send far in the future, never lapsed.
+  // A final row cannot change (migrations/001's guard): lifted for this one transaction, as shiftTime lifts the trail's.
+  if (manualOrderIds.size > 0) {
+    await db.query(`
+      ALTER TABLE payment_operations DISABLE TRIGGER payment_operations_guard;
+      UPDATE payment_operations SET first_attempted_at = now() + interval '100 years'
+       WHERE order_id LIKE '${runId}-%' AND kind = 'charge' AND capture_method = 'manual' AND status = 'succeeded';
+      ALTER TABLE payment_operations ENABLE TRIGGER payment_operations_guard;`);
+  }
   await scoped(`UPDATE payment_operations SET review_reason = 'model: retired after its run' WHERE order_id = ANY($1) AND status IN ('pending','unknown') AND review_reason IS NULL`);
   return {
     report, problems, orderIds, healRounds, timeSteps, lists, autoReissues, refundVerdicts, refundEnds, refundsByCharge, duplicates,
     failedAfterSuccess: failedAfterSuccessMade, requestsAfterFailedRefund,
     lateCommits: lateCommitsMade, lateChargesAfterReissue: late.size,
     watchLooks: watchTally.looks, watchRemedies: watchTally.remedies, watchFindings: watchTally.findings,
+    authorizationVerdicts, manualRefundVerdicts, authorizationEnds,
   };
 }
