@@ -127,9 +127,10 @@ export interface Warning {
   /**
    * charge_awaiting_review: as above; duplicate_awaiting_review: a second charge whose remedy refund
    * waits for a human (Stripe failed it, or its evidence could not settle it; not a refused key); refund_awaiting_review: a refund waiting for its charge, which
-   * is in review (it goes once that human settles the charge), or a Refund whose operation is in review.
+   * is in review (it goes once that human settles the charge), or a Refund whose operation is in review;
+   * settlement_awaiting_review: a capture or cancel of an authorization whose charge is in review.
    */
-  readonly kind: 'charge_awaiting_review' | 'duplicate_awaiting_review' | 'refund_awaiting_review' | 'refunded_twice_found' | 'late_charge_found';
+  readonly kind: 'charge_awaiting_review' | 'duplicate_awaiting_review' | 'refund_awaiting_review' | 'settlement_awaiting_review' | 'refunded_twice_found' | 'late_charge_found';
   readonly operationId: string;
   readonly orderId: string;
   readonly detail: string;
@@ -771,10 +772,16 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
 
     // A refund waits (durably) until its charge is final: behind a charge in review it waits for that
     // human too, and is shown with it (`operations show <order>`); reported, not left hanging.
-    const parent = op.kind === 'refund' ? byId.get(op.parent_operation_id ?? '') : undefined;
+    // So does a capture or a cancel of an authorization: behind an authorization in review (its
+    // charge's answer unknown) it can be neither sent nor refused until the human settles the charge.
+    const parent = op.kind === 'refund' || op.kind === 'capture' || op.kind === 'cancel_authorization' ? byId.get(op.parent_operation_id ?? '') : undefined;
     const waitsForChargeReview = parent !== undefined && (parent.status === 'pending' || parent.status === 'unknown') && parent.review_reason !== null;
     if (quiescent && !final && op.review_reason === null && waitsForChargeReview) {
-      warnings.push({ kind: 'refund_awaiting_review', operationId: op.id, orderId: op.order_id, detail: `the refund waits for its charge, which is in review: ${parent.review_reason}` });
+      warnings.push(
+        op.kind === 'refund'
+          ? { kind: 'refund_awaiting_review', operationId: op.id, orderId: op.order_id, detail: `the refund waits for its charge, which is in review: ${parent.review_reason}` }
+          : { kind: 'settlement_awaiting_review', operationId: op.id, orderId: op.order_id, detail: `the ${op.kind} waits for its authorization, which is in review: ${parent.review_reason}` },
+      );
     } else if (quiescent && !final && op.review_reason === null) {
       violate('unsettled', `still ${op.status} (${op.attempts} attempts) and not in review after quiescence`, op);
     }
