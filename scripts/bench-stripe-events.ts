@@ -88,7 +88,7 @@ async function bundle(entry: string) {
 function scaledPolicy(scale: number): Partial<EnginePolicy> {
   const s = (b: { baseMs: number; capMs: number }) => ({ baseMs: Math.max(1, Math.round(b.baseMs * scale)), capMs: Math.max(1, Math.round(b.capMs * scale)) });
   const d = DEFAULT_POLICY.backoff;
-  return { backoff: { ambiguous: s(d.ambiguous), rateLimited: s(d.rateLimited), configuration: s(d.configuration), unsettled: s(d.unsettled) } };
+  return { backoff: { ambiguous: s(d.ambiguous), rateLimited: s(d.rateLimited), configuration: s(d.configuration), unsettled: s(d.unsettled), inbox: s(d.inbox) } };
 }
 
 async function insertRoundTrips(pool: pg.Pool) {

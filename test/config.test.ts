@@ -2,6 +2,7 @@
 // weaken a guarantee (a key window past Stripe's retention, a lease shorter than one Stripe call).
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_POLICY } from '../lambdas/payments/decisions.ts';
+import { deferralDelayMs } from '../lambdas/payments/applier-context.ts';
 import { assertCallBudget, ConfigError, loadConfig } from '../lambdas/runtime/config.ts';
 
 const base = { DATABASE_URL: 'postgres://u:p@127.0.0.1:5432/db' };
@@ -125,6 +126,9 @@ describe('loadConfig', () => {
     const { policy } = loadConfig({ ...base, RETRY_BACKOFF_SCALE: '0.5' });
     expect(policy.backoff?.ambiguous).toEqual({ baseMs: DEFAULT_POLICY.backoff.ambiguous.baseMs / 2, capMs: DEFAULT_POLICY.backoff.ambiguous.capMs / 2 });
     expect(policy.backoff?.configuration.capMs).toBe(DEFAULT_POLICY.backoff.configuration.capMs / 2);
+    // The inbox's retries too: a Stripe event that could not be applied is looked at again on the same clock.
+    expect(policy.backoff?.inbox).toEqual({ baseMs: DEFAULT_POLICY.backoff.inbox.baseMs / 2, capMs: DEFAULT_POLICY.backoff.inbox.capMs / 2 });
+    expect(deferralDelayMs(30, policy.backoff!.inbox)).toBe(DEFAULT_POLICY.backoff.inbox.capMs / 2);
     expect(() => loadConfig({ ...base, RETRY_BACKOFF_SCALE: '0' })).toThrow(/RETRY_BACKOFF_SCALE/);
     expect(() => loadConfig({ ...base, RETRY_BACKOFF_SCALE: 'fast' })).toThrow(/RETRY_BACKOFF_SCALE/);
   });

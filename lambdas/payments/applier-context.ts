@@ -3,7 +3,7 @@
 // outcome, deferred for later, or lost to another applier — and the transaction an effect is written
 // in together with the row's mark.
 import type { Db } from './db.ts';
-import { DEFAULT_POLICY, type EnginePolicy } from './decisions.ts';
+import { DEFAULT_POLICY, type Backoff, type EnginePolicy } from './decisions.ts';
 import type { PaymentGateway } from './gateway.ts';
 import { deferEvent, markApplied, type ApplyOutcome, type InboxRow, type TransactionalDb } from './inbox-store.ts';
 import { recordOutcomes, releaseWrite, type OutcomeEventRow } from './operations-store.ts';
@@ -84,8 +84,12 @@ export function applierContext(options: ApplierOptions): ApplierContext {
 /** What a decision was made on: the event's snapshot (a hint) or the object as our key retrieved it. */
 export type Evidence = 'snapshot' | 'stripe';
 
-/** Retries of an event that could not be applied: 1 s, 2 s, 4 s … capped at 15 min. */
-export const deferralDelayMs = (attempts: number): number => Math.min(15 * 60_000, 1000 * 2 ** Math.min(Math.max(attempts, 0), 20));
+/**
+ * Retries of an event that could not be applied: 1 s, 2 s, 4 s … capped at 15 min (the policy's
+ * `backoff.inbox`, scaled like every retry delay by RETRY_BACKOFF_SCALE).
+ */
+export const deferralDelayMs = (attempts: number, backoff: Backoff = DEFAULT_POLICY.backoff.inbox): number =>
+  Math.min(backoff.capMs, backoff.baseMs * 2 ** Math.min(Math.max(attempts, 0), 20));
 
 export const objectEvidence = (o: PaymentIntentView) => ({ id: o.id, status: o.status, amount: o.amount, currency: o.currency });
 
@@ -107,7 +111,7 @@ export function lostLease(row: InboxRow): Applied {
 
 /** Leave the event in the inbox for later, on the deferral backoff. */
 export async function defer(ctx: ApplierContext, row: InboxRow, operationId: string | null, reason: string): Promise<Applied> {
-  await deferEvent(ctx.db, row, { afterMs: deferralDelayMs(row.attempts) }, reason, operationId);
+  await deferEvent(ctx.db, row, { afterMs: deferralDelayMs(row.attempts, ctx.policy.backoff.inbox) }, reason, operationId);
   return resultOf(row, 'deferred', operationId, reason);
 }
 

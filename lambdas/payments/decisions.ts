@@ -103,6 +103,8 @@ export interface EnginePolicy {
     readonly configuration: Backoff;
     /** processing / requires_action: settled later by retrieve. */
     readonly unsettled: Backoff;
+    /** A Stripe event that could not be applied (Stripe unreachable, an unexpected error): looked at again. */
+    readonly inbox: Backoff;
   };
 }
 
@@ -141,6 +143,7 @@ export const DEFAULT_POLICY: EnginePolicy = {
     rateLimited: { baseMs: 5 * SECOND, capMs: 5 * MINUTE },
     configuration: { baseMs: 1 * MINUTE, capMs: 30 * MINUTE },
     unsettled: { baseMs: 30 * SECOND, capMs: 1 * HOUR },
+    inbox: { baseMs: 1 * SECOND, capMs: 15 * MINUTE },
   },
 };
 

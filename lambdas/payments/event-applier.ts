@@ -124,7 +124,7 @@ export class StripeEventApplier {
       return await this.apply(row);
     } catch (error) {
       const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-      await deferEvent(this.#ctx.db, row, { afterMs: deferralDelayMs(row.attempts) }, `error: ${message}`, null).catch(() => {});
+      await deferEvent(this.#ctx.db, row, { afterMs: deferralDelayMs(row.attempts, this.#ctx.policy.backoff.inbox) }, `error: ${message}`, null).catch(() => {});
       return { eventId: row.eventId, eventType: row.eventType, outcome: 'deferred', operationId: null, reason: `error: ${message.slice(0, 300)}`, events: [], newFinding: false };
     }
   }

@@ -185,7 +185,7 @@ function scaledBackoff(scale: number, env: Env): EnginePolicy['backoff'] {
   if (scale > 100) throw new ConfigError(`RETRY_BACKOFF_SCALE must be at most 100, got "${env.RETRY_BACKOFF_SCALE}"`);
   const scaled = (b: { baseMs: number; capMs: number }) => ({ baseMs: Math.max(1, Math.round(b.baseMs * scale)), capMs: Math.max(1, Math.round(b.capMs * scale)) });
   const d = DEFAULT_POLICY.backoff;
-  return { ambiguous: scaled(d.ambiguous), rateLimited: scaled(d.rateLimited), configuration: scaled(d.configuration), unsettled: scaled(d.unsettled) };
+  return { ambiguous: scaled(d.ambiguous), rateLimited: scaled(d.rateLimited), configuration: scaled(d.configuration), unsettled: scaled(d.unsettled), inbox: scaled(d.inbox) };
 }
 
 const blank = (value: string | undefined) => (value === undefined || value === '' ? undefined : value);

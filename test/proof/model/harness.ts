@@ -44,6 +44,7 @@ import { checkInvariants, type InvariantReport, type SentRefund } from '../../..
 import { StripeEventApplier } from '../../../lambdas/payments/event-applier.ts';
 import { ReissueWatcher } from '../../../lambdas/payments/watcher.ts';
 import { readStripeEvent } from '../../../lambdas/payments/event-decisions.ts';
+import { DEFAULT_POLICY } from '../../../lambdas/payments/decisions.ts';
 import type { TransactionalDb } from '../../../lambdas/payments/inbox-store.ts';
 import { recordAndApply } from '../../../lambdas/stripe-events/receive.ts';
 import { makeStripeEvent, paymentIntentEventType, paymentIntentJson, refundJson } from '../../../local/fake-stripe/webhooks.ts';
@@ -233,6 +234,8 @@ export const MODEL_POLICY = {
     rateLimited: { baseMs: HOUR, capMs: DAY },
     configuration: { baseMs: HOUR, capMs: DAY },
     unsettled: { baseMs: HOUR, capMs: DAY },
+    // The inbox's retries as they were (heal applies the inbox until nothing is left).
+    inbox: DEFAULT_POLICY.backoff.inbox,
   },
 };
 
