@@ -1,7 +1,7 @@
 // What bench:peers needs from a contestant: an SQS handler (and a scheduled recovery, if it has
 // one), and its own store translated into one Belief per order.
 import type Stripe from 'stripe';
-import type pg from 'pg';
+import pg from 'pg';
 import type { SqsHandler } from '../../local/event-source.ts';
 import type { ScheduledHandler } from '../../local/scheduler.ts';
 import type { Belief } from './truth.ts';
@@ -65,6 +65,19 @@ export async function fifoBatch(
     }
   }
   return { batchItemFailures: failures };
+}
+
+/**
+ * Beliefs from a table of (order_id, status, updated_at): succeeded / failed are final at updated_at,
+ * anything else is open. What the contestants that keep one row per order store.
+ */
+export async function statusRowBeliefs(observer: pg.Pool, table: string): Promise<Map<string, Belief>> {
+  const { rows } = await observer.query<{ order_id: string; status: string; updated_at: Date }>(`/* bench */ SELECT order_id, status, updated_at FROM ${pg.escapeIdentifier(table)}`);
+  const out = new Map<string, Belief>();
+  for (const r of rows) {
+    out.set(r.order_id, r.status === 'succeeded' || r.status === 'failed' ? { state: r.status, finishedAtMs: r.updated_at.getTime() } : { state: 'open', finishedAtMs: null });
+  }
+  return out;
 }
 
 /** The PaymentIntent every contestant creates for an order: the same parameters, confirmed off-session. */

@@ -5,8 +5,7 @@
 // outbox, no recovery; a failed call fails the whole batch back to SQS. Not a design, a yardstick.
 import pg from 'pg';
 import type { ChargeRequest } from '../../../lambdas/payments/message.ts';
-import { paymentIntentParams, type Contestant } from '../contestant.ts';
-import type { Belief } from '../truth.ts';
+import { paymentIntentParams, statusRowBeliefs, type Contestant } from '../contestant.ts';
 
 export const limitBehindIntake: Contestant = {
   id: 'limit-intake',
@@ -34,14 +33,7 @@ export const limitBehindIntake: Contestant = {
         }
       },
       reconcile: null,
-      async beliefs() {
-        const { rows } = await ctx.observer.query<{ order_id: string; status: string; updated_at: Date }>('/* bench */ SELECT order_id, status, updated_at FROM limit_intake_charges');
-        const out = new Map<string, Belief>();
-        for (const r of rows) {
-          out.set(r.order_id, r.status === 'succeeded' || r.status === 'failed' ? { state: r.status, finishedAtMs: r.updated_at.getTime() } : { state: 'open', finishedAtMs: null });
-        }
-        return out;
-      },
+      beliefs: () => statusRowBeliefs(ctx.observer, 'limit_intake_charges'),
       stop: () => pool.end(),
     };
   },

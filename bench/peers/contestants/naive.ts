@@ -3,8 +3,7 @@
 // one precaution everybody takes: skip an order already recorded as done. Writes after the call.
 import pg from 'pg';
 import type { ChargeRequest } from '../../../lambdas/payments/message.ts';
-import { paymentIntentParams, fifoBatch, type Contestant } from '../contestant.ts';
-import type { Belief } from '../truth.ts';
+import { paymentIntentParams, fifoBatch, statusRowBeliefs, type Contestant } from '../contestant.ts';
 
 export const naive: Contestant = {
   id: 'naive',
@@ -40,14 +39,7 @@ export const naive: Contestant = {
     return {
       charge: async (event) => fifoBatch(event.Records, chargeOne),
       reconcile: null,
-      async beliefs() {
-        const { rows } = await ctx.observer.query<{ order_id: string; status: string; updated_at: Date }>('/* bench */ SELECT order_id, status, updated_at FROM naive_charges');
-        const out = new Map<string, Belief>();
-        for (const r of rows) {
-          out.set(r.order_id, r.status === 'succeeded' || r.status === 'failed' ? { state: r.status, finishedAtMs: r.updated_at.getTime() } : { state: 'open', finishedAtMs: null });
-        }
-        return out;
-      },
+      beliefs: () => statusRowBeliefs(ctx.observer, 'naive_charges'),
       stop: () => pool.end(),
     };
   },
