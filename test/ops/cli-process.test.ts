@@ -117,7 +117,10 @@ describe('the ops CLI as a process', () => {
   });
 
   it('ui: serves the live page until Ctrl-C, then exits 0 (the entry module does not wait on itself)', async () => {
-    const child = spawn(TSX, ['lambdas/ops/cli.ts', 'ui'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, USER: 'alice', DATABASE_URL: db.url }, stdio: ['ignore', 'pipe', 'pipe'] });
+    // Node itself with tsx as a loader, not the tsx binary: that one runs the CLI in a child process and
+    // relays Ctrl-C to it, and under load its relay once answered for the child (exit 130) — the signal
+    // goes straight to the CLI here, as when Node runs it directly.
+    const child = spawn(process.execPath, ['--import', 'tsx', 'lambdas/ops/cli.ts', 'ui'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, USER: 'alice', DATABASE_URL: db.url }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
     child.stderr.on('data', (chunk: Buffer) => (out += chunk.toString()));
