@@ -212,18 +212,21 @@ export interface SoakWatch {
 }
 
 async function findingsByCause(db: pg.Pool, extra: readonly string[], lateCommits: readonly string[]): Promise<SoakReport['findingsByCause']> {
-  const { rows } = await db.query<{ kind: string; payment_intent_id: string | null; reason: string }>(
-    `SELECT kind, payment_intent_id, reason FROM stripe_event_findings ORDER BY id`,
+  const { rows } = await db.query<{ kind: string; payment_intent_id: string | null; reason: string; in_review: boolean }>(
+    `SELECT f.kind, f.payment_intent_id, f.reason, p.review_reason IS NOT NULL AS in_review
+       FROM stripe_event_findings f LEFT JOIN payment_operations p ON p.id = f.operation_id ORDER BY f.id`,
   );
   const duplicate: Record<string, number> = {};
   const lateCommit: Record<string, number> = {};
+  const inReview: Record<string, number> = {};
   const unexplained: { kind: string; paymentIntentId: string | null; reason: string }[] = [];
   for (const r of rows) {
-    const tally = r.payment_intent_id === null ? null : extra.includes(r.payment_intent_id) ? duplicate : lateCommits.includes(r.payment_intent_id) ? lateCommit : null;
+    const pi = r.payment_intent_id;
+    const tally = pi !== null && extra.includes(pi) ? duplicate : pi !== null && lateCommits.includes(pi) ? lateCommit : r.in_review ? inReview : null;
     if (tally === null) unexplained.push({ kind: r.kind, paymentIntentId: r.payment_intent_id, reason: r.reason });
     else tally[r.kind] = (tally[r.kind] ?? 0) + 1;
   }
-  return { duplicate, lateCommit, unexplained };
+  return { duplicate, lateCommit, inReview, unexplained };
 }
 
 /** The cause of a review, from its reason: a short label (the reasons' wording is decisions.ts's). */
@@ -282,12 +285,15 @@ export interface SoakReport {
   /**
    * Every finding (stripe_event_findings, from events or the watch) by what explains it: a PaymentIntent
    * made behind the pipeline's back (the duplicates above), one Stripe committed late under a key the
-   * operation had been re-issued away from (check.lateCommitIds), or nothing the soak made — which would
-   * be a defect.
+   * operation had been re-issued away from (check.lateCommitIds), one about an operation in review (the
+   * person is told: e.g. the watch finding the operation's own PaymentIntent succeeded after it went to
+   * review as unsettled too long), or nothing the soak made — which would be a defect.
    */
   readonly findingsByCause: {
     readonly duplicate: Readonly<Record<string, number>>;
     readonly lateCommit: Readonly<Record<string, number>>;
+    /** About an operation that ended waiting for a human: the finding is how that person is told. */
+    readonly inReview: Readonly<Record<string, number>>;
     readonly unexplained: readonly { readonly kind: string; readonly paymentIntentId: string | null; readonly reason: string }[];
   };
   /** The List evidence path (docs/model.md#evidence-list-before-search-and-the-machines-re-issue): what it cost and how fast it settled what only it can settle. */
@@ -1088,7 +1094,7 @@ export function formatSoakReport(r: SoakReport): string {
     `  500 before commit: ${r.evidence.fiveHundredBeforeCommit.operations} operations, ${r.evidence.fiveHundredBeforeCommit.final} final, ${r.evidence.fiveHundredBeforeCommit.inReview} in review; first send → final p50 ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.p50)}, p90 ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.p90)}, max ${s(r.evidence.fiveHundredBeforeCommit.firstSendToFinalMs.max)} (compressed time)`,
     `  watch after a re-issue: ${r.watch.watches} operations watched (${r.watch.open} still open), ${r.watch.looks} looks; late commits made by the fake ${r.watch.lateCommitsMade}, ` +
       `${r.watch.lateCommitsAfterReissue} of them after a re-issue; ${r.watch.remedies} refunded by the watch's remedy, ${r.watch.findings} findings`,
-    `  findings by cause: on extra charges ${list(r.findingsByCause.duplicate)}; on late commits after a re-issue ${list(r.findingsByCause.lateCommit)}; unexplained ${r.findingsByCause.unexplained.length}` +
+    `  findings by cause: on extra charges ${list(r.findingsByCause.duplicate)}; on late commits after a re-issue ${list(r.findingsByCause.lateCommit)}; about operations in review ${list(r.findingsByCause.inReview)}; unexplained ${r.findingsByCause.unexplained.length}` +
       r.findingsByCause.unexplained.map((f) => `\n    ! ${f.kind} ${f.paymentIntentId ?? '(no PaymentIntent)'}: ${f.reason}`).join(''),
     `  review by cause: ${list(r.reviewByCause)}`,
     ...formatReport(r.check).split('\n').map((line) => `  ${line}`),
