@@ -1,6 +1,8 @@
 // npm run bench:peers [-- --orders 2000 --seed 42 --latency 0,50 --contestants ours,powertools,seed,naive,dbos,durable
 //                        --single-order-rounds 3 --svg-dir docs/images --json --clean-only]
 // Figures, not assertions. Progress on stderr, the tables (or JSON) on stdout.
+// Post-mortems: BENCH_WAL_BY_TYPE=1 splits the WAL table by record type (INSERT, UPDATE, LOCK …);
+// BENCH_STATEMENTS=1 prints the statements by server time and the stored row sizes on stderr.
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';

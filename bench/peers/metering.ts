@@ -89,22 +89,52 @@ export async function walByRelation(databaseUrl: string, fromLsn: string, toLsn:
               SELECT start_lsn, reldatabase, relfilenode, relforknumber
                 FROM pg_get_wal_block_info($1::pg_lsn, $2::pg_lsn, false) WHERE block_id = 0),
             records AS (
-              SELECT start_lsn, resource_manager, record_length, fpi_length FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn))
+              SELECT start_lsn, resource_manager, record_type, record_length, fpi_length FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn))
        SELECT CASE
                 WHEN b.start_lsn IS NULL THEN '(no relation) ' || r.resource_manager
                 WHEN b.reldatabase <> (SELECT oid FROM pg_database WHERE datname = current_database()) THEN '(another database)'
                 ELSE coalesce(c.relname, '(catalog or dropped)') || CASE WHEN b.relforknumber = 0 THEN '' ELSE ' (fork ' || b.relforknumber || ')' END
-              END AS relation,
+              END || CASE WHEN $3::boolean THEN ' ' || r.record_type ELSE '' END AS relation,
               count(*)::bigint AS records, sum(r.record_length)::bigint AS bytes, sum(r.fpi_length)::bigint AS fpi
          FROM records r
          LEFT JOIN first_block b USING (start_lsn)
          LEFT JOIN pg_class c ON c.oid = pg_filenode_relation(0, b.relfilenode)
         GROUP BY 1 ORDER BY 3 DESC`,
-      [fromLsn, toLsn],
+      [fromLsn, toLsn, process.env.BENCH_WAL_BY_TYPE === '1'],
     );
     return rows.map((r) => ({ relation: r.relation, records: Number(r.records), bytes: Number(r.bytes), fpiBytes: Number(r.fpi) }));
   } finally {
     await client.end();
+  }
+}
+
+/**
+ * BENCH_STATEMENTS=1: where a run's server time and row bytes went, on stderr — the statements by
+ * execution time (pg_stat_statements), and the stored size of this product's audit lines (by action),
+ * operation rows and outbox rows where the run's database has them. For a post-mortem, not the report.
+ */
+async function printDiagnostics(admin: pg.Pool, database: string, databaseUrl: string | undefined): Promise<void> {
+  const top = await admin.query<{ calls: string; ms: number; rows: string; query: string }>(
+    `/* bench */ SELECT s.calls::bigint AS calls, s.total_exec_time::float8 AS ms, s.rows::bigint AS rows, left(regexp_replace(s.query, '\\s+', ' ', 'g'), 160) AS query
+       FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+      WHERE d.datname = $1 AND s.query NOT LIKE '/* bench */%' ORDER BY s.total_exec_time DESC LIMIT 25`,
+    [database],
+  );
+  for (const t of top.rows) process.stderr.write(`${t.ms.toFixed(0).padStart(7)} ms ${t.calls.padStart(7)} calls ${t.rows.padStart(7)} rows  ${t.query}\n`);
+  if (!databaseUrl) return;
+  const probe = new pg.Client({ connectionString: databaseUrl, application_name: OBSERVER_APPLICATION });
+  await probe.connect();
+  try {
+    const { rows: [has] } = await probe.query<{ ours: boolean }>(`/* bench */ SELECT to_regclass('payment_operation_events') IS NOT NULL AS ours`);
+    if (!has?.ours) return;
+    const sizes = [
+      `SELECT 'audit ' || action AS what, count(*)::int AS n, avg(pg_column_size(e.*))::int AS row_bytes, avg(pg_column_size(detail))::int AS detail_bytes FROM payment_operation_events e GROUP BY action`,
+      `SELECT 'operation' AS what, count(*)::int AS n, avg(pg_column_size(p.*))::int AS row_bytes FROM payment_operations p`,
+      `SELECT 'outbox' AS what, count(*)::int AS n, avg(pg_column_size(o.stored_payload))::int AS stored_payload_bytes FROM outcome_events o`,
+    ];
+    for (const sql of sizes) for (const r of (await probe.query(`/* bench */ ${sql}`)).rows) process.stderr.write(`${JSON.stringify(r)}\n`);
+  } finally {
+    await probe.end();
   }
 }
 
@@ -136,6 +166,7 @@ export function serverMeter(admin: pg.Pool, database: string, databaseUrl?: stri
         );
         statements = Number(rows[0]?.calls ?? 0);
         execMs = rows[0]?.ms ?? 0;
+        if (process.env.BENCH_STATEMENTS === '1') await printDiagnostics(admin, database, databaseUrl);
       }
       const shares = databaseUrl ? await walByRelation(databaseUrl, lsn, wal.rows[0]!.lsn).catch((error: unknown) => {
             // A figure missing says why (pg_walinspect not installed, no privilege), rather than nothing.
