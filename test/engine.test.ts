@@ -428,7 +428,7 @@ describe('beyond the seed', () => {
       ['outcome_discarded', 'worker-a', 0],
       ['outcome_recorded', 'worker-b', 0],
     ]);
-    expect(trail[3]).toMatchObject({ step: 'list', to_status: null, detail: { leaseToken: tokenA, discardedStatus: 'pending', absenceProven: true } });
+    expect(trail[3]).toMatchObject({ step: 'list', to_status: null, lease_token: tokenA, detail: { discardedStatus: 'pending', absenceProven: true } });
     // No re-issue was announced; one charge, under generation 0's key, the one the row names.
     const { rows: outbox } = await db.pool.query('SELECT event_type FROM outcome_events WHERE operation_id = $1', [id]);
     expect(outbox.map((e) => e.event_type)).toEqual(['Charge Succeeded']);

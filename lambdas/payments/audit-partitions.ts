@@ -15,6 +15,7 @@ import path from 'node:path';
 import { once } from 'node:events';
 import type pg from 'pg';
 import type { Db } from './db.ts';
+import { AUDIT_DETAIL } from './audit-trail.ts';
 
 /** Months ahead of the current one that always have a partition. */
 export const AUDIT_PARTITION_MONTHS_AHEAD = 2;
@@ -167,8 +168,10 @@ async function exportPartition(client: pg.ClientBase, p: AuditPartition, table: 
     await client.query(
       `DECLARE audit_export NO SCROLL CURSOR FOR
          SELECT id, operation_id, to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS occurred_at,
-                actor, action, step, from_status, to_status, error_class, error_code, external_id, key_generation, detail::text AS detail
-           FROM ${table} ORDER BY id`,
+                actor, action, step, from_status, to_status, error_class, error_code, external_id, key_generation,
+                -- The claim's lease back under its old keys (migrations/023): one export format for every month.
+                ${AUDIT_DETAIL('e')}::text AS detail
+           FROM ${table} e ORDER BY id`,
     );
     for (;;) {
       const page = await client.query<Record<(typeof AUDIT_EXPORT_COLUMNS)[number], string | number | null>>('FETCH 5000 FROM audit_export');

@@ -19,6 +19,14 @@ export interface AuditEvent {
   readonly detail: Readonly<Record<string, unknown>>;
 }
 
+/**
+ * An audit line's detail as every reader sees it (SQL): the stored `detail`, with the claim's lease token
+ * and end put back under the keys older lines stored them in (`leaseToken`, `leaseUntil`). `e` is an
+ * alias of payment_operation_events.
+ */
+export const AUDIT_DETAIL = (e: string) =>
+  `(${e}.detail || jsonb_strip_nulls(jsonb_build_object('leaseToken', ${e}.lease_token, 'leaseUntil', ${e}.lease_until)))`;
+
 const OUTCOME_ACTIONS = new Set(['outcome_recorded', 'outcome_discarded', 'lease_released']);
 // Steps that send nothing that could create an object at Stripe (a precondition settles or reviews before any call).
 const NON_SENDING_STEPS = new Set(['retrieve', 'search', 'list', 'precondition']);

@@ -5,7 +5,7 @@
 import type pg from 'pg';
 import { prepared, type Db } from './db.ts';
 import type { StripeEventView } from './event-decisions.ts';
-import { attemptStartedEvent, CHARGE_PAYMENT_INTENT, CLAIM_SET, toOperation, type OutcomeEventRow } from './operations-store.ts';
+import { ATTEMPT_COLUMNS, attemptStartedEvent, CHARGE_PAYMENT_INTENT, CLAIM_SET, toOperation, type OutcomeEventRow } from './operations-store.ts';
 import type { ClaimedOperation, Operation } from './types.ts';
 
 /** A database that can also lend one connection for a transaction (a pg.Pool). */
@@ -240,7 +240,7 @@ export async function claimForEvent(
      -- A claim is a claim: the audit trail shows it like the engine's (every claim ending —
      -- recorded, discarded, released — has its attempt_started).
      audit AS (
-       INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, key_generation, detail)
+       INSERT INTO payment_operation_events (${ATTEMPT_COLUMNS})
        ${attemptStartedEvent({ stripeEventIdParam: 5 })}
      )
      SELECT 'claimed' AS source, to_jsonb(c) AS op, now() AS db_now FROM claimed c

@@ -20,7 +20,7 @@
 // charge's PaymentIntents by Search + retrieve, a refund's Refunds by List of the refunded
 // PaymentIntent + retrieve — and a few facts of the kind (REVIEW_KINDS: which objects are its own,
 // which flag names the proof, how long its evidence lags).
-import { lastPossibleSendAt, type AuditEvent } from './audit-trail.ts';
+import { AUDIT_DETAIL, lastPossibleSendAt, type AuditEvent } from './audit-trail.ts';
 import type { Db } from './db.ts';
 import { DEFAULT_POLICY, KIND_RULES, type WatchTimings } from './decisions.ts';
 import type { AccountScope, GatewayResult } from './gateway.ts';
@@ -646,7 +646,8 @@ export async function loadOperationHistory(db: Db, by: { readonly operationId: s
   const where = 'operationId' in by ? 'p.id = $1::uuid' : `p.order_id = $1 AND p.kind = 'charge'`;
   const { rows } = await db.query<{ op: OperationRow; events: AuditRow[]; outbox: OutboxRow[]; as_of: Date; refunded_payment_intent: string | null }>(
     `SELECT to_jsonb(p) AS op, ${PAYMENT_INTENT_OF_REFUND('p')} AS refunded_payment_intent,
-            coalesce((SELECT jsonb_agg(to_jsonb(e) ORDER BY e.id) FROM payment_operation_events e WHERE e.operation_id = p.id), '[]'::jsonb) AS events,
+            coalesce((SELECT jsonb_agg((to_jsonb(e) - 'lease_token' - 'lease_until') || jsonb_build_object('detail', ${AUDIT_DETAIL('e')}) ORDER BY e.id)
+                        FROM payment_operation_events e WHERE e.operation_id = p.id), '[]'::jsonb) AS events,
             coalesce((SELECT jsonb_agg(to_jsonb(o) - 'stored_payload' ORDER BY o.created_at, o.event_id) FROM outcome_events o WHERE o.operation_id = p.id), '[]'::jsonb) AS outbox,
             now() AS as_of
        FROM payment_operations p WHERE ${where}`,

@@ -65,7 +65,7 @@ export async function shiftAuditTrail(pool: pg.Pool, operationId: string, interv
     await client.query('ALTER TABLE payment_operation_events DISABLE TRIGGER payment_operation_events_append_only');
     // The lease end a claim recorded moves with it: the trail is as it would be, written that much earlier.
     await client.query(
-      `UPDATE payment_operation_events SET occurred_at = occurred_at - $2::interval,
+      `UPDATE payment_operation_events SET occurred_at = occurred_at - $2::interval, lease_until = lease_until - $2::interval,
               detail = CASE WHEN detail ? 'leaseUntil' AND jsonb_typeof(detail->'leaseUntil') = 'string'
                             THEN jsonb_set(detail, '{leaseUntil}', to_jsonb(to_char(((detail->>'leaseUntil')::timestamptz - $2::interval) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')))
                             ELSE detail END

@@ -780,6 +780,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
       ALTER TABLE payment_operation_events DISABLE TRIGGER payment_operation_events_append_only;
       UPDATE payment_operation_events e
          SET occurred_at = e.occurred_at - '${interval}'::interval,
+             lease_until = e.lease_until - '${interval}'::interval,
              detail = CASE WHEN e.detail ? 'provenAt'
                            THEN jsonb_set(e.detail, '{provenAt}', to_jsonb(to_char(((e.detail->>'provenAt')::timestamptz - '${interval}'::interval) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
                            WHEN e.detail ? 'leaseUntil'
