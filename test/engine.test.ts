@@ -521,3 +521,42 @@ describe('round trips (the budget of docs/model.md: two statements a charge)', (
     expect(counted.roundTrips).toBe(2); // a batch of 10 is still one statement before and one after
   });
 });
+
+describe('an order inserted by another transaction while the request statement runs', () => {
+  it('the plain insert fails whole on the unique index, and the same statement with ON CONFLICT takes the order as existing: one operation, nothing lost', async () => {
+    const input = order();
+    const other = order();
+    // Another writer holds an uncommitted insert of the same order: our statement's snapshot does
+    // not see it, so its insert waits on the unique index and then fails (23505) once that commits.
+    const blocker = await db.pool.connect();
+    try {
+      await blocker.query('BEGIN');
+      const { rows: [theirs] } = await blocker.query<{ id: string }>(
+        `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method) VALUES ($1, $2, $3, $4, $5) RETURNING id`,
+        [input.orderId, input.amount, input.currency, input.customerId, input.paymentMethod],
+      );
+      const counted = countingDb(db.pool);
+      const requesting = engine({ db: counted }).processRequests([input, other]);
+      await waitForLockWait();
+      await blocker.query('COMMIT');
+      const [mine, second] = await requesting;
+      expect(mine!.operationId).toBe(theirs!.id);
+      expect(second!.execution).toMatchObject({ status: 'succeeded', disposition: 'attempted' });
+      // The failed statement, the one with ON CONFLICT, and the outcome.
+      expect(counted.roundTrips).toBe(3);
+      const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM payment_operations WHERE order_id = ANY($1)', [[input.orderId, other.orderId]]);
+      expect(rows[0].n).toBe(2);
+    } finally {
+      blocker.release();
+    }
+  });
+});
+
+async function waitForLockWait(): Promise<void> {
+  for (let i = 0; i < 500; i++) {
+    const { rows } = await db.pool.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple') AND state = 'active'`);
+    if (rows.length > 0) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error('the request statement never waited on the other insert');
+}

@@ -163,7 +163,7 @@ function table(headers: readonly string[], rows: readonly (readonly string[])[])
 }
 
 /** Relations under this share of a contestant's WAL are summed into one row. */
-const WAL_ROW_MIN_SHARE = 0.01;
+const WAL_ROW_MIN_SHARE = Number(process.env.BENCH_WAL_MIN_SHARE ?? 0.01);
 
 /** Per PostgreSQL contestant, its clean 0 ms run's WAL per charge by relation (pg_walinspect). */
 function renderWalByRelation(report: BenchReport): string[] {

@@ -187,40 +187,8 @@ export interface RequestRow {
   readonly claimed: ClaimedOperation | null;
 }
 
-/**
- * Make every request of a batch durable and claim the ones asked for, in ONE statement:
- * insert what is new (claimed at birth), claim what exists with the same parameters and is due, and
- * return what exists otherwise (settled, leased, in review, or conflicting — the caller compares).
- * Order ids must be distinct within one call. An index with no row came from a concurrent insert
- * that this statement's snapshot cannot see yet; the caller simply asks again.
- */
-export async function requestAndClaim(
-  db: Db,
-  requests: readonly { readonly input: ChargeInput; readonly claim: boolean }[],
-  leaseToken: string,
-  leaseMs: number,
-  actor: string,
-): Promise<Map<number, RequestRow>> {
-  const payload = requests.map(({ input, claim }, index) => ({
-    idx: index,
-    order_id: input.orderId,
-    amount: input.amount,
-    currency: input.currency,
-    customer_id: input.customerId,
-    payment_method: input.paymentMethod,
-    description: input.description ?? null,
-    statement_descriptor_suffix: input.statementDescriptorSuffix ?? null,
-    charge_metadata: input.metadata ?? {},
-    stripe_account: input.account ?? null,
-    application_fee_amount: input.applicationFeeAmount ?? null,
-    transfer_destination: input.transferDestination ?? null,
-    capture_method: input.captureMethod ?? null,
-    claim,
-  }));
-  const { rows } = await prepared<{ idx: number; source: RequestSource; op: OperationJson; db_now: Date }>(
-    db,
-    'payments.request_and_claim',
-    `WITH input AS (
+/** requestAndClaim's statement; `refuse`: a concurrent insert of one of its orders fails it (see there). */
+const requestAndClaimSql = (onConflict: 'refuse' | 'skip') => `WITH input AS (
        SELECT * FROM jsonb_to_recordset($1::jsonb)
          AS i(idx int, order_id text, amount bigint, currency text, customer_id text, payment_method text,
               description text, statement_descriptor_suffix text, charge_metadata jsonb,
@@ -237,8 +205,10 @@ export async function requestAndClaim(
               CASE WHEN claim THEN now() + $3::bigint * interval '1 millisecond' END,
               CASE WHEN claim THEN now() END,
               CASE WHEN claim THEN now() + $3::bigint * interval '1 millisecond' ELSE now() END
-         FROM input ORDER BY idx
-       ON CONFLICT (order_id) WHERE kind = 'charge' DO NOTHING
+         FROM input i
+        WHERE NOT EXISTS (SELECT 1 FROM payment_operations x WHERE x.order_id = i.order_id AND x.kind = 'charge')
+        ORDER BY idx
+       ${onConflict === 'skip' ? `ON CONFLICT (order_id) WHERE kind = 'charge' DO NOTHING` : ''}
        RETURNING p.*
      ),
      claimed AS (
@@ -272,9 +242,61 @@ export async function requestAndClaim(
            UNION ALL
            SELECT 3, 'existing', to_jsonb(x) FROM payment_operations x WHERE x.order_id = i.order_id AND x.kind = 'charge'
          ) candidates ORDER BY rank LIMIT 1
-       ) r ON true`,
-    [JSON.stringify(payload), leaseToken, leaseMs, actor],
-  );
+       ) r ON true`;
+
+/** A unique violation of the named index (SQLSTATE 23505), as pg reports it. */
+function isUniqueViolation(error: unknown, constraint: string): boolean {
+  return typeof error === 'object' && error !== null && (error as { code?: unknown }).code === '23505' && (error as { constraint?: unknown }).constraint === constraint;
+}
+
+/**
+ * Make every request of a batch durable and claim the ones asked for, in ONE statement:
+ * insert what is new (claimed at birth), claim what exists with the same parameters and is due, and
+ * return what exists otherwise (settled, leased, in review, or conflicting — the caller compares).
+ * Order ids must be distinct within one call. An index with no row came from a concurrent insert
+ * that this statement's snapshot cannot see yet; the caller simply asks again.
+ */
+export async function requestAndClaim(
+  db: Db,
+  requests: readonly { readonly input: ChargeInput; readonly claim: boolean }[],
+  leaseToken: string,
+  leaseMs: number,
+  actor: string,
+): Promise<Map<number, RequestRow>> {
+  const payload = requests.map(({ input, claim }, index) => ({
+    idx: index,
+    order_id: input.orderId,
+    amount: input.amount,
+    currency: input.currency,
+    customer_id: input.customerId,
+    payment_method: input.paymentMethod,
+    description: input.description ?? null,
+    statement_descriptor_suffix: input.statementDescriptorSuffix ?? null,
+    charge_metadata: input.metadata ?? {},
+    stripe_account: input.account ?? null,
+    application_fee_amount: input.applicationFeeAmount ?? null,
+    transfer_destination: input.transferDestination ?? null,
+    capture_method: input.captureMethod ?? null,
+    claim,
+  }));
+  const statement = async (onConflict: 'refuse' | 'skip') =>
+    prepared<{ idx: number; source: RequestSource; op: OperationJson; db_now: Date }>(
+      db,
+      onConflict === 'refuse' ? 'payments.request_and_claim' : 'payments.request_and_claim_on_conflict',
+      requestAndClaimSql(onConflict),
+      [JSON.stringify(payload), leaseToken, leaseMs, actor],
+    );
+  // A plain INSERT of the orders this statement's snapshot does not hold: no speculative insertion,
+  // so no confirmation record in the WAL (48 bytes a charge). An order inserted meanwhile by another
+  // transaction makes it fail whole (unique violation, nothing written); then the same statement
+  // with ON CONFLICT DO NOTHING, which takes that order as existing.
+  let rows: { idx: number; source: RequestSource; op: OperationJson; db_now: Date }[];
+  try {
+    ({ rows } = await statement('refuse'));
+  } catch (error) {
+    if (!isUniqueViolation(error, 'payment_operations_one_charge_per_order')) throw error;
+    ({ rows } = await statement('skip'));
+  }
   const result = new Map<number, RequestRow>();
   for (const row of rows) {
     const operation = toOperation(row.op);

@@ -36,7 +36,7 @@ export type WorkerReply =
   | { readonly type: 'dying'; readonly id: number; readonly point: KillPoint };
 
 // A refund request is made durable and claimed by its own statement (operations-store.ts requestRefundAndClaim).
-const CLAIM_STATEMENTS = new Set(['payments.request_and_claim', 'payments.request_refund_and_claim', 'payments.claim_due']);
+const CLAIM_STATEMENTS = new Set(['payments.request_and_claim', 'payments.request_and_claim_on_conflict', 'payments.request_refund_and_claim', 'payments.claim_due']);
 const RECORD_STATEMENT = 'payments.record_outcomes';
 
 let current: InvokeMessage | null = null;
