@@ -64,12 +64,13 @@ const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.flo
  * History as charges leave it: final operations, three audit rows each, a published event, an applied
  * Stripe event — all four made by ONE set-based statement per chunk (INSERT … SELECT generate_series,
  * each table's rows from the operations the same statement inserted). Every row references an
- * operation of its own statement, so the foreign keys hold by construction: their per-row checks
- * (five per charge, each an index probe and a row lock on the operation, queued as triggers) are set
- * aside for this session's load (session_replication_role = replica, which fires no trigger: none of
- * the four tables has an insert trigger for these rows — the refund and refund-failure ones are
- * conditional on other kinds), and checked once afterwards, set-based. The rows are the ones the
- * loader wrote before, column for column, in the same order.
+ * operation of its own statement, so the references hold by construction: their checks (the Stripe
+ * event's foreign key, a row lock and an index probe per row; the audit trail's and the outbox's
+ * check by query per statement, migration 024) are set aside for this session's load
+ * (session_replication_role = replica, which fires no trigger: no other insert trigger applies to
+ * these rows — the refund and refund-failure ones are conditional on other kinds), and checked once
+ * afterwards, set-based. The audit lines are as a charge writes them since migration 023 (the claim's
+ * lease in lease_token / lease_until, not in detail).
  */
 async function loadHistory(pool: pg.Pool, settled: number): Promise<void> {
   const chunk = 500_000;
@@ -88,11 +89,15 @@ async function loadHistory(pool: pg.Pool, settled: number): Promise<void> {
              FROM generate_series($1::int, $2::int) AS g
            RETURNING id, status, external_id, order_id, amount),
          trail AS (
-           INSERT INTO payment_operation_events (operation_id, occurred_at, actor, action, from_status, to_status, external_id, key_generation, detail)
+           INSERT INTO payment_operation_events (operation_id, occurred_at, actor, action, from_status, to_status, external_id, key_generation,
+                                                 lease_token, lease_until, detail)
            SELECT o.id, now() - interval '2 days', 'charge-handler', a.action, a.from_status, coalesce(a.to_status, o.status),
                   CASE WHEN a.action = 'outcome_recorded' THEN o.external_id END, 0,
-                  CASE WHEN a.action = 'requested' THEN '{}'::jsonb ELSE jsonb_build_object('leaseToken', gen_random_uuid()) END
-             FROM ops o CROSS JOIN (VALUES ('requested', NULL, 'pending'), ('attempt_started', 'pending', 'pending'), ('outcome_recorded', 'pending', NULL)) AS a(action, from_status, to_status)),
+                  CASE WHEN a.action <> 'requested' THEN o.token END,
+                  CASE WHEN a.action = 'attempt_started' THEN now() - interval '2 days' + interval '17 seconds' END,
+                  CASE WHEN a.action = 'attempt_started' THEN '{"attempt": 1}'::jsonb
+                       WHEN a.action = 'outcome_recorded' THEN jsonb_build_object('paymentIntentStatus', CASE WHEN o.status = 'succeeded' THEN 'succeeded' ELSE 'requires_payment_method' END) ELSE '{}'::jsonb END
+             FROM (SELECT ops.*, gen_random_uuid() AS token FROM ops) o CROSS JOIN (VALUES ('requested', NULL, 'pending'), ('attempt_started', 'pending', 'pending'), ('outcome_recorded', 'pending', NULL)) AS a(action, from_status, to_status)),
          outbox AS (
            INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload, created_at, published_at, attempts)
            SELECT o.eid, o.id, CASE WHEN o.status = 'succeeded' THEN 'Charge Succeeded' ELSE 'Charge Failed' END,
@@ -112,7 +117,7 @@ async function loadHistory(pool: pg.Pool, settled: number): Promise<void> {
     await client.query('RESET session_replication_role').catch(() => {});
     client.release();
   }
-  // The foreign keys the load did not check row by row, checked once: no row names a missing operation.
+  // The references the load did not check, checked once: no row names a missing operation.
   const { rows } = await pool.query<{ trail: number; outbox: number; inbox: number }>(
     `SELECT (SELECT count(*)::int FROM payment_operation_events e WHERE NOT EXISTS (SELECT 1 FROM payment_operations p WHERE p.id = e.operation_id)) AS trail,
             (SELECT count(*)::int FROM outcome_events e WHERE NOT EXISTS (SELECT 1 FROM payment_operations p WHERE p.id = e.operation_id)) AS outbox,

@@ -2,7 +2,8 @@
 //                        --single-order-rounds 3 --svg-dir docs/images --json --clean-only]
 // Figures, not assertions. Progress on stderr, the tables (or JSON) on stdout.
 // Post-mortems: BENCH_WAL_BY_TYPE=1 splits the WAL table by record type (INSERT, UPDATE, LOCK …);
-// BENCH_STATEMENTS=1 prints the statements by server time and the stored row sizes on stderr.
+// BENCH_STATEMENTS=1 prints the statements by server time and the stored row sizes on stderr;
+// BENCH_WAL_MIN_SHARE=0 lists every relation (default: those under 1 % of the total in one row).
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
