@@ -1,6 +1,6 @@
 -- The audit trail's and the outbox's rows are checked against their operation by one query per
--- statement, not by a foreign key (docs/decisions.md, "An audit or outbox row's operation is checked
--- without a row lock").
+-- statement, not by a foreign key (docs/decisions.md, 2026-12-03, "… an audit or outbox row's
+-- operation is checked without a row lock …").
 --
 -- A foreign key checks each inserted row by locking the row it refers to (SELECT … FOR KEY SHARE), so
 -- that no one deletes it or changes its key before the insert commits. That lock is a WAL record

@@ -224,9 +224,15 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
     const t0 = Date.now();
     await sendAll(workload);
     const progress = setInterval(() => {
-      void pipeline.snapshot().then((s) =>
-        log(`  ${contestant.id}: ${((Date.now() - t0) / 1000).toFixed(0)} s, queue ${s.queue.waiting}+${s.queue.inFlight} in flight, dlq ${s.queue.dlq}, stripe requests ${fake.stats().requests.total}`),
-      );
+      // A progress line is only a line: a snapshot still in flight when the run ends meets a stopped
+      // queue (ECONNREFUSED after the SDK's retries), and that must not become an unhandled
+      // rejection that ends the whole bench (it did once, as the next contestant started).
+      pipeline
+        .snapshot()
+        .then((s) =>
+          log(`  ${contestant.id}: ${((Date.now() - t0) / 1000).toFixed(0)} s, queue ${s.queue.waiting}+${s.queue.inFlight} in flight, dlq ${s.queue.dlq}, stripe requests ${fake.stats().requests.total}`),
+        )
+        .catch(() => {});
     }, 5_000);
     try {
       // Bounded: a queue that never drains (a contestant stuck for good) ends the phase anyway,
