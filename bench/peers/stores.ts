@@ -20,6 +20,8 @@ export async function startBenchPostgres(): Promise<BenchPostgres> {
     const admin = new pg.Client({ connectionString: server.adminUrl });
     await admin.connect();
     await admin.query("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'");
+    // BENCH_STATEMENTS=1 (a post-mortem): the statements run inside functions and triggers too.
+    if (process.env.BENCH_STATEMENTS === '1') await admin.query("ALTER SYSTEM SET pg_stat_statements.track = 'all'");
     await admin.end();
     await server.restart();
     const again = new pg.Client({ connectionString: server.adminUrl });

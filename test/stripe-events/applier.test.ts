@@ -4,6 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { chargeAftermathDetailSchema, chargeOutcomeDetailSchema } from '../../lambdas/events/contract.ts';
+import { DEFAULT_POLICY } from '../../lambdas/payments/decisions.ts';
 import { StripeEventApplier } from '../../lambdas/payments/event-applier.ts';
 import { claimForEvent, inboxGauges } from '../../lambdas/payments/inbox-store.ts';
 import { claimById, findOperation, recordOutcomes } from '../../lambdas/payments/operations-store.ts';
@@ -174,6 +175,21 @@ describe('payment_intent.* for an open operation', () => {
     expect(await count(db.pool, `stripe_event_findings WHERE payment_intent_id = 'pi_waits_for_key'`)).toBe(0);
     await db.pool.query('UPDATE stripe_events SET next_attempt_at = now() WHERE event_id = $1', [event.id]);
     expect((await applier().applyDue()).byOutcome).toMatchObject({ unrecorded: 1 });
+  });
+
+  it('an event that waits is retried on the policy’s inbox backoff (backoff.inbox, which RETRY_BACKOFF_SCALE scales), not on a delay of its own', async () => {
+    const event = makeStripeEvent('payment_intent.succeeded', {
+      id: 'pi_waits_on_policy', object: 'payment_intent', status: 'succeeded', amount: 500, currency: 'eur', customer: 'cus_x',
+      metadata: { operation_id: randomUUID(), order_id: 'order-waits-policy', key_generation: '0' },
+    });
+    const hour = 3_600_000;
+    const patient = new StripeEventApplier({ db: db.pool, gateway: null, random: () => 0.5, policy: { backoff: { ...DEFAULT_POLICY.backoff, inbox: { baseMs: hour, capMs: hour } } } });
+    const r = await receiveWebhook(delivery(event), settings, { db: db.pool, applier: patient, publisher: null });
+    expect(r).toMatchObject({ applied: { outcome: 'deferred' } });
+    const { rows: [row] } = await db.pool.query<{ wait_s: number }>('SELECT extract(epoch FROM next_attempt_at - now())::float8 AS wait_s FROM stripe_events WHERE event_id = $1', [event.id]);
+    // An hour (the policy's), not the default's seconds.
+    expect(row!.wait_s).toBeGreaterThan(hour / 1000 - 60);
+    expect(row!.wait_s).toBeLessThanOrEqual(hour / 1000);
   });
 
   it('a PaymentIntent of another customer naming our operation is not adopted: review, decided on the PaymentIntent Stripe holds', async () => {
