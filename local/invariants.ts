@@ -307,6 +307,24 @@ const AUTHORIZED: readonly PaymentIntentStatus[] = ['requires_capture', 'succeed
 /** PaymentIntent statuses that are no charge and can never become one (review.ts movingObjects). */
 const HARMLESS: readonly PaymentIntentStatus[] = ['canceled', 'requires_payment_method'];
 
+/** The live PaymentIntents of key generations their operation has left: committed after it left them (late), or before (unsafe). */
+function retiredGenerations(
+  paymentIntents: readonly PaymentIntentRecord[],
+  ownerOf: (pi: PaymentIntentRecord) => OperationFacts | null,
+): { late: PaymentIntentRecord[]; unsafe: { pi: PaymentIntentRecord; op: OperationFacts; generation: number }[] } {
+  const late: PaymentIntentRecord[] = [];
+  const unsafe: { pi: PaymentIntentRecord; op: OperationFacts; generation: number }[] = [];
+  for (const pi of paymentIntents) {
+    const op = ownerOf(pi);
+    const generation = Number(pi.metadata.key_generation ?? 'NaN');
+    if (op === null || !Number.isInteger(generation) || generation >= op.key_generation || HARMLESS.includes(pi.status)) continue;
+    const leftAt = op.reissued_from?.[String(generation)];
+    if (leftAt !== undefined && pi.createdAtMs > Date.parse(leftAt)) late.push(pi);
+    else unsafe.push({ pi, op, generation });
+  }
+  return { late, unsafe };
+}
+
 // One pass per table; the scope ($1, NULL = everything) is applied in SQL so a 10,000-order soak and a
 // 3-order model run cost what they should.
 const OPERATIONS_SQL = `
@@ -456,6 +474,13 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
   const expectedNet = new Map<string, number>();
   const refundsOfOrder = new Map<string, OperationFacts[]>();
   for (const r of refundOps) refundsOfOrder.set(r.order_id, [...(refundsOfOrder.get(r.order_id) ?? []), r]);
+  // A PaymentIntent of a generation its operation has left. One Stripe created only AFTER the re-issue
+  // (created later than the List proof it rested on, or than its write where it names none) is a late
+  // commit under the retired key, which no proof could see: its money is judged like any extra charge
+  // (double_charge / net_amount below: the watch after the re-issue must have handed it to the remedy,
+  // or found it and told a person). One that existed when the generation was left is unsafe_reissue.
+  const retired = retiredGenerations(paymentIntents, ownerOf);
+  const lateCommitIds = new Set(retired.late.map((pi) => pi.id));
   for (const [orderId, pis] of succeededByOrder) {
     if (pis.length < 2) continue;
     // Given refunds: a second PaymentIntent refunded in full (the duplicate remedy) is no double charge.
@@ -483,28 +508,20 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
       warnings.push({ kind: 'duplicate_awaiting_review', operationId: op.id, orderId, detail: `${pis.map((pi) => pi.id).join(', ')} charged while the operation is in review; the watch after the re-issue found them (open findings): ${op.review_reason}` });
       continue;
     }
+    // The operation failed, and every succeeded PaymentIntent is a late commit after a re-issue that
+    // the watch found: no machine refunds a charge it announced failed, and a person is told of each
+    // (late_charge_found below, one per PaymentIntent) — as for one such late commit, so for two.
+    if (op && op.status === 'failed' && pis.every((pi) => lateCommitIds.has(pi.id) && (op.watch_found ?? []).includes(pi.id))) continue;
     violate('double_charge', `${pis.length} succeeded PaymentIntents: ${pis.map((pi) => `${pi.id} (key ${pi.idempotencyKey ?? 'none'})`).join(', ')}`, op, orderId);
   }
 
   // ── No unsafe re-issue ───────────────────────────────────────────────────────────────────────
   // A PaymentIntent of a generation the operation left, that existed when it was left: the re-issue
-  // rested on a proof of absence that was wrong. One Stripe created only AFTER the re-issue (created
-  // later than the List proof it rested on, or than its write where it names none) is a late commit
-  // under the retired key, which no proof could see: not this violation — its money is judged like any extra charge (double_charge / net_amount
-  // above and below: the watch after the re-issue must have handed it to the remedy).
-  const lateCommits: PaymentIntentRecord[] = [];
-  for (const pi of paymentIntents) {
-    const op = ownerOf(pi);
-    const generation = Number(pi.metadata.key_generation ?? 'NaN');
-    if (op === null || !Number.isInteger(generation) || generation >= op.key_generation || HARMLESS.includes(pi.status)) continue;
-    const leftAt = op.reissued_from?.[String(generation)];
-    if (leftAt !== undefined && pi.createdAtMs > Date.parse(leftAt)) {
-      lateCommits.push(pi);
-      continue;
-    }
+  // rested on a proof of absence that was wrong (the PaymentIntents of retiredGenerations, judged
+  // above the double charges so that those can tell a late commit from an extra charge).
+  for (const { pi, op, generation } of retired.unsafe) {
     violate('unsafe_reissue', `re-issued to key generation ${op.key_generation} while PaymentIntent ${pi.id} of generation ${generation} is ${pi.status}`, op);
   }
-  const lateCommitIds = new Set(lateCommits.map((pi) => pi.id));
 
   // ── The net amount, and refunds told truly ──────────────────────────────────────────────────
   // Refund operations that stay `succeeded` but whose Refund failed at Stripe since, as recorded (the
@@ -911,7 +928,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     violationsByKind,
     warnings,
     expectedNet,
-    lateCommits: lateCommits.length,
+    lateCommits: retired.late.length,
     lateCommitIds: [...lateCommitIds],
   };
 }

@@ -310,8 +310,9 @@ describe('the database agrees: the insert trigger and the update guard (009)', (
     const { rows: triggers } = await db.pool.query(
       `SELECT tgname FROM pg_trigger WHERE tgrelid = 'payment_operations'::regclass AND NOT tgisinternal AND tgtype & 16 = 16 ORDER BY 1`,
     );
-    // (019 keeps the capture parameters in a trigger of its own, fired after this guard.)
-    expect(triggers.map((t) => t.tgname)).toEqual(['payment_operations_guard', 'payment_operations_keep_capture_parameters']);
+    // (019 keeps the capture parameters in a trigger of its own, fired after this guard; 024 refuses a
+    // change of id, after the row is written.)
+    expect(triggers.map((t) => t.tgname)).toEqual(['payment_operations_guard', 'payment_operations_id_fixed', 'payment_operations_keep_capture_parameters']);
   });
 });
 

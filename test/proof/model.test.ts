@@ -19,7 +19,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stripeGatewayFor } from '../../lambdas/payments/stripe-gateway.ts';
 import { startFakeStripe } from '../../local/fake-stripe/server.ts';
 import { FAULT_KINDS, type FakeStripe } from '../../local/fake-stripe/types.ts';
-import { formatReport } from '../../local/invariants.ts';
+import { checkInvariants, formatReport } from '../../local/invariants.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import type { RefundReason } from '../../lambdas/payments/types.ts';
 import { playRun, type Command, type FaultEndpoint, type ModelRun, type ModelWorld, type OrderSpec } from './model/harness.ts';
@@ -521,6 +521,32 @@ describe('late commits after automatic re-issues', () => {
     expect(result.problems).toEqual([]);
     expect(result.report.violations).toEqual([]);
     expect(result.report.warnings.map((w) => w.kind)).toContain('charge_awaiting_review');
+  });
+
+  it('two creates committed late after two re-issues, the last declined: failed and charged twice — each charge found and told, none refunded by a machine', { timeout: 120_000 }, async () => {
+    // Found by a random seed: the checker told a person of ONE late charge of a failed operation
+    // (late_charge_found) but called TWO a double charge, whatever the watch had found.
+    const result = await playRun(world, {
+      orders: [{ paymentMethod: 'pm_card_visa', amount: 2 }],
+      commands: [
+        { t: 'fault', order: 0, kind: 'error_500_late_commit', times: 2, endpoint: 'create' },
+        { t: 'refund', order: 0, pick: 'new', size: 'partial', reason: null, crash: null, afterCharge: true },
+        { t: 'fault', order: 0, kind: 'decline', times: 1, endpoint: 'create' },
+      ],
+      healSettle: 'succeeded',
+      events: false,
+    });
+    expect(result.problems).toEqual([]);
+    expect(result.report.violations).toEqual([]);
+    expect(result.lateChargesAfterReissue).toBe(2);
+    expect(result.report.warnings.map((w) => w.kind)).toEqual(['late_charge_found', 'late_charge_found']);
+    // Unfound, the same two are a double charge: the watch's findings are what tells the person.
+    await world.db.query(
+      `UPDATE stripe_event_findings SET resolved_at = now() WHERE resolved_at IS NULL AND operation_id IN (SELECT id FROM payment_operations WHERE order_id = ANY($1))`,
+      [result.orderIds],
+    );
+    const unfound = await checkInvariants({ db: world.db, paymentIntents: world.fake.paymentIntents(), refunds: world.fake.refunds(), orderIds: result.orderIds });
+    expect(unfound.violations.map((v) => v.kind)).toContain('double_charge');
   });
 
   it('the same with Stripe events: the late charge\'s event finds it first (a contradiction for a person), and the watch adds no second finding', { timeout: 120_000 }, async () => {
