@@ -25,7 +25,8 @@
 
 -- The statement's operation ids as an array, looked up by the primary key (`id = ANY`: an index probe
 -- per id whatever the table's size or the statement's row count; a join with the transition table
--- could be planned as a scan of every operation). Only when one is missing is it looked for by name.
+-- could be planned as a scan of every operation). Only when one is missing are they probed one by one,
+-- to name it.
 CREATE FUNCTION payment_operation_exists() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
