@@ -6,7 +6,7 @@ import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startFakeEventBridge, type FakeEventBridge } from '../local/fake-eventbridge/server.ts';
 import { chargeOutcomeDetailSchema, DetailType } from '../lambdas/events/contract.ts';
-import { chunkEntries, entrySize, EventBridgePublisher, outboxGauges, publishLeased, relayUnpublished } from '../lambdas/events/outbox.ts';
+import { chunkEntries, entrySize, EventBridgePublisher, outboxGauges, publishLeased, relayUnpublished, type EventPublisher } from '../lambdas/events/outbox.ts';
 import { countingDb } from '../lambdas/payments/db.ts';
 import { ChargeEngine } from '../lambdas/payments/engine.ts';
 import type { ChargeInput } from '../lambdas/payments/types.ts';
@@ -213,10 +213,32 @@ describe('the relay', () => {
     // Abandon the charge path's leases, as a handler that died before publishing would.
     await db.pool.query(`UPDATE outcome_events SET publish_lease_until = NULL WHERE published_at IS NULL`);
     expect((await outboxGauges(db.pool)).unpublished).toBe(120);
-    const [a, b] = await Promise.all([
-      relayUnpublished(db.pool, publisher(), { pageSize: 7 }),
-      relayUnpublished(db.pool, publisher(), { pageSize: 7 }),
-    ]);
+    // Relay A holds its first page (leased, not yet sent) until relay B has sent one of its own: the
+    // two are truly at once, whatever the scheduler does (left to it, one relay sometimes took every
+    // page before the other started), and B must skip the rows A holds.
+    let bSent!: () => void;
+    const bHasSent = new Promise<void>((resolve) => (bSent = resolve));
+    let aLeased!: () => void;
+    const aHasLeased = new Promise<void>((resolve) => (aLeased = resolve));
+    const real = publisher();
+    const held: EventPublisher = {
+      async publish(events) {
+        aLeased();
+        await bHasSent;
+        return real.publish(events);
+      },
+    };
+    const signalling: EventPublisher = {
+      async publish(events) {
+        const results = await real.publish(events);
+        bSent();
+        return results;
+      },
+    };
+    const relayA = relayUnpublished(db.pool, held, { pageSize: 7 });
+    await aHasLeased;
+    const relayB = relayUnpublished(db.pool, signalling, { pageSize: 7 });
+    const [a, b] = await Promise.all([relayA, relayB]);
     expect(a.published + b.published).toBe(120);
     expect(a.published).toBeGreaterThan(0);
     expect(b.published).toBeGreaterThan(0);
