@@ -679,7 +679,6 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     const after = chargeChunk.get(plan.orderId)!;
     // A plan's messages stay together, in order, in one chunk of their own (at most 3 entries).
     refundChunks.push({ at: after + 1 + Math.floor(random() * Math.max(1, chunks.length - after)), chunk: { entries: plan.entries, after: [after] } });
-    sends.refunds += plan.entries.length;
   }
   refundChunks.sort((a, b) => a.at - b.at);
   const allChunks: typeof chunks = [];
@@ -690,8 +689,8 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   }
   const position = new Map(chunks.map((c, k) => [k, allChunks.indexOf(c)]));
   for (const c of allChunks) c.after = c.after.map((k) => position.get(k)!);
+  sends.refunds = refundPlans.reduce((n, p) => n + p.entries.length, 0);
   sends.authorizationRequests = authorizationPlans.reduce((n, p) => n + p.entries.length, 0);
-  sends.refunds -= sends.authorizationRequests;
   sends.total = entries.length + sends.refunds + sends.authorizationRequests;
 
   let sending = true;

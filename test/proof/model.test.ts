@@ -60,6 +60,19 @@ const MODEL_FAULT_KINDS = FAULT_KINDS.filter((kind) => kind !== 'stall_after_com
 
 const MAX_ORDERS = 3;
 const orderIndex = fc.nat({ max: MAX_ORDERS - 1 });
+/**
+ * A fault of the model's kinds on one of these endpoints, 1–3 times (an endpoint named twice is drawn
+ * twice as often). Not stall_after_commit: it freezes the caller for good (bench:peers' crash); the
+ * model's crashes are its own commands.
+ */
+const faultOn = (...endpoints: FaultEndpoint[]) =>
+  fc.record({
+    t: fc.constant('fault' as const),
+    order: orderIndex,
+    kind: fc.constantFrom(...MODEL_FAULT_KINDS),
+    times: fc.integer({ min: 1, max: 3 }),
+    endpoint: fc.constantFrom<FaultEndpoint>(...endpoints),
+  });
 
 const orderSpec: fc.Arbitrary<OrderSpec> = fc.record({
   paymentMethod: fc.oneof(
@@ -101,14 +114,7 @@ const chargeCommand: fc.Arbitrary<Command> = fc.oneof(
   { weight: 4, arbitrary: fc.record({ t: fc.constant('reconcile' as const), limit: fc.integer({ min: 1, max: 10 }) }) },
   {
     weight: 5,
-    arbitrary: fc.record({
-      t: fc.constant('fault' as const),
-      order: orderIndex,
-      // Not stall_after_commit: it freezes the caller for good (bench:peers' crash); the model's crashes are its own commands.
-      kind: fc.constantFrom(...MODEL_FAULT_KINDS),
-      times: fc.integer({ min: 1, max: 3 }),
-      endpoint: fc.constantFrom<FaultEndpoint>('any', 'create', 'retrieve', 'search', 'list'),
-    }),
+    arbitrary: faultOn('any', 'create', 'retrieve', 'search', 'list'),
   },
   { weight: 1, arbitrary: fc.record({ t: fc.constant('search_lag' as const), lagging: fc.boolean() }) },
   { weight: 1, arbitrary: fc.constant({ t: 'early_search_time' as const }) },
@@ -176,13 +182,7 @@ const refundCommand: fc.Arbitrary<Command> = fc.oneof(
   },
   {
     weight: 2,
-    arbitrary: fc.record({
-      t: fc.constant('fault' as const),
-      order: orderIndex,
-      kind: fc.constantFrom(...MODEL_FAULT_KINDS),
-      times: fc.integer({ min: 1, max: 3 }),
-      endpoint: fc.constantFrom<FaultEndpoint>('refund_create', 'refund_create', 'refund_retrieve', 'refund_list'),
-    }),
+    arbitrary: faultOn('refund_create', 'refund_create', 'refund_retrieve', 'refund_list'),
   },
   // Stripe fails a refund after it said succeeded (migrations/009), its event told now, later or at heal.
   { weight: 2, arbitrary: refundFailsAfterSuccess },
@@ -270,13 +270,7 @@ const authorizationCommand: fc.Arbitrary<Command> = fc.oneof(
   { weight: 2, arbitrary: fc.record({ t: fc.constant('refund_authorized' as const), order: orderIndex, size: fc.constantFrom('partial' as const, 'full' as const, 'over' as const) }) },
   {
     weight: 2,
-    arbitrary: fc.record({
-      t: fc.constant('fault' as const),
-      order: orderIndex,
-      kind: fc.constantFrom(...MODEL_FAULT_KINDS),
-      times: fc.integer({ min: 1, max: 3 }),
-      endpoint: fc.constantFrom<FaultEndpoint>('capture', 'capture', 'cancel', 'retrieve'),
-    }),
+    arbitrary: faultOn('capture', 'capture', 'cancel', 'retrieve'),
   },
 );
 const authorizationRun: fc.Arbitrary<ModelRun> = fc.record({
