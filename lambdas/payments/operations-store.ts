@@ -206,7 +206,12 @@ const requestAndClaimSql = (onConflict: 'refuse' | 'skip') => `WITH input AS (
               CASE WHEN claim THEN now() END,
               CASE WHEN claim THEN now() + $3::bigint * interval '1 millisecond' ELSE now() END
          FROM input i
-        WHERE NOT EXISTS (SELECT 1 FROM payment_operations x WHERE x.order_id = i.order_id AND x.kind = 'charge')
+         -- Each order looked up by the order index. NOT EXISTS here was planned as a hash anti join
+         -- over every operation when the table looked small next to the 100 rows the planner assumes
+         -- for jsonb_to_recordset: a scan of the table per batch, with 5,000 analyzed operations
+         -- (test/charge-path-plans.test.ts). A LATERAL subquery with LIMIT 1 runs once per order.
+         LEFT JOIN LATERAL (SELECT true AS taken FROM payment_operations x WHERE x.order_id = i.order_id AND x.kind = 'charge' LIMIT 1) x ON true
+        WHERE x.taken IS NULL
         ORDER BY idx
        ${onConflict === 'skip' ? `ON CONFLICT (order_id) WHERE kind = 'charge' DO NOTHING` : ''}
        RETURNING p.*
