@@ -212,6 +212,25 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
       while (!(await drained())) await sleep(100);
       await allFinal(warm.orders.map((o) => o.orderId), 30_000);
       firstSentAt.clear();
+      // The statistics a production database has: autovacuum analyzes a table once enough of it has
+      // changed, but looks only once a minute (autovacuum_naptime), longer than a clean run. Left to
+      // it, every contestant's statements would be planned for the empty tables of the migration.
+      // A contestant's databases are the run's and any it made beside it (DBOS: `<run>_dbos`).
+      const { rows: databases } = await admin.query<{ datname: string }>(
+        `SELECT datname FROM pg_database WHERE datname = $1 OR starts_with(datname, $1 || '_')`,
+        [pipeline.databaseName],
+      );
+      for (const { datname } of databases) {
+        const url = new URL(options.adminUrl);
+        url.pathname = `/${datname}`;
+        const analyze = new pg.Client({ connectionString: url.toString(), application_name: 'local-runtime' });
+        await analyze.connect();
+        try {
+          await analyze.query('ANALYZE');
+        } finally {
+          await analyze.end();
+        }
+      }
     }
     const server = serverMeter(admin, pipeline.databaseName, contestant.store === 'postgresql' && !options.faults ? pipeline.databaseUrl : undefined);
     await server.start();
