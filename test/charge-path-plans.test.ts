@@ -1,11 +1,14 @@
-// The charge path's lookups are probes by key, whatever the table's size (migrations/025 and the
-// charge request in operations-store.ts). The plans are read from PostgreSQL itself: auto_explain,
-// loaded into one session, sends every plan of that session — the statement's own and the queries
-// of its triggers — to the client as a LOG message. Real PostgreSQL, the real engine.
+// The charge path finds its rows by key: each order by the order index, each operation by its
+// primary key, each outbox row by its event id — on a table of thousands of operations, and during a
+// backlog the statistics have not seen (migrations/025, BATCH and OPEN_BY_KEY in operations-store.ts,
+// settlePublishResults in outbox.ts). The plans are read from PostgreSQL itself: auto_explain, loaded
+// into one session, sends every plan of that session — the statement's own and the queries of its
+// triggers — to the client as a LOG message. Real PostgreSQL, the real engine.
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { recordOutcomes, requestAndClaim, type OutcomeWrite } from '../lambdas/payments/operations-store.ts';
+import { settlePublishResults } from '../lambdas/events/outbox.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 
 const OPERATIONS = 5_000;
@@ -92,5 +95,102 @@ describe("the charge path's lookups are probes by key (025)", () => {
       expect(check).toMatch(/Index (Only )?Scan using payment_operations_pkey on payment_operations/);
       expect(check.split('\n').filter(scansEveryOperation)).toEqual([]);
     }
+  });
+});
+
+// A backlog the statistics do not know of: Stripe was down, work piled up, and the last ANALYZE saw
+// none of it (autovacuum re-analyzes a table only once a tenth of it has changed). Planned for what
+// the statistics say — almost nothing open, almost nothing unpublished — a write that reads the open
+// index or the unpublished index walks the whole backlog for every batch. Each of the charge path's
+// writes finds its rows by key instead.
+describe('with a backlog the statistics do not know of, every write of a charge finds its rows by key', () => {
+  const BACKLOG = 3_000;
+  let backlog: TestDatabase;
+  let client: pg.Client;
+  const logged: string[] = [];
+
+  beforeAll(async () => {
+    backlog = await createTestDatabase('plans_backlog');
+    for (const table of ['payment_operations', 'outcome_events']) await backlog.pool.query(`ALTER TABLE ${table} SET (autovacuum_enabled = off)`);
+    await backlog.pool.query(
+      `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method, status, external_id, attempts, first_attempted_at, settled_at, next_attempt_at)
+       SELECT 'settled-' || g, 1000, 'eur', 'cus_plan', 'pm_card_visa', 'succeeded', 'pi_settled_' || g, 1, now(), now(), NULL FROM generate_series(1, $1::int) g`,
+      [OPERATIONS],
+    );
+    await backlog.pool.query(
+      `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload, published_at)
+       SELECT uuidv7(), id, 'Charge Succeeded', jsonb_build_object('sequence', 1, 'status', 'succeeded'), now() FROM payment_operations`,
+    );
+    await backlog.pool.query('ANALYZE payment_operations, outcome_events');
+    // The backlog, after the statistics: open and due operations, and events nobody published.
+    await backlog.pool.query(
+      `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method, next_attempt_at)
+       SELECT 'backlog-' || g, 1000, 'eur', 'cus_plan', 'pm_card_visa', now() - interval '1 minute' FROM generate_series(1, $1::int) g`,
+      [BACKLOG],
+    );
+    await backlog.pool.query(
+      `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload)
+       SELECT uuidv7(), id, 'Charge Succeeded', jsonb_build_object('sequence', 2, 'status', 'succeeded') FROM payment_operations WHERE order_id LIKE 'settled-%'
+        ORDER BY order_id LIMIT $1`,
+      [BACKLOG],
+    );
+    client = new pg.Client({ connectionString: backlog.url });
+    await client.connect();
+    client.on('notice', (notice) => {
+      if (notice.message?.includes('plan:')) logged.push(notice.message);
+    });
+    await client.query(`LOAD 'auto_explain'`);
+    for (const setting of ['auto_explain.log_min_duration = 0', 'auto_explain.log_nested_statements = on', 'client_min_messages = log']) {
+      await client.query(`SET ${setting}`);
+    }
+  });
+  afterAll(async () => {
+    await client?.end();
+    await backlog.drop();
+  });
+
+  it('the request, the outcome and the publish mark read neither the open index nor the unpublished one', async () => {
+    logged.length = 0;
+    const token = randomUUID();
+    const requests = batch();
+    // Asked twice: the second time every order exists and is claimed by the UPDATE of the request.
+    await requestAndClaim(client, requests.map((r) => ({ ...r, claim: false })), token, 30_000, 'test');
+    const claimed = await requestAndClaim(client, requests, token, 30_000, 'test');
+    const writes: OutcomeWrite[] = [...claimed.values()].map((row) => ({
+      operationId: row.claimed!.id,
+      leaseToken: token,
+      action: 'record',
+      step: 'create',
+      fromStatus: 'pending',
+      keyGeneration: 0,
+      status: 'succeeded',
+      externalId: `pi_${randomUUID().replaceAll('-', '').slice(0, 24)}`,
+      reviewReason: null,
+      retryAfterMs: null,
+      error: null,
+      errorClass: null,
+      errorCode: null,
+      detail: {},
+    }));
+    expect(writes).toHaveLength(10);
+    const recorded = await recordOutcomes(client, writes, 'test', 3_000);
+    await settlePublishResults(client, recorded.map((r) => ({ eventId: r.event!.eventId, ok: true as const })));
+
+    const requestPlans = logged.filter((plan) => plan.includes('INSERT INTO payment_operations AS p'));
+    const outcomePlan = logged.filter((plan) => plan.includes('upd AS ('));
+    const markPlan = logged.filter((plan) => plan.includes('SET published_at = CASE'));
+    expect([requestPlans.length, outcomePlan.length, markPlan.length]).toEqual([2, 1, 1]);
+    for (const plan of [...requestPlans, ...outcomePlan]) {
+      expect(plan).not.toMatch(/on payment_operations_open\b|using payment_operations_open\b/);
+      expect(plan).not.toMatch(/Seq Scan on payment_operations\b/);
+    }
+    expect(markPlan[0]).not.toMatch(/outcome_events_unpublished/);
+    expect(markPlan[0]).not.toMatch(/Seq Scan on outcome_events\b/);
+    // And what they wrote is what they were asked to write.
+    const { rows } = await backlog.pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM outcome_events WHERE event_id = ANY ($1::uuid[]) AND published_at IS NOT NULL`,
+      [recorded.map((r) => r.event!.eventId)],
+    );
+    expect(rows[0]!.n).toBe(10);
   });
 });

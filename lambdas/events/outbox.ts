@@ -7,7 +7,7 @@
 // the same moment; a lost response means the row IS sent again later, and consumers deduplicate.
 import { PutEventsCommand, type EventBridgeClient, type PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
 import type { Db } from '../payments/db.ts';
-import type { OutcomeEventRow } from '../payments/operations-store.ts';
+import { BATCH, type OutcomeEventRow } from '../payments/operations-store.ts';
 
 // ── Publishing ───────────────────────────────────────────────────────────────────────────────────
 
@@ -91,7 +91,14 @@ export class EventBridgePublisher implements EventPublisher {
 
 // ── The outbox table ─────────────────────────────────────────────────────────────────────────────
 
-/** Mark what was published and release what was not, in one round trip. */
+/**
+ * Mark what was published and release what was not, in one round trip. The rows are named by event
+ * id, and "not yet published" is written so that no plan can match it to the partial index
+ * outcome_events_unpublished (num_nulls, not IS NULL): planned for statistics that saw no backlog of
+ * unpublished rows, a mark that may read that index walks the whole backlog for every batch — and,
+ * until a vacuum, the entries of every row already published (test/charge-path-plans.test.ts). The
+ * sweep below is the one reader of that index.
+ */
 export async function settlePublishResults(db: Db, results: readonly PublishResult[]): Promise<void> {
   if (results.length === 0) return;
   await db.query(
@@ -101,8 +108,8 @@ export async function settlePublishResults(db: Db, results: readonly PublishResu
             last_error = CASE WHEN r.ok THEN e.last_error ELSE r.error END,
             -- A refused entry rests a few seconds, so one sweep does not spin on it.
             publish_lease_until = CASE WHEN r.ok THEN NULL ELSE now() + interval '5 seconds' END
-       FROM jsonb_to_recordset($1::jsonb) AS r(event_id uuid, ok boolean, error text)
-      WHERE e.event_id = r.event_id AND e.published_at IS NULL`,
+       FROM ${BATCH('$1')} AS r(event_id uuid, ok boolean, error text)
+      WHERE e.event_id = r.event_id AND num_nulls(e.published_at) = 1`,
     [JSON.stringify(results.map((r) => ({ event_id: r.eventId, ok: r.ok, error: r.ok ? null : r.error })))],
   );
 }

@@ -150,14 +150,35 @@ export const CLAIM_SET = `
   first_attempted_at = coalesce(p.first_attempted_at, now()),
   updated_at = now()`;
 
+/**
+ * A batch given as one jsonb array parameter, row by row: `${BATCH('$1')} AS x(col type, …)`. Not
+ * jsonb_to_recordset, which is planned as 100 rows: against that, looking each row up by key looked
+ * dearer than reading a table of a few thousand operations whole. batch_elements (migrations/025)
+ * is planned as the ten rows a batch is at most.
+ */
+export const BATCH = (param: string) => `batch_elements(${param}::jsonb) AS batch_row(element) CROSS JOIN LATERAL jsonb_to_record(batch_row.element)`;
+
+/**
+ * Open: not final. Said two ways, for two kinds of reader. The sweep walks the open operations, so
+ * it names them as the partial index payment_operations_open does, and reads that index. A write
+ * that names its rows (by id, by order) says the same of them the other way round — the status CHECK
+ * allows four values, so "not final" is "pending or unknown" — which no plan can match to that index.
+ * It then finds its rows by key, never by walking every open operation: planned for statistics that
+ * saw no backlog, a write that may read the open index does exactly that, once per batch, during the
+ * backlog (test/charge-path-plans.test.ts).
+ */
+const OPEN_FOR_SWEEP = `p.status IN ('pending', 'unknown')`;
+const OPEN_BY_KEY = (r: string) => `${r}.status NOT IN ('succeeded', 'failed')`;
+
 // Claimable: open, not waiting for a human, due, and nobody's live lease. A refund also waits until
 // its order's charge is final (succeeded: refunded; failed: settled as failed without a call).
-const CLAIMABLE = `
-  p.status IN ('pending', 'unknown') AND p.review_reason IS NULL
+const claimable = (open: string) => `
+  ${open} AND p.review_reason IS NULL
   AND p.next_attempt_at <= now()
   AND (p.lease_until IS NULL OR p.lease_until <= now())
   AND (p.kind = 'charge' OR EXISTS (SELECT 1 FROM payment_operations c
                                      WHERE c.id = p.parent_operation_id AND c.status IN ('succeeded', 'failed')))`;
+const CLAIMABLE_BY_KEY = claimable(OPEN_BY_KEY('p'));
 
 /**
  * The columns of an audit line that a claim writes, in the order the SELECTs below give them. The
@@ -189,7 +210,7 @@ export interface RequestRow {
 
 /** requestAndClaim's statement; `refuse`: a concurrent insert of one of its orders fails it (see there). */
 const requestAndClaimSql = (onConflict: 'refuse' | 'skip') => `WITH input AS (
-       SELECT * FROM jsonb_to_recordset($1::jsonb)
+       SELECT i.* FROM ${BATCH('$1')}
          AS i(idx int, order_id text, amount bigint, currency text, customer_id text, payment_method text,
               description text, statement_descriptor_suffix text, charge_metadata jsonb,
               stripe_account text, application_fee_amount bigint, transfer_destination text, capture_method text, claim boolean)
@@ -226,7 +247,7 @@ const requestAndClaimSql = (onConflict: 'refuse' | 'skip') => `WITH input AS (
                p.stripe_account, p.application_fee_amount, p.transfer_destination, p.capture_method)
               IS NOT DISTINCT FROM (i.description, i.statement_descriptor_suffix, i.charge_metadata,
                i.stripe_account, i.application_fee_amount, i.transfer_destination, i.capture_method)
-          AND ${CLAIMABLE}
+          AND ${CLAIMABLE_BY_KEY}
        RETURNING p.*
      ),
      audit AS (
@@ -397,7 +418,7 @@ export async function requestRefundAndClaim(
        UPDATE payment_operations AS p SET ${CLAIM_SET}
          FROM i, existing e
         WHERE i.claim AND p.id = e.id AND p.amount = i.amount AND p.refund_reason IS NOT DISTINCT FROM i.reason
-          AND ${CLAIMABLE}
+          AND ${CLAIMABLE_BY_KEY}
        RETURNING p.*
      ),
      audit AS (
@@ -499,7 +520,7 @@ export async function requestAuthorizationAndClaim(
        UPDATE payment_operations AS p SET ${CLAIM_SET}
          FROM i, settlement e
         WHERE i.claim AND p.id = e.id AND e.kind = i.kind AND (i.amount IS NULL OR p.amount = i.amount)
-          AND ${CLAIMABLE}
+          AND ${CLAIMABLE_BY_KEY}
        RETURNING p.*
      ),
      audit AS (
@@ -607,7 +628,7 @@ export async function claimById(
     'payments.claim_by_id',
     `WITH claimed AS (
        UPDATE payment_operations AS p SET ${CLAIM_SET}
-        WHERE p.id = $1::uuid AND ${CLAIMABLE}
+        WHERE p.id = $1::uuid AND ${CLAIMABLE_BY_KEY}
        RETURNING p.*
      ),
      audit AS (
@@ -637,7 +658,7 @@ export async function claimDue(db: Db, limit: number, leaseToken: string, leaseM
     'payments.claim_due',
     `WITH due AS (
        SELECT p.id FROM payment_operations p
-        WHERE ${CLAIMABLE}
+        WHERE ${claimable(OPEN_FOR_SWEEP)}
         ORDER BY p.next_attempt_at
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -760,7 +781,7 @@ export async function recordOutcomes(
     db,
     'payments.record_outcomes',
     `WITH o AS (
-       SELECT * FROM jsonb_to_recordset($1::jsonb) AS o(
+       SELECT o.* FROM ${BATCH('$1')} AS o(
          id uuid, lease_token uuid, action text, step text, from_status text, key_generation int,
          status text, external_id text, review_reason text, retry_after_ms bigint,
          error text, error_class text, error_code text, detail jsonb, remedies jsonb)
@@ -787,7 +808,7 @@ export async function recordOutcomes(
          lease_until      = NULL,
          updated_at       = now()
          FROM o
-        WHERE p.id = o.id AND p.lease_token = o.lease_token AND p.status IN ('pending', 'unknown')
+        WHERE p.id = o.id AND p.lease_token = o.lease_token AND ${OPEN_BY_KEY('p')}
        RETURNING p.id, p.order_id, p.status, p.external_id, p.review_reason, p.amount, p.currency, p.event_sequence
      ),
      audit AS (
@@ -981,7 +1002,7 @@ export async function reissueAfterProof(db: Db, writes: readonly ReissueWrite[],
     db,
     'payments.reissue_after_proof',
     `WITH o AS (
-       SELECT * FROM jsonb_to_recordset($1::jsonb) AS o(id uuid, lease_token uuid, from_status text, key_generation int, detail jsonb)
+       SELECT o.* FROM ${BATCH('$1')} AS o(id uuid, lease_token uuid, from_status text, key_generation int, detail jsonb)
      ),
      upd AS (
        UPDATE payment_operations AS p SET ${REISSUE_SET},
@@ -991,7 +1012,7 @@ export async function reissueAfterProof(db: Db, writes: readonly ReissueWrite[],
          lease_token    = NULL,
          lease_until    = NULL
          FROM o
-        WHERE p.id = o.id AND p.lease_token = o.lease_token AND p.status IN ('pending', 'unknown')
+        WHERE p.id = o.id AND p.lease_token = o.lease_token AND ${OPEN_BY_KEY('p')}
           AND p.review_reason IS NULL AND p.key_generation = o.key_generation
        RETURNING p.id, p.order_id, p.status, p.external_id, p.review_reason, p.amount, p.currency, p.key_generation, p.event_sequence,
                  old.first_attempted_at AS retired_first_sent_at
