@@ -13,6 +13,39 @@ import { createTestDatabase, type TestDatabase } from './support/db.ts';
 
 const OPERATIONS = 5_000;
 
+/** A session whose every plan (its statements' and their triggers' queries) is pushed onto `sink`. */
+async function explainingSession(url: string, sink: string[]): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  client.on('notice', (notice) => {
+    if (notice.message?.includes('plan:')) sink.push(notice.message);
+  });
+  await client.query(`LOAD 'auto_explain'`);
+  for (const setting of ['auto_explain.log_min_duration = 0', 'auto_explain.log_nested_statements = on', 'client_min_messages = log']) {
+    await client.query(`SET ${setting}`);
+  }
+  return client;
+}
+
+/** Each claimed operation's outcome: succeeded with a PaymentIntent of its own. */
+const succeeded = (requested: Awaited<ReturnType<typeof requestAndClaim>>, leaseToken: string): OutcomeWrite[] =>
+  [...requested.values()].map((row) => ({
+    operationId: row.claimed!.id,
+    leaseToken,
+    action: 'record',
+    step: 'create',
+    fromStatus: 'pending',
+    keyGeneration: 0,
+    status: 'succeeded',
+    externalId: `pi_${randomUUID().replaceAll('-', '').slice(0, 24)}`,
+    reviewReason: null,
+    retryAfterMs: null,
+    error: null,
+    errorClass: null,
+    errorCode: null,
+    detail: {},
+  }));
+
 let db: TestDatabase;
 let session: pg.Client;
 const plans: string[] = [];
@@ -27,15 +60,7 @@ beforeAll(async () => {
     [OPERATIONS],
   );
   await db.pool.query('ANALYZE payment_operations');
-  session = new pg.Client({ connectionString: db.url });
-  await session.connect();
-  session.on('notice', (notice) => {
-    if (notice.message?.includes('plan:')) plans.push(notice.message);
-  });
-  await session.query(`LOAD 'auto_explain'`);
-  for (const setting of ['auto_explain.log_min_duration = 0', 'auto_explain.log_nested_statements = on', 'client_min_messages = log']) {
-    await session.query(`SET ${setting}`);
-  }
+  session = await explainingSession(db.url, plans);
 });
 afterAll(async () => {
   await session?.end();
@@ -70,22 +95,7 @@ describe("the charge path's lookups are probes by key (025)", () => {
     const token = randomUUID();
     const logged = await plansOf(async () => {
       const requested = await requestAndClaim(session, batch(), token, 30_000, 'test');
-      const writes: OutcomeWrite[] = [...requested.values()].map((row) => ({
-        operationId: row.claimed!.id,
-        leaseToken: token,
-        action: 'record',
-        step: 'create',
-        fromStatus: 'pending',
-        keyGeneration: 0,
-        status: 'succeeded',
-        externalId: `pi_${randomUUID().replaceAll('-', '').slice(0, 24)}`,
-        reviewReason: null,
-        retryAfterMs: null,
-        error: null,
-        errorClass: null,
-        errorCode: null,
-        detail: {},
-      }));
+      const writes = succeeded(requested, token);
       await recordOutcomes(session, writes, 'test', 3_000);
     });
     // Three INSERT statements into the two tables (the request's audit lines, the outcome's, the outbox).
@@ -134,15 +144,7 @@ describe('with a backlog the statistics do not know of, every write of a charge 
         ORDER BY order_id LIMIT $1`,
       [BACKLOG],
     );
-    client = new pg.Client({ connectionString: backlog.url });
-    await client.connect();
-    client.on('notice', (notice) => {
-      if (notice.message?.includes('plan:')) logged.push(notice.message);
-    });
-    await client.query(`LOAD 'auto_explain'`);
-    for (const setting of ['auto_explain.log_min_duration = 0', 'auto_explain.log_nested_statements = on', 'client_min_messages = log']) {
-      await client.query(`SET ${setting}`);
-    }
+    client = await explainingSession(backlog.url, logged);
   });
   afterAll(async () => {
     await client?.end();
@@ -156,22 +158,7 @@ describe('with a backlog the statistics do not know of, every write of a charge 
     // Asked twice: the second time every order exists and is claimed by the UPDATE of the request.
     await requestAndClaim(client, requests.map((r) => ({ ...r, claim: false })), token, 30_000, 'test');
     const claimed = await requestAndClaim(client, requests, token, 30_000, 'test');
-    const writes: OutcomeWrite[] = [...claimed.values()].map((row) => ({
-      operationId: row.claimed!.id,
-      leaseToken: token,
-      action: 'record',
-      step: 'create',
-      fromStatus: 'pending',
-      keyGeneration: 0,
-      status: 'succeeded',
-      externalId: `pi_${randomUUID().replaceAll('-', '').slice(0, 24)}`,
-      reviewReason: null,
-      retryAfterMs: null,
-      error: null,
-      errorClass: null,
-      errorCode: null,
-      detail: {},
-    }));
+    const writes = succeeded(claimed, token);
     expect(writes).toHaveLength(10);
     const recorded = await recordOutcomes(client, writes, 'test', 3_000);
     await settlePublishResults(client, recorded.map((r) => ({ eventId: r.event!.eventId, ok: true as const })));
