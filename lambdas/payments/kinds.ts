@@ -55,7 +55,7 @@ const charge: KindAdapter = {
 
 const refund: KindAdapter = {
   create: (gateway, op) => {
-    // A refund is claimable only once its charge is final (operations-store.ts CLAIMABLE), and one of
+    // A refund is claimable only once its charge is final (operations-store.ts claimable), and one of
     // a failed charge never gets here (decidePrecondition): the PaymentIntent is known.
     // The duplicate-charge remedy names the extra PaymentIntent it refunds; any other refund is of the charge's.
     const paymentIntentId = paymentIntentOfRefund(op, op.charge?.paymentIntentId ?? null);
@@ -77,7 +77,7 @@ const refund: KindAdapter = {
 
 /**
  * A capture or a cancel acts on the charge's PaymentIntent (claimable only once the charge is final:
- * operations-store.ts CLAIMABLE; one of a failed charge never gets here: decidePrecondition). Its
+ * operations-store.ts claimable; one of a failed charge never gets here: decidePrecondition). Its
  * evidence is a retrieve of that PaymentIntent (decisions.ts chooseStep): it has no List.
  */
 function authorizationAdapter(act: (gateway: PaymentGateway, request: AuthorizationActionRequest) => Promise<GatewayResult<PaymentIntentView>>, withAmount: boolean): KindAdapter {
