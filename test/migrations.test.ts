@@ -147,7 +147,7 @@ describe('migrations runner', () => {
 });
 
 describe('022 on an outbox that already holds whole payloads', () => {
-  it('renames the column and adds the virtual one without touching a row: old rows read exactly as before, the event number stays unique, the guard still refuses', async () => {
+  it('renames the column and adds the virtual one without touching a row: old rows read exactly as before (through 026 too), the event number stays unique, the guard still refuses', async () => {
     const url = await emptyDatabase('mig_compact_outbox');
     const files = await loadMigrations(path.resolve('migrations'));
     const index = files.findIndex((f) => f.name.startsWith('022_'));
@@ -162,11 +162,13 @@ describe('022 on an outbox that already holds whole payloads', () => {
       );
       const id = rows[0].id as string;
       const eventId = randomUUID();
-      // A payload as every writer stored it before 022: the row's ids and version 1 inside it.
+      // A payload as every writer stored it before 022: the row's ids, version 1 and its time inside it
+      // (the time written apart from created_at, so that 026's occurredAt from the row would show).
       await client.query(
         `INSERT INTO outcome_events (event_id, operation_id, event_type, payload)
          VALUES ($1::uuid, $2::uuid, 'Charge Needs Review',
-                 jsonb_build_object('version', 1, 'eventId', $1::text, 'operationId', $2::text, 'status', 'needs_review', 'reason', 'waiting', 'sequence', 1))`,
+                 jsonb_build_object('version', 1, 'eventId', $1::text, 'operationId', $2::text, 'status', 'needs_review', 'reason', 'waiting',
+                                    'occurredAt', '2026-11-30T10:00:00.123Z', 'sequence', 1))`,
         [eventId, id],
       );
       const before = (await client.query(`SELECT payload::text AS text FROM outcome_events WHERE event_id = $1`, [eventId])).rows[0].text as string;

@@ -129,7 +129,7 @@ describe('the relay', () => {
     expect((await outboxGauges(db.pool)).unpublished).toBe(0);
   });
 
-  it('stores the payload without the row’s own ids, and publishes byte for byte what a whole stored payload gave (migrations/022)', async () => {
+  it('stores the payload without the row’s own ids and time, and publishes byte for byte what a whole stored payload gave (migrations/022, 026)', async () => {
     await drain();
     const results = await engine().processRequests([order(), order({ paymentMethod: 'pm_card_chargeDeclined' })]);
     const events = results.flatMap((r) => (r.execution?.event ? [r.execution.event] : []));
@@ -137,14 +137,15 @@ describe('the relay', () => {
     await publishLeased(db.pool, publisher(), events);
     const { rows } = await db.pool.query<{ event_id: string; stored: Record<string, unknown>; whole: Record<string, unknown> }>(
       `SELECT event_id, stored_payload AS stored,
-              jsonb_build_object('version', 1, 'eventId', event_id, 'operationId', operation_id) || stored_payload AS whole
+              jsonb_build_object('version', 1, 'eventId', event_id, 'operationId', operation_id,
+                                 'occurredAt', to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) || stored_payload AS whole
          FROM outcome_events WHERE event_id = ANY($1::uuid[])`,
       [events.map((e) => e.eventId)],
     );
     expect(rows).toHaveLength(2);
     const sent = new Map(bus.events().map((e) => [(e.detail as { eventId: string }).eventId, e.rawDetail]));
     for (const row of rows) {
-      expect(Object.keys(row.stored).filter((k) => ['eventId', 'operationId', 'version'].includes(k))).toEqual([]);
+      expect(Object.keys(row.stored).filter((k) => ['eventId', 'operationId', 'version', 'occurredAt'].includes(k))).toEqual([]);
       expect(sent.get(row.event_id)).toBe(JSON.stringify(row.whole));
     }
   });

@@ -114,7 +114,7 @@ async function recordLook(
          FROM inserted
      ),
      outcome AS (
-       SELECT i.*, NULL::text AS failure_code, uuidv7() AS event_id, now() AS occurred_at FROM inserted i
+       SELECT i.*, NULL::text AS failure_code, uuidv7() AS event_id FROM inserted i
      ),
      outbox AS (
        ${outboxInsertSql('outcome', '$8', 'inserted')}

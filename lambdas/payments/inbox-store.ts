@@ -331,7 +331,7 @@ export interface AftermathWrite {
  */
 export async function recordAftermath(db: Db, w: AftermathWrite, publishLeaseMs: number): Promise<OutcomeEventRow> {
   const { rows } = await db.query<{ event_id: string; event_type: string; payload: Record<string, unknown> }>(
-    `WITH e AS (SELECT uuidv7() AS event_id, now() AS occurred_at),
+    `WITH e AS (SELECT uuidv7() AS event_id),
      audit AS (
        INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, external_id, key_generation, detail)
        SELECT $1::uuid, $2, 'stripe_event', $3, $3, $4, $5,
@@ -347,8 +347,7 @@ export async function recordAftermath(db: Db, w: AftermathWrite, publishLeaseMs:
               'amount', $8::bigint, 'amountRefunded', $9::bigint, 'chargeAmount', $16::bigint, 'currency', $17::text,
               'externalId', $4::text, 'chargeId', $10::text, 'disputeId', $11::text, 'disputeStatus', $12::text,
               'disputeReason', $13::text, 'stripeEventId', $6::text,
-              'stripeCreatedAt', to_char($18::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-              'occurredAt', to_char(e.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
+              'stripeCreatedAt', to_char($18::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
             now() + $19::bigint * interval '1 millisecond'
        FROM e
      RETURNING event_id, event_type, payload`,
@@ -386,7 +385,7 @@ export async function recordRefundFailedAfterSuccess(db: Db, w: RefundFailedAfte
   const refund = w.operation.refund;
   if (w.operation.kind !== 'refund' || refund === null) throw new Error(`operation ${w.operation.id} is not a refund operation`);
   const { rows } = await db.query<{ event_id: string; event_type: string; payload: Record<string, unknown> }>(
-    `WITH e AS (SELECT uuidv7() AS event_id, now() AS occurred_at),
+    `WITH e AS (SELECT uuidv7() AS event_id),
      audit AS (
        INSERT INTO payment_operation_events (operation_id, actor, action, from_status, to_status, external_id, key_generation, detail)
        SELECT $1::uuid, $2, 'stripe_event', $3, $3, $4, $5,
@@ -401,8 +400,7 @@ export async function recordRefundFailedAfterSuccess(db: Db, w: RefundFailedAfte
               'kind', 'refund_failed_after_success', 'refundId', $12::text, 'chargeOperationId', $13::uuid,
               'amount', $7::bigint, 'currency', $8::text, 'externalId', $4::text, 'paymentIntentId', $10::text,
               'failureReason', $9::text, 'stripeEventId', $6::text,
-              'stripeCreatedAt', to_char($14::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-              'occurredAt', to_char(e.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
+              'stripeCreatedAt', to_char($14::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
             now() + $15::bigint * interval '1 millisecond'
        FROM e
      RETURNING event_id, event_type, payload`,

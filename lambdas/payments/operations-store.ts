@@ -850,7 +850,7 @@ export async function recordOutcomes(
          FROM remedy
      ),
      outcome AS (
-       SELECT u.*, o.error_code AS failure_code, uuidv7() AS event_id, now() AS occurred_at
+       SELECT u.*, o.error_code AS failure_code, uuidv7() AS event_id
          FROM upd u JOIN o ON o.id = u.id
         WHERE o.action = 'record' AND (u.status IN ('succeeded', 'failed') OR u.review_reason IS NOT NULL)
      ),
@@ -872,7 +872,7 @@ export async function recordOutcomes(
  * failure_code), so the event contract
  * (lambdas/events/contract.ts) is written in one place. `source` is a CTE of the calling statement —
  * a constant, never input — with id, order_id, status, review_reason, amount, currency, external_id,
- * failure_code, event_id, occurred_at and event_sequence (the operation's counter, already advanced
+ * failure_code, event_id and event_sequence (the operation's counter, already advanced
  * by the calling statement's UPDATE of the row: migrations/004_event_sequence.sql); `leaseParam` is
  * the bound parameter of the publish lease in milliseconds (NULL: no lease, the relay's sweep
  * publishes it); `rows` where the operation's own columns are read — a CTE of the calling statement
@@ -882,8 +882,9 @@ export function outboxInsertSql(source: string, leaseParam: string, rows = 'paym
   // The kind and the refund's names are read from the row (they never change), joined once, so a
   // caller's source need not carry them: 'Charge …' for a charge, 'Refund …' for a refund
   // (lambdas/events/contract.ts). `s.` is the source's (the outcome just written), `k.` the row's.
-  // The stored payload leaves out what the row's own columns say (eventId, operationId, version 1):
-  // the column payload puts them back when read (migrations/022_outbox_compact_payload.sql).
+  // The stored payload leaves out what the row's own columns say (eventId, operationId, version 1,
+  // and occurredAt: the row's created_at, the same now()): the column payload puts them back when
+  // read (migrations/022_outbox_compact_payload.sql, 026_outbox_occurred_at_from_row.sql).
   return `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload, publish_lease_until)
        SELECT s.event_id, s.id,
               CASE WHEN s.status = 'succeeded' AND k.refund_payment_intent IS NOT NULL
@@ -907,7 +908,6 @@ export function outboxInsertSql(source: string, leaseParam: string, rows = 'paym
                 'currency', s.currency,
                 'externalId', s.external_id,
                 'reason', coalesce(s.review_reason, CASE WHEN s.status IN ('failed', 'pending') THEN s.failure_code END),
-                'occurredAt', to_char(s.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
                 'sequence', s.event_sequence)
               -- A refund's detail names the refund (refundOutcomeDetailSchema); a charge's is unchanged.
               || CASE WHEN k.kind = 'refund'
@@ -1035,7 +1035,7 @@ export async function reissueAfterProof(db: Db, writes: readonly ReissueWrite[],
        ) x ORDER BY id, ord
      ),
      outcome AS (
-       SELECT u.*, $4::text AS failure_code, uuidv7() AS event_id, now() AS occurred_at FROM upd u
+       SELECT u.*, $4::text AS failure_code, uuidv7() AS event_id FROM upd u
      ),
      outbox AS (
        ${outboxInsertSql('outcome', '$3')}

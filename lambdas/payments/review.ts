@@ -783,7 +783,7 @@ export async function resolveInReview(db: Db, write: ResolveWrite): Promise<Oper
        RETURNING *
      ),
      outcome AS (
-       SELECT u.*, CASE WHEN u.status = 'failed' THEN $9::text END AS failure_code, uuidv7() AS event_id, now() AS occurred_at
+       SELECT u.*, CASE WHEN u.status = 'failed' THEN $9::text END AS failure_code, uuidv7() AS event_id
          FROM upd u
      ),
      outbox AS (
