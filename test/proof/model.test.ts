@@ -430,7 +430,24 @@ describe('late commits after automatic re-issues', () => {
   const late = { runs: 0, lateCharges: 0, remedies: 0, findings: 0 };
   afterAll(() => console.log(`model (late commits): ${late.runs} runs, late charges after a re-issue ${late.lateCharges}, watch remedies ${late.remedies}, watch findings ${late.findings}`));
   it('a create Stripe commits after the re-issue it allowed ends refunded (or told a person), with events or without', { timeout: 1_800_000 }, async () => {
-    await fc.assert(
+    // The case this property is for is rare in any one run: with a random seed, one batch of runs
+    // drew no late charge at all (100 runs). A batch that did not reach it is followed by another
+    // (a new seed each, every run still judged), up to three; only then is "not reached" a failure.
+    // Under CI's fixed seed the first batch reaches it, and no other runs; a replay (PROOF_PATH) is one.
+    for (let batch = 0; batch < 3 && (batch === 0 || (PATH === undefined && (late.lateCharges === 0 || late.remedies === 0))); batch++) {
+      await lateCommitBatch(batch);
+    }
+    // The runs must reach the case they are for: late charges after a re-issue, and the watch remedying one.
+    if (PATH === undefined) {
+      expect(late.lateCharges).toBeGreaterThan(0);
+      expect(late.remedies).toBeGreaterThan(0);
+    }
+  });
+
+  /** One batch of the property's runs; batch n > 0 from the configured seed + n (or a random one). */
+  const lateCommitBatch = (batch: number) => {
+    const seed = SEED ?? fc.readConfigureGlobal().seed;
+    return fc.assert(
       fc.asyncProperty(lateCommitRun, async (run) => {
         const result = await playRun(world, run);
         late.runs += 1;
@@ -441,14 +458,14 @@ describe('late commits after automatic re-issues', () => {
           throw new Error(`${formatReport(result.report)}\n${result.problems.map((p) => `  ✗ ${p}`).join('\n')}\norders: ${result.orderIds.join(', ')}`);
         }
       }),
-      { numRuns: Math.ceil(RUNS / 3), ...(SEED === undefined ? {} : { seed: SEED }), ...(PATH === undefined ? {} : { path: PATH }), verbose: 1 as const },
+      {
+        numRuns: Math.ceil(RUNS / 3),
+        ...(seed === undefined ? {} : { seed: seed + batch }),
+        ...(PATH === undefined ? {} : { path: PATH }),
+        verbose: 1 as const,
+      },
     );
-    // The runs must reach the case they are for: late charges after a re-issue, and the watch remedying one.
-    if (PATH === undefined) {
-      expect(late.lateCharges).toBeGreaterThan(0);
-      expect(late.remedies).toBeGreaterThan(0);
-    }
-  });
+  };
 
   const lateAfterReissue = (events: boolean, declineReissued: boolean): ModelRun => ({
     orders: [{ paymentMethod: 'pm_card_visa', amount: 4200 }],
