@@ -91,6 +91,43 @@ describe("the charge path's lookups are probes by key (025)", () => {
     expect(request[0]!.split('\n').filter(scansEveryOperation)).toEqual([]);
   });
 
+  it("the existence check keeps probing the primary key when its session planned it while the table held one operation", async () => {
+    // PL/pgSQL keeps a query's plan for the session. 024's check, planned while payment_operations
+    // held one row, went on reading the whole table as it grew (a sequential scan of 5,001 operations
+    // here); 025's probes the primary key row by row.
+    const small = await createTestDatabase('plans_cached');
+    const sessionPlans: string[] = [];
+    const client = await explainingSession(small.url, sessionPlans);
+    try {
+      await small.pool.query('ALTER TABLE payment_operations SET (autovacuum_enabled = off)');
+      const { rows } = await small.pool.query<{ id: string }>(
+        `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method) VALUES ('cached-first', 1000, 'eur', 'cus_plan', 'pm_card_visa') RETURNING id`,
+      );
+      const line = (ids: readonly string[]) =>
+        client.query({
+          name: 'plans.audit_line',
+          text: `INSERT INTO payment_operation_events (operation_id, actor, action, to_status, key_generation, detail) SELECT unnest($1::uuid[]), 'test', 'requested', 'pending', 0, '{}'`,
+          values: [ids],
+        });
+      for (let i = 0; i < 8; i++) await line([rows[0]!.id]); // past the plan cache's five custom plans
+      await small.pool.query(
+        `INSERT INTO payment_operations (order_id, amount, currency, customer_id, payment_method)
+         SELECT 'cached-' || g, 1000, 'eur', 'cus_plan', 'pm_card_visa' FROM generate_series(1, $1::int) g`,
+        [OPERATIONS],
+      );
+      const ids = (await small.pool.query<{ id: string }>(`SELECT id FROM payment_operations ORDER BY order_id DESC LIMIT 10`)).rows.map((r) => r.id);
+      sessionPlans.length = 0;
+      await line(ids);
+      const checks = sessionPlans.filter((plan) => plan.includes('payment_operations p'));
+      expect(checks).toHaveLength(1);
+      expect(checks[0]).toMatch(/Index (Only )?Scan using payment_operations_pkey on payment_operations p\b/);
+      expect(checks[0]!.split('\n').filter(scansEveryOperation)).toEqual([]);
+    } finally {
+      await client.end();
+      await small.drop();
+    }
+  });
+
   it("the check that an audit line's or outbox row's operation exists probes the primary key once per row", async () => {
     const token = randomUUID();
     const logged = await plansOf(async () => {
