@@ -18,7 +18,7 @@ import { FailureKind, type PaymentGateway } from '../../lambdas/payments/gateway
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stripeGatewayFor } from '../../lambdas/payments/stripe-gateway.ts';
 import { startFakeStripe } from '../../local/fake-stripe/server.ts';
-import { FAULT_KINDS, type FakeStripe } from '../../local/fake-stripe/types.ts';
+import { FAULT_KINDS, type FakeStripe, type FaultKind } from '../../local/fake-stripe/types.ts';
 import { checkInvariants, formatReport } from '../../local/invariants.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import type { RefundReason } from '../../lambdas/payments/types.ts';
@@ -60,19 +60,20 @@ const MODEL_FAULT_KINDS = FAULT_KINDS.filter((kind) => kind !== 'stall_after_com
 
 const MAX_ORDERS = 3;
 const orderIndex = fc.nat({ max: MAX_ORDERS - 1 });
-/**
- * A fault of the model's kinds on one of these endpoints, 1–3 times (an endpoint named twice is drawn
- * twice as often). Not stall_after_commit: it freezes the caller for good (bench:peers' crash); the
- * model's crashes are its own commands.
- */
-const faultOn = (...endpoints: FaultEndpoint[]) =>
+/** A fault of one of `kinds` on one of `endpoints`, 1–3 times (an endpoint named twice is drawn twice as often). */
+const faultOf = (kinds: readonly FaultKind[], endpoints: readonly FaultEndpoint[]) =>
   fc.record({
     t: fc.constant('fault' as const),
     order: orderIndex,
-    kind: fc.constantFrom(...MODEL_FAULT_KINDS),
+    kind: fc.constantFrom(...kinds),
     times: fc.integer({ min: 1, max: 3 }),
     endpoint: fc.constantFrom<FaultEndpoint>(...endpoints),
   });
+/**
+ * A fault of the model's kinds on one of these endpoints. Not stall_after_commit: it freezes the
+ * caller for good (bench:peers' crash); the model's crashes are its own commands.
+ */
+const faultOn = (...endpoints: FaultEndpoint[]) => faultOf(MODEL_FAULT_KINDS, endpoints);
 
 const orderSpec: fc.Arbitrary<OrderSpec> = fc.record({
   paymentMethod: fc.oneof(
@@ -233,16 +234,7 @@ const lateCommitRun = runOf(
   fc.oneof(
     { weight: 3, arbitrary: chargeCommand },
     { weight: 1, arbitrary: refundCommand },
-    {
-      weight: 3,
-      arbitrary: fc.record({
-        t: fc.constant('fault' as const),
-        order: orderIndex,
-        kind: fc.constantFrom('error_500_late_commit' as const, 'in_flight_then_commit' as const),
-        times: fc.integer({ min: 1, max: 3 }),
-        endpoint: fc.constantFrom<FaultEndpoint>('create', 'create', 'refund_create'),
-      }),
-    },
+    { weight: 3, arbitrary: faultOf(['error_500_late_commit', 'in_flight_then_commit'], ['create', 'create', 'refund_create']) },
     { weight: 1, arbitrary: fc.record({ t: fc.constant('fault' as const), order: orderIndex, kind: fc.constant('decline' as const), times: fc.constant(1), endpoint: fc.constant<FaultEndpoint>('create') }) },
     { weight: 3, arbitrary: fc.constant({ t: 'evidence_time' as const }) },
     { weight: 2, arbitrary: fc.record({ t: fc.constant('reconcile' as const), limit: fc.constant(10) }) },
