@@ -203,9 +203,18 @@ describe('the account, fee and destination are parameters of the order', () => {
   it('the guard refuses changing them on an open operation; a refund naming another account is refused', async () => {
     const input = order({ account: A, applicationFeeAmount: 100 });
     const id = await engine().requestCharge(input);
-    for (const set of ["stripe_account = 'acct_1ConnectBravo'", 'stripe_account = NULL', 'application_fee_amount = 99', "transfer_destination = 'acct_1ConnectBravo'"]) {
-      await expect(db.pool.query(`UPDATE payment_operations SET ${set} WHERE id = $1`, [id])).rejects.toThrow(/cannot change|direct_or_destination_charge/);
+    // Each change keeps the table's CHECKs (a fee needs an account; direct or destination, not both),
+    // so what refuses it is the guard (which fires after the row is written: 027).
+    for (const set of [
+      "stripe_account = 'acct_1ConnectBravo'",
+      'stripe_account = NULL, application_fee_amount = NULL',
+      'application_fee_amount = 99',
+      "stripe_account = NULL, transfer_destination = 'acct_1ConnectBravo'",
+    ]) {
+      await expect(db.pool.query(`UPDATE payment_operations SET ${set} WHERE id = $1`, [id])).rejects.toThrow(/the parameters of payment operation .* cannot change/);
     }
+    // Both at once breaks the CHECK, which answers first: refused all the same.
+    await expect(db.pool.query(`UPDATE payment_operations SET transfer_destination = 'acct_1ConnectBravo' WHERE id = $1`, [id])).rejects.toThrow(/direct_or_destination_charge/);
     expect(await row(id)).toMatchObject({ stripe_account: A, application_fee_amount: '100' });
     await expect(
       db.pool.query(

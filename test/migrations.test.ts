@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabase } from '../local/postgres.ts';
 import { COMMENT_REVISIONS, loadMigrations, migrate, MigrationError, statementsChecksum, type MigrationFile } from '../lambdas/runtime/migrations.ts';
 import { inject } from 'vitest';
-import { createTestDatabase, databaseUrl, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, databaseUrl, liftOperationConstraints, type TestDatabase } from './support/db.ts';
 
 async function emptyDatabase(label: string): Promise<string> {
   const name = `${label}_${Math.random().toString(36).slice(2, 10)}`;
@@ -319,11 +319,17 @@ describe('schema constraints live in the database', () => {
     });
   }
 
-  /** As the application role (003's privileges), one UPDATE per entry, each in a savepoint: what each one did. */
-  async function asApplicationRole(id: string, sets: readonly string[]): Promise<(string | 'updated')[]> {
+  /**
+   * As the application role (003's privileges), one UPDATE per entry, each in a savepoint: what each one did.
+   * The guards fire after the row is written (027), so a change that also breaks one of the table's
+   * CHECK or foreign-key constraints is refused by that constraint first. `guardOnly` drops those
+   * constraints inside the transaction (rolled back with it), so that what refuses is the guard.
+   */
+  async function asApplicationRole(id: string, sets: readonly string[], { guardOnly = true } = {}): Promise<(string | 'updated')[]> {
     const client = await db.pool.connect();
     try {
       await client.query('BEGIN');
+      if (guardOnly) await liftOperationConstraints(client);
       await client.query('SET LOCAL ROLE charges_app');
       const outcomes: (string | 'updated')[] = [];
       for (const set of sets) {
@@ -353,6 +359,10 @@ describe('schema constraints live in the database', () => {
 
     // The charge: nothing, not even the mark (it is a refund's).
     expect(await asApplicationRole(chargeId, columns.map((c) => c.set))).toEqual(columns.map(() => final('succeeded')));
+    // With the table's constraints in place, some changes are refused by a CHECK first: still refused, every one.
+    const constrained = await asApplicationRole(chargeId, columns.map((c) => c.set), { guardOnly: false });
+    expect(constrained.filter((outcome) => !/^23(000|514|503): /.test(outcome))).toEqual([]);
+    expect(constrained.filter((outcome) => outcome === final('succeeded')).length).toBeGreaterThan(columns.length / 2);
 
     // The refund: nothing but the mark (its time, with or without Stripe's reason, 009), and the
     // mark with anything else, or a reason without the mark, is refused too.

@@ -108,6 +108,33 @@ describe('an audit line or outbox row refers to an operation that exists (024)',
     expect(rows).toEqual([]);
   });
 
+  it('an outcome write locks nothing before it updates: its WAL for the operation’s row is the update alone (a BEFORE UPDATE guard wrote a LOCK record first)', async () => {
+    await db.pool.query('CREATE EXTENSION IF NOT EXISTS pg_walinspect');
+    const id = await operation();
+    const token = randomUUID();
+    expect((await claimById(db.pool, id, token, 60_000, 'worker'))?.claimed?.leaseToken).toBe(token);
+    const { rows: [start] } = await db.pool.query<{ lsn: string }>('SELECT pg_current_wal_insert_lsn()::text AS lsn');
+    const [result] = await recordOutcomes(
+      db.pool,
+      [{ operationId: id, leaseToken: token, action: 'record', step: 'create', fromStatus: 'pending', keyGeneration: 0, status: 'failed', externalId: null, reviewReason: null, retryAfterMs: null, error: 'declined', errorClass: 'StripeCardError', errorCode: 'card_declined', detail: {} }],
+      'worker',
+      1_000,
+    );
+    expect(result).toMatchObject({ applied: true, status: 'failed' });
+    const { rows } = await db.pool.query<{ record_type: string }>(
+      `SELECT r.record_type
+         FROM pg_get_wal_records_info($1::pg_lsn, pg_current_wal_insert_lsn()) r
+         JOIN pg_get_wal_block_info($1::pg_lsn, pg_current_wal_insert_lsn(), false) b USING (start_lsn)
+        WHERE b.reldatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND b.relfilenode = pg_relation_filenode('payment_operations')
+        ORDER BY r.start_lsn`,
+      [start!.lsn],
+    );
+    expect(rows.map((r) => r.record_type)).toEqual(['UPDATE']);
+    // The guards still stand (they fire after the row is written, 027): a final row does not change.
+    await expect(db.pool.query(`UPDATE payment_operations SET last_error = 'x' WHERE id = $1`, [id])).rejects.toThrow(/is final \(failed\) and cannot change/);
+  });
+
   it('what the key also kept: an operation is never deleted and its id never changes', async () => {
     const id = await operation();
     await db.pool.query(`INSERT INTO payment_operation_events (operation_id, actor, action) VALUES ($1, 'test', 'requested')`, [id]);

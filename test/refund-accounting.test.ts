@@ -16,7 +16,7 @@ import { WebhookDispatcher, type StripeEventJson } from '../local/fake-stripe/we
 import { checkInvariants } from '../local/invariants.ts';
 import { createDatabase } from '../local/postgres.ts';
 import { netChargedByOrder } from '../local/stripe-truth.ts';
-import { databaseUrl, type TestDatabase } from './support/db.ts';
+import { databaseUrl, type TestDatabase, updateAgainstGuardOnly } from './support/db.ts';
 import { chargedOrder as charged, testEngine } from './support/engine.ts';
 import { chargeOrder, refundOf as refundRequest } from './support/orders.ts';
 import type { StripeHarness } from './support/stripe.ts';
@@ -257,7 +257,13 @@ describe('the database agrees: the insert trigger and the update guard (009)', (
     const failed = (await insertRefund(input.orderId, chargeId, 'g-3', 100)).rows[0]!.id;
     await settle(id, 'succeeded');
     await settle(failed, 'failed');
-    const update = (set: string, target = id) => db.pool.query(`UPDATE payment_operations SET ${set} WHERE id = $1`, [target]);
+    // Each refused change twice: with the table's constraints (refused, by a CHECK or by the guard,
+    // which fires after the row is written: 027) and without them, where what refuses is the guard.
+    const update = async (set: string, target = id) => {
+      const sql = `UPDATE payment_operations SET ${set} WHERE id = $1`;
+      await expect(db.pool.query(sql, [target])).rejects.toMatchObject({ code: expect.stringMatching(/^23/) });
+      return updateAgainstGuardOnly(db.pool, sql, [target]);
+    };
 
     // The mark with anything else, on a final row: refused.
     await expect(update(`failed_after_success_at = now(), last_error = 'x'`)).rejects.toThrow(/is final \(succeeded\) and cannot change/);

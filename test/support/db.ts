@@ -93,3 +93,31 @@ export async function auditTrail(pool: pg.Pool, operationId: string) {
   const { rows } = await pool.query('SELECT * FROM payment_operation_events WHERE operation_id = $1 ORDER BY id', [operationId]);
   return rows;
 }
+
+/**
+ * Drops the CHECK and foreign-key constraints of payment_operations inside the caller's open
+ * transaction (they come back with its rollback). The operation's update guards fire after the row
+ * is written (migrations/027), so a change that also breaks a constraint is refused by the
+ * constraint first; without them, what refuses a change is the guard, and a test of a guard sees it.
+ */
+export async function liftOperationConstraints(client: pg.ClientBase): Promise<void> {
+  const { rows } = await client.query<{ conname: string }>(
+    `SELECT conname FROM pg_constraint WHERE conrelid = 'payment_operations'::regclass AND contype IN ('c', 'f') ORDER BY conname`,
+  );
+  if (rows.length === 0) throw new Error('payment_operations has no CHECK or foreign-key constraint to lift: is this the migrated schema?');
+  // Names from the catalog, quoted as identifiers: no input reaches the statement.
+  await client.query(`ALTER TABLE payment_operations ${rows.map((r) => `DROP CONSTRAINT ${client.escapeIdentifier(r.conname)}`).join(', ')}`);
+}
+
+/** One UPDATE of payment_operations with its constraints lifted, rolled back: the guard's refusal (rejects), or resolves if the guard let it through. */
+export async function updateAgainstGuardOnly(pool: pg.Pool, sql: string, values: readonly unknown[]): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await liftOperationConstraints(client);
+    await client.query(sql, values as unknown[]);
+  } finally {
+    await client.query('ROLLBACK').catch(() => {});
+    client.release();
+  }
+}
