@@ -54,6 +54,12 @@ const OPEN_STATUSES: readonly PaymentIntentStatus[] = [
 
 export class Ledger {
   #byId = new Map<string, Entry>();
+  /**
+   * The entries whose authorization has an end (expiresAtMs set, only ever at creation), in creation
+   * order: what expire() looks at on every request, so that it does not read every PaymentIntent there
+   * is. An entry leaves once its expiresAtMs is cleared (captured, canceled, settled otherwise).
+   */
+  #withHold = new Set<Entry>();
   #seq = 0;
 
   create(
@@ -103,7 +109,9 @@ export class Ledger {
     this.#seq += 1;
     // Counted from the creation (a processing one that settles authorized keeps it: settle()).
     const expiresAtMs = status === 'requires_capture' || (status === 'processing' && params.captureMethod === 'manual') ? authorizationExpiresAtMs : null;
-    this.#byId.set(id, { pi, history: [{ atMs: nowMs, pi }], seq: this.#seq, createdAtMs: nowMs, idempotencyKey, requestId, account, expiresAtMs });
+    const entry: Entry = { pi, history: [{ atMs: nowMs, pi }], seq: this.#seq, createdAtMs: nowMs, idempotencyKey, requestId, account, expiresAtMs };
+    this.#byId.set(id, entry);
+    if (expiresAtMs !== null) this.#withHold.add(entry);
     return pi;
   }
 
@@ -150,8 +158,12 @@ export class Ledger {
   /** Cancels, as Stripe does on its own (`automatic`), every authorization that expired at or before nowMs; returns their ids. */
   expire(nowMs: number, observedAtMs = Date.now()): string[] {
     const expired: string[] = [];
-    for (const entry of this.#byId.values()) {
-      if (entry.expiresAtMs === null || entry.expiresAtMs > nowMs || entry.pi.status !== 'requires_capture') continue;
+    for (const entry of this.#withHold) {
+      if (entry.expiresAtMs === null) {
+        this.#withHold.delete(entry);
+        continue;
+      }
+      if (entry.expiresAtMs > nowMs || entry.pi.status !== 'requires_capture') continue;
       // canceled_at is when it expired on the authorization clock; Search (which runs on real time,
       // searchLagMs) learns of it from when the fake looked.
       this.cancel(entry.pi.id, 'automatic', observedAtMs, entry.expiresAtMs);
@@ -310,6 +322,7 @@ export class Ledger {
 
   clear(): void {
     this.#byId.clear();
+    this.#withHold.clear();
     this.#seq = 0;
   }
 }
