@@ -771,6 +771,14 @@ async function queueDepth(sqs: LocalSqs, url: string): Promise<number> {
   return Number(out.Attributes?.ApproximateNumberOfMessages ?? 0) + Number(out.Attributes?.ApproximateNumberOfMessagesNotVisible ?? 0);
 }
 
+/** The messages of a queue as fauxqs holds them (group id = order id, and the body), for saying what is in the DLQ. */
+export function queuedMessages(sqs: LocalSqs, which: 'queue' | 'dlq'): { groupId: string | null; body: string }[] {
+  const name = (which === 'queue' ? sqs.queueUrl : sqs.dlqUrl).split('/').at(-1)!;
+  const q = sqs.server.inspectQueue(name);
+  if (!q) return [];
+  return [...q.messages.ready, ...q.messages.delayed, ...q.messages.inflight.map((i) => i.message)].map((m) => ({ groupId: m.messageGroupId ?? null, body: m.body }));
+}
+
 /** Group ids (= order ids) of the messages in a queue, for "still queued" and "in the DLQ". */
 export function queuedGroups(sqs: LocalSqs, which: 'queue' | 'dlq'): string[] {
   const name = (which === 'queue' ? sqs.queueUrl : sqs.dlqUrl).split('/').at(-1)!;

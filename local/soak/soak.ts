@@ -28,7 +28,7 @@ import { authorizationRequestMessage, chargeRequestMessage, refundRequestMessage
 import type { AuthorizationRequest, ChargeRequest, RefundRequest } from '../../lambdas/payments/message.ts';
 import type { FakeStripeStats, FaultProfileName } from '../fake-stripe/server.ts';
 import { checkInvariants, formatReport, type CheckInvariantsInput, type InvariantReport } from '../invariants.ts';
-import { describeTimeLapse, keyPruneAfterMsFor, queuedGroups, startPipeline, type Pipeline, type TimeLapse } from '../pipeline.ts';
+import { describeTimeLapse, keyPruneAfterMsFor, queuedGroups, queuedMessages, startPipeline, type Pipeline, type TimeLapse } from '../pipeline.ts';
 import { ContainerPool, KILL_POINTS, type ContainerCounters, type KillKind, type KillPlan } from './containers.ts';
 import { waitForPostgres } from '../postgres.ts';
 import { ANOTHER_SYSTEM_KEY_PREFIX, AnotherSystem, remediesSettled } from '../another-system.ts';
@@ -274,7 +274,12 @@ export interface SoakReport {
   readonly postgres: { restarts: number; crashes: number; postmasterKills: number; backendKills: number; downtimeMs: number };
   readonly eventSource: Record<string, number>;
   readonly reconcileRuns: { runs: number; errors: number; timeouts: number; overlaps: number };
-  readonly queue: { left: number; dlq: number };
+  readonly queue: {
+    left: number;
+    dlq: number;
+    /** The DLQ's messages by what they ask (the body's `type`; `poison` for the bodies sent as poison), and whether their order has an operation. */
+    dlqByKind: Record<string, { withOperation: number; withoutOperation: number }>;
+  };
   /** Why operations wait for a human, ids and times taken out, with counts. */
   readonly reviewReasons: Readonly<Record<string, number>>;
   /** Operations in review by cause and kind (reviewCause): what production would see, and why. */
@@ -855,6 +860,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
 
   // ── The verdict ──────────────────────────────────────────────────────────────────────────────
   const dlqOrderIds = queuedGroups(pipeline.sqs, 'dlq');
+  const dlqByKind = await dlqMessagesByKind(pipeline.db, queuedMessages(pipeline.sqs, 'dlq'));
   const left = queuedGroups(pipeline.sqs, 'queue').length;
   const checkInput: CheckInvariantsInput = {
     db: pipeline.db,
@@ -981,7 +987,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     postgres: { ...pgStats, downtimeMs: Math.round(pgStats.downtimeMs) },
     eventSource: { batches: es.batches, records: es.records, redeliveries: es.redeliveries, failedRecords: es.failedRecords, handlerErrors: es.handlerErrors, timeouts: es.timeouts },
     reconcileRuns: { runs: sc.runs, errors: sc.errors, timeouts: sc.timeouts, overlaps: sc.overlaps },
-    queue: { left, dlq: dlqOrderIds.length },
+    queue: { left, dlq: dlqOrderIds.length, dlqByKind },
     reviewReasons,
     reviewByCause,
     watch,
@@ -1080,7 +1086,7 @@ export function formatSoakReport(r: SoakReport): string {
     `  kills (SIGKILL) ${sum(r.kills)}: ${list(r.kills)} (planned ${sum(r.killsPlanned)}); cold starts charge ${r.containers.charge.coldStarts}, reconcile ${r.containers.reconcile.coldStarts}; unexpected exits ${r.containers.charge.unexpectedExits + r.containers.reconcile.unexpectedExits}`,
     `  PostgreSQL: ${r.postgres.restarts} clean restarts, ${r.postgres.crashes} crashes (${r.postgres.postmasterKills} postmaster SIGKILL, ${r.postgres.backendKills} backend SIGKILL), ${s(r.postgres.downtimeMs)} down in total`,
     `  charge invocations ${r.containers.charge.invocations} (${r.eventSource.records} records, ${r.eventSource.redeliveries} redeliveries, ${r.eventSource.failedRecords} failed records); reconcile runs ${r.reconcileRuns.runs} (${r.reconcileRuns.errors} errors)`,
-    `  queue left ${r.queue.left}, DLQ ${r.queue.dlq}`,
+    `  queue left ${r.queue.left}, DLQ ${r.queue.dlq}${r.queue.dlq === 0 ? '' : ` (${Object.entries(r.queue.dlqByKind).map(([kind, n]) => `${kind} ${n.withOperation + n.withoutOperation}: ${n.withOperation} of orders with an operation, ${n.withoutOperation} without`).join('; ')})`}`,
     `  intake ${s(r.intakeMs)}; after the faults stopped: every operation settled in ${s(r.timeToQuiescenceMs)}${r.settled ? '' : ' (NOT SETTLED)'}, outbox drained in ${s(r.timeToOutboxDrainedMs)} (${r.unpublishedEvents} unpublished at the end); total ${s(r.durationMs)}`,
     ...(r.stripeEvents
       ? [
@@ -1101,3 +1107,36 @@ export function formatSoakReport(r: SoakReport): string {
   ].join('\n');
 }
 
+
+/**
+ * What the DLQ holds, so that a count there is explained: each message by the `type` of its body
+ * (`charge`, `refund`, `capture`, `cancel_authorization`; `poison` for the soak's poison groups, and
+ * `unreadable` for a body that is not JSON), and whether its order (the message group) has an
+ * operation in the ledger. A message in the DLQ is visible, not lost (the checker counts it so), but
+ * one whose order has no operation is a request nobody has recorded: redrive it.
+ */
+async function dlqMessagesByKind(db: pg.Pool, messages: readonly { groupId: string | null; body: string }[]): Promise<Record<string, { withOperation: number; withoutOperation: number }>> {
+  const orders = [...new Set(messages.flatMap((m) => (m.groupId ? [m.groupId] : [])))];
+  const known = new Set(
+    orders.length === 0
+      ? []
+      : (await db.query<{ order_id: string }>('SELECT DISTINCT order_id FROM payment_operations WHERE order_id = ANY($1::text[])', [orders])).rows.map((r) => r.order_id),
+  );
+  const out: Record<string, { withOperation: number; withoutOperation: number }> = {};
+  for (const m of messages) {
+    let kind: string;
+    if (m.groupId?.startsWith('poison-')) kind = 'poison';
+    else {
+      try {
+        const type = (JSON.parse(m.body) as { type?: unknown }).type;
+        kind = typeof type === 'string' ? type : 'charge';
+      } catch {
+        kind = 'unreadable';
+      }
+    }
+    const slot = (out[kind] ??= { withOperation: 0, withoutOperation: 0 });
+    if (m.groupId !== null && known.has(m.groupId)) slot.withOperation += 1;
+    else slot.withoutOperation += 1;
+  }
+  return out;
+}
