@@ -207,6 +207,8 @@ function renderSingleOrder(report: BenchReport): string[] {
       fmt(rate === null ? null : Math.round(rate)),
       runs.map((r) => String(r.chargesPerSecond)).join(', '),
       fmt(median(runs.flatMap((r) => (r.perOrder.dbRoundTrips === null ? [] : [r.perOrder.dbRoundTrips]))), 2),
+      fmt(median(runs.map((r) => r.perOrder.rigCpuMs)), 2),
+      fmt(median(runs.flatMap((r) => (r.perOrder.serverCpuMs === null ? [] : [r.perOrder.serverCpuMs]))), 2),
       fmt(wal === null ? null : Math.round(wal)),
       rate !== null && limit ? `${Math.round((100 * rate) / limit)} %` : '–',
     ];
@@ -216,6 +218,8 @@ function renderSingleOrder(report: BenchReport): string[] {
     fmt(limit === null ? null : Math.round(limit)),
     report.singleOrderLimits.map((l) => String(l.chargesPerSecond)).join(', '),
     fmt(median(report.singleOrderLimits.map((l) => l.roundTripsPerCharge)), 2),
+    fmt(median(report.singleOrderLimits.map((l) => l.rigCpuMsPerCharge)), 2),
+    fmt(median(report.singleOrderLimits.flatMap((l) => (l.serverCpuMsPerCharge === null ? [] : [l.serverCpuMsPerCharge]))), 2),
     fmt(median(report.singleOrderLimits.map((l) => Math.round(l.walBytesPerCharge)))),
     '100 %',
   ]);
@@ -224,7 +228,7 @@ function renderSingleOrder(report: BenchReport): string[] {
     '',
     `One order per invocation (batch size 1, ${report.options.pollers} pollers, ${orders} orders, fake Stripe at ${report.singleOrderRuns[0]!.latencyMs} ms): the median of ${rounds} interleaved rounds, each round every contestant once in a rotated order:`,
     '',
-    table(['contestant', 'charges/s (median)', 'each round', 'store req/charge', 'WAL bytes/charge', 'of the limit'], rows),
+    table(['contestant', 'charges/s (median)', 'each round', 'store req/charge', 'CPU ms/charge (rig)', 'CPU ms/charge (server)', 'WAL bytes/charge', 'of the limit'], rows),
   ];
 }
 
@@ -264,7 +268,7 @@ export function renderReport(report: BenchReport): string {
     out.push('', 'Without faults (each order sent once): speed and what the store spends per charge (figures per charge from the 0 ms run):', '');
     const byContestant = new Map<string, RunResult[]>();
     for (const r of report.cleanRuns) byContestant.set(r.contestant, [...(byContestant.get(r.contestant) ?? []), r]);
-    const headers = ['contestant', ...o.latencies.map((l) => `charges/s @${l} ms`), 'store req/charge', 'statements/charge (server)', 'exec ms/charge (server)', 'client ms/charge', 'WAL bytes/charge'];
+    const headers = ['contestant', ...o.latencies.map((l) => `charges/s @${l} ms`), 'store req/charge', 'statements/charge (server)', 'exec ms/charge (server)', 'client ms/charge', 'CPU ms/charge (rig)', 'CPU ms/charge (server)', 'WAL bytes/charge'];
     const rows = [...byContestant.values()].map((runs) => {
       const base = runs.find((r) => r.latencyMs === o.latencies[0]) ?? runs[0]!;
       return [
@@ -274,6 +278,8 @@ export function renderReport(report: BenchReport): string {
         fmt(base.perOrder.serverStatements, 2),
         fmt(base.perOrder.serverExecMs, 3),
         fmt(base.perOrder.dbClientMs, 2),
+        fmt(base.perOrder.rigCpuMs, 2),
+        fmt(base.perOrder.serverCpuMs, 2),
         fmt(base.perOrder.walBytes === null ? null : Math.round(base.perOrder.walBytes)),
       ];
     });
@@ -285,6 +291,8 @@ export function renderReport(report: BenchReport): string {
       '–',
       '–',
       '–',
+      fmt(limitBase?.rigCpuMsPerCharge, 2),
+      fmt(limitBase?.serverCpuMsPerCharge, 2),
       fmt(limitBase ? Math.round(limitBase.walBytesPerCharge) : null),
     ]);
     out.push(table(headers, rows));

@@ -6,6 +6,7 @@ import pg from 'pg';
 import { startFakeStripe } from '../../local/fake-stripe/server.ts';
 import { createDatabase } from '../../local/postgres.ts';
 import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
+import { cpuMeter } from './metering.ts';
 import type { Workload } from './schedule.ts';
 
 export interface LimitResult {
@@ -14,6 +15,9 @@ export interface LimitResult {
   readonly chargesPerSecond: number;
   readonly walBytesPerCharge: number;
   readonly roundTripsPerCharge: number;
+  /** CPU per charge of this process and of the PostgreSQL server (null where /proc cannot be read), as the contestants' (metering.ts cpuMeter). */
+  readonly rigCpuMsPerCharge: number;
+  readonly serverCpuMsPerCharge: number | null;
 }
 
 export async function runLimit(adminUrl: string, workload: Workload, latencyMs: number, pollers: number, stripeTimeoutMs: number, batchSize = 10): Promise<LimitResult> {
@@ -31,6 +35,8 @@ export async function runLimit(adminUrl: string, workload: Workload, latencyMs: 
     const lsn = (await pool.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn')).rows[0]!.lsn;
     const orders = [...workload.orders];
     let next = 0;
+    const cpu = cpuMeter(pool);
+    await cpu.start();
     const t0 = performance.now();
     await Promise.all(
       Array.from({ length: pollers }, async () => {
@@ -55,8 +61,12 @@ export async function runLimit(adminUrl: string, workload: Workload, latencyMs: 
       }),
     );
     const seconds = (performance.now() - t0) / 1000;
+    const used = await cpu.read();
     const wal = (await pool.query<{ bytes: string }>('SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint AS bytes', [lsn])).rows[0]!.bytes;
-    return { latencyMs, batchSize, chargesPerSecond: Math.round(orders.length / seconds), walBytesPerCharge: Number(wal) / orders.length, roundTripsPerCharge: roundTrips / orders.length };
+    return { latencyMs, batchSize, chargesPerSecond: Math.round(orders.length / seconds), walBytesPerCharge: Number(wal) / orders.length, roundTripsPerCharge: roundTrips / orders.length,
+      rigCpuMsPerCharge: used.rigMs / orders.length,
+      serverCpuMsPerCharge: used.serverMs === null ? null : used.serverMs / orders.length,
+    };
   } finally {
     await fake.close();
     await pool.end();

@@ -3,6 +3,10 @@
 //                observer pool (application_name 'local-runtime'): count and wall time;
 //   server side  pg_stat_statements (calls, execution time) for the run's database, without the
 //                observer's statements, and WAL bytes from pg_current_wal_lsn() before and after.
+//   CPU          what this process and the PostgreSQL server's processes spent, user + system
+//                (cpuMeter): execution time counts a statement's waits for a CPU too, and on two
+//                CPUs shared by the rig and the server those waits are most of it under load.
+import { readdir, readFile } from 'node:fs/promises';
 import pg from 'pg';
 
 const OBSERVER_APPLICATION = 'local-runtime';
@@ -175,6 +179,63 @@ export function serverMeter(admin: pg.Pool, database: string, databaseUrl?: stri
           })
         : null;
       return { statements, execMs, walBytes: Number(wal.rows[0]!.bytes), statementsAvailable: available, walByRelation: shares };
+    },
+  };
+}
+
+export interface CpuMeter {
+  start(): Promise<void>;
+  /**
+   * CPU milliseconds since start(): this process (the rig: every contestant's handlers, the event
+   * source, fauxqs, the fake Stripe and event bus run in it) and the PostgreSQL server (the
+   * postmaster and its children, those that exited meanwhile included); the server's is null where
+   * /proc cannot be read (not Linux).
+   */
+  read(): Promise<{ rigMs: number; serverMs: number | null }>;
+}
+
+/** /proc/<pid>/stat: [ppid, utime + stime, cutime + cstime] in clock ticks (fields 4, 14–15, 16–17; the name in field 2 may hold spaces). */
+export function parseStat(text: string): [number, number, number] {
+  const f = text.slice(text.lastIndexOf(')') + 2).split(' ');
+  // f[0] is field 3 (state): field n is f[n - 3].
+  return [Number(f[1]), Number(f[11]) + Number(f[12]), Number(f[13]) + Number(f[14])];
+}
+
+/** Linux reports /proc times in USER_HZ, 100 a second on every architecture Node runs on. */
+const TICK_MS = 10;
+
+async function serverCpuMs(admin: pg.Pool): Promise<number | null> {
+  try {
+    const { rows: [me] } = await admin.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const [postmaster] = parseStat(await readFile(`/proc/${me!.pid}/stat`, 'utf8'));
+    let ticks = 0;
+    for (const entry of await readdir('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => null); // exited meanwhile
+      if (stat === null) continue;
+      const [ppid, own, reaped] = parseStat(stat);
+      // The postmaster's reaped children's times cover the backends that disconnected.
+      if (Number(entry) === postmaster) ticks += own + reaped;
+      else if (ppid === postmaster) ticks += own;
+    }
+    return ticks * TICK_MS;
+  } catch {
+    return null;
+  }
+}
+
+export function cpuMeter(admin: pg.Pool): CpuMeter {
+  let rig = process.cpuUsage();
+  let server: number | null = null;
+  return {
+    async start() {
+      server = await serverCpuMs(admin);
+      rig = process.cpuUsage();
+    },
+    async read() {
+      const used = process.cpuUsage(rig);
+      const now = await serverCpuMs(admin);
+      return { rigMs: (used.user + used.system) / 1000, serverMs: now === null || server === null ? null : now - server };
     },
   };
 }

@@ -12,7 +12,7 @@ import type { FakeStripe, FaultRates } from '../../local/fake-stripe/types.ts';
 import { keyPruneAfterMsFor, leaseMsFor, queuedGroups, startPipeline, type TimeLapse } from '../../local/pipeline.ts';
 import { createStripeClient } from '../../lambdas/payments/stripe-gateway.ts';
 import type { Contestant, RunningContestant } from './contestant.ts';
-import { clientMeter, serverMeter, type WalShare } from './metering.ts';
+import { clientMeter, cpuMeter, serverMeter, type WalShare } from './metering.ts';
 import { makeWorkload, PEER_FAULT_RATES, type Workload } from './schedule.ts';
 import { judge, type Judgement } from './truth.ts';
 
@@ -97,6 +97,9 @@ export interface RunResult {
     readonly dbClientMs: number | null;
     readonly serverStatements: number | null;
     readonly serverExecMs: number | null;
+    /** CPU per order from the first send to the end of the run's phases: this process (the whole rig) and the PostgreSQL server. */
+    readonly rigCpuMs: number;
+    readonly serverCpuMs: number | null;
     readonly walBytes: number | null;
     /** Clean runs of a PostgreSQL contestant: the WAL per charge by relation (bytes, FPI bytes, records per charge). */
     readonly walByRelation: readonly WalShare[] | null;
@@ -234,6 +237,8 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
     }
     const server = serverMeter(admin, pipeline.databaseName, contestant.store === 'postgresql' && !options.faults ? pipeline.databaseUrl : undefined);
     await server.start();
+    const cpu = cpuMeter(admin);
+    await cpu.start();
     const client = clientMeter();
     client.reset(pipeline.databaseName);
     const dynamoBase = options.dynamoRequests();
@@ -309,6 +314,8 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
         tQuiet = tRecovery = Date.now();
       }
 
+      const used = await cpu.read();
+
       // ── Judge ──────────────────────────────────────────────────────────────────────────────
       if (running.describeOpen) log(`  ${contestant.id}: still open: ${await running.describeOpen()}`);
       await options.tamper?.(fake);
@@ -344,6 +351,8 @@ export async function runContestant(options: RunOptions): Promise<RunResult> {
           dbClientMs: pgStore ? client.wallMs / n : null,
           serverStatements: pgStore && srv.statementsAvailable ? srv.statements / n : null,
           serverExecMs: pgStore && srv.statementsAvailable ? srv.execMs / n : null,
+          rigCpuMs: used.rigMs / n,
+          serverCpuMs: used.serverMs === null ? null : used.serverMs / n,
           walBytes: pgStore ? srv.walBytes / n : null,
           walByRelation: pgStore && srv.walByRelation ? srv.walByRelation.map((w) => ({ ...w, bytes: w.bytes / n, fpiBytes: w.fpiBytes / n, records: w.records / n })) : null,
           dynamoRequests: contestant.store === 'dynamodb' ? (options.dynamoRequests() - dynamoBase) / n : null,
