@@ -1115,7 +1115,7 @@ export function formatSoakReport(r: SoakReport): string {
  * operation in the ledger. A message in the DLQ is visible, not lost (the checker counts it so), but
  * one whose order has no operation is a request nobody has recorded: redrive it.
  */
-async function dlqMessagesByKind(db: pg.Pool, messages: readonly { groupId: string | null; body: string }[]): Promise<Record<string, { withOperation: number; withoutOperation: number }>> {
+export async function dlqMessagesByKind(db: pg.Pool, messages: readonly { groupId: string | null; body: string }[]): Promise<Record<string, { withOperation: number; withoutOperation: number }>> {
   const orders = [...new Set(messages.flatMap((m) => (m.groupId ? [m.groupId] : [])))];
   const known = new Set(
     orders.length === 0
