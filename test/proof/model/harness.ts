@@ -583,6 +583,18 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
    * names. Extra charges like those of extrasOf, which nobody hands to the product: the watch after
    * the re-issue (or Stripe's event, in runs with events) must find each.
    */
+  /** A create of an earlier key generation that Stripe committed late and left unsettled (processing: the run's healSettle 'leave'). */
+  const lateUnsettledOf = async (i: number) => {
+    const charge = await db.query<{ id: string; external_id: string | null; key_generation: number }>(
+      `SELECT id::text, external_id, key_generation FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`,
+      [orders[i]!.orderId],
+    );
+    const op = charge.rows[0];
+    if (!op) return [];
+    return fake
+      .paymentIntents({ operationId: op.id })
+      .filter((pi) => (pi.status === 'processing' || pi.status === 'requires_action') && pi.id !== op.external_id && Number(pi.metadata.key_generation ?? 'NaN') < op.key_generation && !book[i]!.strayKeys.has(pi.idempotencyKey ?? ''));
+  };
   const lateChargesOf = async (i: number) => {
     const charge = await db.query<{ id: string; external_id: string | null; key_generation: number }>(
       `SELECT id::text, external_id, key_generation FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`,
@@ -1211,6 +1223,22 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   // Late charges after a re-issue are judged by their money (the checker, the oracle's remedies), not counted here.
   const late = new Set<string>();
   for (const [i] of orders.entries()) for (const pi of await lateChargesOf(i)) late.add(pi.id);
+  // A late create Stripe never settled is no charge a machine may refund: where a watch followed the
+  // re-issue, it ends by telling a person (a finding naming the PaymentIntent), and must have.
+  const lateUnsettled = new Set<string>();
+  for (const [i] of orders.entries()) for (const pi of await lateUnsettledOf(i)) lateUnsettled.add(pi.id);
+  if (lateUnsettled.size > 0) {
+    const told = await db.query<{ payment_intent_id: string }>(
+      `SELECT DISTINCT f.payment_intent_id FROM stripe_event_findings f JOIN payment_operation_watches w ON w.operation_id = f.operation_id
+        WHERE f.payment_intent_id = ANY($1)`,
+      [[...lateUnsettled]],
+    );
+    const toldIds = new Set(told.rows.map((r) => r.payment_intent_id));
+    for (const pi of fake.paymentIntents().filter((p) => lateUnsettled.has(p.id))) {
+      const watchedOp = await db.query(`SELECT 1 FROM payment_operation_watches WHERE operation_id = $1`, [pi.metadata.operation_id]);
+      if (watchedOp.rowCount !== 0 && !toldIds.has(pi.id)) problems.push(`late PaymentIntent ${pi.id} left ${pi.status} after a re-issue, watched, and nobody told`);
+    }
+  }
   const pipelineCharges = fake.paymentIntents().filter((pi) => pi.status === 'succeeded' && !stray.has(pi.idempotencyKey ?? '') && !late.has(pi.id) && pi.metadata.operation_id !== undefined);
   const twice = pipelineCharges.length - new Set(pipelineCharges.map((pi) => pi.metadata.operation_id)).size;
   if (twice !== 0) problems.push(`fake Stripe holds ${twice} second succeeded PaymentIntent(s) of one operation`);
@@ -1225,7 +1253,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
       `SELECT f.kind, f.reason FROM stripe_event_findings f
          LEFT JOIN payment_operations p ON p.id = f.operation_id
         WHERE f.payment_intent_id = ANY($1) AND p.review_reason IS NULL`,
-      [ids.filter((id) => !late.has(id))],
+      [ids.filter((id) => !late.has(id) && !lateUnsettled.has(id))],
     );
     for (const f of findings.rows) problems.push(`stripe event finding ${f.kind}: ${f.reason}`);
     const left = await db.query<{ n: number }>(
