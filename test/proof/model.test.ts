@@ -422,10 +422,11 @@ describe('late commits after automatic re-issues', () => {
   const late = { runs: 0, lateCharges: 0, remedies: 0, findings: 0 };
   afterAll(() => console.log(`model (late commits): ${late.runs} runs, late charges after a re-issue ${late.lateCharges}, watch remedies ${late.remedies}, watch findings ${late.findings}`));
   it('a create Stripe commits after the re-issue it allowed ends refunded (or told a person), with events or without', { timeout: 1_800_000 }, async () => {
-    // The case this property is for is rare in any one run: with a random seed (CI's too), one batch
+    // The case this property is for is rare in any one run: with a developer's random seed, one batch
     // of runs drew no late charge at all (100 runs). A batch that did not reach it is followed by
     // another (a new seed each, every run still judged), up to five; only then is "not reached" a
-    // failure. A replay (PROOF_PATH) is one batch.
+    // failure. The gate's fixed seed (CI=true) reaches it in the first batch; a replay (PROOF_PATH)
+    // is one batch.
     for (let batch = 0; batch < 5 && (batch === 0 || (PATH === undefined && late.lateCharges === 0)); batch++) {
       await lateCommitBatch(batch);
     }
