@@ -388,8 +388,35 @@ describe('manual capture under every interleaving the model can generate', () =>
         `refunds of manual orders [${counts(auth.refunds)}]; authorizations ended [${counts(auth.ends)}]`,
     ),
   );
+  // The coverage the runs must reach: captures in full and in part, refusals above the authorization, cancels, expiries, refunds refused uncaptured.
+  const authReached = () =>
+    [
+      auth.ends['capture succeeded'],
+      auth.ends['cancel_authorization succeeded'],
+      auth.ends['cancel_authorization (expired) succeeded'],
+      auth.verdicts['capture:exceeds_authorization'],
+      auth.verdicts['capture:already_settled'],
+      auth.refunds.not_captured,
+    ].every((n) => (n ?? 0) > 0);
   it('manual capture: captured ≤ authorized, one settlement per authorization, nothing captured after a cancel or an expiry, refunds only of what was captured, the operations as Stripe holds them', { timeout: 1_800_000 }, async () => {
-    await fc.assert(
+    // With a developer's random seed one batch of runs once drew no authorization that ended expired
+    // (29 expiry commands among its 100 runs): a batch short of the coverage is followed by another
+    // (a new seed each, every run judged), up to three. The gate's fixed seed reaches it in the first.
+    for (let batch = 0; batch < 3 && (batch === 0 || (PATH === undefined && !authReached())); batch++) {
+      const seed = SEED ?? fc.readConfigureGlobal().seed;
+      await authorizationBatch(batch === 0 ? SEED : seed === undefined ? undefined : seed + batch);
+    }
+    if (PATH === undefined) {
+      expect(auth.ends['capture succeeded'] ?? 0).toBeGreaterThan(0);
+      expect(auth.ends['cancel_authorization succeeded'] ?? 0).toBeGreaterThan(0);
+      expect(auth.ends['cancel_authorization (expired) succeeded'] ?? 0).toBeGreaterThan(0);
+      expect(auth.verdicts['capture:exceeds_authorization'] ?? 0).toBeGreaterThan(0);
+      expect(auth.verdicts['capture:already_settled'] ?? 0).toBeGreaterThan(0);
+      expect(auth.refunds.not_captured ?? 0).toBeGreaterThan(0);
+    }
+  });
+  const authorizationBatch = (seed: number | undefined) =>
+    fc.assert(
       fc.asyncProperty(authorizationRun, async (run) => {
         const result = await playRun(world, run, TRACE ? (line) => console.log(line) : undefined);
         auth.runs += 1;
@@ -404,18 +431,8 @@ describe('manual capture under every interleaving the model can generate', () =>
           throw new Error(`${formatReport(result.report)}\n${result.problems.map((p) => `  ✗ ${p}`).join('\n')}\norders: ${result.orderIds.join(', ')}`);
         }
       }),
-      { numRuns: AUTH_RUNS, ...(SEED === undefined ? {} : { seed: SEED }), ...(PATH === undefined ? {} : { path: PATH }), verbose: 1 as const },
+      { numRuns: AUTH_RUNS, ...(seed === undefined ? {} : { seed }), ...(PATH === undefined ? {} : { path: PATH }), verbose: 1 as const },
     );
-    // The runs reach what they are for: captures in full and in part, refusals above the authorization, cancels, expiries, refunds refused uncaptured.
-    if (PATH === undefined) {
-      expect(auth.ends['capture succeeded'] ?? 0).toBeGreaterThan(0);
-      expect(auth.ends['cancel_authorization succeeded'] ?? 0).toBeGreaterThan(0);
-      expect(auth.ends['cancel_authorization (expired) succeeded'] ?? 0).toBeGreaterThan(0);
-      expect(auth.verdicts['capture:exceeds_authorization'] ?? 0).toBeGreaterThan(0);
-      expect(auth.verdicts['capture:already_settled'] ?? 0).toBeGreaterThan(0);
-      expect(auth.refunds.not_captured ?? 0).toBeGreaterThan(0);
-    }
-  });
 });
 
 describe('late commits after automatic re-issues', () => {
