@@ -578,13 +578,11 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   /** The order's extra PaymentIntents: those made behind the pipeline's back that charged. */
   const extrasOf = (i: number) => fake.paymentIntents({ orderId: orders[i]!.orderId }).filter((pi) => pi.status === 'succeeded' && pi.idempotencyKey !== null && book[i]!.strayKeys.has(pi.idempotencyKey));
   /**
-   * The order's late charges after a re-issue: succeeded PaymentIntents of the charge operation under
-   * a key generation it has left (a create Stripe committed after the re-issue), other than the one it
-   * names. Extra charges like those of extrasOf, which nobody hands to the product: the watch after
-   * the re-issue (or Stripe's event, in runs with events) must find each.
+   * The order's late creates after a re-issue: PaymentIntents of the charge operation under a key
+   * generation it has left (a create Stripe committed after the re-issue), other than the one it
+   * names, and not the model's own extra charges.
    */
-  /** A create of an earlier key generation that Stripe committed late and left unsettled (processing: the run's healSettle 'leave'). */
-  const lateUnsettledOf = async (i: number) => {
+  const lateCreatesOf = async (i: number) => {
     const charge = await db.query<{ id: string; external_id: string | null; key_generation: number }>(
       `SELECT id::text, external_id, key_generation FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`,
       [orders[i]!.orderId],
@@ -593,19 +591,13 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
     if (!op) return [];
     return fake
       .paymentIntents({ operationId: op.id })
-      .filter((pi) => (pi.status === 'processing' || pi.status === 'requires_action') && pi.id !== op.external_id && Number(pi.metadata.key_generation ?? 'NaN') < op.key_generation && !book[i]!.strayKeys.has(pi.idempotencyKey ?? ''));
+      .filter((pi) => pi.id !== op.external_id && Number(pi.metadata.key_generation ?? 'NaN') < op.key_generation && !book[i]!.strayKeys.has(pi.idempotencyKey ?? ''));
   };
-  const lateChargesOf = async (i: number) => {
-    const charge = await db.query<{ id: string; external_id: string | null; key_generation: number }>(
-      `SELECT id::text, external_id, key_generation FROM payment_operations WHERE order_id = $1 AND kind = 'charge'`,
-      [orders[i]!.orderId],
-    );
-    const op = charge.rows[0];
-    if (!op) return [];
-    return fake
-      .paymentIntents({ operationId: op.id })
-      .filter((pi) => pi.status === 'succeeded' && pi.id !== op.external_id && Number(pi.metadata.key_generation ?? 'NaN') < op.key_generation && !book[i]!.strayKeys.has(pi.idempotencyKey ?? ''));
-  };
+  /**
+   * The late charges among them (succeeded). Extra charges like those of extrasOf, which nobody hands
+   * to the product: the watch after the re-issue (or Stripe's event, in runs with events) must find each.
+   */
+  const lateChargesOf = async (i: number) => (await lateCreatesOf(i)).filter((pi) => pi.status === 'succeeded');
 
   /**
    * One refund request: the oracle predicts its verdict from what it observes now, the engine (or a
@@ -1223,22 +1215,20 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   // Late charges after a re-issue are judged by their money (the checker, the oracle's remedies), not counted here.
   const late = new Set<string>();
   for (const [i] of orders.entries()) for (const pi of await lateChargesOf(i)) late.add(pi.id);
-  // A late create Stripe never settled is no charge a machine may refund: where a watch followed the
-  // re-issue, it ends by telling a person (a finding naming the PaymentIntent), and must have.
-  const lateUnsettled = new Set<string>();
-  for (const [i] of orders.entries()) for (const pi of await lateUnsettledOf(i)) lateUnsettled.add(pi.id);
-  if (lateUnsettled.size > 0) {
-    const told = await db.query<{ payment_intent_id: string }>(
-      `SELECT DISTINCT f.payment_intent_id FROM stripe_event_findings f JOIN payment_operation_watches w ON w.operation_id = f.operation_id
-        WHERE f.payment_intent_id = ANY($1)`,
-      [[...lateUnsettled]],
-    );
-    const toldIds = new Set(told.rows.map((r) => r.payment_intent_id));
-    for (const pi of fake.paymentIntents().filter((p) => lateUnsettled.has(p.id))) {
-      const watchedOp = await db.query(`SELECT 1 FROM payment_operation_watches WHERE operation_id = $1`, [pi.metadata.operation_id]);
-      if (watchedOp.rowCount !== 0 && !toldIds.has(pi.id)) problems.push(`late PaymentIntent ${pi.id} left ${pi.status} after a re-issue, watched, and nobody told`);
-    }
+  // A late create Stripe never settled (processing: the run's healSettle 'leave') is no charge a
+  // machine may refund: where a watch followed the re-issue, it ends by telling a person — an open
+  // finding naming the PaymentIntent — and must have.
+  const lateUnsettled = new Map<string, string>(); // PaymentIntent → its operation
+  for (const [i] of orders.entries()) {
+    for (const pi of await lateCreatesOf(i)) if (pi.status === 'processing' || pi.status === 'requires_action') lateUnsettled.set(pi.id, pi.metadata.operation_id!);
   }
+  const untold = await db.query<{ id: string }>(
+    `SELECT u.id FROM unnest($1::text[], $2::uuid[]) AS u(id, operation_id)
+      WHERE EXISTS (SELECT 1 FROM payment_operation_watches w WHERE w.operation_id = u.operation_id)
+        AND NOT EXISTS (SELECT 1 FROM stripe_event_findings f WHERE f.payment_intent_id = u.id AND f.resolved_at IS NULL)`,
+    [[...lateUnsettled.keys()], [...lateUnsettled.values()]],
+  );
+  for (const { id } of untold.rows) problems.push(`late PaymentIntent ${id} left unsettled after a re-issue, watched, and nobody told`);
   const pipelineCharges = fake.paymentIntents().filter((pi) => pi.status === 'succeeded' && !stray.has(pi.idempotencyKey ?? '') && !late.has(pi.id) && pi.metadata.operation_id !== undefined);
   const twice = pipelineCharges.length - new Set(pipelineCharges.map((pi) => pi.metadata.operation_id)).size;
   if (twice !== 0) problems.push(`fake Stripe holds ${twice} second succeeded PaymentIntent(s) of one operation`);
