@@ -4,8 +4,8 @@
 //   server side  pg_stat_statements (calls, execution time) for the run's database, without the
 //                observer's statements, and WAL bytes from pg_current_wal_lsn() before and after.
 //   CPU          what this process and the PostgreSQL server's processes spent, user + system
-//                (cpuMeter): execution time counts a statement's waits for a CPU too, and on two
-//                CPUs shared by the rig and the server those waits are most of it under load.
+//                (cpuMeter): execution time is the wall time inside the executor only (waits for a
+//                CPU or a lock included; parsing, commits and the server's background work left out).
 import { readdir, readFile } from 'node:fs/promises';
 import pg from 'pg';
 
