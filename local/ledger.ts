@@ -185,7 +185,7 @@ export async function buildLedger(input: LedgerInput): Promise<Ledger> {
       'SELECT event_id::text, event_type, published_at IS NOT NULL AS published, operation_id::text FROM outcome_events',
     ),
     db.query<{ reason: string | null; n: number }>(
-      `SELECT payload->>'reason' AS reason, count(*)::int AS n FROM outcome_events WHERE event_type = 'Charge Failed' GROUP BY 1 ORDER BY 2 DESC`,
+      `SELECT e.payload->>'reason' AS reason, count(*)::int AS n FROM outcome_events e WHERE event_type = 'Charge Failed' GROUP BY 1 ORDER BY 2 DESC`,
     ),
     db.query<{ order_id: string; review_reason: string }>(
       `SELECT order_id, review_reason FROM payment_operations WHERE review_reason IS NOT NULL AND status IN ('pending', 'unknown') ORDER BY updated_at LIMIT 3`,

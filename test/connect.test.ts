@@ -52,7 +52,7 @@ describe('a direct charge on a connected account', () => {
     expect(await row(id)).toMatchObject({ status: 'succeeded', external_id: pi!.id, stripe_account: A, application_fee_amount: '150', transfer_destination: null });
     expect(requestsOf(id).map((r) => [r.endpoint, r.account])).toEqual([['create', A]]);
     // The outcome event names the account (an additive field of the v1 detail).
-    const { rows: outbox } = await db.pool.query('SELECT event_type, payload FROM outcome_events WHERE operation_id = $1', [id]);
+    const { rows: outbox } = await db.pool.query('SELECT event_type, e.payload FROM outcome_events e WHERE operation_id = $1', [id]);
     expect(outbox.map((e) => [e.event_type, e.payload.account])).toEqual([['Charge Succeeded', A]]);
     expect(chargeOutcomeDetailSchema.parse(outbox[0].payload)).toMatchObject({ account: A });
 
@@ -121,7 +121,7 @@ describe('a direct charge on a connected account', () => {
     expect(result.execution?.status).toBe('succeeded');
     expect(await row(result.operationId!)).toMatchObject({ kind: 'refund', stripe_account: A, application_fee_amount: null, transfer_destination: null });
     expect(requestsOf(result.operationId!).map((r) => [r.endpoint, r.account])).toEqual([['refund_create', A]]);
-    const { rows: outbox } = await db.pool.query('SELECT event_type, payload FROM outcome_events WHERE operation_id = $1', [result.operationId]);
+    const { rows: outbox } = await db.pool.query('SELECT event_type, e.payload FROM outcome_events e WHERE operation_id = $1', [result.operationId]);
     expect(outbox.map((e) => [e.event_type, e.payload.account])).toEqual([['Refund Succeeded', A]]);
     const refund = stripe.fake.refunds({ operationId: result.operationId! });
     expect(refund).toHaveLength(1);
@@ -172,7 +172,7 @@ describe('a destination charge', () => {
     const refund = await engine().processRefund(refundOf(input.orderId, { refundId: 'rf-destination', amount: 100 }));
     expect(refund.execution?.status).toBe('succeeded');
     expect(await row(refund.operationId!)).toMatchObject({ stripe_account: null });
-    const { rows: outbox } = await db.pool.query('SELECT payload FROM outcome_events WHERE operation_id IN ($1, $2)', [id, refund.operationId]);
+    const { rows: outbox } = await db.pool.query('SELECT e.payload FROM outcome_events e WHERE operation_id IN ($1, $2)', [id, refund.operationId]);
     expect(outbox.length).toBe(2);
     expect(outbox.every((e) => !('account' in e.payload))).toBe(true); // a platform operation's detail is as before
   });

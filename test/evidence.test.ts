@@ -29,7 +29,7 @@ const engine = (policy: Partial<EnginePolicy> = {}, options: Partial<EngineOptio
 const row = (id: string) => operationRow(db.pool, id);
 const trail = (id: string) => auditTrail(db.pool, id);
 async function outbox(id: string) {
-  const { rows } = await db.pool.query('SELECT event_type, payload FROM outcome_events WHERE operation_id = $1 ORDER BY created_at, event_id', [id]);
+  const { rows } = await db.pool.query('SELECT event_type, e.payload FROM outcome_events e WHERE operation_id = $1 ORDER BY created_at, event_id', [id]);
   return rows as { event_type: string; payload: Record<string, unknown> }[];
 }
 

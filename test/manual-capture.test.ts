@@ -41,7 +41,7 @@ const manual = (overrides: Partial<ChargeInput> = {}) => chargeOrderOfItsOwnCust
 /** The requests that acted on a PaymentIntent (captures and cancels carry its id, not an operation's). */
 const actionsOn = (pi: string) => stripe.fake.requests().filter((r) => r.paymentIntentId === pi && (r.endpoint === 'capture' || r.endpoint === 'cancel'));
 const outboxOf = async (id: string) =>
-  (await db.pool.query<{ event_type: string; payload: Record<string, unknown> }>('SELECT event_type, payload FROM outcome_events WHERE operation_id = $1 ORDER BY created_at', [id])).rows;
+  (await db.pool.query<{ event_type: string; payload: Record<string, unknown> }>('SELECT event_type, e.payload FROM outcome_events e WHERE operation_id = $1 ORDER BY created_at', [id])).rows;
 
 async function authorized(input: ChargeInput = manual()): Promise<{ input: ChargeInput; chargeId: string; pi: string }> {
   const chargeId = await engine().requestCharge(input);

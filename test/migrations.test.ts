@@ -118,7 +118,7 @@ describe('migrations runner', () => {
       const sent = await event('2026-11-30T10:00:00Z', true);
       const waiting = await event('2026-11-30T11:00:00Z', false);
       await migrate(url, files);
-      const { rows: events } = await client.query(`SELECT event_id, payload FROM outcome_events WHERE operation_id = $1`, [id]);
+      const { rows: events } = await client.query(`SELECT event_id, e.payload FROM outcome_events e WHERE operation_id = $1`, [id]);
       const sequenceOf = (eventId: string) => events.find((e) => e.event_id === eventId)!.payload.sequence;
       expect({ sent: sequenceOf(sent), waiting: sequenceOf(waiting) }).toEqual({ sent: undefined, waiting: 2 });
       const { rows: op } = await client.query(`SELECT event_sequence FROM payment_operations WHERE id = $1`, [id]);
@@ -147,7 +147,7 @@ describe('migrations runner', () => {
 });
 
 describe('022 on an outbox that already holds whole payloads', () => {
-  it('renames the column and adds the virtual one without touching a row: old rows read exactly as before (through 026 too), the event number stays unique, the guard still refuses', async () => {
+  it('renames the column and adds the virtual one without touching a row: old rows read exactly as before (through 026 and 028 too), the event number stays unique, the guard still refuses', async () => {
     const url = await emptyDatabase('mig_compact_outbox');
     const files = await loadMigrations(path.resolve('migrations'));
     const index = files.findIndex((f) => f.name.startsWith('022_'));
@@ -176,9 +176,10 @@ describe('022 on an outbox that already holds whole payloads', () => {
       const node = await filenode();
       await migrate(url, files);
       expect(await filenode()).toBe(node); // not rewritten
-      const after = await client.query(`SELECT payload::text AS text, stored_payload::text AS stored FROM outcome_events WHERE event_id = $1`, [eventId]);
+      // Since 028 the payload is a function of the row (e.payload), no longer a column.
+      const after = await client.query(`SELECT e.payload::text AS text, e.stored_payload::text AS stored FROM outcome_events e WHERE event_id = $1`, [eventId]);
       expect(after.rows[0].text).toBe(before);
-      expect(after.rows[0].stored).toBe(before); // kept whole: the virtual column only repeats what it says
+      expect(after.rows[0].stored).toBe(before); // kept whole: the derived payload only repeats what it says
       await expect(
         client.query(
           `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload) VALUES (uuidv7(), $1, 'Charge Failed', '{"sequence": 1}')`,

@@ -1,6 +1,6 @@
-// An outbox row's occurredAt is read from its created_at (migrations/026): the virtual column builds
-// the ISO text from immutable pieces, and must give exactly what to_char gave the writers before.
-// Real PostgreSQL.
+// An outbox row's occurredAt is read from its created_at (migrations/026): the payload, since 028 a
+// function of the row (e.payload), builds the ISO text from immutable pieces, and must give exactly
+// what to_char gave the writers before. Real PostgreSQL.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 
@@ -41,7 +41,7 @@ describe("an outbox row's occurredAt is its created_at (026)", () => {
            INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload, created_at)
            SELECT uuidv7(), $1::uuid, 'Charge Succeeded', jsonb_build_object('sequence', 1000 + row_number() OVER ()), at
              FROM instants
-           RETURNING payload ->> 'occurredAt' AS derived, ${TO_CHAR} AS expected, created_at::text AS created
+           RETURNING outcome_events.payload ->> 'occurredAt' AS derived, ${TO_CHAR} AS expected, created_at::text AS created
          )
          SELECT * FROM inserted`,
         [operationId],
@@ -60,9 +60,46 @@ describe("an outbox row's occurredAt is its created_at (026)", () => {
     const { rows } = await db.pool.query<{ occurred: string }>(
       `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload, created_at)
        VALUES (uuidv7(), $1::uuid, 'Charge Succeeded', '{"sequence": 1, "occurredAt": "2026-11-30T10:00:00.123Z"}', '2026-12-01 00:00:00+00')
-       RETURNING payload ->> 'occurredAt' AS occurred`,
+       RETURNING outcome_events.payload ->> 'occurredAt' AS occurred`,
       [operationId],
     );
     expect(rows[0]!.occurred).toBe('2026-11-30T10:00:00.123Z');
+  });
+});
+
+describe('the published payload is a function of the row, not a column (028)', () => {
+  it('no table the charge path writes has a virtual column: PostgreSQL 18 would rebuild it into every CHECK and trigger condition at every statement', async () => {
+    // The outbox's virtual payload made each outbox insert about 9 times dearer on the server
+    // (docs/decisions.md). A virtual column added again to one of these tables turns this red.
+    const { rows } = await db.pool.query<{ relation: string; column: string }>(
+      `SELECT c.relname AS relation, a.attname AS column
+         FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+        WHERE c.relname = ANY ($1::text[]) AND a.attgenerated = 'v' AND NOT a.attisdropped`,
+      [['outcome_events', 'payment_operations', 'payment_operation_events', 'stripe_events', 'payment_operation_watches']],
+    );
+    expect(rows).toEqual([]);
+  });
+
+  it('reads as e.payload and payload(e), the same jsonb, with the ids, version and occurredAt from the row', async () => {
+    const { rows } = await db.pool.query<{ attribute: Record<string, unknown>; call: Record<string, unknown>; event_id: string }>(
+      `INSERT INTO outcome_events AS e (event_id, operation_id, event_type, stored_payload, created_at)
+       VALUES (uuidv7(), $1::uuid, 'Charge Succeeded', '{"sequence": 7, "status": "succeeded"}', '2026-12-03 10:11:12.345678+00')
+       RETURNING e.event_id::text, e.payload AS attribute, payload(e) AS call`,
+      [operationId],
+    );
+    const [row] = rows;
+    expect(row!.attribute).toEqual({ version: 1, occurredAt: '2026-12-03T10:11:12.345Z', sequence: 7, status: 'succeeded', eventId: row!.event_id, operationId });
+    expect(row!.call).toEqual(row!.attribute);
+  });
+
+  it('a column the payload reads cannot be dropped while the function stands', async () => {
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await expect(client.query('ALTER TABLE outcome_events DROP COLUMN stored_payload')).rejects.toThrow(/depends on|other objects depend/);
+    } finally {
+      await client.query('ROLLBACK');
+      client.release();
+    }
   });
 });

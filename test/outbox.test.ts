@@ -42,7 +42,7 @@ const publisher = () =>
 const engine = () => new ChargeEngine({ db: db.pool, gateway: stripe.gateway, actor: 'test', random: () => 0.5 });
 const order = (overrides: Partial<ChargeInput> = {}): ChargeInput => chargeOrder({ amount: 1250, customerId: 'cus_outbox', ...overrides });
 async function outboxRows(operationId: string) {
-  const { rows } = await db.pool.query('SELECT * FROM outcome_events WHERE operation_id = $1 ORDER BY created_at', [operationId]);
+  const { rows } = await db.pool.query('SELECT e.*, e.payload FROM outcome_events e WHERE operation_id = $1 ORDER BY created_at', [operationId]);
   return rows;
 }
 /** Everything unpublished (leased to earlier tests' callers or not), published now: tests start from an empty outbox. */
@@ -85,7 +85,7 @@ describe('the outbox row is written with the outcome it announces', () => {
   it('atomically: when the statement fails after the outcome write, neither the outcome nor the event exists', async () => {
     const input = order({ orderId: `poison-${randomUUID()}` });
     // An outbox constraint that rejects this order's event makes the one statement fail at its end.
-    await db.pool.query(`ALTER TABLE outcome_events ADD CONSTRAINT test_poison CHECK (payload->>'orderId' NOT LIKE 'poison-%')`);
+    await db.pool.query(`ALTER TABLE outcome_events ADD CONSTRAINT test_poison CHECK (stored_payload->>'orderId' NOT LIKE 'poison-%')`);
     try {
       const id = await engine().requestCharge(input);
       await expect(engine().executeCharge(id)).rejects.toThrow(/test_poison/);

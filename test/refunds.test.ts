@@ -39,7 +39,7 @@ const chargedOrder = (overrides: Partial<ChargeInput> = {}) => charged(engine(),
 const row = (id: string) => operationRow(db.pool, id);
 const events = (id: string) => auditTrail(db.pool, id);
 async function outbox(id: string) {
-  const { rows } = await db.pool.query('SELECT event_type, payload FROM outcome_events WHERE operation_id = $1 ORDER BY created_at', [id]);
+  const { rows } = await db.pool.query('SELECT event_type, e.payload FROM outcome_events e WHERE operation_id = $1 ORDER BY created_at', [id]);
   return rows as { event_type: string; payload: Record<string, unknown> }[];
 }
 const makeDue = (id: string) => db.pool.query('UPDATE payment_operations SET next_attempt_at = now() WHERE id = $1', [id]);

@@ -60,7 +60,7 @@ async function chargedOrder(input: ChargeInput = order()): Promise<{ input: Char
 const refundOps = (orderId: string) =>
   db.pool.query(`SELECT * FROM payment_operations WHERE order_id = $1 AND kind = 'refund' ORDER BY created_at`, [orderId]).then((r) => r.rows);
 const outbox = (operationId: string) =>
-  db.pool.query('SELECT event_type, payload FROM outcome_events WHERE operation_id = $1 ORDER BY created_at, event_id', [operationId]).then((r) => r.rows as { event_type: string; payload: Record<string, unknown> }[]);
+  db.pool.query('SELECT event_type, e.payload FROM outcome_events e WHERE operation_id = $1 ORDER BY created_at, event_id', [operationId]).then((r) => r.rows as { event_type: string; payload: Record<string, unknown> }[]);
 const findings = (paymentIntentId: string) =>
   db.pool.query('SELECT kind, operation_id, resolved_at FROM stripe_event_findings WHERE payment_intent_id = $1', [paymentIntentId]).then((r) => r.rows);
 

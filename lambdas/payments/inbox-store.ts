@@ -350,7 +350,7 @@ export async function recordAftermath(db: Db, w: AftermathWrite, publishLeaseMs:
               'stripeCreatedAt', to_char($18::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
             now() + $19::bigint * interval '1 millisecond'
        FROM e
-     RETURNING event_id, event_type, payload`,
+     RETURNING event_id, event_type, outcome_events.payload`,
     [w.operation.id, w.actor, w.operation.status, w.operation.externalId, w.operation.keyGeneration, w.stripeEventId, w.kind, w.amount,
       w.amountRefunded, w.chargeId, w.disputeId, w.disputeStatus, w.disputeReason, w.eventType, w.operation.orderId, w.operation.amount,
       w.currency, w.stripeCreatedAt, publishLeaseMs],
@@ -403,7 +403,7 @@ export async function recordRefundFailedAfterSuccess(db: Db, w: RefundFailedAfte
               'stripeCreatedAt', to_char($14::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
             now() + $15::bigint * interval '1 millisecond'
        FROM e
-     RETURNING event_id, event_type, payload`,
+     RETURNING event_id, event_type, outcome_events.payload`,
     [w.operation.id, w.actor, w.operation.status, w.refundStripeId, w.operation.keyGeneration, w.stripeEventId, w.amount, w.currency,
       w.failureReason, w.paymentIntentId, w.operation.orderId, refund.refundId, refund.parentOperationId, w.stripeCreatedAt, publishLeaseMs],
   );

@@ -856,7 +856,7 @@ export async function recordOutcomes(
      ),
      outbox AS (
        ${outboxInsertSql('outcome', '$3')}
-       RETURNING event_id, operation_id, event_type, payload
+       RETURNING event_id, operation_id, event_type, outcome_events.payload
      )
      SELECT o.id, u.id IS NOT NULL AS applied, u.status,
             e.event_id, e.event_type, e.payload AS event_payload
@@ -883,8 +883,8 @@ export function outboxInsertSql(source: string, leaseParam: string, rows = 'paym
   // caller's source need not carry them: 'Charge …' for a charge, 'Refund …' for a refund
   // (lambdas/events/contract.ts). `s.` is the source's (the outcome just written), `k.` the row's.
   // The stored payload leaves out what the row's own columns say (eventId, operationId, version 1,
-  // and occurredAt: the row's created_at, the same now()): the column payload puts them back when
-  // read (migrations/022_outbox_compact_payload.sql, 026_outbox_occurred_at_from_row.sql).
+  // and occurredAt: the row's created_at, the same now()): payload(outcome_events) puts them back
+  // when read as e.payload (migrations/022_outbox_compact_payload.sql, 026, 028).
   return `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload, publish_lease_until)
        SELECT s.event_id, s.id,
               CASE WHEN s.status = 'succeeded' AND k.refund_payment_intent IS NOT NULL
@@ -1039,7 +1039,7 @@ export async function reissueAfterProof(db: Db, writes: readonly ReissueWrite[],
      ),
      outbox AS (
        ${outboxInsertSql('outcome', '$3')}
-       RETURNING event_id, operation_id, event_type, payload
+       RETURNING event_id, operation_id, event_type, outcome_events.payload
      )
      SELECT o.id, u.id IS NOT NULL AS applied, u.status, e.event_id, e.event_type, e.payload AS event_payload
        FROM o LEFT JOIN upd u ON u.id = o.id LEFT JOIN outbox e ON e.operation_id = o.id`,

@@ -648,7 +648,7 @@ export async function loadOperationHistory(db: Db, by: { readonly operationId: s
     `SELECT to_jsonb(p) AS op, ${PAYMENT_INTENT_OF_REFUND('p')} AS refunded_payment_intent,
             coalesce((SELECT jsonb_agg((to_jsonb(e) - 'lease_token' - 'lease_until') || jsonb_build_object('detail', ${AUDIT_DETAIL('e')}) ORDER BY e.id)
                         FROM payment_operation_events e WHERE e.operation_id = p.id), '[]'::jsonb) AS events,
-            coalesce((SELECT jsonb_agg(to_jsonb(o) - 'stored_payload' ORDER BY o.created_at, o.event_id) FROM outcome_events o WHERE o.operation_id = p.id), '[]'::jsonb) AS outbox,
+            coalesce((SELECT jsonb_agg(to_jsonb(o) - 'stored_payload' || jsonb_build_object('payload', o.payload) ORDER BY o.created_at, o.event_id) FROM outcome_events o WHERE o.operation_id = p.id), '[]'::jsonb) AS outbox,
             now() AS as_of
        FROM payment_operations p WHERE ${where}`,
     ['operationId' in by ? by.operationId : by.orderId],
@@ -788,7 +788,7 @@ export async function resolveInReview(db: Db, write: ResolveWrite): Promise<Oper
      ),
      outbox AS (
        ${outboxInsertSql('outcome', '$10')}
-       RETURNING *
+       RETURNING *, outcome_events.payload
      )
      SELECT to_jsonb(u) AS op, (SELECT to_jsonb(a) FROM audit a) AS audit, (SELECT to_jsonb(o) - 'stored_payload' FROM outbox o) AS outbox
        FROM upd u`,

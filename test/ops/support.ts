@@ -165,7 +165,7 @@ export async function operationRow(h: Harness, id: string) {
 
 export async function outboxRows(h: Harness, id: string) {
   const { rows } = await h.db.pool.query<{ event_id: string; event_type: string; payload: Record<string, unknown>; published_at: Date | null }>(
-    'SELECT * FROM outcome_events WHERE operation_id = $1 ORDER BY created_at, event_id',
+    'SELECT e.*, e.payload FROM outcome_events e WHERE operation_id = $1 ORDER BY created_at, event_id',
     [id],
   );
   return rows;

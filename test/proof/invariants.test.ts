@@ -646,7 +646,7 @@ describe('checkInvariants detects every kind of broken promise', () => {
 
   it('outbox_mismatch: a final outcome without its event, or with a second one that contradicts it', async () => {
     const w = await healthyWorld();
-    const { rows } = await db.pool.query<{ payload: Record<string, unknown> }>(`SELECT payload FROM outcome_events WHERE operation_id = $1`, [w.paidId]);
+    const { rows } = await db.pool.query<{ payload: Record<string, unknown> }>(`SELECT e.payload FROM outcome_events e WHERE operation_id = $1`, [w.paidId]);
     const eventId = randomUUID();
     await db.pool.query(
       `INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload) VALUES ($1, $2, 'Charge Failed', $3)`,
@@ -709,7 +709,7 @@ describe('checkInvariants detects every kind of broken promise', () => {
 
   it('authorization_announced_as_charge: a charge that only authorized, announced as Charge Succeeded', async () => {
     const w = await authorizationWorld();
-    const { rows } = await db.pool.query<{ payload: Record<string, unknown> }>(`SELECT payload FROM outcome_events WHERE operation_id = $1`, [w.ops.held]);
+    const { rows } = await db.pool.query<{ payload: Record<string, unknown> }>(`SELECT e.payload FROM outcome_events e WHERE operation_id = $1`, [w.ops.held]);
     expect(rows).toHaveLength(1);
     const eventId = randomUUID();
     await db.pool.query(`INSERT INTO outcome_events (event_id, operation_id, event_type, stored_payload) VALUES ($1, $2, 'Charge Succeeded', $3)`, [

@@ -38,7 +38,7 @@ async function processingOperation() {
 }
 const truth = (operationId: string) => stripe.fake.paymentIntents({ operationId })[0]!;
 const audit = (operationId: string) => db.pool.query('SELECT * FROM payment_operation_events WHERE operation_id = $1 ORDER BY id', [operationId]).then((r) => r.rows);
-const outbox = (operationId: string) => db.pool.query('SELECT * FROM outcome_events WHERE operation_id = $1 ORDER BY created_at', [operationId]).then((r) => r.rows);
+const outbox = (operationId: string) => db.pool.query('SELECT e.*, e.payload FROM outcome_events e WHERE operation_id = $1 ORDER BY created_at', [operationId]).then((r) => r.rows);
 
 describe('payment_intent.* for an open operation', () => {
   it('Stripe settles a processing PaymentIntent → the succeeded event settles the operation at once, after one retrieve, with its outcome event', async () => {

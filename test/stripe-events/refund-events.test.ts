@@ -35,7 +35,7 @@ const deliver = (event: StripeEventJson) => deliverWebhook({ db, stripe }, event
 
 const chargedOrder = async (overrides: Partial<ChargeInput> = {}): Promise<ChargeInput> => (await charged(engine(), chargeOrder(overrides))).input;
 const outbox = (id: string) =>
-  db.pool.query('SELECT event_type, payload FROM outcome_events WHERE operation_id = $1 ORDER BY created_at, event_id', [id]).then((r) => r.rows as { event_type: string; payload: Record<string, unknown> }[]);
+  db.pool.query('SELECT event_type, e.payload FROM outcome_events e WHERE operation_id = $1 ORDER BY created_at, event_id', [id]).then((r) => r.rows as { event_type: string; payload: Record<string, unknown> }[]);
 const retrieves = () => stripe.fake.requests().filter((r) => r.endpoint === 'refund_retrieve').length;
 const refundAt = (operationId: string) => stripe.fake.refunds({ operationId })[0]!;
 const findings = (refundId: string) => db.pool.query('SELECT * FROM stripe_event_findings WHERE payment_intent_id = $1', [refundId]).then((r) => r.rows);
