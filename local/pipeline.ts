@@ -394,6 +394,13 @@ export interface Pipeline {
   readonly environment: Readonly<Record<string, string>>;
   readonly startedAt: Date;
   snapshot(): Promise<PipelineSnapshot>;
+  /**
+   * The intake only: the main queue's messages and the event source's invocations, read in this
+   * process without a request. For a loop that waits for the queue to drain (bench:peers polls
+   * every 100 ms): a snapshot also counts the database's tables and reads the fake Stripe's ledger,
+   * work that grows with the run and would be measured as the pipeline's.
+   */
+  intake(): { readonly queue: Omit<QueueCounts, 'dlq'>; readonly eventSource: EventSourceCounters };
   waitUntilSettled(options: SettledWhen): Promise<SettleResult>;
   /** Stop taking work: pollers, schedule, key pruning (bounded waits). Data and servers stay up. */
   stopIntake(): Promise<{ readonly drained: boolean }>;
@@ -697,6 +704,8 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       };
     };
 
+    const intake = () => ({ queue: inspect(sqs), eventSource: eventSource.counters() });
+
     let stopped: Promise<void> | null = null;
     const pipeline: Pipeline = {
       runId,
@@ -722,6 +731,7 @@ export async function startPipeline(options: PipelineOptions): Promise<Pipeline>
       environment: { ...env, STRIPE_SECRET_KEY: redactKey(stripeKey) },
       startedAt,
       snapshot,
+      intake,
       async waitUntilSettled(when) {
         const deadline = Date.now() + when.timeoutMs;
         for (;;) {
