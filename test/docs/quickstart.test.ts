@@ -5,12 +5,12 @@
 // come out of the run — ids, times, ports and durations aside. Lines cut short with … and the audit
 // trail's rows (their JSON details) are not compared.
 import { readFileSync } from 'node:fs';
-import { inject } from 'vitest';
 import { describe, expect, it } from 'vitest';
 import { main as ops } from '../../lambdas/ops/cli.ts';
 import { main as produce } from '../../lambdas/producer/cli.ts';
 import { parseCliArgs, serveCommands } from '../../local/cli.ts';
-import { DEMO_TIME_LAPSE, LOCAL_FAKE_STRIPE_KEY, startPipeline, timeLapseEnvironment } from '../../local/pipeline.ts';
+import { DEMO_TIME_LAPSE, LOCAL_FAKE_STRIPE_KEY, timeLapseEnvironment } from '../../local/pipeline.ts';
+import { startTestPipeline } from '../local/support.ts';
 
 interface Step {
   readonly command: string;
@@ -63,14 +63,7 @@ describe('docs/quickstart.md', () => {
   });
 
   it('prints what it shows when its commands are run', async () => {
-    const pipeline = await startPipeline({
-      postgres: { kind: 'server', adminUrl: inject('pgAdminUrl') },
-      stripe: { kind: 'fake', faults: 'none', seed: 1 },
-      timeLapse: DEMO_TIME_LAPSE,
-      pollers: 2,
-      logLevel: 'SILENT',
-      metricsDisabled: true,
-    });
+    const pipeline = await startTestPipeline({ timeLapse: DEMO_TIME_LAPSE, pollers: 2 });
     try {
       const written = serveCommands(pipeline.environment, {
         sqsEndpoint: pipeline.sqs.endpoint,

@@ -4,24 +4,15 @@
 //   at-least-once  no miss; one duplicate receipt per ambiguous answer that came after the send
 //   idempotent     no miss, no duplicate (the provider replays on the key)
 //   at-most-once   no duplicate; one miss per ambiguous answer that came before the send
-import { inject } from 'vitest';
 import { describe, expect, it } from 'vitest';
 import { RECEIPTS_SCHEMAS } from '../../lambdas/consumers/receipts/contract.ts';
 import { startLocalConsumers } from '../../local/consumers.ts';
 import { buildWorkload, runWorkload } from '../../local/demo.ts';
-import { startPipeline } from '../../local/pipeline.ts';
-import { TEST_TIME_LAPSE } from './support.ts';
+import { startTestPipeline } from './support.ts';
 
 describe('the receipt notifier on the local bus, once per policy', () => {
   it('produces exactly the duplicates and misses each policy accepts, and absorbs every repeated delivery', async () => {
-    const pipeline = await startPipeline({
-      postgres: { kind: 'server', adminUrl: inject('pgAdminUrl') },
-      stripe: { kind: 'fake', faults: 'none', seed: 7 },
-      timeLapse: TEST_TIME_LAPSE,
-      pollers: 4,
-      logLevel: 'SILENT',
-      metricsDisabled: true,
-    });
+    const pipeline = await startTestPipeline({ stripe: { kind: 'fake', faults: 'none', seed: 7 }, pollers: 4 });
     // Generous timeouts: on a loaded machine a timeout would be an ambiguous answer the faults did not
     // inject, and the exact relations below count injected faults.
     const consumers = await startLocalConsumers({

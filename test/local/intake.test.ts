@@ -1,22 +1,13 @@
 // The pipeline's intake reading (bench:peers waits on it every 100 ms): the main queue's messages and
 // the event source's invocations, the same numbers a full snapshot gives, without its database counts.
-import { inject } from 'vitest';
 import { describe, expect, it } from 'vitest';
 import { sendChargeRequest } from '../../lambdas/producer/client.ts';
-import { startPipeline } from '../../local/pipeline.ts';
 import { chargeOrder } from '../support/orders.ts';
-import { TEST_TIME_LAPSE } from './support.ts';
+import { startTestPipeline } from './support.ts';
 
 describe('pipeline.intake()', () => {
   it('counts what waits in the main queue and what the event source runs, as the snapshot does', async () => {
-    const pipeline = await startPipeline({
-      postgres: { kind: 'server', adminUrl: inject('pgAdminUrl') },
-      stripe: { kind: 'fake', faults: 'none', seed: 1 },
-      timeLapse: TEST_TIME_LAPSE,
-      pollers: 1,
-      logLevel: 'SILENT',
-      metricsDisabled: true,
-    });
+    const pipeline = await startTestPipeline();
     try {
       // No poller takes them: what is sent stays in the queue.
       await pipeline.stopIntake();

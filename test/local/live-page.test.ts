@@ -8,13 +8,13 @@
 import { accessSync, constants } from 'node:fs';
 import path from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildWorkload, runWorkload, type WorkloadRun } from '../../local/demo.ts';
 import { localOpsEnv, startLocalLivePage } from '../../local/live-page.ts';
-import { startPipeline, type Pipeline } from '../../local/pipeline.ts';
+import type { Pipeline } from '../../local/pipeline.ts';
 import type { LivePage } from '../../lambdas/ops/live-page/server.ts';
 import { cliJson, resultOf } from '../ops/support.ts';
-import { TEST_TIME_LAPSE } from './support.ts';
+import { startTestPipeline } from './support.ts';
 
 /**
  * CHROMIUM_PATH when set (and only it), else the first chromium on PATH (Debian's package installs
@@ -65,13 +65,9 @@ describe('the live page of a local run, in a real browser', () => {
       missing = error as Error;
       return;
     }
-    pipeline = await startPipeline({
-      postgres: { kind: 'server', adminUrl: inject('pgAdminUrl') },
+    pipeline = await startTestPipeline({
       stripe: { kind: 'fake', faults: 'none', seed: 7 },
-      timeLapse: TEST_TIME_LAPSE,
       pollers: 4,
-      logLevel: 'SILENT',
-      metricsDisabled: true,
       // A create that met a 500 before commit: Search after the key window finds nothing, and a person decides.
       env: { AMBIGUOUS_RESOLUTION: 'review' },
     });

@@ -3,27 +3,20 @@
 // started fake Stripe stands for Stripe (STRIPE_API_BASE, as `npm run fake-stripe` does) and its
 // signed deliveries, pointed at the pipeline's endpoint, for the Stripe CLI forwarding them: the
 // real stripe-events handler behind the endpoint records and applies them; a forged one is refused.
-import { inject } from 'vitest';
 import { describe, expect, it } from 'vitest';
 import { sendChargeRequest } from '../../lambdas/producer/client.ts';
 import { startFakeStripe } from '../../local/fake-stripe/server.ts';
 import { WebhookDispatcher } from '../../local/fake-stripe/webhooks.ts';
 import { readStripeEventsLedger } from '../../local/stripe-events.ts';
-import { startPipeline } from '../../local/pipeline.ts';
 import { chargeOrder } from '../support/orders.ts';
-import { TEST_TIME_LAPSE } from './support.ts';
+import { startTestPipeline } from './support.ts';
 
 describe('an external Stripe with STRIPE_WEBHOOK_SECRET', () => {
   it('gets a local endpoint for stripe listen --forward-to, behind which the real handler records and applies the events', async () => {
     const stripe = await startFakeStripe();
     const secret = 'whsec_stripe_listen_test';
-    const pipeline = await startPipeline({
-      postgres: { kind: 'server', adminUrl: inject('pgAdminUrl') },
+    const pipeline = await startTestPipeline({
       stripe: { kind: 'external', secretKey: 'sk_test_stripe_listen', apiBase: stripe.url, webhookSecret: secret },
-      timeLapse: TEST_TIME_LAPSE,
-      pollers: 1,
-      logLevel: 'SILENT',
-      metricsDisabled: true,
     });
     // The Stripe CLI's part: Stripe's events, signed with the listen secret, POSTed to the endpoint.
     const forwarder = new WebhookDispatcher({ fake: stripe, endpoint: pipeline.webhookEndpoint!.url, secret, retryScale: 1 / 3600 });

@@ -7,7 +7,7 @@ import { buildWorkload, runWorkload, type Workload, type WorkloadRun } from '../
 import { REFUND_SCENARIOS } from '../../local/send-report.ts';
 import type { FaultProfileName } from '../../local/fake-stripe/server.ts';
 import type { PaymentIntentRecord, RefundRecord, RequestRecord } from '../../local/fake-stripe/types.ts';
-import { startPipeline, type PipelineOptions, type TimeLapse } from '../../local/pipeline.ts';
+import { startPipeline, type Pipeline, type PipelineOptions, type TimeLapse } from '../../local/pipeline.ts';
 
 /** Tighter than the demo's: a test run of 60 orders should settle in well under a minute. */
 export const TEST_TIME_LAPSE: TimeLapse = {
@@ -24,6 +24,22 @@ export const TEST_TIME_LAPSE: TimeLapse = {
   authorizationValidityMs: 10_000,
   authorizationLookMarginMs: 1_000,
 };
+
+/**
+ * A local pipeline for a test: the suite's PostgreSQL, the fake Stripe without faults, the test's time
+ * lapse, one poller, no logs and no metrics; `options` changes any of these.
+ */
+export function startTestPipeline(options: Partial<PipelineOptions> = {}): Promise<Pipeline> {
+  return startPipeline({
+    postgres: { kind: 'server', adminUrl: inject('pgAdminUrl') },
+    stripe: { kind: 'fake', faults: 'none', seed: 1 },
+    timeLapse: TEST_TIME_LAPSE,
+    pollers: 1,
+    logLevel: 'SILENT',
+    metricsDisabled: true,
+    ...options,
+  });
+}
 
 export interface ProfileRun extends WorkloadRun {
   /** Ground truth: every PaymentIntent the fake Stripe ever created. */
@@ -46,13 +62,9 @@ export async function runProfile(
   options: { orders?: number; seed?: number; timeoutMs?: number; webhooks?: PipelineOptions['webhooks']; refunds?: number; duplicateCharges?: number; connect?: boolean; authorizations?: boolean } = {},
 ): Promise<ProfileRun> {
   const started = Date.now();
-  const pipeline = await startPipeline({
-    postgres: { kind: 'server', adminUrl: inject('pgAdminUrl') },
+  const pipeline = await startTestPipeline({
     stripe: { kind: 'fake', faults, seed: options.seed ?? 42 },
-    timeLapse: TEST_TIME_LAPSE,
     pollers: 4,
-    logLevel: 'SILENT',
-    metricsDisabled: true,
     ...(options.webhooks !== undefined ? { webhooks: options.webhooks } : {}),
   });
   try {
