@@ -158,12 +158,13 @@ describe('a claim’s lease in columns of the audit trail (023)', () => {
       1_000,
     );
     const { rows: stored } = await db.pool.query(
-      `SELECT action, lease_token::text, lease_until IS NOT NULL AS has_until, detail FROM payment_operation_events WHERE operation_id = $1 ORDER BY id`,
+      `SELECT action, lease_token::text, lease_until IS NOT NULL AS has_until, attempt, detail FROM payment_operation_events WHERE operation_id = $1 ORDER BY id`,
       [id],
     );
+    // The attempt has a column of its own too, since 029.
     expect(stored).toEqual([
-      { action: 'attempt_started', lease_token: token, has_until: true, detail: { attempt: 1 } },
-      { action: 'outcome_recorded', lease_token: token, has_until: false, detail: {} },
+      { action: 'attempt_started', lease_token: token, has_until: true, attempt: 1, detail: {} },
+      { action: 'outcome_recorded', lease_token: token, has_until: false, attempt: null, detail: {} },
     ]);
     const evidence = (await loadEvidenceEvents(db.pool, [id])).get(id)!;
     expect(evidence.map((e) => e.detail.leaseToken)).toEqual([token, token]);
@@ -187,6 +188,50 @@ describe('a claim’s lease in columns of the audit trail (023)', () => {
     expect(evidence[0]!.detail).toMatchObject({ attempt: 1, leaseToken: token });
     // The engine's reading rests on the recorded lease end, not on its own lease length.
     expect(lastPossibleSendAt(evidence, 999_999)?.getTime()).toBe(leaseUntil.getTime());
+  });
+});
+
+describe("a claim's attempt and an outcome's PaymentIntent status in columns of the audit trail (029)", () => {
+  it('writes them to attempt / payment_intent_status, keeps the rest of the detail, and reads them back under the old keys, for the engine and for ops', async () => {
+    const id = await operation();
+    const token = randomUUID();
+    await claimById(db.pool, id, token, 60_000, 'worker');
+    await recordOutcomes(
+      db.pool,
+      [{ operationId: id, leaseToken: token, action: 'record', step: 'create', fromStatus: 'pending', keyGeneration: 0, status: 'succeeded', externalId: 'pi_cols', reviewReason: null, retryAfterMs: null, error: null, errorClass: null, errorCode: null, detail: { paymentIntentStatus: 'succeeded', paymentMethodType: 'card' } }],
+      'worker',
+      1_000,
+    );
+    const { rows: stored } = await db.pool.query(
+      `SELECT action, attempt, payment_intent_status, detail FROM payment_operation_events WHERE operation_id = $1 ORDER BY id`,
+      [id],
+    );
+    expect(stored).toEqual([
+      { action: 'attempt_started', attempt: 1, payment_intent_status: null, detail: {} },
+      { action: 'outcome_recorded', attempt: null, payment_intent_status: 'succeeded', detail: { paymentMethodType: 'card' } },
+    ]);
+    const evidence = (await loadEvidenceEvents(db.pool, [id])).get(id)!;
+    expect(evidence.map((e) => e.detail)).toEqual([
+      { attempt: 1, leaseToken: token, leaseUntil: expect.any(String) },
+      { paymentIntentStatus: 'succeeded', paymentMethodType: 'card', leaseToken: token },
+    ]);
+    const history = await loadOperationHistory(db.pool, { operationId: id });
+    expect(history!.events.map((e) => [e.action, e.detail.attempt, e.detail.paymentIntentStatus])).toEqual([
+      ['attempt_started', 1, undefined],
+      ['outcome_recorded', undefined, 'succeeded'],
+    ]);
+  });
+
+  it('reads a line written before 029 (keys in detail, columns NULL) as it always read', async () => {
+    const id = await operation();
+    await db.pool.query(
+      `INSERT INTO payment_operation_events (operation_id, actor, action, step, to_status, detail)
+       VALUES ($1, 'worker', 'attempt_started', NULL, 'pending', '{"attempt": 2}'),
+              ($1, 'worker', 'outcome_recorded', 'create', 'succeeded', '{"paymentIntentStatus": "succeeded"}')`,
+      [id],
+    );
+    const evidence = (await loadEvidenceEvents(db.pool, [id])).get(id)!;
+    expect(evidence.map((e) => e.detail)).toEqual([{ attempt: 2 }, { paymentIntentStatus: 'succeeded' }]);
   });
 });
 

@@ -20,12 +20,14 @@ export interface AuditEvent {
 }
 
 /**
- * An audit line's detail as every reader sees it (SQL): the stored `detail`, with the claim's lease token
- * and end put back under the keys older lines stored them in (`leaseToken`, `leaseUntil`). `e` is an
- * alias of payment_operation_events.
+ * An audit line's detail as every reader sees it (SQL): the stored `detail`, with what has columns of
+ * its own put back under the keys older lines stored it in — the claim's lease token and end
+ * (`leaseToken`, `leaseUntil`; migrations/023), a claim's attempt number (`attempt`) and an outcome's
+ * PaymentIntent status (`paymentIntentStatus`; migrations/029). `e` is an alias of
+ * payment_operation_events.
  */
 export const AUDIT_DETAIL = (e: string) =>
-  `(${e}.detail || jsonb_strip_nulls(jsonb_build_object('leaseToken', ${e}.lease_token, 'leaseUntil', ${e}.lease_until)))`;
+  `(${e}.detail || jsonb_strip_nulls(jsonb_build_object('leaseToken', ${e}.lease_token, 'leaseUntil', ${e}.lease_until, 'attempt', ${e}.attempt, 'paymentIntentStatus', ${e}.payment_intent_status)))`;
 
 const OUTCOME_ACTIONS = new Set(['outcome_recorded', 'outcome_discarded', 'lease_released']);
 // Steps that send nothing that could create an object at Stripe (a precondition settles or reviews before any call).

@@ -184,8 +184,17 @@ const CLAIMABLE_BY_KEY = claimable(OPEN_BY_KEY('p'));
  * The columns of an audit line that a claim writes, in the order the SELECTs below give them. The
  * claim's lease (token, end) is in columns of its own, not in `detail` (migrations/023): a uuid and a
  * timestamp in 24 bytes where the JSON keys and text took about 110, on two of a charge's three lines.
+ * So is the claim's attempt number (migrations/029): 4 bytes where {"attempt": n} took 29.
  */
-export const ATTEMPT_COLUMNS = 'operation_id, actor, action, from_status, to_status, key_generation, lease_token, lease_until, detail';
+export const ATTEMPT_COLUMNS = 'operation_id, actor, action, from_status, to_status, key_generation, lease_token, lease_until, detail, attempt';
+
+/** The request's audit line of each row of the CTE `inserted` ($4: the actor), with `detail`. */
+const requestedLineOfInserted = (detail: string) =>
+  `SELECT id, $4::text, 'requested', NULL, status, key_generation, NULL::uuid, NULL::timestamptz, ${detail}, NULL::int FROM inserted`;
+
+/** The claim's audit line of each row of the CTE `inserted` that was claimed as it was made ($4: the actor). */
+const ATTEMPT_LINE_OF_INSERTED = `SELECT id, $4::text, 'attempt_started', status, status, key_generation, lease_token, lease_until, '{}'::jsonb, attempts + 1
+         FROM inserted WHERE lease_token IS NOT NULL`;
 
 /**
  * The claim's audit line, one per row of the CTE `claimed c`: $4 is the actor. An event's claim
@@ -193,9 +202,8 @@ export const ATTEMPT_COLUMNS = 'operation_id, actor, action, from_status, to_sta
  */
 export const attemptStartedEvent = (options: { readonly stripeEventIdParam?: number } = {}) => `
   SELECT c.id, $4::text, 'attempt_started', c.status, c.status, c.key_generation, c.lease_token, c.lease_until,
-         jsonb_build_object('attempt', c.attempts + 1${
-           options.stripeEventIdParam === undefined ? '' : `, 'stripeEventId', $${Math.trunc(options.stripeEventIdParam)}::text`
-         })
+         ${options.stripeEventIdParam === undefined ? `'{}'::jsonb` : `jsonb_build_object('stripeEventId', $${Math.trunc(options.stripeEventIdParam)}::text)`},
+         c.attempts + 1
     FROM claimed c`;
 const ATTEMPT_STARTED_EVENT = attemptStartedEvent();
 
@@ -252,10 +260,9 @@ const requestAndClaimSql = (onConflict: 'refuse' | 'skip') => `WITH input AS (
      ),
      audit AS (
        INSERT INTO payment_operation_events (${ATTEMPT_COLUMNS})
-       SELECT id, $4::text, 'requested', NULL, status, key_generation, NULL::uuid, NULL::timestamptz, '{}'::jsonb FROM inserted
+       ${requestedLineOfInserted(`'{}'::jsonb`)}
        UNION ALL
-       SELECT id, $4::text, 'attempt_started', status, status, key_generation, lease_token, lease_until, jsonb_build_object('attempt', attempts + 1)
-         FROM inserted WHERE lease_token IS NOT NULL
+       ${ATTEMPT_LINE_OF_INSERTED}
        UNION ALL ${ATTEMPT_STARTED_EVENT}
      )
      SELECT i.idx, r.source, r.op, now() AS db_now
@@ -423,10 +430,9 @@ export async function requestRefundAndClaim(
      ),
      audit AS (
        INSERT INTO payment_operation_events (${ATTEMPT_COLUMNS})
-       SELECT id, $4::text, 'requested', NULL, status, key_generation, NULL::uuid, NULL::timestamptz, $9::jsonb || jsonb_build_object('refundId', refund_id) FROM inserted
+       ${requestedLineOfInserted(`$9::jsonb || jsonb_build_object('refundId', refund_id)`)}
        UNION ALL
-       SELECT id, $4::text, 'attempt_started', status, status, key_generation, lease_token, lease_until, jsonb_build_object('attempt', attempts + 1)
-         FROM inserted WHERE lease_token IS NOT NULL
+       ${ATTEMPT_LINE_OF_INSERTED}
        UNION ALL ${ATTEMPT_STARTED_EVENT}
      ),
      chosen AS (
@@ -525,10 +531,9 @@ export async function requestAuthorizationAndClaim(
      ),
      audit AS (
        INSERT INTO payment_operation_events (${ATTEMPT_COLUMNS})
-       SELECT id, $4::text, 'requested', NULL, status, key_generation, NULL::uuid, NULL::timestamptz, '{}'::jsonb FROM inserted
+       ${requestedLineOfInserted(`'{}'::jsonb`)}
        UNION ALL
-       SELECT id, $4::text, 'attempt_started', status, status, key_generation, lease_token, lease_until, jsonb_build_object('attempt', attempts + 1)
-         FROM inserted WHERE lease_token IS NOT NULL
+       ${ATTEMPT_LINE_OF_INSERTED}
        UNION ALL ${ATTEMPT_STARTED_EVENT}
      ),
      chosen AS (
@@ -813,7 +818,8 @@ export async function recordOutcomes(
      ),
      audit AS (
        INSERT INTO payment_operation_events
-         (operation_id, actor, action, step, from_status, to_status, error_class, error_code, external_id, key_generation, lease_token, detail)
+         (operation_id, actor, action, step, from_status, to_status, error_class, error_code, external_id, key_generation, lease_token,
+          payment_intent_status, detail)
        SELECT o.id, $2::text,
               CASE WHEN u.id IS NULL THEN 'outcome_discarded'
                    WHEN o.action = 'release' THEN 'lease_released'
@@ -823,7 +829,9 @@ export async function recordOutcomes(
               -- The claim this outcome belongs to (its attempt_started carries the same token):
               -- a zombie's late write is paired with its own claim, not with the next one.
               o.lease_token,
-              coalesce(o.detail, '{}'::jsonb)
+              -- The PaymentIntent's status in a column of its own, not in detail (migrations/029).
+              o.detail ->> 'paymentIntentStatus',
+              coalesce(o.detail - 'paymentIntentStatus', '{}'::jsonb)
                 || CASE WHEN o.review_reason IS NOT NULL THEN jsonb_build_object('reviewReason', o.review_reason) ELSE '{}'::jsonb END
                 || CASE WHEN u.id IS NULL THEN jsonb_build_object('discardedStatus', o.status) ELSE '{}'::jsonb END
          FROM o LEFT JOIN upd u ON u.id = o.id
