@@ -112,11 +112,11 @@ describe('payment_intent.* for an open operation', () => {
     const line = (await audit(op.id)).at(-1);
     expect(line).toMatchObject({
       actor: 'stripe-events', action: 'attempt_started', from_status: 'unknown', to_status: 'unknown', key_generation: 0,
-      lease_token: token, detail: { attempt: before.attempts + 1, stripeEventId: 'evt_claim_test' },
+      lease_token: token, attempt: before.attempts + 1, detail: { stripeEventId: 'evt_claim_test' },
     });
-    // The lease in its columns (migrations/023), the rest in detail.
+    // The lease (migrations/023) and the attempt (029) in their columns, the rest in detail.
     expect(line.lease_until).toBeInstanceOf(Date);
-    expect(Object.keys(line.detail).sort()).toEqual(['attempt', 'stripeEventId']);
+    expect(Object.keys(line.detail).sort()).toEqual(['stripeEventId']);
     const again = await claimForEvent(db.pool, op.id, randomUUID(), 60_000, 'stripe-events', 'evt_claim_test_2');
     expect(again).toMatchObject({ claimed: null, operation: { leaseToken: token } });
     expect(again && !again.claimed && again.leaseUntil).toBeInstanceOf(Date);
