@@ -319,8 +319,14 @@ export interface SoakAuthorizations {
   readonly atStripe: Readonly<Record<string, number>>;
   /** Captured in part: succeeded with amount_received below amount. */
   readonly partiallyCaptured: number;
-  /** Expire-scenario holds aged past their validity (at the fake and in the database). */
+  /**
+   * Expire-scenario holds (PaymentIntents) aged past their validity at the fake. Every PaymentIntent of
+   * an aged order that holds an authorization is aged with it, and Stripe cancels each (`automatic`):
+   * an order seen holding two counts two here and one in agedOrders.
+   */
   readonly aged: number;
+  /** The expire-scenario orders aged (at the fake and in the database): each gets one recorded expiry. */
+  readonly agedOrders: number;
   /**
    * The checker's violations split by order: on a manual-capture order, and on any other. The report
    * judges all of them (`ok`); the split says where they are.
@@ -600,6 +606,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   // real one, default validity) finds each lapsed, retrieves it and records the expiry.
   const toExpire = new Set(authorizationPlans.filter((p) => p.scenario === 'expire').map((p) => p.orderId));
   const aged = new Set<string>();
+  const agedHolds = new Set<string>();
   const ageExpiring = async (): Promise<void> => {
     if (aged.size === toExpire.size) return;
     const held = fake.paymentIntents().filter((pi) => pi.status === 'requires_capture' && toExpire.has(pi.metadata?.order_id ?? '') && !aged.has(pi.metadata?.order_id ?? ''));
@@ -637,6 +644,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     for (const pi of held) {
       if (!done.has(pi.metadata!.order_id!)) continue;
       fake.ageAuthorization(pi.id, AUTHORIZATION_AGE_MS);
+      agedHolds.add(pi.id);
       aged.add(pi.metadata!.order_id!);
     }
   };
@@ -889,7 +897,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     const side = v.orderId !== undefined && manualOrders.has(v.orderId) ? violationsByOrder.manual : violationsByOrder.other;
     side[v.kind] = (side[v.kind] ?? 0) + 1;
   }
-  const authorizations = { ...(await soakAuthorizations(pipeline.db, authorizationPlans, fake.paymentIntents(), aged.size)), violationsByOrder };
+  const authorizations = { ...(await soakAuthorizations(pipeline.db, authorizationPlans, fake.paymentIntents(), { holds: agedHolds.size, orders: aged.size })), violationsByOrder };
   const reviewReasons: Record<string, number> = {};
   const reviewByCause: Record<string, number> = {};
   for (const { review_reason, kind } of (await pipeline.db.query<{ review_reason: string; kind: string }>(`SELECT review_reason, kind FROM payment_operations WHERE review_reason IS NOT NULL`)).rows) {
@@ -1046,7 +1054,7 @@ async function soakAuthorizations(
   db: pg.Pool,
   plans: readonly { orderId: string; scenario: SoakAuthorizationScenario }[],
   paymentIntents: readonly { status: string; amount: number; amount_received?: number; capture_method?: string | null; cancellation_reason?: string | null }[],
-  aged: number,
+  aged: { readonly holds: number; readonly orders: number },
 ): Promise<Omit<SoakAuthorizations, 'violationsByOrder'>> {
   const tally = (values: readonly string[]) => values.reduce<Record<string, number>>((out, v) => ({ ...out, [v]: (out[v] ?? 0) + 1 }), {});
   const [ops, rejected] = await Promise.all([
@@ -1065,7 +1073,8 @@ async function soakAuthorizations(
     rejected: tally(rejected.rows.map((r) => r.code)),
     atStripe: tally(manual.map((pi) => (pi.status === 'canceled' && pi.cancellation_reason ? `canceled (${pi.cancellation_reason})` : pi.status))),
     partiallyCaptured: manual.filter((pi) => pi.status === 'succeeded' && (pi.amount_received ?? pi.amount) < pi.amount).length,
-    aged,
+    aged: aged.holds,
+    agedOrders: aged.orders,
   };
 }
 
@@ -1078,7 +1087,7 @@ export function formatSoakReport(r: SoakReport): string {
     `  ${r.timeLapse}; PostgreSQL synchronous_commit ${r.synchronousCommit ? 'on (as on RDS)' : 'OFF (--async-commit: commits may be lost in a crash)'}`,
     `  sends ${r.sends.total}: ${r.sends.originals} originals, ${r.sends.duplicatesSameDedupId} duplicates (same dedup id), ${r.sends.duplicatesNewDedupId} duplicates (new dedup id), ${r.sends.conflicts} conflicting, ${r.sends.poison} poison, ${r.sends.refunds} refund requests`,
     `  refunds: ${r.refunds.orders} orders (${list(r.refunds.byScenario)}); operations ${list(r.refunds.operations)}; rejected ${list(r.refunds.rejected)}; at Stripe ${list(r.refunds.atStripe)}; ${r.refunds.stripeRequests} Stripe refund requests`,
-    `  authorizations (manual capture): ${r.authorizations.orders} orders (${list(r.authorizations.byScenario)}), ${r.authorizations.aged} holds aged past their validity; operations ${list(r.authorizations.operations)}; rejected ${list(r.authorizations.rejected)}; at Stripe ${list(r.authorizations.atStripe)}, ${r.authorizations.partiallyCaptured} captured in part; violations on these orders ${list(r.authorizations.violationsByOrder.manual)}, on the others ${list(r.authorizations.violationsByOrder.other)}`,
+    `  authorizations (manual capture): ${r.authorizations.orders} orders (${list(r.authorizations.byScenario)}), ${r.authorizations.aged} holds of ${r.authorizations.agedOrders} orders aged past their validity; operations ${list(r.authorizations.operations)}; rejected ${list(r.authorizations.rejected)}; at Stripe ${list(r.authorizations.atStripe)}, ${r.authorizations.partiallyCaptured} captured in part; violations on these orders ${list(r.authorizations.violationsByOrder.manual)}, on the others ${list(r.authorizations.violationsByOrder.other)}`,
     `  duplicate charges behind the pipeline's back: ${r.refunds.duplicates.targeted} orders targeted, ${r.refunds.duplicates.made} extra PaymentIntents succeeded, ${r.refunds.duplicates.remedied} refunded by the remedy`,
     `  Stripe faults injected (${sum(r.stripeFaults)}): ${list(r.stripeFaults)}`,
     `  Stripe: ${r.stripe.requests} requests, ${r.stripe.createsExecuted} creates executed, ${r.stripe.replays} replays, ${r.stripe.conflicts409} 409s, ${r.stripe.keysPruned} keys pruned, double charges ${r.stripe.doubleCharges}`,

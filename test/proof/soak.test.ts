@@ -61,7 +61,9 @@ describe('chaos soak (short)', () => {
     expect((auth.operations['capture succeeded'] ?? 0) + (auth.operations['cancel_authorization succeeded'] ?? 0), text).toBeGreaterThan(0);
     expect(auth.atStripe.succeeded ?? 0, text).toBeGreaterThan(0);
     expect(Object.entries(auth.atStripe).filter(([status]) => status.startsWith('canceled')).reduce((n, [, k]) => n + k, 0), text).toBeGreaterThan(0);
-    expect(auth.operations['cancel_authorization succeeded (expired)'] ?? 0, text).toBe(auth.atStripe['canceled (automatic)'] ?? 0);
+    // One recorded expiry per aged order; Stripe cancels every aged hold, and an order may hold two
+    // when it is aged (seen once: 3 automatic cancels for 2 aged orders).
+    expect(auth.operations['cancel_authorization succeeded (expired)'] ?? 0, text).toBe(auth.agedOrders);
     expect(auth.atStripe['canceled (automatic)'] ?? 0, text).toBe(auth.aged);
     // Stripe events in were on (the default): delivered through the same restarts and crashes, no forgery accepted.
     expect(report.stripeEvents?.received, text).toBeGreaterThan(0);
