@@ -80,6 +80,33 @@ describe('the watch after a re-issue, with Stripe events off', () => {
     expect(looks[0].detail.objects.map((o: { id: string }) => o.id).sort()).toEqual([late.value.id, (await row(id)).external_id].sort());
   });
 
+  it('a late hold of a manual-capture charge after the re-issue is a finding at the first look (the customer held twice); the watch goes on until Stripe releases it', async () => {
+    const { input, id } = await reissuedCharge({ ...order(), captureMethod: 'manual' });
+    expect(stripe.fake.paymentIntents({ orderId: input.orderId }).map((p) => p.status)).toEqual(['requires_capture']);
+    const late = await plantPaymentIntent(stripe, input, id, { keyGeneration: 0, captureMethod: 'manual' });
+    if (!late.ok) throw new Error('planted');
+    expect(late.value.status).toBe('requires_capture');
+    const before = (await watchGauges(db.pool)).openWatchFindings;
+
+    await untilWatchDue(id);
+    expect(await watcher().lookDue(10)).toMatchObject({ looked: 1, remediesCreated: 0, newFindings: 1, closed: 0 });
+    const { rows } = await db.pool.query('SELECT kind, source, payment_intent_id, status, amount FROM stripe_event_findings WHERE operation_id = $1', [id]);
+    expect(rows).toEqual([{ kind: 'contradiction', source: 'watch', payment_intent_id: late.value.id, status: 'requires_capture', amount: String(input.amount) }]);
+    expect((await watchGauges(db.pool)).openWatchFindings).toBe(before + 1);
+    // Nothing was captured or released behind the operator's back.
+    expect(stripe.fake.paymentIntents({ orderId: input.orderId }).map((p) => p.status)).toEqual(['requires_capture', 'requires_capture']);
+
+    // Stripe releases the hold (here: canceled with our key, as a person would): the next look finds it settled,
+    // makes no second finding, and the watch ends at its last look.
+    const released = await stripe.gateway.cancelPaymentIntent({ idempotencyKey: `release-${late.value.id}`, paymentIntentId: late.value.id });
+    expect(released.ok).toBe(true);
+    for (let look = 0; look < 5 && (await findWatch(db.pool, id))?.nextCheckAt; look++) {
+      await untilWatchDue(id);
+      expect(await watcher().lookDue(10)).toMatchObject({ looked: 1, newFindings: 0 });
+    }
+    expect(await findWatch(db.pool, id)).toMatchObject({ nextCheckAt: null });
+  });
+
   it('without the watch the same late commit stays charged twice: the re-issue starts it in its own statement', async () => {
     // The watch row is what makes the reconciler look again: none exists for a charge never re-issued,
     // and the re-issue writes it with the key generation (the guard this test stands on).

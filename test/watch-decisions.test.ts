@@ -73,6 +73,28 @@ describe('one look at a re-issued charge', () => {
     expect(stale).toMatchObject({ kind: 'looked', nextCheckAt: null, findings: [{ kind: 'contradiction', objectId: 'pi_g0_late', status: 'processing' }] });
   });
 
+  it('a late hold (requires_capture) of an authorization that succeeded with another is a finding at once; the watch stays until it settles, and 7 days on adds none', () => {
+    const manual = { captureMethod: 'manual' as const };
+    const held = pi('pi_g0_late', 0, { status: 'requires_capture' });
+    const look = judgeWatch(watched(manual), list([pi('pi_g1', 1, { status: 'requires_capture' }), held]), DEFAULT_POLICY, fixed);
+    expect(look).toMatchObject({ kind: 'looked', remedies: [], unsettled: ['pi_g0_late'], findings: [{ kind: 'contradiction', objectId: 'pi_g0_late', status: 'requires_capture' }] });
+    if (look.kind !== 'looked') throw new Error('looked');
+    expect(look.findings[0]!.reason).toMatch(/succeeded with pi_g1: a second authorization holds the customer's funds .*cancel it by hand/);
+    expect(look.nextCheckAt).not.toBeNull();
+    // Still held when the unsettled bound is reached: the one finding, and the watch ends.
+    const stale = judgeWatch(watched(manual, at(7 * 24 * HOUR)), list([pi('pi_g1', 1), held]), DEFAULT_POLICY, fixed);
+    expect(stale).toMatchObject({ kind: 'looked', nextCheckAt: null, findings: [{ kind: 'contradiction', objectId: 'pi_g0_late' }] });
+    if (stale.kind !== 'looked') throw new Error('looked');
+    expect(stale.findings).toHaveLength(1);
+    // Released by Stripe's expiry (canceled): nothing more to say.
+    expect(judgeWatch(watched(manual), list([pi('pi_g1', 1), pi('pi_g0_late', 0, { status: 'canceled' })]), DEFAULT_POLICY, fixed)).toMatchObject({ kind: 'looked', findings: [], unsettled: [] });
+    // A charge that failed while a late hold holds the customer's funds: a finding too.
+    const failed = judgeWatch(watched({ ...manual, status: 'failed', externalId: 'pi_declined' }), list([pi('pi_declined', 1, { status: 'requires_payment_method' }), held]), DEFAULT_POLICY, fixed);
+    expect(failed).toMatchObject({ kind: 'looked', findings: [{ kind: 'contradiction', objectId: 'pi_g0_late' }] });
+    if (failed.kind !== 'looked') throw new Error('looked');
+    expect(failed.findings[0]!.reason).toMatch(/announced failed and the customer's funds are held/);
+  });
+
   it('a late one the remedy may not refund (another amount) is a finding, not a refund', () => {
     const look = judgeWatch(watched(), list([pi('pi_g1', 1), pi('pi_odd', 0, { amount: 5 })]), DEFAULT_POLICY, fixed);
     expect(look).toMatchObject({ kind: 'looked', remedies: [], findings: [{ kind: 'contradiction', objectId: 'pi_odd', amount: 5 }] });

@@ -17,6 +17,9 @@
 //     rule); one it refuses (another amount, customer) is a finding;
 //   - a charge that failed: a succeeded PaymentIntent of the operation is a finding (the order was
 //     announced failed and is charged);
+//   - a charge, succeeded or failed: another PaymentIntent of it held (`requires_capture`, a manual
+//     capture's late first commit) is a finding at once — the customer's funds are held twice, and
+//     nothing here captures or releases another PaymentIntent — and the watch goes on until it settles;
 //   - a refund: a second Refund of the operation that is or may become money back is a finding
 //     (`refunded_twice`) and an alarm — no machine can take a refund back (docs/runbook.md);
 //   - an operation still open is not judged: the engine's own evidence (its List reads every
@@ -111,6 +114,13 @@ const REFUND_DONE_WITHOUT_MONEY = new Set(['failed', 'canceled']);
 
 const describe = (o: PaymentIntentView) => `${o.id} (${o.status}, ${o.amount} ${o.currency}, key generation ${o.metadata.key_generation ?? '?'})`;
 
+/** Why another PaymentIntent of a charge, held (requires_capture), is a finding. */
+const heldReason = (op: Operation, o: PaymentIntentView) =>
+  `the watch after a re-issue found PaymentIntent ${describe(o)} of this operation, ` +
+  (op.status === 'succeeded'
+    ? `which succeeded with ${op.externalId}: a second authorization holds the customer's funds until it is canceled or its authorization expires at Stripe; not released automatically: cancel it by hand`
+    : `which failed: the order was announced failed and the customer's funds are held by it; cancel it by hand`);
+
 /** The key generation an object's metadata names, or -1. */
 function generationOf(o: PaymentIntentView): number {
   const g = Number(o.metadata.key_generation);
@@ -139,6 +149,10 @@ export function judgeWatch(w: WatchedOperation, answer: ListAnswer<PaymentIntent
     if (op.kind === 'charge') {
       if (!PAYMENT_INTENT_DONE.has(o.status)) {
         unsettled.push(o.id);
+        // A hold: the customer's funds are taken until someone captures or cancels it, or Stripe's
+        // authorization window ends. Nothing here captures or releases another PaymentIntent of an
+        // operation, so a person is told at this look, as a Stripe event of it would (event-decisions.ts).
+        if (o.status === 'requires_capture') findings.push(finding('contradiction', o, heldReason(op, o)));
         continue;
       }
       if (o.status !== 'succeeded') continue;
@@ -172,6 +186,7 @@ export function judgeWatch(w: WatchedOperation, answer: ListAnswer<PaymentIntent
     const age = now - watch.watchedFrom.getTime();
     if (age >= policy.unsettledReviewAfterMs) {
       for (const id of unsettled) {
+        if (findings.some((f) => f.objectId === id)) continue;
         const o = others.find((x) => x.id === id)!;
         findings.push(finding('contradiction', o, `the watch after a re-issue found ${objectName} ${describe(o)} of this operation still not settled ${formatDuration(age)} after the first send; the watch ends here: look it up by hand`));
       }

@@ -36,7 +36,7 @@ export function plantPaymentIntent(
   harness: StripeHarness,
   order: ChargeInput,
   operationId: string,
-  options: { readonly idempotencyKey?: string; readonly amount?: number; readonly paymentMethod?: string; readonly keyGeneration?: number } = {},
+  options: { readonly idempotencyKey?: string; readonly amount?: number; readonly paymentMethod?: string; readonly keyGeneration?: number; readonly captureMethod?: 'manual' } = {},
 ) {
   return harness.gateway.createPaymentIntent({
     idempotencyKey: options.idempotencyKey ?? `planted-${randomUUID()}`,
@@ -44,6 +44,7 @@ export function plantPaymentIntent(
     currency: order.currency,
     customerId: order.customerId,
     paymentMethod: options.paymentMethod ?? order.paymentMethod,
+    ...(options.captureMethod ? { captureMethod: options.captureMethod } : {}),
     metadata: { operation_id: operationId, order_id: order.orderId, key_generation: String(options.keyGeneration ?? 0) },
   });
 }
