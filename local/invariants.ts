@@ -107,6 +107,12 @@ export const VIOLATION_KINDS = [
   'capture_mismatch',
   /** (manual capture) A charge that only authorized, announced as 'Charge Succeeded' (it is 'Charge Authorized', then 'Charge Captured'). */
   'authorization_announced_as_charge',
+  /**
+   * (quiescent) A PaymentIntent of a retired key generation that Stripe committed after the re-issue
+   * and that still holds the amount (`requires_capture`) while its charge operation is final with
+   * another, and no open finding names it: the customer held twice, and nobody told.
+   */
+  'held_twice',
 ] as const;
 export type ViolationKind = (typeof VIOLATION_KINDS)[number];
 
@@ -130,7 +136,7 @@ export interface Warning {
    * is in review (it goes once that human settles the charge), or a Refund whose operation is in review;
    * settlement_awaiting_review: a capture or cancel of an authorization whose charge is in review.
    */
-  readonly kind: 'charge_awaiting_review' | 'duplicate_awaiting_review' | 'refund_awaiting_review' | 'settlement_awaiting_review' | 'refunded_twice_found' | 'late_charge_found';
+  readonly kind: 'charge_awaiting_review' | 'duplicate_awaiting_review' | 'refund_awaiting_review' | 'settlement_awaiting_review' | 'refunded_twice_found' | 'late_charge_found' | 'late_hold_found';
   readonly operationId: string;
   readonly orderId: string;
   readonly detail: string;
@@ -218,7 +224,7 @@ export interface InvariantReport {
    * late commit no proof could see): their money is judged like any extra charge's.
    */
   readonly lateCommits: number;
-  /** Their ids: what a finding about one of them is explained by. */
+  /** Their ids, and those of late authorizations that held (or held until they expired): what a finding about one of them is explained by. */
   readonly lateCommitIds: readonly string[];
 }
 
@@ -311,13 +317,14 @@ const HARMLESS: readonly PaymentIntentStatus[] = ['canceled', 'requires_payment_
 function retiredGenerations(
   paymentIntents: readonly PaymentIntentRecord[],
   ownerOf: (pi: PaymentIntentRecord) => OperationFacts | null,
+  harmless: readonly PaymentIntentStatus[] = HARMLESS,
 ): { late: PaymentIntentRecord[]; unsafe: { pi: PaymentIntentRecord; op: OperationFacts; generation: number }[] } {
   const late: PaymentIntentRecord[] = [];
   const unsafe: { pi: PaymentIntentRecord; op: OperationFacts; generation: number }[] = [];
   for (const pi of paymentIntents) {
     const op = ownerOf(pi);
     const generation = Number(pi.metadata.key_generation ?? 'NaN');
-    if (op === null || !Number.isInteger(generation) || generation >= op.key_generation || HARMLESS.includes(pi.status)) continue;
+    if (op === null || !Number.isInteger(generation) || generation >= op.key_generation || harmless.includes(pi.status)) continue;
     const leftAt = op.reissued_from?.[String(generation)];
     if (leftAt !== undefined && pi.createdAtMs > Date.parse(leftAt)) late.push(pi);
     else unsafe.push({ pi, op, generation });
@@ -513,6 +520,27 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     // (late_charge_found below, one per PaymentIntent) — as for one such late commit, so for two.
     if (op && op.status === 'failed' && pis.every((pi) => lateCommitIds.has(pi.id) && (op.watch_found ?? []).includes(pi.id))) continue;
     violate('double_charge', `${pis.length} succeeded PaymentIntents: ${pis.map((pi) => `${pi.id} (key ${pi.idempotencyKey ?? 'none'})`).join(', ')}`, op, orderId);
+  }
+
+  // ── No customer held twice untold ──────────────────────────────────────────────────────────────
+  // A late commit after a re-issue that holds the amount (requires_capture), or held it until Stripe
+  // let the authorization expire (canceled, reason automatic), while its operation is final with
+  // another PaymentIntent (or failed): nothing in the pipeline captures or releases it, so a person
+  // must have been told — an open finding from the watch after the re-issue or from the
+  // PaymentIntent's Stripe event. Judged once quiescent: the watch looks an hour after the re-issue.
+  const heldOrExpired = paymentIntents.filter((pi) => pi.status === 'requires_capture' || (pi.status === 'canceled' && pi.cancellation_reason === 'automatic'));
+  const lateHolds = retiredGenerations(heldOrExpired, ownerOf, ['requires_payment_method']).late;
+  if (quiescent) {
+    for (const pi of lateHolds) {
+      const op = ownerOf(pi);
+      if (op === null || op.kind !== 'charge' || op.external_id === pi.id) continue;
+      if (op.status !== 'succeeded' && op.status !== 'failed') continue;
+      if ((op.watch_found ?? []).includes(pi.id)) {
+        warnings.push({ kind: 'late_hold_found', operationId: op.id, orderId: op.order_id, detail: `PaymentIntent ${pi.id} committed after the re-issue and ${pi.status === 'canceled' ? 'held' : 'holds'} ${pi.amount}; the operation is ${op.status} with ${op.external_id ?? 'none'}; found (open contradiction finding)` });
+      } else {
+        violate('held_twice', `PaymentIntent ${pi.id} of key generation ${pi.metadata.key_generation} ${pi.status === 'canceled' ? 'held' : 'holds'} ${pi.amount} (${pi.status === 'canceled' ? 'until Stripe let it expire' : 'requires_capture'}) while the operation is ${op.status} with ${op.external_id ?? 'none'}, and no open finding names it`, op);
+      }
+    }
   }
 
   // ── No unsafe re-issue ───────────────────────────────────────────────────────────────────────
@@ -929,7 +957,8 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
     warnings,
     expectedNet,
     lateCommits: retired.late.length,
-    lateCommitIds: [...lateCommitIds],
+    // The late holds too (one Stripe let expire is no longer among the retired generations' late commits).
+    lateCommitIds: [...new Set([...lateCommitIds, ...lateHolds.map((pi) => pi.id)])],
   };
 }
 

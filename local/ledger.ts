@@ -141,7 +141,7 @@ export interface LedgerInput {
 }
 
 /** Kinds that need Stripe's side; skipped (and said so) when it cannot be read. */
-const NEEDS_STRIPE = new Set(['double_charge', 'wrongly_failed', 'succeeded_without_charge', 'charge_mismatch', 'unrecorded_charge', 'net_amount', 'over_refund', 'succeeded_without_refund', 'refund_mismatch', 'unrecorded_refund', 'wrong_account', 'captured_over_authorized', 'captured_after_release', 'capture_mismatch']);
+const NEEDS_STRIPE = new Set(['double_charge', 'wrongly_failed', 'succeeded_without_charge', 'charge_mismatch', 'unrecorded_charge', 'net_amount', 'over_refund', 'succeeded_without_refund', 'refund_mismatch', 'unrecorded_refund', 'wrong_account', 'captured_over_authorized', 'captured_after_release', 'capture_mismatch', 'held_twice']);
 
 export async function buildLedger(input: LedgerInput): Promise<Ledger> {
   const { pipeline: p, snapshot: s, send } = input;

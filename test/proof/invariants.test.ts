@@ -11,7 +11,7 @@ import type { PaymentIntentRecord } from '../../local/fake-stripe/types.ts';
 import { checkInvariants, formatReport, VIOLATION_KINDS, type CheckInvariantsInput, type ViolationKind } from '../../local/invariants.ts';
 import { readDatabaseCounts } from '../../local/pipeline.ts';
 import type { TestDatabase } from '../support/db.ts';
-import { testEngine } from '../support/engine.ts';
+import { driveOperation, FAST_LIST_POLICY, testEngine } from '../support/engine.ts';
 import { chargeOrder } from '../support/orders.ts';
 import type { StripeHarness } from '../support/stripe.ts';
 import { useWorld } from '../support/world.ts';
@@ -396,6 +396,41 @@ describe('checkInvariants detects every kind of broken promise', () => {
     // The same one created a moment before the re-issue: unsafe.
     const before = { ...late, createdAtMs: Date.parse(String((await db.pool.query("SELECT max(occurred_at) AS at FROM payment_operation_events WHERE operation_id = $1 AND action = 'operator_reissued'", [w.reviewId])).rows[0].at)) - 1 };
     expect((await w.check({ paymentIntents: [...stripe.fake.paymentIntents(), before] })).violations.map((v) => v.kind)).toEqual(['unsafe_reissue']);
+  });
+
+  it('held_twice: a late hold of a manual charge final with another, that no open finding names; found, the warning late_hold_found', async () => {
+    // A manual charge whose first create met a 500 before commit: two proofs of absence, the automatic
+    // re-issue, generation 1 held. Stripe then commits generation 0's authorization (forged here).
+    const input = order({ captureMethod: 'manual' });
+    const e = testEngine({ db, stripe }, { actor: 'checker-test', policy: { ...FAST_LIST_POLICY, sameKeyResends: 0 } });
+    const id = await e.requestCharge(input);
+    stripe.fake.injectFault({ operationId: id, endpoint: 'create' }, 'error_500_before_commit');
+    await driveOperation(db.pool, e, id);
+    const [op] = (await db.pool.query('SELECT status, key_generation, external_id FROM payment_operations WHERE id = $1', [id])).rows;
+    expect(op).toMatchObject({ status: 'succeeded', key_generation: 1 });
+    const late = fakeSucceededPi({ status: 'requires_capture', capture_method: 'manual', createdAtMs: Date.now() + 1_000, metadata: { operation_id: id, order_id: input.orderId, key_generation: '0' } });
+    const check = () => checkInvariants({ db: db.pool, paymentIntents: [...stripe.fake.paymentIntents(), late], orderIds: [input.orderId], sentOrderIds: [input.orderId], requireQuiescent: true });
+    expectViolations(await check(), [
+      { kind: 'held_twice', operationId: id, orderId: input.orderId, detail: new RegExp(`^PaymentIntent ${late.id} of key generation 0 holds 1500 \\(requires_capture\\) while the operation is succeeded with ${op.external_id}, and no open finding names it$`) },
+    ]);
+    const checkWith = (pi: PaymentIntentRecord) => checkInvariants({ db: db.pool, paymentIntents: [...stripe.fake.paymentIntents(), pi], orderIds: [input.orderId], sentOrderIds: [input.orderId], requireQuiescent: true });
+    // Held until Stripe let the authorization expire, and nobody told: the same (and a finding about it is explained by it).
+    const expired = await checkWith({ ...late, status: 'canceled', cancellation_reason: 'automatic' });
+    expect(expired.lateCommitIds).toEqual([late.id]);
+    expectViolations(expired, [
+      { kind: 'held_twice', operationId: id, orderId: input.orderId, detail: /held 1500 \(until Stripe let it expire\) while the operation is succeeded/ },
+    ]);
+    // Released by a person (a cancel asked for): nothing to say.
+    expect((await checkWith({ ...late, status: 'canceled', cancellation_reason: 'requested_by_customer' })).violations).toEqual([]);
+    // Told: the watch's finding (as the watch after the re-issue writes it) makes it a warning.
+    await db.pool.query(
+      `INSERT INTO stripe_event_findings (kind, payment_intent_id, operation_id, claimed_operation_id, order_id, amount, currency, status, reason, detail, source)
+       VALUES ('contradiction', $1, $2::uuid, $2::text, $3, 1500, 'eur', 'requires_capture', 'a second authorization holds the customer''s funds', '{}', 'watch')`,
+      [late.id, id, input.orderId],
+    );
+    const told = await check();
+    expect(told.violations).toEqual([]);
+    expect(told.warnings).toEqual([expect.objectContaining({ kind: 'late_hold_found', operationId: id, detail: expect.stringContaining(late.id) })]);
   });
 
   it('a re-issue that names the List proof it rested on was left at that proof: Stripe created after it, even before the re-issue was written, is a late commit', async () => {

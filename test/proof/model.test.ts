@@ -566,6 +566,24 @@ describe('late commits after automatic re-issues', () => {
     expect(unfound.violations.map((v) => v.kind)).toContain('double_charge');
   });
 
+  it('a manual capture\'s late authorization after the re-issue: the customer held twice, and the watch tells a person at its first look (events off and on)', { timeout: 120_000 }, async () => {
+    for (const events of [false, true]) {
+      const run = lateAfterReissue(events, false);
+      const result = await playRun(world, { ...run, orders: [{ ...run.orders[0]!, capture: 'manual' }] }, TRACE ? (line) => console.log(line) : undefined);
+      expect(result.problems).toEqual([]);
+      expect(result.report.violations).toEqual([]);
+      // Both holds ended canceled by Stripe's expiry (the heal moves the clock past it): the late one held the customer for it.
+      expect(result.report.warnings.map((w) => w.kind)).toEqual(['late_hold_found']);
+      // Unfound, the same hold is held_twice: the finding is what tells the person.
+      await world.db.query(
+        `UPDATE stripe_event_findings SET resolved_at = now() WHERE resolved_at IS NULL AND operation_id IN (SELECT id FROM payment_operations WHERE order_id = ANY($1))`,
+        [result.orderIds],
+      );
+      const unfound = await checkInvariants({ db: world.db, paymentIntents: world.fake.paymentIntents(), refunds: world.fake.refunds(), orderIds: result.orderIds, requireQuiescent: true });
+      expect(unfound.violations.map((v) => v.kind)).toEqual(['held_twice']);
+    }
+  });
+
   it('the same with Stripe events: the late charge\'s event finds it first (a contradiction for a person), and the watch adds no second finding', { timeout: 120_000 }, async () => {
     // Found by a random seed: the checker took only the watch's finding for "a person is told".
     const result = await playRun(world, lateAfterReissue(true, true));
