@@ -109,8 +109,9 @@ export const VIOLATION_KINDS = [
   'authorization_announced_as_charge',
   /**
    * (quiescent) A PaymentIntent of a retired key generation that Stripe committed after the re-issue
-   * and that still holds the amount (`requires_capture`) while its charge operation is final with
-   * another, and no open finding names it: the customer held twice, and nobody told.
+   * and that holds the amount (`requires_capture`), or held it until Stripe let it expire (`canceled`,
+   * reason `automatic`), while its charge operation is final with another PaymentIntent or failed,
+   * and no open finding names it: the customer held twice, and nobody told.
    */
   'held_twice',
 ] as const;
