@@ -155,7 +155,7 @@ export const ALARM_CATALOG = [
   {
     name: 'ReissueWatchFinding',
     meaning:
-      'The watch over a re-issued operation found what no machine can settle: a second Refund of one refund (the customer was refunded twice), a late PaymentIntent the remedy may not refund, a late hold of a manual-capture charge (the customer held twice), or a watch that could not list for several looks.',
+      'The watch over a re-issued operation found what no machine can settle: a Refund made twice, a late PaymentIntent the remedy may not refund, a late second hold of an authorization, or a watch that could not list for several looks.',
     metrics: [{ namespace: APP, metricName: METRICS.openWatchFindings }],
   },
   {
