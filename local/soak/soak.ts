@@ -831,15 +831,34 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   let watchesBroughtForward = false;
   const watchesDue = async () =>
     Number((await pipeline.db.query<{ n: number }>('SELECT count(*)::int AS n FROM payment_operation_watches WHERE next_check_at <= now()')).rows[0]?.n ?? 0);
+  // A step of this loop that never settles would stall the soak without a word (one run did, with no
+  // timer and no pool request pending): a watchdog names the step it waits on, every 30 s, and
+  // abandons nothing (a step may hold a transaction of its own).
+  let step = 'snapshot';
+  let stepSince = Date.now();
+  const enter = (name: string) => {
+    step = name;
+    stepSince = Date.now();
+  };
+  const watchdog = setInterval(() => {
+    const waited = Date.now() - stepSince;
+    if (waited >= 30_000) log(`quiescence: still waiting on ${step} after ${Math.round(waited / 1000)} s`);
+  }, 30_000);
+  watchdog.unref();
   for (;;) {
+    enter('snapshot');
     const snap = await pipeline.snapshot().catch(() => null);
     if (snap) {
+      enter('charge again');
       await chargeAgain();
+      enter('age expiring holds');
       await ageExpiring().catch(() => {});
+      enter('remedies and expiries');
       let opsSettled =
         snap.database.open === 0 && snap.queue.waiting === 0 && snap.queue.inFlight === 0 && snap.eventSource.inFlight === 0 && (await remediesDone().catch(() => false)) &&
         (await expiriesRecorded().catch(() => false));
       const late = fake.stats();
+      enter('watches');
       if (opsSettled && late.lateCommitsPending === 0 && late.lateCommitsMade > 0 && !watchesBroughtForward) {
         await pipeline.db.query('UPDATE payment_operation_watches SET next_check_at = now() WHERE next_check_at > now()');
         watchesBroughtForward = true;
@@ -859,8 +878,10 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
       log('quiescence: time limit reached');
       break;
     }
+    enter('sleep');
     await sleep(250);
   }
+  clearInterval(watchdog);
   const settled = settledAt !== null;
   const timeToQuiescenceMs = settledAt === null ? null : Math.round(settledAt - faultsStoppedAt);
   const timeToOutboxDrainedMs = drainedAt === null ? null : Math.round(drainedAt - faultsStoppedAt);
