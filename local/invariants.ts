@@ -315,6 +315,13 @@ const AUTHORIZED: readonly PaymentIntentStatus[] = ['requires_capture', 'succeed
 const HARMLESS: readonly PaymentIntentStatus[] = ['canceled', 'requires_payment_method'];
 
 /** The live PaymentIntents of key generations their operation has left: committed after it left them (late), or before (unsafe). */
+/**
+ * A PaymentIntent that holds an authorization, or held one until Stripe let it expire (canceled,
+ * reason `automatic`): what a late authorization after a re-issue did to the customer's funds.
+ */
+export const heldAnAuthorization = (pi: PaymentIntentRecord): boolean =>
+  pi.status === 'requires_capture' || (pi.status === 'canceled' && pi.cancellation_reason === 'automatic');
+
 function retiredGenerations(
   paymentIntents: readonly PaymentIntentRecord[],
   ownerOf: (pi: PaymentIntentRecord) => OperationFacts | null,
@@ -529,8 +536,7 @@ export async function checkInvariants(input: CheckInvariantsInput): Promise<Inva
   // another PaymentIntent (or failed): nothing in the pipeline captures or releases it, so a person
   // must have been told — an open finding from the watch after the re-issue or from the
   // PaymentIntent's Stripe event. Judged once quiescent: the watch looks an hour after the re-issue.
-  const heldOrExpired = paymentIntents.filter((pi) => pi.status === 'requires_capture' || (pi.status === 'canceled' && pi.cancellation_reason === 'automatic'));
-  const lateHolds = retiredGenerations(heldOrExpired, ownerOf, ['requires_payment_method']).late;
+  const lateHolds = retiredGenerations(paymentIntents.filter(heldAnAuthorization), ownerOf, ['requires_payment_method']).late;
   if (quiescent) {
     for (const pi of lateHolds) {
       const op = ownerOf(pi);

@@ -40,7 +40,7 @@ import { checkExpiredAuthorizations } from '../../../lambdas/payments/authorizat
 import { holdsMoney, judgeOrder, predictRefund, type AcceptedRefund, type AskedRefund, type ChargeState, type RefundEnd, type RefundRow, type RefundVerdict } from './refund-oracle.ts';
 import { faultCanTarget } from '../../../local/fake-stripe/faults.ts';
 import type { FakeStripe, FaultKind, FaultMatch, HoldHandle, PaymentIntentRecord, RefundSettleStatus, SettleStatus } from '../../../local/fake-stripe/types.ts';
-import { checkInvariants, type InvariantReport, type SentRefund } from '../../../local/invariants.ts';
+import { checkInvariants, heldAnAuthorization, type InvariantReport, type SentRefund } from '../../../local/invariants.ts';
 import { StripeEventApplier } from '../../../lambdas/payments/event-applier.ts';
 import { ReissueWatcher } from '../../../lambdas/payments/watcher.ts';
 import { readStripeEvent } from '../../../lambdas/payments/event-decisions.ts';
@@ -1225,7 +1225,7 @@ export async function playRun(world: ModelWorld, run: ModelRun, trace?: (line: s
   for (const [i] of orders.entries()) {
     for (const pi of await lateCreatesOf(i)) {
       if (pi.status === 'processing' || pi.status === 'requires_action') lateUnsettled.set(pi.id, pi.metadata.operation_id!);
-      if (pi.status === 'requires_capture' || (pi.status === 'canceled' && pi.cancellation_reason === 'automatic')) lateHeld.add(pi.id);
+      if (heldAnAuthorization(pi)) lateHeld.add(pi.id);
     }
   }
   const untold = await db.query<{ id: string }>(
